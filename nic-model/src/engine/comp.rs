@@ -1,0 +1,263 @@
+//! The completer: retires send WQEs in order on ACKs, READ responses and atomic ACKs; turns NAKs
+//! into retries or error completions; runs the local ACK timer and the RNR back-off.
+
+use verbs_api::{AccessFlags, Sge, WcStatus};
+
+use super::qp::Qp;
+use super::req::{ack_timeout_ns, go_back};
+use super::{Nanos, Shared};
+use crate::packet::{rnr_timer_ns, AethKind, NakCode, OpFlags, Packet, Psn};
+
+/// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
+pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: Nanos, pkt: &Packet<'_>) {
+    if !matches!(qp.state, verbs_api::QpState::Rts | verbs_api::QpState::Sqd) {
+        sh.stats.rx_no_qp += 1;
+        return;
+    }
+    let Some(info) = pkt.bth.opcode.info() else { return };
+    let psn = pkt.bth.psn;
+    // Responses must fall inside what was sent: [comp_psn, psn) of the requester.
+    if psn.diff(qp.req.psn) >= 0 {
+        return;
+    }
+    if info.flags.contains(OpFlags::READ) {
+        on_read_response(qp, sh, now, pkt, info.flags);
+        return;
+    }
+    let Some(aeth) = pkt.aeth else { return };
+    if info.flags.contains(OpFlags::ATOMIC) {
+        if let Some(orig) = pkt.atomic_ack_eth {
+            on_atomic_ack(qp, sh, now, psn, orig);
+        }
+        return;
+    }
+    match aeth.kind() {
+        AethKind::Ack { .. } => {
+            if psn.diff(qp.req.comp_psn) < 0 {
+                return; // an old ACK
+            }
+            if ack_through(qp, sh, now, psn) {
+                start_retry(qp, sh, now, false);
+            }
+        }
+        AethKind::RnrNak { timer } => {
+            sh.stats.rnr_naks_received += 1;
+            if psn.diff(qp.req.comp_psn) < 0 {
+                return;
+            }
+            if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
+                start_retry(qp, sh, now, false);
+                return;
+            }
+            if qp.req.rnr_left == 0 {
+                fail_front(qp, sh, WcStatus::RnrRetryExcErr);
+                return;
+            }
+            if qp.attr.rnr_retry != 7 {
+                qp.req.rnr_left -= 1;
+            }
+            qp.req.timer_ns = None;
+            qp.req.rnr_timer_ns = Some(now + rnr_timer_ns(timer));
+        }
+        AethKind::Nak(code) => {
+            if psn.diff(qp.req.comp_psn) < 0 {
+                return;
+            }
+            if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
+                start_retry(qp, sh, now, false);
+                return;
+            }
+            match code {
+                NakCode::PsnSequenceError => start_retry(qp, sh, now, false),
+                NakCode::InvalidRequest => fail_front(qp, sh, WcStatus::RemInvReqErr),
+                NakCode::RemoteAccessError => fail_front(qp, sh, WcStatus::RemAccessErr),
+                NakCode::RemoteOperationalError | NakCode::InvalidRdRequest => {
+                    fail_front(qp, sh, WcStatus::RemOpErr)
+                }
+            }
+        }
+        AethKind::Reserved(_) => fail_front(qp, sh, WcStatus::RemOpErr),
+    }
+}
+
+/// Retire every SEND/WRITE WQE whose last PSN is at or before `psn` (an ACK is cumulative).
+/// Returns true if a READ/atomic WQE in that range has no response yet: its response was lost
+/// and the requester must ask again.
+fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn) -> bool {
+    let mut progress = false;
+    let mut lost_response = false;
+    while let Some(w) = qp.sq.front() {
+        if !w.started || w.last_psn().diff(psn) > 0 {
+            break;
+        }
+        if w.is_rd_atomic() {
+            lost_response = true;
+            break;
+        }
+        let w = qp.sq.pop_front().expect("front exists");
+        qp.req.next = qp.req.next.saturating_sub(1);
+        if qp.req.next == 0 {
+            qp.req.pkt = 0;
+        }
+        sh.complete_send(qp, &w, WcStatus::Success);
+        progress = true;
+    }
+    let after = psn.next();
+    if after.diff(qp.req.comp_psn) > 0 && !lost_response {
+        qp.req.comp_psn = after;
+        progress = true;
+    } else if lost_response {
+        if let Some(w) = qp.sq.front() {
+            if w.first_psn.diff(qp.req.comp_psn) > 0 {
+                qp.req.comp_psn = w.first_psn;
+            }
+        }
+    }
+    if progress {
+        made_progress(qp, now);
+    }
+    lost_response
+}
+
+/// Forward progress: retry counters reset and the timer restarts (or stops if nothing is in flight).
+fn made_progress(qp: &mut Qp, now: Nanos) {
+    qp.req.retry_left = qp.attr.retry_cnt;
+    qp.req.rnr_left = qp.attr.rnr_retry;
+    qp.req.retrying_from = None;
+    qp.req.timer_ns = if qp.req.psn.diff(qp.req.comp_psn) > 0 {
+        ack_timeout_ns(qp.attr.timeout).map(|t| now + t)
+    } else {
+        None
+    };
+}
+
+fn on_read_response(qp: &mut Qp, sh: &mut Shared, now: Nanos, pkt: &Packet<'_>, flags: OpFlags) {
+    let psn = pkt.bth.psn;
+    if psn.diff(qp.req.comp_psn) < 0 {
+        return; // a duplicate of a response already placed
+    }
+    // Earlier SEND/WRITE WQEs are implicitly acknowledged by a later READ response.
+    if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
+        // A READ/atomic before this one has no response: lost.
+        let front_is_this = qp.sq.front().is_some_and(|w| {
+            w.started && psn.diff(w.first_psn) >= 0 && psn.diff(w.last_psn()) <= 0
+        });
+        if !front_is_this {
+            start_retry(qp, sh, now, false);
+            return;
+        }
+    }
+    if psn != qp.req.comp_psn {
+        start_retry(qp, sh, now, false); // an earlier response packet was lost
+        return;
+    }
+    let mtu = qp.mtu() as usize;
+    let Some(w) = qp.sq.front() else { return };
+    if w.opcode != verbs_api::WrOpcode::RdmaRead || !w.started {
+        fail_front(qp, sh, WcStatus::BadRespErr);
+        return;
+    }
+    let index = psn.diff(w.first_psn) as usize;
+    let off = index * mtu;
+    let end_flag = flags.contains(OpFlags::END);
+    let expected = if end_flag { (w.len as usize).saturating_sub(off) } else { mtu };
+    if pkt.payload.len() != expected || off > w.len as usize {
+        fail_front(qp, sh, WcStatus::BadRespErr);
+        return;
+    }
+    if let Err(e) = sh.mrs.scatter(qp.pd, &w.sges, off, pkt.payload) {
+        let _ = e;
+        fail_front(qp, sh, WcStatus::LocProtErr);
+        return;
+    }
+    qp.req.comp_psn = psn.next();
+    if end_flag {
+        let w = qp.sq.pop_front().expect("front exists");
+        qp.req.next = qp.req.next.saturating_sub(1);
+        sh.complete_send(qp, &w, WcStatus::Success);
+    }
+    made_progress(qp, now);
+}
+
+fn on_atomic_ack(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn, orig: u64) {
+    if psn.diff(qp.req.comp_psn) < 0 {
+        return;
+    }
+    if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
+        let front_is_this =
+            qp.sq.front().is_some_and(|w| w.started && w.first_psn == psn && w.opcode.is_atomic());
+        if !front_is_this {
+            start_retry(qp, sh, now, false);
+            return;
+        }
+    }
+    if psn != qp.req.comp_psn {
+        start_retry(qp, sh, now, false);
+        return;
+    }
+    let Some(w) = qp.sq.front() else { return };
+    if !w.opcode.is_atomic() {
+        fail_front(qp, sh, WcStatus::BadRespErr);
+        return;
+    }
+    let sges: Vec<Sge> = w.sges.clone();
+    let placed = sh
+        .mrs
+        .resolve_local(qp.pd, &sges[0], AccessFlags::LOCAL_WRITE)
+        .map(|(mr, off)| mr.memory.write(off, &orig.to_ne_bytes()));
+    if !matches!(placed, Ok(Ok(()))) {
+        fail_front(qp, sh, WcStatus::LocProtErr);
+        return;
+    }
+    qp.req.comp_psn = psn.next();
+    let w = qp.sq.pop_front().expect("front exists");
+    qp.req.next = qp.req.next.saturating_sub(1);
+    sh.complete_send(qp, &w, WcStatus::Success);
+    made_progress(qp, now);
+}
+
+/// Go back N after a loss, spending one transport retry; `RETRY_EXC_ERR` when none are left.
+/// A loss signalled by a NAK or an out-of-order response is retried once per restart point.
+fn start_retry(qp: &mut Qp, sh: &mut Shared, now: Nanos, timeout: bool) {
+    if !timeout && qp.req.retrying_from == Some(qp.req.comp_psn) {
+        return;
+    }
+    if qp.req.retry_left == 0 {
+        fail_front(qp, sh, WcStatus::RetryExcErr);
+        return;
+    }
+    if !(qp.attr.retry_cnt == 7 && sh.cfg.retry_cnt_7_infinite) {
+        qp.req.retry_left -= 1;
+    }
+    qp.req.retrying_from = Some(qp.req.comp_psn);
+    go_back(qp);
+    qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+}
+
+/// Complete the oldest WQE with an error status and move the QP to the error state.
+fn fail_front(qp: &mut Qp, sh: &mut Shared, status: WcStatus) {
+    if let Some(w) = qp.sq.pop_front() {
+        sh.complete_send(qp, &w, status);
+    }
+    sh.enter_error(qp);
+}
+
+/// Fire the QP's timers that are due.
+pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
+    if let Some(t) = qp.req.rnr_timer_ns {
+        if now >= t {
+            qp.req.rnr_timer_ns = None;
+            go_back(qp);
+        }
+    }
+    if let Some(t) = qp.req.timer_ns {
+        if now >= t {
+            if qp.req.psn.diff(qp.req.comp_psn) > 0 {
+                sh.stats.timeouts += 1;
+                start_retry(qp, sh, now, true);
+            } else {
+                qp.req.timer_ns = None;
+            }
+        }
+    }
+}

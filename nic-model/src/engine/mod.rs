@@ -1,0 +1,997 @@
+//! The transport engine of one software NIC, sans-IO in the quinn-proto style: it never reads a
+//! clock, sleeps, spawns or does I/O. Inputs are verbs calls, [`Nic::handle_packet`] and
+//! [`Nic::handle_timeout`], each with `now` in nanoseconds; outputs are pulled:
+//! [`Nic::poll_transmit`] (RoCEv2 datagrams to put on a wire), [`Nic::next_timeout`],
+//! [`Nic::poll_event`] (CQ notifications, async events) and the completions in each CQ.
+//!
+//! The transport is split as the specification and Linux's rxe split it: `req` (the requester
+//! turns WQEs into request packets), `resp` (the responder executes requests and answers) and
+//! `comp` (the completer retires WQEs on ACKs and runs the retry and RNR timers).
+
+mod comp;
+pub mod cq;
+pub mod mr;
+pub mod qp;
+mod req;
+mod resp;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use verbs_api::{
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, DeviceAttr, Error, Gid, LinkLayer, Mtu,
+    PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result, SendFlags,
+    SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+
+use crate::packet::{self, IpUdp, Packet};
+use cq::{Arm, Cq, CqId};
+use mr::{MrMemory, MrTable, PdId};
+use qp::{Qp, RecvWqe, SendWqe};
+
+/// Virtual or monotonic time in nanoseconds; the engine never reads a clock itself.
+pub type Nanos = u64;
+
+/// The IPv4 address softverbs gives the port with this LID (`10.0.x.y`, `x.y` = the LID).
+pub fn ip_of_lid(lid: u16) -> [u8; 4] {
+    [10, 0, (lid >> 8) as u8, lid as u8]
+}
+
+/// The LID of a softverbs port address (inverse of [`ip_of_lid`]; 0 for foreign addresses).
+pub fn lid_of_ip(ip: [u8; 4]) -> u16 {
+    if ip[0] == 10 && ip[1] == 0 {
+        u16::from_be_bytes([ip[2], ip[3]])
+    } else {
+        0
+    }
+}
+
+/// Device limits (the `ibv_device_attr` a soft NIC reports and enforces).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// `max_qp`.
+    pub max_qp: u32,
+    /// `max_qp_wr`.
+    pub max_qp_wr: u32,
+    /// `max_sge`.
+    pub max_sge: u32,
+    /// `max_cq`.
+    pub max_cq: u32,
+    /// `max_cqe`.
+    pub max_cqe: u32,
+    /// `max_mr`.
+    pub max_mr: u32,
+    /// `max_pd`.
+    pub max_pd: u32,
+    /// `max_mr_size`.
+    pub max_mr_size: u64,
+    /// `max_inline_data`.
+    pub max_inline_data: u32,
+    /// `max_msg_sz`.
+    pub max_msg_sz: u32,
+    /// `max_qp_rd_atom` and `max_qp_init_rd_atom`.
+    pub max_rd_atom: u8,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_qp: 1024,
+            max_qp_wr: 16384,
+            max_sge: 32,
+            max_cq: 1024,
+            max_cqe: 65536,
+            max_mr: 4096,
+            max_pd: 1024,
+            max_mr_size: 1 << 32,
+            max_inline_data: 256,
+            max_msg_sz: 1 << 30,
+            max_rd_atom: 16,
+        }
+    }
+}
+
+/// What a NIC is: its name, identity, address and limits.
+#[derive(Clone, Debug)]
+pub struct NicConfig {
+    /// Device name (`softverbs0`).
+    pub name: String,
+    /// Node GUID.
+    pub node_guid: u64,
+    /// Port 1's LID, assigned by the fabric.
+    pub lid: u16,
+    /// Largest path MTU.
+    pub max_mtu: Mtu,
+    /// Limits.
+    pub limits: Limits,
+    /// Treat `retry_cnt = 7` as infinite, as Linux rxe does (the verbs documentation does not).
+    pub retry_cnt_7_infinite: bool,
+    /// ACK-request every this many packets of a long message, besides the last one.
+    pub ack_every: u32,
+    /// Unacknowledged packets a QP may have in flight.
+    pub window: u32,
+}
+
+impl NicConfig {
+    /// A NIC with default limits on the port with this LID.
+    pub fn new(name: impl Into<String>, lid: u16) -> NicConfig {
+        NicConfig {
+            name: name.into(),
+            node_guid: 0x0200_5eff_fe00_0000 | lid as u64,
+            lid,
+            max_mtu: Mtu::Mtu4096,
+            limits: Limits::default(),
+            retry_cnt_7_infinite: false,
+            ack_every: 64,
+            window: 512,
+        }
+    }
+    /// The port's IPv4 address.
+    pub fn ip(&self) -> [u8; 4] {
+        ip_of_lid(self.lid)
+    }
+    /// The port's GID (IPv4-mapped).
+    pub fn gid(&self) -> Gid {
+        Gid::from_ipv4(self.ip())
+    }
+}
+
+/// A datagram to put on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination IPv4 address (a port: see [`lid_of_ip`]).
+    pub dst: [u8; 4],
+    /// The IPv4/UDP/RoCEv2 datagram.
+    pub data: Vec<u8>,
+}
+
+/// Something the program may want to be woken for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NicEvent {
+    /// An armed CQ got a completion (`ibv_get_cq_event` will return it).
+    CqNotify(CqId),
+    /// An asynchronous event (`ibv_get_async_event`).
+    Async(AsyncEvent),
+}
+
+/// Counters of what the NIC did; the simulator's summary and the tests read them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NicStats {
+    /// Packets emitted.
+    pub tx_packets: u64,
+    /// Packets accepted by the parser.
+    pub rx_packets: u64,
+    /// Packets dropped because they did not parse (bad ICRC, truncated, foreign).
+    pub rx_malformed: u64,
+    /// Of those, ICRC mismatches.
+    pub rx_bad_icrc: u64,
+    /// Packets for a QP that does not exist or is not in a state to take them.
+    pub rx_no_qp: u64,
+    /// Duplicate requests seen by a responder.
+    pub rx_duplicates: u64,
+    /// Packets retransmitted by go-back-N.
+    pub retransmits: u64,
+    /// Local ACK timeouts that fired.
+    pub timeouts: u64,
+    /// PSN-sequence-error NAKs sent.
+    pub seq_naks_sent: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// UC/UD messages dropped (gaps, Q_Key mismatch, no receive WQE).
+    pub dropped_messages: u64,
+}
+
+/// One software NIC: its PDs, MRs, CQs and QPs, and the transport that runs them.
+pub struct Nic {
+    qps: BTreeMap<u32, Qp>,
+    sh: Shared,
+}
+
+/// The parts of the NIC that QPs share, split from the QP table so a QP and the rest can be
+/// borrowed at once.
+pub(crate) struct Shared {
+    cfg: NicConfig,
+    mrs: MrTable,
+    cqs: BTreeMap<CqId, Cq>,
+    pds: BTreeMap<PdId, u32>,
+    next_pd: PdId,
+    next_cq: CqId,
+    next_qpn: u32,
+    tx: VecDeque<Transmit>,
+    events: VecDeque<NicEvent>,
+    stats: NicStats,
+    ip_ident: u16,
+}
+
+impl Nic {
+    /// A NIC with no resources.
+    pub fn new(cfg: NicConfig) -> Nic {
+        Nic {
+            qps: BTreeMap::new(),
+            sh: Shared {
+                cfg,
+                mrs: MrTable::default(),
+                cqs: BTreeMap::new(),
+                pds: BTreeMap::new(),
+                next_pd: 1,
+                next_cq: 1,
+                next_qpn: 0x11,
+                tx: VecDeque::new(),
+                events: VecDeque::new(),
+                stats: NicStats::default(),
+                ip_ident: 0,
+            },
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &NicConfig {
+        &self.sh.cfg
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> &NicStats {
+        &self.sh.stats
+    }
+
+    /// `ibv_query_device`.
+    pub fn device_attr(&self) -> DeviceAttr {
+        let l = &self.sh.cfg.limits;
+        DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").to_string(),
+            node_guid: self.sh.cfg.node_guid,
+            sys_image_guid: self.sh.cfg.node_guid,
+            max_mr_size: l.max_mr_size,
+            vendor_id: 0x5346,
+            vendor_part_id: 1,
+            hw_ver: 1,
+            max_qp: l.max_qp,
+            max_qp_wr: l.max_qp_wr,
+            max_sge: l.max_sge,
+            max_cq: l.max_cq,
+            max_cqe: l.max_cqe,
+            max_mr: l.max_mr,
+            max_pd: l.max_pd,
+            max_qp_rd_atom: l.max_rd_atom as u32,
+            max_qp_init_rd_atom: l.max_rd_atom as u32,
+            max_srq: 0,
+            max_srq_wr: 0,
+            max_srq_sge: 0,
+            max_ah: 0,
+            max_pkeys: 1,
+            phys_port_cnt: 1,
+            max_inline_data: l.max_inline_data,
+            max_msg_sz: l.max_msg_sz,
+            atomic_hca: true,
+        }
+    }
+
+    /// `ibv_query_port` for port 1.
+    pub fn port_attr(&self) -> PortAttr {
+        PortAttr {
+            state: PortState::Active,
+            max_mtu: self.sh.cfg.max_mtu,
+            active_mtu: self.sh.cfg.max_mtu,
+            gid_tbl_len: 1,
+            max_msg_sz: self.sh.cfg.limits.max_msg_sz,
+            pkey_tbl_len: 1,
+            lid: self.sh.cfg.lid,
+            sm_lid: 1,
+            lmc: 0,
+            active_width: 2,
+            active_speed: 32,
+            phys_state: 5,
+            link_layer: LinkLayer::Ethernet,
+        }
+    }
+
+    // ---- PDs and MRs ----
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> Result<PdId> {
+        if self.sh.pds.len() >= self.sh.cfg.limits.max_pd as usize {
+            return Err(Error::nomem(format!(
+                "ibv_alloc_pd: the device's max_pd {} is reached",
+                self.sh.cfg.limits.max_pd
+            )));
+        }
+        let id = self.sh.next_pd;
+        self.sh.next_pd += 1;
+        self.sh.pds.insert(id, 0);
+        Ok(id)
+    }
+
+    /// `ibv_dealloc_pd`.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<()> {
+        if !self.sh.pds.contains_key(&pd) {
+            return Err(Error::inval(format!("ibv_dealloc_pd: PD {pd} does not exist")));
+        }
+        let qps = self.qps.values().filter(|q| q.pd == pd).count();
+        if self.sh.mrs.any_in_pd(pd) || qps > 0 {
+            return Err(Error::busy(format!(
+                "ibv_dealloc_pd: PD {pd} still has MRs or QPs ({qps} QPs)"
+            )));
+        }
+        self.sh.pds.remove(&pd);
+        Ok(())
+    }
+
+    /// `ibv_reg_mr`: returns the key (lkey = rkey).
+    pub fn reg_mr(&mut self, pd: PdId, memory: Arc<MrMemory>, access: AccessFlags) -> Result<u32> {
+        if !self.sh.pds.contains_key(&pd) {
+            return Err(Error::inval(format!("ibv_reg_mr: PD {pd} does not exist")));
+        }
+        let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(Error::inval(
+                "ibv_reg_mr: IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE",
+            ));
+        }
+        if memory.len() as u64 > self.sh.cfg.limits.max_mr_size {
+            return Err(Error::inval(format!(
+                "ibv_reg_mr: length {} exceeds max_mr_size {}",
+                memory.len(),
+                self.sh.cfg.limits.max_mr_size
+            )));
+        }
+        if self.sh.mrs.len() >= self.sh.cfg.limits.max_mr as usize {
+            return Err(Error::nomem(format!(
+                "ibv_reg_mr: the device's max_mr {} is reached",
+                self.sh.cfg.limits.max_mr
+            )));
+        }
+        Ok(self.sh.mrs.insert(pd, memory, access))
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<()> {
+        self.sh
+            .mrs
+            .remove(key)
+            .map(|_| ())
+            .ok_or_else(|| Error::inval(format!("ibv_dereg_mr: no MR with key {key:#x}")))
+    }
+
+    // ---- CQs ----
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqId> {
+        let l = &self.sh.cfg.limits;
+        if cqe == 0 || cqe > l.max_cqe {
+            return Err(Error::inval(format!(
+                "ibv_create_cq: cqe {cqe} is not in 1..={}",
+                l.max_cqe
+            )));
+        }
+        if self.sh.cqs.len() >= l.max_cq as usize {
+            return Err(Error::nomem(format!(
+                "ibv_create_cq: the device's max_cq {} is reached",
+                l.max_cq
+            )));
+        }
+        let id = self.sh.next_cq;
+        self.sh.next_cq += 1;
+        self.sh.cqs.insert(id, Cq::new(cqe));
+        Ok(id)
+    }
+
+    /// `ibv_destroy_cq`.
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<()> {
+        match self.sh.cqs.get(&cq) {
+            None => Err(Error::inval(format!("ibv_destroy_cq: CQ {cq} does not exist"))),
+            Some(c) if c.users > 0 => Err(Error::busy(format!(
+                "ibv_destroy_cq: CQ {cq} is still used by {} QP(s)",
+                c.users
+            ))),
+            Some(_) => {
+                self.sh.cqs.remove(&cq);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_poll_cq`.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.sh.cq_mut(cq)?.poll(out)
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.sh.cqs.get(&cq).map_or(0, |c| c.len())
+    }
+
+    /// `ibv_req_notify_cq`.
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<()> {
+        let c = self.sh.cq_mut(cq)?;
+        c.arm = if solicited_only { Arm::Solicited } else { Arm::Next };
+        Ok(())
+    }
+
+    /// `ibv_resize_cq`.
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<()> {
+        let max = self.sh.cfg.limits.max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(Error::inval(format!("ibv_resize_cq: cqe {cqe} is not in 1..={max}")));
+        }
+        self.sh.cq_mut(cq)?.resize(cqe)
+    }
+
+    // ---- QPs ----
+
+    /// `ibv_create_qp`: returns the QP number and the capabilities granted.
+    pub fn create_qp(
+        &mut self,
+        pd: PdId,
+        qp_type: QpType,
+        send_cq: CqId,
+        recv_cq: CqId,
+        cap: QpCap,
+        sq_sig_all: bool,
+    ) -> Result<(u32, QpCap)> {
+        let l = self.sh.cfg.limits.clone();
+        if !self.sh.pds.contains_key(&pd) {
+            return Err(Error::inval(format!("ibv_create_qp: PD {pd} does not exist")));
+        }
+        for (cq, what) in [(send_cq, "send_cq"), (recv_cq, "recv_cq")] {
+            if !self.sh.cqs.contains_key(&cq) {
+                return Err(Error::inval(format!("ibv_create_qp: {what} {cq} does not exist")));
+            }
+        }
+        let checks = [
+            ("max_send_wr", cap.max_send_wr, l.max_qp_wr),
+            ("max_recv_wr", cap.max_recv_wr, l.max_qp_wr),
+            ("max_send_sge", cap.max_send_sge, l.max_sge),
+            ("max_recv_sge", cap.max_recv_sge, l.max_sge),
+            ("max_inline_data", cap.max_inline_data, l.max_inline_data),
+        ];
+        for (what, v, max) in checks {
+            if v > max {
+                return Err(Error::inval(format!(
+                    "ibv_create_qp: cap.{what} {v} exceeds the device limit {max}"
+                )));
+            }
+        }
+        if self.qps.len() >= l.max_qp as usize {
+            return Err(Error::nomem(format!(
+                "ibv_create_qp: the device's max_qp {} is reached",
+                l.max_qp
+            )));
+        }
+        let qpn = self.sh.next_qpn;
+        self.sh.next_qpn = (self.sh.next_qpn + 1) & 0x00FF_FFFF;
+        if self.sh.next_qpn < 0x11 {
+            self.sh.next_qpn = 0x11;
+        }
+        // Like real providers, grant at least one WR and SGE so the QP is usable.
+        let granted = QpCap {
+            max_send_wr: cap.max_send_wr.max(1),
+            max_recv_wr: cap.max_recv_wr.max(1),
+            max_send_sge: cap.max_send_sge.max(1),
+            max_recv_sge: cap.max_recv_sge.max(1),
+            max_inline_data: cap.max_inline_data,
+        };
+        for cq in [send_cq, recv_cq] {
+            if let Some(c) = self.sh.cqs.get_mut(&cq) {
+                c.users += 1;
+            }
+        }
+        self.qps.insert(qpn, Qp::new(qpn, qp_type, pd, send_cq, recv_cq, granted, sq_sig_all));
+        Ok((qpn, granted))
+    }
+
+    /// `ibv_destroy_qp`.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        let qp = self
+            .qps
+            .remove(&qpn)
+            .ok_or_else(|| Error::inval(format!("ibv_destroy_qp: QP {qpn:#x} does not exist")))?;
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.sh.cqs.get_mut(&cq) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_qp`, checked against the IBA state table.
+    pub fn modify_qp(
+        &mut self,
+        now: Nanos,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<()> {
+        let limits = verbs_api::qp_state::ModifyLimits {
+            port_count: 1,
+            pkey_tbl_len: 1,
+            max_mtu: self.sh.cfg.max_mtu,
+            max_rd_atomic: self.sh.cfg.limits.max_rd_atom,
+            max_dest_rd_atomic: self.sh.cfg.limits.max_rd_atom,
+        };
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Err(Error::inval(format!("ibv_modify_qp: QP {qpn:#x} does not exist")));
+        };
+        let next = verbs_api::qp_state::check_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
+        if mask.contains(QpAttrMask::AV) {
+            let av = &attr.ah_attr;
+            let dst = if av.is_global {
+                av.dgid.to_ipv4().ok_or_else(|| {
+                    Error::inval(format!("ibv_modify_qp: IBV_QP_AV dgid {} is not an IPv4-mapped GID of a softverbs port", av.dgid))
+                })?
+            } else {
+                if av.dlid == 0 {
+                    return Err(Error::inval("ibv_modify_qp: IBV_QP_AV has dlid 0 and no GRH (is_global): no destination"));
+                }
+                ip_of_lid(av.dlid)
+            };
+            qp.dst_ip = dst;
+        }
+        if next == QpState::Reset {
+            qp.reset();
+            return Ok(());
+        }
+        qp.apply_attrs(attr, mask);
+        let was = qp.state;
+        qp.state = next;
+        if next == QpState::Err && was != QpState::Err {
+            self.sh.flush(qp);
+        }
+        if next == QpState::Rts {
+            req::drive(qp, &mut self.sh, now);
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpCap)> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or_else(|| Error::inval(format!("ibv_query_qp: QP {qpn:#x} does not exist")))?;
+        let mut a = qp.attr;
+        a.qp_state = qp.state;
+        a.cur_qp_state = qp.state;
+        a.cap = qp.cap;
+        a.sq_psn = qp.req.psn.value();
+        a.rq_psn = qp.resp.epsn.value();
+        Ok((a, qp.cap))
+    }
+
+    /// The state of a QP, if it exists.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// `ibv_post_send`. Each WR is checked before it is queued; the first bad one is an error
+    /// naming its index (those before it were posted, as with `bad_wr`).
+    pub fn post_send(&mut self, now: Nanos, qpn: u32, wrs: &[SendWr<'_>]) -> Result<()> {
+        let max_msg = self.sh.cfg.limits.max_msg_sz;
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| Error::inval(format!("ibv_post_send: QP {qpn:#x} does not exist")))?;
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            match self.sh.check_send(qp, wr, max_msg) {
+                Ok(wqe) => {
+                    qp.sq.push_back(wqe);
+                }
+                Err(e) => {
+                    result = Err(Error::new(
+                        e.errno,
+                        format!("ibv_post_send: wr[{i}] (wr_id {}): {}", wr.wr_id, e.message),
+                    ));
+                    break;
+                }
+            }
+        }
+        if qp.state == QpState::Err {
+            self.sh.flush(qp);
+        } else {
+            req::drive(qp, &mut self.sh, now);
+        }
+        result
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Err(Error::inval(format!("ibv_post_recv: QP {qpn:#x} does not exist")));
+        };
+        if qp.state == QpState::Reset {
+            return Err(Error::inval(format!(
+                "ibv_post_recv: QP {qpn:#x} is in RESET; post receives in INIT or later"
+            )));
+        }
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            let fail = |m: String| {
+                Error::inval(format!("ibv_post_recv: wr[{i}] (wr_id {}): {m}", wr.wr_id))
+            };
+            if qp.rq.len() >= qp.cap.max_recv_wr as usize {
+                result = Err(Error::nomem(format!(
+                    "ibv_post_recv: wr[{i}] (wr_id {}): the receive queue is full ({} WRs, max_recv_wr)",
+                    wr.wr_id, qp.cap.max_recv_wr
+                )));
+                break;
+            }
+            if wr.sg_list.len() > qp.cap.max_recv_sge as usize {
+                result = Err(fail(format!(
+                    "{} SGEs exceed max_recv_sge {}",
+                    wr.sg_list.len(),
+                    qp.cap.max_recv_sge
+                )));
+                break;
+            }
+            if let Err(m) = self.sh.check_sges(qp.pd, wr.sg_list) {
+                result = Err(fail(m));
+                break;
+            }
+            let len = wr.sg_list.iter().map(|s| s.length as u64).sum();
+            qp.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.to_vec(), len });
+        }
+        if qp.state == QpState::Err {
+            self.sh.flush(qp);
+        }
+        result
+    }
+
+    // ---- the wire side ----
+
+    /// A datagram arrived from the wire. Malformed packets (bad ICRC, truncated, foreign) are
+    /// dropped and counted, never trusted.
+    pub fn handle_packet(&mut self, now: Nanos, data: &[u8]) {
+        let (ip, pkt) = match packet::parse_datagram(data) {
+            Ok(v) => v,
+            Err(e) => {
+                self.sh.stats.rx_malformed += 1;
+                if matches!(e, packet::PacketError::BadIcrc { .. }) {
+                    self.sh.stats.rx_bad_icrc += 1;
+                }
+                return;
+            }
+        };
+        self.sh.stats.rx_packets += 1;
+        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qp) else {
+            self.sh.stats.rx_no_qp += 1;
+            return;
+        };
+        let Some(info) = pkt.bth.opcode.info() else {
+            self.sh.stats.rx_malformed += 1;
+            return;
+        };
+        let transport_ok = matches!(
+            (info.transport, qp.qp_type),
+            (packet::Transport::Rc, QpType::Rc)
+                | (packet::Transport::Uc, QpType::Uc)
+                | (packet::Transport::Ud, QpType::Ud)
+        );
+        if !transport_ok {
+            self.sh.stats.rx_no_qp += 1;
+            return;
+        }
+        if info.flags.contains(packet::OpFlags::REQUEST) {
+            resp::handle_request(qp, &mut self.sh, now, &ip, &pkt);
+        } else {
+            comp::handle_response(qp, &mut self.sh, now, &pkt);
+        }
+        req::drive(qp, &mut self.sh, now);
+    }
+
+    /// Run every timer due at `now` (local ACK timeouts, RNR back-offs).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        for qp in self.qps.values_mut() {
+            comp::handle_timers(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.sh, now);
+        }
+    }
+
+    /// The earliest pending timer.
+    pub fn next_timeout(&self) -> Option<Nanos> {
+        self.qps.values().flat_map(|q| [q.req.timer_ns, q.req.rnr_timer_ns]).flatten().min()
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.sh.tx.pop_front()
+    }
+
+    /// Whether datagrams are waiting to be sent.
+    pub fn has_transmit(&self) -> bool {
+        !self.sh.tx.is_empty()
+    }
+
+    /// The next notification or async event.
+    pub fn poll_event(&mut self) -> Option<NicEvent> {
+        self.sh.events.pop_front()
+    }
+}
+
+impl Shared {
+    fn cq_mut(&mut self, cq: CqId) -> Result<&mut Cq> {
+        self.cqs.get_mut(&cq).ok_or_else(|| Error::inval(format!("CQ {cq} does not exist")))
+    }
+
+    /// Post-time SGE checks: every lkey names an MR of this PD and the range lies inside it.
+    fn check_sges(&self, pd: PdId, sges: &[verbs_api::Sge]) -> std::result::Result<(), String> {
+        for (j, s) in sges.iter().enumerate() {
+            let Some(mr) = self.mrs.get(s.lkey) else {
+                return Err(format!("sg_list[{j}].lkey {:#x} names no registered MR", s.lkey));
+            };
+            if mr.pd != pd {
+                return Err(format!("sg_list[{j}].lkey {:#x} belongs to another PD", s.lkey));
+            }
+            if mr.offset_of(s.addr, s.length as u64).is_none() {
+                return Err(format!(
+                    "sg_list[{j}] [{:#x}, +{}) is outside its MR [{:#x}, +{})",
+                    s.addr,
+                    s.length,
+                    mr.memory.addr(),
+                    mr.memory.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_send(&self, qp: &Qp, wr: &SendWr<'_>, max_msg: u32) -> Result<SendWqe> {
+        let inval = |m: String| Err(Error::inval(m));
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe) {
+            return inval(format!("QP {:#x} is in {}; ibv_post_send needs RTS", qp.qpn, qp.state));
+        }
+        if !wr.opcode.valid_for(qp.qp_type) {
+            return inval(format!("{} is not valid on a {:?} QP", wr.opcode.name(), qp.qp_type));
+        }
+        if qp.sq.len() >= qp.cap.max_send_wr as usize {
+            return Err(Error::nomem(format!(
+                "the send queue is full ({} WRs, max_send_wr)",
+                qp.cap.max_send_wr
+            )));
+        }
+        let inline_flag = wr.send_flags.contains(SendFlags::INLINE);
+        let inline_ok = matches!(
+            wr.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
+        );
+        let mut inline = None;
+        let mut sges = Vec::new();
+        let len: u64;
+        if inline_flag || wr.inline_data.is_some() {
+            if !inline_ok {
+                return inval(format!("IBV_SEND_INLINE is not valid with {}", wr.opcode.name()));
+            }
+            let data = match wr.inline_data {
+                Some(d) => d.to_vec(),
+                None => {
+                    if wr.sg_list.len() > qp.cap.max_send_sge as usize {
+                        return inval(format!(
+                            "{} SGEs exceed max_send_sge {}",
+                            wr.sg_list.len(),
+                            qp.cap.max_send_sge
+                        ));
+                    }
+                    self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
+                    let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
+                    let mut d = vec![0u8; total];
+                    self.mrs
+                        .gather(qp.pd, wr.sg_list, 0, &mut d)
+                        .map_err(|e| Error::inval(format!("inline gather failed: {e:?}")))?;
+                    d
+                }
+            };
+            if data.len() > qp.cap.max_inline_data as usize {
+                return inval(format!(
+                    "{} bytes of inline data exceed max_inline_data {}",
+                    data.len(),
+                    qp.cap.max_inline_data
+                ));
+            }
+            len = data.len() as u64;
+            inline = Some(data);
+        } else {
+            if wr.sg_list.len() > qp.cap.max_send_sge as usize {
+                return inval(format!(
+                    "{} SGEs exceed max_send_sge {}",
+                    wr.sg_list.len(),
+                    qp.cap.max_send_sge
+                ));
+            }
+            self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
+            sges = wr.sg_list.to_vec();
+            len = sges.iter().map(|s| s.length as u64).sum();
+        }
+        // A message longer than max_msg_sz is accepted here and fails at execution with
+        // LOC_LEN_ERR, as on hardware; it must still fit the 32-bit length field.
+        let _ = max_msg;
+        if len > u32::MAX as u64 {
+            return inval(format!("message of {len} bytes does not fit a 32-bit length"));
+        }
+        if wr.opcode.is_atomic() {
+            if len != 8 {
+                return inval(format!(
+                    "{} needs one 8-byte SGE for the original value, got {len} bytes",
+                    wr.opcode.name()
+                ));
+            }
+            if wr.atomic.remote_addr % 8 != 0 {
+                return inval(format!(
+                    "atomic remote_addr {:#x} is not 8-byte aligned",
+                    wr.atomic.remote_addr
+                ));
+            }
+        }
+        let signaled = qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
+        let mut wqe = SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            signaled,
+            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+            fence: wr.send_flags.contains(SendFlags::FENCE),
+            sges,
+            inline,
+            len: len as u32,
+            rdma: wr.rdma,
+            atomic: wr.atomic,
+            imm: wr.imm_data,
+            ud: None,
+            first_psn: packet::Psn::new(0),
+            npsn: 0,
+            started: false,
+        };
+        wqe.npsn = if wqe.opcode.is_atomic() { 1 } else { qp.packets_for(wqe.len) };
+        Ok(wqe)
+    }
+
+    /// Emit one packet of `qp` to its destination.
+    pub(crate) fn transmit(&mut self, qp: &Qp, pkt: &Packet<'_>) {
+        self.transmit_to(qp.dst_ip, qp.sport, pkt);
+    }
+
+    pub(crate) fn transmit_to(&mut self, dst: [u8; 4], sport: u16, pkt: &Packet<'_>) {
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let ip = IpUdp {
+            src: self.cfg.ip(),
+            dst,
+            src_port: sport,
+            ident: self.ip_ident,
+            ..IpUdp::default()
+        };
+        let mut data = Vec::with_capacity(packet::datagram_len(pkt));
+        packet::emit_datagram(&ip, pkt, &mut data)
+            .expect("the engine only builds packets its opcode table allows");
+        self.stats.tx_packets += 1;
+        self.tx.push_back(Transmit { dst, data });
+    }
+
+    /// Push a completion; fires the CQ's armed event, or records an overrun (and its async event).
+    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) {
+        let Some(c) = self.cqs.get_mut(&cq) else { return };
+        let had_overrun = c.overrun > 0;
+        let (added, fire) = c.push(wc, solicited);
+        if fire {
+            self.events.push_back(NicEvent::CqNotify(cq));
+        }
+        if !added && !had_overrun {
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::CqErr,
+                element: AsyncElement::Cq(cq as u64),
+            }));
+        }
+    }
+
+    /// Complete a send WQE: visible if signaled or failed.
+    pub(crate) fn complete_send(&mut self, qp: &Qp, w: &SendWqe, status: WcStatus) {
+        if status == WcStatus::Success && !w.signaled {
+            return;
+        }
+        let byte_len = if w.opcode.is_atomic() { 8 } else { w.len };
+        let wc = WorkCompletion {
+            wr_id: w.wr_id,
+            status,
+            opcode: WcOpcode::for_send(w.opcode),
+            byte_len,
+            qp_num: qp.qpn,
+            ..WorkCompletion::default()
+        };
+        self.complete(qp.send_cq, wc, false);
+    }
+
+    /// Complete a receive WQE.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete_recv(
+        &mut self,
+        qp: &Qp,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm: Option<u32>,
+        src_qp: u32,
+        slid: u16,
+        solicited: bool,
+    ) {
+        let mut wc_flags = WcFlags::empty();
+        if imm.is_some() {
+            wc_flags |= WcFlags::WITH_IMM;
+        }
+        let wc = WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm_data: imm.unwrap_or(0),
+            qp_num: qp.qpn,
+            src_qp,
+            wc_flags,
+            slid,
+            ..WorkCompletion::default()
+        };
+        self.complete(qp.recv_cq, wc, solicited);
+    }
+
+    /// Move a QP to the error state: the failing WQE has been completed by the caller; every
+    /// other outstanding send and receive WQE completes with `WR_FLUSH_ERR`.
+    pub(crate) fn enter_error(&mut self, qp: &mut Qp) {
+        if qp.state != QpState::Err {
+            qp.state = QpState::Err;
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::QpFatal,
+                element: AsyncElement::Qp(qp.qpn),
+            }));
+        }
+        self.flush(qp);
+    }
+
+    /// Flush every WQE of a QP in the error state.
+    pub(crate) fn flush(&mut self, qp: &mut Qp) {
+        qp.req.timer_ns = None;
+        qp.req.rnr_timer_ns = None;
+        qp.req.next = 0;
+        qp.req.pkt = 0;
+        while let Some(w) = qp.sq.pop_front() {
+            let wc = WorkCompletion {
+                wr_id: w.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::for_send(w.opcode),
+                qp_num: qp.qpn,
+                ..WorkCompletion::default()
+            };
+            self.complete(qp.send_cq, wc, false);
+        }
+        if let Some((w, _)) = qp.resp.recv.take() {
+            self.complete_recv(
+                qp,
+                w.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                0,
+                None,
+                0,
+                0,
+                false,
+            );
+        }
+        qp.resp.write = None;
+        while let Some(w) = qp.rq.pop_front() {
+            self.complete_recv(
+                qp,
+                w.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                0,
+                None,
+                0,
+                0,
+                false,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

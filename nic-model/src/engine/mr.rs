@@ -1,0 +1,383 @@
+//! Memory regions and the DMA step: the MR table (keys, PDs, access rights) and the gather and
+//! scatter copies between MR memory and packets, with key, bounds and access checks.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use verbs_api::{AccessFlags, Error, Result, Sge};
+
+/// The bytes behind one MR: owned by the MR (allocated zeroed, 64-byte aligned) or borrowed from
+/// the caller through `reg_mr_raw`. Reads and writes copy, because the NIC and the program may
+/// touch the same bytes concurrently, exactly as with a real NIC's DMA.
+pub struct MrMemory {
+    ptr: *mut u8,
+    len: usize,
+    owned: Option<Layout>,
+}
+
+// SAFETY: the memory is only accessed through raw-pointer copies and atomics bounded by `len`;
+// like DMA memory it is shared by design, and the pointer stays valid for the life of the value.
+unsafe impl Send for MrMemory {}
+// SAFETY: as above; no `&`/`&mut` references to the bytes are ever handed out.
+unsafe impl Sync for MrMemory {}
+
+impl MrMemory {
+    /// `len` zeroed bytes owned by this value.
+    pub fn allocate(len: usize) -> Result<Arc<MrMemory>> {
+        let size = len.max(1);
+        let layout = Layout::from_size_align(size, 64)
+            .map_err(|_| Error::inval(format!("ibv_reg_mr: length {len} is too large")))?;
+        // SAFETY: the layout has a nonzero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::nomem(format!("ibv_reg_mr: cannot allocate {len} bytes")));
+        }
+        Ok(Arc::new(MrMemory { ptr, len, owned: Some(layout) }))
+    }
+
+    /// Borrow caller memory.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for as long as the returned value lives.
+    pub unsafe fn borrow_raw(ptr: *mut u8, len: usize) -> Arc<MrMemory> {
+        Arc::new(MrMemory { ptr, len, owned: None })
+    }
+
+    /// The virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, offset: usize, n: usize) -> Result<()> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::inval(format!(
+                "MR access of {n} bytes at offset {offset} is outside the MR of {} bytes",
+                self.len
+            ))),
+        }
+    }
+
+    /// Copy out.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.check(offset, buf.len())?;
+        // SAFETY: bounds checked above; the source is valid MR memory and does not overlap `buf`.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(offset), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copy in.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+
+    /// The 8-byte word at `offset` as an atomic; `offset` must be 8-byte aligned in address space.
+    fn atomic_at(&self, offset: usize) -> Option<&AtomicU64> {
+        self.check(offset, 8).ok()?;
+        // SAFETY: in bounds (checked); the address is tested for 8-byte alignment before the cast,
+        // and the memory lives as long as `self`.
+        unsafe {
+            let p = self.ptr.add(offset);
+            if (p as usize) % 8 != 0 {
+                return None;
+            }
+            Some(AtomicU64::from_ptr(p as *mut u64))
+        }
+    }
+
+    /// Atomic compare-and-swap of the 8-byte word at `offset`; returns the original value.
+    pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Option<u64> {
+        let a = self.atomic_at(offset)?;
+        Some(match a.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        })
+    }
+
+    /// Atomic fetch-and-add of the 8-byte word at `offset`; returns the original value.
+    pub fn fetch_add(&self, offset: usize, add: u64) -> Option<u64> {
+        Some(self.atomic_at(offset)?.fetch_add(add, Ordering::AcqRel))
+    }
+}
+
+impl Drop for MrMemory {
+    fn drop(&mut self) {
+        if let Some(layout) = self.owned {
+            // SAFETY: allocated in `allocate` with this layout and not freed before.
+            unsafe { dealloc(self.ptr, layout) };
+        }
+    }
+}
+
+/// A protection domain's id.
+pub type PdId = u32;
+
+/// One registered MR.
+#[derive(Clone)]
+pub struct Mr {
+    /// The PD it belongs to.
+    pub pd: PdId,
+    /// Its memory.
+    pub memory: Arc<MrMemory>,
+    /// Access rights.
+    pub access: AccessFlags,
+    /// `lkey` (equal to `rkey`, as rxe does).
+    pub key: u32,
+}
+
+impl Mr {
+    /// The offset of `[va, va+len)` inside this MR, or `None` if it is not wholly inside.
+    pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
+        let start = va.checked_sub(self.memory.addr())?;
+        let end = start.checked_add(len)?;
+        (end <= self.memory.len() as u64).then_some(start as usize)
+    }
+}
+
+/// Why a DMA step failed; each maps to one work-completion status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmaError {
+    /// The key names no MR (never registered, or deregistered since).
+    BadKey,
+    /// The MR belongs to another PD.
+    WrongPd,
+    /// The range is outside the MR.
+    Bounds,
+    /// The MR lacks the access right the operation needs.
+    Access,
+    /// A receive buffer is too small for the message.
+    Length,
+}
+
+/// The MR table of one device, indexed by key. Keys are `index << 8 | generation`, so a key of a
+/// deregistered MR never names the MR that later reuses its slot.
+#[derive(Default)]
+pub struct MrTable {
+    slots: Vec<Option<Mr>>,
+    generations: Vec<u8>,
+    free: Vec<usize>,
+    count: usize,
+}
+
+impl MrTable {
+    /// Register; returns the key.
+    pub fn insert(&mut self, pd: PdId, memory: Arc<MrMemory>, access: AccessFlags) -> u32 {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.generations.push(0);
+                self.slots.len() - 1
+            }
+        };
+        self.generations[idx] = self.generations[idx].wrapping_add(1);
+        let key = ((idx as u32 + 1) << 8) | self.generations[idx] as u32;
+        self.slots[idx] = Some(Mr { pd, memory, access, key });
+        self.count += 1;
+        key
+    }
+
+    /// The MR this key names.
+    pub fn get(&self, key: u32) -> Option<&Mr> {
+        let idx = (key >> 8).checked_sub(1)? as usize;
+        self.slots.get(idx)?.as_ref().filter(|mr| mr.key == key)
+    }
+
+    /// Deregister; `None` if the key names no MR.
+    pub fn remove(&mut self, key: u32) -> Option<Mr> {
+        let idx = (key >> 8).checked_sub(1)? as usize;
+        let slot = self.slots.get_mut(idx)?;
+        if slot.as_ref()?.key != key {
+            return None;
+        }
+        self.free.push(idx);
+        self.count -= 1;
+        slot.take()
+    }
+
+    /// Registered MRs.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether none are registered.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether any MR belongs to `pd`.
+    pub fn any_in_pd(&self, pd: PdId) -> bool {
+        self.slots.iter().flatten().any(|mr| mr.pd == pd)
+    }
+
+    /// Resolve a local SGE: its MR and the offset of its first byte.
+    pub fn resolve_local(
+        &self,
+        pd: PdId,
+        sge: &Sge,
+        need: AccessFlags,
+    ) -> std::result::Result<(&Mr, usize), DmaError> {
+        let mr = self.get(sge.lkey).ok_or(DmaError::BadKey)?;
+        if mr.pd != pd {
+            return Err(DmaError::WrongPd);
+        }
+        let off = mr.offset_of(sge.addr, sge.length as u64).ok_or(DmaError::Bounds)?;
+        if !mr.access.contains(need) {
+            return Err(DmaError::Access);
+        }
+        Ok((mr, off))
+    }
+
+    /// Resolve a remote access (`rkey`, `va`, `len`) for `need` rights.
+    pub fn resolve_remote(
+        &self,
+        pd: PdId,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> std::result::Result<(&Mr, usize), DmaError> {
+        let mr = self.get(rkey).ok_or(DmaError::BadKey)?;
+        if mr.pd != pd {
+            return Err(DmaError::WrongPd);
+        }
+        let off = mr.offset_of(va, len).ok_or(DmaError::Bounds)?;
+        if !mr.access.contains(need) {
+            return Err(DmaError::Access);
+        }
+        Ok((mr, off))
+    }
+
+    /// Gather `out.len()` bytes starting `msg_off` bytes into the message described by `sges`.
+    pub fn gather(
+        &self,
+        pd: PdId,
+        sges: &[Sge],
+        mut msg_off: usize,
+        out: &mut [u8],
+    ) -> std::result::Result<(), DmaError> {
+        let mut done = 0;
+        for sge in sges {
+            if done == out.len() {
+                break;
+            }
+            let len = sge.length as usize;
+            if msg_off >= len {
+                msg_off -= len;
+                continue;
+            }
+            let (mr, base) = self.resolve_local(pd, sge, AccessFlags::empty())?;
+            let n = (len - msg_off).min(out.len() - done);
+            mr.memory
+                .read(base + msg_off, &mut out[done..done + n])
+                .map_err(|_| DmaError::Bounds)?;
+            done += n;
+            msg_off = 0;
+        }
+        if done == out.len() {
+            Ok(())
+        } else {
+            Err(DmaError::Length)
+        }
+    }
+
+    /// Scatter `data` at `msg_off` bytes into the buffer described by `sges` (needs LOCAL_WRITE).
+    pub fn scatter(
+        &self,
+        pd: PdId,
+        sges: &[Sge],
+        mut msg_off: usize,
+        data: &[u8],
+    ) -> std::result::Result<(), DmaError> {
+        let mut done = 0;
+        for sge in sges {
+            if done == data.len() {
+                break;
+            }
+            let len = sge.length as usize;
+            if msg_off >= len {
+                msg_off -= len;
+                continue;
+            }
+            let (mr, base) = self.resolve_local(pd, sge, AccessFlags::LOCAL_WRITE)?;
+            let n = (len - msg_off).min(data.len() - done);
+            mr.memory.write(base + msg_off, &data[done..done + n]).map_err(|_| DmaError::Bounds)?;
+            done += n;
+            msg_off = 0;
+        }
+        if done == data.len() {
+            Ok(())
+        } else {
+            Err(DmaError::Length)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_deregistered_mrs_stay_dead() {
+        let mut t = MrTable::default();
+        let m = MrMemory::allocate(64).unwrap();
+        let k1 = t.insert(1, m.clone(), AccessFlags::LOCAL_WRITE);
+        assert!(t.get(k1).is_some());
+        t.remove(k1).unwrap();
+        let k2 = t.insert(1, m, AccessFlags::LOCAL_WRITE);
+        assert_ne!(k1, k2, "a reused slot gets a new key");
+        assert!(t.get(k1).is_none());
+        assert!(t.remove(k1).is_none());
+    }
+
+    #[test]
+    fn gather_and_scatter_cross_sges() {
+        let mut t = MrTable::default();
+        let a = MrMemory::allocate(8).unwrap();
+        let b = MrMemory::allocate(8).unwrap();
+        let ka = t.insert(1, a.clone(), AccessFlags::LOCAL_WRITE);
+        let kb = t.insert(1, b.clone(), AccessFlags::LOCAL_WRITE);
+        let sges = [
+            Sge { addr: a.addr() + 4, length: 4, lkey: ka },
+            Sge { addr: b.addr(), length: 8, lkey: kb },
+        ];
+        t.scatter(1, &sges, 2, b"xyzw").unwrap();
+        let mut out = [0u8; 4];
+        a.read(4, &mut out).unwrap();
+        assert_eq!(&out, b"\0\0xy");
+        b.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"zw\0\0");
+        let mut g = [0u8; 4];
+        t.gather(1, &sges, 2, &mut g).unwrap();
+        assert_eq!(&g, b"xyzw");
+        assert_eq!(t.scatter(1, &sges, 10, b"abc"), Err(DmaError::Length));
+        assert_eq!(t.scatter(2, &sges, 0, b"a"), Err(DmaError::WrongPd));
+        let ro = t.insert(1, MrMemory::allocate(8).unwrap(), AccessFlags::empty());
+        let ro_sge = [Sge { addr: t.get(ro).unwrap().memory.addr(), length: 8, lkey: ro }];
+        assert_eq!(t.scatter(1, &ro_sge, 0, b"a"), Err(DmaError::Access));
+    }
+
+    #[test]
+    fn atomics_need_alignment_and_bounds() {
+        let m = MrMemory::allocate(16).unwrap();
+        m.write(8, &5u64.to_ne_bytes()).unwrap();
+        assert_eq!(m.fetch_add(8, 3), Some(5));
+        assert_eq!(m.compare_swap(8, 8, 100), Some(8));
+        assert_eq!(m.compare_swap(8, 8, 1), Some(100), "a failed CAS returns the current value");
+        assert_eq!(m.fetch_add(4, 1), None, "misaligned");
+        assert_eq!(m.fetch_add(16, 1), None, "out of bounds");
+    }
+}

@@ -1,0 +1,313 @@
+//! Queue pairs: the work queues, the requester/responder/completer state each QP carries, and
+//! the QP state machine (`modify`, error transition and flushing).
+
+use std::collections::VecDeque;
+
+use verbs_api::{
+    AccessFlags, AhAttr, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, Sge,
+    WrOpcode,
+};
+
+use super::cq::CqId;
+use super::mr::PdId;
+use crate::packet::Psn;
+
+/// A posted send WR, with its progress through the requester.
+#[derive(Clone, Debug)]
+pub struct SendWqe {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Generates a completion on success.
+    pub signaled: bool,
+    /// Sets SE on the last packet.
+    pub solicited: bool,
+    /// Waits for earlier READs/atomics.
+    pub fence: bool,
+    /// The gather list (empty for inline data).
+    pub sges: Vec<Sge>,
+    /// The data of an inline send, copied at post time.
+    pub inline: Option<Vec<u8>>,
+    /// Message length in bytes (8 for atomics).
+    pub len: u32,
+    /// WRITE/READ target.
+    pub rdma: RdmaTarget,
+    /// Atomic operands.
+    pub atomic: AtomicTarget,
+    /// Immediate data (host order).
+    pub imm: u32,
+    /// UD destination: (address vector, remote QPN, Q_Key).
+    pub ud: Option<(AhAttr, u32, u32)>,
+    /// The first PSN, once started.
+    pub first_psn: Psn,
+    /// PSNs this WQE uses (packets; for READ, response packets).
+    pub npsn: u32,
+    /// Whether the requester has started it (its PSNs are fixed from then on).
+    pub started: bool,
+}
+
+impl SendWqe {
+    /// READ or atomic: needs a response, counts against `max_rd_atomic`.
+    pub fn is_rd_atomic(&self) -> bool {
+        self.opcode == WrOpcode::RdmaRead || self.opcode.is_atomic()
+    }
+    /// The last PSN it uses.
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn.saturating_sub(1))
+    }
+}
+
+/// A posted receive WR.
+#[derive(Clone, Debug)]
+pub struct RecvWqe {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// The scatter list.
+    pub sges: Vec<Sge>,
+    /// Total capacity in bytes.
+    pub len: u64,
+}
+
+/// Requester and completer state of one QP (the send side).
+#[derive(Clone, Debug, Default)]
+pub struct ReqState {
+    /// Index in the SQ of the next WQE to (continue to) send.
+    pub next: usize,
+    /// Packets of `sq[next]` already sent.
+    pub pkt: u32,
+    /// The next PSN to send.
+    pub psn: Psn,
+    /// The oldest PSN not yet acknowledged.
+    pub comp_psn: Psn,
+    /// One past the highest PSN ever sent (to tell retransmissions from first sends).
+    pub high_psn: Psn,
+    /// Transport retries left (`retry_cnt`, reset on progress).
+    pub retry_left: u8,
+    /// RNR retries left (`rnr_retry`; 7 = infinite).
+    pub rnr_left: u8,
+    /// Local ACK timeout deadline, armed while packets are unacknowledged.
+    pub timer_ns: Option<u64>,
+    /// RNR back-off deadline; the requester is paused until then.
+    pub rnr_timer_ns: Option<u64>,
+    /// The PSN a go-back-N triggered by a NAK or out-of-order response restarted from, so one
+    /// loss costs one retry rather than one per late packet.
+    pub retrying_from: Option<Psn>,
+}
+
+/// What a responder remembers of an executed READ or atomic, to answer duplicates.
+#[derive(Clone, Debug)]
+pub enum RdResource {
+    /// A READ: re-executed from memory on a duplicate request.
+    Read {
+        /// First response PSN.
+        psn: Psn,
+        /// Response packets.
+        npkts: u32,
+        /// Remote key, address and length of the original request.
+        rkey: u32,
+        /// Virtual address.
+        va: u64,
+        /// Length.
+        len: u32,
+        /// MSN to report.
+        msn: u32,
+    },
+    /// An atomic: a duplicate is answered from the saved original value, never re-executed.
+    Atomic {
+        /// Its PSN.
+        psn: Psn,
+        /// The original remote data it returned.
+        orig: u64,
+        /// MSN to report.
+        msn: u32,
+    },
+}
+
+/// An RDMA WRITE being received.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteCtx {
+    /// The MR key.
+    pub rkey: u32,
+    /// Next virtual address to write.
+    pub va: u64,
+    /// Bytes still expected.
+    pub remaining: u32,
+    /// Total length (`byte_len` of a WRITE_WITH_IMM completion).
+    pub total: u32,
+}
+
+/// Responder state of one QP (the receive side).
+#[derive(Clone, Debug, Default)]
+pub struct RespState {
+    /// Expected PSN.
+    pub epsn: Psn,
+    /// Message sequence number: request messages completed.
+    pub msn: u32,
+    /// A PSN-sequence NAK was sent and the expected PSN has not arrived since.
+    pub nak_sent: bool,
+    /// The receive WQE a multi-packet SEND is filling, and bytes so far.
+    pub recv: Option<(RecvWqe, u64)>,
+    /// The WRITE being received.
+    pub write: Option<WriteCtx>,
+    /// Saved READ/atomic resources, oldest first (at most `max_dest_rd_atomic`).
+    pub resources: VecDeque<RdResource>,
+    /// UC: drop packets until the next FIRST/ONLY after a gap.
+    pub drop_msg: bool,
+}
+
+/// One queue pair.
+pub struct Qp {
+    /// QP number.
+    pub qpn: u32,
+    /// Transport.
+    pub qp_type: QpType,
+    /// Its PD.
+    pub pd: PdId,
+    /// Send CQ.
+    pub send_cq: CqId,
+    /// Receive CQ.
+    pub recv_cq: CqId,
+    /// Capacities.
+    pub cap: QpCap,
+    /// Every send WR completes visibly.
+    pub sq_sig_all: bool,
+    /// State.
+    pub state: QpState,
+    /// Attributes as last modified.
+    pub attr: QpAttr,
+    /// Destination IPv4 address (from the address vector).
+    pub dst_ip: [u8; 4],
+    /// UDP source port: per-QP entropy, as RoCEv2 NICs choose it.
+    pub sport: u16,
+    /// Send queue: posted and not yet completed, oldest first.
+    pub sq: VecDeque<SendWqe>,
+    /// Receive queue.
+    pub rq: VecDeque<RecvWqe>,
+    /// Requester/completer.
+    pub req: ReqState,
+    /// Responder.
+    pub resp: RespState,
+}
+
+impl Qp {
+    /// A new QP in RESET.
+    pub fn new(
+        qpn: u32,
+        qp_type: QpType,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        cap: QpCap,
+        sq_sig_all: bool,
+    ) -> Qp {
+        Qp {
+            qpn,
+            qp_type,
+            pd,
+            send_cq,
+            recv_cq,
+            cap,
+            sq_sig_all,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            dst_ip: [0; 4],
+            sport: 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16,
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req: ReqState::default(),
+            resp: RespState::default(),
+        }
+    }
+
+    /// Store the attributes a (validated) modify carries.
+    pub fn apply_attrs(&mut self, attr: &QpAttr, mask: QpAttrMask) {
+        let a = &mut self.attr;
+        let m = mask;
+        if m.contains(QpAttrMask::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if m.contains(QpAttrMask::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if m.contains(QpAttrMask::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if m.contains(QpAttrMask::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if m.contains(QpAttrMask::AV) {
+            a.ah_attr = attr.ah_attr;
+        }
+        if m.contains(QpAttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if m.contains(QpAttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if m.contains(QpAttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            self.req.retry_left = attr.retry_cnt;
+        }
+        if m.contains(QpAttrMask::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            self.req.rnr_left = attr.rnr_retry;
+        }
+        if m.contains(QpAttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn;
+            self.resp.epsn = Psn::new(attr.rq_psn);
+        }
+        if m.contains(QpAttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn;
+            self.req.psn = Psn::new(attr.sq_psn);
+            self.req.comp_psn = Psn::new(attr.sq_psn);
+            self.req.high_psn = Psn::new(attr.sq_psn);
+        }
+        if m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if m.contains(QpAttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if m.contains(QpAttrMask::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if m.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+    }
+
+    /// Back to the state of a freshly created QP (the `* -> RESET` transition): queues emptied
+    /// without completions, as the specification says.
+    pub fn reset(&mut self) {
+        self.state = QpState::Reset;
+        self.attr = QpAttr::default();
+        self.sq.clear();
+        self.rq.clear();
+        self.req = ReqState::default();
+        self.resp = RespState::default();
+    }
+
+    /// Whether the responder accepts this remote operation on this QP.
+    pub fn allows(&self, need: AccessFlags) -> bool {
+        self.attr.qp_access_flags.contains(need)
+    }
+
+    /// Outstanding READ/atomic WQEs (sent, not completed).
+    pub fn rd_atomic_outstanding(&self) -> usize {
+        self.sq.iter().take(self.req.next).filter(|w| w.is_rd_atomic()).count()
+    }
+
+    /// Path MTU in bytes.
+    pub fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// Packets a message of `len` bytes takes at this QP's MTU (a zero-length message is one packet).
+    pub fn packets_for(&self, len: u32) -> u32 {
+        len.div_ceil(self.mtu()).max(1)
+    }
+}

@@ -1,0 +1,204 @@
+//! The requester: turns send WQEs into request packets (segmenting at the path MTU), within the
+//! send window, the `max_rd_atomic` limit and fences, and arms the local ACK timer.
+
+use verbs_api::{QpState, WcStatus, WrOpcode};
+
+use super::qp::Qp;
+use super::{Nanos, Shared};
+use crate::packet::{AtomicEth, Bth, Opcode, Packet, Reth};
+
+/// Local ACK timeout for the `timeout` attribute: 4.096 µs × 2^timeout; 0 means no timer.
+pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
+    (timeout != 0).then(|| 4096u64 << timeout.min(31))
+}
+
+/// Send every packet the QP may send now.
+pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
+    if qp.state != QpState::Rts || qp.req.rnr_timer_ns.is_some() {
+        return;
+    }
+    let mut scratch = Vec::new();
+    while step(qp, sh, now, &mut scratch) {}
+}
+
+/// Send one packet; false if the requester must wait.
+fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool {
+    let next = qp.req.next;
+    if next >= qp.sq.len() {
+        return false;
+    }
+    if qp.req.psn.diff(qp.req.comp_psn) >= sh.cfg.window as i32 {
+        return false;
+    }
+    let w = &qp.sq[next];
+    if qp.req.pkt == 0 && !w.started {
+        // Execution-time checks, as a NIC makes them when it fetches the WQE.
+        let status = if w.len > sh.cfg.limits.max_msg_sz {
+            Some(WcStatus::LocLenErr) // longer than the port's max_msg_sz
+        } else if w.is_rd_atomic() && qp.attr.max_rd_atomic == 0 {
+            Some(WcStatus::LocQpOpErr) // the QP was set up to initiate no READs/atomics
+        } else {
+            None
+        };
+        if let Some(status) = status {
+            fail_wqe(qp, sh, next, status);
+            return false;
+        }
+    }
+    let outstanding_rd = qp.rd_atomic_outstanding();
+    let w = &qp.sq[next];
+    if qp.req.pkt == 0 {
+        if w.is_rd_atomic() && outstanding_rd >= qp.attr.max_rd_atomic as usize {
+            return false;
+        }
+        if w.fence && outstanding_rd > 0 {
+            return false;
+        }
+    }
+    let mtu = qp.mtu();
+    let w = &mut qp.sq[next];
+    if !w.started {
+        w.started = true;
+        w.first_psn = qp.req.psn;
+    }
+    let w = &qp.sq[next];
+    let psn = qp.req.psn;
+    let mut bth = Bth { pkey: 0xFFFF, dest_qp: qp.attr.dest_qp_num, psn, ..Bth::default() };
+    let mut pkt;
+    let mut advance = 1;
+    let mut done_wqe = true;
+    match w.opcode {
+        WrOpcode::RdmaRead => {
+            bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+            bth.ack_req = true;
+            pkt = Packet::new(bth, &[]);
+            pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: w.len });
+            advance = w.npsn;
+        }
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+            bth.opcode = if w.opcode == WrOpcode::AtomicCmpAndSwp {
+                Opcode::RC_COMPARE_SWAP
+            } else {
+                Opcode::RC_FETCH_ADD
+            };
+            bth.ack_req = true;
+            pkt = Packet::new(bth, &[]);
+            let (swap_add, compare) = if w.opcode == WrOpcode::AtomicCmpAndSwp {
+                (w.atomic.swap, w.atomic.compare_add)
+            } else {
+                (w.atomic.compare_add, 0)
+            };
+            pkt.atomic_eth = Some(AtomicEth {
+                va: w.atomic.remote_addr,
+                rkey: w.atomic.rkey,
+                swap_add,
+                compare,
+            });
+        }
+        _ => {
+            let i = qp.req.pkt;
+            let npkts = w.npsn;
+            let first = i == 0;
+            let last = i + 1 == npkts;
+            let off = (i * mtu) as usize;
+            let n = (w.len as usize - off).min(mtu as usize);
+            scratch.resize(n, 0);
+            let gathered = match &w.inline {
+                Some(d) => {
+                    scratch.copy_from_slice(&d[off..off + n]);
+                    Ok(())
+                }
+                None => sh.mrs.gather(qp.pd, &w.sges, off, scratch),
+            };
+            if gathered.is_err() {
+                // The MR went away (deregistered) after the post: a local protection error.
+                fail_wqe(qp, sh, next, WcStatus::LocProtErr);
+                return false;
+            }
+            let is_send = matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm);
+            let with_imm = w.opcode.has_imm();
+            bth.opcode = segment_opcode(is_send, with_imm, first, last);
+            bth.solicited = last && w.solicited;
+            bth.ack_req = last || (i + 1) % sh.cfg.ack_every == 0;
+            pkt = Packet::new(bth, scratch);
+            if !is_send && first {
+                pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: w.len });
+            }
+            if with_imm && last {
+                pkt.imm = Some(w.imm);
+            }
+            done_wqe = last;
+        }
+    }
+    let retransmit = qp.req.psn.diff(qp.req.high_psn) < 0;
+    sh.transmit(qp, &pkt);
+    if retransmit {
+        sh.stats.retransmits += 1;
+    }
+    qp.req.psn = qp.req.psn.add(advance);
+    if qp.req.psn.diff(qp.req.high_psn) > 0 {
+        qp.req.high_psn = qp.req.psn;
+    }
+    if done_wqe {
+        qp.req.next += 1;
+        qp.req.pkt = 0;
+    } else {
+        qp.req.pkt += 1;
+    }
+    if qp.req.timer_ns.is_none() {
+        qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+    }
+    true
+}
+
+/// Complete `sq[index]` with a local error and move the QP to the error state. While WQEs
+/// before it are still unacknowledged the requester waits, so that they complete first and
+/// completions stay in post order; `drive` comes back here when they have.
+fn fail_wqe(qp: &mut Qp, sh: &mut Shared, index: usize, status: WcStatus) {
+    if index != 0 {
+        return;
+    }
+    let w = qp.sq.pop_front().expect("index < len");
+    sh.complete_send(qp, &w, status);
+    sh.enter_error(qp);
+}
+
+/// The opcode of packet `first`/`last` of a SEND or RDMA WRITE message.
+fn segment_opcode(is_send: bool, with_imm: bool, first: bool, last: bool) -> Opcode {
+    match (is_send, first, last, with_imm) {
+        (true, true, true, false) => Opcode::RC_SEND_ONLY,
+        (true, true, true, true) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (true, true, false, _) => Opcode::RC_SEND_FIRST,
+        (true, false, false, _) => Opcode::RC_SEND_MIDDLE,
+        (true, false, true, false) => Opcode::RC_SEND_LAST,
+        (true, false, true, true) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (false, true, true, false) => Opcode::RC_RDMA_WRITE_ONLY,
+        (false, true, true, true) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (false, true, false, _) => Opcode::RC_RDMA_WRITE_FIRST,
+        (false, false, false, _) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (false, false, true, false) => Opcode::RC_RDMA_WRITE_LAST,
+        (false, false, true, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    }
+}
+
+/// Go back to the oldest unacknowledged PSN and send again from there (go-back-N).
+pub(crate) fn go_back(qp: &mut Qp) {
+    qp.req.next = 0;
+    qp.req.pkt = 0;
+    let Some(w) = qp.sq.front() else {
+        return;
+    };
+    if !w.started {
+        qp.req.psn = qp.req.comp_psn;
+        return;
+    }
+    if w.is_rd_atomic() {
+        // A READ or atomic is asked for again as a whole; the responder re-executes the READ
+        // or replays the saved atomic result, and the completer drops responses it already has.
+        qp.req.psn = w.first_psn;
+    } else {
+        let sent = qp.req.comp_psn.diff(w.first_psn).max(0) as u32;
+        qp.req.pkt = sent.min(w.npsn.saturating_sub(1));
+        qp.req.psn = w.first_psn.add(qp.req.pkt);
+    }
+}

@@ -1,0 +1,423 @@
+//! The responder: checks each request's PSN (duplicates, gaps), executes SENDs into receive
+//! WQEs, RDMA WRITEs and READs against MRs, and atomics; answers with ACKs, NAKs, READ
+//! responses and atomic ACKs; keeps the READ/atomic resources that answer duplicates.
+
+use verbs_api::{AccessFlags, QpState, WcOpcode, WcStatus};
+
+use super::mr::DmaError;
+use super::qp::{Qp, RdResource, WriteCtx};
+use super::{lid_of_ip, Nanos, Shared};
+use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn};
+
+/// A request packet arrived for this QP.
+pub(crate) fn handle_request(
+    qp: &mut Qp,
+    sh: &mut Shared,
+    _now: Nanos,
+    ip: &IpUdp,
+    pkt: &Packet<'_>,
+) {
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        sh.stats.rx_no_qp += 1;
+        return;
+    }
+    let Some(info) = pkt.bth.opcode.info() else { return };
+    let flags = info.flags;
+    let psn = pkt.bth.psn;
+    let d = psn.diff(qp.resp.epsn);
+    if d > 0 {
+        if !qp.resp.nak_sent {
+            qp.resp.nak_sent = true;
+            sh.stats.seq_naks_sent += 1;
+            let epsn = qp.resp.epsn;
+            send_aeth(qp, sh, epsn, Aeth::nak(NakCode::PsnSequenceError, qp.resp.msn));
+        }
+        return;
+    }
+    if d < 0 {
+        sh.stats.rx_duplicates += 1;
+        duplicate(qp, sh, pkt, flags);
+        return;
+    }
+    qp.resp.nak_sent = false;
+    let src_lid = lid_of_ip(ip.src);
+    if flags.contains(OpFlags::SEND) {
+        on_send(qp, sh, pkt, flags, src_lid);
+    } else if flags.contains(OpFlags::WRITE) {
+        on_write(qp, sh, pkt, flags, src_lid);
+    } else if flags.contains(OpFlags::READ) {
+        on_read(qp, sh, pkt);
+    } else if flags.contains(OpFlags::ATOMIC) {
+        on_atomic(qp, sh, pkt);
+    }
+}
+
+fn send_aeth(qp: &Qp, sh: &mut Shared, psn: Psn, aeth: Aeth) {
+    let bth = Bth {
+        opcode: Opcode::RC_ACKNOWLEDGE,
+        pkey: 0xFFFF,
+        dest_qp: qp.attr.dest_qp_num,
+        psn,
+        ..Bth::default()
+    };
+    let mut p = Packet::new(bth, &[]);
+    p.aeth = Some(aeth);
+    sh.transmit(qp, &p);
+}
+
+fn ack(qp: &Qp, sh: &mut Shared, psn: Psn) {
+    send_aeth(qp, sh, psn, Aeth::ack(qp.resp.msn));
+}
+
+/// NAK a request with an error code and move this QP to the error state, as rxe does for
+/// class C/D errors: the requester gets the matching remote error status.
+fn nak_error(qp: &mut Qp, sh: &mut Shared, psn: Psn, code: NakCode) {
+    send_aeth(qp, sh, psn, Aeth::nak(code, qp.resp.msn));
+    sh.enter_error(qp);
+}
+
+fn rnr_nak(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
+    sh.stats.rnr_naks_sent += 1;
+    send_aeth(qp, sh, psn, Aeth::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn));
+}
+
+fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {
+    let psn = pkt.bth.psn;
+    if flags.contains(OpFlags::START) {
+        if qp.resp.recv.is_some() {
+            nak_error(qp, sh, psn, NakCode::InvalidRequest); // a new message before the last ended
+            return;
+        }
+        let Some(w) = qp.rq.pop_front() else {
+            rnr_nak(qp, sh, psn);
+            return;
+        };
+        qp.resp.recv = Some((w, 0));
+    } else if qp.resp.recv.is_none() {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest); // MIDDLE/LAST without FIRST
+        return;
+    }
+    let (w, off) = qp.resp.recv.take().expect("set above");
+    match sh.mrs.scatter(qp.pd, &w.sges, off as usize, pkt.payload) {
+        Ok(()) => {}
+        Err(e) => {
+            let (status, code) = match e {
+                DmaError::Length => (WcStatus::LocLenErr, NakCode::InvalidRequest),
+                DmaError::WrongPd => (WcStatus::LocQpOpErr, NakCode::RemoteOperationalError),
+                DmaError::BadKey | DmaError::Bounds | DmaError::Access => {
+                    (WcStatus::LocProtErr, NakCode::RemoteOperationalError)
+                }
+            };
+            sh.complete_recv(
+                qp,
+                w.wr_id,
+                status,
+                WcOpcode::Recv,
+                0,
+                None,
+                qp.attr.dest_qp_num,
+                src_lid,
+                false,
+            );
+            nak_error(qp, sh, psn, code);
+            return;
+        }
+    }
+    let off = off + pkt.payload.len() as u64;
+    qp.resp.epsn = psn.next();
+    if flags.contains(OpFlags::END) {
+        qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+        let imm = pkt.imm;
+        sh.complete_recv(
+            qp,
+            w.wr_id,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            off as u32,
+            imm,
+            qp.attr.dest_qp_num,
+            src_lid,
+            pkt.bth.solicited,
+        );
+    } else {
+        qp.resp.recv = Some((w, off));
+    }
+    if pkt.bth.ack_req {
+        ack(qp, sh, psn);
+    }
+}
+
+fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {
+    let psn = pkt.bth.psn;
+    // A WRITE with immediate consumes a receive WQE at its last packet: check before any side
+    // effect so an RNR NAK leaves nothing half-done.
+    let needs_recv = flags.contains(OpFlags::RWR);
+    if needs_recv && qp.rq.is_empty() {
+        rnr_nak(qp, sh, psn);
+        return;
+    }
+    if flags.contains(OpFlags::START) {
+        let Some(reth) = pkt.reth else {
+            nak_error(qp, sh, psn, NakCode::InvalidRequest);
+            return;
+        };
+        if reth.dma_len > 0 {
+            let ok = qp.allows(AccessFlags::REMOTE_WRITE)
+                && sh
+                    .mrs
+                    .resolve_remote(
+                        qp.pd,
+                        reth.rkey,
+                        reth.va,
+                        reth.dma_len as u64,
+                        AccessFlags::REMOTE_WRITE,
+                    )
+                    .is_ok();
+            if !ok {
+                nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+                return;
+            }
+        }
+        qp.resp.write = Some(WriteCtx {
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: reth.dma_len,
+            total: reth.dma_len,
+        });
+    }
+    let Some(mut ctx) = qp.resp.write else {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    };
+    let n = pkt.payload.len() as u32;
+    let last = flags.contains(OpFlags::END);
+    if n > ctx.remaining || (last && n != ctx.remaining) {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    }
+    if n > 0 {
+        let placed = sh
+            .mrs
+            .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
+            .map(|(mr, off)| mr.memory.write(off, pkt.payload));
+        if !matches!(placed, Ok(Ok(()))) {
+            nak_error(qp, sh, psn, NakCode::RemoteAccessError); // deregistered mid-message
+            return;
+        }
+    }
+    ctx.va += n as u64;
+    ctx.remaining -= n;
+    qp.resp.epsn = psn.next();
+    if last {
+        qp.resp.write = None;
+        qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+        if needs_recv {
+            let w = qp.rq.pop_front().expect("checked non-empty above");
+            sh.complete_recv(
+                qp,
+                w.wr_id,
+                WcStatus::Success,
+                WcOpcode::RecvRdmaWithImm,
+                ctx.total,
+                pkt.imm,
+                qp.attr.dest_qp_num,
+                src_lid,
+                pkt.bth.solicited,
+            );
+        }
+    } else {
+        qp.resp.write = Some(ctx);
+    }
+    if pkt.bth.ack_req {
+        ack(qp, sh, psn);
+    }
+}
+
+fn on_read(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>) {
+    let psn = pkt.bth.psn;
+    let Some(reth) = pkt.reth else {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    };
+    if qp.attr.max_dest_rd_atomic == 0 {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    }
+    if reth.dma_len > 0 {
+        let ok = qp.allows(AccessFlags::REMOTE_READ)
+            && sh
+                .mrs
+                .resolve_remote(
+                    qp.pd,
+                    reth.rkey,
+                    reth.va,
+                    reth.dma_len as u64,
+                    AccessFlags::REMOTE_READ,
+                )
+                .is_ok();
+        if !ok {
+            nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+            return;
+        }
+    }
+    let npkts = qp.packets_for(reth.dma_len);
+    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    let res = RdResource::Read {
+        psn,
+        npkts,
+        rkey: reth.rkey,
+        va: reth.va,
+        len: reth.dma_len,
+        msn: qp.resp.msn,
+    };
+    save_resource(qp, res);
+    qp.resp.epsn = psn.add(npkts);
+    send_read_responses(qp, sh, psn, npkts, reth.rkey, reth.va, reth.dma_len, 0, qp.resp.msn);
+}
+
+/// Send READ response packets `from..npkts` of a READ whose first response PSN is `first`.
+#[allow(clippy::too_many_arguments)]
+fn send_read_responses(
+    qp: &mut Qp,
+    sh: &mut Shared,
+    first: Psn,
+    npkts: u32,
+    rkey: u32,
+    va: u64,
+    len: u32,
+    from: u32,
+    msn: u32,
+) {
+    let mtu = qp.mtu() as usize;
+    let mut buf = vec![0u8; mtu.min(len as usize)];
+    for i in from..npkts {
+        let off = i as usize * mtu;
+        let n = (len as usize - off).min(mtu);
+        let data = &mut buf[..n];
+        if n > 0 {
+            let read = sh
+                .mrs
+                .resolve_remote(qp.pd, rkey, va + off as u64, n as u64, AccessFlags::REMOTE_READ)
+                .map(|(mr, o)| mr.memory.read(o, data));
+            if !matches!(read, Ok(Ok(()))) {
+                nak_error(qp, sh, first.add(i), NakCode::RemoteAccessError);
+                return;
+            }
+        }
+        let opcode = match (i == 0, i + 1 == npkts) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        };
+        let bth = Bth {
+            opcode,
+            pkey: 0xFFFF,
+            dest_qp: qp.attr.dest_qp_num,
+            psn: first.add(i),
+            ..Bth::default()
+        };
+        let mut p = Packet::new(bth, data);
+        if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+            p.aeth = Some(Aeth::ack(msn));
+        }
+        sh.transmit(qp, &p);
+    }
+}
+
+fn on_atomic(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>) {
+    let psn = pkt.bth.psn;
+    let Some(a) = pkt.atomic_eth else {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    };
+    if qp.attr.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    }
+    if !qp.allows(AccessFlags::REMOTE_ATOMIC) {
+        nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+        return;
+    }
+    let is_cas = pkt.bth.opcode == Opcode::RC_COMPARE_SWAP;
+    let orig = match sh.mrs.resolve_remote(qp.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC) {
+        Ok((mr, off)) => {
+            if is_cas {
+                mr.memory.compare_swap(off, a.compare, a.swap_add)
+            } else {
+                mr.memory.fetch_add(off, a.swap_add)
+            }
+        }
+        Err(_) => {
+            nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+            return;
+        }
+    };
+    let Some(orig) = orig else {
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    };
+    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    save_resource(qp, RdResource::Atomic { psn, orig, msn: qp.resp.msn });
+    qp.resp.epsn = psn.next();
+    send_atomic_ack(qp, sh, psn, orig, qp.resp.msn);
+}
+
+fn send_atomic_ack(qp: &Qp, sh: &mut Shared, psn: Psn, orig: u64, msn: u32) {
+    let bth = Bth {
+        opcode: Opcode::RC_ATOMIC_ACKNOWLEDGE,
+        pkey: 0xFFFF,
+        dest_qp: qp.attr.dest_qp_num,
+        psn,
+        ..Bth::default()
+    };
+    let mut p = Packet::new(bth, &[]);
+    p.aeth = Some(Aeth::ack(msn));
+    p.atomic_ack_eth = Some(orig);
+    sh.transmit(qp, &p);
+}
+
+fn save_resource(qp: &mut Qp, res: RdResource) {
+    let cap = (qp.attr.max_dest_rd_atomic as usize).max(1);
+    while qp.resp.resources.len() >= cap {
+        qp.resp.resources.pop_front();
+    }
+    qp.resp.resources.push_back(res);
+}
+
+/// A request with a PSN before the expected one: answer it without executing it twice.
+fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
+    let psn = pkt.bth.psn;
+    if flags.contains(OpFlags::READ) {
+        // Re-execute the READ from memory, from the packet the request's PSN names.
+        let found = qp.resp.resources.iter().find_map(|r| match *r {
+            RdResource::Read { psn: first, npkts, rkey, va, len, msn }
+                if psn.diff(first) >= 0 && psn.diff(first.add(npkts)) < 0 =>
+            {
+                Some((first, npkts, rkey, va, len, msn))
+            }
+            _ => None,
+        });
+        if let Some((first, npkts, rkey, va, len, msn)) = found {
+            let from = psn.diff(first) as u32;
+            send_read_responses(qp, sh, first, npkts, rkey, va, len, from, msn);
+        }
+        return;
+    }
+    if flags.contains(OpFlags::ATOMIC) {
+        // Never execute an atomic twice: replay the saved original value.
+        let found = qp.resp.resources.iter().find_map(|r| match *r {
+            RdResource::Atomic { psn: p, orig, msn } if p == psn => Some((orig, msn)),
+            _ => None,
+        });
+        if let Some((orig, msn)) = found {
+            send_atomic_ack(qp, sh, psn, orig, msn);
+        }
+        return;
+    }
+    // SEND/WRITE: already executed; acknowledge again so a lost ACK is recovered.
+    if pkt.bth.ack_req {
+        let last = qp.resp.epsn.add(Psn::MASK);
+        ack(qp, sh, last);
+    }
+}

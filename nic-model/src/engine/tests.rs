@@ -1,0 +1,1498 @@
+//! Engine tests in the quinn-proto `Pair` style: two NICs, a virtual clock, and a wire that can
+//! drop, duplicate, delay and record chosen packets.
+
+use std::collections::VecDeque;
+
+use verbs_api::*;
+
+use super::mr::MrMemory;
+use super::*;
+use crate::packet::{self, Opcode};
+
+/// Which way a packet goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    AtoB,
+    BtoA,
+}
+
+/// What the harness does with one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Deliver,
+    Drop,
+    Duplicate,
+    Delay(u64),
+}
+
+/// A packet seen on the wire.
+#[derive(Clone, Debug)]
+struct Seen {
+    dir: Dir,
+    opcode: Opcode,
+    psn: u32,
+    aeth: Option<u8>,
+    #[allow(dead_code)]
+    fate: Fate,
+}
+
+type Filter = Box<dyn FnMut(Dir, &packet::Packet<'_>, usize) -> Fate>;
+
+struct Pair {
+    a: Nic,
+    b: Nic,
+    now: u64,
+    latency_ns: u64,
+    in_flight: VecDeque<(u64, Dir, Vec<u8>)>,
+    log: Vec<Seen>,
+    filter: Filter,
+    counter: usize,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair {
+            a: Nic::new(NicConfig::new("a", 1)),
+            b: Nic::new(NicConfig::new("b", 2)),
+            now: 1_000_000,
+            latency_ns: 1_000,
+            in_flight: VecDeque::new(),
+            log: Vec::new(),
+            filter: Box::new(|_, _, _| Fate::Deliver),
+            counter: 0,
+        }
+    }
+
+    fn nic(&mut self, d: Dir) -> &mut Nic {
+        match d {
+            Dir::AtoB => &mut self.b,
+            Dir::BtoA => &mut self.a,
+        }
+    }
+
+    /// Collect transmits, deliver what is due, fire timers; false when nothing happened.
+    fn step(&mut self) -> bool {
+        let mut any = false;
+        for dir in [Dir::AtoB, Dir::BtoA] {
+            loop {
+                let t = match dir {
+                    Dir::AtoB => self.a.poll_transmit(),
+                    Dir::BtoA => self.b.poll_transmit(),
+                };
+                let Some(t) = t else { break };
+                any = true;
+                let (_, p) = packet::parse_datagram(&t.data).expect("engines emit valid datagrams");
+                let fate = (self.filter)(dir, &p, self.counter);
+                self.counter += 1;
+                self.log.push(Seen {
+                    dir,
+                    opcode: p.bth.opcode,
+                    psn: p.bth.psn.value(),
+                    aeth: p.aeth.map(|a| a.syndrome),
+                    fate,
+                });
+                let at = self.now + self.latency_ns;
+                match fate {
+                    Fate::Deliver => self.in_flight.push_back((at, dir, t.data)),
+                    Fate::Drop => {}
+                    Fate::Duplicate => {
+                        self.in_flight.push_back((at, dir, t.data.clone()));
+                        self.in_flight.push_back((at, dir, t.data));
+                    }
+                    Fate::Delay(d) => self.in_flight.push_back((at + d, dir, t.data)),
+                }
+            }
+        }
+        if any {
+            return true;
+        }
+        let next_delivery = self.in_flight.iter().map(|x| x.0).min();
+        let next_timer = [self.a.next_timeout(), self.b.next_timeout()].into_iter().flatten().min();
+        let Some(next) = [next_delivery, next_timer].into_iter().flatten().min() else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        let now = self.now;
+        let mut due = Vec::new();
+        let mut keep = VecDeque::new();
+        for x in self.in_flight.drain(..) {
+            if x.0 <= now {
+                due.push(x)
+            } else {
+                keep.push_back(x)
+            }
+        }
+        self.in_flight = keep;
+        due.sort_by_key(|x| x.0);
+        for (_, dir, data) in due {
+            self.nic(dir).handle_packet(now, &data);
+        }
+        self.a.handle_timeout(now);
+        self.b.handle_timeout(now);
+        true
+    }
+
+    /// Run until idle (bounded).
+    fn drive(&mut self) {
+        for _ in 0..1_000_000 {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!("pair did not become idle");
+    }
+
+    /// Run until virtual time passes `until` or idle.
+    fn drive_until(&mut self, until: u64) {
+        for _ in 0..1_000_000 {
+            if self.now >= until || !self.step() {
+                return;
+            }
+        }
+    }
+
+    fn opcodes(&self, dir: Dir) -> Vec<Opcode> {
+        self.log.iter().filter(|s| s.dir == dir).map(|s| s.opcode).collect()
+    }
+}
+
+/// One side's resources.
+struct Side {
+    pd: PdId,
+    cq: cq::CqId,
+    qpn: u32,
+    mem: Arc<MrMemory>,
+    key: u32,
+}
+
+const MR_LEN: usize = 1 << 16;
+const ALL: AccessFlags = AccessFlags::all();
+
+fn side(nic: &mut Nic, access: AccessFlags) -> Side {
+    let pd = nic.alloc_pd().unwrap();
+    let cq = nic.create_cq(256).unwrap();
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 64,
+    };
+    let (qpn, _) = nic.create_qp(pd, QpType::Rc, cq, cq, cap, false).unwrap();
+    let mem = MrMemory::allocate(MR_LEN).unwrap();
+    let key = nic.reg_mr(pd, mem.clone(), access).unwrap();
+    Side { pd, cq, qpn, mem, key }
+}
+
+#[derive(Clone, Copy)]
+struct ConnOpts {
+    mtu: Mtu,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    min_rnr_timer: u8,
+    max_rd_atomic: u8,
+    access: AccessFlags,
+}
+
+impl Default for ConnOpts {
+    fn default() -> Self {
+        ConnOpts {
+            mtu: Mtu::Mtu256,
+            timeout: 10,
+            retry_cnt: 3,
+            rnr_retry: 3,
+            min_rnr_timer: 1,
+            max_rd_atomic: 4,
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        }
+    }
+}
+
+fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
+    let m =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: o.access,
+        ..Default::default()
+    };
+    nic.modify_qp(0, qpn, &a, m).unwrap();
+    let m = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    let a = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: AhAttr { dlid, port_num: 1, ..Default::default() },
+        path_mtu: o.mtu,
+        dest_qp_num: dqpn,
+        rq_psn: 0xFFFFF0, // near the wrap, so every test crosses it
+        max_dest_rd_atomic: o.max_rd_atomic,
+        min_rnr_timer: o.min_rnr_timer,
+        ..Default::default()
+    };
+    nic.modify_qp(0, qpn, &a, m).unwrap();
+    let m = QpAttrMask::STATE
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 0xFFFFF0,
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
+        max_rd_atomic: o.max_rd_atomic,
+        ..Default::default()
+    };
+    nic.modify_qp(0, qpn, &a, m).unwrap();
+}
+
+fn setup(o: ConnOpts) -> (Pair, Side, Side) {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    connect(&mut p.a, a.qpn, 2, b.qpn, o);
+    connect(&mut p.b, b.qpn, 1, a.qpn, o);
+    (p, a, b)
+}
+
+fn sge(s: &Side, off: u64, len: u32) -> Sge {
+    Sge { addr: s.mem.addr() + off, length: len, lkey: s.key }
+}
+
+fn poll_all(nic: &mut Nic, cq: cq::CqId) -> Vec<WorkCompletion> {
+    let mut out = [WorkCompletion::default(); 64];
+    let n = nic.poll_cq(cq, &mut out).unwrap();
+    out[..n].to_vec()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn read_mem(s: &Side, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0; len];
+    s.mem.read(off, &mut v).unwrap();
+    v
+}
+
+fn post_send(p: &mut Pair, s: &Side, wr: SendWr<'_>) {
+    let now = p.now;
+    p.a.post_send(now, s.qpn, &[wr]).unwrap();
+}
+
+fn signaled() -> SendFlags {
+    SendFlags::SIGNALED
+}
+
+// ---------------- the verbs, end to end ----------------
+
+#[test]
+fn send_gathers_segments_and_scatters() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let data = pattern(1000, 1);
+    a.mem.write(0, &data[..300]).unwrap();
+    a.mem.write(4096, &data[300..]).unwrap();
+    // Receive into two SGEs: 100 bytes, then the rest.
+    let rsg = [sge(&b, 8192, 100), sge(&b, 16384, 2000)];
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 77, sg_list: &rsg }]).unwrap();
+    let ssg = [sge(&a, 0, 300), sge(&a, 4096, 700)];
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 5,
+            sg_list: &ssg,
+            opcode: WrOpcode::Send,
+            send_flags: signaled(),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    // 1000 bytes at MTU 256: FIRST, MIDDLE, MIDDLE, LAST, with PSNs across the 24-bit wrap.
+    let sent: Vec<_> =
+        p.log.iter().filter(|s| s.dir == Dir::AtoB).map(|s| (s.opcode, s.psn)).collect();
+    assert_eq!(
+        sent,
+        vec![
+            (Opcode::RC_SEND_FIRST, 0xFFFFF0),
+            (Opcode::RC_SEND_MIDDLE, 0xFFFFF1),
+            (Opcode::RC_SEND_MIDDLE, 0xFFFFF2),
+            (Opcode::RC_SEND_LAST, 0xFFFFF3)
+        ]
+    );
+    assert_eq!(p.opcodes(Dir::BtoA), vec![Opcode::RC_ACKNOWLEDGE]);
+    let mut got = read_mem(&b, 8192, 100);
+    got.extend(read_mem(&b, 16384, 900));
+    assert_eq!(got, data);
+    assert_eq!(read_mem(&b, 16384 + 900, 8), vec![0; 8], "nothing beyond the message");
+    let rwc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        rwc,
+        vec![WorkCompletion {
+            wr_id: 77,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 1000,
+            qp_num: b.qpn,
+            src_qp: a.qpn,
+            slid: 1,
+            ..Default::default()
+        }]
+    );
+    let swc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        swc,
+        vec![WorkCompletion {
+            wr_id: 5,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 1000,
+            qp_num: a.qpn,
+            ..Default::default()
+        }]
+    );
+}
+
+#[test]
+fn send_with_imm_and_solicited_event() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    a.mem.write(0, b"ping").unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.req_notify_cq(b.cq, true).unwrap();
+    let wr = SendWr {
+        wr_id: 9,
+        sg_list: &[sge(&a, 0, 4)],
+        opcode: WrOpcode::SendWithImm,
+        send_flags: signaled() | SendFlags::SOLICITED,
+        imm_data: 0xdeadbeef,
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB), vec![Opcode::RC_SEND_ONLY_WITH_IMMEDIATE]);
+    assert_eq!(p.b.poll_event(), Some(NicEvent::CqNotify(b.cq)), "solicited event fired");
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].imm_data, 0xdeadbeef);
+    assert_eq!(wc[0].wc_flags, WcFlags::WITH_IMM);
+    assert_eq!(wc[0].byte_len, 4);
+    assert_eq!(read_mem(&b, 0, 4), b"ping");
+}
+
+#[test]
+fn unsolicited_send_does_not_fire_a_solicited_only_arm() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.req_notify_cq(b.cq, true).unwrap();
+    post_send(&mut p, &a, SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 4)], ..Default::default() });
+    p.drive();
+    assert_eq!(p.b.poll_event(), None);
+    assert_eq!(poll_all(&mut p.b, b.cq).len(), 1);
+    // Arming for the next completion fires on any completion.
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 2, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.req_notify_cq(b.cq, false).unwrap();
+    post_send(&mut p, &a, SendWr { wr_id: 2, sg_list: &[sge(&a, 0, 4)], ..Default::default() });
+    p.drive();
+    assert_eq!(p.b.poll_event(), Some(NicEvent::CqNotify(b.cq)));
+}
+
+#[test]
+fn rdma_write_lands_without_a_receive() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let data = pattern(600, 3);
+    a.mem.write(100, &data).unwrap();
+    let wr = SendWr {
+        wr_id: 3,
+        sg_list: &[sge(&a, 100, 600)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 1000, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    assert_eq!(
+        p.opcodes(Dir::AtoB),
+        vec![Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::RC_RDMA_WRITE_LAST]
+    );
+    assert_eq!(read_mem(&b, 1000, 600), data);
+    assert_eq!(read_mem(&b, 999, 1), vec![0]);
+    assert_eq!(read_mem(&b, 1600, 1), vec![0]);
+    assert!(poll_all(&mut p.b, b.cq).is_empty(), "a plain WRITE completes nothing at the target");
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (3, WcStatus::Success, WcOpcode::RdmaWrite, 600)
+    );
+}
+
+#[test]
+fn rdma_write_with_imm_consumes_a_receive() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    a.mem.write(0, &pattern(300, 9)).unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 44, sg_list: &[] }]).unwrap();
+    let wr = SendWr {
+        wr_id: 4,
+        sg_list: &[sge(&a, 0, 300)],
+        opcode: WrOpcode::RdmaWriteWithImm,
+        send_flags: signaled(),
+        imm_data: 0x1234,
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 512, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    assert_eq!(
+        p.opcodes(Dir::AtoB),
+        vec![Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE]
+    );
+    assert_eq!(read_mem(&b, 512, 300), pattern(300, 9));
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc,
+        vec![WorkCompletion {
+            wr_id: 44,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len: 300,
+            imm_data: 0x1234,
+            wc_flags: WcFlags::WITH_IMM,
+            qp_num: b.qpn,
+            src_qp: a.qpn,
+            slid: 1,
+            ..Default::default()
+        }]
+    );
+}
+
+#[test]
+fn rdma_read_multi_packet() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let data = pattern(700, 5);
+    b.mem.write(2000, &data).unwrap();
+    let wr = SendWr {
+        wr_id: 6,
+        sg_list: &[sge(&a, 0, 200), sge(&a, 1000, 500)],
+        opcode: WrOpcode::RdmaRead,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 2000, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB), vec![Opcode::RC_RDMA_READ_REQUEST]);
+    assert_eq!(
+        p.opcodes(Dir::BtoA),
+        vec![
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            Opcode::RC_RDMA_READ_RESPONSE_LAST
+        ]
+    );
+    let mut got = read_mem(&a, 0, 200);
+    got.extend(read_mem(&a, 1000, 500));
+    assert_eq!(got, data);
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (6, WcStatus::Success, WcOpcode::RdmaRead, 700)
+    );
+    // The next request uses the PSN after the three the READ reserved.
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 7,
+            sg_list: &[sge(&a, 0, 8)],
+            opcode: WrOpcode::RdmaWrite,
+            rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+            ..Default::default()
+        },
+    );
+    p.drive();
+    let last = p.log.iter().rev().find(|s| s.dir == Dir::AtoB).unwrap();
+    assert_eq!(last.psn, 0xFFFFF3);
+}
+
+#[test]
+fn atomics_compare_swap_and_fetch_add() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    b.mem.write(64, &10u64.to_ne_bytes()).unwrap();
+    let cas = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::AtomicCmpAndSwp,
+        send_flags: signaled(),
+        atomic: AtomicTarget {
+            remote_addr: b.mem.addr() + 64,
+            rkey: b.key,
+            compare_add: 10,
+            swap: 99,
+        },
+        ..Default::default()
+    };
+    let fadd = SendWr {
+        wr_id: 2,
+        sg_list: &[sge(&a, 8, 8)],
+        opcode: WrOpcode::AtomicFetchAndAdd,
+        send_flags: signaled(),
+        atomic: AtomicTarget {
+            remote_addr: b.mem.addr() + 64,
+            rkey: b.key,
+            compare_add: 5,
+            swap: 0,
+        },
+        ..Default::default()
+    };
+    let failed_cas = SendWr { wr_id: 3, sg_list: &[sge(&a, 16, 8)], ..cas.clone() };
+    let now = p.now;
+    p.a.post_send(now, a.qpn, &[cas, fadd, failed_cas]).unwrap();
+    p.drive();
+    assert_eq!(
+        p.opcodes(Dir::AtoB),
+        vec![Opcode::RC_COMPARE_SWAP, Opcode::RC_FETCH_ADD, Opcode::RC_COMPARE_SWAP]
+    );
+    assert_eq!(
+        u64::from_ne_bytes(read_mem(&a, 0, 8).try_into().unwrap()),
+        10,
+        "CAS returns the original"
+    );
+    assert_eq!(
+        u64::from_ne_bytes(read_mem(&a, 8, 8).try_into().unwrap()),
+        99,
+        "fetch-add returns the value before the add"
+    );
+    assert_eq!(
+        u64::from_ne_bytes(read_mem(&a, 16, 8).try_into().unwrap()),
+        104,
+        "a failed CAS returns the current value"
+    );
+    assert_eq!(u64::from_ne_bytes(read_mem(&b, 64, 8).try_into().unwrap()), 104);
+    let wc = poll_all(&mut p.a, a.cq);
+    let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status, w.opcode, w.byte_len)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::Success, WcOpcode::CompSwap, 8),
+            (2, WcStatus::Success, WcOpcode::FetchAdd, 8),
+            (3, WcStatus::Success, WcOpcode::CompSwap, 8)
+        ]
+    );
+}
+
+#[test]
+fn inline_send_copies_at_post_time() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    let data = *b"inline!";
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 1,
+            inline_data: Some(&data),
+            send_flags: SendFlags::INLINE | signaled(),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    assert_eq!(read_mem(&b, 0, 7), b"inline!");
+    // Inline from SGEs: the bytes are taken at post time, so a later change is not sent.
+    a.mem.write(0, b"before").unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 2, sg_list: &[sge(&b, 100, 64)] }]).unwrap();
+    let now = p.now;
+    p.a.post_send(
+        now,
+        a.qpn,
+        &[SendWr {
+            wr_id: 2,
+            sg_list: &[sge(&a, 0, 6)],
+            send_flags: SendFlags::INLINE,
+            ..Default::default()
+        }],
+    )
+    .unwrap();
+    a.mem.write(0, b"after!").unwrap();
+    p.drive();
+    assert_eq!(read_mem(&b, 100, 6), b"before");
+    // Too much inline data is refused at post time.
+    let big = [0u8; 65];
+    let err =
+        p.a.post_send(
+            now,
+            a.qpn,
+            &[SendWr {
+                inline_data: Some(&big),
+                send_flags: SendFlags::INLINE,
+                ..Default::default()
+            }],
+        )
+        .unwrap_err();
+    assert_eq!(err.errno, Errno::Inval);
+    assert!(err.message.contains("max_inline_data 64"), "{}", err.message);
+}
+
+#[test]
+fn unsignaled_wrs_complete_silently_in_order() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let w = |id, flags| SendWr {
+        wr_id: id,
+        sg_list: &[],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: flags,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    let now = p.now;
+    p.a.post_send(
+        now,
+        a.qpn,
+        &[w(1, SendFlags::empty()), w(2, signaled()), w(3, SendFlags::empty()), w(4, signaled())],
+    )
+    .unwrap();
+    p.drive();
+    let ids: Vec<u64> = poll_all(&mut p.a, a.cq).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, vec![2, 4]);
+    let _ = b;
+}
+
+#[test]
+fn sq_sig_all_signals_everything() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let (qa, _) = p.a.create_qp(a.pd, QpType::Rc, a.cq, a.cq, cap, true).unwrap();
+    connect(&mut p.a, qa, 2, b.qpn, ConnOpts::default());
+    connect(&mut p.b, b.qpn, 1, qa, ConnOpts::default());
+    let now = p.now;
+    let wr = SendWr {
+        wr_id: 8,
+        opcode: WrOpcode::RdmaWrite,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    p.a.post_send(now, qa, &[wr]).unwrap();
+    p.drive();
+    assert_eq!(poll_all(&mut p.a, a.cq).iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![8]);
+}
+
+#[test]
+fn mtu_4096_segments_a_large_write() {
+    let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu4096, ..Default::default() });
+    let data = pattern(10000, 2);
+    a.mem.write(0, &data).unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 10000)],
+        opcode: WrOpcode::RdmaWrite,
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 20000, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB).len(), 3);
+    assert_eq!(read_mem(&b, 20000, 10000), data);
+}
+
+// ---------------- loss, duplication, retransmission ----------------
+
+#[test]
+fn lost_middle_packet_is_recovered_by_psn_nak() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let data = pattern(1024, 7);
+    a.mem.write(0, &data).unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 2048)] }]).unwrap();
+    p.filter = Box::new(|d, pkt, _| {
+        if d == Dir::AtoB
+            && pkt.bth.psn.value() == 0xFFFFF1
+            && pkt.bth.opcode == Opcode::RC_SEND_MIDDLE
+        {
+            FateOnce::drop_first()
+        } else {
+            Fate::Deliver
+        }
+    });
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 1,
+            sg_list: &[sge(&a, 0, 1024)],
+            send_flags: signaled(),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    // The responder NAKs the gap once; the requester goes back to the lost PSN.
+    let naks = p.log.iter().filter(|s| s.dir == Dir::BtoA && s.aeth == Some(0x60)).count();
+    assert_eq!(naks, 1);
+    assert_eq!(read_mem(&b, 0, 1024), data);
+    let rwc = poll_all(&mut p.b, b.cq);
+    assert_eq!(rwc.len(), 1, "delivered exactly once");
+    assert_eq!(rwc[0].byte_len, 1024);
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::Success);
+    assert!(p.a.stats().retransmits >= 1);
+}
+
+/// A filter helper: drop only the first packet that matches.
+struct FateOnce;
+impl FateOnce {
+    fn drop_first() -> Fate {
+        thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        DONE.with(|d| if d.replace(true) { Fate::Deliver } else { Fate::Drop })
+    }
+}
+
+#[test]
+fn lost_ack_is_recovered_by_timeout_and_duplicate_is_not_redelivered() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 2, sg_list: &[sge(&b, 64, 64)] }]).unwrap();
+    let mut dropped = false;
+    p.filter = Box::new(move |d, pkt, _| {
+        if d == Dir::BtoA && pkt.bth.opcode == Opcode::RC_ACKNOWLEDGE && !dropped {
+            dropped = true;
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    a.mem.write(0, b"once").unwrap();
+    let start = p.now;
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 1,
+            sg_list: &[sge(&a, 0, 4)],
+            send_flags: signaled(),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    // timeout 10 = 4.096 us * 1024 = 4.19 ms before the retransmission.
+    assert!(p.now - start >= 4096 << 10, "the retransmission waited for the ACK timeout");
+    assert_eq!(p.a.stats().timeouts, 1);
+    assert_eq!(p.b.stats().rx_duplicates, 1);
+    let rwc = poll_all(&mut p.b, b.cq);
+    assert_eq!(rwc.len(), 1, "the duplicate SEND consumed no second receive");
+    assert_eq!(read_mem(&b, 64, 4), vec![0; 4]);
+    assert_eq!(poll_all(&mut p.a, a.cq).len(), 1);
+}
+
+#[test]
+fn duplicated_and_reordered_packets_deliver_exactly_once_in_order() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    for i in 0..4 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: i, sg_list: &[sge(&b, i * 1024, 1024)] }]).unwrap();
+    }
+    p.filter = Box::new(|d, _, n| match (d, n % 5) {
+        (Dir::AtoB, 1) => Fate::Duplicate,
+        (Dir::AtoB, 3) => Fate::Delay(3_000),
+        _ => Fate::Deliver,
+    });
+    for i in 0..4u64 {
+        a.mem.write(i as usize * 1024, &pattern(700, i as u8)).unwrap();
+        post_send(
+            &mut p,
+            &a,
+            SendWr {
+                wr_id: i,
+                sg_list: &[sge(&a, i * 1024, 700)],
+                send_flags: signaled(),
+                ..Default::default()
+            },
+        );
+    }
+    p.drive();
+    let rwc = poll_all(&mut p.b, b.cq);
+    assert_eq!(rwc.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert!(rwc.iter().all(|w| w.status == WcStatus::Success && w.byte_len == 700));
+    for i in 0..4 {
+        assert_eq!(read_mem(&b, i * 1024, 700), pattern(700, i as u8));
+    }
+    let swc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        swc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        (0..4).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn duplicate_read_is_re_executed() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    b.mem.write(0, b"version1").unwrap();
+    let mut dropped = false;
+    p.filter = Box::new(move |d, pkt, _| {
+        if d == Dir::BtoA && pkt.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY && !dropped {
+            dropped = true;
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 1,
+            sg_list: &[sge(&a, 0, 8)],
+            opcode: WrOpcode::RdmaRead,
+            send_flags: signaled(),
+            rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+            ..Default::default()
+        },
+    );
+    // Let the first response be lost, then change the target before the retry.
+    p.drive_until(p.now + 10_000);
+    b.mem.write(0, b"version2").unwrap();
+    p.drive();
+    assert_eq!(
+        p.opcodes(Dir::AtoB),
+        vec![Opcode::RC_RDMA_READ_REQUEST, Opcode::RC_RDMA_READ_REQUEST]
+    );
+    assert_eq!(p.b.stats().rx_duplicates, 1);
+    assert_eq!(read_mem(&a, 0, 8), b"version2", "the duplicate READ read memory again");
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn duplicate_atomic_is_answered_from_the_saved_result() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    b.mem.write(0, &100u64.to_ne_bytes()).unwrap();
+    let mut dropped = false;
+    p.filter = Box::new(move |d, pkt, _| {
+        if d == Dir::BtoA && pkt.bth.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE && !dropped {
+            dropped = true;
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::AtomicFetchAndAdd,
+        send_flags: signaled(),
+        atomic: AtomicTarget { remote_addr: b.mem.addr(), rkey: b.key, compare_add: 1, swap: 0 },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB), vec![Opcode::RC_FETCH_ADD, Opcode::RC_FETCH_ADD]);
+    assert_eq!(u64::from_ne_bytes(read_mem(&b, 0, 8).try_into().unwrap()), 101, "executed once");
+    assert_eq!(
+        u64::from_ne_bytes(read_mem(&a, 0, 8).try_into().unwrap()),
+        100,
+        "the replayed original value"
+    );
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    let (mut p, a, b) = setup(ConnOpts { max_rd_atomic: 1, ..Default::default() });
+    let rd = |id: u64| SendWr {
+        wr_id: id,
+        sg_list: &[],
+        opcode: WrOpcode::RdmaRead,
+        send_flags: SendFlags::SIGNALED,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    let now = p.now;
+    p.a.post_send(now, a.qpn, &[rd(1), rd(2), rd(3)]).unwrap();
+    // Only one READ request leaves before its response returns.
+    assert!(p.a.poll_transmit().is_some());
+    assert!(p.a.poll_transmit().is_none(), "the second READ waits for the first response");
+    p.log.clear();
+    // Deliver by hand: re-post to restart cleanly.
+    let (mut p, a, b) = setup(ConnOpts { max_rd_atomic: 1, ..Default::default() });
+    let rd = |id: u64| SendWr {
+        wr_id: id,
+        sg_list: &[],
+        opcode: WrOpcode::RdmaRead,
+        send_flags: SendFlags::SIGNALED,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    let now = p.now;
+    p.a.post_send(now, a.qpn, &[rd(1), rd(2), rd(3)]).unwrap();
+    p.drive();
+    // Requests and responses alternate.
+    let seq: Vec<_> = p.log.iter().map(|s| s.dir).collect();
+    assert_eq!(seq, vec![Dir::AtoB, Dir::BtoA, Dir::AtoB, Dir::BtoA, Dir::AtoB, Dir::BtoA]);
+    assert_eq!(poll_all(&mut p.a, a.cq).len(), 3);
+}
+
+// ---------------- RNR ----------------
+
+#[test]
+fn rnr_nak_then_delivery_once_a_receive_is_posted() {
+    let (mut p, a, b) = setup(ConnOpts { rnr_retry: 7, min_rnr_timer: 14, ..Default::default() });
+    a.mem.write(0, b"late").unwrap();
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 1,
+            sg_list: &[sge(&a, 0, 4)],
+            send_flags: signaled(),
+            ..Default::default()
+        },
+    );
+    // Several RNR NAKs (timer 14 = 1.28 ms each) while no receive is posted.
+    let t0 = p.now;
+    p.drive_until(t0 + 5_000_000);
+    let rnrs = p.log.iter().filter(|s| s.dir == Dir::BtoA && s.aeth == Some(0x20 | 14)).count();
+    assert!(rnrs >= 3, "rnr_retry 7 retries forever: {rnrs} RNR NAKs");
+    assert!(poll_all(&mut p.a, a.cq).is_empty());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 5, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.drive();
+    assert_eq!(read_mem(&b, 0, 4), b"late");
+    assert_eq!(poll_all(&mut p.b, b.cq).len(), 1);
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::Success);
+    // The gaps between retries honour the advertised timer.
+    assert!(p.now - t0 >= 3 * 1_280_000);
+}
+
+#[test]
+fn rnr_retry_exhausted_then_flush() {
+    let (mut p, a, b) = setup(ConnOpts { rnr_retry: 2, ..Default::default() });
+    let now = p.now;
+    let sg = [sge(&a, 0, 4)];
+    let wr = |id| SendWr {
+        wr_id: id,
+        sg_list: &sg,
+        send_flags: SendFlags::empty(),
+        ..Default::default()
+    };
+    p.a.post_send(now, a.qpn, &[wr(1), wr(2), wr(3)]).unwrap();
+    p.drive();
+    // One first try plus two retries, each refused.
+    let rnrs = p
+        .log
+        .iter()
+        .filter(|s| s.dir == Dir::BtoA && s.aeth.is_some_and(|x| x & 0x60 == 0x20))
+        .count();
+    assert_eq!(rnrs, 3);
+    let wc = poll_all(&mut p.a, a.cq);
+    let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr), (3, WcStatus::WrFlushErr)],
+        "errors complete even unsignaled"
+    );
+    assert_eq!(p.a.qp_state(a.qpn), Some(QpState::Err));
+    let _ = b;
+}
+
+// ---------------- retry exhaustion ----------------
+
+#[test]
+fn retry_exhausted_gives_retry_exc_err_then_flush() {
+    let (mut p, a, b) = setup(ConnOpts { retry_cnt: 2, timeout: 8, ..Default::default() });
+    p.filter = Box::new(|d, _, _| if d == Dir::AtoB { Fate::Drop } else { Fate::Deliver });
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    let now = p.now;
+    let sg = [sge(&a, 0, 4)];
+    let wr = |id| SendWr { wr_id: id, sg_list: &sg, send_flags: signaled(), ..Default::default() };
+    p.a.post_send(now, a.qpn, &[wr(1), wr(2)]).unwrap();
+    let t0 = p.now;
+    p.drive();
+    let tries = p.log.iter().filter(|s| s.dir == Dir::AtoB && s.psn == 0xFFFFF0).count();
+    assert_eq!(tries, 3, "one first try and retry_cnt = 2 retries");
+    let timeout = 4096u64 << 8;
+    assert!(p.now - t0 >= 3 * timeout && p.now - t0 < 4 * timeout + 10_000);
+    let wc = poll_all(&mut p.a, a.cq);
+    let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect();
+    assert_eq!(got, vec![(1, WcStatus::RetryExcErr, a.qpn), (2, WcStatus::WrFlushErr, a.qpn)]);
+    assert_eq!(p.a.qp_state(a.qpn), Some(QpState::Err));
+    assert_eq!(
+        p.a.poll_event(),
+        Some(NicEvent::Async(AsyncEvent {
+            event_type: AsyncEventType::QpFatal,
+            element: AsyncElement::Qp(a.qpn)
+        }))
+    );
+    assert!(poll_all(&mut p.b, b.cq).is_empty(), "nothing was delivered");
+    // Posting to a QP in the error state completes with a flush.
+    p.a.post_send(p.now, a.qpn, &[wr(3)]).unwrap();
+    assert_eq!(
+        poll_all(&mut p.a, a.cq).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(3, WcStatus::WrFlushErr)]
+    );
+}
+
+// ---------------- remote and local errors ----------------
+
+#[test]
+fn bad_rkey_is_rem_access_err_and_both_qps_error() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 9, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    let now = p.now;
+    let bad = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::RdmaWrite,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key ^ 0x100 },
+        ..Default::default()
+    };
+    let next = SendWr {
+        wr_id: 2,
+        sg_list: &[sge(&a, 0, 8)],
+        send_flags: signaled(),
+        ..Default::default()
+    };
+    p.a.post_send(now, a.qpn, &[bad, next]).unwrap();
+    p.drive();
+    assert!(
+        p.log.iter().any(|s| s.dir == Dir::BtoA && s.aeth == Some(0x62)),
+        "NAK remote access error"
+    );
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.b.qp_state(b.qpn), Some(QpState::Err));
+    assert_eq!(
+        poll_all(&mut p.b, b.cq).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(9, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn write_outside_mr_or_without_access_is_rem_access_err() {
+    for (access, off) in [
+        (AccessFlags::all(), MR_LEN as u64 - 4),
+        (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ, 0),
+    ] {
+        let mut p = Pair::new();
+        let a = side(&mut p.a, ALL);
+        let b = side(&mut p.b, access);
+        connect(&mut p.a, a.qpn, 2, b.qpn, ConnOpts::default());
+        connect(&mut p.b, b.qpn, 1, a.qpn, ConnOpts::default());
+        let now = p.now;
+        let wr = SendWr {
+            wr_id: 1,
+            sg_list: &[sge(&a, 0, 8)],
+            opcode: WrOpcode::RdmaWrite,
+            rdma: RdmaTarget { remote_addr: b.mem.addr() + off, rkey: b.key },
+            ..Default::default()
+        };
+        p.a.post_send(now, a.qpn, &[wr]).unwrap();
+        p.drive();
+        assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::RemAccessErr);
+        assert_eq!(read_mem(&b, 0, 8), vec![0; 8]);
+    }
+}
+
+#[test]
+fn qp_access_flags_gate_remote_operations() {
+    let (mut p, a, b) = setup(ConnOpts { access: AccessFlags::REMOTE_WRITE, ..Default::default() });
+    let now = p.now;
+    let rd = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::RdmaRead,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    p.a.post_send(now, a.qpn, &[rd]).unwrap();
+    p.drive();
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn send_larger_than_receive_is_loc_len_err_and_rem_inv_req_err() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 100)] }]).unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 2, sg_list: &[sge(&b, 100, 100)] }]).unwrap();
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 7,
+            sg_list: &[sge(&a, 0, 200)],
+            send_flags: signaled(),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    let rwc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        rwc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::LocLenErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        poll_all(&mut p.a, a.cq).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(7, WcStatus::RemInvReqErr)]
+    );
+}
+
+#[test]
+fn receive_mr_deregistered_is_loc_prot_err_and_rem_op_err() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 100)] }]).unwrap();
+    p.b.dereg_mr(b.key).unwrap();
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 7,
+            sg_list: &[sge(&a, 0, 10)],
+            send_flags: signaled(),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    assert_eq!(poll_all(&mut p.b, b.cq)[0].status, WcStatus::LocProtErr);
+    assert!(
+        p.log.iter().any(|s| s.dir == Dir::BtoA && s.aeth == Some(0x63)),
+        "NAK remote operational error"
+    );
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::RemOpErr);
+}
+
+#[test]
+fn read_into_mr_without_local_write_is_loc_prot_err() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, AccessFlags::empty());
+    let b = side(&mut p.b, ALL);
+    connect(&mut p.a, a.qpn, 2, b.qpn, ConnOpts::default());
+    connect(&mut p.b, b.qpn, 1, a.qpn, ConnOpts::default());
+    let now = p.now;
+    let rd = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::RdmaRead,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    let after = SendWr {
+        wr_id: 2,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::RdmaWrite,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    p.a.post_send(now, a.qpn, &[rd, after]).unwrap();
+    p.drive();
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn send_mr_deregistered_after_post_is_loc_prot_err() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let now = p.now;
+    // Hold the first WR back with a full window of nothing: post two, deregister, then drive.
+    p.a.modify_qp(
+        now,
+        a.qpn,
+        &QpAttr { qp_state: QpState::Sqd, ..Default::default() },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    p.a.post_send(
+        now,
+        a.qpn,
+        &[SendWr {
+            wr_id: 1,
+            sg_list: &[sge(&a, 0, 8)],
+            send_flags: signaled(),
+            ..Default::default()
+        }],
+    )
+    .unwrap();
+    p.a.dereg_mr(a.key).unwrap();
+    p.a.modify_qp(
+        now,
+        a.qpn,
+        &QpAttr { qp_state: QpState::Rts, ..Default::default() },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    p.drive();
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::LocProtErr);
+    let _ = b;
+}
+
+#[test]
+fn message_over_max_msg_sz_is_loc_len_err() {
+    let mut p = Pair::new();
+    p.a = Nic::new(NicConfig {
+        limits: Limits { max_msg_sz: 512, ..Limits::default() },
+        ..NicConfig::new("a", 1)
+    });
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    connect(&mut p.a, a.qpn, 2, b.qpn, ConnOpts::default());
+    connect(&mut p.b, b.qpn, 1, a.qpn, ConnOpts::default());
+    let now = p.now;
+    p.a.post_send(
+        now,
+        a.qpn,
+        &[SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 513)], ..Default::default() }],
+    )
+    .unwrap();
+    p.drive();
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::LocLenErr);
+    assert!(p.log.is_empty(), "nothing went on the wire");
+}
+
+#[test]
+fn read_with_max_rd_atomic_zero_is_loc_qp_op_err() {
+    let (mut p, a, b) = setup(ConnOpts { max_rd_atomic: 0, ..Default::default() });
+    let now = p.now;
+    let rd = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::RdmaRead,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    p.a.post_send(now, a.qpn, &[rd]).unwrap();
+    p.drive();
+    assert_eq!(poll_all(&mut p.a, a.cq)[0].status, WcStatus::LocQpOpErr);
+}
+
+#[test]
+fn misaligned_atomic_is_refused_at_post() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let now = p.now;
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::AtomicFetchAndAdd,
+        atomic: AtomicTarget {
+            remote_addr: b.mem.addr() + 4,
+            rkey: b.key,
+            compare_add: 1,
+            swap: 0,
+        },
+        ..Default::default()
+    };
+    let err = p.a.post_send(now, a.qpn, &[wr]).unwrap_err();
+    assert!(err.message.contains("not 8-byte aligned"), "{}", err.message);
+}
+
+// ---------------- post-time errors ----------------
+
+#[test]
+fn post_time_errors_name_what_was_wrong() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let now = p.now;
+    let cases: Vec<(SendWr<'static>, &str)> = vec![
+        (
+            SendWr {
+                sg_list: Box::leak(Box::new([Sge {
+                    addr: a.mem.addr(),
+                    length: 8,
+                    lkey: 0xdead00,
+                }])),
+                ..Default::default()
+            },
+            "names no registered MR",
+        ),
+        (
+            SendWr {
+                sg_list: Box::leak(Box::new([Sge {
+                    addr: a.mem.addr() + MR_LEN as u64 - 4,
+                    length: 8,
+                    lkey: a.key,
+                }])),
+                ..Default::default()
+            },
+            "outside its MR",
+        ),
+        (
+            SendWr { sg_list: Box::leak(Box::new([sge(&a, 0, 1); 5])), ..Default::default() },
+            "exceed max_send_sge 4",
+        ),
+        (
+            SendWr {
+                opcode: WrOpcode::RdmaRead,
+                send_flags: SendFlags::INLINE,
+                ..Default::default()
+            },
+            "IBV_SEND_INLINE is not valid",
+        ),
+    ];
+    for (wr, want) in cases {
+        let err = p.a.post_send(now, a.qpn, &[wr]).unwrap_err();
+        assert_eq!(err.errno, Errno::Inval);
+        assert!(err.message.contains(want), "{} does not say {want}", err.message);
+        assert!(err.message.contains("wr[0]"), "{}", err.message);
+    }
+    // Wrong state: a QP in INIT cannot send.
+    let cq = p.a.create_cq(4).unwrap();
+    let (q, _) = p.a.create_qp(a.pd, QpType::Rc, cq, cq, QpCap::default(), false).unwrap();
+    let err = p.a.post_send(now, q, &[SendWr::default()]).unwrap_err();
+    assert!(err.message.contains("is in RESET; ibv_post_send needs RTS"), "{}", err.message);
+    let err = p.a.post_recv(q, &[RecvWr::default()]).unwrap_err();
+    assert!(err.message.contains("RESET"), "{}", err.message);
+    // Queue full.
+    let wrs: Vec<_> = (0..65)
+        .map(|i| SendWr {
+            wr_id: i,
+            opcode: WrOpcode::RdmaWrite,
+            rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+            ..Default::default()
+        })
+        .collect();
+    p.a.modify_qp(
+        now,
+        a.qpn,
+        &QpAttr { qp_state: QpState::Sqd, ..Default::default() },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    let err = p.a.post_send(now, a.qpn, &wrs).unwrap_err();
+    assert_eq!(err.errno, Errno::NoMem);
+    assert!(err.message.contains("wr[64]"), "{}", err.message);
+}
+
+#[test]
+fn uc_qp_refuses_read_at_post() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let (q, _) =
+        p.a.create_qp(
+            a.pd,
+            QpType::Uc,
+            a.cq,
+            a.cq,
+            QpCap { max_send_wr: 4, ..Default::default() },
+            false,
+        )
+        .unwrap();
+    let m =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    p.a.modify_qp(0, q, &QpAttr { qp_state: QpState::Init, port_num: 1, ..Default::default() }, m)
+        .unwrap();
+    let m = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    p.a.modify_qp(
+        0,
+        q,
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            ah_attr: AhAttr { dlid: 2, ..Default::default() },
+            ..Default::default()
+        },
+        m,
+    )
+    .unwrap();
+    p.a.modify_qp(
+        0,
+        q,
+        &QpAttr { qp_state: QpState::Rts, ..Default::default() },
+        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    )
+    .unwrap();
+    let err =
+        p.a.post_send(0, q, &[SendWr { opcode: WrOpcode::RdmaRead, ..Default::default() }])
+            .unwrap_err();
+    assert!(err.message.contains("IBV_WR_RDMA_READ is not valid on a Uc QP"), "{}", err.message);
+}
+
+#[test]
+fn cq_overrun_is_an_error_and_an_async_event() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    let small = p.a.create_cq(2).unwrap();
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let (q, _) = p.a.create_qp(a.pd, QpType::Rc, small, small, cap, true).unwrap();
+    connect(&mut p.a, q, 2, b.qpn, ConnOpts::default());
+    connect(&mut p.b, b.qpn, 1, q, ConnOpts::default());
+    let wrs: Vec<_> = (0..3)
+        .map(|i| SendWr {
+            wr_id: i,
+            opcode: WrOpcode::RdmaWrite,
+            rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+            ..Default::default()
+        })
+        .collect();
+    let now = p.now;
+    p.a.post_send(now, q, &wrs).unwrap();
+    p.drive();
+    let err = p.a.poll_cq(small, &mut [WorkCompletion::default(); 4]).unwrap_err();
+    assert!(err.message.contains("overrun"), "{}", err.message);
+    assert_eq!(
+        p.a.poll_event(),
+        Some(NicEvent::Async(AsyncEvent {
+            event_type: AsyncEventType::CqErr,
+            element: AsyncElement::Cq(small as u64)
+        }))
+    );
+}
+
+#[test]
+fn destroy_in_use_is_ebusy() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    assert_eq!(p.a.destroy_cq(a.cq).unwrap_err().errno, Errno::Busy);
+    assert_eq!(p.a.dealloc_pd(a.pd).unwrap_err().errno, Errno::Busy);
+    p.a.destroy_qp(a.qpn).unwrap();
+    p.a.destroy_cq(a.cq).unwrap();
+    assert_eq!(p.a.dealloc_pd(a.pd).unwrap_err().errno, Errno::Busy, "the MR is still registered");
+    p.a.dereg_mr(a.key).unwrap();
+    p.a.dealloc_pd(a.pd).unwrap();
+}
+
+#[test]
+fn malformed_and_corrupted_packets_are_dropped() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    let now = p.now;
+    p.a.post_send(
+        now,
+        a.qpn,
+        &[SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 8)], ..Default::default() }],
+    )
+    .unwrap();
+    let mut t = p.a.poll_transmit().unwrap();
+    let n = t.data.len();
+    t.data[n - 10] ^= 1; // a payload bit flip: the ICRC catches it
+    p.b.handle_packet(now, &t.data);
+    p.b.handle_packet(now, &t.data[..20]);
+    p.b.handle_packet(now, &[]);
+    assert_eq!(p.b.stats().rx_bad_icrc, 1);
+    assert_eq!(p.b.stats().rx_malformed, 3);
+    assert!(p.b.poll_transmit().is_none());
+    assert!(poll_all(&mut p.b, b.cq).is_empty());
+}

@@ -1,0 +1,12 @@
+//! The softverbs software NIC: RoCEv2 packets, the transport engine, the shared-memory wire,
+//! and the `soft` backend that binds them to the verbs API.
+//!
+//! Layers, bottom up:
+//! - [`packet`]: the RoCEv2 transport headers and ICRC, parsed and emitted from one opcode table;
+//! - [`engine`]: the sans-IO transport (requester, responder, completer, QP state, CQs, MRs);
+//! - [`wire`]: shared-memory inbox segments that carry packets between processes;
+//! - [`soft`]: the `soft` backend, which drives engines over a wire with real time.
+
+pub mod engine;
+pub mod packet;
+pub mod wire;

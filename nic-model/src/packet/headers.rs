@@ -1,0 +1,707 @@
+//! The IBA transport headers (BTH and the extension headers, IBA 9.2–9.3) as plain field
+//! structs, and [`Packet`], the parsed form of a whole transport packet (BTH .. payload .. pad).
+//!
+//! Everything is big-endian on the wire. Which extension headers a packet carries, and in
+//! which order, comes from the opcode table ([`OpcodeInfo::flags`]); nothing here matches on
+//! individual opcodes.
+
+use super::opcode::{OpFlags, Opcode, OpcodeInfo};
+use super::psn::Psn;
+use super::PacketError;
+
+/// Bytes of immediate data (ImmDt).
+pub const IMMDT_LEN: usize = 4;
+/// Bytes of an Invalidate Extended Transport Header (IETH: the R_Key to invalidate).
+pub const IETH_LEN: usize = 4;
+/// Bytes of an Atomic Acknowledge Extended Transport Header (AtomicAckETH: original remote data).
+pub const ATOMIC_ACK_ETH_LEN: usize = 8;
+/// Bytes a RoCEv2 CNP carries after its BTH (reserved, sent as zero).
+pub const CNP_RESERVED_LEN: usize = 16;
+
+/// The largest value a 24-bit wire field (QPN, PSN, MSN) holds.
+const U24_MAX: u32 = 0x00FF_FFFF;
+
+/// Base Transport Header (BTH, 12 bytes), present in every packet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Bth {
+    /// `OpCode`: transport and operation.
+    pub opcode: Opcode,
+    /// `SE`: the requester asks for a solicited event at the responder.
+    pub solicited: bool,
+    /// `M`: path migration request (APM); softverbs always sends 0.
+    pub mig_req: bool,
+    /// `PadCnt`: pad bytes after the payload (0–3). Computed on emit; as received on parse.
+    pub pad_count: u8,
+    /// `P_Key`: partition key (the default partition is 0xFFFF).
+    pub pkey: u16,
+    /// `FECN` (RoCEv2, byte 4 bit 7): forward congestion notification.
+    pub fecn: bool,
+    /// `BECN` (RoCEv2, byte 4 bit 6): backward congestion notification, set in a CNP.
+    pub becn: bool,
+    /// `DestQP`: destination queue pair number (24 bits).
+    pub dest_qp: u32,
+    /// `A`: the requester asks the responder to acknowledge this packet.
+    pub ack_req: bool,
+    /// `PSN`: packet sequence number.
+    pub psn: Psn,
+}
+
+impl Bth {
+    /// Bytes of a BTH.
+    pub const LEN: usize = 12;
+
+    /// Parse the BTH at the start of `bytes`; checks `TVer` is 0 and ignores reserved bits.
+    pub fn parse(bytes: &[u8]) -> Result<Bth, PacketError> {
+        let mut f = Fields::new(bytes, Self::LEN)?;
+        let opcode = Opcode(f.u8());
+        let flags = f.u8();
+        let tver = flags & 0x0F;
+        if tver != 0 {
+            return Err(PacketError::BadVersion(tver));
+        }
+        let pkey = f.u16();
+        let becn_fecn = f.u8();
+        let dest_qp = f.u24();
+        let ack = f.u8();
+        let psn = Psn::new(f.u24());
+        Ok(Bth {
+            opcode,
+            solicited: flags & 0x80 != 0,
+            mig_req: flags & 0x40 != 0,
+            pad_count: (flags >> 4) & 0x03,
+            pkey,
+            fecn: becn_fecn & 0x80 != 0,
+            becn: becn_fecn & 0x40 != 0,
+            dest_qp,
+            ack_req: ack & 0x80 != 0,
+            psn,
+        })
+    }
+
+    /// Append the BTH to `out`: `TVer` 0, reserved bits 0, `PadCnt` and `DestQP` masked to
+    /// their widths (callers check widths first, see [`Packet::emit`]).
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        let flags = u8::from(self.solicited) << 7
+            | u8::from(self.mig_req) << 6
+            | (self.pad_count & 0x03) << 4;
+        out.push(self.opcode.0);
+        out.push(flags);
+        out.extend_from_slice(&self.pkey.to_be_bytes());
+        out.push(u8::from(self.fecn) << 7 | u8::from(self.becn) << 6);
+        put_u24(out, self.dest_qp);
+        out.push(u8::from(self.ack_req) << 7);
+        put_u24(out, self.psn.value());
+    }
+}
+
+/// RDMA Extended Transport Header (RETH, 16 bytes): the remote buffer of an RDMA WRITE or READ.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Reth {
+    /// `Virtual Address` of the remote buffer.
+    pub va: u64,
+    /// `R_Key` authorising access to it.
+    pub rkey: u32,
+    /// `DMA Length`: bytes of the whole message (not of this packet).
+    pub dma_len: u32,
+}
+
+impl Reth {
+    /// Bytes of a RETH.
+    pub const LEN: usize = 16;
+
+    /// Parse the RETH at the start of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Result<Reth, PacketError> {
+        let mut f = Fields::new(bytes, Self::LEN)?;
+        Ok(Reth { va: f.u64(), rkey: f.u32(), dma_len: f.u32() })
+    }
+
+    /// Append the RETH to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.va.to_be_bytes());
+        out.extend_from_slice(&self.rkey.to_be_bytes());
+        out.extend_from_slice(&self.dma_len.to_be_bytes());
+    }
+}
+
+/// Atomic Extended Transport Header (AtomicETH, 28 bytes, packed): the target and operands of
+/// COMPARE SWAP and FETCH ADD.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct AtomicEth {
+    /// `Virtual Address` of the 8-byte remote target.
+    pub va: u64,
+    /// `R_Key` authorising access to it.
+    pub rkey: u32,
+    /// `Swap (or Add) Data`: the value swapped in (COMPARE SWAP) or added (FETCH ADD).
+    pub swap_add: u64,
+    /// `Compare Data` (COMPARE SWAP; ignored by FETCH ADD).
+    pub compare: u64,
+}
+
+impl AtomicEth {
+    /// Bytes of an AtomicETH.
+    pub const LEN: usize = 28;
+
+    /// Parse the AtomicETH at the start of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Result<AtomicEth, PacketError> {
+        let mut f = Fields::new(bytes, Self::LEN)?;
+        Ok(AtomicEth { va: f.u64(), rkey: f.u32(), swap_add: f.u64(), compare: f.u64() })
+    }
+
+    /// Append the AtomicETH to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.va.to_be_bytes());
+        out.extend_from_slice(&self.rkey.to_be_bytes());
+        out.extend_from_slice(&self.swap_add.to_be_bytes());
+        out.extend_from_slice(&self.compare.to_be_bytes());
+    }
+}
+
+/// Datagram Extended Transport Header (DETH, 8 bytes): the Q_Key and source QP of a UD packet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Deth {
+    /// `Q_Key` the receiving UD QP must match.
+    pub qkey: u32,
+    /// `SrcQP`: the sending queue pair number (24 bits).
+    pub src_qp: u32,
+}
+
+impl Deth {
+    /// Bytes of a DETH.
+    pub const LEN: usize = 8;
+    /// The well-known Q_Key of the General Services Interface (QP1).
+    pub const GSI_QKEY: u32 = 0x8001_0000;
+
+    /// Parse the DETH at the start of `bytes` (the reserved byte is ignored).
+    pub fn parse(bytes: &[u8]) -> Result<Deth, PacketError> {
+        let mut f = Fields::new(bytes, Self::LEN)?;
+        let qkey = f.u32();
+        let _reserved = f.u8();
+        Ok(Deth { qkey, src_qp: f.u24() })
+    }
+
+    /// Append the DETH to `out` (`SrcQP` masked to 24 bits).
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.qkey.to_be_bytes());
+        out.push(0);
+        put_u24(out, self.src_qp);
+    }
+}
+
+/// ACK Extended Transport Header (AETH, 4 bytes): the responder's syndrome (ACK, RNR NAK or NAK)
+/// and message sequence number.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Aeth {
+    /// `Syndrome`: bits 6–5 the kind, bits 4–0 credits, RNR timer or NAK code (see [`Aeth::kind`]).
+    pub syndrome: u8,
+    /// `MSN`: the responder's count of completed request messages (24 bits).
+    pub msn: u32,
+}
+
+/// What an AETH syndrome says (IBA 9.7.5.1, Table 44).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AethKind {
+    /// Positive acknowledgement with an end-to-end credit count (0x1F: invalid / unlimited).
+    Ack {
+        /// The 5-bit encoded credit count.
+        credits: u8,
+    },
+    /// Receiver not ready: retry after at least [`rnr_timer_ns`]`(timer)`.
+    RnrNak {
+        /// The 5-bit RNR NAK timer code.
+        timer: u8,
+    },
+    /// Negative acknowledgement with an error code.
+    Nak(NakCode),
+    /// A reserved syndrome (kind `10`, or a NAK code the specification does not define).
+    Reserved(u8),
+}
+
+/// NAK codes carried in bits 4–0 of a NAK syndrome (IBA Table 44).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum NakCode {
+    /// The packet's PSN is ahead of the expected PSN (a packet was lost); go back to the MSN.
+    PsnSequenceError = 0,
+    /// The request is malformed or not supported by the QP.
+    InvalidRequest = 1,
+    /// Bad R_Key, bounds or access rights at the responder.
+    RemoteAccessError = 2,
+    /// The responder failed to carry out a valid request.
+    RemoteOperationalError = 3,
+    /// Invalid RD request (reliable datagram; softverbs never sends it).
+    InvalidRdRequest = 4,
+}
+
+impl NakCode {
+    /// The NAK code for the value in a NAK syndrome's low 5 bits, if the specification defines it.
+    pub const fn from_code(code: u8) -> Option<NakCode> {
+        match code {
+            0 => Some(NakCode::PsnSequenceError),
+            1 => Some(NakCode::InvalidRequest),
+            2 => Some(NakCode::RemoteAccessError),
+            3 => Some(NakCode::RemoteOperationalError),
+            4 => Some(NakCode::InvalidRdRequest),
+            _ => None,
+        }
+    }
+}
+
+impl Aeth {
+    /// Bytes of an AETH.
+    pub const LEN: usize = 4;
+    /// Syndrome kind bits (6–5) of an ACK.
+    const KIND_ACK: u8 = 0b00;
+    /// Syndrome kind bits of an RNR NAK.
+    const KIND_RNR_NAK: u8 = 0b01;
+    /// Syndrome kind bits of a NAK.
+    const KIND_NAK: u8 = 0b11;
+    /// The ACK credit value meaning "invalid / unlimited credits", which softverbs always sends.
+    pub const CREDITS_INVALID: u8 = 0x1F;
+
+    /// An ACK for messages up to `msn`, with credits invalid (syndrome 0x1F), as rxe sends.
+    pub const fn ack(msn: u32) -> Aeth {
+        Aeth { syndrome: Self::KIND_ACK << 5 | Self::CREDITS_INVALID, msn }
+    }
+
+    /// An RNR NAK asking the requester to wait the time of RNR timer code `timer` (0–31).
+    pub const fn rnr_nak(timer: u8, msn: u32) -> Aeth {
+        Aeth { syndrome: Self::KIND_RNR_NAK << 5 | (timer & 0x1F), msn }
+    }
+
+    /// A NAK with error `code`.
+    pub const fn nak(code: NakCode, msn: u32) -> Aeth {
+        Aeth { syndrome: Self::KIND_NAK << 5 | code as u8, msn }
+    }
+
+    /// Decode the syndrome. The reserved bit 7 is ignored.
+    pub const fn kind(&self) -> AethKind {
+        let value = self.syndrome & 0x1F;
+        match (self.syndrome >> 5) & 0x03 {
+            Self::KIND_ACK => AethKind::Ack { credits: value },
+            Self::KIND_RNR_NAK => AethKind::RnrNak { timer: value },
+            Self::KIND_NAK => match NakCode::from_code(value) {
+                Some(code) => AethKind::Nak(code),
+                None => AethKind::Reserved(self.syndrome),
+            },
+            _ => AethKind::Reserved(self.syndrome),
+        }
+    }
+
+    /// Parse the AETH at the start of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Result<Aeth, PacketError> {
+        let mut f = Fields::new(bytes, Self::LEN)?;
+        Ok(Aeth { syndrome: f.u8(), msn: f.u24() })
+    }
+
+    /// Append the AETH to `out` (`MSN` masked to 24 bits).
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.push(self.syndrome);
+        put_u24(out, self.msn);
+    }
+}
+
+/// The minimum wait, in nanoseconds, of RNR NAK timer code `code` (IBA Table 45; only the low
+/// 5 bits are used). Code 0 is the longest, 655.36 ms; 1–31 run from 0.01 ms to 491.52 ms.
+pub const fn rnr_timer_ns(code: u8) -> u64 {
+    /// IBA Table 45, in units of 10 µs (0.01 ms), index = timer code.
+    const TABLE_10US: [u64; 32] = [
+        65536, // 0: 655.36 ms
+        1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, // 1..16: 0.01 .. 2.56 ms
+        384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, // 17..26: 3.84 .. 81.92 ms
+        12288, 16384, 24576, 32768, 49152, // 27..31: 122.88 .. 491.52 ms
+    ];
+    TABLE_10US[(code & 0x1F) as usize] * 10_000
+}
+
+/// One transport packet, BTH through payload, in parsed form (smoltcp "Repr" style).
+///
+/// Exactly the extension headers the opcode table lists for `bth.opcode` are `Some`; the
+/// others are `None`. The pad and the ICRC are not represented: they follow from the rest.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Packet<'a> {
+    /// Base Transport Header.
+    pub bth: Bth,
+    /// DETH (UD).
+    pub deth: Option<Deth>,
+    /// RETH (RDMA WRITE FIRST/ONLY, RDMA READ REQUEST).
+    pub reth: Option<Reth>,
+    /// AtomicETH (COMPARE SWAP, FETCH ADD).
+    pub atomic_eth: Option<AtomicEth>,
+    /// AETH (ACKNOWLEDGE, ATOMIC ACKNOWLEDGE, READ RESPONSE FIRST/LAST/ONLY).
+    pub aeth: Option<Aeth>,
+    /// AtomicAckETH: the original remote data an atomic found (ATOMIC ACKNOWLEDGE).
+    pub atomic_ack_eth: Option<u64>,
+    /// ImmDt: `u32::from_be_bytes` of the 4 wire bytes (… WITH IMMEDIATE).
+    pub imm: Option<u32>,
+    /// IETH: the R_Key to invalidate (SEND … WITH INVALIDATE).
+    pub ieth: Option<u32>,
+    /// The payload, without pad.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Packet<'a> {
+    /// A packet with the given BTH and payload and no extension headers.
+    pub const fn new(bth: Bth, payload: &'a [u8]) -> Packet<'a> {
+        Packet {
+            bth,
+            deth: None,
+            reth: None,
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack_eth: None,
+            imm: None,
+            ieth: None,
+            payload,
+        }
+    }
+
+    /// Bytes BTH..payload+pad (without ICRC). For an unknown opcode, counts a bare BTH.
+    pub fn transport_len(&self) -> usize {
+        let header_len = self.bth.opcode.info().map_or(Bth::LEN, |info| info.header_len);
+        header_len + self.payload.len() + self.pad_len()
+    }
+
+    /// Pad bytes that bring the payload to a multiple of 4: the `PadCnt` emit writes.
+    pub const fn pad_len(&self) -> usize {
+        self.payload.len().wrapping_neg() & 3
+    }
+
+    /// Parse a transport packet: `bytes` is BTH..payload+pad, without the ICRC (which only
+    /// the RoCEv2 layer can check). Checks `TVer`, the opcode, header lengths and pad count.
+    pub fn parse(bytes: &'a [u8]) -> Result<Packet<'a>, PacketError> {
+        let bth = Bth::parse(bytes)?;
+        let info = bth.opcode.info().ok_or(PacketError::UnknownOpcode(bth.opcode.0))?;
+        let (headers, rest) = bytes
+            .split_at_checked(info.header_len)
+            .ok_or(PacketError::Truncated { needed: info.header_len, got: bytes.len() })?;
+
+        let mut pkt = Packet::new(bth, &[]);
+        let flags = info.flags;
+        // Extension headers in IBA order; each parse below has at least its length left,
+        // because `headers` is exactly `header_len` long.
+        let mut at = Bth::LEN;
+        let mut next = |len: usize| {
+            let start = at;
+            at += len;
+            headers.get(start..).unwrap_or(&[])
+        };
+        if flags.contains(OpFlags::DETH) {
+            pkt.deth = Some(Deth::parse(next(Deth::LEN))?);
+        }
+        if flags.contains(OpFlags::RETH) {
+            pkt.reth = Some(Reth::parse(next(Reth::LEN))?);
+        }
+        if flags.contains(OpFlags::ATOMIC_ETH) {
+            pkt.atomic_eth = Some(AtomicEth::parse(next(AtomicEth::LEN))?);
+        }
+        if flags.contains(OpFlags::AETH) {
+            pkt.aeth = Some(Aeth::parse(next(Aeth::LEN))?);
+        }
+        if flags.contains(OpFlags::ATOMIC_ACK_ETH) {
+            pkt.atomic_ack_eth =
+                Some(Fields::new(next(ATOMIC_ACK_ETH_LEN), ATOMIC_ACK_ETH_LEN)?.u64());
+        }
+        if flags.contains(OpFlags::IMMDT) {
+            pkt.imm = Some(Fields::new(next(IMMDT_LEN), IMMDT_LEN)?.u32());
+        }
+        if flags.contains(OpFlags::IETH) {
+            pkt.ieth = Some(Fields::new(next(IETH_LEN), IETH_LEN)?.u32());
+        }
+        // Whatever is left of the headers (a CNP's reserved bytes) is ignored.
+
+        if rest.len() % 4 != 0 {
+            return Err(PacketError::BadLength("payload and pad are not a multiple of 4 bytes"));
+        }
+        let payload_len = rest
+            .len()
+            .checked_sub(usize::from(bth.pad_count))
+            .ok_or(PacketError::BadLength("pad count exceeds the bytes after the headers"))?;
+        if payload_len > 0 && !flags.contains(OpFlags::PAYLOAD) {
+            return Err(PacketError::UnexpectedPayload(payload_len));
+        }
+        pkt.payload = rest.get(..payload_len).unwrap_or(&[]);
+        Ok(pkt)
+    }
+
+    /// Check that the packet can be emitted: a known opcode, exactly the extension headers the
+    /// opcode table lists, payload only where allowed, and 24-bit fields within 24 bits.
+    pub fn check(&self) -> Result<&'static OpcodeInfo, PacketError> {
+        let info = self.bth.opcode.info().ok_or(PacketError::UnknownOpcode(self.bth.opcode.0))?;
+        let present = [
+            (OpFlags::DETH, self.deth.is_some(), "DETH"),
+            (OpFlags::RETH, self.reth.is_some(), "RETH"),
+            (OpFlags::ATOMIC_ETH, self.atomic_eth.is_some(), "AtomicETH"),
+            (OpFlags::AETH, self.aeth.is_some(), "AETH"),
+            (OpFlags::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some(), "AtomicAckETH"),
+            (OpFlags::IMMDT, self.imm.is_some(), "ImmDt"),
+            (OpFlags::IETH, self.ieth.is_some(), "IETH"),
+        ];
+        for (flag, is_some, name) in present {
+            match (info.flags.contains(flag), is_some) {
+                (true, false) => return Err(PacketError::MissingHeader(name)),
+                (false, true) => return Err(PacketError::UnexpectedHeader(name)),
+                _ => {}
+            }
+        }
+        if !self.payload.is_empty() && !info.flags.contains(OpFlags::PAYLOAD) {
+            return Err(PacketError::UnexpectedPayload(self.payload.len()));
+        }
+        if self.bth.dest_qp > U24_MAX {
+            return Err(PacketError::FieldTooWide("BTH DestQP"));
+        }
+        if self.deth.is_some_and(|deth| deth.src_qp > U24_MAX) {
+            return Err(PacketError::FieldTooWide("DETH SrcQP"));
+        }
+        if self.aeth.is_some_and(|aeth| aeth.msn > U24_MAX) {
+            return Err(PacketError::FieldTooWide("AETH MSN"));
+        }
+        Ok(info)
+    }
+
+    /// Append BTH..payload+pad to `out` ([`Packet::transport_len`] bytes). `PadCnt` is computed
+    /// from the payload length, whatever `bth.pad_count` says. Nothing is written on error.
+    pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), PacketError> {
+        let info = self.check()?;
+        self.emit_checked(info, out);
+        Ok(())
+    }
+
+    /// [`Packet::emit`] after a successful [`Packet::check`] returned `info`.
+    pub(super) fn emit_checked(&self, info: &OpcodeInfo, out: &mut Vec<u8>) {
+        let start = out.len();
+        let pad = self.pad_len();
+        // pad < 4, so the cast is exact.
+        Bth { pad_count: pad as u8, ..self.bth }.emit(out);
+        if let Some(deth) = &self.deth {
+            deth.emit(out);
+        }
+        if let Some(reth) = &self.reth {
+            reth.emit(out);
+        }
+        if let Some(atomic_eth) = &self.atomic_eth {
+            atomic_eth.emit(out);
+        }
+        if let Some(aeth) = &self.aeth {
+            aeth.emit(out);
+        }
+        if let Some(orig) = self.atomic_ack_eth {
+            out.extend_from_slice(&orig.to_be_bytes());
+        }
+        if let Some(imm) = self.imm {
+            out.extend_from_slice(&imm.to_be_bytes());
+        }
+        if let Some(rkey) = self.ieth {
+            out.extend_from_slice(&rkey.to_be_bytes());
+        }
+        // Reserved header bytes (a CNP's 16) are zero.
+        out.resize(start + info.header_len, 0);
+        out.extend_from_slice(self.payload);
+        out.extend_from_slice(&[0; 3][..pad]);
+    }
+}
+
+/// Append the low 24 bits of `v`, big-endian.
+fn put_u24(out: &mut Vec<u8>, v: u32) {
+    let [_, a, b, c] = v.to_be_bytes();
+    out.extend_from_slice(&[a, b, c]);
+}
+
+/// A big-endian reader over one header's bytes. [`Fields::new`] checks the header's length
+/// once, so the reads themselves cannot run short (a short read would give zeros, not a panic).
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    /// A reader over the first `len` bytes of `bytes`, or `Truncated` if there are fewer.
+    fn new(bytes: &'a [u8], len: usize) -> Result<Fields<'a>, PacketError> {
+        bytes.get(..len).map(Fields).ok_or(PacketError::Truncated { needed: len, got: bytes.len() })
+    }
+
+    fn array<const N: usize>(&mut self) -> [u8; N] {
+        match self.0.split_first_chunk::<N>() {
+            Some((head, tail)) => {
+                self.0 = tail;
+                *head
+            }
+            None => [0; N],
+        }
+    }
+
+    fn u8(&mut self) -> u8 {
+        let [b] = self.array();
+        b
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes(self.array())
+    }
+
+    fn u24(&mut self) -> u32 {
+        let [a, b, c] = self.array();
+        u32::from_be_bytes([0, a, b, c])
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::from_be_bytes(self.array())
+    }
+
+    fn u64(&mut self) -> u64 {
+        u64::from_be_bytes(self.array())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bth_fields_round_trip() {
+        let bth = Bth {
+            opcode: Opcode::RC_RDMA_WRITE_ONLY,
+            solicited: true,
+            mig_req: true,
+            pad_count: 2,
+            pkey: 0xABCD,
+            fecn: true,
+            becn: false,
+            dest_qp: 0x12_3456,
+            ack_req: true,
+            psn: Psn::new(0xFE_DCBA),
+        };
+        let mut out = Vec::new();
+        bth.emit(&mut out);
+        assert_eq!(out, [0x0A, 0xE0, 0xAB, 0xCD, 0x80, 0x12, 0x34, 0x56, 0x80, 0xFE, 0xDC, 0xBA]);
+        assert_eq!(Bth::parse(&out), Ok(bth));
+    }
+
+    #[test]
+    fn bth_rejects_other_versions_and_short_input() {
+        let mut bytes = [0u8; 12];
+        bytes[1] = 0x01;
+        assert_eq!(Bth::parse(&bytes), Err(PacketError::BadVersion(1)));
+        assert_eq!(Bth::parse(&bytes[..11]), Err(PacketError::Truncated { needed: 12, got: 11 }));
+    }
+
+    #[test]
+    fn bth_ignores_reserved_bits() {
+        let mut bytes = [0u8; 12];
+        bytes[4] = 0x3F;
+        bytes[8] = 0x7F;
+        assert_eq!(Bth::parse(&bytes), Ok(Bth::default()));
+    }
+
+    #[test]
+    fn aeth_syndromes() {
+        assert_eq!(Aeth::ack(7), Aeth { syndrome: 0x1F, msn: 7 });
+        assert_eq!(Aeth::ack(7).kind(), AethKind::Ack { credits: 31 });
+        assert_eq!(Aeth::rnr_nak(14, 1).syndrome, 0x2E);
+        assert_eq!(Aeth::rnr_nak(14, 1).kind(), AethKind::RnrNak { timer: 14 });
+        assert_eq!(Aeth::nak(NakCode::PsnSequenceError, 1).syndrome, 0x60);
+        assert_eq!(Aeth::nak(NakCode::RemoteAccessError, 1).syndrome, 0x62);
+        for code in [
+            NakCode::PsnSequenceError,
+            NakCode::InvalidRequest,
+            NakCode::RemoteAccessError,
+            NakCode::RemoteOperationalError,
+            NakCode::InvalidRdRequest,
+        ] {
+            assert_eq!(Aeth::nak(code, 0).kind(), AethKind::Nak(code));
+            assert_eq!(NakCode::from_code(code as u8), Some(code));
+        }
+        assert_eq!(Aeth { syndrome: 0x65, msn: 0 }.kind(), AethKind::Reserved(0x65));
+        assert_eq!(Aeth { syndrome: 0x40, msn: 0 }.kind(), AethKind::Reserved(0x40));
+        assert_eq!(Aeth { syndrome: 0x9F, msn: 0 }.kind(), AethKind::Ack { credits: 31 });
+    }
+
+    #[test]
+    fn rnr_timer_values() {
+        assert_eq!(rnr_timer_ns(0), 655_360_000);
+        assert_eq!(rnr_timer_ns(1), 10_000);
+        assert_eq!(rnr_timer_ns(14), 1_280_000);
+        assert_eq!(rnr_timer_ns(25), 61_440_000);
+        assert_eq!(rnr_timer_ns(31), 491_520_000);
+        assert_eq!(rnr_timer_ns(32 + 14), rnr_timer_ns(14));
+    }
+
+    #[test]
+    fn rnr_timer_table_follows_the_spec_progression() {
+        // From code 2 on the table doubles every two codes: 2k -> 0.01 ms * 2^k,
+        // 2k+1 -> 0.015 ms * 2^k; and each code waits longer than the one before.
+        for code in 2..32u8 {
+            let k = u32::from(code / 2);
+            let expected = if code % 2 == 0 { 10_000 << k } else { 15_000 << k };
+            assert_eq!(rnr_timer_ns(code), expected, "code {code}");
+            assert!(rnr_timer_ns(code) > rnr_timer_ns(code - 1));
+        }
+        assert!(rnr_timer_ns(0) > rnr_timer_ns(31));
+    }
+
+    #[test]
+    fn deth_masks_and_reads_reserved_byte_as_ignored() {
+        let deth = Deth { qkey: Deth::GSI_QKEY, src_qp: 1 };
+        let mut out = Vec::new();
+        deth.emit(&mut out);
+        assert_eq!(out, [0x80, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01]);
+        out[4] = 0xFF;
+        assert_eq!(Deth::parse(&out), Ok(deth));
+    }
+
+    #[test]
+    fn emit_rejects_wrong_headers() {
+        let bth = Bth { opcode: Opcode::RC_RDMA_WRITE_ONLY, ..Bth::default() };
+        let mut out = Vec::new();
+        assert_eq!(Packet::new(bth, b"x").emit(&mut out), Err(PacketError::MissingHeader("RETH")));
+        let pkt = Packet { reth: Some(Reth::default()), imm: Some(1), ..Packet::new(bth, b"x") };
+        assert_eq!(pkt.emit(&mut out), Err(PacketError::UnexpectedHeader("ImmDt")));
+        let ack = Packet {
+            aeth: Some(Aeth::ack(0)),
+            ..Packet::new(Bth { opcode: Opcode::RC_ACKNOWLEDGE, ..bth }, b"x")
+        };
+        assert_eq!(ack.emit(&mut out), Err(PacketError::UnexpectedPayload(1)));
+        let unknown = Packet::new(Bth { opcode: Opcode(0x15), ..bth }, &[]);
+        assert_eq!(unknown.emit(&mut out), Err(PacketError::UnknownOpcode(0x15)));
+        let wide = Packet { bth: Bth { dest_qp: 1 << 24, ..bth }, ..pkt };
+        let wide = Packet { imm: None, ..wide };
+        assert_eq!(wide.emit(&mut out), Err(PacketError::FieldTooWide("BTH DestQP")));
+        assert!(out.is_empty(), "nothing is written on error");
+    }
+
+    #[test]
+    fn transport_parse_checks_pad_and_payload() {
+        let bth = Bth { opcode: Opcode::RC_SEND_ONLY, ..Bth::default() };
+        let mut out = Vec::new();
+        Packet::new(bth, b"abcde").emit(&mut out).unwrap();
+        assert_eq!(out.len(), 12 + 8);
+        assert_eq!(out[1] >> 4 & 3, 3);
+        let pkt = Packet::parse(&out).unwrap();
+        assert_eq!(pkt.payload, b"abcde");
+        assert_eq!(pkt.bth.pad_count, 3);
+        // Not 4-aligned.
+        assert!(matches!(Packet::parse(&out[..19]), Err(PacketError::BadLength(_))));
+        // Pad larger than what follows the headers.
+        let mut bare = out[..12].to_vec();
+        bare[1] |= 0x10;
+        assert!(matches!(Packet::parse(&bare), Err(PacketError::BadLength(_))));
+        // A header cut short.
+        let mut read = Vec::new();
+        let req = Packet {
+            reth: Some(Reth { va: 1, rkey: 2, dma_len: 3 }),
+            ..Packet::new(Bth { opcode: Opcode::RC_RDMA_READ_REQUEST, ..bth }, &[])
+        };
+        req.emit(&mut read).unwrap();
+        assert_eq!(Packet::parse(&read[..20]), Err(PacketError::Truncated { needed: 28, got: 20 }));
+        // Payload on a READ REQUEST.
+        read.extend_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(Packet::parse(&read), Err(PacketError::UnexpectedPayload(4)));
+    }
+
+    #[test]
+    fn cnp_reserved_bytes_are_zero_and_ignored() {
+        let bth = Bth { opcode: Opcode::CNP, becn: true, dest_qp: 0x22, ..Bth::default() };
+        let mut out = Vec::new();
+        Packet::new(bth, &[]).emit(&mut out).unwrap();
+        assert_eq!(out.len(), 28);
+        assert!(out[12..].iter().all(|&b| b == 0));
+        out[20] = 0xAA;
+        assert_eq!(Packet::parse(&out), Ok(Packet::new(bth, &[])));
+    }
+}

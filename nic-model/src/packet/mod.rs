@@ -1,0 +1,111 @@
+//! RoCEv2 packets: the IBA transport headers, the opcode table that says which of them each
+//! opcode carries, the ICRC, the IPv4/UDP encapsulation the softverbs wire carries, and pcap
+//! capture files that Wireshark decodes.
+//!
+//! Codecs follow smoltcp's shape: plain field structs ([`Bth`], [`Reth`], …, [`Packet`]) with
+//! `parse` and `emit`; nothing panics on input, and every length and field is checked on parse.
+//! Per-opcode facts live in one table ([`opcode_table`]), never in scattered `match` arms.
+//!
+//! A datagram on the wire is IPv4 (20 B) ‖ UDP (8 B, port 4791) ‖ BTH ‖ extension headers ‖
+//! payload ‖ pad ‖ ICRC (4 B); see [`emit_datagram`] and [`parse_datagram`].
+
+use core::fmt;
+
+mod headers;
+mod icrc;
+mod opcode;
+mod pcap;
+mod psn;
+mod roce;
+
+pub use headers::{
+    rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Packet, Reth, ATOMIC_ACK_ETH_LEN,
+    CNP_RESERVED_LEN, IETH_LEN, IMMDT_LEN,
+};
+pub use icrc::icrc_ipv4;
+pub use opcode::{opcode_table, OpFlags, Opcode, OpcodeInfo, Transport};
+pub use pcap::PcapWriter;
+pub use psn::Psn;
+pub use roce::{
+    datagram_len, emit_datagram, parse_datagram, IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT,
+};
+
+/// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PacketError {
+    /// The bytes end before a header or length says they should (counts are of the buffer
+    /// being parsed: the datagram, or the transport packet for [`Packet::parse`]).
+    Truncated {
+        /// Bytes required.
+        needed: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// The BTH opcode is not in the opcode table.
+    UnknownOpcode(u8),
+    /// The BTH `TVer` (transport header version) is not 0.
+    BadVersion(u8),
+    /// The IP version is not 4.
+    NotIpv4,
+    /// The IPv4 header is unusable (options, fragmentation, not UDP, bad checksum).
+    BadIpHeader(&'static str),
+    /// The UDP destination port is not the RoCEv2 port, 4791.
+    NotRoce {
+        /// The port found.
+        dst_port: u16,
+    },
+    /// A length field disagrees with the bytes (IPv4 total length, UDP length, pad, alignment),
+    /// or the datagram would not fit an IPv4 total length.
+    BadLength(&'static str),
+    /// The ICRC computed over the datagram differs from the one it carries.
+    BadIcrc {
+        /// The ICRC computed over the received bytes.
+        expected: u32,
+        /// The ICRC the datagram carries.
+        got: u32,
+    },
+    /// Emit: a header the opcode requires is `None`.
+    MissingHeader(&'static str),
+    /// Emit: a header the opcode does not carry is `Some`.
+    UnexpectedHeader(&'static str),
+    /// Payload on an opcode that carries none (ACKNOWLEDGE, READ REQUEST, atomics, CNP); the
+    /// payload's length.
+    UnexpectedPayload(usize),
+    /// Emit: a value does not fit its 24-bit wire field (QPN or MSN).
+    FieldTooWide(&'static str),
+}
+
+impl fmt::Display for PacketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PacketError::Truncated { needed, got } => {
+                write!(f, "truncated packet: needed {needed} bytes, got {got}")
+            }
+            PacketError::UnknownOpcode(op) => write!(f, "unknown BTH opcode {op:#04x}"),
+            PacketError::BadVersion(v) => {
+                write!(f, "BTH transport header version is {v}, expected 0")
+            }
+            PacketError::NotIpv4 => f.write_str("not an IPv4 packet"),
+            PacketError::BadIpHeader(what) => write!(f, "bad IPv4 header: {what}"),
+            PacketError::NotRoce { dst_port } => {
+                write!(f, "UDP destination port {dst_port} is not the RoCEv2 port {ROCE_UDP_PORT}")
+            }
+            PacketError::BadLength(what) => write!(f, "bad length: {what}"),
+            PacketError::BadIcrc { expected, got } => {
+                write!(f, "ICRC mismatch: computed {expected:#010x}, packet carries {got:#010x}")
+            }
+            PacketError::MissingHeader(h) => {
+                write!(f, "the opcode requires a {h} header, but none was given")
+            }
+            PacketError::UnexpectedHeader(h) => {
+                write!(f, "the opcode carries no {h} header, but one was given")
+            }
+            PacketError::UnexpectedPayload(len) => {
+                write!(f, "the opcode carries no payload, but there are {len} payload bytes")
+            }
+            PacketError::FieldTooWide(field) => write!(f, "{field} does not fit in 24 bits"),
+        }
+    }
+}
+
+impl std::error::Error for PacketError {}

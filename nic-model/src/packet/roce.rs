@@ -1,0 +1,661 @@
+//! RoCEv2 datagrams: IPv4 (20 B, no options) ‖ UDP (8 B, destination port 4791, checksum 0) ‖
+//! transport packet ‖ ICRC (4 B).
+//!
+//! This whole IP datagram is what the softverbs wire carries between ports; the pcap writer adds
+//! an Ethernet header only for Wireshark's sake.
+
+use super::headers::{Bth, Packet};
+use super::icrc::icrc_ipv4;
+use super::PacketError;
+
+/// The UDP destination port that identifies RoCEv2.
+pub const ROCE_UDP_PORT: u16 = 4791;
+/// Bytes of the IPv4 and UDP headers in front of the BTH.
+pub const IPV4_UDP_LEN: usize = IPV4_LEN + UDP_LEN;
+/// Bytes of the ICRC that ends every datagram.
+pub const ICRC_LEN: usize = 4;
+
+/// Bytes of an IPv4 header without options.
+const IPV4_LEN: usize = 20;
+/// Bytes of a UDP header.
+const UDP_LEN: usize = 8;
+/// IPv4 version 4, IHL 5 words: the first header byte of every datagram softverbs speaks.
+const IPV4_VERSION_IHL: u8 = 0x45;
+/// IPv4 protocol number of UDP.
+const IP_PROTO_UDP: u8 = 17;
+/// IPv4 flags/fragment-offset bits: Don't Fragment.
+const IP_DF: u16 = 0x4000;
+/// IPv4 flags/fragment-offset bits: More Fragments and the fragment offset.
+const IP_MF_AND_OFFSET: u16 = 0x3FFF;
+
+/// The IPv4 and UDP fields of a RoCEv2 datagram that are not implied by its content (lengths,
+/// checksums, protocol and destination port are).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct IpUdp {
+    /// IPv4 source address.
+    pub src: [u8; 4],
+    /// IPv4 destination address.
+    pub dst: [u8; 4],
+    /// UDP source port: per-QP flow entropy in RoCEv2.
+    pub src_port: u16,
+    /// IPv4 TOS byte: DSCP (traffic class) in bits 7–2, ECN in bits 1–0. Not covered by the ICRC.
+    pub tos: u8,
+    /// IPv4 time to live (hop limit). Not covered by the ICRC.
+    pub ttl: u8,
+    /// IPv4 identification.
+    pub ident: u16,
+    /// IPv4 Don't Fragment flag.
+    pub dont_fragment: bool,
+}
+
+impl Default for IpUdp {
+    /// TOS 0, TTL 64, identification 0, DF set, UDP source port 49152, addresses 0.0.0.0.
+    fn default() -> IpUdp {
+        IpUdp {
+            src: [0; 4],
+            dst: [0; 4],
+            src_port: 49152,
+            tos: 0,
+            ttl: 64,
+            ident: 0,
+            dont_fragment: true,
+        }
+    }
+}
+
+/// Total datagram length [`emit_datagram`] would produce: IPv4 + UDP + transport + ICRC.
+pub fn datagram_len(pkt: &Packet<'_>) -> usize {
+    IPV4_UDP_LEN + pkt.transport_len() + ICRC_LEN
+}
+
+/// Emit IPv4/UDP/BTH…/payload/pad/ICRC into `out` (cleared first; left empty on error).
+/// Computes `PadCnt` (written into the BTH regardless of `pkt.bth.pad_count`), the IPv4 total
+/// length and header checksum, the UDP length (checksum 0) and the ICRC.
+///
+/// Errors: `UnknownOpcode`; `MissingHeader` / `UnexpectedHeader` if the extension headers are not
+/// exactly those the opcode table lists; `UnexpectedPayload`; `FieldTooWide`; `BadLength` if the
+/// datagram would exceed 65535 bytes.
+pub fn emit_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<(), PacketError> {
+    out.clear();
+    let info = pkt.check()?;
+    let len = datagram_len(pkt);
+    let total_len = u16::try_from(len)
+        .map_err(|_| PacketError::BadLength("datagram longer than an IPv4 total length allows"))?;
+    out.reserve(len);
+
+    let flags: u16 = if ip.dont_fragment { IP_DF } else { 0 };
+    let mut ipv4 = [0u8; IPV4_LEN];
+    ipv4[0] = IPV4_VERSION_IHL;
+    ipv4[1] = ip.tos;
+    ipv4[2..4].copy_from_slice(&total_len.to_be_bytes());
+    ipv4[4..6].copy_from_slice(&ip.ident.to_be_bytes());
+    ipv4[6..8].copy_from_slice(&flags.to_be_bytes());
+    ipv4[8] = ip.ttl;
+    ipv4[9] = IP_PROTO_UDP;
+    ipv4[12..16].copy_from_slice(&ip.src);
+    ipv4[16..20].copy_from_slice(&ip.dst);
+    let checksum = !ones_complement_sum(&ipv4);
+    ipv4[10..12].copy_from_slice(&checksum.to_be_bytes());
+    out.extend_from_slice(&ipv4);
+
+    // UDP length = total - IPv4 header, which fits because total_len did.
+    let udp_len = total_len - IPV4_LEN as u16;
+    out.extend_from_slice(&ip.src_port.to_be_bytes());
+    out.extend_from_slice(&ROCE_UDP_PORT.to_be_bytes());
+    out.extend_from_slice(&udp_len.to_be_bytes());
+    out.extend_from_slice(&[0, 0]); // UDP checksum: not used by RoCEv2 (the ICRC covers it all).
+
+    pkt.emit_checked(info, out);
+    let icrc = icrc_ipv4(out);
+    out.extend_from_slice(&icrc.to_le_bytes());
+    debug_assert_eq!(out.len(), len, "datagram_len agrees with what emit writes");
+    Ok(())
+}
+
+/// Parse and check a datagram: IPv4 version, IHL 5, no fragmentation, protocol 17, header
+/// checksum and total length (= `bytes.len()`); UDP destination port 4791 and length; the ICRC;
+/// then BTH `TVer` 0, a known opcode, header lengths per the opcode table and the pad count.
+/// Never panics on any input. The UDP checksum is ignored (RoCEv2 senders leave it 0).
+pub fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), PacketError> {
+    let got = bytes.len();
+    let ipv4: &[u8; IPV4_LEN] =
+        bytes.first_chunk().ok_or(PacketError::Truncated { needed: IPV4_LEN, got })?;
+    if ipv4[0] >> 4 != 4 {
+        return Err(PacketError::NotIpv4);
+    }
+    if ipv4[0] != IPV4_VERSION_IHL {
+        return Err(PacketError::BadIpHeader("IHL is not 5 (IPv4 options are not supported)"));
+    }
+    let total_len = usize::from(u16::from_be_bytes([ipv4[2], ipv4[3]]));
+    if total_len < IPV4_UDP_LEN {
+        return Err(PacketError::BadLength("IPv4 total length is shorter than IPv4 + UDP"));
+    }
+    if total_len > got {
+        return Err(PacketError::Truncated { needed: total_len, got });
+    }
+    if total_len < got {
+        return Err(PacketError::BadLength("bytes beyond the IPv4 total length"));
+    }
+    let flags = u16::from_be_bytes([ipv4[6], ipv4[7]]);
+    if flags & IP_MF_AND_OFFSET != 0 {
+        return Err(PacketError::BadIpHeader("fragmented datagram"));
+    }
+    if ipv4[9] != IP_PROTO_UDP {
+        return Err(PacketError::BadIpHeader("protocol is not UDP"));
+    }
+    if ones_complement_sum(ipv4) != 0xFFFF {
+        return Err(PacketError::BadIpHeader("header checksum mismatch"));
+    }
+
+    let udp_and_rest = bytes.get(IPV4_LEN..).unwrap_or(&[]);
+    let udp: &[u8; UDP_LEN] =
+        udp_and_rest.first_chunk().ok_or(PacketError::Truncated { needed: IPV4_UDP_LEN, got })?;
+    let dst_port = u16::from_be_bytes([udp[2], udp[3]]);
+    if dst_port != ROCE_UDP_PORT {
+        return Err(PacketError::NotRoce { dst_port });
+    }
+    if usize::from(u16::from_be_bytes([udp[4], udp[5]])) != total_len - IPV4_LEN {
+        return Err(PacketError::BadLength("UDP length disagrees with the IPv4 total length"));
+    }
+
+    let min_len = IPV4_UDP_LEN + Bth::LEN + ICRC_LEN;
+    let (covered, icrc) = bytes
+        .split_last_chunk::<ICRC_LEN>()
+        .filter(|_| got >= min_len)
+        .ok_or(PacketError::Truncated { needed: min_len, got })?;
+    let expected = icrc_ipv4(covered);
+    let carried = u32::from_le_bytes(*icrc);
+    if expected != carried {
+        return Err(PacketError::BadIcrc { expected, got: carried });
+    }
+
+    let transport = covered.get(IPV4_UDP_LEN..).unwrap_or(&[]);
+    let bth = Bth::parse(transport)?;
+    let info = bth.opcode.info().ok_or(PacketError::UnknownOpcode(bth.opcode.0))?;
+    let needed = IPV4_UDP_LEN + info.header_len + ICRC_LEN;
+    if got < needed {
+        return Err(PacketError::Truncated { needed, got });
+    }
+    let pkt = Packet::parse(transport)?;
+
+    let ip = IpUdp {
+        src: [ipv4[12], ipv4[13], ipv4[14], ipv4[15]],
+        dst: [ipv4[16], ipv4[17], ipv4[18], ipv4[19]],
+        src_port: u16::from_be_bytes([udp[0], udp[1]]),
+        tos: ipv4[1],
+        ttl: ipv4[8],
+        ident: u16::from_be_bytes([ipv4[4], ipv4[5]]),
+        dont_fragment: flags & IP_DF != 0,
+    };
+    Ok((ip, pkt))
+}
+
+/// The folded 16-bit one's-complement sum of an IPv4 header (RFC 1071): 0xFFFF over a header
+/// with a correct checksum; its complement is the checksum of a header whose checksum field is 0.
+fn ones_complement_sum(header: &[u8; IPV4_LEN]) -> u16 {
+    let mut sum: u32 =
+        header.chunks_exact(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while sum > 0xFFFF {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    sum as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::headers::{Aeth, AethKind, AtomicEth, Deth, NakCode, Reth};
+    use super::super::opcode::{opcode_table, OpFlags, Opcode};
+    use super::super::psn::Psn;
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Golden frames from the wire-format reference (whole Ethernet frames).
+    const FRAME_1: &str = concat!(
+        "02000000000202000000000108004502004c12344000401114690a0000010a000002c00012b70038",
+        "00000a30ffff000000118012345600007f0000001000123456780000000d68656c6c6f2c2072646d",
+        "6121210000005a89b4d9",
+    );
+    const FRAME_4: &str = concat!(
+        "02000000000202000000000108004502003012344000401114850a0000010a000002c00012b7001c",
+        "00001100ffff00000022001234572e0000012d4c7d4e",
+    );
+    const FRAME_5: &str = concat!(
+        "02000000000202000000000108004502003012344000401114850a0000010a000002c00012b7001c",
+        "00001100ffff0000002200123457600000012363b635",
+    );
+    const FRAME_9: &str = concat!(
+        "020000000002020000000001080045020038123440004011147d0a0000010a000002c00012b70024",
+        "00001000ffff00000022001234591f0000025245414444415441686eda4a",
+    );
+    const FRAME_10: &str = concat!(
+        "020000000002020000000001080045020048123440004011146d0a0000010a000002c00012b70034",
+        "00001300ffff000000118012345a00007f00000030000000beef0000000000000007000000000000",
+        "0000ad3c3acd",
+    );
+    const FRAME_12: &str = concat!(
+        "02000000000202000000000108004502004012344000401114750a0000010a000002c00012b7002c",
+        "00006410ffff0000004400000001111111110000003375642d646174616772616d00fdc54a20",
+    );
+
+    /// The datagram inside a golden Ethernet frame.
+    fn datagram(frame_hex: &str) -> Vec<u8> {
+        let frame: Vec<u8> = (0..frame_hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&frame_hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(&frame[12..14], &[0x08, 0x00], "Ethernet II carrying IPv4");
+        frame[14..].to_vec()
+    }
+
+    /// The IPv4/UDP fields every golden frame shares.
+    const GOLDEN_IP: IpUdp = IpUdp {
+        src: [10, 0, 0, 1],
+        dst: [10, 0, 0, 2],
+        src_port: 49152,
+        tos: 0x02,
+        ttl: 64,
+        ident: 0x1234,
+        dont_fragment: true,
+    };
+
+    /// Parse a golden datagram, check it re-emits byte-identically, and return the packet.
+    fn parse_golden(bytes: &[u8]) -> Packet<'_> {
+        let (ip, pkt) = parse_datagram(bytes).unwrap();
+        assert_eq!(ip, GOLDEN_IP);
+        assert_eq!(datagram_len(&pkt), bytes.len());
+        let mut out = Vec::new();
+        emit_datagram(&ip, &pkt, &mut out).unwrap();
+        assert_eq!(out, bytes, "re-emit is byte-identical");
+        pkt
+    }
+
+    fn bth(opcode: Opcode, dest_qp: u32, psn: u32, ack_req: bool, pad_count: u8) -> Bth {
+        Bth {
+            opcode,
+            pkey: 0xFFFF,
+            dest_qp,
+            ack_req,
+            psn: Psn::new(psn),
+            pad_count,
+            ..Bth::default()
+        }
+    }
+
+    #[test]
+    fn golden_1_rdma_write_only() {
+        let bytes = datagram(FRAME_1);
+        let pkt = parse_golden(&bytes);
+        assert_eq!(pkt.bth, bth(Opcode::RC_RDMA_WRITE_ONLY, 0x11, 0x12_3456, true, 3));
+        assert_eq!(
+            pkt.reth,
+            Some(Reth { va: 0x0000_7f00_0000_1000, rkey: 0x1234_5678, dma_len: 13 })
+        );
+        assert_eq!(pkt.payload, b"hello, rdma!!");
+        assert_eq!(
+            Packet { reth: None, payload: &[], ..pkt },
+            Packet::new(pkt.bth, &[]),
+            "no other extension headers"
+        );
+        assert_eq!(icrc_ipv4(&bytes[..bytes.len() - 4]), 0xd9b4_895a);
+    }
+
+    #[test]
+    fn golden_4_rnr_nak() {
+        let bytes = datagram(FRAME_4);
+        let pkt = parse_golden(&bytes);
+        assert_eq!(pkt.bth, bth(Opcode::RC_ACKNOWLEDGE, 0x22, 0x12_3457, false, 0));
+        assert_eq!(pkt.aeth, Some(Aeth::rnr_nak(14, 1)));
+        assert_eq!(pkt.aeth.unwrap().kind(), AethKind::RnrNak { timer: 14 });
+        assert_eq!(Packet { aeth: None, ..pkt }, Packet::new(pkt.bth, &[]));
+    }
+
+    #[test]
+    fn golden_5_psn_sequence_nak() {
+        let bytes = datagram(FRAME_5);
+        let pkt = parse_golden(&bytes);
+        assert_eq!(pkt.bth, bth(Opcode::RC_ACKNOWLEDGE, 0x22, 0x12_3457, false, 0));
+        assert_eq!(pkt.aeth, Some(Aeth { syndrome: 0x60, msn: 1 }));
+        assert_eq!(pkt.aeth.unwrap().kind(), AethKind::Nak(NakCode::PsnSequenceError));
+        assert_eq!(Packet { aeth: None, ..pkt }, Packet::new(pkt.bth, &[]));
+    }
+
+    #[test]
+    fn golden_9_read_response_only() {
+        let bytes = datagram(FRAME_9);
+        let pkt = parse_golden(&bytes);
+        assert_eq!(pkt.bth, bth(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 0x22, 0x12_3459, false, 0));
+        assert_eq!(pkt.aeth, Some(Aeth::ack(2)));
+        assert_eq!(pkt.aeth.unwrap().kind(), AethKind::Ack { credits: 0x1F });
+        assert_eq!(pkt.payload, b"READDATA");
+        assert_eq!(Packet { aeth: None, payload: &[], ..pkt }, Packet::new(pkt.bth, &[]));
+    }
+
+    #[test]
+    fn golden_10_compare_swap() {
+        let bytes = datagram(FRAME_10);
+        let pkt = parse_golden(&bytes);
+        assert_eq!(pkt.bth, bth(Opcode::RC_COMPARE_SWAP, 0x11, 0x12_345a, true, 0));
+        assert_eq!(
+            pkt.atomic_eth,
+            Some(AtomicEth { va: 0x0000_7f00_0000_3000, rkey: 0xbeef, swap_add: 7, compare: 0 })
+        );
+        assert!(pkt.payload.is_empty());
+        assert_eq!(Packet { atomic_eth: None, ..pkt }, Packet::new(pkt.bth, &[]));
+    }
+
+    #[test]
+    fn golden_12_ud_send_only() {
+        let bytes = datagram(FRAME_12);
+        let pkt = parse_golden(&bytes);
+        assert_eq!(pkt.bth, bth(Opcode::UD_SEND_ONLY, 0x44, 1, false, 1));
+        assert_eq!(pkt.deth, Some(Deth { qkey: 0x1111_1111, src_qp: 0x33 }));
+        assert_eq!(pkt.payload, b"ud-datagram");
+        assert_eq!(Packet { deth: None, payload: &[], ..pkt }, Packet::new(pkt.bth, &[]));
+    }
+
+    #[test]
+    fn golden_frames_rebuilt_from_fields() {
+        // Frame 1 from scratch, with a stale pad count that emit must override.
+        let reth = Reth { va: 0x0000_7f00_0000_1000, rkey: 0x1234_5678, dma_len: 13 };
+        let pkt = Packet {
+            reth: Some(reth),
+            ..Packet::new(
+                bth(Opcode::RC_RDMA_WRITE_ONLY, 0x11, 0x12_3456, true, 0),
+                b"hello, rdma!!",
+            )
+        };
+        let mut out = Vec::new();
+        emit_datagram(&GOLDEN_IP, &pkt, &mut out).unwrap();
+        assert_eq!(out, datagram(FRAME_1));
+    }
+
+    #[test]
+    fn flipped_bits_fail_the_icrc() {
+        let good = datagram(FRAME_1);
+        // One bit of the ICRC itself (frame 2 of the reference).
+        let mut bad = good.clone();
+        let first_icrc_byte = bad.len() - ICRC_LEN;
+        bad[first_icrc_byte] ^= 0x01;
+        assert_eq!(
+            parse_datagram(&bad),
+            Err(PacketError::BadIcrc { expected: 0xd9b4_895a, got: 0xd9b4_895b })
+        );
+        // One payload bit.
+        let mut bad = good.clone();
+        bad[IPV4_UDP_LEN + 28 + 2] ^= 0x20;
+        assert!(matches!(parse_datagram(&bad), Err(PacketError::BadIcrc { .. })));
+        // One pad bit.
+        let mut bad = good;
+        let last_pad_byte = bad.len() - ICRC_LEN - 1;
+        bad[last_pad_byte] ^= 0x01;
+        assert!(matches!(parse_datagram(&bad), Err(PacketError::BadIcrc { .. })));
+    }
+
+    #[test]
+    fn mutable_fields_do_not_change_the_icrc() {
+        // Frame 17 of the reference: TOS 0x03, TTL 3 and FECN changed in flight.
+        let original = datagram(FRAME_1);
+        let (ip, pkt) = parse_datagram(&original).unwrap();
+        let ip = IpUdp { tos: 0x03, ttl: 3, ..ip };
+        let pkt = Packet { bth: Bth { fecn: true, becn: true, ..pkt.bth }, ..pkt };
+        let mut out = Vec::new();
+        emit_datagram(&ip, &pkt, &mut out).unwrap();
+        assert_ne!(out, original);
+        assert_eq!(out[out.len() - 4..], original[original.len() - 4..]);
+        let (ip2, pkt2) = parse_datagram(&out).unwrap();
+        assert_eq!((ip2, pkt2), (ip, pkt));
+        // A nonzero UDP checksum is ignored too.
+        out[26] = 0x12;
+        out[27] = 0x34;
+        assert_eq!(parse_datagram(&out), Ok((ip, pkt)));
+    }
+
+    #[test]
+    fn ip_and_udp_checks() {
+        let good = datagram(FRAME_4);
+        let with = |at: usize, v: u8| {
+            let mut b = good.clone();
+            b[at] = v;
+            b
+        };
+        assert_eq!(parse_datagram(&with(0, 0x65)), Err(PacketError::NotIpv4));
+        assert!(matches!(parse_datagram(&with(0, 0x46)), Err(PacketError::BadIpHeader(_))));
+        assert!(matches!(parse_datagram(&with(9, 6)), Err(PacketError::BadIpHeader(_))));
+        assert!(matches!(parse_datagram(&with(6, 0x60)), Err(PacketError::BadIpHeader(_))));
+        assert!(matches!(parse_datagram(&with(15, 9)), Err(PacketError::BadIpHeader(_))));
+        assert!(matches!(parse_datagram(&with(3, 0x31)), Err(PacketError::Truncated { .. })));
+        assert!(matches!(parse_datagram(&with(3, 0x10)), Err(PacketError::BadLength(_))));
+        assert_eq!(
+            parse_datagram(&good[..good.len() - 1]),
+            Err(PacketError::Truncated { needed: good.len(), got: good.len() - 1 })
+        );
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert!(matches!(parse_datagram(&trailing), Err(PacketError::BadLength(_))));
+        assert_eq!(parse_datagram(&with(23, 0xb8)), Err(PacketError::NotRoce { dst_port: 4792 }));
+        assert!(matches!(parse_datagram(&with(25, 0x1d)), Err(PacketError::BadLength(_))));
+        assert_eq!(parse_datagram(&[]), Err(PacketError::Truncated { needed: 20, got: 0 }));
+    }
+
+    /// Recompute the IPv4 checksum and ICRC of a (mutated) datagram so parsing reaches the
+    /// transport headers.
+    fn reseal(bytes: &mut [u8]) {
+        if bytes.len() >= IPV4_LEN {
+            bytes[10] = 0;
+            bytes[11] = 0;
+            let header: [u8; IPV4_LEN] = bytes[..IPV4_LEN].try_into().unwrap();
+            let checksum = !ones_complement_sum(&header);
+            bytes[10..12].copy_from_slice(&checksum.to_be_bytes());
+        }
+        if bytes.len() >= ICRC_LEN {
+            let n = bytes.len() - ICRC_LEN;
+            let icrc = icrc_ipv4(&bytes[..n]);
+            bytes[n..].copy_from_slice(&icrc.to_le_bytes());
+        }
+    }
+
+    #[test]
+    fn transport_errors_behind_a_good_icrc() {
+        let good = datagram(FRAME_4);
+        let resealed = |at: usize, v: u8| {
+            let mut b = good.clone();
+            b[at] = v;
+            reseal(&mut b);
+            b
+        };
+        assert_eq!(parse_datagram(&resealed(28 + 1, 0x01)), Err(PacketError::BadVersion(1)));
+        assert_eq!(parse_datagram(&resealed(28, 0x15)), Err(PacketError::UnknownOpcode(0x15)));
+        // An AtomicETH opcode in a datagram with room for an AETH only.
+        assert_eq!(
+            parse_datagram(&resealed(28, 0x13)),
+            Err(PacketError::Truncated { needed: 28 + 40 + 4, got: good.len() })
+        );
+        // A pad count on a packet without payload.
+        assert!(matches!(parse_datagram(&resealed(28 + 1, 0x10)), Err(PacketError::BadLength(_))));
+    }
+
+    #[test]
+    fn emit_rejects_oversized_datagrams() {
+        let payload = vec![0u8; 65536];
+        let pkt = Packet::new(bth(Opcode::RC_SEND_MIDDLE, 1, 1, false, 0), &payload);
+        let mut out = vec![1, 2, 3];
+        assert!(matches!(
+            emit_datagram(&IpUdp::default(), &pkt, &mut out),
+            Err(PacketError::BadLength(_))
+        ));
+        assert!(out.is_empty());
+        // The largest that fits: payload + pad is a multiple of 4.
+        let max = (65535 - IPV4_UDP_LEN - 12 - ICRC_LEN) & !3;
+        let pkt = Packet::new(pkt.bth, &payload[..max]);
+        emit_datagram(&IpUdp::default(), &pkt, &mut out).unwrap();
+        assert_eq!(out.len(), 65532);
+        assert_eq!(parse_datagram(&out).unwrap().1, pkt);
+        let pkt = Packet::new(pkt.bth, &payload[..max + 1]);
+        assert!(emit_datagram(&IpUdp::default(), &pkt, &mut out).is_err());
+    }
+
+    /// A valid packet for `opcode`, every header it needs filled from `seed`.
+    fn sample(opcode: Opcode, seed: u64, payload: &[u8]) -> Packet<'_> {
+        let info = opcode.info().unwrap();
+        let f = info.flags;
+        let s32 = seed as u32;
+        let payload = if f.contains(OpFlags::PAYLOAD) { payload } else { &[] };
+        let mut pkt = Packet::new(
+            Bth {
+                opcode,
+                solicited: seed & 1 != 0,
+                mig_req: seed & 2 != 0,
+                pad_count: 0,
+                pkey: (seed >> 8) as u16,
+                fecn: seed & 4 != 0,
+                becn: seed & 8 != 0,
+                dest_qp: s32 & 0x00FF_FFFF,
+                ack_req: seed & 16 != 0,
+                psn: Psn::new((seed >> 24) as u32),
+            },
+            payload,
+        );
+        pkt.bth.pad_count = pkt.pad_len() as u8;
+        let flag = |flag: OpFlags| f.contains(flag);
+        pkt.deth = flag(OpFlags::DETH)
+            .then_some(Deth { qkey: s32 ^ 0x5555, src_qp: (s32 >> 3) & 0xFF_FFFF });
+        pkt.reth = flag(OpFlags::RETH).then_some(Reth {
+            va: seed.rotate_left(7),
+            rkey: !s32,
+            dma_len: s32 >> 1,
+        });
+        pkt.atomic_eth = flag(OpFlags::ATOMIC_ETH).then_some(AtomicEth {
+            va: seed.rotate_left(13),
+            rkey: s32.rotate_left(3),
+            swap_add: seed.wrapping_mul(3),
+            compare: !seed,
+        });
+        pkt.aeth = flag(OpFlags::AETH)
+            .then_some(Aeth { syndrome: (seed >> 40) as u8, msn: (s32 >> 5) & 0xFF_FFFF });
+        pkt.atomic_ack_eth = flag(OpFlags::ATOMIC_ACK_ETH).then_some(seed.wrapping_mul(7));
+        pkt.imm = flag(OpFlags::IMMDT).then_some(s32.wrapping_mul(11));
+        pkt.ieth = flag(OpFlags::IETH).then_some(s32.wrapping_mul(13));
+        pkt
+    }
+
+    #[test]
+    fn every_opcode_round_trips() {
+        let payload: Vec<u8> = (0..=42).collect();
+        for (i, info) in opcode_table().iter().enumerate() {
+            for len in [0, 1, 2, 3, 4, 43] {
+                let seed = 0x0123_4567_89AB_CDEFu64.rotate_left(i as u32 * 5 + len as u32);
+                let pkt = sample(info.opcode, seed, &payload[..len]);
+                let ip = IpUdp { src: [192, 168, 0, 1], dst: [192, 168, 0, 2], ..IpUdp::default() };
+                let mut out = Vec::new();
+                emit_datagram(&ip, &pkt, &mut out).unwrap();
+                assert_eq!(out.len(), datagram_len(&pkt), "{}", info.name);
+                assert_eq!(out.len() % 4, 0, "datagrams are 4-byte aligned");
+                assert_eq!(
+                    out.len(),
+                    IPV4_UDP_LEN + info.header_len + pkt.payload.len() + pkt.pad_len() + ICRC_LEN
+                );
+                assert_eq!(parse_datagram(&out), Ok((ip, pkt)), "{}", info.name);
+            }
+        }
+    }
+
+    #[test]
+    fn imm_is_the_big_endian_wire_value() {
+        let pkt = Packet {
+            imm: Some(0xdead_beef),
+            ..Packet::new(bth(Opcode::RC_SEND_ONLY_WITH_IMMEDIATE, 1, 1, false, 0), &[])
+        };
+        let mut out = Vec::new();
+        emit_datagram(&IpUdp::default(), &pkt, &mut out).unwrap();
+        assert_eq!(out[IPV4_UDP_LEN + 12..IPV4_UDP_LEN + 16], [0xde, 0xad, 0xbe, 0xef]);
+    }
+
+    fn any_packet_bytes() -> impl Strategy<Value = (IpUdp, usize, u64, Vec<u8>)> {
+        (
+            any::<([u8; 4], [u8; 4], u16, u8, u8, u16, bool)>(),
+            0..opcode_table().len(),
+            any::<u64>(),
+            vec(any::<u8>(), 0..300),
+        )
+            .prop_map(
+                |((src, dst, src_port, tos, ttl, ident, dont_fragment), row, seed, payload)| {
+                    (
+                        IpUdp { src, dst, src_port, tos, ttl, ident, dont_fragment },
+                        row,
+                        seed,
+                        payload,
+                    )
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics_on_arbitrary_bytes(bytes in vec(any::<u8>(), 0..200)) {
+            let _ = parse_datagram(&bytes);
+            let _ = Packet::parse(&bytes);
+        }
+
+        #[test]
+        fn parse_never_panics_on_resealed_noise(
+            mut bytes in vec(any::<u8>(), 44..200),
+            op in 0..opcode_table().len(),
+        ) {
+            // Noise behind a plausible IPv4/UDP header and a valid ICRC reaches the transport
+            // parse.
+            let len = bytes.len() as u16;
+            bytes[0] = 0x45;
+            bytes[2..4].copy_from_slice(&len.to_be_bytes());
+            bytes[6] = 0;
+            bytes[7] = 0;
+            bytes[9] = 17;
+            bytes[22..24].copy_from_slice(&ROCE_UDP_PORT.to_be_bytes());
+            bytes[24..26].copy_from_slice(&(len - 20).to_be_bytes());
+            bytes[28] = opcode_table()[op].opcode.0;
+            bytes[29] &= 0xF0;
+            reseal(&mut bytes);
+            if let Ok((_, pkt)) = parse_datagram(&bytes) {
+                // Whatever parses re-emits to the same length.
+                prop_assert_eq!(datagram_len(&pkt), bytes.len());
+            }
+        }
+
+        #[test]
+        fn emit_parse_round_trips((ip, row, seed, payload) in any_packet_bytes()) {
+            let pkt = sample(opcode_table()[row].opcode, seed, &payload);
+            let mut out = Vec::new();
+            emit_datagram(&ip, &pkt, &mut out).unwrap();
+            prop_assert_eq!(out.len(), datagram_len(&pkt));
+            prop_assert_eq!(parse_datagram(&out), Ok((ip, pkt)));
+        }
+
+        #[test]
+        fn mutations_of_valid_datagrams_never_panic(
+            (ip, row, seed, payload) in any_packet_bytes(),
+            cut in any::<prop::sample::Index>(),
+            flips in vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            resealed in any::<bool>(),
+        ) {
+            let pkt = sample(opcode_table()[row].opcode, seed, &payload);
+            let mut out = Vec::new();
+            emit_datagram(&ip, &pkt, &mut out).unwrap();
+            // Truncation.
+            let _ = parse_datagram(&out[..cut.index(out.len())]);
+            // Byte flips, with or without fixing up the checksums afterwards.
+            for (at, xor) in flips {
+                let at = at.index(out.len());
+                out[at] ^= xor;
+            }
+            if resealed {
+                reseal(&mut out);
+            }
+            let result = parse_datagram(&out);
+            if !resealed && result.is_ok() {
+                // Only a no-op flip (or one in a field the ICRC does not cover) can still parse.
+                let (_, again) = result.unwrap();
+                prop_assert_eq!(again.payload, pkt.payload);
+            }
+        }
+    }
+}

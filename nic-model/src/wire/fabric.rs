@@ -1,0 +1,408 @@
+//! A fabric: the directory whose segment files are the ports' inboxes. Allocates LIDs,
+//! connects senders, lists what is there and cleans up after dead processes.
+
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::layout::{Geometry, Header, HEADER_READ_LEN, HEADER_SIZE, MAGIC, MAX_LID};
+use super::os::{self, FileLock};
+use super::segment::Segment;
+use super::{Inbox, Sender, WireError};
+
+/// Environment variable that overrides the default fabric directory.
+pub const FABRIC_ENV: &str = "SOFTVERBS_FABRIC";
+
+/// Name of the lock file that serialises LID allocation and cleaning.
+const LOCK_NAME: &str = ".lock";
+
+/// Sizes and identity of a new inbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InboxConfig {
+    /// Ring slots: a power of two in 2..=65536.
+    pub slots: u32,
+    /// Bytes per slot, the largest packet: a multiple of 64 in 64..=65536.
+    pub slot_size: u32,
+    /// The port's GID, published in the segment header for senders.
+    pub gid: [u8; 16],
+}
+
+impl Default for InboxConfig {
+    /// 1024 slots of 4352 bytes: a 4096-byte MTU payload plus every RoCEv2 header.
+    fn default() -> InboxConfig {
+        InboxConfig { slots: 1024, slot_size: 4352, gid: [0; 16] }
+    }
+}
+
+/// One file of a fabric directory, as [`Fabric::list`] found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub path: PathBuf,
+    /// From the file name `port-<lid>.inbox`; None for any other name.
+    pub lid: Option<u16>,
+    pub owner_pid: Option<u32>,
+    /// Whether the owner process is running (false when unknown).
+    pub alive: bool,
+    pub gid: Option<[u8; 16]>,
+    pub slots: Option<u32>,
+    pub slot_size: Option<u32>,
+    /// Why the file is not a usable inbox, if it is not one.
+    pub problem: Option<String>,
+}
+
+/// What may be done with an existing port file, judged under the fabric lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// In use, or not ours to touch.
+    Keep,
+    /// A softverbs segment whose owner is gone, or a truncated file left by a creator that
+    /// died (creation happens under the lock, so under the lock no creation is in progress).
+    Reclaim,
+}
+
+/// A fabric directory (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct Fabric {
+    dir: PathBuf,
+}
+
+/// Where a fabric lives: `explicit`, else `$SOFTVERBS_FABRIC`, else a per-user directory
+/// under /dev/shm (or the temporary directory where there is no /dev/shm).
+fn resolve_dir(explicit: Option<&Path>, env: Option<OsString>, uid: u32) -> PathBuf {
+    if let Some(dir) = explicit {
+        return dir.to_path_buf();
+    }
+    if let Some(dir) = env.filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    base.join(format!("softverbs-{uid}"))
+}
+
+/// Parses `port-<lid>.inbox` (canonical decimal, unicast range).
+fn lid_of_name(name: &str) -> Option<u16> {
+    let digits = name.strip_prefix("port-")?.strip_suffix(".inbox")?;
+    let lid: u16 = digits.parse().ok()?;
+    (lid != 0 && lid <= MAX_LID && digits == lid.to_string()).then_some(lid)
+}
+
+impl Fabric {
+    /// Opens the fabric directory: `explicit` if given, else `$SOFTVERBS_FABRIC` if set, else
+    /// `/dev/shm/softverbs-<uid>` (`<temp dir>/softverbs-<uid>` without /dev/shm). A missing
+    /// directory is created with mode 0700; an existing one must belong to this user
+    /// ([`WireError::ForeignDir`] otherwise) and is used with the mode it has.
+    pub fn open(explicit: Option<&Path>) -> Result<Fabric, WireError> {
+        let uid = os::effective_uid();
+        let dir = resolve_dir(explicit, std::env::var_os(FABRIC_ENV), uid);
+        match fs::metadata(&dir) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir)
+                    .map_err(|e| WireError::io(&dir, e))?;
+                fs::set_permissions(&dir, Permissions::from_mode(0o700))
+                    .map_err(|e| WireError::io(&dir, e))?;
+            }
+            Err(e) => return Err(WireError::io(&dir, e)),
+        }
+        let meta = fs::metadata(&dir).map_err(|e| WireError::io(&dir, e))?;
+        if !meta.is_dir() {
+            return Err(WireError::io(&dir, io::Error::other("not a directory")));
+        }
+        if meta.uid() != uid {
+            return Err(WireError::ForeignDir { path: dir, uid: meta.uid() });
+        }
+        Ok(Fabric { dir })
+    }
+
+    /// The fabric directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The segment file of the port with this LID (whether or not it exists).
+    pub fn inbox_path(&self, lid: u16) -> PathBuf {
+        self.dir.join(format!("port-{lid}.inbox"))
+    }
+
+    fn lock(&self) -> Result<FileLock, WireError> {
+        let path = self.dir.join(LOCK_NAME);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| WireError::io(&path, e))?;
+        FileLock::acquire(file).map_err(|e| WireError::io(&path, e))
+    }
+
+    /// Creates this process's inbox for a new port, with the lowest free LID (>= 1). A port
+    /// file whose owner is dead counts as free: it is removed and its LID reused.
+    pub fn create_inbox(&self, cfg: InboxConfig) -> Result<Inbox, WireError> {
+        let geometry = Geometry::new(cfg.slots, cfg.slot_size).map_err(WireError::BadConfig)?;
+        usize::try_from(geometry.total_size()).map_err(|_| {
+            WireError::BadConfig(format!(
+                "{} slots of {} bytes do not fit in this platform's address space",
+                cfg.slots, cfg.slot_size
+            ))
+        })?;
+        let _lock = self.lock()?;
+        for lid in 1..=MAX_LID {
+            let path = self.inbox_path(lid);
+            let file = match create_new(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    if inspect(&path).1 != Verdict::Reclaim {
+                        continue;
+                    }
+                    remove_if_present(&path)?;
+                    match create_new(&path) {
+                        Ok(file) => file,
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                        Err(e) => return Err(WireError::io(&path, e)),
+                    }
+                }
+                Err(e) => return Err(WireError::io(&path, e)),
+            };
+            let header =
+                Header::new(geometry, std::process::id(), os::own_start_time(), lid, cfg.gid);
+            return match init_inbox(&file, &path, &header) {
+                Ok(inbox) => Ok(inbox),
+                Err(e) => {
+                    // Best effort: the error that matters is the one being returned.
+                    let _ = fs::remove_file(&path);
+                    Err(e)
+                }
+            };
+        }
+        Err(WireError::NoFreeLid { dir: self.dir.clone() })
+    }
+
+    /// Maps the inbox of the port with this LID for sending. Checks owner, magic, layout
+    /// version, sizes against the file length, LID and state; every error names the file.
+    pub fn connect(&self, lid: u16) -> Result<Sender, WireError> {
+        let path = self.inbox_path(lid);
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(WireError::NoSuchPort { lid, path })
+            }
+            Err(e) => return Err(WireError::io(&path, e)),
+        };
+        let meta = file.metadata().map_err(|e| WireError::io(&path, e))?;
+        if !meta.is_file() {
+            return Err(WireError::bad_segment(&path, "not a regular file"));
+        }
+        let uid = os::effective_uid();
+        if meta.uid() != uid {
+            return Err(WireError::bad_segment(
+                &path,
+                format!("owned by uid {}, not by this user (uid {uid})", meta.uid()),
+            ));
+        }
+        let (seg, header) = Segment::open(&file, &path, meta.len())?;
+        if header.lid != lid {
+            return Err(WireError::bad_segment(
+                &path,
+                format!("its header says LID {}, its name LID {lid}", header.lid),
+            ));
+        }
+        if header.state == super::layout::STATE_CLOSED {
+            return Err(WireError::Closed { path });
+        }
+        super::layout::check_state(header.state).map_err(|w| WireError::bad_segment(&path, w))?;
+        if !os::process_alive(header.owner_pid, header.owner_start) {
+            return Err(WireError::OwnerDead { path, pid: header.owner_pid });
+        }
+        Ok(Sender::new(seg, &header))
+    }
+
+    /// Every file of the fabric directory (but its lock file), sorted by path, with what its
+    /// header says and whether its owner is alive; files that are not usable inboxes are
+    /// listed with the reason.
+    pub fn list(&self) -> Result<Vec<SegmentInfo>, WireError> {
+        Ok(self.inspect_all()?.into_iter().map(|(info, _)| info).collect())
+    }
+
+    fn inspect_all(&self) -> Result<Vec<(SegmentInfo, Verdict)>, WireError> {
+        let entries = fs::read_dir(&self.dir).map_err(|e| WireError::io(&self.dir, e))?;
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| WireError::io(&self.dir, e))?;
+            if entry.file_name() == LOCK_NAME {
+                continue;
+            }
+            found.push(inspect(&entry.path()));
+        }
+        found.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+        Ok(found)
+    }
+
+    /// Removes the segments whose owner process is dead (and truncated port files that a
+    /// dying creator left); returns what was removed. Files of live owners, of other users,
+    /// of other layout versions and with other names are never touched.
+    pub fn clean(&self) -> Result<Vec<SegmentInfo>, WireError> {
+        let _lock = self.lock()?;
+        let mut removed = Vec::new();
+        for (info, verdict) in self.inspect_all()? {
+            if verdict == Verdict::Reclaim {
+                remove_if_present(&info.path)?;
+                removed.push(info);
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+fn remove_if_present(path: &Path) -> Result<(), WireError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(WireError::io(path, e)),
+    }
+}
+
+/// Sizes, initialises and maps a freshly created port file.
+pub(crate) fn init_inbox(file: &File, path: &Path, header: &Header) -> Result<Inbox, WireError> {
+    // The umask may have narrowed the creation mode; 0600 is what the fabric promises.
+    file.set_permissions(Permissions::from_mode(0o600)).map_err(|e| WireError::io(path, e))?;
+    os::reserve(file, header.total_size).map_err(|e| WireError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| WireError::io(path, e))?;
+    let seg = Segment::init(file, path, header)?;
+    Ok(Inbox::new(seg, header.lid, header.gid, (meta.dev(), meta.ino())))
+}
+
+/// Reads whatever a file of the fabric directory says about itself.
+fn inspect(path: &Path) -> (SegmentInfo, Verdict) {
+    let lid = path.file_name().and_then(|n| n.to_str()).and_then(lid_of_name);
+    let mut info = SegmentInfo {
+        path: path.to_path_buf(),
+        lid,
+        owner_pid: None,
+        alive: false,
+        gid: None,
+        slots: None,
+        slot_size: None,
+        problem: None,
+    };
+    let verdict = inspect_into(path, &mut info).unwrap_or_else(|problem| {
+        info.problem = Some(problem);
+        Verdict::Keep
+    });
+    (info, verdict)
+}
+
+/// Fills `info`; `Err` is a problem that leaves the file alone.
+fn inspect_into(path: &Path, info: &mut SegmentInfo) -> Result<Verdict, String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| format!("cannot stat: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    let uid = os::effective_uid();
+    if meta.uid() != uid {
+        return Err(format!("owned by uid {}, not by this user (uid {uid})", meta.uid()));
+    }
+    let Some(lid) = info.lid else {
+        return Err("not a port segment (expected a name like port-<lid>.inbox)".to_string());
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let mut bytes = [0u8; HEADER_READ_LEN];
+    let got = read_prefix(&file, &mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    let file_len = meta.len();
+    let header = match Header::parse(&bytes[..got], file_len) {
+        Ok(header) => header,
+        Err(problem) => {
+            // A short file that holds nothing but (a prefix of) our magic or zeros is what
+            // a creator leaves when it dies between creating and sizing the file.
+            let prefix = &bytes[..got.min(MAGIC.len())];
+            let ours = file_len < HEADER_SIZE as u64
+                && (prefix.iter().all(|&b| b == 0) || MAGIC.starts_with(prefix));
+            info.problem = Some(problem);
+            return Ok(if ours { Verdict::Reclaim } else { Verdict::Keep });
+        }
+    };
+    info.owner_pid = Some(header.owner_pid);
+    info.gid = Some(header.gid);
+    info.slots = Some(header.slots);
+    info.slot_size = Some(header.slot_size);
+    info.alive = os::process_alive(header.owner_pid, header.owner_start);
+    info.problem = match header.check(file_len) {
+        Err(problem) => Some(problem),
+        Ok(_) if header.lid != lid => {
+            Some(format!("its header says LID {}, its name LID {lid}", header.lid))
+        }
+        Ok(_) => None,
+    };
+    Ok(if info.alive { Verdict::Keep } else { Verdict::Reclaim })
+}
+
+/// Reads up to `buf.len()` bytes from the start of `file`; returns how many there were.
+fn read_prefix(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_resolution_order() {
+        let explicit = Path::new("/x/explicit");
+        assert_eq!(resolve_dir(Some(explicit), Some("/y/env".into()), 7), explicit);
+        assert_eq!(resolve_dir(None, Some("/y/env".into()), 7), Path::new("/y/env"));
+        let default = resolve_dir(None, Some("".into()), 7);
+        assert_eq!(default, resolve_dir(None, None, 7));
+        assert!(default.ends_with("softverbs-7"));
+        if Path::new("/dev/shm").is_dir() {
+            assert_eq!(default, Path::new("/dev/shm/softverbs-7"));
+        }
+    }
+
+    #[test]
+    fn port_names() {
+        assert_eq!(lid_of_name("port-1.inbox"), Some(1));
+        assert_eq!(lid_of_name("port-49151.inbox"), Some(0xBFFF));
+        assert_eq!(lid_of_name("port-49152.inbox"), None);
+        assert_eq!(lid_of_name("port-0.inbox"), None);
+        assert_eq!(lid_of_name("port-01.inbox"), None);
+        assert_eq!(lid_of_name("port-+1.inbox"), None);
+        assert_eq!(lid_of_name("port-1.inbox.tmp"), None);
+        assert_eq!(lid_of_name("notes.txt"), None);
+    }
+}

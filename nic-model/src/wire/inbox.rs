@@ -1,0 +1,360 @@
+//! The consumer side of an inbox ring, owned by one port: takes packets out in ring order and
+//! parks the NIC thread on the doorbell futex when there is nothing to do.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::layout::STATE_CLOSED;
+use super::os;
+use super::segment::{Segment, SlotWords};
+use super::sender::wake_if_parked;
+
+/// How long the head slot may stay claimed but unpublished before the consumer checks
+/// whether its writer is still alive. Far above any real copy time, so a live ring never
+/// pays for the check.
+pub const WRITER_STALL_CHECK: Duration = Duration::from_millis(10);
+
+/// Longest single park; longer timeouts are clamped (the caller parks again).
+pub const MAX_PARK: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Counters of one inbox, since it was created (process-local).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InboxStats {
+    /// Packets handed to `recv` / `recv_with`.
+    pub received: u64,
+    /// Packets that `recv` had to cut to the caller's buffer.
+    pub truncated: u64,
+    /// Times `park` went to sleep on the doorbell.
+    pub parks: u64,
+    /// Sleeps ended by a sender's or `unpark`'s wakeup.
+    pub wakeups: u64,
+    /// Sleeps ended by their timeout.
+    pub park_timeouts: u64,
+    /// Slots dropped because their writer died before publishing them.
+    pub abandoned: u64,
+    /// Slots dropped because their length word was impossible (corrupted segment).
+    pub corrupt: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    received: AtomicU64,
+    truncated: AtomicU64,
+    parks: AtomicU64,
+    wakeups: AtomicU64,
+    park_timeouts: AtomicU64,
+    abandoned: AtomicU64,
+    corrupt: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The receiving end of a port, created by [`Fabric::create_inbox`](super::Fabric::create_inbox).
+/// `Send + Sync`; receiving is single-consumer, so a `recv` that finds another thread already
+/// receiving returns `None` instead of racing it. Dropping it closes the segment (senders get
+/// [`WireError::Closed`](super::WireError::Closed)) and removes its file.
+///
+/// # A sender that dies while writing
+/// A sender claims a slot (CAS on the tail) before it copies the packet in and publishes it.
+/// If its process dies in between, the slot stays claimed but unpublished, and since the
+/// consumer takes slots strictly in order, every later packet waits behind it. The consumer
+/// detects this: claimed slots carry the writer's pid, and when the head slot has stayed
+/// unpublished for [`WRITER_STALL_CHECK`] the consumer checks that pid; if the process is gone
+/// it drops the half-written slot (counted in [`InboxStats::abandoned`]) and moves on. While the
+/// writer is alive, or in the few instructions between the CAS and the pid stamp (where the
+/// slot does not name its writer yet), the consumer keeps returning `None` for that slot:
+/// a sender that dies exactly there wedges the inbox until its owner recreates the port.
+/// Recovery also needs `recv` to be called; a parked owner notices at its next park timeout.
+pub struct Inbox {
+    seg: Segment,
+    lid: u16,
+    gid: [u8; 16],
+    /// (st_dev, st_ino) of our file, so drop removes our file and never a successor's.
+    file_id: (u64, u64),
+    receiving: AtomicBool,
+    unpark_token: AtomicBool,
+    /// Ring position of the stalled head slot, and when the stall was first seen or last
+    /// checked (ns since `epoch`); only touched by the receiving thread.
+    stall_pos: AtomicU64,
+    stall_since_ns: AtomicU64,
+    epoch: Instant,
+    counters: Counters,
+}
+
+/// Holds the single-consumer role for the duration of one `recv`.
+struct Receiving<'a>(&'a AtomicBool);
+
+impl<'a> Receiving<'a> {
+    fn claim(flag: &'a AtomicBool) -> Option<Receiving<'a>> {
+        flag.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Receiving(flag))
+    }
+}
+
+impl Drop for Receiving<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Frees a slot when dropped, so a panicking `recv_with` closure still consumes its packet.
+struct Release<'a> {
+    inbox: &'a Inbox,
+    pos: u64,
+    slot: &'a SlotWords<'a>,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.inbox.release(self.pos, self.slot);
+    }
+}
+
+enum Stall {
+    /// Nothing to do yet: the slot is empty, or its writer is (or may be) still writing.
+    Wait,
+    /// Look at the slot again (it was dropped, or was published meanwhile).
+    Retry,
+}
+
+impl Inbox {
+    pub(crate) fn new(seg: Segment, lid: u16, gid: [u8; 16], file_id: (u64, u64)) -> Inbox {
+        Inbox {
+            seg,
+            lid,
+            gid,
+            file_id,
+            receiving: AtomicBool::new(false),
+            unpark_token: AtomicBool::new(false),
+            stall_pos: AtomicU64::new(u64::MAX),
+            stall_since_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// This port's LID.
+    pub fn lid(&self) -> u16 {
+        self.lid
+    }
+
+    /// This port's GID, as written in the segment header.
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// The segment file.
+    pub fn path(&self) -> &Path {
+        self.seg.path()
+    }
+
+    /// Largest packet the ring carries, in bytes; a `recv` buffer of this size never truncates.
+    pub fn slot_size(&self) -> usize {
+        self.seg.geometry().slot_size as usize
+    }
+
+    /// Number of slots in the ring.
+    pub fn slots(&self) -> u32 {
+        self.seg.geometry().slots
+    }
+
+    /// Copies the next packet into `buf` and returns the number of bytes copied; `None` if
+    /// no packet is ready. A packet longer than `buf` is cut to fit (counted in
+    /// [`InboxStats::truncated`]); use a buffer of [`slot_size`](Inbox::slot_size) bytes.
+    /// Makes no system call.
+    pub fn recv(&self, buf: &mut [u8]) -> Option<usize> {
+        self.recv_with(|bytes| {
+            let n = bytes.len().min(buf.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            if n < bytes.len() {
+                bump(&self.counters.truncated);
+            }
+            n
+        })
+    }
+
+    /// Hands the next packet, in place in its slot, to `f` and returns what `f` returns;
+    /// `None` if no packet is ready. The slot is freed when `f` returns (or panics).
+    /// Makes no system call.
+    pub fn recv_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let _receiving = Receiving::claim(&self.receiving)?;
+        let slot_size = self.slot_size();
+        // Bounded: each extra round follows a slot that was dropped or just published.
+        for _ in 0..=self.slots() {
+            let pos = self.seg.head().load(Ordering::Relaxed);
+            let slot = self.seg.slot(pos);
+            let seq = slot.seq.load(Ordering::Acquire);
+            if seq != pos.wrapping_add(1) {
+                if seq == pos {
+                    if let Stall::Retry = self.check_stall(pos, &slot) {
+                        continue;
+                    }
+                }
+                // Any other sequence number is corruption; leave the ring as it is.
+                return None;
+            }
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            if len > slot_size {
+                bump(&self.counters.corrupt);
+                self.release(pos, &slot);
+                continue;
+            }
+            let release = Release { inbox: self, pos, slot: &slot };
+            // SAFETY: we are the only consumer (`_receiving`), the slot is published for
+            // `pos` (Acquire above pairs with the sender's Release), and no sender touches it
+            // again until `release` stores the next lap's sequence number after `f` returns.
+            let bytes = unsafe { self.seg.payload(&slot, len) };
+            let out = f(bytes);
+            drop(release);
+            bump(&self.counters.received);
+            return Some(out);
+        }
+        None
+    }
+
+    /// Frees the slot at `pos` for the next lap and advances the head.
+    fn release(&self, pos: u64, slot: &SlotWords<'_>) {
+        let slots = u64::from(self.slots());
+        slot.writer.store(0, Ordering::Relaxed);
+        slot.seq.store(pos.wrapping_add(slots), Ordering::Release);
+        self.seg.head().store(pos.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The head slot at `pos` is not published. If a writer claimed it, time the stall and,
+    /// after [`WRITER_STALL_CHECK`], drop the slot if its writer process is gone.
+    fn check_stall(&self, pos: u64, slot: &SlotWords<'_>) -> Stall {
+        let writer = slot.writer.load(Ordering::Relaxed);
+        if writer == 0 {
+            // Empty (the common case, no clock read), or claimed an instant ago.
+            return Stall::Wait;
+        }
+        let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if self.stall_pos.load(Ordering::Relaxed) != pos {
+            self.stall_pos.store(pos, Ordering::Relaxed);
+            self.stall_since_ns.store(now_ns, Ordering::Relaxed);
+            return Stall::Wait;
+        }
+        let since_ns = self.stall_since_ns.load(Ordering::Relaxed);
+        if now_ns.saturating_sub(since_ns) < WRITER_STALL_CHECK.as_nanos() as u64 {
+            return Stall::Wait;
+        }
+        self.stall_since_ns.store(now_ns, Ordering::Relaxed);
+        if os::process_alive(writer, 0) {
+            return Stall::Wait;
+        }
+        // The writer is gone. It may have published just before dying; deliver that.
+        if slot.seq.load(Ordering::Acquire) != pos {
+            return Stall::Retry;
+        }
+        bump(&self.counters.abandoned);
+        self.release(pos, slot);
+        Stall::Retry
+    }
+
+    /// Whether no packet is ready to be received (a claimed slot still being written counts
+    /// as not ready). Makes no system call.
+    pub fn is_empty(&self) -> bool {
+        let pos = self.seg.head().load(Ordering::Acquire);
+        self.seg.slot(pos).seq.load(Ordering::Acquire) != pos.wrapping_add(1)
+    }
+
+    /// Sleeps until a packet arrives, [`unpark`](Inbox::unpark) is called, or `timeout`
+    /// passes (clamped to [`MAX_PARK`]); returns at once if a packet is ready or an unpark is
+    /// pending. Spurious early returns are possible: callers loop.
+    ///
+    /// Protocol: read the doorbell, raise the parked flag, fence, re-check the ring and the
+    /// unpark token, then futex-wait for the doorbell to change. A sender publishes, fences,
+    /// and bumps the doorbell only if it sees the flag raised, so no wakeup is lost.
+    pub fn park(&self, timeout: Duration) {
+        if timeout.is_zero() {
+            return;
+        }
+        let deadline = Instant::now() + timeout.min(MAX_PARK);
+        let doorbell = self.seg.doorbell();
+        let parked = self.seg.parked();
+        let rung = doorbell.load(Ordering::Acquire);
+        parked.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.unpark_token.swap(false, Ordering::AcqRel) || !self.is_empty() {
+            parked.store(0, Ordering::Relaxed);
+            return;
+        }
+        bump(&self.counters.parks);
+        let woken = loop {
+            if doorbell.load(Ordering::Acquire) != rung {
+                break true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break false;
+            }
+            os::futex_wait(doorbell, rung, deadline - now);
+        };
+        parked.store(0, Ordering::Release);
+        // Whatever woke us, the caller now looks for work; a pending unpark is served too.
+        self.unpark_token.swap(false, Ordering::AcqRel);
+        if woken {
+            bump(&self.counters.wakeups);
+        } else {
+            bump(&self.counters.park_timeouts);
+        }
+    }
+
+    /// Wakes the thread parked in [`park`](Inbox::park) (or makes its next park return at
+    /// once), e.g. after a local post that the NIC thread must serve. Makes a system call only
+    /// if the receiver is actually parked.
+    pub fn unpark(&self) {
+        self.unpark_token.store(true, Ordering::SeqCst);
+        wake_if_parked(&self.seg);
+    }
+
+    /// A snapshot of this inbox's counters.
+    pub fn stats(&self) -> InboxStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        InboxStats {
+            received: get(&c.received),
+            truncated: get(&c.truncated),
+            parks: get(&c.parks),
+            wakeups: get(&c.wakeups),
+            park_timeouts: get(&c.park_timeouts),
+            abandoned: get(&c.abandoned),
+            corrupt: get(&c.corrupt),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn segment(&self) -> &Segment {
+        &self.seg
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        self.seg.state().store(STATE_CLOSED, Ordering::Release);
+        let path: PathBuf = self.path().to_path_buf();
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            use std::os::unix::fs::MetadataExt;
+            if (meta.dev(), meta.ino()) == self.file_id {
+                // Nothing to report to from a drop; a leftover file is listed as closed and
+                // reclaimed once this process exits.
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox")
+            .field("lid", &self.lid)
+            .field("path", &self.path())
+            .field("slots", &self.slots())
+            .field("slot_size", &self.slot_size())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,189 @@
+//! The operating-system calls the wire needs, each in one small function: who we are, whether
+//! a process is alive, the fabric directory lock, reserving a segment's memory, and the futex
+//! that a parked owner sleeps on. None of these is on the data path.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// The effective uid of this process (the owner of the files it creates).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`) and
+/// whether it is a zombie; None where /proc is not available or the process is gone.
+#[cfg(target_os = "linux")]
+fn proc_stat(pid: u32) -> Option<(u64, bool)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ..."; comm may contain spaces and parentheses, so split after
+    // the last ')'. Fields after it start at field 3 (state); starttime is field 22.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((start, state == "Z" || state == "X"))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn proc_stat(_pid: u32) -> Option<(u64, bool)> {
+    None
+}
+
+/// This process's start time as recorded in segment headers (0 if unknown).
+pub fn own_start_time() -> u64 {
+    proc_stat(std::process::id()).map_or(0, |(start, _)| start)
+}
+
+/// Whether process `pid` exists and is not a zombie; when `start` is non-zero it must also
+/// match the process's start time, so a recycled pid does not count as the original owner.
+pub fn process_alive(pid: u32, start: u64) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 performs only the existence and permission check; nothing is sent.
+    let rc = unsafe { libc::kill(raw, 0) };
+    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+        return false;
+    }
+    match proc_stat(pid) {
+        Some((_, true)) => false,
+        Some((actual, false)) => start == 0 || actual == start,
+        None => true,
+    }
+}
+
+/// An exclusive `flock` on a file, held until drop. Serialises LID allocation and cleaning
+/// among all processes of a fabric; the kernel drops it if the holder dies.
+pub struct FileLock {
+    _file: File,
+}
+
+impl FileLock {
+    pub fn acquire(file: File) -> io::Result<FileLock> {
+        loop {
+            // SAFETY: the descriptor belongs to `file`, which is open for the whole call.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if rc == 0 {
+                return Ok(FileLock { _file: file });
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}
+
+/// Gives `file` its final length with the memory reserved up front, so that a full tmpfs
+/// shows up here as ENOSPC instead of as SIGBUS on first touch of a page.
+pub fn reserve(file: &File, len: u64) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(off_len) = libc::off_t::try_from(len) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "segment too large for this platform",
+            ));
+        };
+        // SAFETY: the descriptor belongs to `file`, which is open for writing for the whole call.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, off_len) };
+        match rc {
+            0 => return Ok(()),
+            libc::EOPNOTSUPP | libc::EINVAL => {}
+            errno => return Err(io::Error::from_raw_os_error(errno)),
+        }
+    }
+    file.set_len(len)
+}
+
+/// Sleeps until `word` is woken, no longer holds `expected`, or `timeout` passes; spurious
+/// returns are possible and callers loop. The word lives in a shared mapping, so this is a
+/// process-shared futex (no FUTEX_PRIVATE_FLAG).
+#[cfg(target_os = "linux")]
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        // Below 10^9, so it fits in every platform's c_long.
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, 4-byte aligned u32 in a mapping that outlives the call;
+    // FUTEX_WAIT only reads it, and `ts` is a valid timespec on our stack.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes every process sleeping in [`futex_wait`] on `word`.
+#[cfg(target_os = "linux")]
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a live, 4-byte aligned u32 in a mapping that outlives the call;
+    // FUTEX_WAKE does not touch memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Portable fallback: poll the word with short sleeps (bounded by `timeout`).
+#[cfg(not(target_os = "linux"))]
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    use std::sync::atomic::Ordering;
+    let deadline = std::time::Instant::now() + timeout;
+    while word.load(Ordering::Acquire) == expected {
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(1)));
+    }
+}
+
+/// Portable fallback: sleepers poll, so there is nobody to wake.
+#[cfg(not(target_os = "linux"))]
+pub fn futex_wake(_word: &AtomicU32) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_reaped_child_is_not() {
+        assert!(process_alive(std::process::id(), own_start_time()));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn `true`");
+        let pid = child.id();
+        child.wait().expect("wait for `true`");
+        assert!(!process_alive(pid, 0));
+        assert!(!process_alive(0, 0));
+        assert!(!process_alive(u32::MAX, 0));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_recycled_pid_is_not_the_owner() {
+        let start = own_start_time();
+        assert_ne!(start, 0, "/proc/self/stat has a start time");
+        assert!(!process_alive(std::process::id(), start + 1));
+    }
+}

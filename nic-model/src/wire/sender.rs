@@ -1,0 +1,167 @@
+//! The producer side of an inbox ring: any thread of any process of the fabric that has
+//! mapped a port's inbox can enqueue packets into it, without locks and without system calls.
+//!
+//! The ring is Dmitry Vyukov's bounded queue: each slot carries a sequence number; a slot at
+//! ring position `pos` is free for this lap when its sequence is `pos` and full when it is
+//! `pos + 1`. A producer claims `pos` by CAS on the shared tail, fills the slot, then
+//! publishes it with a Release store of `pos + 1`. The consumer frees it by storing
+//! `pos + slots`, which makes it free for the next lap.
+
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use super::layout::{Header, STATE_CLOSED};
+use super::os;
+use super::segment::Segment;
+use super::WireError;
+
+/// Upper bound on claim attempts in one `send`. Every failed attempt means another producer
+/// made progress, so only a corrupted ring (sequence numbers that never match the tail) can
+/// reach it; it turns that case into an error instead of a livelock.
+const MAX_CLAIM_ATTEMPTS: u32 = 1 << 22;
+
+/// A mapping of some port's inbox, for sending to it. Cheap to clone (clones share the
+/// mapping); `Send + Sync`, and any number of senders in any number of processes may send
+/// into the same inbox at once. The sending pid is recorded at connect time (reading it per
+/// send would be a system call), so a child process after `fork` should connect afresh.
+#[derive(Clone)]
+pub struct Sender {
+    seg: Arc<Segment>,
+    lid: u16,
+    gid: [u8; 16],
+    owner_pid: u32,
+    owner_start: u64,
+    /// This process's pid, stamped into claimed slots so the owner can tell a dead writer.
+    writer_pid: u32,
+}
+
+impl Sender {
+    pub(crate) fn new(seg: Segment, header: &Header) -> Sender {
+        Sender {
+            seg: Arc::new(seg),
+            lid: header.lid,
+            gid: header.gid,
+            owner_pid: header.owner_pid,
+            owner_start: header.owner_start,
+            writer_pid: std::process::id(),
+        }
+    }
+
+    /// The destination port's LID.
+    pub fn lid(&self) -> u16 {
+        self.lid
+    }
+
+    /// The destination's segment file.
+    pub fn path(&self) -> &Path {
+        self.seg.path()
+    }
+
+    /// The destination port's GID, as its owner wrote it in the header.
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// Largest packet [`send`](Sender::send) accepts, in bytes.
+    pub fn slot_size(&self) -> usize {
+        self.seg.geometry().slot_size as usize
+    }
+
+    /// Number of slots in the destination ring.
+    pub fn slots(&self) -> u32 {
+        self.seg.geometry().slots
+    }
+
+    /// The pid of the process that owns the destination inbox.
+    pub fn owner_pid(&self) -> u32 {
+        self.owner_pid
+    }
+
+    /// Enqueues a copy of `pkt`. Errors: [`WireError::TooLarge`] if it does not fit in a slot,
+    /// [`WireError::Full`] if every slot holds an unread packet (backpressure: retry later or
+    /// drop), [`WireError::Closed`] if the owner closed the inbox. Makes a system call only to
+    /// wake an owner that is parked on its doorbell.
+    pub fn send(&self, pkt: &[u8]) -> Result<(), WireError> {
+        let max = self.slot_size();
+        if pkt.len() > max {
+            return Err(WireError::TooLarge { len: pkt.len(), max });
+        }
+        if self.seg.state().load(Ordering::Relaxed) == STATE_CLOSED {
+            return Err(WireError::Closed { path: self.path().to_path_buf() });
+        }
+        let tail = self.seg.tail();
+        let mut pos = tail.load(Ordering::Relaxed);
+        let mut attempts = 0;
+        let (pos, slot) = loop {
+            attempts += 1;
+            if attempts > MAX_CLAIM_ATTEMPTS {
+                return Err(WireError::bad_segment(
+                    self.path(),
+                    "ring sequence numbers never match the tail (corrupted segment?)",
+                ));
+            }
+            let slot = self.seg.slot(pos);
+            let seq = slot.seq.load(Ordering::Acquire);
+            // Signed distance: 0 free for us, < 0 still holds last lap's packet, > 0 taken.
+            let distance = seq.wrapping_sub(pos) as i64;
+            if distance == 0 {
+                match tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break (pos, slot),
+                    Err(current) => pos = current,
+                }
+            } else if distance < 0 {
+                return Err(WireError::Full);
+            } else {
+                pos = tail.load(Ordering::Relaxed);
+            }
+        };
+        // The slot is ours until we publish it: nothing between here and the publishing store
+        // can fail or panic, so a claimed slot is always published by a live sender.
+        slot.writer.store(self.writer_pid, Ordering::Relaxed);
+        // SAFETY: we won the tail CAS for `pos` and observed the slot free for this lap, so
+        // until the Release store below no other process reads or writes its payload.
+        unsafe { self.seg.write_payload(&slot, pkt) };
+        // Fits: checked against slot_size (at most 65536) above.
+        slot.len.store(pkt.len() as u32, Ordering::Relaxed);
+        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+        wake_if_parked(&self.seg);
+        Ok(())
+    }
+
+    /// Whether the owner still has this inbox open: false once it closed it or exited (a
+    /// recycled pid does not count). May make a system call; meant for occasional checks,
+    /// e.g. when sends keep failing with [`WireError::Full`].
+    pub fn owner_alive(&self) -> bool {
+        self.seg.state().load(Ordering::Acquire) != STATE_CLOSED
+            && os::process_alive(self.owner_pid, self.owner_start)
+    }
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("lid", &self.lid)
+            .field("path", &self.path())
+            .field("owner_pid", &self.owner_pid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Wakes the owner if it is parked (or about to be). Called after publishing a packet or
+/// setting an unpark token. The SeqCst fence pairs with the one in `Inbox::park`: either the
+/// owner's re-check sees our packet, or we see its parked flag, so no wakeup is lost. The
+/// swap lets only one of many concurrent senders pay for the system call.
+pub(crate) fn wake_if_parked(seg: &Segment) {
+    fence(Ordering::SeqCst);
+    let parked = seg.parked();
+    if parked.load(Ordering::Relaxed) != 0 && parked.swap(0, Ordering::AcqRel) != 0 {
+        seg.doorbell().fetch_add(1, Ordering::Release);
+        os::futex_wake(seg.doorbell());
+    }
+}

@@ -1,0 +1,117 @@
+//! One error type for every verb: an errno-style cause plus a message saying what was wrong.
+
+use std::fmt;
+
+/// The errno a libibverbs call would return (`errno` after a failed `ibv_*` call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Errno {
+    /// `EINVAL`: an argument, attribute, mask or state is invalid.
+    Inval,
+    /// `ENOMEM`: a queue is full or a resource limit was reached.
+    NoMem,
+    /// `EBUSY`: the resource is still in use.
+    Busy,
+    /// `ENOSYS`: the kernel or provider does not implement the call.
+    NoSys,
+    /// `ENODEV`: no such device.
+    NoDev,
+    /// `EAGAIN`: nothing available now (e.g. no completion event yet).
+    Again,
+    /// `ETIMEDOUT`: a bounded wait ran out.
+    TimedOut,
+    /// `EPERM` / `EACCES`: not allowed.
+    Perm,
+    /// `EIO`: the device or wire failed (a corrupted segment, a dead peer).
+    Io,
+    /// `EOPNOTSUPP`: the operation is not supported by this device.
+    NotSup,
+}
+
+impl Errno {
+    /// The C errno value (Linux numbering).
+    pub fn code(self) -> i32 {
+        match self {
+            Errno::Inval => 22,
+            Errno::NoMem => 12,
+            Errno::Busy => 16,
+            Errno::NoSys => 38,
+            Errno::NoDev => 19,
+            Errno::Again => 11,
+            Errno::TimedOut => 110,
+            Errno::Perm => 1,
+            Errno::Io => 5,
+            Errno::NotSup => 95,
+        }
+    }
+
+    /// The symbolic name, as `strerror`'s macro (`EINVAL`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Errno::Inval => "EINVAL",
+            Errno::NoMem => "ENOMEM",
+            Errno::Busy => "EBUSY",
+            Errno::NoSys => "ENOSYS",
+            Errno::NoDev => "ENODEV",
+            Errno::Again => "EAGAIN",
+            Errno::TimedOut => "ETIMEDOUT",
+            Errno::Perm => "EPERM",
+            Errno::Io => "EIO",
+            Errno::NotSup => "EOPNOTSUPP",
+        }
+    }
+
+    /// Map a C errno value back (unknown values become `EIO`).
+    pub fn from_code(code: i32) -> Errno {
+        match code {
+            22 => Errno::Inval,
+            12 => Errno::NoMem,
+            16 => Errno::Busy,
+            38 => Errno::NoSys,
+            19 => Errno::NoDev,
+            11 => Errno::Again,
+            110 => Errno::TimedOut,
+            1 | 13 => Errno::Perm,
+            95 => Errno::NotSup,
+            _ => Errno::Io,
+        }
+    }
+}
+
+/// The error of every verb: which errno a real NIC's libibverbs would set, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    /// The errno-style cause.
+    pub errno: Errno,
+    /// What was wrong, naming the argument, attribute or object.
+    pub message: String,
+}
+
+impl Error {
+    /// An error with this cause and message.
+    pub fn new(errno: Errno, message: impl Into<String>) -> Error {
+        Error { errno, message: message.into() }
+    }
+    /// `EINVAL` with a message.
+    pub fn inval(message: impl Into<String>) -> Error {
+        Error::new(Errno::Inval, message)
+    }
+    /// `ENOMEM` with a message.
+    pub fn nomem(message: impl Into<String>) -> Error {
+        Error::new(Errno::NoMem, message)
+    }
+    /// `EBUSY` with a message.
+    pub fn busy(message: impl Into<String>) -> Error {
+        Error::new(Errno::Busy, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.errno.name(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The result of a verb.
+pub type Result<T> = std::result::Result<T, Error>;
