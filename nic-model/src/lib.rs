@@ -9,4 +9,5 @@
 
 pub mod engine;
 pub mod packet;
+pub mod soft;
 pub mod wire;

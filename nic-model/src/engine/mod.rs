@@ -818,7 +818,7 @@ impl Shared {
                     wr.opcode.name()
                 ));
             }
-            if wr.atomic.remote_addr % 8 != 0 {
+            if !wr.atomic.remote_addr.is_multiple_of(8) {
                 return inval(format!(
                     "atomic remote_addr {:#x} is not 8-byte aligned",
                     wr.atomic.remote_addr

@@ -92,7 +92,7 @@ impl MrMemory {
         // and the memory lives as long as `self`.
         unsafe {
             let p = self.ptr.add(offset);
-            if (p as usize) % 8 != 0 {
+            if !(p as usize).is_multiple_of(8) {
                 return None;
             }
             Some(AtomicU64::from_ptr(p as *mut u64))

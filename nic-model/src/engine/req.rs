@@ -119,7 +119,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
             let with_imm = w.opcode.has_imm();
             bth.opcode = segment_opcode(is_send, with_imm, first, last);
             bth.solicited = last && w.solicited;
-            bth.ack_req = last || (i + 1) % sh.cfg.ack_every == 0;
+            bth.ack_req = last || (i + 1).is_multiple_of(sh.cfg.ack_every);
             pkt = Packet::new(bth, scratch);
             if !is_send && first {
                 pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: w.len });

@@ -1,0 +1,234 @@
+//! How a soft device reaches the wire: the [`Port`] trait, with an in-process loopback
+//! implementation (two or more devices in one process) and a shared-memory one (devices in
+//! different processes, through [`crate::wire`]).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::engine::{ip_of_lid, lid_of_ip};
+use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
+
+/// What became of a datagram handed to the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// It is in the destination's inbox.
+    Sent,
+    /// The destination's inbox is full: backpressure; try again later.
+    Full,
+    /// No port has that address, or its owner is dead: the datagram is lost (RC will retry and
+    /// eventually report RETRY_EXC_ERR).
+    Unreachable,
+}
+
+/// One port's attachment to a wire.
+pub trait Port: Send + Sync + 'static {
+    /// The LID the fabric assigned.
+    fn lid(&self) -> u16;
+    /// Put a datagram into the inbox of the port with IPv4 address `dst`.
+    fn send(&self, dst: [u8; 4], data: &[u8]) -> SendOutcome;
+    /// Hand up to `max` received datagrams to `f`; returns how many.
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize;
+    /// Sleep until a datagram arrives, `unpark` is called, or `timeout` passes.
+    fn park(&self, timeout: Duration);
+    /// Wake a parked receiver.
+    fn unpark(&self);
+    /// Where this port lives (for `devinfo`, errors and `fabric`).
+    fn describe(&self) -> String;
+}
+
+// ---------------- loopback: devices of one process ----------------
+
+/// An in-process fabric: ports of devices in the same process, joined by bounded queues.
+#[derive(Default)]
+pub struct Loopback {
+    ports: Mutex<BTreeMap<[u8; 4], Arc<LoopInbox>>>,
+    next_lid: AtomicU16,
+}
+
+struct LoopInbox {
+    queue: Mutex<VecDeque<Vec<u8>>>,
+    ready: Condvar,
+    parked: AtomicBool,
+    capacity: usize,
+}
+
+/// A port on a [`Loopback`] fabric.
+pub struct LoopPort {
+    fabric: Arc<Loopback>,
+    lid: u16,
+    inbox: Arc<LoopInbox>,
+}
+
+impl Loopback {
+    /// A new, empty in-process fabric.
+    pub fn new() -> Arc<Loopback> {
+        Arc::new(Loopback { ports: Mutex::new(BTreeMap::new()), next_lid: AtomicU16::new(1) })
+    }
+
+    /// Attach a new port with room for `capacity` datagrams in its inbox.
+    pub fn attach(self: &Arc<Self>, capacity: usize) -> LoopPort {
+        let lid = self.next_lid.fetch_add(1, Ordering::Relaxed);
+        let inbox = Arc::new(LoopInbox {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            parked: AtomicBool::new(false),
+            capacity,
+        });
+        self.ports.lock().unwrap_or_else(|e| e.into_inner()).insert(ip_of_lid(lid), inbox.clone());
+        LoopPort { fabric: self.clone(), lid, inbox }
+    }
+}
+
+impl Drop for LoopPort {
+    fn drop(&mut self) {
+        self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ip_of_lid(self.lid));
+    }
+}
+
+impl Port for LoopPort {
+    fn lid(&self) -> u16 {
+        self.lid
+    }
+
+    fn send(&self, dst: [u8; 4], data: &[u8]) -> SendOutcome {
+        let Some(inbox) =
+            self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).get(&dst).cloned()
+        else {
+            return SendOutcome::Unreachable;
+        };
+        let mut q = inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= inbox.capacity {
+            return SendOutcome::Full;
+        }
+        q.push_back(data.to_vec());
+        drop(q);
+        if inbox.parked.load(Ordering::Acquire) {
+            inbox.ready.notify_one();
+        }
+        SendOutcome::Sent
+    }
+
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(pkt) = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+            else {
+                break;
+            };
+            f(&pkt);
+            n += 1;
+        }
+        n
+    }
+
+    fn park(&self, timeout: Duration) {
+        let q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if !q.is_empty() {
+            return;
+        }
+        self.inbox.parked.store(true, Ordering::Release);
+        let _unused = self.inbox.ready.wait_timeout(q, timeout);
+        self.inbox.parked.store(false, Ordering::Release);
+    }
+
+    fn unpark(&self) {
+        let _q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.inbox.ready.notify_all();
+    }
+
+    fn describe(&self) -> String {
+        format!("in-process loopback port, LID {}", self.lid)
+    }
+}
+
+// ---------------- shared memory: devices of different processes ----------------
+
+/// A port whose inbox is a shared-memory segment of a [`Fabric`].
+pub struct ShmPort {
+    fabric: Fabric,
+    inbox: Inbox,
+    peers: Mutex<BTreeMap<u16, Sender>>,
+}
+
+impl ShmPort {
+    /// Create this port's inbox segment in the fabric.
+    pub fn create(fabric: Fabric, cfg: InboxConfig) -> Result<ShmPort, WireError> {
+        let inbox = fabric.create_inbox(cfg)?;
+        Ok(ShmPort { fabric, inbox, peers: Mutex::new(BTreeMap::new()) })
+    }
+
+    /// The fabric it belongs to.
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
+    /// Its inbox (for statistics).
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
+    }
+}
+
+impl Port for ShmPort {
+    fn lid(&self) -> u16 {
+        self.inbox.lid()
+    }
+
+    fn send(&self, dst: [u8; 4], data: &[u8]) -> SendOutcome {
+        let lid = lid_of_ip(dst);
+        if lid == 0 {
+            return SendOutcome::Unreachable;
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let sender = match peers.entry(lid) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => match self.fabric.connect(lid) {
+                Ok(s) => v.insert(s),
+                Err(WireError::OwnerDead { .. }) => {
+                    // The peer died: remove its segment so the LID can be reused.
+                    let _ = self.fabric.clean();
+                    return SendOutcome::Unreachable;
+                }
+                Err(_) => return SendOutcome::Unreachable,
+            },
+        };
+        match sender.send(data) {
+            Ok(()) => SendOutcome::Sent,
+            Err(WireError::Full) => {
+                if sender.owner_alive() {
+                    SendOutcome::Full
+                } else {
+                    peers.remove(&lid);
+                    let _ = self.fabric.clean();
+                    SendOutcome::Unreachable
+                }
+            }
+            Err(_) => {
+                // Closed, dead or corrupted: forget the mapping; a later send reconnects.
+                peers.remove(&lid);
+                SendOutcome::Unreachable
+            }
+        }
+    }
+
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while n < max && self.inbox.recv_with(|p| f(p)).is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    fn park(&self, timeout: Duration) {
+        self.inbox.park(timeout);
+    }
+
+    fn unpark(&self) {
+        self.inbox.unpark();
+    }
+
+    fn describe(&self) -> String {
+        format!("shared-memory inbox {}", self.inbox.path().display())
+    }
+}

@@ -1,0 +1,214 @@
+//! Connecting RC/UC QPs the way verbs programs do: exchange each side's LID, QPN, PSN and GID
+//! (what `ibv_rc_pingpong` sends over TCP), then walk each QP through INIT, RTR and RTS with
+//! the attribute masks the IBA state table requires.
+
+use verbs_api::{
+    AccessFlags, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Mtu, ProtectionDomain,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, Result,
+};
+
+/// What each side tells the other before connecting (`struct pingpong_dest`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInfo {
+    /// The port's LID.
+    pub lid: u16,
+    /// The QP number.
+    pub qpn: u32,
+    /// The first PSN this side will send.
+    pub psn: u32,
+    /// The port's GID.
+    pub gid: Gid,
+}
+
+impl QpInfo {
+    /// The wire form `ibv_rc_pingpong` exchanges: `LLLL:QQQQQQ:PPPPPP:GID` in hex.
+    pub fn to_wire(&self) -> String {
+        let gid: String = self.gid.0.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid, self.qpn, self.psn)
+    }
+    /// Parse [`QpInfo::to_wire`]; `None` if malformed.
+    pub fn from_wire(s: &str) -> Option<QpInfo> {
+        let mut it = s.trim().split(':');
+        let lid = u16::from_str_radix(it.next()?, 16).ok()?;
+        let qpn = u32::from_str_radix(it.next()?, 16).ok()?;
+        let psn = u32::from_str_radix(it.next()?, 16).ok()?;
+        let g = it.next()?;
+        if g.len() != 32 || it.next().is_some() {
+            return None;
+        }
+        let mut gid = [0u8; 16];
+        for (i, b) in gid.iter_mut().enumerate() {
+            *b = u8::from_str_radix(g.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(QpInfo { lid, qpn, psn, gid: Gid(gid) })
+    }
+}
+
+/// Connection parameters (the `ibv_modify_qp` attributes of RTR and RTS).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnOpts {
+    /// `path_mtu`.
+    pub mtu: Mtu,
+    /// `timeout` (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// `retry_cnt`.
+    pub retry_cnt: u8,
+    /// `rnr_retry` (7 = infinite).
+    pub rnr_retry: u8,
+    /// `min_rnr_timer`.
+    pub min_rnr_timer: u8,
+    /// `max_rd_atomic` and `max_dest_rd_atomic`.
+    pub max_rd_atomic: u8,
+    /// `qp_access_flags`: the remote operations this QP accepts.
+    pub access: AccessFlags,
+    /// Address the peer by GID (`is_global`, as RoCE needs) rather than LID.
+    pub use_gid: bool,
+}
+
+impl Default for ConnOpts {
+    /// The values `ibv_rc_pingpong` uses: MTU 1024, timeout 14, retry 7, rnr_retry 7, min_rnr_timer 12.
+    fn default() -> ConnOpts {
+        ConnOpts {
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 4,
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            use_gid: false,
+        }
+    }
+}
+
+/// RESET → INIT (port 1, P_Key index 0, the access flags).
+pub fn to_init(qp: &QueuePair, opts: &ConnOpts) -> Result<()> {
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        pkey_index: 0,
+        qp_access_flags: opts.access,
+        ..Default::default()
+    };
+    let mask =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    qp.modify(&attr, mask)
+}
+
+/// INIT → RTR towards `remote`.
+pub fn to_rtr(qp: &QueuePair, remote: &QpInfo, opts: &ConnOpts) -> Result<()> {
+    let ah_attr = AhAttr {
+        dlid: remote.lid,
+        port_num: 1,
+        is_global: opts.use_gid,
+        dgid: remote.gid,
+        hop_limit: 1,
+        ..Default::default()
+    };
+    let mut attr = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr,
+        path_mtu: opts.mtu,
+        dest_qp_num: remote.qpn,
+        rq_psn: remote.psn,
+        ..Default::default()
+    };
+    let mut mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    if qp.qp_type() == QpType::Rc {
+        attr.max_dest_rd_atomic = opts.max_rd_atomic;
+        attr.min_rnr_timer = opts.min_rnr_timer;
+        mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+    }
+    qp.modify(&attr, mask)
+}
+
+/// RTR → RTS, sending from `psn`.
+pub fn to_rts(qp: &QueuePair, psn: u32, opts: &ConnOpts) -> Result<()> {
+    let mut attr = QpAttr { qp_state: QpState::Rts, sq_psn: psn, ..Default::default() };
+    let mut mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+    if qp.qp_type() == QpType::Rc {
+        attr.timeout = opts.timeout;
+        attr.retry_cnt = opts.retry_cnt;
+        attr.rnr_retry = opts.rnr_retry;
+        attr.max_rd_atomic = opts.max_rd_atomic;
+        mask |= QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+    }
+    qp.modify(&attr, mask)
+}
+
+/// All three steps: INIT, RTR towards `remote`, RTS from `local_psn`.
+pub fn connect(qp: &QueuePair, local_psn: u32, remote: &QpInfo, opts: &ConnOpts) -> Result<()> {
+    to_init(qp, opts)?;
+    to_rtr(qp, remote, opts)?;
+    to_rts(qp, local_psn, opts)
+}
+
+/// The usual set of objects one side of a connection holds: a PD, one CQ for sends and
+/// receives, one QP and one MR.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// The open device.
+    pub ctx: Context,
+    /// Its PD.
+    pub pd: ProtectionDomain,
+    /// The CQ both queues complete into.
+    pub cq: CompletionQueue,
+    /// The QP.
+    pub qp: QueuePair,
+    /// A registered buffer with every access right.
+    pub mr: MemoryRegion,
+}
+
+impl Endpoint {
+    /// Allocate a PD, a CQ of `cq_depth`, a QP of `qp_type` with `cap`, and an MR of `mr_len` bytes.
+    pub fn new(
+        ctx: &Context,
+        qp_type: QpType,
+        cap: QpCap,
+        cq_depth: u32,
+        mr_len: usize,
+    ) -> Result<Endpoint> {
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq(cq_depth, None, 0)?;
+        let qp = pd.create_qp(&QpInitAttr {
+            qp_type,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        })?;
+        let mr = pd.reg_mr(mr_len, AccessFlags::all())?;
+        Ok(Endpoint { ctx: ctx.clone(), pd, cq, qp, mr })
+    }
+
+    /// What to tell the peer, with `psn` as this side's first PSN.
+    pub fn info(&self, psn: u32) -> Result<QpInfo> {
+        let port = self.ctx.query_port(1)?;
+        Ok(QpInfo { lid: port.lid, qpn: self.qp.qp_num(), psn, gid: self.ctx.query_gid(1, 0)? })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qp_info_wire_form_round_trips() {
+        let i = QpInfo { lid: 3, qpn: 0x11, psn: 0xabcdef, gid: Gid::from_ipv4([10, 0, 0, 3]) };
+        let w = i.to_wire();
+        assert_eq!(w, "0003:000011:abcdef:00000000000000000000ffff0a000003");
+        assert_eq!(QpInfo::from_wire(&w), Some(i));
+        assert_eq!(QpInfo::from_wire("0003:000011"), None);
+        assert_eq!(QpInfo::from_wire("zz:1:1:00"), None);
+    }
+}
