@@ -1,5 +1,8 @@
-//! softverbs beyond the NIC: helpers to connect QPs as verbs programs do, the demo, and the
-//! `softverbs` command-line tool.
+//! softverbs beyond the NIC: helpers to connect QPs as verbs programs do, the demo, the
+//! deterministic simulator, benchmarks, and the `softverbs` command-line tool's commands.
 
 pub mod conn;
 pub mod demo;
+pub mod perf;
+pub mod sim_cli;
+pub mod world;

@@ -1,0 +1,1 @@
+//! The deterministic simulator (being written).
