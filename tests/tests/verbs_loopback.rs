@@ -1,0 +1,549 @@
+//! The verbs API end to end on the soft backend, two devices in one process over the
+//! in-process wire: every verb the foundation offers, with the bytes that landed, every
+//! work-completion field, statuses and ordering.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nic_model::soft::Soft;
+use softverbs_sim::conn::{self, ConnOpts, Endpoint};
+use verbs_api::*;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        max_send_sge: 3,
+        max_recv_sge: 3,
+        max_inline_data: 128,
+    }
+}
+
+/// Two connected RC endpoints on a private loopback fabric.
+fn pair_with(opts: ConnOpts) -> (Soft, Endpoint, Endpoint) {
+    let soft = Soft::loopback();
+    let c0 = soft.open("softverbs0").unwrap();
+    let c1 = soft.open("softverbs1").unwrap();
+    let a = Endpoint::new(&c0, QpType::Rc, cap(), 64, 1 << 20).unwrap();
+    let b = Endpoint::new(&c1, QpType::Rc, cap(), 64, 1 << 20).unwrap();
+    let (ia, ib) = (a.info(0x100).unwrap(), b.info(0x200).unwrap());
+    conn::connect(&a.qp, 0x100, &ib, &opts).unwrap();
+    conn::connect(&b.qp, 0x200, &ia, &opts).unwrap();
+    (soft, a, b)
+}
+
+fn pair() -> (Soft, Endpoint, Endpoint) {
+    pair_with(ConnOpts::default())
+}
+
+fn one(cq: &CompletionQueue) -> WorkCompletion {
+    cq.poll_n(1, WAIT).unwrap()[0]
+}
+
+#[test]
+fn devices_are_listed_opened_and_queried() {
+    let soft = Soft::loopback();
+    let names: Vec<String> =
+        Provider::devices(&soft).unwrap().into_iter().map(|d| d.name).collect();
+    assert_eq!(names, vec!["softverbs0", "softverbs1"]);
+    let ctx = soft.open("softverbs0").unwrap();
+    let dev = ctx.query_device().unwrap();
+    assert_eq!(dev.phys_port_cnt, 1);
+    assert!(
+        dev.max_qp >= 64 && dev.max_qp_wr >= 1024 && dev.max_sge >= 4 && dev.max_qp_rd_atom >= 1
+    );
+    let port = ctx.query_port(1).unwrap();
+    assert_eq!(port.state, PortState::Active);
+    assert_ne!(port.lid, 0, "softverbs ports get a LID from the fabric");
+    assert_eq!(port.active_mtu, Mtu::Mtu4096);
+    let gid = ctx.query_gid(1, 0).unwrap();
+    assert_eq!(gid.to_ipv4(), Some([10, 0, (port.lid >> 8) as u8, port.lid as u8]));
+    let e = ctx.query_port(2).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    assert!(e.message.contains("port 2"), "{}", e.message);
+    assert_eq!(ctx.query_gid(1, 1).unwrap_err().errno, Errno::Inval);
+    let e = soft.open("softverbs9").unwrap_err();
+    assert_eq!(e.errno, Errno::NoDev);
+    assert!(e.message.contains("softverbs9"), "{}", e.message);
+    // Registered as a provider, devices are found by name.
+    register_provider(Arc::new(Soft::loopback()));
+    assert!(device_list().unwrap().iter().any(|d| d.name() == "softverbs1"));
+    assert_eq!(Context::open("mlx5_0").unwrap_err().errno, Errno::NoDev);
+}
+
+#[test]
+fn memory_regions_have_keys_bounds_and_deregistration() {
+    let soft = Soft::loopback();
+    let ctx = soft.open("softverbs0").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    assert_eq!(mr.len(), 4096);
+    assert_eq!(mr.lkey(), mr.rkey());
+    assert_eq!(mr.addr() % 64, 0);
+    mr.write(4090, b"abcdef").unwrap();
+    assert_eq!(mr.read_vec(4090, 6).unwrap(), b"abcdef");
+    let e = mr.write(4091, b"abcdef").unwrap_err();
+    assert!(e.message.contains("outside the MR"), "{}", e.message);
+    let e = pd.reg_mr(16, AccessFlags::REMOTE_WRITE).unwrap_err();
+    assert!(e.message.contains("require IBV_ACCESS_LOCAL_WRITE"), "{}", e.message);
+    let other = pd.reg_mr(16, AccessFlags::LOCAL_WRITE).unwrap();
+    assert_ne!(other.lkey(), mr.lkey());
+    assert_eq!(pd.clone().dealloc().unwrap_err().errno, Errno::Busy);
+    mr.dereg().unwrap();
+    other.dereg().unwrap();
+    pd.dealloc().unwrap();
+}
+
+#[test]
+fn every_operation_with_every_completion_field() {
+    let (_soft, a, b) = pair();
+    let (aq, bq) = (a.qp.qp_num(), b.qp.qp_num());
+    let alid = a.ctx.query_port(1).unwrap().lid;
+    // SEND with immediate, gathered from three SGEs into two.
+    a.mr.write(0, b"hello ").unwrap();
+    a.mr.write(100, b"verbs ").unwrap();
+    a.mr.write(200, b"world").unwrap();
+    let rsg = [b.mr.sge(0, 8), b.mr.sge(1000, 100)];
+    b.qp.post_recv(&[RecvWr { wr_id: 10, sg_list: &rsg }]).unwrap();
+    let ssg = [a.mr.sge(0, 6), a.mr.sge(100, 6), a.mr.sge(200, 5)];
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &ssg,
+        opcode: WrOpcode::SendWithImm,
+        send_flags: SendFlags::SIGNALED,
+        imm_data: 0xfeed,
+        ..Default::default()
+    };
+    a.qp.post_send(&[wr]).unwrap();
+    assert_eq!(
+        one(&a.cq),
+        WorkCompletion {
+            wr_id: 1,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 17,
+            qp_num: aq,
+            ..Default::default()
+        }
+    );
+    assert_eq!(
+        one(&b.cq),
+        WorkCompletion {
+            wr_id: 10,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 17,
+            imm_data: 0xfeed,
+            qp_num: bq,
+            src_qp: aq,
+            wc_flags: WcFlags::WITH_IMM,
+            slid: alid,
+            ..Default::default()
+        }
+    );
+    let mut got = b.mr.read_vec(0, 8).unwrap();
+    got.extend(b.mr.read_vec(1000, 9).unwrap());
+    assert_eq!(got, b"hello verbs world");
+    // RDMA WRITE of 100 KiB (many packets at MTU 1024), then WRITE_WITH_IMM.
+    let data: Vec<u8> = (0..100 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    a.mr.write(4096, &data).unwrap();
+    let sg = [a.mr.sge(4096, data.len() as u32)];
+    let wr = SendWr {
+        wr_id: 2,
+        sg_list: &sg,
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: SendFlags::SIGNALED,
+        rdma: RdmaTarget { remote_addr: b.mr.addr() + 200_000, rkey: b.mr.rkey() },
+        ..Default::default()
+    };
+    a.qp.post_send(&[wr]).unwrap();
+    assert_eq!(
+        one(&a.cq),
+        WorkCompletion {
+            wr_id: 2,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RdmaWrite,
+            byte_len: data.len() as u32,
+            qp_num: aq,
+            ..Default::default()
+        }
+    );
+    assert_eq!(b.mr.read_vec(200_000, data.len()).unwrap(), data);
+    b.qp.post_recv(&[RecvWr { wr_id: 11, sg_list: &[] }]).unwrap();
+    let sg = [a.mr.sge(4096, 10)];
+    let wr = SendWr {
+        wr_id: 3,
+        sg_list: &sg,
+        opcode: WrOpcode::RdmaWriteWithImm,
+        send_flags: SendFlags::SIGNALED,
+        imm_data: 7,
+        rdma: RdmaTarget { remote_addr: b.mr.addr() + 500_000, rkey: b.mr.rkey() },
+        ..Default::default()
+    };
+    a.qp.post_send(&[wr]).unwrap();
+    assert_eq!(one(&a.cq).opcode, WcOpcode::RdmaWrite);
+    assert_eq!(
+        one(&b.cq),
+        WorkCompletion {
+            wr_id: 11,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len: 10,
+            imm_data: 7,
+            qp_num: bq,
+            src_qp: aq,
+            wc_flags: WcFlags::WITH_IMM,
+            slid: alid,
+            ..Default::default()
+        }
+    );
+    // RDMA READ back what was written, scattered into two SGEs.
+    let sg = [a.mr.sge(300_000, 50_000), a.mr.sge(400_000, 52_400)];
+    let wr = SendWr {
+        wr_id: 4,
+        sg_list: &sg,
+        opcode: WrOpcode::RdmaRead,
+        send_flags: SendFlags::SIGNALED,
+        rdma: RdmaTarget { remote_addr: b.mr.addr() + 200_000, rkey: b.mr.rkey() },
+        ..Default::default()
+    };
+    a.qp.post_send(&[wr]).unwrap();
+    assert_eq!(
+        one(&a.cq),
+        WorkCompletion {
+            wr_id: 4,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RdmaRead,
+            byte_len: 102_400,
+            qp_num: aq,
+            ..Default::default()
+        }
+    );
+    let mut back = a.mr.read_vec(300_000, 50_000).unwrap();
+    back.extend(a.mr.read_vec(400_000, 52_400).unwrap());
+    assert_eq!(back, data);
+    // Atomics.
+    b.mr.write_u64(800_000, 5).unwrap();
+    let (s1, s2) = ([a.mr.sge(900_000, 8)], [a.mr.sge(900_008, 8)]);
+    let cas = SendWr {
+        wr_id: 5,
+        sg_list: &s1,
+        opcode: WrOpcode::AtomicCmpAndSwp,
+        send_flags: SendFlags::SIGNALED,
+        atomic: AtomicTarget {
+            remote_addr: b.mr.addr() + 800_000,
+            rkey: b.mr.rkey(),
+            compare_add: 5,
+            swap: 50,
+        },
+        ..Default::default()
+    };
+    let fad = SendWr {
+        wr_id: 6,
+        sg_list: &s2,
+        opcode: WrOpcode::AtomicFetchAndAdd,
+        send_flags: SendFlags::SIGNALED,
+        atomic: AtomicTarget {
+            remote_addr: b.mr.addr() + 800_000,
+            rkey: b.mr.rkey(),
+            compare_add: 3,
+            swap: 0,
+        },
+        ..Default::default()
+    };
+    a.qp.post_send(&[cas, fad]).unwrap();
+    let wcs = a.cq.poll_n(2, WAIT).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status, w.opcode, w.byte_len)).collect::<Vec<_>>(),
+        vec![
+            (5, WcStatus::Success, WcOpcode::CompSwap, 8),
+            (6, WcStatus::Success, WcOpcode::FetchAdd, 8)
+        ]
+    );
+    assert_eq!(a.mr.read_u64(900_000).unwrap(), 5);
+    assert_eq!(a.mr.read_u64(900_008).unwrap(), 50);
+    assert_eq!(b.mr.read_u64(800_000).unwrap(), 53);
+}
+
+#[test]
+fn completion_channel_notifies_and_times_out() {
+    let (_soft, a, b) = pair();
+    let ch = b.ctx.create_comp_channel().unwrap();
+    let cq = b.ctx.create_cq(16, Some(&ch), 0).unwrap();
+    let qp =
+        b.pd.create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            cap: cap(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    // Reconnect a to the new QP: a fresh pair of QPs.
+    let aqp =
+        a.pd.create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: a.cq.clone(),
+            recv_cq: a.cq.clone(),
+            srq: None,
+            cap: cap(),
+            sq_sig_all: true,
+        })
+        .unwrap();
+    let ia = conn::QpInfo { qpn: aqp.qp_num(), ..a.info(1).unwrap() };
+    let ib = conn::QpInfo { qpn: qp.qp_num(), ..b.info(2).unwrap() };
+    conn::connect(&aqp, 1, &ib, &ConnOpts::default()).unwrap();
+    conn::connect(&qp, 2, &ia, &ConnOpts::default()).unwrap();
+    // Nothing armed: a bounded wait times out.
+    let t = Instant::now();
+    let e = ch.get_cq_event(Some(Duration::from_millis(50))).unwrap_err();
+    assert_eq!(e.errno, Errno::TimedOut);
+    assert!(t.elapsed() >= Duration::from_millis(45));
+    // Solicited-only: an unsolicited SEND does not wake; a solicited one does.
+    cq.req_notify(true).unwrap();
+    let rsg = [b.mr.sge(0, 64), b.mr.sge(64, 64)];
+    qp.post_recv(&[
+        RecvWr { wr_id: 1, sg_list: &rsg[..1] },
+        RecvWr { wr_id: 2, sg_list: &rsg[1..] },
+    ])
+    .unwrap();
+    let data = *b"x";
+    aqp.post_send(&[SendWr {
+        wr_id: 1,
+        inline_data: Some(&data),
+        send_flags: SendFlags::INLINE,
+        ..Default::default()
+    }])
+    .unwrap();
+    assert_eq!(
+        ch.get_cq_event(Some(Duration::from_millis(100))).unwrap_err().errno,
+        Errno::TimedOut
+    );
+    aqp.post_send(&[SendWr {
+        wr_id: 2,
+        inline_data: Some(&data),
+        send_flags: SendFlags::INLINE | SendFlags::SOLICITED,
+        ..Default::default()
+    }])
+    .unwrap();
+    let ev = ch.get_cq_event(Some(WAIT)).unwrap();
+    assert_eq!(ev, cq);
+    ch.ack_cq_events(&ev, 1);
+    let wcs = cq.poll_n(2, WAIT).unwrap();
+    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(a.cq.poll_n(2, WAIT).unwrap().len(), 2, "sq_sig_all signals both");
+}
+
+#[test]
+fn modify_qp_enforces_the_state_table_and_query_reports() {
+    let soft = Soft::loopback();
+    let ctx = soft.open("softverbs0").unwrap();
+    let ep = Endpoint::new(&ctx, QpType::Rc, cap(), 8, 4096).unwrap();
+    let (attr, qcap) = ep.qp.query().unwrap();
+    assert_eq!(attr.qp_state, QpState::Reset);
+    assert_eq!(qcap, cap());
+    let e = ep
+        .qp
+        .modify(&QpAttr { qp_state: QpState::Rtr, ..Default::default() }, QpAttrMask::STATE)
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    assert!(e.message.contains("RESET -> RTR is not a valid transition"), "{}", e.message);
+    let e = ep
+        .qp
+        .modify(
+            &QpAttr { qp_state: QpState::Init, port_num: 1, ..Default::default() },
+            QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX,
+        )
+        .unwrap_err();
+    assert!(e.message.contains("IBV_QP_ACCESS_FLAGS"), "{}", e.message);
+    conn::to_init(&ep.qp, &ConnOpts::default()).unwrap();
+    let remote = ep.info(0x42).unwrap();
+    let e = ep
+        .qp
+        .modify(
+            &QpAttr { qp_state: QpState::Rtr, ..Default::default() },
+            QpAttrMask::STATE | QpAttrMask::AV,
+        )
+        .unwrap_err();
+    assert!(e.message.contains("IBV_QP_PATH_MTU"), "{}", e.message);
+    conn::to_rtr(&ep.qp, &remote, &ConnOpts::default()).unwrap();
+    conn::to_rts(&ep.qp, 0x77, &ConnOpts::default()).unwrap();
+    let (attr, _) = ep.qp.query().unwrap();
+    assert_eq!(attr.qp_state, QpState::Rts);
+    assert_eq!(attr.path_mtu, Mtu::Mtu1024);
+    assert_eq!(attr.dest_qp_num, ep.qp.qp_num());
+    assert_eq!((attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer), (14, 7, 7, 12));
+    assert_eq!(attr.sq_psn, 0x77);
+    assert_eq!(attr.rq_psn, 0x42);
+    // Any state to ERR, then RESET.
+    ep.qp
+        .modify(&QpAttr { qp_state: QpState::Err, ..Default::default() }, QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(ep.qp.state().unwrap(), QpState::Err);
+    ep.qp
+        .modify(&QpAttr { qp_state: QpState::Reset, ..Default::default() }, QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(ep.qp.state().unwrap(), QpState::Reset);
+}
+
+#[test]
+fn moving_to_error_flushes_every_outstanding_wqe() {
+    let (_soft, a, b) = pair();
+    let rsg = [b.mr.sge(0, 16)];
+    b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: &rsg }, RecvWr { wr_id: 2, sg_list: &rsg }])
+        .unwrap();
+    b.qp.modify(&QpAttr { qp_state: QpState::Err, ..Default::default() }, QpAttrMask::STATE)
+        .unwrap();
+    let wcs = b.cq.poll_n(2, WAIT).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::WrFlushErr, b.qp.qp_num()), (2, WcStatus::WrFlushErr, b.qp.qp_num())]
+    );
+    let _ = a;
+}
+
+#[test]
+fn remote_errors_reach_the_requester() {
+    let (_soft, a, b) = pair();
+    let sg = [a.mr.sge(0, 8)];
+    let wr = SendWr {
+        wr_id: 9,
+        sg_list: &sg,
+        opcode: WrOpcode::RdmaWrite,
+        rdma: RdmaTarget { remote_addr: b.mr.addr() + b.mr.len() as u64, rkey: b.mr.rkey() },
+        ..Default::default()
+    };
+    let after =
+        SendWr { wr_id: 10, sg_list: &sg, send_flags: SendFlags::SIGNALED, ..Default::default() };
+    a.qp.post_send(&[wr, after]).unwrap();
+    let wcs = a.cq.poll_n(2, WAIT).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(9, WcStatus::RemAccessErr), (10, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(a.qp.state().unwrap(), QpState::Err);
+    let ev = a.ctx.get_async_event(Some(WAIT)).unwrap();
+    assert_eq!(
+        ev,
+        AsyncEvent {
+            event_type: AsyncEventType::QpFatal,
+            element: AsyncElement::Qp(a.qp.qp_num())
+        }
+    );
+}
+
+#[test]
+fn rnr_waits_in_real_time_until_a_receive_is_posted() {
+    let (_soft, a, b) = pair_with(ConnOpts { min_rnr_timer: 1, ..ConnOpts::default() });
+    let data = *b"late";
+    a.qp.post_send(&[SendWr {
+        wr_id: 1,
+        inline_data: Some(&data),
+        send_flags: SendFlags::INLINE | SendFlags::SIGNALED,
+        ..Default::default()
+    }])
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut wc = [WorkCompletion::default()];
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 0, "still waiting on RNR");
+    b.qp.post_recv(&[RecvWr { wr_id: 5, sg_list: &[b.mr.sge(0, 16)] }]).unwrap();
+    assert_eq!(one(&a.cq).status, WcStatus::Success);
+    assert_eq!(one(&b.cq).byte_len, 4);
+    assert_eq!(b.mr.read_vec(0, 4).unwrap(), b"late");
+}
+
+#[test]
+fn retry_exhaustion_when_the_peer_is_gone() {
+    let (soft, a, b) = pair_with(ConnOpts { timeout: 8, retry_cnt: 2, ..ConnOpts::default() });
+    // Destroy the peer's QP: its packets now reach no QP and are dropped.
+    drop(b);
+    let _ = soft;
+    let sg = [a.mr.sge(0, 8)];
+    let t = Instant::now();
+    a.qp.post_send(&[
+        SendWr { wr_id: 1, sg_list: &sg, ..Default::default() },
+        SendWr { wr_id: 2, sg_list: &sg, ..Default::default() },
+    ])
+    .unwrap();
+    let wcs = a.cq.poll_n(2, WAIT).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    let timeout = Duration::from_nanos(4096 << 8);
+    assert!(
+        t.elapsed() >= timeout * 3,
+        "three attempts, each waiting the ACK timeout: {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn cq_overrun_is_reported() {
+    let soft = Soft::loopback();
+    let c0 = soft.open("softverbs0").unwrap();
+    let c1 = soft.open("softverbs1").unwrap();
+    let a = Endpoint::new(&c0, QpType::Rc, cap(), 2, 4096).unwrap();
+    let b = Endpoint::new(&c1, QpType::Rc, cap(), 8, 4096).unwrap();
+    conn::connect(&a.qp, 1, &b.info(2).unwrap(), &ConnOpts::default()).unwrap();
+    conn::connect(&b.qp, 2, &a.info(1).unwrap(), &ConnOpts::default()).unwrap();
+    let wrs: Vec<_> = (0..4)
+        .map(|i| SendWr {
+            wr_id: i,
+            opcode: WrOpcode::RdmaWrite,
+            send_flags: SendFlags::SIGNALED,
+            rdma: RdmaTarget { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+            ..Default::default()
+        })
+        .collect();
+    a.qp.post_send(&wrs).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let err = loop {
+        let mut wc = [WorkCompletion::default(); 1];
+        match a.cq.poll(&mut wc[..0]) {
+            Err(e) => break e,
+            Ok(_) if Instant::now() > deadline => panic!("no overrun reported"),
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    };
+    assert!(err.message.contains("overrun"), "{}", err.message);
+    let ev = a.ctx.get_async_event(Some(WAIT)).unwrap();
+    assert_eq!(ev.event_type, AsyncEventType::CqErr);
+}
+
+#[test]
+fn destroying_resources_in_use_is_ebusy() {
+    let soft = Soft::loopback();
+    let ctx = soft.open("softverbs0").unwrap();
+    let ep = Endpoint::new(&ctx, QpType::Rc, cap(), 8, 4096).unwrap();
+    assert_eq!(ep.cq.clone().destroy().unwrap_err().errno, Errno::Busy);
+    assert_eq!(ep.pd.clone().dealloc().unwrap_err().errno, Errno::Busy);
+    ep.qp.clone().destroy().unwrap();
+    ep.cq.clone().destroy().unwrap();
+}
+
+#[test]
+fn unsupported_qp_types_say_so() {
+    let soft = Soft::loopback();
+    let ctx = soft.open("softverbs0").unwrap();
+    let e = Endpoint::new(&ctx, QpType::Ud, cap(), 8, 4096).unwrap_err();
+    assert_eq!(e.errno, Errno::NotSup);
+    let e2 = ctx.create_cq(0, None, 0).unwrap_err();
+    assert!(e2.message.contains("cqe 0"), "{}", e2.message);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4, None, 0).unwrap();
+    let e3 = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap { max_send_sge: 1000, ..cap() },
+            sq_sig_all: false,
+        })
+        .unwrap_err();
+    assert!(e3.message.contains("max_send_sge 1000"), "{}", e3.message);
+}
