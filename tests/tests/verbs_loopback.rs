@@ -526,11 +526,9 @@ fn destroying_resources_in_use_is_ebusy() {
 }
 
 #[test]
-fn unsupported_qp_types_say_so() {
+fn bad_creation_arguments_are_named() {
     let soft = Soft::loopback();
     let ctx = soft.open("softverbs0").unwrap();
-    let e = Endpoint::new(&ctx, QpType::Ud, cap(), 8, 4096).unwrap_err();
-    assert_eq!(e.errno, Errno::NotSup);
     let e2 = ctx.create_cq(0, None, 0).unwrap_err();
     assert!(e2.message.contains("cqe 0"), "{}", e2.message);
     let pd = ctx.alloc_pd().unwrap();
@@ -546,4 +544,114 @@ fn unsupported_qp_types_say_so() {
         })
         .unwrap_err();
     assert!(e3.message.contains("max_send_sge 1000"), "{}", e3.message);
+}
+
+fn ud_endpoint(ctx: &Context, qkey: u32) -> Endpoint {
+    let ep = Endpoint::new(ctx, QpType::Ud, cap(), 64, 1 << 16).unwrap();
+    let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+    ep.qp
+        .modify(&QpAttr { qp_state: QpState::Init, port_num: 1, qkey, ..Default::default() }, m)
+        .unwrap();
+    ep.qp
+        .modify(&QpAttr { qp_state: QpState::Rtr, ..Default::default() }, QpAttrMask::STATE)
+        .unwrap();
+    let rts = QpAttr { qp_state: QpState::Rts, sq_psn: 1, ..Default::default() };
+    ep.qp.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN).unwrap();
+    ep
+}
+
+/// One device runs RC, UC and UD QPs at once; each keeps its own semantics.
+#[test]
+fn rc_uc_and_ud_on_one_device_at_once() {
+    let (soft, rc_a, rc_b) = pair();
+    let c0 = rc_a.ctx.clone();
+    let c1 = rc_b.ctx.clone();
+    let uc_a = Endpoint::new(&c0, QpType::Uc, cap(), 64, 1 << 16).unwrap();
+    let uc_b = Endpoint::new(&c1, QpType::Uc, cap(), 64, 1 << 16).unwrap();
+    let uc_opts = ConnOpts { access: AccessFlags::REMOTE_WRITE, ..ConnOpts::default() };
+    conn::connect(&uc_a.qp, 10, &uc_b.info(20).unwrap(), &uc_opts).unwrap();
+    conn::connect(&uc_b.qp, 20, &uc_a.info(10).unwrap(), &uc_opts).unwrap();
+    let ud_a = ud_endpoint(&c0, 0x11);
+    let ud_b = ud_endpoint(&c1, 0x22);
+    let b_lid = c1.query_port(1).unwrap().lid;
+    let ah = ud_a.pd.create_ah(&AhAttr { dlid: b_lid, port_num: 1, ..Default::default() }).unwrap();
+    // Receives on all three.
+    rc_b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: &[rc_b.mr.sge(0, 64)] }]).unwrap();
+    uc_b.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: &[uc_b.mr.sge(0, 64)] }]).unwrap();
+    ud_b.qp.post_recv(&[RecvWr { wr_id: 3, sg_list: &[ud_b.mr.sge(0, 128)] }]).unwrap();
+    let (rc_msg, uc_msg, ud_msg) = (*b"over RC", *b"over UC", *b"over UD");
+    let sig = SendFlags::INLINE | SendFlags::SIGNALED;
+    rc_a.qp
+        .post_send(&[SendWr {
+            wr_id: 1,
+            inline_data: Some(&rc_msg),
+            send_flags: sig,
+            ..Default::default()
+        }])
+        .unwrap();
+    uc_a.qp
+        .post_send(&[SendWr {
+            wr_id: 2,
+            inline_data: Some(&uc_msg),
+            send_flags: sig,
+            ..Default::default()
+        }])
+        .unwrap();
+    let ud = UdTarget { ah: ah.clone(), remote_qpn: ud_b.qp.qp_num(), remote_qkey: 0x22 };
+    ud_a.qp
+        .post_send(&[SendWr {
+            wr_id: 3,
+            inline_data: Some(&ud_msg),
+            send_flags: sig,
+            ud: Some(ud),
+            ..Default::default()
+        }])
+        .unwrap();
+    let rc = one(&rc_b.cq);
+    assert_eq!(
+        (rc.wr_id, rc.status, rc.byte_len, rc.src_qp, rc.wc_flags),
+        (1, WcStatus::Success, 7, rc_a.qp.qp_num(), WcFlags::empty())
+    );
+    let uc = one(&uc_b.cq);
+    assert_eq!(
+        (uc.wr_id, uc.status, uc.byte_len, uc.src_qp),
+        (2, WcStatus::Success, 7, uc_a.qp.qp_num())
+    );
+    let udw = one(&ud_b.cq);
+    let a_lid = c0.query_port(1).unwrap().lid;
+    assert_eq!(
+        udw,
+        WorkCompletion {
+            wr_id: 3,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 47,
+            qp_num: ud_b.qp.qp_num(),
+            src_qp: ud_a.qp.qp_num(),
+            wc_flags: WcFlags::GRH,
+            slid: a_lid,
+            ..Default::default()
+        }
+    );
+    assert_eq!(rc_b.mr.read_vec(0, 7).unwrap(), b"over RC");
+    assert_eq!(uc_b.mr.read_vec(0, 7).unwrap(), b"over UC");
+    assert_eq!(ud_b.mr.read_vec(40, 7).unwrap(), b"over UD", "after the 40-byte GRH");
+    for (ep, id) in [(&rc_a, 1), (&uc_a, 2), (&ud_a, 3)] {
+        let w = one(&ep.cq);
+        assert_eq!((w.wr_id, w.status, w.opcode), (id, WcStatus::Success, WcOpcode::Send));
+    }
+    // READ is refused at post time on UC, and UD refuses a message beyond the MTU.
+    let e = uc_a
+        .qp
+        .post_send(&[SendWr { opcode: WrOpcode::RdmaRead, ..Default::default() }])
+        .unwrap_err();
+    assert!(e.message.contains("not valid on a Uc QP"), "{}", e.message);
+    let big = [ud_a.mr.sge(0, 5000)];
+    let ud = UdTarget { ah, remote_qpn: ud_b.qp.qp_num(), remote_qkey: 0x22 };
+    let e = ud_a
+        .qp
+        .post_send(&[SendWr { sg_list: &big, ud: Some(ud), ..Default::default() }])
+        .unwrap_err();
+    assert!(e.message.contains("exceeds the path MTU"), "{}", e.message);
+    drop(soft);
 }

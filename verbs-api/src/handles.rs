@@ -500,6 +500,10 @@ impl fmt::Debug for AddressHandle {
 }
 
 impl AddressHandle {
+    /// Wrap a backend address handle.
+    pub fn from_ops(ops: Arc<dyn AhOps>) -> AddressHandle {
+        AddressHandle { ops }
+    }
     /// The backend object.
     pub fn ops(&self) -> &Arc<dyn AhOps> {
         &self.ops

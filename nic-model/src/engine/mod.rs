@@ -259,7 +259,7 @@ impl Nic {
             max_srq: 0,
             max_srq_wr: 0,
             max_srq_sge: 0,
-            max_ah: 0,
+            max_ah: 65536,
             max_pkeys: 1,
             phys_port_cnt: 1,
             max_inline_data: l.max_inline_data,
@@ -673,7 +673,9 @@ impl Nic {
             return;
         }
         if info.flags.contains(packet::OpFlags::REQUEST) {
-            resp::handle_request(qp, &mut self.sh, now, &ip, &pkt);
+            let ip_header: &[u8; 20] =
+                data[..20].try_into().expect("a parsed datagram has an IPv4 header");
+            resp::handle_request(qp, &mut self.sh, now, &ip, ip_header, &pkt);
         } else {
             comp::handle_response(qp, &mut self.sh, now, &pkt);
         }
@@ -825,6 +827,26 @@ impl Shared {
                 ));
             }
         }
+        if qp.qp_type == QpType::Ud {
+            let Some(ud) = &wr.ud else {
+                return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
+            };
+            let attr = ud.ah.attr();
+            if attr.is_global && attr.dgid.to_ipv4().is_none() {
+                return inval(format!(
+                    "the address handle's dgid {} is not a softverbs port",
+                    attr.dgid
+                ));
+            }
+            if !attr.is_global && attr.dlid == 0 {
+                return inval("the address handle has dlid 0 and no GRH: no destination".into());
+            }
+            // UD messages are single packets of at most the port's MTU.
+            let mtu = self.cfg.max_mtu.bytes();
+            if len > mtu as u64 {
+                return inval(format!("a UD message of {len} bytes exceeds the path MTU {mtu}"));
+            }
+        }
         let signaled = qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
         let mut wqe = SendWqe {
             wr_id: wr.wr_id,
@@ -838,12 +860,16 @@ impl Shared {
             rdma: wr.rdma,
             atomic: wr.atomic,
             imm: wr.imm_data,
-            ud: None,
+            ud: wr.ud.as_ref().map(|u| (u.ah.attr(), u.remote_qpn, u.remote_qkey)),
             first_psn: packet::Psn::new(0),
             npsn: 0,
             started: false,
         };
-        wqe.npsn = if wqe.opcode.is_atomic() { 1 } else { qp.packets_for(wqe.len) };
+        wqe.npsn = if wqe.opcode.is_atomic() || qp.qp_type == QpType::Ud {
+            1
+        } else {
+            qp.packets_for(wqe.len)
+        };
         Ok(wqe)
     }
 
@@ -923,6 +949,35 @@ impl Shared {
             wr_id,
             status,
             opcode,
+            byte_len,
+            imm_data: imm.unwrap_or(0),
+            qp_num: qp.qpn,
+            src_qp,
+            wc_flags,
+            slid,
+            ..WorkCompletion::default()
+        };
+        self.complete(qp.recv_cq, wc, solicited);
+    }
+
+    /// Complete a UD receive (its flags carry GRH).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete_ud_recv(
+        &mut self,
+        qp: &Qp,
+        wr_id: u64,
+        status: WcStatus,
+        byte_len: u32,
+        imm: Option<u32>,
+        src_qp: u32,
+        slid: u16,
+        wc_flags: WcFlags,
+        solicited: bool,
+    ) {
+        let wc = WorkCompletion {
+            wr_id,
+            status,
+            opcode: WcOpcode::Recv,
             byte_len,
             imm_data: imm.unwrap_or(0),
             qp_num: qp.qpn,

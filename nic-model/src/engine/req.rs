@@ -1,11 +1,11 @@
 //! The requester: turns send WQEs into request packets (segmenting at the path MTU), within the
 //! send window, the `max_rd_atomic` limit and fences, and arms the local ACK timer.
 
-use verbs_api::{QpState, WcStatus, WrOpcode};
+use verbs_api::{QpState, QpType, WcStatus, WrOpcode};
 
 use super::qp::Qp;
 use super::{Nanos, Shared};
-use crate::packet::{AtomicEth, Bth, Opcode, Packet, Reth};
+use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};
 
 /// Local ACK timeout for the `timeout` attribute: 4.096 µs × 2^timeout; 0 means no timer.
 pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
@@ -55,7 +55,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
             return false;
         }
     }
-    let mtu = qp.mtu();
+    let mtu = if qp.qp_type == QpType::Ud { qp.sq[next].len.max(1) } else { qp.mtu() };
     let w = &mut qp.sq[next];
     if !w.started {
         w.started = true;
@@ -63,7 +63,25 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
     }
     let w = &qp.sq[next];
     let psn = qp.req.psn;
-    let mut bth = Bth { pkey: 0xFFFF, dest_qp: qp.attr.dest_qp_num, psn, ..Bth::default() };
+    let transport = match qp.qp_type {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    };
+    let mut dest_qp = qp.attr.dest_qp_num;
+    let mut dst_ip = qp.dst_ip;
+    let mut deth = None;
+    if let Some((av, remote_qpn, remote_qkey)) = &w.ud {
+        dest_qp = *remote_qpn;
+        dst_ip = match av.dgid.to_ipv4() {
+            Some(ip) if av.is_global => ip,
+            _ => super::ip_of_lid(av.dlid),
+        };
+        // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
+        let qkey = if remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { *remote_qkey };
+        deth = Some(Deth { qkey, src_qp: qp.qpn });
+    }
+    let mut bth = Bth { pkey: 0xFFFF, dest_qp, psn, ..Bth::default() };
     let mut pkt;
     let mut advance = 1;
     let mut done_wqe = true;
@@ -117,10 +135,12 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
             }
             let is_send = matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm);
             let with_imm = w.opcode.has_imm();
-            bth.opcode = segment_opcode(is_send, with_imm, first, last);
+            bth.opcode = segment_opcode(is_send, with_imm, first, last).with_transport(transport);
             bth.solicited = last && w.solicited;
-            bth.ack_req = last || (i + 1).is_multiple_of(sh.cfg.ack_every);
+            bth.ack_req =
+                transport == Transport::Rc && (last || (i + 1).is_multiple_of(sh.cfg.ack_every));
             pkt = Packet::new(bth, scratch);
+            pkt.deth = deth;
             if !is_send && first {
                 pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: w.len });
             }
@@ -131,13 +151,21 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
         }
     }
     let retransmit = qp.req.psn.diff(qp.req.high_psn) < 0;
-    sh.transmit(qp, &pkt);
+    sh.transmit_to(dst_ip, qp.sport, &pkt);
     if retransmit {
         sh.stats.retransmits += 1;
     }
     qp.req.psn = qp.req.psn.add(advance);
     if qp.req.psn.diff(qp.req.high_psn) > 0 {
         qp.req.high_psn = qp.req.psn;
+    }
+    if done_wqe && transport != Transport::Rc {
+        // UC and UD have no acknowledgements: a WQE is complete once its last packet is sent.
+        let w = qp.sq.pop_front().expect("next == 0 on UC/UD, the WQE being sent");
+        qp.req.pkt = 0;
+        qp.req.comp_psn = qp.req.psn;
+        sh.complete_send(qp, &w, WcStatus::Success);
+        return true;
     }
     if done_wqe {
         qp.req.next += 1;

@@ -2,7 +2,7 @@
 //! WQEs, RDMA WRITEs and READs against MRs, and atomics; answers with ACKs, NAKs, READ
 //! responses and atomic ACKs; keeps the READ/atomic resources that answer duplicates.
 
-use verbs_api::{AccessFlags, QpState, WcOpcode, WcStatus};
+use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
@@ -15,11 +15,17 @@ pub(crate) fn handle_request(
     sh: &mut Shared,
     _now: Nanos,
     ip: &IpUdp,
+    ip_header: &[u8; 20],
     pkt: &Packet<'_>,
 ) {
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         sh.stats.rx_no_qp += 1;
         return;
+    }
+    match qp.qp_type {
+        QpType::Rc => {}
+        QpType::Uc => return uc_request(qp, sh, ip, pkt),
+        QpType::Ud => return ud_request(qp, sh, ip, ip_header, pkt),
     }
     let Some(info) = pkt.bth.opcode.info() else { return };
     let flags = info.flags;
@@ -420,4 +426,193 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
         let last = qp.resp.epsn.add(Psn::MASK);
         ack(qp, sh, last);
     }
+}
+
+/// UC: no ACKs, no NAKs, no retransmission. On a PSN gap (or any error) the responder drops
+/// packets until the next FIRST/ONLY, and the message in progress is silently lost; a receive
+/// WQE it had started to fill is put back for the next message.
+fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
+    let Some(info) = pkt.bth.opcode.info() else { return };
+    let flags = info.flags;
+    let psn = pkt.bth.psn;
+    if psn != qp.resp.epsn {
+        uc_abandon(qp, sh);
+    }
+    qp.resp.epsn = psn.next();
+    if qp.resp.drop_msg {
+        if !flags.contains(OpFlags::START) {
+            return;
+        }
+        qp.resp.drop_msg = false;
+    }
+    let src_lid = lid_of_ip(ip.src);
+    if flags.contains(OpFlags::SEND) {
+        if flags.contains(OpFlags::START) {
+            if qp.resp.recv.is_some() {
+                uc_abandon(qp, sh);
+                qp.resp.drop_msg = false;
+            }
+            let Some(w) = qp.rq.pop_front() else {
+                sh.stats.dropped_messages += 1; // no receive posted: the message is lost
+                qp.resp.drop_msg = !flags.contains(OpFlags::END);
+                return;
+            };
+            qp.resp.recv = Some((w, 0));
+        }
+        let Some((w, off)) = qp.resp.recv.take() else {
+            qp.resp.drop_msg = true;
+            return;
+        };
+        if sh.mrs.scatter(qp.pd, &w.sges, off as usize, pkt.payload).is_err() {
+            // A receive that cannot hold the message completes in error (the QP goes on).
+            sh.complete_recv(
+                qp,
+                w.wr_id,
+                WcStatus::LocLenErr,
+                WcOpcode::Recv,
+                0,
+                None,
+                qp.attr.dest_qp_num,
+                src_lid,
+                false,
+            );
+            qp.resp.drop_msg = !flags.contains(OpFlags::END);
+            return;
+        }
+        let off = off + pkt.payload.len() as u64;
+        if flags.contains(OpFlags::END) {
+            sh.complete_recv(
+                qp,
+                w.wr_id,
+                WcStatus::Success,
+                WcOpcode::Recv,
+                off as u32,
+                pkt.imm,
+                qp.attr.dest_qp_num,
+                src_lid,
+                pkt.bth.solicited,
+            );
+        } else {
+            qp.resp.recv = Some((w, off));
+        }
+        return;
+    }
+    // RDMA WRITE (with immediate).
+    if flags.contains(OpFlags::START) {
+        let ok = pkt.reth.is_some_and(|r| {
+            r.dma_len == 0
+                || (qp.allows(AccessFlags::REMOTE_WRITE)
+                    && sh
+                        .mrs
+                        .resolve_remote(
+                            qp.pd,
+                            r.rkey,
+                            r.va,
+                            r.dma_len as u64,
+                            AccessFlags::REMOTE_WRITE,
+                        )
+                        .is_ok())
+        });
+        let Some(r) = pkt.reth.filter(|_| ok) else {
+            sh.stats.dropped_messages += 1;
+            qp.resp.drop_msg = !flags.contains(OpFlags::END);
+            return;
+        };
+        qp.resp.write =
+            Some(WriteCtx { rkey: r.rkey, va: r.va, remaining: r.dma_len, total: r.dma_len });
+    }
+    let Some(mut ctx) = qp.resp.write else {
+        qp.resp.drop_msg = true;
+        return;
+    };
+    let n = pkt.payload.len() as u32;
+    let placed = n <= ctx.remaining
+        && (n == 0
+            || sh
+                .mrs
+                .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
+                .map(|(mr, off)| mr.memory.write(off, pkt.payload).is_ok())
+                .unwrap_or(false));
+    if !placed {
+        qp.resp.write = None;
+        sh.stats.dropped_messages += 1;
+        qp.resp.drop_msg = !flags.contains(OpFlags::END);
+        return;
+    }
+    ctx.va += n as u64;
+    ctx.remaining -= n;
+    if flags.contains(OpFlags::END) {
+        qp.resp.write = None;
+        if flags.contains(OpFlags::RWR) {
+            match qp.rq.pop_front() {
+                Some(w) => sh.complete_recv(
+                    qp,
+                    w.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    ctx.total,
+                    pkt.imm,
+                    qp.attr.dest_qp_num,
+                    src_lid,
+                    pkt.bth.solicited,
+                ),
+                None => sh.stats.dropped_messages += 1,
+            }
+        }
+    } else {
+        qp.resp.write = Some(ctx);
+    }
+}
+
+/// Give up the UC message in progress: its receive WQE goes back to the head of the queue.
+fn uc_abandon(qp: &mut Qp, sh: &mut Shared) {
+    if let Some((w, _)) = qp.resp.recv.take() {
+        qp.rq.push_front(w);
+        sh.stats.dropped_messages += 1;
+    } else if qp.resp.write.take().is_some() {
+        sh.stats.dropped_messages += 1;
+    }
+    qp.resp.drop_msg = true;
+}
+
+/// UD: one packet per message. The Q_Key must match; the first 40 bytes of the receive buffer
+/// get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header), the payload
+/// follows. No receive posted, or a Q_Key mismatch: the datagram is dropped and counted.
+fn ud_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, ip_header: &[u8; 20], pkt: &Packet<'_>) {
+    let Some(deth) = pkt.deth else { return };
+    if deth.qkey != qp.attr.qkey {
+        sh.stats.dropped_messages += 1;
+        return;
+    }
+    let Some(w) = qp.rq.pop_front() else {
+        sh.stats.dropped_messages += 1;
+        return;
+    };
+    let mut grh = [0u8; 40];
+    grh[20..].copy_from_slice(ip_header);
+    let src_lid = lid_of_ip(ip.src);
+    let placed = sh
+        .mrs
+        .scatter(qp.pd, &w.sges, 0, &grh)
+        .and_then(|()| sh.mrs.scatter(qp.pd, &w.sges, 40, pkt.payload));
+    let mut flags = WcFlags::GRH;
+    if pkt.imm.is_some() {
+        flags |= WcFlags::WITH_IMM;
+    }
+    let (status, byte_len) = match placed {
+        Ok(()) => (WcStatus::Success, 40 + pkt.payload.len() as u32),
+        Err(DmaError::Length) => (WcStatus::LocLenErr, 0),
+        Err(_) => (WcStatus::LocProtErr, 0),
+    };
+    sh.complete_ud_recv(
+        qp,
+        w.wr_id,
+        status,
+        byte_len,
+        pkt.imm,
+        deth.src_qp,
+        src_lid,
+        flags,
+        pkt.bth.solicited,
+    );
 }

@@ -1496,3 +1496,256 @@ fn malformed_and_corrupted_packets_are_dropped() {
     assert!(p.b.poll_transmit().is_none());
     assert!(poll_all(&mut p.b, b.cq).is_empty());
 }
+
+// ---------------- UC and UD ----------------
+
+fn uc_pair() -> (Pair, Side, Side, u32, u32) {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 0,
+    };
+    let (qa, _) = p.a.create_qp(a.pd, QpType::Uc, a.cq, a.cq, cap, true).unwrap();
+    let (qb, _) = p.b.create_qp(b.pd, QpType::Uc, b.cq, b.cq, cap, true).unwrap();
+    for (nic, q, dlid, dq) in [(&mut p.a, qa, 2, qb), (&mut p.b, qb, 1, qa)] {
+        let m = QpAttrMask::STATE
+            | QpAttrMask::PKEY_INDEX
+            | QpAttrMask::PORT
+            | QpAttrMask::ACCESS_FLAGS;
+        nic.modify_qp(
+            0,
+            q,
+            &QpAttr {
+                qp_state: QpState::Init,
+                port_num: 1,
+                qp_access_flags: AccessFlags::REMOTE_WRITE,
+                ..Default::default()
+            },
+            m,
+        )
+        .unwrap();
+        let m = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN;
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            ah_attr: AhAttr { dlid, ..Default::default() },
+            path_mtu: Mtu::Mtu256,
+            dest_qp_num: dq,
+            rq_psn: 5,
+            ..Default::default()
+        };
+        nic.modify_qp(0, q, &a, m).unwrap();
+        nic.modify_qp(
+            0,
+            q,
+            &QpAttr { qp_state: QpState::Rts, sq_psn: 5, ..Default::default() },
+            QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+        )
+        .unwrap();
+    }
+    (p, a, b, qa, qb)
+}
+
+#[test]
+fn uc_send_and_write_complete_without_acks() {
+    let (mut p, a, b, qa, qb) = uc_pair();
+    a.mem.write(0, &pattern(600, 4)).unwrap();
+    p.b.post_recv(qb, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 1024)] }]).unwrap();
+    let now = p.now;
+    let send = SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 600)], ..Default::default() };
+    let write = SendWr {
+        wr_id: 2,
+        sg_list: &[sge(&a, 0, 300)],
+        opcode: WrOpcode::RdmaWriteWithImm,
+        imm_data: 9,
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 4096, rkey: b.key },
+        ..Default::default()
+    };
+    p.a.post_send(now, qa, &[send, write]).unwrap();
+    // The sender completes as soon as the packets are out.
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, WcOpcode::Send), (2, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    p.b.post_recv(qb, &[RecvWr { wr_id: 2, sg_list: &[] }]).unwrap();
+    p.drive();
+    assert_eq!(
+        p.opcodes(Dir::AtoB),
+        vec![
+            Opcode::UC_SEND_FIRST,
+            Opcode::UC_SEND_MIDDLE,
+            Opcode::UC_SEND_LAST,
+            Opcode::UC_RDMA_WRITE_FIRST,
+            Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE
+        ]
+    );
+    assert!(p.opcodes(Dir::BtoA).is_empty(), "UC sends no ACKs");
+    assert_eq!(read_mem(&b, 0, 600), pattern(600, 4));
+    assert_eq!(read_mem(&b, 4096, 300), pattern(300, 4));
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.opcode, w.byte_len, w.src_qp)).collect::<Vec<_>>(),
+        vec![(1, WcOpcode::Recv, 600, qa), (2, WcOpcode::RecvRdmaWithImm, 300, qa)]
+    );
+}
+
+#[test]
+fn uc_gap_loses_the_message_silently_and_the_next_one_arrives() {
+    let (mut p, a, b, qa, qb) = uc_pair();
+    a.mem.write(0, &pattern(600, 1)).unwrap();
+    a.mem.write(1000, b"second").unwrap();
+    p.b.post_recv(qb, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 1024)] }]).unwrap();
+    p.filter =
+        Box::new(
+            |_, pkt, _| {
+                if pkt.bth.opcode == Opcode::UC_SEND_MIDDLE {
+                    Fate::Drop
+                } else {
+                    Fate::Deliver
+                }
+            },
+        );
+    let now = p.now;
+    p.a.post_send(
+        now,
+        qa,
+        &[
+            SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 600)], ..Default::default() },
+            SendWr { wr_id: 2, sg_list: &[sge(&a, 1000, 6)], ..Default::default() },
+        ],
+    )
+    .unwrap();
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB).len(), 4, "nothing is retransmitted");
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(wc.len(), 1, "the first message was lost");
+    assert_eq!((wc[0].wr_id, wc[0].byte_len), (1, 6), "its receive WQE took the next message");
+    assert_eq!(read_mem(&b, 0, 6), b"second");
+    assert_eq!(p.b.stats().dropped_messages, 1);
+}
+
+struct TestAh(AhAttr);
+impl verbs_api::provider::AhOps for TestAh {
+    fn attr(&self) -> AhAttr {
+        self.0
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+fn ud_qp(nic: &mut Nic, s: &Side, qkey: u32) -> u32 {
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let (q, _) = nic.create_qp(s.pd, QpType::Ud, s.cq, s.cq, cap, true).unwrap();
+    let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+    nic.modify_qp(
+        0,
+        q,
+        &QpAttr { qp_state: QpState::Init, port_num: 1, qkey, ..Default::default() },
+        m,
+    )
+    .unwrap();
+    nic.modify_qp(
+        0,
+        q,
+        &QpAttr { qp_state: QpState::Rtr, ..Default::default() },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    nic.modify_qp(
+        0,
+        q,
+        &QpAttr { qp_state: QpState::Rts, sq_psn: 1, ..Default::default() },
+        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    )
+    .unwrap();
+    q
+}
+
+#[test]
+fn ud_datagrams_carry_deth_and_land_after_a_grh() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    let qa = ud_qp(&mut p.a, &a, 0x1111);
+    let qb = ud_qp(&mut p.b, &b, 0x2222);
+    let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
+        dlid: 2,
+        ..Default::default()
+    })));
+    p.b.post_recv(
+        qb,
+        &[
+            RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 2048)] },
+            RecvWr { wr_id: 2, sg_list: &[sge(&b, 4096, 2048)] },
+        ],
+    )
+    .unwrap();
+    a.mem.write(0, b"datagram").unwrap();
+    let wr = |id, qkey| SendWr {
+        wr_id: id,
+        sg_list: &[],
+        opcode: WrOpcode::SendWithImm,
+        imm_data: 3,
+        ud: Some(UdTarget { ah: ah.clone(), remote_qpn: qb, remote_qkey: qkey }),
+        ..Default::default()
+    };
+    let sg = [sge(&a, 0, 8)];
+    let now = p.now;
+    p.a.post_send(
+        now,
+        qa,
+        &[SendWr { sg_list: &sg, ..wr(1, 0x2222) }, SendWr { sg_list: &sg, ..wr(2, 0x9999) }],
+    )
+    .unwrap();
+    p.drive();
+    assert_eq!(
+        p.opcodes(Dir::AtoB),
+        vec![Opcode::UD_SEND_ONLY_WITH_IMMEDIATE, Opcode::UD_SEND_ONLY_WITH_IMMEDIATE]
+    );
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc,
+        vec![WorkCompletion {
+            wr_id: 1,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 48,
+            imm_data: 3,
+            qp_num: qb,
+            src_qp: qa,
+            wc_flags: WcFlags::GRH | WcFlags::WITH_IMM,
+            slid: 1,
+            ..Default::default()
+        }],
+        "the datagram with the wrong Q_Key was dropped"
+    );
+    assert_eq!(read_mem(&b, 40, 8), b"datagram");
+    let grh = read_mem(&b, 0, 40);
+    assert_eq!(&grh[..20], &[0u8; 20]);
+    assert_eq!(grh[20] >> 4, 4, "an IPv4 header follows");
+    assert_eq!(&grh[32..40], &[10, 0, 0, 1, 10, 0, 0, 2], "source and destination addresses");
+    assert_eq!(p.b.stats().dropped_messages, 1);
+    // Larger than the MTU is refused at post time.
+    let big = [sge(&a, 0, 5000)];
+    let err = p.a.post_send(now, qa, &[SendWr { sg_list: &big, ..wr(3, 0x2222) }]).unwrap_err();
+    assert!(err.message.contains("exceeds the path MTU"), "{}", err.message);
+    // Without an address handle is refused too.
+    let err = p.a.post_send(now, qa, &[SendWr { sg_list: &sg, ..Default::default() }]).unwrap_err();
+    assert!(err.message.contains("needs wr.ud"), "{}", err.message);
+}

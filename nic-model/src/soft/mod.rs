@@ -16,10 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use verbs_api::provider::{CompChannelOps, ContextOps, CqOps, MrOps, PdOps, Provider, QpOps};
+use verbs_api::provider::{
+    AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, Provider, QpOps,
+};
 use verbs_api::{
-    AccessFlags, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, DeviceInfo, Errno, Error,
-    Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr,
+    AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, DeviceInfo, Errno,
+    Error, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr,
     WorkCompletion,
 };
 
@@ -318,15 +320,6 @@ impl PdOps for SoftPd {
                 "ibv_create_qp: SRQs are not supported by the soft backend yet",
             ));
         }
-        if init.qp_type != QpType::Rc {
-            return Err(Error::new(
-                Errno::NotSup,
-                format!(
-                    "ibv_create_qp: {:?} QPs are not supported by the soft backend yet (RC is)",
-                    init.qp_type
-                ),
-            ));
-        }
         let (qpn, cap) = self.dev.lock().create_qp(
             self.id,
             init.qp_type,
@@ -343,6 +336,26 @@ impl PdOps for SoftPd {
             _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
             gone: AtomicBool::new(false),
         }))
+    }
+    fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
+        if attr.is_global && attr.dgid.to_ipv4().is_none() {
+            return Err(Error::inval(format!(
+                "ibv_create_ah: dgid {} is not an IPv4-mapped GID of a softverbs port",
+                attr.dgid
+            )));
+        }
+        if !attr.is_global && attr.dlid == 0 {
+            return Err(Error::inval(
+                "ibv_create_ah: dlid 0 without a GRH (is_global) names no port",
+            ));
+        }
+        if attr.port_num > 1 {
+            return Err(Error::inval(format!(
+                "ibv_create_ah: port_num {} does not exist",
+                attr.port_num
+            )));
+        }
+        Ok(Arc::new(SoftAh { attr: *attr }))
     }
     fn dealloc(&self) -> Result<()> {
         self.dev.lock().dealloc_pd(self.id)?;
@@ -573,5 +586,20 @@ impl Drop for SoftQp {
         if !self.gone.load(Ordering::Acquire) {
             let _ = self.dev.lock().destroy_qp(self.qpn);
         }
+    }
+}
+
+// ---------------- address handles ----------------
+
+struct SoftAh {
+    attr: AhAttr,
+}
+
+impl AhOps for SoftAh {
+    fn attr(&self) -> AhAttr {
+        self.attr
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
