@@ -425,6 +425,8 @@ fn remote_errors_reach_the_requester() {
         vec![(9, WcStatus::RemAccessErr), (10, WcStatus::WrFlushErr)]
     );
     assert_eq!(a.qp.state().unwrap(), QpState::Err);
+    let port_up = a.ctx.get_async_event(Some(WAIT)).unwrap();
+    assert_eq!(port_up.event_type, AsyncEventType::PortActive, "the port came up first");
     let ev = a.ctx.get_async_event(Some(WAIT)).unwrap();
     assert_eq!(
         ev,
@@ -510,6 +512,7 @@ fn cq_overrun_is_reported() {
         }
     };
     assert!(err.message.contains("overrun"), "{}", err.message);
+    assert_eq!(a.ctx.get_async_event(Some(WAIT)).unwrap().event_type, AsyncEventType::PortActive);
     let ev = a.ctx.get_async_event(Some(WAIT)).unwrap();
     assert_eq!(ev.event_type, AsyncEventType::CqErr);
 }
@@ -654,4 +657,153 @@ fn rc_uc_and_ud_on_one_device_at_once() {
         .unwrap_err();
     assert!(e.message.contains("exceeds the path MTU"), "{}", e.message);
     drop(soft);
+}
+
+/// Two QPs share one SRQ; the limit event fires when it runs low; a QP on an SRQ that enters
+/// the error state reports "last WQE reached".
+#[test]
+fn srq_is_shared_and_reports_its_limit() {
+    let soft = Soft::loopback();
+    let c0 = soft.open("softverbs0").unwrap();
+    let c1 = soft.open("softverbs1").unwrap();
+    assert_eq!(
+        c1.get_async_event(Some(WAIT)).unwrap(),
+        AsyncEvent { event_type: AsyncEventType::PortActive, element: AsyncElement::Port(1) }
+    );
+    let pd = c1.alloc_pd().unwrap();
+    let mr = pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE).unwrap();
+    let srq = pd.create_srq(&SrqInitAttr { max_wr: 8, max_sge: 1, srq_limit: 0 }).unwrap();
+    assert_eq!(srq.query().unwrap(), SrqAttr { max_wr: 8, max_sge: 1, srq_limit: 0 });
+    let cq = c1.create_cq(32, None, 0).unwrap();
+    let mk = |srq: &SharedReceiveQueue| {
+        pd.create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: Some(srq.clone()),
+            cap: cap(),
+            sq_sig_all: false,
+        })
+        .unwrap()
+    };
+    let (r1, r2) = (mk(&srq), mk(&srq));
+    let s1 = Endpoint::new(&c0, QpType::Rc, cap(), 32, 4096).unwrap();
+    let s2 = Endpoint::new(&c0, QpType::Rc, cap(), 32, 4096).unwrap();
+    let lid1 = c1.query_port(1).unwrap().lid;
+    let gid1 = c1.query_gid(1, 0).unwrap();
+    for (s, r) in [(&s1, &r1), (&s2, &r2)] {
+        let rinfo = conn::QpInfo { lid: lid1, qpn: r.qp_num(), psn: 9, gid: gid1 };
+        conn::connect(&s.qp, 5, &rinfo, &ConnOpts::default()).unwrap();
+        conn::connect(r, 9, &s.info(5).unwrap(), &ConnOpts::default()).unwrap();
+    }
+    let e = r1.post_recv(&[RecvWr { wr_id: 1, sg_list: &[mr.sge(0, 8)] }]).unwrap_err();
+    assert!(e.message.contains("use ibv_post_srq_recv"), "{}", e.message);
+    let wrs: Vec<_> = (0..4u64).map(|i| [mr.sge(i as usize * 64, 64)]).collect();
+    let recvs: Vec<_> = wrs
+        .iter()
+        .enumerate()
+        .map(|(i, sg)| RecvWr { wr_id: 100 + i as u64, sg_list: sg })
+        .collect();
+    srq.post_recv(&recvs).unwrap();
+    srq.modify(&SrqAttr { srq_limit: 3, ..Default::default() }, SrqAttrMask::LIMIT).unwrap();
+    let (m1, m2) = (*b"from qp one", *b"from qp two");
+    s1.qp
+        .post_send(&[SendWr {
+            wr_id: 1,
+            inline_data: Some(&m1),
+            send_flags: SendFlags::INLINE,
+            ..Default::default()
+        }])
+        .unwrap();
+    s2.qp
+        .post_send(&[SendWr {
+            wr_id: 2,
+            inline_data: Some(&m2),
+            send_flags: SendFlags::INLINE,
+            ..Default::default()
+        }])
+        .unwrap();
+    let wcs = cq.poll_n(2, WAIT).unwrap();
+    let mut got: Vec<_> = wcs.iter().map(|w| (w.qp_num, w.wr_id, w.byte_len)).collect();
+    got.sort();
+    let mut want = vec![(r1.qp_num(), 100, 11), (r2.qp_num(), 101, 11)];
+    want.sort_by_key(|w| w.0);
+    // Which QP consumed which WQE depends on arrival order; the set of WQEs is the first two.
+    let ids: std::collections::BTreeSet<u64> = got.iter().map(|g| g.1).collect();
+    assert_eq!(ids, [100, 101].into_iter().collect());
+    assert_eq!(
+        got.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(),
+        want.iter().map(|w| (w.0, w.2)).collect::<Vec<_>>()
+    );
+    let landed: Vec<Vec<u8>> =
+        wcs.iter().map(|w| mr.read_vec((w.wr_id - 100) as usize * 64, 11).unwrap()).collect();
+    assert!(landed.contains(&m1.to_vec()) && landed.contains(&m2.to_vec()));
+    // 4 -> 2 WQEs: below the limit of 3, the event fires once and disarms.
+    let ev = c1.get_async_event(Some(WAIT)).unwrap();
+    assert_eq!(
+        ev,
+        AsyncEvent {
+            event_type: AsyncEventType::SrqLimitReached,
+            element: AsyncElement::Srq(srq.id())
+        }
+    );
+    assert_eq!(srq.query().unwrap().srq_limit, 0, "the limit disarms after firing");
+    assert_eq!(srq.clone().destroy().unwrap_err().errno, Errno::Busy);
+    r1.modify(&QpAttr { qp_state: QpState::Err, ..Default::default() }, QpAttrMask::STATE).unwrap();
+    let ev = c1.get_async_event(Some(WAIT)).unwrap();
+    assert_eq!(
+        ev,
+        AsyncEvent {
+            event_type: AsyncEventType::QpLastWqeReached,
+            element: AsyncElement::Qp(r1.qp_num())
+        }
+    );
+    let e =
+        srq.modify(&SrqAttr { max_wr: 1, ..Default::default() }, SrqAttrMask::MAX_WR).unwrap_err();
+    assert!(e.message.contains("hold the 2 queued"), "{}", e.message);
+}
+
+#[test]
+fn device_limits_are_enforced_and_cqs_resize() {
+    let soft = Soft::loopback();
+    soft.configure(|c| {
+        c.limits.max_qp = 2;
+        c.limits.max_cq = 2;
+        c.limits.max_mr = 1;
+        c.limits.max_srq = 1;
+    });
+    let ctx = soft.open("softverbs0").unwrap();
+    let attr = ctx.query_device().unwrap();
+    assert_eq!((attr.max_qp, attr.max_cq, attr.max_mr, attr.max_srq), (2, 2, 1, 1));
+    let pd = ctx.alloc_pd().unwrap();
+    let _mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap_err().errno, Errno::NoMem);
+    let cq = ctx.create_cq(4, None, 0).unwrap();
+    let _cq2 = ctx.create_cq(4, None, 0).unwrap();
+    let e = ctx.create_cq(4, None, 0).unwrap_err();
+    assert_eq!(e.errno, Errno::NoMem);
+    assert!(e.message.contains("max_cq 2"), "{}", e.message);
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        srq: None,
+        cap: cap(),
+        sq_sig_all: false,
+    };
+    let _q1 = pd.create_qp(&init).unwrap();
+    let _q2 = pd.create_qp(&init).unwrap();
+    assert_eq!(pd.create_qp(&init).unwrap_err().errno, Errno::NoMem);
+    let _s = pd.create_srq(&SrqInitAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }).unwrap();
+    assert_eq!(
+        pd.create_srq(&SrqInitAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }).unwrap_err().errno,
+        Errno::NoMem
+    );
+    let e = pd.create_srq(&SrqInitAttr { max_wr: 4, max_sge: 1, srq_limit: 9 }).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    cq.resize(16).unwrap();
+    assert_eq!(cq.cqe(), 16);
+    assert_eq!(cq.resize(0).unwrap_err().errno, Errno::Inval);
+    let e = pd.create_ah(&AhAttr::default()).unwrap_err();
+    assert!(e.message.contains("dlid 0"), "{}", e.message);
 }

@@ -481,6 +481,10 @@ impl SharedReceiveQueue {
     pub fn query(&self) -> Result<SrqAttr> {
         self.ops.query()
     }
+    /// The id async events name it by ([`AsyncElement::Srq`]).
+    pub fn id(&self) -> u64 {
+        self.ops.id()
+    }
     /// `ibv_destroy_srq`.
     pub fn destroy(self) -> Result<()> {
         self.ops.destroy()

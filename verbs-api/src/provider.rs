@@ -184,6 +184,10 @@ pub trait SrqOps: Send + Sync {
     fn query(&self) -> Result<SrqAttr>;
     /// `ibv_destroy_srq`: `EBUSY` while a QP uses it.
     fn destroy(&self) -> Result<()>;
+    /// A backend-unique id, as [`AsyncElement::Srq`] names it.
+    fn id(&self) -> u64 {
+        0
+    }
     /// Downcasting support for backends.
     fn as_any(&self) -> &dyn Any;
 }

@@ -14,6 +14,7 @@ pub mod mr;
 pub mod qp;
 mod req;
 mod resp;
+mod srq;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -71,6 +72,8 @@ pub struct Limits {
     pub max_msg_sz: u32,
     /// `max_qp_rd_atom` and `max_qp_init_rd_atom`.
     pub max_rd_atom: u8,
+    /// `max_srq`.
+    pub max_srq: u32,
 }
 
 impl Default for Limits {
@@ -87,6 +90,7 @@ impl Default for Limits {
             max_inline_data: 256,
             max_msg_sz: 1 << 30,
             max_rd_atom: 16,
+            max_srq: 256,
         }
     }
 }
@@ -196,6 +200,8 @@ pub(crate) struct Shared {
     mrs: MrTable,
     cqs: BTreeMap<CqId, Cq>,
     pds: BTreeMap<PdId, u32>,
+    srqs: BTreeMap<u32, srq::Srq>,
+    next_srq: u32,
     next_pd: PdId,
     next_cq: CqId,
     next_qpn: u32,
@@ -215,6 +221,8 @@ impl Nic {
                 mrs: MrTable::default(),
                 cqs: BTreeMap::new(),
                 pds: BTreeMap::new(),
+                srqs: BTreeMap::new(),
+                next_srq: 1,
                 next_pd: 1,
                 next_cq: 1,
                 next_qpn: 0x11,
@@ -256,9 +264,9 @@ impl Nic {
             max_pd: l.max_pd,
             max_qp_rd_atom: l.max_rd_atom as u32,
             max_qp_init_rd_atom: l.max_rd_atom as u32,
-            max_srq: 0,
-            max_srq_wr: 0,
-            max_srq_sge: 0,
+            max_srq: l.max_srq,
+            max_srq_wr: l.max_qp_wr,
+            max_srq_sge: l.max_sge,
             max_ah: 65536,
             max_pkeys: 1,
             phys_port_cnt: 1,
@@ -492,6 +500,9 @@ impl Nic {
                 c.users = c.users.saturating_sub(1);
             }
         }
+        if let Some(s) = qp.srq.and_then(|id| self.sh.srqs.get_mut(&id)) {
+            s.users = s.users.saturating_sub(1);
+        }
         Ok(())
     }
 
@@ -605,6 +616,11 @@ impl Nic {
                 "ibv_post_recv: QP {qpn:#x} is in RESET; post receives in INIT or later"
             )));
         }
+        if qp.srq.is_some() {
+            return Err(Error::inval(format!(
+                "ibv_post_recv: QP {qpn:#x} takes its receives from an SRQ; use ibv_post_srq_recv"
+            )));
+        }
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             let fail = |m: String| {
@@ -712,6 +728,36 @@ impl Nic {
 }
 
 impl Shared {
+    /// The next receive WQE for a message arriving on `qp` (its SRQ's, or its own).
+    pub(crate) fn take_recv(&mut self, qp: &mut Qp) -> Option<RecvWqe> {
+        let Some(id) = qp.srq else { return qp.rq.pop_front() };
+        let srq = self.srqs.get_mut(&id)?;
+        let w = srq.queue.pop_front()?;
+        if srq.limit > 0 && (srq.queue.len() as u32) < srq.limit {
+            srq.limit = 0;
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::SrqLimitReached,
+                element: AsyncElement::Srq(id as u64),
+            }));
+        }
+        Some(w)
+    }
+
+    /// Whether a receive WQE is waiting for `qp`.
+    pub(crate) fn has_recv(&self, qp: &Qp) -> bool {
+        match qp.srq {
+            Some(id) => self.srqs.get(&id).is_some_and(|s| !s.queue.is_empty()),
+            None => !qp.rq.is_empty(),
+        }
+    }
+
+    /// Give back a receive WQE that a lost UC message had started to fill.
+    pub(crate) fn return_recv(&mut self, qp: &mut Qp, w: RecvWqe) {
+        match qp.srq.and_then(|id| self.srqs.get_mut(&id)) {
+            Some(srq) => srq.queue.push_front(w),
+            None => qp.rq.push_front(w),
+        }
+    }
     fn cq_mut(&mut self, cq: CqId) -> Result<&mut Cq> {
         self.cqs.get_mut(&cq).ok_or_else(|| Error::inval(format!("CQ {cq} does not exist")))
     }
@@ -1044,6 +1090,13 @@ impl Shared {
                 0,
                 false,
             );
+        }
+        if qp.srq.is_some() {
+            // A QP on an SRQ will consume no more of its WQEs: it may now be destroyed.
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::QpLastWqeReached,
+                element: AsyncElement::Qp(qp.qpn),
+            }));
         }
     }
 }

@@ -168,6 +168,8 @@ pub struct Qp {
     pub send_cq: CqId,
     /// Receive CQ.
     pub recv_cq: CqId,
+    /// The SRQ its receives come from, if any.
+    pub srq: Option<u32>,
     /// Capacities.
     pub cap: QpCap,
     /// Every send WR completes visibly.
@@ -207,6 +209,7 @@ impl Qp {
             pd,
             send_cq,
             recv_cq,
+            srq: None,
             cap,
             sq_sig_all,
             state: QpState::Reset,

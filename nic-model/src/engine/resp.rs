@@ -94,7 +94,7 @@ fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_l
             nak_error(qp, sh, psn, NakCode::InvalidRequest); // a new message before the last ended
             return;
         }
-        let Some(w) = qp.rq.pop_front() else {
+        let Some(w) = sh.take_recv(qp) else {
             rnr_nak(qp, sh, psn);
             return;
         };
@@ -158,7 +158,7 @@ fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_
     // A WRITE with immediate consumes a receive WQE at its last packet: check before any side
     // effect so an RNR NAK leaves nothing half-done.
     let needs_recv = flags.contains(OpFlags::RWR);
-    if needs_recv && qp.rq.is_empty() {
+    if needs_recv && !sh.has_recv(qp) {
         rnr_nak(qp, sh, psn);
         return;
     }
@@ -218,7 +218,7 @@ fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_
         qp.resp.write = None;
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         if needs_recv {
-            let w = qp.rq.pop_front().expect("checked non-empty above");
+            let w = sh.take_recv(qp).expect("checked non-empty above");
             sh.complete_recv(
                 qp,
                 w.wr_id,
@@ -452,7 +452,7 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
                 uc_abandon(qp, sh);
                 qp.resp.drop_msg = false;
             }
-            let Some(w) = qp.rq.pop_front() else {
+            let Some(w) = sh.take_recv(qp) else {
                 sh.stats.dropped_messages += 1; // no receive posted: the message is lost
                 qp.resp.drop_msg = !flags.contains(OpFlags::END);
                 return;
@@ -544,7 +544,7 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
     if flags.contains(OpFlags::END) {
         qp.resp.write = None;
         if flags.contains(OpFlags::RWR) {
-            match qp.rq.pop_front() {
+            match sh.take_recv(qp) {
                 Some(w) => sh.complete_recv(
                     qp,
                     w.wr_id,
@@ -567,7 +567,7 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
 /// Give up the UC message in progress: its receive WQE goes back to the head of the queue.
 fn uc_abandon(qp: &mut Qp, sh: &mut Shared) {
     if let Some((w, _)) = qp.resp.recv.take() {
-        qp.rq.push_front(w);
+        sh.return_recv(qp, w);
         sh.stats.dropped_messages += 1;
     } else if qp.resp.write.take().is_some() {
         sh.stats.dropped_messages += 1;
@@ -584,7 +584,7 @@ fn ud_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, ip_header: &[u8; 20], pk
         sh.stats.dropped_messages += 1;
         return;
     }
-    let Some(w) = qp.rq.pop_front() else {
+    let Some(w) = sh.take_recv(qp) else {
         sh.stats.dropped_messages += 1;
         return;
     };

@@ -74,6 +74,11 @@ impl Device {
             parked_until_ns: AtomicU64::new(u64::MAX),
             spin,
         });
+        // The port comes up as the device starts (IBV_EVENT_PORT_ACTIVE).
+        dev.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(AsyncEvent {
+            event_type: verbs_api::AsyncEventType::PortActive,
+            element: verbs_api::AsyncElement::Port(1),
+        });
         let weak = Arc::downgrade(&dev);
         let port = dev.port.clone();
         let thread_name = format!("{}-nic", dev.name);

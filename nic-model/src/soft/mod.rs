@@ -17,12 +17,12 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use verbs_api::provider::{
-    AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, Provider, QpOps,
+    AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, Provider, QpOps, SrqOps,
 };
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, DeviceInfo, Errno,
     Error, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr,
-    WorkCompletion,
+    SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
 pub use device::{Tap, TapDir, DEFAULT_SPIN};
@@ -314,20 +314,30 @@ impl PdOps for SoftPd {
         };
         let send_cq = cq_of(&init.send_cq, "ibv_create_qp: send_cq")?;
         let recv_cq = cq_of(&init.recv_cq, "ibv_create_qp: recv_cq")?;
-        if init.srq.is_some() {
-            return Err(Error::new(
-                Errno::NotSup,
-                "ibv_create_qp: SRQs are not supported by the soft backend yet",
-            ));
+        let srq = match &init.srq {
+            None => None,
+            Some(q) => {
+                let sq = q
+                    .ops()
+                    .as_any()
+                    .downcast_ref::<SoftSrq>()
+                    .ok_or_else(|| foreign("ibv_create_qp: srq"))?;
+                if !Arc::ptr_eq(&sq.dev, &self.dev) {
+                    return Err(foreign("ibv_create_qp: srq"));
+                }
+                Some(sq.id)
+            }
+        };
+        let mut nic = self.dev.lock();
+        let (qpn, cap) =
+            nic.create_qp(self.id, init.qp_type, send_cq, recv_cq, init.cap, init.sq_sig_all)?;
+        if let Some(id) = srq {
+            if let Err(e) = nic.attach_srq(qpn, id) {
+                let _ = nic.destroy_qp(qpn);
+                return Err(e);
+            }
         }
-        let (qpn, cap) = self.dev.lock().create_qp(
-            self.id,
-            init.qp_type,
-            send_cq,
-            recv_cq,
-            init.cap,
-            init.sq_sig_all,
-        )?;
+        drop(nic);
         Ok(Arc::new(SoftQp {
             dev: self.dev.clone(),
             qpn,
@@ -336,6 +346,10 @@ impl PdOps for SoftPd {
             _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
             gone: AtomicBool::new(false),
         }))
+    }
+    fn create_srq(&self, init: &SrqInitAttr) -> Result<Arc<dyn SrqOps>> {
+        let id = self.dev.lock().create_srq(self.id, init.max_wr, init.max_sge, init.srq_limit)?;
+        Ok(Arc::new(SoftSrq { dev: self.dev.clone(), id, gone: AtomicBool::new(false) }))
     }
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
         if attr.is_global && attr.dgid.to_ipv4().is_none() {
@@ -601,5 +615,47 @@ impl AhOps for SoftAh {
     }
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+// ---------------- SRQ ----------------
+
+struct SoftSrq {
+    dev: Arc<Device>,
+    id: u32,
+    gone: AtomicBool,
+}
+
+impl SrqOps for SoftSrq {
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        self.dev.lock().post_srq_recv(self.id, wrs)
+    }
+    fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        let max_wr = mask.contains(SrqAttrMask::MAX_WR).then_some(attr.max_wr);
+        let limit = mask.contains(SrqAttrMask::LIMIT).then_some(attr.srq_limit);
+        self.dev.lock().modify_srq(self.id, max_wr, limit)
+    }
+    fn query(&self) -> Result<SrqAttr> {
+        let (max_wr, max_sge, srq_limit) = self.dev.lock().query_srq(self.id)?;
+        Ok(SrqAttr { max_wr, max_sge, srq_limit })
+    }
+    fn destroy(&self) -> Result<()> {
+        self.dev.lock().destroy_srq(self.id)?;
+        self.gone.store(true, Ordering::Release);
+        Ok(())
+    }
+    fn id(&self) -> u64 {
+        self.id as u64
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for SoftSrq {
+    fn drop(&mut self) {
+        if !self.gone.load(Ordering::Acquire) {
+            let _ = self.dev.lock().destroy_srq(self.id);
+        }
     }
 }
