@@ -131,7 +131,9 @@ impl Device {
         }
         // A timer armed by this round may be earlier than the NIC thread's wake-up.
         if let Some(t) = nic.next_timeout() {
-            if t < self.parked_until_ns.load(Ordering::Acquire) {
+            // Only a parked NIC thread needs waking; while it runs it sees the timer itself.
+            let parked_until = self.parked_until_ns.load(Ordering::Acquire);
+            if parked_until != u64::MAX && t < parked_until {
                 self.port.unpark();
             }
         }

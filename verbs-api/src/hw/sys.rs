@@ -108,7 +108,10 @@ pub(crate) fn check_ptr<T>(call: &str, p: *mut T) -> Result<NonNull<T>> {
 }
 
 /// An integer argument that must fit a C `int`.
-pub(crate) fn to_c_int(what: &str, v: impl TryInto<c_int> + Copy + std::fmt::Display) -> Result<c_int> {
+pub(crate) fn to_c_int(
+    what: &str,
+    v: impl TryInto<c_int> + Copy + std::fmt::Display,
+) -> Result<c_int> {
     v.try_into().map_err(|_| Error::inval(format!("{what} {v} does not fit a C int")))
 }
 
