@@ -3,6 +3,8 @@
 
 pub mod conn;
 pub mod demo;
+pub mod info;
 pub mod perf;
+pub mod pingpong;
 pub mod sim_cli;
 pub mod world;

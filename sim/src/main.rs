@@ -1,12 +1,19 @@
-//! The `softverbs` command-line tool.
+//! The `softverbs` command-line tool: list and query devices, run the demo and the RC
+//! ping-pong test between processes, benchmark, simulate, and look after the shared-memory
+//! fabric.
+//!
+//! Exit status: 0 on success, 1 when something failed (the message says what), 2 for bad
+//! arguments, including a device that does not exist.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use nic_model::soft::Soft;
-use softverbs_sim::demo;
+use softverbs_sim::info::{self, CliError, DevinfoArgs, FabricAction};
+use softverbs_sim::{demo, perf, pingpong, sim_cli};
 
 #[derive(Parser)]
 #[command(
@@ -19,61 +26,151 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// `--fabric DIR`, on every command that touches the shared-memory fabric (`perf` has its own).
+#[derive(clap::Args, Debug, Clone)]
+struct FabricOpt {
+    /// The shared-memory fabric directory [default: $SOFTVERBS_FABRIC, /dev/shm/softverbs-<uid>]
+    ///
+    /// Processes on one fabric reach each other's ports through the segment files in it.
+    #[arg(long, value_name = "DIR", global = true)]
+    fabric: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// List the RDMA devices and their node GUIDs (like ibv_devices).
+    Devices {
+        #[command(flatten)]
+        fabric: FabricOpt,
+    },
+    /// Show the devices' attributes and ports (like ibv_devinfo).
+    Devinfo {
+        #[command(flatten)]
+        args: DevinfoArgs,
+        #[command(flatten)]
+        fabric: FabricOpt,
+    },
     /// Two NICs exchange a SEND, an RDMA WRITE, an RDMA READ, a compare-and-swap and a
     /// fetch-and-add, printing every packet, completion and the bytes that landed.
     Demo {
         /// Run both NICs in this process over the in-process wire.
         #[arg(long)]
         in_process: bool,
-        /// The shared-memory fabric directory (default: $SOFTVERBS_FABRIC or /dev/shm/softverbs-<uid>).
-        #[arg(long)]
-        fabric: Option<PathBuf>,
+        /// The device of the initiator (the demo runs on softverbs0 for now).
+        #[arg(short = 'd', long = "ib-dev", value_name = "DEV", default_value = "softverbs0")]
+        ib_dev: String,
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
+        #[command(flatten)]
+        fabric: FabricOpt,
+    },
+    /// The RC ping-pong test between two processes (like ibv_rc_pingpong).
+    ///
+    /// Run it without HOST to serve, then with HOST (e.g. localhost) in a second process on
+    /// the same fabric to connect.
+    Pingpong {
+        #[command(flatten)]
+        args: pingpong::PingpongArgs,
+        #[command(flatten)]
+        fabric: FabricOpt,
+    },
+    /// Benchmarks of the soft backend.
+    Perf(perf::PerfArgs),
+    /// Run a scenario in the deterministic simulator.
+    Sim(sim_cli::SimArgs),
+    /// List the fabric directory's segments, or clean up those of dead processes.
+    Fabric {
+        #[command(subcommand)]
+        action: Option<FabricAction>,
+        #[command(flatten)]
+        fabric: FabricOpt,
     },
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.cmd {
-        Cmd::Demo { in_process, fabric, target } => {
-            if target {
-                let soft = match Soft::shared_memory(fabric.as_deref()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("softverbs demo target: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let ctx = match soft.open("softverbs0") {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("softverbs demo target: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let stdin = std::io::stdin();
-                let mut input = stdin.lock();
-                let mut output = std::io::stdout();
-                return match demo::run_target(&ctx, &mut input, &mut output) {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => {
-                        eprintln!("softverbs demo target: {e}");
-                        ExitCode::FAILURE
-                    }
-                };
-            }
-            let opts = demo::DemoOpts { in_process, fabric };
-            match demo::run(&opts, &mut std::io::stdout()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("softverbs demo: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+fn report(cmd: &str, r: Result<(), CliError>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softverbs {cmd}: {e}");
+            ExitCode::from(e.status)
         }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut stdout = std::io::stdout();
+    match Cli::parse().cmd {
+        Cmd::Devices { fabric } => report(
+            "devices",
+            info::register_soft(fabric.dir()).and_then(|_| info::devices(&mut stdout)),
+        ),
+        Cmd::Devinfo { args, fabric } => report(
+            "devinfo",
+            info::register_soft(fabric.dir()).and_then(|_| info::devinfo(&args, &mut stdout)),
+        ),
+        Cmd::Demo { in_process, ib_dev, target, fabric } => {
+            report("demo", run_demo(fabric.dir(), in_process, &ib_dev, target, &mut stdout))
+        }
+        Cmd::Pingpong { args, fabric } => {
+            report("pingpong", pingpong::run(fabric.dir(), &args, &mut stdout))
+        }
+        Cmd::Perf(args) => perf::main(args),
+        Cmd::Sim(args) => sim_cli::main(args),
+        Cmd::Fabric { action, fabric } => report(
+            "fabric",
+            info::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),
+        ),
+    }
+}
+
+impl FabricOpt {
+    fn dir(&self) -> Option<&Path> {
+        self.fabric.as_deref()
+    }
+}
+
+fn run_demo(
+    fabric: Option<&Path>,
+    in_process: bool,
+    ib_dev: &str,
+    target: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    // `demo::DemoOpts` has no device field yet: refuse other devices rather than ignore -d.
+    if ib_dev != "softverbs0" {
+        let names = Soft::loopback().device_names().join(", ");
+        return Err(if Soft::loopback().device_names().iter().any(|n| n == ib_dev) {
+            CliError::usage(format!(
+                "-d {ib_dev}: the demo runs on softverbs0 only for now (devices: {names})"
+            ))
+        } else {
+            CliError::usage(format!("no soft device named {ib_dev:?} (devices: {names})"))
+        });
+    }
+    if target {
+        let soft = Soft::shared_memory(fabric)
+            .map_err(|e| CliError { status: 2, message: format!("target: {e}") })?;
+        let ctx = soft
+            .open(ib_dev)
+            .map_err(|e| CliError { status: 2, message: format!("target: {e}") })?;
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        return demo::run_target(&ctx, &mut input, out)
+            .map_err(|e| CliError::failed(format!("target: {e}")));
+    }
+    let opts = demo::DemoOpts { in_process, fabric: fabric.map(PathBuf::from) };
+    demo::run(&opts, out).map_err(CliError::failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // Catches, among others, an option name used twice in one subcommand.
+        Cli::command().debug_assert();
     }
 }

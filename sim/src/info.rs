@@ -1,0 +1,482 @@
+//! `softverbs devices`, `softverbs devinfo` and `softverbs fabric`: what RDMA devices this
+//! process sees (as `ibv_devices` and `ibv_devinfo` print them) and what the shared-memory
+//! fabric directory holds. Also the pieces every command shares: registering the `soft`
+//! provider, opening a device by name, and the error that carries an exit status.
+
+use std::fmt;
+use std::io::Write;
+use std::net::Ipv6Addr;
+use std::path::Path;
+use std::sync::Arc;
+
+use nic_model::soft::Soft;
+use nic_model::wire::{Fabric, SegmentInfo};
+use verbs_api::{Context, DeviceAttr, Errno, Gid, LinkLayer, PortAttr};
+
+/// A command's failure: the message to print and the exit status (1: something failed,
+/// 2: the command was asked for something that does not exist, as a bad argument).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CliError {
+    /// The process exit status.
+    pub status: u8,
+    /// What failed, for stderr.
+    pub message: String,
+}
+
+impl CliError {
+    /// Something failed while running (exit status 1).
+    pub fn failed(message: impl Into<String>) -> CliError {
+        CliError { status: 1, message: message.into() }
+    }
+    /// The user asked for something that does not exist (exit status 2, like a bad argument).
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError { status: 2, message: message.into() }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn output_error(e: std::io::Error) -> CliError {
+    CliError::failed(format!("writing the output: {e}"))
+}
+
+/// Register the `soft` provider over the fabric in `fabric` (or `$SOFTVERBS_FABRIC`, or the
+/// per-user default), so that [`verbs_api::device_list_detailed`] and [`Context::open`] see its
+/// devices next to those of any other registered provider. Returns it.
+pub fn register_soft(fabric: Option<&Path>) -> Result<Soft, CliError> {
+    let soft = Soft::shared_memory(fabric)
+        .map_err(|e| CliError::failed(format!("opening the shared-memory fabric: {e}")))?;
+    verbs_api::register_provider(Arc::new(soft.clone()));
+    Ok(soft)
+}
+
+/// Open a device of any registered provider by name. An unknown name is a usage error that
+/// names the device and lists the known ones.
+pub fn open_device(name: &str) -> Result<Context, CliError> {
+    Context::open(name).map_err(|e| {
+        if e.errno == Errno::NoDev {
+            CliError::usage(e.message)
+        } else {
+            CliError::failed(format!("opening {name}: {e}"))
+        }
+    })
+}
+
+/// Print provider errors as notes on stderr: one provider failing must not hide the others.
+fn note_provider_errors(errors: &[(&'static str, verbs_api::Error)]) {
+    for (provider, e) in errors {
+        eprintln!("note: the {provider} provider lists no devices: {e}");
+    }
+}
+
+/// `softverbs devices`: one line per device with its node GUID, as `ibv_devices` prints them.
+pub fn devices(out: &mut dyn Write) -> Result<(), CliError> {
+    let (devices, errors) = verbs_api::device_list_detailed();
+    note_provider_errors(&errors);
+    if devices.is_empty() {
+        return Err(no_devices(&errors));
+    }
+    (|| {
+        writeln!(out, "    {:<16}\t   node GUID", "device")?;
+        writeln!(out, "    {:<16}\t----------------", "------")?;
+        for d in &devices {
+            writeln!(out, "    {:<16}\t{:016x}", d.name(), d.guid())?;
+        }
+        Ok(())
+    })()
+    .map_err(output_error)
+}
+
+fn no_devices(errors: &[(&'static str, verbs_api::Error)]) -> CliError {
+    let why: Vec<String> = errors.iter().map(|(p, e)| format!("{p}: {e}")).collect();
+    let why = if why.is_empty() { "no provider is registered".to_string() } else { why.join("; ") };
+    CliError::usage(format!("no RDMA devices: {why}"))
+}
+
+/// Options of `softverbs devinfo` (those of `ibv_devinfo`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevinfoArgs {
+    /// Show this device only (default: every device).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+    /// Show this port only (default: every port).
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT",
+          value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: Option<u8>,
+    /// Only list the names of the devices.
+    #[arg(short = 'l', long = "list")]
+    pub list: bool,
+    /// Also print the device's limits and every port attribute.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+}
+
+/// Values line up where `ibv_devinfo` puts them: device fields (indent 1) at column 40, port
+/// fields (indent 3) at column 48, with tab stops every 8 columns.
+fn field(out: &mut dyn Write, indent: usize, label: &str, value: &str) -> std::io::Result<()> {
+    let target = if indent <= 1 { 40 } else { 48 };
+    let end = indent * 8 + label.len();
+    let tabs = if end < target { target / 8 - end / 8 } else { 1 };
+    writeln!(out, "{}{label}{}{value}", "\t".repeat(indent), "\t".repeat(tabs))
+}
+
+/// `ibv_devinfo`'s GUID form: four groups of four hex digits.
+fn guid_str(guid: u64) -> String {
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        (guid >> 48) & 0xffff,
+        (guid >> 32) & 0xffff,
+        (guid >> 16) & 0xffff,
+        guid & 0xffff
+    )
+}
+
+/// `softverbs devinfo`: every device (or `-d DEV`) with its attributes and ports, as
+/// `ibv_devinfo` prints them.
+pub fn devinfo(args: &DevinfoArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let (devices, errors) = verbs_api::device_list_detailed();
+    note_provider_errors(&errors);
+    if devices.is_empty() {
+        return Err(no_devices(&errors));
+    }
+    if args.list {
+        let n = devices.len();
+        writeln!(out, "{n} HCA{} found:", if n == 1 { "" } else { "s" }).map_err(output_error)?;
+        for d in &devices {
+            writeln!(out, "\t{}", d.name()).map_err(output_error)?;
+        }
+        return Ok(());
+    }
+    let chosen: Vec<&verbs_api::Device> = match &args.ib_dev {
+        None => devices.iter().collect(),
+        Some(name) => match devices.iter().find(|d| d.name() == name) {
+            Some(d) => vec![d],
+            None => {
+                let known: Vec<&str> = devices.iter().map(|d| d.name()).collect();
+                return Err(CliError::usage(format!(
+                    "no RDMA device named {name:?} (devices: {})",
+                    known.join(", ")
+                )));
+            }
+        },
+    };
+    let mut any_soft = false;
+    for (i, d) in chosen.iter().enumerate() {
+        if i > 0 {
+            writeln!(out).map_err(output_error)?;
+        }
+        let ctx = d.open().map_err(|e| CliError::failed(format!("opening {}: {e}", d.name())))?;
+        any_soft |= d.provider() == "soft";
+        print_device(&ctx, d.provider(), args, out)?;
+    }
+    if any_soft {
+        writeln!(
+            out,
+            "\n# softverbs: a port gets its LID (and its GID ::ffff:10.0.<LID>) from the fabric \
+             when a process opens the device;\n# port_lid above is what this process got. \
+             Every process has its own ports and LIDs."
+        )
+        .map_err(output_error)?;
+    }
+    Ok(())
+}
+
+fn print_device(
+    ctx: &Context,
+    provider: &str,
+    args: &DevinfoArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let name = ctx.device_name();
+    let attr = ctx
+        .query_device()
+        .map_err(|e| CliError::failed(format!("ibv_query_device on {name}: {e}")))?;
+    let ports: Vec<u8> = match args.ib_port {
+        Some(p) if p > attr.phys_port_cnt => {
+            return Err(CliError::usage(format!(
+                "{name} has no port {p} (phys_port_cnt {})",
+                attr.phys_port_cnt
+            )))
+        }
+        Some(p) => vec![p],
+        None => (1..=attr.phys_port_cnt).collect(),
+    };
+    let transport = if provider == "soft" {
+        "softverbs (RoCEv2 over shared memory)".to_string()
+    } else {
+        "InfiniBand (0)".to_string()
+    };
+    (|| {
+        writeln!(out, "hca_id:\t{name}")?;
+        field(out, 1, "transport:", &transport)?;
+        if !attr.fw_ver.is_empty() {
+            field(out, 1, "fw_ver:", &attr.fw_ver)?;
+        }
+        field(out, 1, "node_guid:", &guid_str(attr.node_guid))?;
+        field(out, 1, "sys_image_guid:", &guid_str(attr.sys_image_guid))?;
+        field(out, 1, "vendor_id:", &format!("0x{:04x}", attr.vendor_id))?;
+        field(out, 1, "vendor_part_id:", &attr.vendor_part_id.to_string())?;
+        field(out, 1, "hw_ver:", &format!("0x{:X}", attr.hw_ver))?;
+        field(out, 1, "phys_port_cnt:", &attr.phys_port_cnt.to_string())?;
+        if args.verbose {
+            print_caps(&attr, out)?;
+        }
+        Ok(())
+    })()
+    .map_err(output_error)?;
+    for port in ports {
+        let pa = ctx
+            .query_port(port)
+            .map_err(|e| CliError::failed(format!("ibv_query_port on {name} port {port}: {e}")))?;
+        // GID index 0 always; every index with -v.
+        let gid_count = if args.verbose { pa.gid_tbl_len.max(1) } else { 1 };
+        let mut gids = Vec::new();
+        for index in 0..gid_count {
+            let gid = ctx.query_gid(port, index).map_err(|e| {
+                CliError::failed(format!("ibv_query_gid on {name} port {port} index {index}: {e}"))
+            })?;
+            gids.push(gid);
+        }
+        print_port(port, &pa, &gids, args.verbose, out).map_err(output_error)?;
+    }
+    Ok(())
+}
+
+fn print_caps(a: &DeviceAttr, out: &mut dyn Write) -> std::io::Result<()> {
+    field(out, 1, "max_mr_size:", &format!("0x{:x}", a.max_mr_size))?;
+    field(out, 1, "max_qp:", &a.max_qp.to_string())?;
+    field(out, 1, "max_qp_wr:", &a.max_qp_wr.to_string())?;
+    field(out, 1, "max_sge:", &a.max_sge.to_string())?;
+    field(out, 1, "max_cq:", &a.max_cq.to_string())?;
+    field(out, 1, "max_cqe:", &a.max_cqe.to_string())?;
+    field(out, 1, "max_mr:", &a.max_mr.to_string())?;
+    field(out, 1, "max_pd:", &a.max_pd.to_string())?;
+    field(out, 1, "max_qp_rd_atom:", &a.max_qp_rd_atom.to_string())?;
+    field(out, 1, "max_qp_init_rd_atom:", &a.max_qp_init_rd_atom.to_string())?;
+    let atomic = if a.atomic_hca { "ATOMIC_HCA (1)" } else { "ATOMIC_NONE (0)" };
+    field(out, 1, "atomic_cap:", atomic)?;
+    field(out, 1, "max_srq:", &a.max_srq.to_string())?;
+    field(out, 1, "max_srq_wr:", &a.max_srq_wr.to_string())?;
+    field(out, 1, "max_srq_sge:", &a.max_srq_sge.to_string())?;
+    field(out, 1, "max_ah:", &a.max_ah.to_string())?;
+    field(out, 1, "max_pkeys:", &a.max_pkeys.to_string())?;
+    field(out, 1, "max_inline_data:", &a.max_inline_data.to_string())?;
+    field(out, 1, "max_msg_sz:", &format!("0x{:x}", a.max_msg_sz))
+}
+
+fn width_str(w: u8) -> String {
+    match w {
+        1 => "1X (1)".into(),
+        2 => "4X (2)".into(),
+        4 => "8X (4)".into(),
+        8 => "12X (8)".into(),
+        16 => "2X (16)".into(),
+        _ => format!("invalid width ({w})"),
+    }
+}
+
+fn speed_str(s: u8) -> String {
+    let gbps = match s {
+        1 => "2.5",
+        2 => "5.0",
+        4 | 8 => "10.0",
+        16 => "14.0",
+        32 => "25.0",
+        64 => "50.0",
+        128 => "100.0",
+        _ => return format!("invalid speed ({s})"),
+    };
+    format!("{gbps} Gbps ({s})")
+}
+
+fn phys_state_str(s: u8) -> String {
+    let name = match s {
+        1 => "SLEEP",
+        2 => "POLLING",
+        3 => "DISABLED",
+        4 => "PORT_CONFIGURATION TRAINING",
+        5 => "LINK_UP",
+        6 => "LINK_ERROR_RECOVERY",
+        7 => "PHY TEST",
+        _ => "invalid physical state",
+    };
+    format!("{name} ({s})")
+}
+
+fn print_port(
+    port: u8,
+    pa: &PortAttr,
+    gids: &[Gid],
+    verbose: bool,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    writeln!(out, "\t\tport:\t{port}")?;
+    field(out, 3, "state:", &format!("{} ({})", pa.state.as_str(), pa.state as u32))?;
+    field(out, 3, "max_mtu:", &format!("{} ({})", pa.max_mtu.bytes(), pa.max_mtu as u32))?;
+    field(out, 3, "active_mtu:", &format!("{} ({})", pa.active_mtu.bytes(), pa.active_mtu as u32))?;
+    field(out, 3, "sm_lid:", &pa.sm_lid.to_string())?;
+    field(out, 3, "port_lid:", &pa.lid.to_string())?;
+    field(out, 3, "port_lmc:", &format!("0x{:02x}", pa.lmc))?;
+    let link = match pa.link_layer {
+        LinkLayer::InfiniBand => "InfiniBand",
+        LinkLayer::Ethernet => "Ethernet",
+    };
+    field(out, 3, "link_layer:", link)?;
+    if verbose {
+        field(out, 3, "max_msg_sz:", &format!("0x{:x}", pa.max_msg_sz))?;
+        field(out, 3, "pkey_tbl_len:", &pa.pkey_tbl_len.to_string())?;
+        field(out, 3, "gid_tbl_len:", &pa.gid_tbl_len.to_string())?;
+        field(out, 3, "active_width:", &width_str(pa.active_width))?;
+        field(out, 3, "active_speed:", &speed_str(pa.active_speed))?;
+        field(out, 3, "phys_state:", &phys_state_str(pa.phys_state))?;
+    }
+    let kind = if pa.link_layer == LinkLayer::Ethernet { ", RoCE v2" } else { "" };
+    for (i, gid) in gids.iter().enumerate() {
+        field(out, 3, &format!("GID[{i:3}]:"), &format!("{gid}{kind}"))?;
+    }
+    Ok(())
+}
+
+/// A GID the way `inet_ntop(AF_INET6)` writes it, as `ibv_rc_pingpong` prints GIDs:
+/// `::` for zero, `::ffff:10.0.0.1` for an IPv4-mapped one.
+pub fn gid_ntop(gid: &Gid) -> String {
+    Ipv6Addr::from(gid.0).to_string()
+}
+
+/// What `softverbs fabric` does.
+#[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FabricAction {
+    /// List the segments (the default).
+    List,
+    /// Remove the segments whose owner process is dead.
+    Clean,
+}
+
+fn open_fabric(dir: Option<&Path>) -> Result<Fabric, CliError> {
+    Fabric::open(dir)
+        .map_err(|e| CliError::failed(format!("opening the shared-memory fabric: {e}")))
+}
+
+fn segment_row(s: &SegmentInfo) -> [String; 6] {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    let owner = match s.owner_pid {
+        Some(pid) => format!("{pid} {}", if s.alive { "alive" } else { "dead" }),
+        None => "-".to_string(),
+    };
+    let geometry = match (s.slots, s.slot_size) {
+        (Some(n), Some(size)) => format!("{n} x {size} B"),
+        _ => "-".to_string(),
+    };
+    [
+        s.path.display().to_string(),
+        opt(s.lid.map(|l| l.to_string())),
+        opt(s.gid.map(|g| gid_ntop(&Gid(g)))),
+        owner,
+        geometry,
+        opt(s.problem.clone()),
+    ]
+}
+
+/// `softverbs fabric [list|clean]`.
+pub fn fabric(
+    dir: Option<&Path>,
+    action: FabricAction,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let fabric = open_fabric(dir)?;
+    let shown = fabric.dir().display().to_string();
+    match action {
+        FabricAction::List => {
+            let segments = fabric
+                .list()
+                .map_err(|e| CliError::failed(format!("listing the fabric {shown}: {e}")))?;
+            fabric_list(&shown, &segments, out).map_err(output_error)
+        }
+        FabricAction::Clean => {
+            let removed = fabric
+                .clean()
+                .map_err(|e| CliError::failed(format!("cleaning the fabric {shown}: {e}")))?;
+            (|| {
+                if removed.is_empty() {
+                    writeln!(out, "fabric {shown}: nothing to clean (no segment of a dead owner)")?;
+                }
+                for s in &removed {
+                    let why = match (s.owner_pid, &s.problem) {
+                        (Some(pid), _) => format!("owner pid {pid} is dead"),
+                        (None, Some(p)) => p.clone(),
+                        (None, None) => "left by a creator that died".to_string(),
+                    };
+                    let lid = s.lid.map(|l| format!("LID {l}, ")).unwrap_or_default();
+                    writeln!(out, "removed {} ({lid}{why})", s.path.display())?;
+                }
+                Ok(())
+            })()
+            .map_err(output_error)
+        }
+    }
+}
+
+fn fabric_list(shown: &str, segments: &[SegmentInfo], out: &mut dyn Write) -> std::io::Result<()> {
+    if segments.is_empty() {
+        return writeln!(out, "fabric {shown}: no segments");
+    }
+    let n = segments.len();
+    writeln!(out, "fabric {shown}: {n} segment{}", if n == 1 { "" } else { "s" })?;
+    let header = ["path", "LID", "GID", "owner", "slots x size", "problem"].map(String::from);
+    let rows: Vec<[String; 6]> =
+        std::iter::once(header).chain(segments.iter().map(segment_row)).collect();
+    let mut widths = [0usize; 6];
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    for r in &rows {
+        let mut line = String::new();
+        for (i, (c, w)) in r.iter().zip(widths).enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(c);
+            } else {
+                line.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        writeln!(out, "  {}", line.trim_end())?;
+    }
+    if segments.iter().any(|s| s.owner_pid.is_some() && !s.alive) {
+        writeln!(out, "Segments of dead owners can be removed with `softverbs fabric clean`.")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_line_up_as_ibv_devinfo_does() {
+        let mut v = Vec::new();
+        field(&mut v, 1, "transport:", "x").unwrap();
+        field(&mut v, 1, "fw_ver:", "x").unwrap();
+        field(&mut v, 1, "max_qp_init_rd_atom:", "x").unwrap();
+        field(&mut v, 3, "state:", "x").unwrap();
+        field(&mut v, 3, "max_mtu:", "x").unwrap();
+        field(&mut v, 3, "GID[  0]:", "x").unwrap();
+        let s = String::from_utf8(v).unwrap();
+        assert_eq!(
+            s,
+            "\ttransport:\t\t\tx\n\tfw_ver:\t\t\t\tx\n\tmax_qp_init_rd_atom:\t\tx\n\
+             \t\t\tstate:\t\t\tx\n\t\t\tmax_mtu:\t\tx\n\t\t\tGID[  0]:\t\tx\n"
+        );
+    }
+
+    #[test]
+    fn guid_and_gid_forms() {
+        assert_eq!(guid_str(0x0200_5eff_fe00_0001), "0200:5eff:fe00:0001");
+        assert_eq!(gid_ntop(&Gid([0; 16])), "::");
+        assert_eq!(gid_ntop(&Gid::from_ipv4([10, 0, 0, 1])), "::ffff:10.0.0.1");
+    }
+}
