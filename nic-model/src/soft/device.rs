@@ -51,6 +51,9 @@ pub(crate) struct Device {
     /// When the NIC thread will wake by itself (ns since epoch; u64::MAX when not parked).
     parked_until_ns: AtomicU64,
     spin: Duration,
+    /// The NIC thread, joined on drop so the port (and its inbox segment) is gone when the
+    /// last handle is.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Device {
@@ -73,6 +76,7 @@ impl Device {
             shutdown: AtomicBool::new(false),
             parked_until_ns: AtomicU64::new(u64::MAX),
             spin,
+            thread: Mutex::new(None),
         });
         // The port comes up as the device starts (IBV_EVENT_PORT_ACTIVE).
         dev.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(AsyncEvent {
@@ -82,10 +86,11 @@ impl Device {
         let weak = Arc::downgrade(&dev);
         let port = dev.port.clone();
         let thread_name = format!("{}-nic", dev.name);
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name(thread_name)
             .spawn(move || nic_thread(weak, port))
             .expect("spawning the NIC thread");
+        *dev.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         dev
     }
 
@@ -210,6 +215,14 @@ impl Drop for Device {
     fn drop(&mut self) {
         self.shutdown.store(true, Ordering::Release);
         self.port.unpark();
+        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            // The NIC thread itself may drop the last reference (it upgrades briefly); it
+            // cannot join itself, and it is about to return anyway.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
     }
 }
 
