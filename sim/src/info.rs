@@ -51,6 +51,9 @@ pub fn register_soft(fabric: Option<&Path>) -> Result<Soft, CliError> {
     let soft = Soft::shared_memory(fabric)
         .map_err(|e| CliError::failed(format!("opening the shared-memory fabric: {e}")))?;
     verbs_api::register_provider(Arc::new(soft.clone()));
+    // Built with the rdma-sys feature, real devices (libibverbs) are listed and opened too.
+    #[cfg(feature = "rdma-sys")]
+    verbs_api::register_provider(verbs_api::hw::provider());
     Ok(soft)
 }
 

@@ -1,0 +1,143 @@
+//! Backend parity: one test body, written once against `verbs-api`, runs on the soft backend
+//! and, built with `--features rdma-sys` and given `SOFTVERBS_HW_DEVICE=<name>`, on a real
+//! device (or the kernel's Soft-RoCE). Without one, it says that it skipped the hardware case
+//! and why.
+
+use std::time::Duration;
+
+use nic_model::soft::Soft;
+use softverbs_sim::conn::{self, ConnOpts, Endpoint};
+use verbs_api::*;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// SEND, RDMA WRITE, RDMA READ, CAS and FETCH_ADD between two endpoints, checking data and
+/// completions. `use_gid` addresses peers by GID, as RoCE requires.
+fn body(c0: &Context, c1: &Context, use_gid: bool) {
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let a = Endpoint::new(c0, QpType::Rc, cap, 16, 1 << 16).unwrap();
+    let b = Endpoint::new(c1, QpType::Rc, cap, 16, 1 << 16).unwrap();
+    let opts = ConnOpts { use_gid, ..ConnOpts::default() };
+    conn::connect(&a.qp, 0x10, &b.info(0x20).unwrap(), &opts).unwrap();
+    conn::connect(&b.qp, 0x20, &a.info(0x10).unwrap(), &opts).unwrap();
+    let sig = SendFlags::SIGNALED;
+    // SEND
+    a.mr.write(0, b"parity").unwrap();
+    b.qp.post_recv(&[RecvWr { wr_id: 7, sg_list: &[b.mr.sge(0, 64)] }]).unwrap();
+    a.qp.post_send(&[SendWr {
+        wr_id: 1,
+        sg_list: &[a.mr.sge(0, 6)],
+        send_flags: sig,
+        ..Default::default()
+    }])
+    .unwrap();
+    let w = a.cq.poll_n(1, WAIT).unwrap()[0];
+    assert_eq!(
+        (w.wr_id, w.status, w.opcode, w.qp_num),
+        (1, WcStatus::Success, WcOpcode::Send, a.qp.qp_num())
+    );
+    let r = b.cq.poll_n(1, WAIT).unwrap()[0];
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode, r.byte_len, r.src_qp),
+        (7, WcStatus::Success, WcOpcode::Recv, 6, a.qp.qp_num())
+    );
+    assert_eq!(b.mr.read_vec(0, 6).unwrap(), b"parity");
+    // WRITE then READ back
+    let data: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
+    a.mr.write(1000, &data).unwrap();
+    let rt = RdmaTarget { remote_addr: b.mr.addr() + 10_000, rkey: b.mr.rkey() };
+    a.qp.post_send(&[SendWr {
+        wr_id: 2,
+        sg_list: &[a.mr.sge(1000, 5000)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: sig,
+        rdma: rt,
+        ..Default::default()
+    }])
+    .unwrap();
+    assert_eq!(a.cq.poll_n(1, WAIT).unwrap()[0].status, WcStatus::Success);
+    assert_eq!(b.mr.read_vec(10_000, 5000).unwrap(), data);
+    a.qp.post_send(&[SendWr {
+        wr_id: 3,
+        sg_list: &[a.mr.sge(20_000, 5000)],
+        opcode: WrOpcode::RdmaRead,
+        send_flags: sig,
+        rdma: rt,
+        ..Default::default()
+    }])
+    .unwrap();
+    let w = a.cq.poll_n(1, WAIT).unwrap()[0];
+    assert_eq!((w.status, w.opcode, w.byte_len), (WcStatus::Success, WcOpcode::RdmaRead, 5000));
+    assert_eq!(a.mr.read_vec(20_000, 5000).unwrap(), data);
+    // Atomics
+    b.mr.write_u64(40_000, 1).unwrap();
+    let at = |ca, sw| AtomicTarget {
+        remote_addr: b.mr.addr() + 40_000,
+        rkey: b.mr.rkey(),
+        compare_add: ca,
+        swap: sw,
+    };
+    let (s1, s2) = ([a.mr.sge(48_000, 8)], [a.mr.sge(48_008, 8)]);
+    let cas = SendWr {
+        wr_id: 4,
+        sg_list: &s1,
+        opcode: WrOpcode::AtomicCmpAndSwp,
+        send_flags: sig,
+        atomic: at(1, 10),
+        ..Default::default()
+    };
+    let fad = SendWr {
+        wr_id: 5,
+        sg_list: &s2,
+        opcode: WrOpcode::AtomicFetchAndAdd,
+        send_flags: sig,
+        atomic: at(5, 0),
+        ..Default::default()
+    };
+    a.qp.post_send(&[cas, fad]).unwrap();
+    let ws = a.cq.poll_n(2, WAIT).unwrap();
+    assert_eq!(
+        ws.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        vec![
+            (4, WcStatus::Success, WcOpcode::CompSwap),
+            (5, WcStatus::Success, WcOpcode::FetchAdd)
+        ]
+    );
+    assert_eq!((a.mr.read_u64(48_000).unwrap(), a.mr.read_u64(48_008).unwrap()), (1, 10));
+    assert_eq!(b.mr.read_u64(40_000).unwrap(), 15);
+}
+
+#[test]
+fn parity_on_soft_loopback() {
+    let soft = Soft::loopback();
+    body(&soft.open("softverbs0").unwrap(), &soft.open("softverbs1").unwrap(), false);
+}
+
+#[test]
+fn parity_on_soft_addressed_by_gid() {
+    let soft = Soft::loopback();
+    body(&soft.open("softverbs0").unwrap(), &soft.open("softverbs1").unwrap(), true);
+}
+
+#[test]
+fn parity_on_hardware() {
+    let Ok(name) = std::env::var("SOFTVERBS_HW_DEVICE") else {
+        println!("skipped the hardware case: SOFTVERBS_HW_DEVICE is not set (set it to a device name, e.g. rxe0, and build with --features rdma-sys)");
+        return;
+    };
+    #[cfg(feature = "rdma-sys")]
+    {
+        register_provider(verbs_api::hw::provider());
+        let c0 = Context::open(&name).unwrap();
+        let c1 = Context::open(&name).unwrap();
+        body(&c0, &c1, true);
+    }
+    #[cfg(not(feature = "rdma-sys"))]
+    panic!("SOFTVERBS_HW_DEVICE={name} is set but this build lacks --features rdma-sys");
+}
