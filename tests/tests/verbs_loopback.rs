@@ -726,7 +726,7 @@ fn srq_is_shared_and_reports_its_limit() {
     let wcs = cq.poll_n(2, WAIT).unwrap();
     let mut got: Vec<_> = wcs.iter().map(|w| (w.qp_num, w.wr_id, w.byte_len)).collect();
     got.sort();
-    let mut want = vec![(r1.qp_num(), 100, 11), (r2.qp_num(), 101, 11)];
+    let mut want = [(r1.qp_num(), 100, 11), (r2.qp_num(), 101, 11)];
     want.sort_by_key(|w| w.0);
     // Which QP consumed which WQE depends on arrival order; the set of WQEs is the first two.
     let ids: std::collections::BTreeSet<u64> = got.iter().map(|g| g.1).collect();

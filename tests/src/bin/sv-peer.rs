@@ -29,8 +29,8 @@ use verbs_api::{
     WorkCompletion, WrOpcode,
 };
 
-const USAGE: &str = "usage: sv-peer <target|echo|hold> <fabric-dir> [--seed N] [--psn N] [--mtu N] \
-                     [--mr-len N] [--iters N] [--deadline-secs N] [--exit-at-once]";
+const USAGE: &str = "usage: sv-peer <target|echo|hold> <fabric-dir> [--seed N] [--psn N] \
+                     [--mtu N] [--mr-len N] [--iters N] [--deadline-secs N] [--exit-at-once]";
 
 /// The bound on any single wait for a completion.
 const WAIT: Duration = Duration::from_secs(30);
@@ -163,8 +163,10 @@ fn run(o: &Opts) -> Result<(), String> {
     result
 }
 
-/// The device's NIC thread removes the inbox after the last handle is dropped; a process that
-/// exits at once can beat it and leave the file behind. Wait (bounded) until it is gone.
+/// Dropping the last handle of a device joins its NIC thread, which removes the inbox; but when
+/// the NIC thread itself holds the last reference at that moment (it upgrades one for every
+/// progress round), nobody waits for it, and a process that exits at once can leave the file
+/// behind. Wait (bounded) until it is gone.
 fn wait_inbox_gone(path: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while path.exists() {
