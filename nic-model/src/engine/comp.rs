@@ -96,13 +96,21 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn) -> bool {
         }
         let w = qp.sq.pop_front().expect("front exists");
         qp.req.next = qp.req.next.saturating_sub(1);
-        if qp.req.next == 0 {
-            qp.req.pkt = 0;
-        }
         sh.complete_send(qp, &w, WcStatus::Success);
         progress = true;
     }
-    let after = psn.next();
+    let mut after = psn.next();
+    // An ACK (or a later response) never acknowledges the responses of a READ or atomic that
+    // have not arrived: the oldest PSN outstanding stops at its first response PSN.
+    if let Some(w) = qp.sq.front() {
+        if w.started
+            && w.is_rd_atomic()
+            && after.diff(w.first_psn) > 0
+            && w.first_psn.diff(qp.req.comp_psn) >= 0
+        {
+            after = w.first_psn;
+        }
+    }
     if after.diff(qp.req.comp_psn) > 0 && !lost_response {
         qp.req.comp_psn = after;
         progress = true;

@@ -1,0 +1,191 @@
+//! Directed links: their parameters (latency, bandwidth, queue limit, fault probabilities), the
+//! FIFO that serialises packets onto them, and the per-link counters of what they did.
+
+use std::collections::{BTreeSet, VecDeque};
+
+/// What a link is like. Probabilities are per packet, in [0, 1].
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkParams {
+    /// One-way propagation delay.
+    pub latency_ns: u64,
+    /// Line rate in Gbit/s (bits per ns); 0 means infinitely fast (no serialisation delay).
+    pub bandwidth_gbps: f64,
+    /// Packets the link may hold waiting for or in serialisation; more are tail-dropped. 0 means
+    /// unbounded.
+    pub queue_limit: usize,
+    /// Probability a packet is lost.
+    pub loss: f64,
+    /// Probability a packet is duplicated.
+    pub dup: f64,
+    /// Each packet is delayed by a uniform extra 0..=this many ns, which reorders packets.
+    pub reorder_jitter_ns: u64,
+    /// Probability one bit of a packet is flipped (the receiver's ICRC check then drops it).
+    pub corrupt: f64,
+    /// Probability a packet is cut short.
+    pub truncate: f64,
+}
+
+impl Default for LinkParams {
+    /// A clean 100 Gbit/s link with 1 µs latency and a 1024-packet queue.
+    fn default() -> LinkParams {
+        LinkParams {
+            latency_ns: 1_000,
+            bandwidth_gbps: 100.0,
+            queue_limit: 1024,
+            loss: 0.0,
+            dup: 0.0,
+            reorder_jitter_ns: 0,
+            corrupt: 0.0,
+            truncate: 0.0,
+        }
+    }
+}
+
+impl LinkParams {
+    /// Serialisation time of `bytes` on this link.
+    pub fn serialisation_ns(&self, bytes: usize) -> u64 {
+        if self.bandwidth_gbps <= 0.0 {
+            return 0;
+        }
+        ((bytes as f64 * 8.0) / self.bandwidth_gbps).ceil() as u64
+    }
+}
+
+/// Counters of one link (and, summed, of the world). Every injected fault is counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets offered to the link.
+    pub offered: u64,
+    /// Packets that reached the far end (before the far node looked at them).
+    pub delivered: u64,
+    /// Bytes that reached the far end.
+    pub delivered_bytes: u64,
+    /// Random losses.
+    pub lost: u64,
+    /// Tail drops at a full queue.
+    pub queue_drops: u64,
+    /// Drops because the link was partitioned when the packet was sent or arrived.
+    pub partition_drops: u64,
+    /// Explicit drops of the k-th packet.
+    pub nth_drops: u64,
+    /// Duplicates made.
+    pub duplicated: u64,
+    /// Packets delayed by a non-zero reorder jitter.
+    pub jittered: u64,
+    /// Bit flips.
+    pub corrupted: u64,
+    /// Truncations.
+    pub truncated: u64,
+}
+
+impl LinkStats {
+    /// Every injected fault (losses, tail drops, partition drops, k-th drops, duplicates,
+    /// jitter, corruption, truncation).
+    pub fn faults(&self) -> u64 {
+        self.lost
+            + self.queue_drops
+            + self.partition_drops
+            + self.nth_drops
+            + self.duplicated
+            + self.jittered
+            + self.corrupted
+            + self.truncated
+    }
+
+    /// Add `o` into `self`.
+    pub fn add(&mut self, o: &LinkStats) {
+        self.offered += o.offered;
+        self.delivered += o.delivered;
+        self.delivered_bytes += o.delivered_bytes;
+        self.lost += o.lost;
+        self.queue_drops += o.queue_drops;
+        self.partition_drops += o.partition_drops;
+        self.nth_drops += o.nth_drops;
+        self.duplicated += o.duplicated;
+        self.jittered += o.jittered;
+        self.corrupted += o.corrupted;
+        self.truncated += o.truncated;
+    }
+
+    /// `(name, count)` of each fault kind, for summaries.
+    pub fn fault_kinds(&self) -> [(&'static str, u64); 8] {
+        [
+            ("loss", self.lost),
+            ("queue-drop", self.queue_drops),
+            ("partition-drop", self.partition_drops),
+            ("nth-drop", self.nth_drops),
+            ("duplicate", self.duplicated),
+            ("jitter", self.jittered),
+            ("corrupt", self.corrupted),
+            ("truncate", self.truncated),
+        ]
+    }
+}
+
+/// A change to a link, applied now or at a scheduled virtual time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LinkChange {
+    /// Replace the link's parameters (packets already queued keep their times).
+    Params(LinkParams),
+    /// Cut the link: packets sent on it, and packets on it when they would arrive, are dropped.
+    Partition,
+    /// Undo a partition.
+    Heal,
+    /// Drop the packet with this index among those offered to the link (0 = the first ever).
+    DropNth(u64),
+}
+
+/// One directed link.
+#[derive(Clone, Debug)]
+pub struct Link {
+    /// Where packets enter.
+    pub src: usize,
+    /// Where they come out.
+    pub dst: usize,
+    /// Its parameters now.
+    pub params: LinkParams,
+    /// Whether it is cut.
+    pub partitioned: bool,
+    /// Its counters.
+    pub stats: LinkStats,
+    /// Finish times of the packets in its FIFO (waiting or being serialised), oldest first.
+    pub(crate) queue: VecDeque<u64>,
+    /// When the line is free again.
+    pub(crate) busy_until_ns: u64,
+    /// Indices of offered packets to drop.
+    pub(crate) drop_nth: BTreeSet<u64>,
+}
+
+impl Link {
+    pub(crate) fn new(src: usize, dst: usize, params: LinkParams) -> Link {
+        Link {
+            src,
+            dst,
+            params,
+            partitioned: false,
+            stats: LinkStats::default(),
+            queue: VecDeque::new(),
+            busy_until_ns: 0,
+            drop_nth: BTreeSet::new(),
+        }
+    }
+
+    pub(crate) fn apply(&mut self, change: &LinkChange) {
+        match change {
+            LinkChange::Params(p) => self.params = p.clone(),
+            LinkChange::Partition => self.partitioned = true,
+            LinkChange::Heal => self.partitioned = false,
+            LinkChange::DropNth(n) => {
+                self.drop_nth.insert(*n);
+            }
+        }
+    }
+
+    /// Packets in the FIFO at `now_ns`.
+    pub fn queue_len(&mut self, now_ns: u64) -> usize {
+        while self.queue.front().is_some_and(|&t| t <= now_ns) {
+            self.queue.pop_front();
+        }
+        self.queue.len()
+    }
+}
