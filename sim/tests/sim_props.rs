@@ -172,3 +172,37 @@ fn a_lost_read_response_is_recovered() {
     };
     run_case(&case).unwrap();
 }
+
+/// Engine regression (found by `bounded_faults_with_retries_left_complete_exactly_once` with
+/// `SOFTVERBS_PROP_KNOWN_ISSUES=1`, seed 0, shrunk): a 2049-byte READ at MTU 1024 (FIRST,
+/// MIDDLE, LAST responses) whose READ RESPONSE MIDDLE is lost completes with SUCCESS and bytes
+/// missing. Un-ignore when fixed, and drop the strategy filter `prop::hits_known_read_issue`.
+#[test]
+fn a_lost_middle_read_response_is_recovered() {
+    use prop::{Dir, FaultEvent, FaultKind, OpKind, WorkItem};
+    let case = prop::Case {
+        seed: 0,
+        workload: vec![WorkItem {
+            kind: OpKind::Read,
+            len: 2049,
+            sges: 1,
+            inline: false,
+            signaled: false,
+            imm: None,
+            operand: 0,
+            swap: 0,
+        }],
+        faults: vec![FaultEvent {
+            at_ns: 0,
+            kind: FaultKind::DropNth { dir: Dir::Backward, n: 1 },
+        }],
+        retry_cnt: 7,
+        timeout: 10,
+        rnr_retry: 7,
+        recv_delay_ns: 0,
+        cut_at_ns: None,
+        mtu: verbs_api::Mtu::Mtu1024,
+        window: prop::DEFAULT_WINDOW,
+    };
+    run_case(&case).unwrap();
+}

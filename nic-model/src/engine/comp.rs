@@ -101,14 +101,12 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn) -> bool {
     }
     let mut after = psn.next();
     // An ACK (or a later response) never acknowledges the responses of a READ or atomic that
-    // have not arrived: the oldest PSN outstanding stops at its first response PSN.
+    // have not arrived: the oldest PSN outstanding stops where its responses stopped.
     if let Some(w) = qp.sq.front() {
-        if w.started
-            && w.is_rd_atomic()
-            && after.diff(w.first_psn) > 0
-            && w.first_psn.diff(qp.req.comp_psn) >= 0
-        {
-            after = w.first_psn;
+        if w.started && w.is_rd_atomic() && after.diff(w.first_psn) > 0 {
+            // Only the responses themselves move the oldest PSN through a READ's range.
+            after =
+                if w.first_psn.diff(qp.req.comp_psn) >= 0 { w.first_psn } else { qp.req.comp_psn };
         }
     }
     if after.diff(qp.req.comp_psn) > 0 && !lost_response {
