@@ -421,11 +421,11 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
         }
         return;
     }
-    // SEND/WRITE: already executed; acknowledge again so a lost ACK is recovered.
-    if pkt.bth.ack_req {
-        let last = qp.resp.epsn.add(Psn::MASK);
-        ack(qp, sh, last);
-    }
+    // SEND/WRITE: already executed; acknowledge again (every duplicate, as rxe does, since the
+    // packet that asked for an ACK may be the one a go-back-N burst lost) so the requester
+    // recovers from a lost ACK without waiting for its timer.
+    let last = qp.resp.epsn.add(Psn::MASK);
+    ack(qp, sh, last);
 }
 
 /// UC: no ACKs, no NAKs, no retransmission. On a PSN gap (or any error) the responder drops
