@@ -239,27 +239,11 @@ impl ContextOps for SoftContext {
         Ok(cq)
     }
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut q = self.dev.async_events.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(ev) = q.pop_front() {
-                return Ok(ev);
-            }
-            let wait = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Err(Error::new(
-                            Errno::TimedOut,
-                            "ibv_get_async_event: no event within the timeout",
-                        ));
-                    }
-                    d - now
-                }
-                None => Duration::from_millis(100),
-            };
-            q = self.dev.async_ready.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner()).0;
-        }
+        pop_within(&self.dev.async_events, &self.dev.async_ready, timeout, || Ok(())).map_err(|e| {
+            e.unwrap_or_else(|| {
+                Error::new(Errno::TimedOut, "ibv_get_async_event: no event within the timeout")
+            })
+        })
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -511,33 +495,19 @@ struct SoftChannel {
 
 impl CompChannelOps for SoftChannel {
     fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Arc<dyn CqOps>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut q = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(cq) = q.pop_front() {
-                return Ok(cq);
-            }
-            let wait = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Err(Error::new(
-                            Errno::TimedOut,
-                            format!(
-                                "ibv_get_cq_event: no completion event within {:?}",
-                                timeout.unwrap_or_default()
-                            ),
-                        ));
-                    }
-                    (d - now).min(Duration::from_millis(100))
-                }
-                None => Duration::from_millis(100),
-            };
-            if self.dev.strong_count() == 0 {
-                return Err(Error::new(Errno::Io, "ibv_get_cq_event: the device was closed"));
-            }
-            q = self.inner.ready.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner()).0;
-        }
+        let alive = || match self.dev.strong_count() {
+            0 => Err(Error::new(Errno::Io, "ibv_get_cq_event: the device was closed")),
+            _ => Ok(()),
+        };
+        pop_within(&self.inner.events, &self.inner.ready, timeout, alive).map_err(|e| {
+            e.unwrap_or_else(|| {
+                let t = timeout.unwrap_or_default();
+                Error::new(
+                    Errno::TimedOut,
+                    format!("ibv_get_cq_event: no completion event within {t:?}"),
+                )
+            })
+        })
     }
     fn ack_cq_events(&self, _cq: &CompletionQueue, _nevents: u32) {}
     fn as_any(&self) -> &dyn Any {
@@ -600,6 +570,37 @@ impl Drop for SoftQp {
         if !self.gone.load(Ordering::Acquire) {
             let _ = self.dev.lock().destroy_qp(self.qpn);
         }
+    }
+}
+
+/// Pop the oldest entry of `queue`, waiting on `ready` until one arrives or `timeout` passes
+/// (`None` waits forever, in slices of 100 ms). `check` runs before each wait and may end it
+/// with an error. A timeout is `Err(None)`, so each verb words its own message.
+fn pop_within<T>(
+    queue: &Mutex<VecDeque<T>>,
+    ready: &Condvar,
+    timeout: Option<Duration>,
+    check: impl Fn() -> Result<()>,
+) -> std::result::Result<T, Option<Error>> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if let Some(item) = q.pop_front() {
+            return Ok(item);
+        }
+        let slice = Duration::from_millis(100);
+        let wait = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(None);
+                }
+                (d - now).min(slice)
+            }
+            None => slice,
+        };
+        check().map_err(Some)?;
+        q = ready.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner()).0;
     }
 }
 
