@@ -959,13 +959,9 @@ fn a_child_that_exits_leaves_no_segment_behind() {
 
 /// The same, for a program that exits the moment it has dropped its last verbs handle.
 /// `sv-peer` normally waits for its inbox to disappear before exiting; `--exit-at-once` skips
-/// that. Before the NIC thread was joined on drop this failed in the first round or two; it
-/// still fails in about one exit of 150 (see the reason below).
+/// that, so this checks that dropping the last handle itself removes the segment: the NIC
+/// thread never owns the device, so the dropping thread always joins it and drops the port.
 #[test]
-#[ignore = "soft backend bug (rare): Device::drop joins the NIC thread only when another thread \
-            drops the last Arc<Device>; when the NIC thread's own progress-round upgrade is the \
-            last reference, the drop runs on the NIC thread unjoined and the process can exit \
-            before that thread drops the port, leaving the inbox file behind"]
 fn a_child_that_exits_right_after_dropping_its_context_leaves_no_segment() {
     let _serial = serial();
     let dir = FabricDir::new("cleanup_at_once");

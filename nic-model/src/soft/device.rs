@@ -1,20 +1,34 @@
 //! One soft device: a NIC engine, its port on a wire, real time, and the progress that runs the
 //! engine inline in verbs calls and in a per-device NIC thread.
+//!
+//! # Who runs the engine
+//! A program that is calling in (posting, polling) lends the NIC its own CPU: each post transmits
+//! at once and each poll that finds its CQ short drains the inbox. While that happens the NIC
+//! thread *stands by*: it sleeps on its own thread parker, not on the inbox doorbell, so neither
+//! the program nor its peers pay a system call to wake it, and two cores are not shared by four
+//! busy-polling threads. When the program stops calling in (no inline round during a standby
+//! interval) or is about to block in a verb (`ibv_get_cq_event`, `ibv_get_async_event`), the NIC
+//! thread takes over: it runs progress rounds, spins for a bounded window after its last work,
+//! and then parks on the doorbell futex, where a sender wakes it only because it is parked. That
+//! is how one-sided operations complete while the target program sleeps, and why an idle device
+//! costs no CPU.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError, Weak};
+use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-use verbs_api::provider::CqOps;
 use verbs_api::AsyncEvent;
 
 use super::port::{Port, SendOutcome};
-use super::SoftCq;
+use super::{ChannelInner, SoftCq};
 use crate::engine::{Nic, NicEvent, Transmit};
 
 /// Receives a copy of every datagram a device sends or receives, for teaching output (the demo
-/// prints each packet) and captures.
+/// prints each packet) and captures. It runs on whichever thread runs the engine, with the
+/// device locked: it must be quick, must not call verbs of the same device, and must not hold
+/// the device's handles (that would keep the device alive forever).
 pub type Tap = Arc<dyn Fn(TapDir, &[u8]) + Send + Sync>;
 
 /// Direction of a tapped datagram.
@@ -30,123 +44,226 @@ pub enum TapDir {
 /// docs/performance.md for how this was measured). Overridable with `SOFTVERBS_SPIN_US`.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
+/// How long the NIC thread sleeps at a time while the program runs the engine inline; it takes
+/// over at most this long after the program stops calling in. One wake-up (one system call)
+/// per interval is the whole cost of a busy device. Overridable with `SOFTVERBS_STANDBY_US`.
+pub const DEFAULT_STANDBY: Duration = Duration::from_micros(200);
+
 /// The longest the NIC thread sleeps when no timer is pending.
 const MAX_PARK: Duration = Duration::from_millis(100);
 
 /// Datagrams taken from the inbox per progress round, so a flood cannot starve timers.
 const RX_BURST: usize = 256;
 
-pub(crate) struct Device {
+/// Rounds that find the inbox empty read the clock (to fire due timers) only once in this
+/// many: a busy-polling program's empty poll then costs a few loads, not a clock read.
+/// Timers are tens of microseconds at the least; a check every few hundred nanoseconds is
+/// plenty.
+const TIMER_CHECK_EVERY: u32 = 16;
+
+/// What the device lock protects: the engine and what travels with it.
+pub(crate) struct State {
+    pub(crate) nic: Nic,
+    /// Datagrams the wire refused (inbox full), sent first on the next round.
+    backlog: VecDeque<Transmit>,
+    tap: Option<Tap>,
+    /// Rounds since the last one that read the clock (see [`TIMER_CHECK_EVERY`]).
+    rounds_since_clock: u32,
+}
+
+// The verbs layer calls the engine through the lock (`dev.lock().alloc_pd()`); the rest of
+// the state is the progress loop's business.
+impl std::ops::Deref for State {
+    type Target = Nic;
+    fn deref(&self) -> &Nic {
+        &self.nic
+    }
+}
+
+impl std::ops::DerefMut for State {
+    fn deref_mut(&mut self) -> &mut Nic {
+        &mut self.nic
+    }
+}
+
+/// A CQ as the progress loop knows it: where its notifications go, without keeping it alive.
+pub(crate) struct CqEntry {
+    pub(crate) cq: Weak<SoftCq>,
+    pub(crate) channel: Option<Arc<ChannelInner>>,
+}
+
+/// Everything of a device that both the program's threads and the NIC thread use. The NIC
+/// thread holds an `Arc<Core>` and never a [`Device`], so the last handle is always dropped by
+/// a program thread, which can then join the NIC thread.
+pub(crate) struct Core {
     pub(crate) name: String,
-    pub(crate) nic: Mutex<Nic>,
+    state: Mutex<State>,
     pub(crate) port: Arc<dyn Port>,
     epoch: Instant,
-    /// Datagrams the wire refused (inbox full), sent first on the next round.
-    backlog: Mutex<VecDeque<Transmit>>,
-    pub(crate) cqs: Mutex<BTreeMap<u32, Weak<SoftCq>>>,
+    pub(crate) cqs: Mutex<BTreeMap<u32, CqEntry>>,
     pub(crate) async_events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) async_ready: Condvar,
-    tap: Mutex<Option<Tap>>,
     shutdown: AtomicBool,
-    /// When the NIC thread will wake by itself (ns since epoch; u64::MAX when not parked).
+    /// When the NIC thread, parked on the doorbell, will wake by itself (ns since epoch;
+    /// `u64::MAX` when it is not parked there).
     parked_until_ns: AtomicU64,
+    /// Progress rounds run inline by verbs calls; written under the state lock. The NIC thread
+    /// stands by while it moves.
+    inline_rounds: AtomicU64,
+    /// Set when the program is about to block: the NIC thread takes over at once.
+    takeover: AtomicBool,
+    nic_thread: OnceLock<Thread>,
     spin: Duration,
-    /// The NIC thread, joined on drop so the port (and its inbox segment) is gone when the
-    /// last handle is.
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    standby: Duration,
+}
+
+/// A started device: the shared core plus the NIC thread, joined on drop so that the port (and
+/// its inbox segment) is gone when the last handle is.
+pub(crate) struct Device {
+    core: Arc<Core>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::ops::Deref for Device {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+fn env_micros(var: &str, default: Duration) -> Duration {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_micros)
+        .unwrap_or(default)
 }
 
 impl Device {
     pub(crate) fn start(name: String, nic: Nic, port: Arc<dyn Port>) -> Arc<Device> {
-        let spin = std::env::var("SOFTVERBS_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_micros)
-            .unwrap_or(DEFAULT_SPIN);
-        let dev = Arc::new(Device {
+        let core = Arc::new(Core {
             name,
-            nic: Mutex::new(nic),
+            state: Mutex::new(State {
+                nic,
+                backlog: VecDeque::new(),
+                tap: None,
+                rounds_since_clock: 0,
+            }),
             port,
             epoch: Instant::now(),
-            backlog: Mutex::new(VecDeque::new()),
             cqs: Mutex::new(BTreeMap::new()),
-            async_events: Mutex::new(VecDeque::new()),
+            // The port comes up as the device starts (IBV_EVENT_PORT_ACTIVE).
+            async_events: Mutex::new(VecDeque::from([AsyncEvent {
+                event_type: verbs_api::AsyncEventType::PortActive,
+                element: verbs_api::AsyncElement::Port(1),
+            }])),
             async_ready: Condvar::new(),
-            tap: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             parked_until_ns: AtomicU64::new(u64::MAX),
-            spin,
-            thread: Mutex::new(None),
+            inline_rounds: AtomicU64::new(0),
+            takeover: AtomicBool::new(false),
+            nic_thread: OnceLock::new(),
+            spin: env_micros("SOFTVERBS_SPIN_US", DEFAULT_SPIN),
+            standby: env_micros("SOFTVERBS_STANDBY_US", DEFAULT_STANDBY),
         });
-        // The port comes up as the device starts (IBV_EVENT_PORT_ACTIVE).
-        dev.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(AsyncEvent {
-            event_type: verbs_api::AsyncEventType::PortActive,
-            element: verbs_api::AsyncElement::Port(1),
-        });
-        let weak = Arc::downgrade(&dev);
-        let port = dev.port.clone();
-        let thread_name = format!("{}-nic", dev.name);
+        let for_thread = core.clone();
         let handle = std::thread::Builder::new()
-            .name(thread_name)
-            .spawn(move || nic_thread(weak, port))
+            .name(format!("{}-nic", core.name))
+            .spawn(move || nic_thread(for_thread))
             .expect("spawning the NIC thread");
-        *dev.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
-        dev
+        let _ = core.nic_thread.set(handle.thread().clone());
+        Arc::new(Device { core, thread: Some(handle) })
     }
+}
 
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.core.shutdown.store(true, Ordering::Release);
+        self.core.wake_nic_thread();
+        if let Some(h) = self.thread.take() {
+            // Only program threads hold a Device, so this never runs on the NIC thread.
+            let _ = h.join();
+        }
+    }
+}
+
+impl Core {
     /// Nanoseconds of the device's monotonic clock.
     pub(crate) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Nic> {
-        self.nic.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn set_tap(&self, tap: Option<Tap>) {
-        *self.tap.lock().unwrap_or_else(|e| e.into_inner()) = tap;
+        self.lock().tap = tap;
+    }
+
+    /// A progress round run by a verbs call on the program's thread (the caller holds the
+    /// lock). Tells the NIC thread that the program is calling in.
+    pub(crate) fn progress_inline(&self, st: &mut State) -> bool {
+        let did = self.progress_locked(st);
+        // Under the state lock, so a plain increment is enough; the NIC thread only compares.
+        let n = self.inline_rounds.load(Ordering::Relaxed);
+        self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
+        did
+    }
+
+    /// The program is about to block in a verb: have the NIC thread run the engine from now on.
+    pub(crate) fn hand_over(&self) {
+        self.takeover.store(true, Ordering::Release);
+        self.wake_nic_thread();
+    }
+
+    fn wake_nic_thread(&self) {
+        self.port.unpark();
+        if let Some(t) = self.nic_thread.get() {
+            t.unpark();
+        }
     }
 
     /// One round of progress: take what the inbox holds, fire due timers, send what the
     /// engine has, deliver events. Returns whether anything happened. No system calls unless
-    /// a peer must be woken.
-    pub(crate) fn progress(&self) -> bool {
-        let mut nic = self.lock();
-        self.progress_locked(&mut nic)
-    }
-
-    pub(crate) fn progress_locked(&self, nic: &mut Nic) -> bool {
-        let now = self.now();
-        let tap = self.tap.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    /// a parked peer must be woken; no clock read on most rounds that find nothing.
+    fn progress_locked(&self, st: &mut State) -> bool {
+        let State { nic, backlog, tap, rounds_since_clock } = st;
+        let mut now = None;
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
-            if let Some(t) = &tap {
+            if let Some(t) = tap {
                 t(TapDir::Rx, pkt);
             }
+            let now = *now.get_or_insert_with(|| self.now());
             nic.handle_packet(now, pkt);
         });
         let mut did = received > 0;
-        if nic.next_timeout().is_some_and(|t| t <= now) {
-            nic.handle_timeout(now);
-            did = true;
+        *rounds_since_clock += 1;
+        if did || *rounds_since_clock >= TIMER_CHECK_EVERY {
+            *rounds_since_clock = 0;
+            let now = now.unwrap_or_else(|| self.now());
+            if nic.next_timeout().is_some_and(|t| t <= now) {
+                nic.handle_timeout(now);
+                did = true;
+            }
         }
-        did |= self.flush_tx(nic, tap.as_ref());
+        if !backlog.is_empty() || nic.has_transmit() {
+            did |= self.flush_tx(nic, backlog, tap.as_ref());
+        }
         while let Some(ev) = nic.poll_event() {
             did = true;
             self.deliver(ev);
         }
-        // A timer armed by this round may be earlier than the NIC thread's wake-up.
-        if let Some(t) = nic.next_timeout() {
-            // Only a parked NIC thread needs waking; while it runs it sees the timer itself.
-            let parked_until = self.parked_until_ns.load(Ordering::Acquire);
-            if parked_until != u64::MAX && t < parked_until {
-                self.port.unpark();
-            }
+        // A timer armed by this round may be earlier than the parked NIC thread's wake-up.
+        // While the thread runs or stands by it sees the timer itself (or the program does).
+        let parked_until = self.parked_until_ns.load(Ordering::Acquire);
+        if parked_until != u64::MAX && nic.next_timeout().is_some_and(|t| t < parked_until) {
+            self.port.unpark();
         }
         did
     }
 
-    fn flush_tx(&self, nic: &mut Nic, tap: Option<&Tap>) -> bool {
-        let mut backlog = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+    fn flush_tx(&self, nic: &mut Nic, backlog: &mut VecDeque<Transmit>, tap: Option<&Tap>) -> bool {
         let mut did = false;
         loop {
             let t = match backlog.pop_front() {
@@ -179,17 +296,9 @@ impl Device {
     fn deliver(&self, ev: NicEvent) {
         match ev {
             NicEvent::CqNotify(id) => {
-                let cq = self
-                    .cqs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&id)
-                    .and_then(Weak::upgrade);
-                if let Some(cq) = cq {
-                    if let Some(ch) = cq.channel.clone() {
-                        let ops: Arc<dyn CqOps> = cq;
-                        ch.notify(ops);
-                    }
+                let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(CqEntry { cq, channel: Some(ch) }) = cqs.get(&id) {
+                    ch.notify(cq.clone());
                 }
             }
             NicEvent::Async(ev) => {
@@ -199,60 +308,56 @@ impl Device {
         }
     }
 
+    /// A round on the NIC thread; skipped (as "no work") when a program thread holds the lock,
+    /// since that thread is running the engine.
+    fn progress_background(&self) -> bool {
+        match self.state.try_lock() {
+            Ok(mut st) => self.progress_locked(&mut st),
+            Err(TryLockError::Poisoned(e)) => self.progress_locked(&mut e.into_inner()),
+            Err(TryLockError::WouldBlock) => false,
+        }
+    }
+
     /// How long the NIC thread may sleep: until the next timer, at most [`MAX_PARK`].
     fn park_budget(&self) -> (Duration, u64) {
         let now = self.now();
-        let next = self.lock().next_timeout();
-        let until = match next {
-            Some(t) => t.min(now + MAX_PARK.as_nanos() as u64),
-            None => now + MAX_PARK.as_nanos() as u64,
-        };
+        let latest = now + MAX_PARK.as_nanos() as u64;
+        let until = self.lock().next_timeout().map_or(latest, |t| t.min(latest));
         (Duration::from_nanos(until.saturating_sub(now)), until)
     }
 }
 
-impl Drop for Device {
-    fn drop(&mut self) {
-        self.shutdown.store(true, Ordering::Release);
-        self.port.unpark();
-        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(h) = handle {
-            // The NIC thread itself may drop the last reference (it upgrades briefly); it
-            // cannot join itself, and it is about to return anyway.
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
-    }
-}
-
-/// The NIC thread: progress while there is work, spin a while, then park on the doorbell.
-fn nic_thread(dev: Weak<Device>, port: Arc<dyn Port>) {
+/// The NIC thread: stand by while the program runs the engine inline; otherwise progress while
+/// there is work, spin a while, then park on the doorbell.
+fn nic_thread(core: Arc<Core>) {
     let mut last_work = Instant::now();
-    loop {
-        let Some(d) = dev.upgrade() else { return };
-        if d.shutdown.load(Ordering::Acquire) {
-            return;
-        }
-        if d.progress() {
+    let mut seen_rounds = core.inline_rounds.load(Ordering::Relaxed);
+    while !core.shutdown.load(Ordering::Acquire) {
+        let rounds = core.inline_rounds.load(Ordering::Relaxed);
+        let handed_over = core.takeover.swap(false, Ordering::AcqRel);
+        if rounds != seen_rounds && !handed_over {
+            // The program is calling in. Sleep where no sender has to wake us.
+            seen_rounds = rounds;
+            std::thread::park_timeout(core.standby);
             last_work = Instant::now();
             continue;
         }
-        if last_work.elapsed() < d.spin {
-            drop(d);
+        seen_rounds = rounds;
+        if core.progress_background() {
+            last_work = Instant::now();
+            continue;
+        }
+        if last_work.elapsed() < core.spin {
             std::hint::spin_loop();
             continue;
         }
-        let (budget, until) = d.park_budget();
-        d.parked_until_ns.store(until, Ordering::Release);
-        drop(d); // never keep the device alive while asleep
-        if !budget.is_zero() {
-            port.park(budget);
+        let (budget, until) = core.park_budget();
+        core.parked_until_ns.store(until, Ordering::Release);
+        if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {
+            core.port.park(budget);
         }
-        if let Some(d) = dev.upgrade() {
-            d.parked_until_ns.store(u64::MAX, Ordering::Release);
-        }
-        let now = Instant::now();
-        last_work = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        core.parked_until_ns.store(u64::MAX, Ordering::Release);
+        // Whatever woke us, look for work at once; then spin a full window only after work.
+        last_work = Instant::now().checked_sub(core.spin).unwrap_or_else(Instant::now);
     }
 }

@@ -25,13 +25,13 @@ use verbs_api::{
     SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
-pub use device::{Tap, TapDir, DEFAULT_SPIN};
+pub use device::{Tap, TapDir, DEFAULT_SPIN, DEFAULT_STANDBY};
 pub use port::{LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
 use crate::engine::mr::MrMemory;
 use crate::engine::{Nic, NicConfig};
 use crate::wire::{Fabric, InboxConfig};
-use device::Device;
+use device::{CqEntry, Device};
 
 enum WireKind {
     Loopback(Arc<Loopback>),
@@ -235,10 +235,12 @@ impl ContextOps for SoftContext {
             channel,
             gone: AtomicBool::new(false),
         });
-        self.dev.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::downgrade(&cq));
+        let entry = CqEntry { cq: Arc::downgrade(&cq), channel: cq.channel.clone() };
+        self.dev.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, entry);
         Ok(cq)
     }
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
+        self.dev.hand_over();
         pop_within(&self.dev.async_events, &self.dev.async_ready, timeout, || Ok(())).map_err(|e| {
             e.unwrap_or_else(|| {
                 Error::new(Errno::TimedOut, "ibv_get_async_event: no event within the timeout")
@@ -438,7 +440,7 @@ impl CqOps for SoftCq {
         let mut nic = self.dev.lock();
         if nic.cq_len(self.id) < wc.len() {
             // Polling is where an application lends the NIC its CPU: run the engine inline.
-            self.dev.progress_locked(&mut nic);
+            self.dev.progress_inline(&mut nic);
         }
         nic.poll_cq(self.id, wc)
     }
@@ -475,14 +477,16 @@ impl Drop for SoftCq {
     }
 }
 
+/// The queue of a completion channel. It holds CQs weakly: the NIC thread queues
+/// notifications without keeping a CQ (and so the device) alive.
 #[derive(Default)]
 pub(crate) struct ChannelInner {
-    events: Mutex<VecDeque<Arc<dyn CqOps>>>,
+    events: Mutex<VecDeque<Weak<SoftCq>>>,
     ready: Condvar,
 }
 
 impl ChannelInner {
-    pub(crate) fn notify(&self, cq: Arc<dyn CqOps>) {
+    pub(crate) fn notify(&self, cq: Weak<SoftCq>) {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).push_back(cq);
         self.ready.notify_all();
     }
@@ -495,19 +499,32 @@ struct SoftChannel {
 
 impl CompChannelOps for SoftChannel {
     fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Arc<dyn CqOps>> {
+        // The program is about to sleep: the NIC thread must run the engine meanwhile.
+        if let Some(dev) = self.dev.upgrade() {
+            dev.hand_over();
+        }
         let alive = || match self.dev.strong_count() {
             0 => Err(Error::new(Errno::Io, "ibv_get_cq_event: the device was closed")),
             _ => Ok(()),
         };
-        pop_within(&self.inner.events, &self.inner.ready, timeout, alive).map_err(|e| {
-            e.unwrap_or_else(|| {
-                let t = timeout.unwrap_or_default();
-                Error::new(
-                    Errno::TimedOut,
-                    format!("ibv_get_cq_event: no completion event within {t:?}"),
-                )
-            })
-        })
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let cq =
+                pop_within(&self.inner.events, &self.inner.ready, left, alive).map_err(|e| {
+                    e.unwrap_or_else(|| {
+                        let t = timeout.unwrap_or_default();
+                        Error::new(
+                            Errno::TimedOut,
+                            format!("ibv_get_cq_event: no completion event within {t:?}"),
+                        )
+                    })
+                })?;
+            // A notification for a CQ destroyed meanwhile has no one to go to.
+            if let Some(cq) = cq.upgrade() {
+                return Ok(cq);
+            }
+        }
     }
     fn ack_cq_events(&self, _cq: &CompletionQueue, _nevents: u32) {}
     fn as_any(&self) -> &dyn Any {
@@ -538,7 +555,7 @@ impl QpOps for SoftQp {
         let mut nic = self.dev.lock();
         let r = nic.post_send(now, self.qpn, wrs);
         // A post transmits at once: the doorbell is this call.
-        self.dev.progress_locked(&mut nic);
+        self.dev.progress_inline(&mut nic);
         r
     }
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
@@ -548,7 +565,7 @@ impl QpOps for SoftQp {
         let now = self.dev.now();
         let mut nic = self.dev.lock();
         nic.modify_qp(now, self.qpn, attr, mask)?;
-        self.dev.progress_locked(&mut nic);
+        self.dev.progress_inline(&mut nic);
         Ok(())
     }
     fn query(&self) -> Result<(QpAttr, QpCap)> {
