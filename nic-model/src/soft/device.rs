@@ -23,7 +23,8 @@ use verbs_api::AsyncEvent;
 
 use super::port::{Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
-use crate::engine::{Nic, NicEvent, Transmit};
+use crate::engine::{Nic, NicEvent, NicStats, Transmit};
+use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 
 /// Receives a copy of every datagram a device sends or receives, for teaching output (the demo
 /// prints each packet) and captures. It runs on whichever thread runs the engine, with the
@@ -52,6 +53,10 @@ pub const DEFAULT_STANDBY: Duration = Duration::from_micros(200);
 /// The longest the NIC thread sleeps when no timer is pending.
 const MAX_PARK: Duration = Duration::from_millis(100);
 
+/// How soon the NIC thread retries datagrams that met a full inbox. A receiver frees slots
+/// without telling its senders, so the sender polls; only a backpressured device pays.
+const BACKLOG_RETRY: Duration = Duration::from_micros(20);
+
 /// Datagrams taken from the inbox per progress round, so a flood cannot starve timers.
 const RX_BURST: usize = 256;
 
@@ -69,6 +74,27 @@ pub(crate) struct State {
     tap: Option<Tap>,
     /// Rounds since the last one that read the clock (see [`TIMER_CHECK_EVERY`]).
     rounds_since_clock: u32,
+    wire: WireCounters,
+}
+
+/// What the device's port did with datagrams the wire refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireCounters {
+    /// RC and UC datagrams that found the destination inbox full and waited in the backlog
+    /// (backpressure: they are sent later, in order, nothing is lost).
+    pub backpressured: u64,
+    /// UD datagrams dropped because the destination inbox was full, as a congested switch
+    /// drops datagrams: UD never retransmits, so this is loss the program sees.
+    pub ud_dropped_inbox_full: u64,
+}
+
+/// A snapshot of a soft device's counters ([`crate::soft::Soft::stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// The engine's counters.
+    pub nic: NicStats,
+    /// The port's counters.
+    pub wire: WireCounters,
 }
 
 // The verbs layer calls the engine through the lock (`dev.lock().alloc_pd()`); the rest of
@@ -148,6 +174,7 @@ impl Device {
                 backlog: VecDeque::new(),
                 tap: None,
                 rounds_since_clock: 0,
+                wire: WireCounters::default(),
             }),
             port,
             epoch: Instant::now(),
@@ -201,6 +228,11 @@ impl Core {
         self.lock().tap = tap;
     }
 
+    pub(crate) fn stats(&self) -> DeviceStats {
+        let st = self.lock();
+        DeviceStats { nic: st.nic.stats().clone(), wire: st.wire }
+    }
+
     /// A progress round run by a verbs call on the program's thread (the caller holds the
     /// lock). Tells the NIC thread that the program is calling in.
     pub(crate) fn progress_inline(&self, st: &mut State) -> bool {
@@ -228,7 +260,7 @@ impl Core {
     /// engine has, deliver events. Returns whether anything happened. No system calls unless
     /// a parked peer must be woken; no clock read on most rounds that find nothing.
     fn progress_locked(&self, st: &mut State) -> bool {
-        let State { nic, backlog, tap, rounds_since_clock } = st;
+        let State { nic, backlog, tap, rounds_since_clock, wire } = st;
         let mut now = None;
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
             if let Some(t) = tap {
@@ -248,7 +280,7 @@ impl Core {
             }
         }
         if !backlog.is_empty() || nic.has_transmit() {
-            did |= self.flush_tx(nic, backlog, tap.as_ref());
+            did |= self.flush_tx(nic, backlog, tap.as_ref(), wire);
         }
         while let Some(ev) = nic.poll_event() {
             did = true;
@@ -263,13 +295,19 @@ impl Core {
         did
     }
 
-    fn flush_tx(&self, nic: &mut Nic, backlog: &mut VecDeque<Transmit>, tap: Option<&Tap>) -> bool {
+    fn flush_tx(
+        &self,
+        nic: &mut Nic,
+        backlog: &mut VecDeque<Transmit>,
+        tap: Option<&Tap>,
+        wire: &mut WireCounters,
+    ) -> bool {
         let mut did = false;
         loop {
-            let t = match backlog.pop_front() {
-                Some(t) => t,
+            let (t, was_waiting) = match backlog.pop_front() {
+                Some(t) => (t, true),
                 None => match nic.poll_transmit() {
-                    Some(t) => t,
+                    Some(t) => (t, false),
                     None => break,
                 },
             };
@@ -280,10 +318,16 @@ impl Core {
                     }
                     did = true;
                 }
+                SendOutcome::Full if is_ud(&t.data) => {
+                    wire.ud_dropped_inbox_full += 1;
+                    did = true;
+                }
                 SendOutcome::Full => {
                     // Backpressure, not loss: keep it (and everything after it) for later.
+                    wire.backpressured += u64::from(!was_waiting);
                     backlog.push_front(t);
                     while let Some(t) = nic.poll_transmit() {
+                        wire.backpressured += 1;
                         backlog.push_back(t);
                     }
                     break;
@@ -318,13 +362,26 @@ impl Core {
         }
     }
 
-    /// How long the NIC thread may sleep: until the next timer, at most [`MAX_PARK`].
+    /// How long the NIC thread may sleep: until the next timer, at most [`MAX_PARK`], or
+    /// [`BACKLOG_RETRY`] while datagrams wait for room in a full inbox.
     fn park_budget(&self) -> (Duration, u64) {
         let now = self.now();
-        let latest = now + MAX_PARK.as_nanos() as u64;
-        let until = self.lock().next_timeout().map_or(latest, |t| t.min(latest));
+        let st = self.lock();
+        let latest = match st.backlog.is_empty() {
+            true => now + MAX_PARK.as_nanos() as u64,
+            false => now + BACKLOG_RETRY.as_nanos() as u64,
+        };
+        let until = st.nic.next_timeout().map_or(latest, |t| t.min(latest));
         (Duration::from_nanos(until.saturating_sub(now)), until)
     }
+}
+
+/// Whether a datagram the engine emitted is UD traffic (its BTH opcode's transport bits).
+fn is_ud(datagram: &[u8]) -> bool {
+    datagram
+        .get(IPV4_UDP_LEN)
+        .and_then(|&op| Opcode(op).info())
+        .is_some_and(|info| info.transport == Transport::Ud)
 }
 
 /// The NIC thread: stand by while the program runs the engine inline; otherwise progress while

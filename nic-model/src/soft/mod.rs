@@ -25,7 +25,7 @@ use verbs_api::{
     SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
-pub use device::{Tap, TapDir, DEFAULT_SPIN, DEFAULT_STANDBY};
+pub use device::{DeviceStats, Tap, TapDir, WireCounters, DEFAULT_SPIN, DEFAULT_STANDBY};
 pub use port::{LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
 use crate::engine::mr::MrMemory;
@@ -110,6 +110,11 @@ impl Soft {
     pub fn set_tap(&self, name: &str, tap: Option<Tap>) -> Result<()> {
         self.device(name)?.set_tap(tap);
         Ok(())
+    }
+
+    /// The counters of the named (open) device: what its engine and its port did.
+    pub fn stats(&self, name: &str) -> Result<DeviceStats> {
+        Ok(self.device(name)?.stats())
     }
 
     fn device(&self, name: &str) -> Result<Arc<Device>> {

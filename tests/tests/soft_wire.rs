@@ -1,0 +1,167 @@
+//! What a soft device does when the wire pushes back: a destination inbox that is full. RC
+//! traffic waits in the device's backlog and arrives later, complete and in PSN order (the
+//! wire is lossless for it, as a RoCE fabric with pause frames is); UD datagrams are dropped
+//! and counted, as a congested switch drops them, and their senders still see success.
+//!
+//! The destination is a raw inbox of the fabric (no NIC behind it), so the test decides when
+//! slots free up and reads exactly what arrived.
+
+use std::time::{Duration, Instant};
+
+use nic_model::packet::{parse_datagram, Opcode};
+use nic_model::soft::Soft;
+use nic_model::wire::{Fabric, Inbox, InboxConfig};
+use softverbs_sim::conn::{self, ConnOpts, QpInfo};
+use softverbs_tests::FabricDir;
+use verbs_api::*;
+
+/// Slots of the raw destination inbox: a tiny ring, so a handful of messages fills it.
+const SLOTS: u32 = 4;
+/// Messages each test sends: more than the ring holds.
+const MESSAGES: u64 = 10;
+
+fn raw_inbox(fabric: &Fabric) -> Inbox {
+    fabric
+        .create_inbox(InboxConfig { slots: SLOTS, slot_size: 4352, gid: [0; 16] })
+        .expect("creating the raw destination inbox")
+}
+
+fn cap() -> QpCap {
+    QpCap { max_send_wr: 32, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+}
+
+/// Every datagram the raw inbox holds now, parsed: (opcode, PSN, payload).
+fn drain(inbox: &Inbox) -> Vec<(Opcode, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(p) = inbox.recv_with(|bytes| {
+        let (_, pkt) = parse_datagram(bytes).expect("the device sends well-formed datagrams");
+        (pkt.bth.opcode, pkt.bth.psn.value(), pkt.payload.to_vec())
+    }) {
+        out.push(p);
+    }
+    out
+}
+
+fn message(i: u64) -> [u8; 16] {
+    let mut m = [0u8; 16];
+    m[..8].copy_from_slice(&i.to_le_bytes());
+    m[8..].copy_from_slice(b"backlog!");
+    m
+}
+
+#[test]
+fn ud_datagrams_that_meet_a_full_inbox_are_dropped_and_counted() {
+    let dir = FabricDir::new("ud_full_inbox");
+    let fabric = Fabric::open(Some(dir.path())).expect("opening the fabric");
+    let inbox = raw_inbox(&fabric);
+    let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
+    let ctx = soft.open("softverbs0").expect("opening softverbs0");
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = ctx.create_cq(64, None, 0).expect("cq");
+    let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).expect("mr");
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            cap: cap(),
+            sq_sig_all: true,
+        })
+        .expect("UD QP");
+    let init =
+        QpAttr { qp_state: QpState::Init, port_num: 1, qkey: 0x1111_0000, ..Default::default() };
+    let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+    qp.modify(&init, mask).expect("INIT");
+    qp.modify(&QpAttr { qp_state: QpState::Rtr, ..Default::default() }, QpAttrMask::STATE)
+        .expect("RTR");
+    qp.modify(
+        &QpAttr { qp_state: QpState::Rts, sq_psn: 0, ..Default::default() },
+        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    )
+    .expect("RTS");
+    let ah = pd
+        .create_ah(&AhAttr { dlid: inbox.lid(), port_num: 1, ..Default::default() })
+        .expect("address handle");
+    for i in 0..MESSAGES {
+        mr.write(16 * i as usize, &message(i)).expect("filling the MR");
+        let sge = [mr.sge(16 * i as usize, 16)];
+        let wr = SendWr {
+            wr_id: i,
+            sg_list: &sge,
+            opcode: WrOpcode::Send,
+            send_flags: SendFlags::SIGNALED,
+            ud: Some(UdTarget { ah: ah.clone(), remote_qpn: 0x99, remote_qkey: 0x1111_0000 }),
+            ..Default::default()
+        };
+        qp.post_send(&[wr]).expect("post_send");
+    }
+    // UD loss is invisible to the sender: every send completes successfully, in order.
+    let wcs = cq.poll_n(MESSAGES as usize, Duration::from_secs(5)).expect("send completions");
+    for (i, wc) in wcs.iter().enumerate() {
+        assert_eq!((wc.wr_id, wc.status, wc.opcode), (i as u64, WcStatus::Success, WcOpcode::Send));
+        assert_eq!((wc.byte_len, wc.qp_num), (16, qp.qp_num()), "{wc:?}");
+    }
+    let stats = soft.stats("softverbs0").expect("stats");
+    assert_eq!(stats.wire.ud_dropped_inbox_full, MESSAGES - SLOTS as u64, "{stats:?}");
+    assert_eq!(stats.wire.backpressured, 0, "UD never waits in the backlog: {stats:?}");
+    // What arrived is the first SLOTS datagrams, whole; nothing comes later.
+    let got = drain(&inbox);
+    assert_eq!(got.len(), SLOTS as usize, "{got:?}");
+    for (i, (op, _, payload)) in got.iter().enumerate() {
+        assert_eq!(*op, Opcode::UD_SEND_ONLY);
+        assert_eq!(payload[..], message(i as u64)[..]);
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(drain(&inbox).is_empty(), "a dropped datagram is never resent");
+}
+
+#[test]
+fn rc_packets_that_meet_a_full_inbox_wait_and_arrive_in_order() {
+    let dir = FabricDir::new("rc_full_inbox");
+    let fabric = Fabric::open(Some(dir.path())).expect("opening the fabric");
+    let inbox = raw_inbox(&fabric);
+    let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
+    let ctx = soft.open("softverbs0").expect("opening softverbs0");
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = ctx.create_cq(64, None, 0).expect("cq");
+    let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).expect("mr");
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            cap: cap(),
+            sq_sig_all: true,
+        })
+        .expect("RC QP");
+    // The "peer" is the raw inbox: it never answers, so keep the ACK timer (4.3 s) out of the
+    // way and nothing is retransmitted while the test runs.
+    let opts = ConnOpts { timeout: 20, ..ConnOpts::default() };
+    let peer = QpInfo { lid: inbox.lid(), qpn: 0x99, psn: 0, gid: Gid::default() };
+    conn::connect(&qp, 100, &peer, &opts).expect("connecting to the raw inbox");
+    for i in 0..MESSAGES {
+        mr.write(16 * i as usize, &message(i)).expect("filling the MR");
+        let sge = [mr.sge(16 * i as usize, 16)];
+        let wr = SendWr { wr_id: i, sg_list: &sge, opcode: WrOpcode::Send, ..Default::default() };
+        qp.post_send(&[wr]).expect("post_send");
+    }
+    let stats = soft.stats("softverbs0").expect("stats");
+    assert_eq!(stats.wire.backpressured, MESSAGES - SLOTS as u64, "{stats:?}");
+    assert_eq!(stats.wire.ud_dropped_inbox_full, 0, "{stats:?}");
+    // Free the ring a few slots at a time: the NIC thread (the program is not calling in)
+    // sends what waited, in order, with nothing lost or doubled.
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (got.len() as u64) < MESSAGES {
+        assert!(Instant::now() < deadline, "only {} of {MESSAGES} arrived: {got:?}", got.len());
+        got.extend(drain(&inbox));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (i, (op, psn, payload)) in got.iter().enumerate() {
+        assert_eq!((*op, *psn), (Opcode::RC_SEND_ONLY, 100 + i as u32), "packet {i}");
+        assert_eq!(payload[..], message(i as u64)[..], "packet {i}");
+    }
+    assert!(drain(&inbox).is_empty(), "{} extra packets", drain(&inbox).len());
+}
