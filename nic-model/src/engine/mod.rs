@@ -317,9 +317,10 @@ impl Nic {
             return Err(Error::inval(format!("ibv_dealloc_pd: PD {pd} does not exist")));
         }
         let qps = self.qps.values().filter(|q| q.pd == pd).count();
-        if self.sh.mrs.any_in_pd(pd) || qps > 0 {
+        let srqs = self.sh.srqs.values().filter(|s| s.pd == pd).count();
+        if self.sh.mrs.any_in_pd(pd) || qps > 0 || srqs > 0 {
             return Err(Error::busy(format!(
-                "ibv_dealloc_pd: PD {pd} still has MRs or QPs ({qps} QPs)"
+                "ibv_dealloc_pd: PD {pd} still has MRs, QPs or SRQs ({qps} QPs, {srqs} SRQs)"
             )));
         }
         self.sh.pds.remove(&pd);
