@@ -1,9 +1,11 @@
 //! Shared helpers for the cross-crate integration tests: the deterministic data both sides of a
 //! multi-process test derive from a seed, the line protocol between a test and its `sv-peer`
 //! child, and guards that remove a test's fabric directory and kill its children even when the
-//! test panics. [`remote`] carries verbs calls to a device in a child process.
+//! test panics. [`remote`] carries verbs calls to a device in a child process; [`surface`]
+//! holds the test bodies that run on every backend.
 
 pub mod remote;
+pub mod surface;
 
 use std::fs::{self, DirBuilder};
 use std::io::{BufRead, BufReader, Read, Write};
