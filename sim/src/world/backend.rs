@@ -341,23 +341,7 @@ impl PdOps for SimPd {
         }))
     }
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
-        if attr.is_global && attr.dgid.to_ipv4().is_none() {
-            return Err(Error::inval(format!(
-                "ibv_create_ah: dgid {} is not an IPv4-mapped GID of a softverbs port",
-                attr.dgid
-            )));
-        }
-        if !attr.is_global && attr.dlid == 0 {
-            return Err(Error::inval(
-                "ibv_create_ah: dlid 0 without a GRH (is_global) names no port",
-            ));
-        }
-        if attr.port_num > 1 {
-            return Err(Error::inval(format!(
-                "ibv_create_ah: port_num {} does not exist",
-                attr.port_num
-            )));
-        }
+        nic_model::engine::check_ah(attr)?;
         Ok(Arc::new(SimAh { attr: *attr }))
     }
     fn dealloc(&self) -> Result<()> {

@@ -463,9 +463,22 @@ pub fn ud_datagrams(be: &dyn Backend) {
         a.qp.post_send(&[SendWr { wr_id: 7, sg_list: &s_odd, ..Default::default() }]).unwrap_err();
     assert_eq!(e.errno, Errno::Inval);
     assert!(e.message.contains("needs wr.ud"), "[{}] {e}", be.name());
-    let e = a.pd.create_ah(&AhAttr { dlid: 0, port_num: 1, ..Default::default() }).unwrap_err();
-    assert_eq!(e.errno, Errno::Inval);
-    assert!(e.message.contains("dlid 0"), "[{}] {e}", be.name());
+    // Address handles that name no port are refused by ibv_create_ah.
+    let mut not_ipv4 = Gid::default();
+    not_ipv4.0[0] = 0xfe;
+    let bad_ahs = [
+        (AhAttr { dlid: 0, port_num: 1, ..Default::default() }, "dlid 0 without a GRH"),
+        (
+            AhAttr { is_global: true, dgid: not_ipv4, port_num: 1, ..Default::default() },
+            "is not an IPv4-mapped GID",
+        ),
+        (AhAttr { dlid: lid(be.b()), port_num: 2, ..Default::default() }, "port_num 2"),
+    ];
+    for (attr, what) in bad_ahs {
+        let e = a.pd.create_ah(&attr).unwrap_err();
+        assert_eq!(e.errno, Errno::Inval, "[{}] {attr:?}: {e}", be.name());
+        assert!(e.message.contains(what), "[{}] {attr:?}: {e}", be.name());
+    }
     assert_no_completion(be, &a.cq, "refused WRs never reach the send queue");
 }
 
