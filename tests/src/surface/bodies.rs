@@ -304,6 +304,7 @@ pub fn uc_operations_and_loss(be: &dyn Backend) {
     );
     assert_eq!(read(&b.mr, 50_000, 2000), vec![0xEE; 2000], "[{}] the lost WRITE", be.name());
     assert_eq!(read(&b.mr, 60_000, 10), block[..10]);
+    be.settle();
     assert_no_completion(be, &b.cq, "each lost message is gone");
 }
 
@@ -424,6 +425,7 @@ pub fn ud_datagrams(be: &dyn Backend) {
         "[{}] UD receive completions: the datagram with the wrong Q_Key was dropped",
         be.name()
     );
+    be.settle();
     assert_no_completion(be, &b.cq, "the datagram with the wrong Q_Key was dropped");
     for (i, (payload, imm)) in
         [(&short[..], false), (&odd[..], true), (&full[..], false)].iter().enumerate()
@@ -431,6 +433,33 @@ pub fn ud_datagrams(be: &dyn Backend) {
         let got = read(&b.mr, i * STRIDE, 40 + payload.len());
         check_grh(be, &got[..40], a_ip, b_ip, payload.len(), *imm);
         assert_eq!(&got[40..], *payload, "[{}] datagram {i} after its GRH", be.name());
+    }
+
+    // Loss is loss: a lost datagram is never sent again, and the next one takes the receive.
+    if be.lose_a_to_b(0) {
+        let lost = b"lost on the wire";
+        let next = b"the next datagram";
+        for (wr_id, m) in [(10, &lost[..]), (11, &next[..])] {
+            a.qp.post_send(&[SendWr {
+                wr_id,
+                send_flags: SIG | SendFlags::INLINE,
+                inline_data: Some(m),
+                ud: to(&by_lid, qkey_b),
+                ..Default::default()
+            }])
+            .unwrap();
+        }
+        assert_eq!(
+            be.wait(&a.cq, 2),
+            vec![
+                sent(10, WcOpcode::Send, lost.len(), aq),
+                sent(11, WcOpcode::Send, next.len(), aq)
+            ]
+        );
+        assert_eq!(be.wait(&b.cq, 1), vec![received_ud(303, next.len(), None, path)]);
+        assert_eq!(read(&b.mr, 3 * STRIDE + 40, next.len()), next);
+        be.settle();
+        assert_no_completion(be, &b.cq, "the lost datagram is not retransmitted");
     }
 
     // Refused at post, each naming what was wrong.

@@ -41,6 +41,9 @@ pub trait Backend {
     /// Makes the wire lose the `nth` packet (0: the next) that A sends to B from now on;
     /// false if this backend's wire never loses packets.
     fn lose_a_to_b(&self, nth: u64) -> bool;
+    /// Lets everything still in flight arrive, where the backend can tell (the sim runs until
+    /// idle); elsewhere the bodies order their checks behind a later message instead.
+    fn settle(&self) {}
 }
 
 /// The next async event of `ctx` (bounded by [`WAIT`]).
@@ -228,6 +231,9 @@ impl Backend for SimPair {
             got.len()
         );
         got
+    }
+    fn settle(&self) {
+        assert!(self.world.run_until_idle(10_000_000), "[sim] the world did not go idle");
     }
     fn lose_a_to_b(&self, nth: u64) -> bool {
         let mut w = self.world.lock();
