@@ -725,6 +725,11 @@ impl RemoteDevice {
         lock(&self.conn.peer).pid()
     }
 
+    /// SIGKILLs the child (to test what a test sees when its peer dies).
+    pub fn kill(&self) {
+        lock(&self.conn.peer).kill();
+    }
+
     /// Ends the session: says `BYE` (the child drops every object and its device) and waits at
     /// most `timeout` for it to exit 0. Panics, with the child's stderr, if it does not.
     pub fn close(self, timeout: Duration) {
@@ -1601,6 +1606,33 @@ mod tests {
         assert_eq!((o.inline.as_deref(), o.sges.as_slice()), (Some(&b""[..]), &sges[..]));
         let o = round_trip(|l| put_send_wr(l, &SendWr::default(), 0), take_send_wr);
         assert_eq!((o.inline, o.sges), (None, Vec::new()));
+    }
+
+    #[test]
+    fn the_server_answers_each_line_and_names_what_it_cannot_run() {
+        let soft = nic_model::soft::Soft::loopback();
+        let ctx = soft.open("softverbs0").unwrap();
+        let input = "alloc_pd\nreg_mr 1 64 1\nmr_write 2 0 abcd\nmr_read 2 0 2\nbogus 7\n\
+                     reg_mr 99 64 1\nmr_read 2 0\nquery_port 2\nBYE\nalloc_pd\n";
+        let mut out = Vec::new();
+        serve(&ctx, &mut input.as_bytes(), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "VERBS softverbs0");
+        assert_eq!(lines[1], "OK 1");
+        assert!(lines[2].starts_with("OK 2 "), "{}", lines[2]);
+        assert_eq!(lines[3..5], ["OK", "OK abcd"]);
+        assert_eq!(lines[5], "ERR 5 verbs pipe: unknown verb \"bogus\"");
+        assert_eq!(lines[6], "ERR 5 verbs pipe: no PD with handle 99");
+        assert_eq!(lines[7], "ERR 5 verbs pipe: len missing in \"mr_read 2 0\"");
+        assert!(
+            lines[8].starts_with("ERR 22 ibv_query_port: port 2 does not exist"),
+            "{}",
+            lines[8]
+        );
+        assert_eq!(lines[9..], ["OK"], "nothing is served after BYE");
+        let e = serve(&ctx, &mut "alloc_pd\n".as_bytes(), &mut Vec::new()).unwrap_err();
+        assert!(e.contains("stdin closed"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,10 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use softverbs_tests::remote::RemoteDevice;
 use softverbs_tests::surface::{bodies, Backend, SimPair, SoftLoopback, SoftProcesses};
+use softverbs_tests::{FabricDir, Peer};
+use verbs_api::{AccessFlags, Errno};
 
 const PEER: &str = env!("CARGO_BIN_EXE_sv-peer");
 
@@ -65,3 +68,23 @@ on_every_backend!(
     cq_resize_and_completion_channel,
     rc_uc_and_ud_at_once,
 );
+
+/// When the peer process dies, every verb on its device fails with `EIO` saying what happened
+/// to it, at once rather than after a timeout for each call.
+#[test]
+fn a_dead_verbs_peer_turns_calls_into_eio() {
+    let _serial = serial();
+    let dir = FabricDir::new("dead_peer");
+    let args = ["verbs".to_string(), dir.path().display().to_string()];
+    let remote = RemoteDevice::attach(Peer::spawn("dead-peer", PEER.as_ref(), &args))
+        .expect("the verbs peer starts");
+    let ctx = remote.context().clone();
+    let pd = ctx.alloc_pd().expect("alloc_pd in the peer");
+    remote.kill();
+    let e = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert_eq!(e.errno, Errno::Io, "{e}");
+    assert!(e.message.contains("dead-peer") && e.message.contains("signal: 9"), "{e}");
+    let e = ctx.alloc_pd().unwrap_err();
+    assert_eq!(e.errno, Errno::Io, "{e}");
+    assert!(e.message.contains("the verbs peer is unusable"), "{e}");
+}
