@@ -147,7 +147,7 @@ impl Nic {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return Err(Error::inval(format!("ibv_create_qp: QP {qpn:#x} does not exist")));
         };
-        // RC, UC and UD QPs may all take their receives from an SRQ, as on rxe and ConnectX.
+        // RC, UC and UD QPs may all take their receives from an SRQ, as rxe allows.
         if s.pd != qp.pd {
             return Err(Error::inval(format!(
                 "ibv_create_qp: SRQ {srq} is in PD {}, the QP in PD {}; softverbs checks receive \
