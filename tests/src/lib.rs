@@ -1,7 +1,11 @@
 //! Shared helpers for the cross-crate integration tests: the deterministic data both sides of a
 //! multi-process test derive from a seed, the line protocol between a test and its `sv-peer`
 //! child, and guards that remove a test's fabric directory and kill its children even when the
-//! test panics.
+//! test panics. [`remote`] carries verbs calls to a device in a child process; [`surface`]
+//! holds the test bodies that run on every backend.
+
+pub mod remote;
+pub mod surface;
 
 use std::fs::{self, DirBuilder};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -348,10 +352,38 @@ impl Peer {
 
     /// Sends one line to the child's stdin.
     pub fn send_line(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin is open");
+        if let Err(e) = self.try_send_line(line) {
+            panic!("{e}");
+        }
+    }
+
+    /// Sends one line to the child's stdin; an error says what the child did.
+    pub fn try_send_line(&mut self, line: &str) -> Result<(), String> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(format!("writing {line:?} to {}: its stdin is closed", self.name));
+        };
         if let Err(e) = writeln!(stdin, "{line}").and_then(|_| stdin.flush()) {
             let state = self.state();
-            panic!("writing {line:?} to {}: {e}; {state}", self.name);
+            return Err(format!("writing {line:?} to {}: {e}; {state}", self.name));
+        }
+        Ok(())
+    }
+
+    /// The next line from the child's stdout, waiting at most `timeout`; an error (no line in
+    /// time, or stdout closed) says what the child did.
+    pub fn recv_line(&mut self, timeout: Duration) -> Result<String, String> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => Ok(line),
+            Err(RecvTimeoutError::Timeout) => {
+                let state = self.state();
+                Err(format!("{}: no line within {timeout:?}; {state}", self.name))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                // The child closed stdout; give it a moment to exit so the message says how.
+                self.try_wait_for(Duration::from_secs(2));
+                let state = self.state();
+                Err(format!("{}: stdout closed; {state}", self.name))
+            }
         }
     }
 

@@ -47,6 +47,33 @@ pub fn lid_of_ip(ip: [u8; 4]) -> u16 {
     }
 }
 
+/// Where an address vector (`ibv_ah_attr`) points: the IPv4 address of a softverbs port, from
+/// its GID when `is_global`, else from its LID; otherwise what is wrong with it.
+fn av_destination(av: &verbs_api::AhAttr) -> std::result::Result<[u8; 4], String> {
+    if av.is_global {
+        av.dgid.to_ipv4().ok_or_else(|| {
+            format!("dgid {} is not an IPv4-mapped GID of a softverbs port", av.dgid)
+        })
+    } else if av.dlid == 0 {
+        Err("dlid 0 without a GRH (is_global) names no port".into())
+    } else {
+        Ok(ip_of_lid(av.dlid))
+    }
+}
+
+/// `ibv_create_ah`'s checks, for backends whose address handles live outside the engine: the
+/// vector must name a softverbs port, on port 1.
+pub fn check_ah(attr: &verbs_api::AhAttr) -> Result<()> {
+    av_destination(attr).map_err(|why| Error::inval(format!("ibv_create_ah: {why}")))?;
+    if attr.port_num > 1 {
+        return Err(Error::inval(format!(
+            "ibv_create_ah: port_num {} does not exist (the device has port 1)",
+            attr.port_num
+        )));
+    }
+    Ok(())
+}
+
 /// Device limits (the `ibv_device_attr` a soft NIC reports and enforces).
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -317,9 +344,10 @@ impl Nic {
             return Err(Error::inval(format!("ibv_dealloc_pd: PD {pd} does not exist")));
         }
         let qps = self.qps.values().filter(|q| q.pd == pd).count();
-        if self.sh.mrs.any_in_pd(pd) || qps > 0 {
+        let srqs = self.sh.srqs.values().filter(|s| s.pd == pd).count();
+        if self.sh.mrs.any_in_pd(pd) || qps > 0 || srqs > 0 {
             return Err(Error::busy(format!(
-                "ibv_dealloc_pd: PD {pd} still has MRs or QPs ({qps} QPs)"
+                "ibv_dealloc_pd: PD {pd} still has MRs, QPs or SRQs ({qps} QPs, {srqs} SRQs)"
             )));
         }
         self.sh.pds.remove(&pd);
@@ -526,18 +554,8 @@ impl Nic {
         };
         let next = verbs_api::qp_state::check_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(QpAttrMask::AV) {
-            let av = &attr.ah_attr;
-            let dst = if av.is_global {
-                av.dgid.to_ipv4().ok_or_else(|| {
-                    Error::inval(format!("ibv_modify_qp: IBV_QP_AV dgid {} is not an IPv4-mapped GID of a softverbs port", av.dgid))
-                })?
-            } else {
-                if av.dlid == 0 {
-                    return Err(Error::inval("ibv_modify_qp: IBV_QP_AV has dlid 0 and no GRH (is_global): no destination"));
-                }
-                ip_of_lid(av.dlid)
-            };
-            qp.dst_ip = dst;
+            qp.dst_ip = av_destination(&attr.ah_attr)
+                .map_err(|why| Error::inval(format!("ibv_modify_qp: IBV_QP_AV: {why}")))?;
         }
         if next == QpState::Reset {
             qp.reset();
@@ -877,15 +895,8 @@ impl Shared {
             let Some(ud) = &wr.ud else {
                 return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
             };
-            let attr = ud.ah.attr();
-            if attr.is_global && attr.dgid.to_ipv4().is_none() {
-                return inval(format!(
-                    "the address handle's dgid {} is not a softverbs port",
-                    attr.dgid
-                ));
-            }
-            if !attr.is_global && attr.dlid == 0 {
-                return inval("the address handle has dlid 0 and no GRH: no destination".into());
+            if let Err(why) = av_destination(&ud.ah.attr()) {
+                return inval(format!("the address handle: {why}"));
             }
             // UD messages are single packets of at most the port's MTU.
             let mtu = self.cfg.max_mtu.bytes();

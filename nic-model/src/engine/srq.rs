@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use verbs_api::{Error, QpType, RecvWr, Result};
+use verbs_api::{Error, RecvWr, Result};
 
 use super::mr::PdId;
 use super::qp::RecvWqe;
@@ -147,10 +147,13 @@ impl Nic {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return Err(Error::inval(format!("ibv_create_qp: QP {qpn:#x} does not exist")));
         };
-        if qp.qp_type == QpType::Uc || s.pd != qp.pd {
-            return Err(Error::inval(
-                "ibv_create_qp: the SRQ must be in the QP's PD (and softverbs attaches SRQs to RC and UD QPs)",
-            ));
+        // RC, UC and UD QPs may all take their receives from an SRQ, as rxe allows.
+        if s.pd != qp.pd {
+            return Err(Error::inval(format!(
+                "ibv_create_qp: SRQ {srq} is in PD {}, the QP in PD {}; softverbs checks receive \
+                 buffers against the QP's PD, so both must be the same",
+                s.pd, qp.pd
+            )));
         }
         s.users += 1;
         qp.srq = Some(srq);

@@ -17,9 +17,9 @@ use verbs_api::provider::{
     AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, Provider, QpOps, SrqOps,
 };
 use verbs_api::{
-    AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, Context, DeviceAttr, DeviceInfo,
-    Errno, Error, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result,
-    SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
+    AccessFlags, AhAttr, AsyncElement, AsyncEvent, CompChannel, CompletionQueue, Context,
+    DeviceAttr, DeviceInfo, Errno, Error, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr,
+    QpType, RecvWr, Result, SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
 use super::{NodeId, SimWorld, World};
@@ -125,6 +125,12 @@ impl Provider for SimProvider {
     }
 }
 
+/// The world-wide id of a node's CQ or SRQ ([`CqOps::id`], [`SrqOps::id`], and the element
+/// of their async events).
+fn handle_id(node: NodeId, engine_id: u32) -> u64 {
+    (node as u64) << 32 | engine_id as u64
+}
+
 fn foreign(what: &str) -> Error {
     Error::inval(format!("{what} belongs to another device or backend"))
 }
@@ -217,8 +223,16 @@ impl ContextOps for SimContext {
     }
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
         let node = self.node;
-        self.world
-            .block_on(timeout, "ibv_get_async_event", |w| w.nodes[node].async_events.pop_front())
+        let ev = self
+            .world
+            .block_on(timeout, "ibv_get_async_event", |w| w.nodes[node].async_events.pop_front())?;
+        // The engine names CQs and SRQs by its own ids; programs know them by their handles'.
+        let element = match ev.element {
+            AsyncElement::Cq(id) => AsyncElement::Cq(handle_id(node, id as u32)),
+            AsyncElement::Srq(id) => AsyncElement::Srq(handle_id(node, id as u32)),
+            other => other,
+        };
+        Ok(AsyncEvent { element, ..ev })
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -327,23 +341,7 @@ impl PdOps for SimPd {
         }))
     }
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
-        if attr.is_global && attr.dgid.to_ipv4().is_none() {
-            return Err(Error::inval(format!(
-                "ibv_create_ah: dgid {} is not an IPv4-mapped GID of a softverbs port",
-                attr.dgid
-            )));
-        }
-        if !attr.is_global && attr.dlid == 0 {
-            return Err(Error::inval(
-                "ibv_create_ah: dlid 0 without a GRH (is_global) names no port",
-            ));
-        }
-        if attr.port_num > 1 {
-            return Err(Error::inval(format!(
-                "ibv_create_ah: port_num {} does not exist",
-                attr.port_num
-            )));
-        }
+        nic_model::engine::check_ah(attr)?;
         Ok(Arc::new(SimAh { attr: *attr }))
     }
     fn dealloc(&self) -> Result<()> {
@@ -445,7 +443,7 @@ impl CqOps for SimCq {
         Ok(())
     }
     fn id(&self) -> u64 {
-        (self.node as u64) << 32 | self.id as u64
+        handle_id(self.node, self.id)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -580,7 +578,7 @@ impl SrqOps for SimSrq {
         Ok(())
     }
     fn id(&self) -> u64 {
-        (self.node as u64) << 32 | self.id as u64
+        handle_id(self.node, self.id)
     }
     fn as_any(&self) -> &dyn Any {
         self

@@ -159,12 +159,17 @@ impl World {
         cfg.name = format!("sim:{name}");
         cfg.lid = lid;
         cfg.node_guid = 0x0200_5eff_fe00_0000 | lid as u64;
+        // The port comes up with the node (IBV_EVENT_PORT_ACTIVE), as a soft device's does.
+        let port_active = verbs_api::AsyncEvent {
+            event_type: verbs_api::AsyncEventType::PortActive,
+            element: verbs_api::AsyncElement::Port(1),
+        };
         self.nodes.push(Node {
             name,
             nic: Some(Nic::new(cfg)),
             timer_ns: None,
             timer_event_ns: None,
-            async_events: VecDeque::new(),
+            async_events: VecDeque::from([port_active]),
             cq_events: VecDeque::new(),
         });
         self.routes_dirty = true;

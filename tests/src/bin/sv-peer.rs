@@ -11,6 +11,8 @@
 //!   waits for `DONE` and prints `BYE`.
 //! - `hold`: opens the device with a full set of resources, prints `HOLD <lid> <pid>`, and
 //!   exits 0 on `EXIT` (nonzero if stdin closes first).
+//! - `verbs`: serves verbs calls for the test ([`softverbs_tests::remote`]): prints
+//!   `VERBS <device>`, then runs each request line on its device until `BYE`.
 //!
 //! Every error exits nonzero with a message; every wait is bounded; a closed stdin (the test
 //! died) ends the process; a watchdog ends it after `--deadline-secs` whatever it is doing.
@@ -23,13 +25,14 @@ use std::time::{Duration, Instant};
 
 use nic_model::soft::Soft;
 use softverbs_sim::conn::{self, ConnOpts, Endpoint};
+use softverbs_tests::remote;
 use softverbs_tests::*;
 use verbs_api::{
     Context, Mtu, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
 };
 
-const USAGE: &str = "usage: sv-peer <target|echo|hold> <fabric-dir> [--seed N] [--psn N] \
+const USAGE: &str = "usage: sv-peer <target|echo|hold|verbs> <fabric-dir> [--seed N] [--psn N] \
                      [--mtu N] [--mr-len N] [--iters N] [--deadline-secs N] [--exit-at-once]";
 
 /// The bound on any single wait for a completion.
@@ -62,7 +65,7 @@ fn parse_num(flag: &str, v: Option<&String>) -> Result<u64, String> {
 impl Opts {
     fn parse(args: &[String]) -> Result<Opts, String> {
         let mode = args.first().ok_or("missing mode")?.clone();
-        if !matches!(mode.as_str(), "target" | "echo" | "hold") {
+        if !matches!(mode.as_str(), "target" | "echo" | "hold" | "verbs") {
             return Err(format!("unknown mode {mode:?}"));
         }
         let dir = PathBuf::from(args.get(1).ok_or("missing fabric dir")?);
@@ -151,6 +154,7 @@ fn run(o: &Opts) -> Result<(), String> {
             "target" => target(&ctx, o, &mut io),
             "echo" => echo(&ctx, o, &mut io),
             "hold" => hold(&ctx, &mut io),
+            "verbs" => remote::serve(&ctx, &mut std::io::stdin().lock(), &mut io.out),
             _ => unreachable!("modes are checked when parsing"),
         };
         (r, lid)
