@@ -61,9 +61,7 @@ on_every_backend!(
     ud_datagrams,
     srq_shared_by_rc_uc_and_ud,
     async_events_name_their_element,
-    cq_overrun_is_an_error_and_an_event #[ignore = "soft backend bug: its CQ_ERR event names \
-        the engine's CQ id (Cq(1)), not CqOps::id() of the CQ's handle, so a program cannot tell \
-        which CQ overran (nic-model/src/soft/device.rs passes engine events through unchanged)"],
+    cq_overrun_is_an_error_and_an_event,
     limits_are_enforced_and_in_use_is_ebusy,
     cq_resize_and_completion_channel,
     rc_uc_and_ud_at_once,

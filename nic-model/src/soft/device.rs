@@ -14,12 +14,12 @@
 //! costs no CPU.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError, Weak};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-use verbs_api::AsyncEvent;
+use verbs_api::{AsyncElement, AsyncEvent};
 
 use super::port::{Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
@@ -123,6 +123,9 @@ pub(crate) struct CqEntry {
 /// a program thread, which can then join the NIC thread.
 pub(crate) struct Core {
     pub(crate) name: String,
+    /// This device's number among the devices this process started: the high half of its
+    /// CQs' and SRQs' handle ids, so ids are unique across devices.
+    serial: u32,
     state: Mutex<State>,
     pub(crate) port: Arc<dyn Port>,
     epoch: Instant,
@@ -165,10 +168,14 @@ fn env_micros(var: &str, default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
+/// Devices started by this process so far (see [`Core::handle_id`]).
+static DEVICES_STARTED: AtomicU32 = AtomicU32::new(0);
+
 impl Device {
     pub(crate) fn start(name: String, nic: Nic, port: Arc<dyn Port>) -> Arc<Device> {
         let core = Arc::new(Core {
             name,
+            serial: DEVICES_STARTED.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State {
                 nic,
                 backlog: VecDeque::new(),
@@ -226,6 +233,12 @@ impl Core {
 
     pub(crate) fn set_tap(&self, tap: Option<Tap>) {
         self.lock().tap = tap;
+    }
+
+    /// The id a CQ or SRQ handle of this device reports (`CqOps::id`, `SrqOps::id`) and async
+    /// events name it by, for the engine's number `engine_id`.
+    pub(crate) fn handle_id(&self, engine_id: u32) -> u64 {
+        (u64::from(self.serial) << 32) | u64::from(engine_id)
     }
 
     pub(crate) fn stats(&self) -> DeviceStats {
@@ -345,7 +358,13 @@ impl Core {
                     ch.notify(cq.clone());
                 }
             }
-            NicEvent::Async(ev) => {
+            NicEvent::Async(mut ev) => {
+                // The engine names CQs and SRQs by its own numbers; programs know the handles.
+                ev.element = match ev.element {
+                    AsyncElement::Cq(id) => AsyncElement::Cq(self.handle_id(id as u32)),
+                    AsyncElement::Srq(id) => AsyncElement::Srq(self.handle_id(id as u32)),
+                    other => other,
+                };
                 self.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
                 self.async_ready.notify_all();
             }

@@ -343,23 +343,7 @@ impl PdOps for SoftPd {
         Ok(Arc::new(SoftSrq { dev: self.dev.clone(), id, gone: AtomicBool::new(false) }))
     }
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
-        if attr.is_global && attr.dgid.to_ipv4().is_none() {
-            return Err(Error::inval(format!(
-                "ibv_create_ah: dgid {} is not an IPv4-mapped GID of a softverbs port",
-                attr.dgid
-            )));
-        }
-        if !attr.is_global && attr.dlid == 0 {
-            return Err(Error::inval(
-                "ibv_create_ah: dlid 0 without a GRH (is_global) names no port",
-            ));
-        }
-        if attr.port_num > 1 {
-            return Err(Error::inval(format!(
-                "ibv_create_ah: port_num {} does not exist",
-                attr.port_num
-            )));
-        }
+        crate::engine::check_ah(attr)?;
         Ok(Arc::new(SoftAh { attr: *attr }))
     }
     fn dealloc(&self) -> Result<()> {
@@ -466,7 +450,7 @@ impl CqOps for SoftCq {
         Ok(())
     }
     fn id(&self) -> u64 {
-        (Arc::as_ptr(&self.dev) as u64) << 16 ^ self.id as u64
+        self.dev.handle_id(self.id)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -668,7 +652,7 @@ impl SrqOps for SoftSrq {
         Ok(())
     }
     fn id(&self) -> u64 {
-        self.id as u64
+        self.dev.handle_id(self.id)
     }
     fn as_any(&self) -> &dyn Any {
         self
