@@ -266,6 +266,37 @@ fn devices_lists_the_soft_devices() {
 }
 
 #[test]
+fn devices_and_devinfo_agree_on_node_guids() {
+    let fabric = TempFabric::new("guids");
+    let listed = run(&["devices", "--fabric", fabric.path()]);
+    assert_success(&listed, "devices");
+    for name in ["softverbs0", "softverbs1"] {
+        let row = listed
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing from {}", listed.stdout));
+        let guid = row.split('\t').nth(1).expect("a GUID column").trim();
+        // devinfo prints the same 64 bits as four groups: 0200:5eff:fe00:0000.
+        let grouped: Vec<&str> = (0..4).map(|i| &guid[4 * i..4 * i + 4]).collect();
+        let grouped = grouped.join(":");
+        let info = run(&["devinfo", "--fabric", fabric.path(), "-d", name]);
+        assert_success(&info, "devinfo");
+        for label in ["node_guid:", "sys_image_guid:"] {
+            let line = info
+                .stdout
+                .lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .unwrap_or_else(|| panic!("no {label} in {}", info.stdout));
+            assert_eq!(line.trim_start()[label.len()..].trim(), grouped, "{name}: {line:?}");
+        }
+    }
+    // A second process sees the same GUIDs: they belong to the device, not to the process.
+    let again = run(&["devices", "--fabric", fabric.path()]);
+    assert_eq!(again.stdout, listed.stdout);
+}
+
+#[test]
 fn devinfo_shows_an_active_port_with_a_lid_and_gid() {
     let fabric = TempFabric::new("devinfo");
     let f = run(&["devinfo", "--fabric", fabric.path(), "-d", "softverbs0", "-v"]);
