@@ -414,6 +414,8 @@ fn fabric_lists_and_cleans_a_crashed_process() {
     let line = segment_line(&f.stdout);
     assert!(line.contains(&format!("{pid} alive")), "{line:?}");
     assert!(line.contains("1024 x 4352 B"), "{line:?}");
+    // The header carries the GID of the port (LID 1), as ibv_query_gid reports it.
+    assert!(line.split_whitespace().any(|w| w == "::ffff:10.0.0.1"), "{line:?}");
 
     server.kill(); // SIGKILL: the segment stays behind
     let f = run(&["fabric", "--fabric", fabric.path()]);
