@@ -108,23 +108,29 @@ pub fn find_device(name: &str) -> Result<Device> {
             }
         }
     }
-    let how = match backend {
-        "soft" => "register nic_model::soft::Soft with verbs_api::register_provider",
-        "sim" => "register the provider of a SimWorld with verbs_api::register_provider",
-        _ if hw_provider().is_none() => {
-            "real RDMA devices need a build with the rdma-sys feature \
-             (--features verbs-api/rdma-sys)"
+    let why = match backend {
+        "soft" => {
+            "the soft backend is not registered (register nic_model::soft::Soft with \
+             verbs_api::register_provider)"
         }
-        _ => "register verbs_api::hw::provider() with verbs_api::register_provider",
+        "sim" => {
+            "the sim backend is not registered (register the provider of a SimWorld with \
+             verbs_api::register_provider)"
+        }
+        _ if hw_provider().is_none() => {
+            "this build has no hw backend for real RDMA devices \
+             (build with --features verbs-api/rdma-sys)"
+        }
+        _ => {
+            "the hw backend is not registered (register verbs_api::hw::provider() with \
+             verbs_api::register_provider)"
+        }
     };
     let others = other_devices(&providers, backend);
-    Err(Error::new(
-        Errno::NoDev,
-        format!("no RDMA device named {name:?}: the {backend} backend is not registered ({how}){others}"),
-    ))
+    Err(Error::new(Errno::NoDev, format!("no RDMA device named {name:?}: {why}{others}")))
 }
 
-/// "; devices: a, b" listing the devices of the providers other than `backend`, or nothing.
+/// "; other devices: a, b" listing the devices of the providers other than `backend`, or nothing.
 fn other_devices(providers: &[Arc<dyn Provider>], backend: &str) -> String {
     let names: Vec<String> = providers
         .iter()

@@ -138,13 +138,12 @@ fn context_open_routes_by_name_and_explains_failures() {
     // A real device's name, with no hw provider registered, says what is missing.
     let e = Context::open("mlx5_0").expect_err("the hw backend is not registered");
     assert_eq!(e.errno, Errno::NoDev);
-    assert!(
-        e.message.starts_with("no RDMA device named \"mlx5_0\": the hw backend is not registered"),
-        "{e}"
-    );
+    assert!(e.message.starts_with("no RDMA device named \"mlx5_0\": "), "{e}");
     if cfg!(feature = "rdma-sys") {
+        assert!(e.message.contains("the hw backend is not registered"), "{e}");
         assert!(e.message.contains("verbs_api::hw::provider()"), "{e}");
     } else {
+        assert!(e.message.contains("this build has no hw backend"), "{e}");
         assert!(e.message.contains("--features verbs-api/rdma-sys"), "{e}");
     }
     assert!(
