@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nic_model::packet::{self, AethKind, OpFlags};
-use nic_model::soft::{Soft, TapDir};
+use nic_model::soft::{Soft, TapDir, DEFAULT_SPIN};
 use verbs_api::{
     AtomicTarget, Context, Mtu, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcFlags,
     WcStatus, WorkCompletion, WrOpcode,
@@ -447,7 +447,7 @@ fn explain_wire(
     w(
         out,
         &format!(
-            "  => sent {sent} packet{}{range}, {got}; {bytes} bytes in IPv4/UDP datagrams",
+            "  => sent {sent} packet{}{range}, {got}; {bytes} bytes of IPv4/UDP datagrams both ways",
             plural(sent)
         ),
     );
@@ -795,11 +795,15 @@ fn print_measurements(out: &mut dyn Write, measured: &[Measured], wire: bool) {
             ),
         );
     }
-    w(out, "   Single samples, so they vary from run to run. An operation pays extra when the target's");
-    w(
-        out,
-        "   NIC thread, idle for more than its spin window (50 us), had parked on its doorbell and",
-    );
-    w(out, "   must be woken, and the first one also maps the target's inbox. For latency and");
-    w(out, "   bandwidth measured properly: softverbs perf lat, softverbs perf bw (docs/performance.md).");
+    let spin_us = DEFAULT_SPIN.as_micros();
+    let note = [
+        "Single samples, so they vary a lot from run to run. An operation pays for waking the",
+        &format!("target's NIC thread if it had gone to sleep ({spin_us} us after its last work,"),
+        "by default), the first one also for setting up the path to the target (mapping its",
+        "inbox), and on a busy machine the scheduler can add milliseconds. Latency and bandwidth",
+        "measured properly: softverbs perf lat and softverbs perf bw (docs/performance.md).",
+    ];
+    for l in note {
+        w(out, &format!("   {l}"));
+    }
 }

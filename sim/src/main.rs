@@ -28,7 +28,7 @@ struct Cli {
 /// `--fabric DIR`, on every command that touches the shared-memory fabric (`perf` has its own).
 #[derive(clap::Args, Debug, Clone)]
 struct FabricOpt {
-    /// The shared-memory fabric directory [default: $SOFTVERBS_FABRIC, /dev/shm/softverbs-<uid>]
+    /// The shared-memory fabric directory [default: $SOFTVERBS_FABRIC, else /dev/shm/softverbs-UID]
     ///
     /// Processes on one fabric reach each other's ports through the segment files in it.
     #[arg(long, value_name = "DIR", global = true)]
@@ -49,9 +49,12 @@ enum Cmd {
         #[command(flatten)]
         fabric: FabricOpt,
     },
-    /// Two NICs exchange a SEND, an RDMA WRITE, an RDMA READ, a compare-and-swap and a
-    /// fetch-and-add, printing every packet and what it means, every completion, the bytes that
-    /// landed and how long each took.
+    /// RDMA between two NICs, packet by packet, explained for learners.
+    ///
+    /// The initiator (this process) and a target (a second process, or a thread with
+    /// --in-process) exchange a SEND, an RDMA WRITE, an RDMA READ, a compare-and-swap and a
+    /// fetch-and-add; the demo prints every packet and what it means, every completion, the
+    /// bytes that landed and how long each operation took.
     Demo {
         /// Run both NICs in this process over the in-process wire.
         #[arg(long)]
@@ -79,7 +82,7 @@ enum Cmd {
         #[command(flatten)]
         fabric: FabricOpt,
     },
-    /// Benchmarks of the soft backend.
+    /// Benchmarks between two processes on one device (softverbs0 unless -d).
     Perf(perf::PerfArgs),
     /// Run a scenario in the deterministic simulator.
     Sim(sim_cli::SimArgs),

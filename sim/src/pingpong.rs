@@ -4,10 +4,12 @@
 //!
 //! It follows `ibv_rc_pingpong`'s protocol and loop (same options and defaults, same address
 //! message, same "post the next send only when the previous send and a receive completed"
-//! rule, same closing lines), with three additions: every wait is bounded (connect, accept, TCP
+//! rule, same closing lines), with four additions: every wait is bounded (connect, accept, TCP
 //! reads, completions), so a dead peer gives an error rather than a hang; the client retries
-//! its TCP connect so it may be started before the server; and after the test both sides
-//! exchange a final "done", so neither destroys its QP while the other still expects ACKs.
+//! its TCP connect so it may be started before the server; a server started with `-p 0` takes
+//! a free port and prints it; and after the test both sides exchange a final "done", so
+//! neither destroys its QP while the other still expects ACKs (a peer that closed its socket,
+//! as `ibv_rc_pingpong` does, is accepted there, so either side may be the real tool).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -41,7 +43,7 @@ pub struct PingpongArgs {
     /// TCP port for exchanging the QP addresses (server: 0 takes a free one and prints it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
-    /// The RDMA device.
+    /// The RDMA device: softverbsN, or a real NIC (mlx5_0, rxe0, ...) when built with rdma-sys.
     #[arg(short = 'd', long = "ib-dev", value_name = "DEV", default_value = "softverbs0")]
     pub ib_dev: String,
     /// The device port.

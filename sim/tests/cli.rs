@@ -500,19 +500,59 @@ fn fabric_lists_and_cleans_a_crashed_process() {
     assert!(f.stdout.contains("no segments"), "{f:#?}");
 }
 
+/// What the demo tells a learner, checked against what happened: the packets of each
+/// operation with their PSNs, the ACK that covers them, every completion, the measurements.
+fn check_demo_story(out: &str) {
+    let has = |needle: &str| assert!(out.contains(needle), "{needle:?} missing from:\n{out}");
+    has("initiator: softverbs0 port 1, LID ");
+    has("RC QP 0x11, first PSN 0x001000");
+    has("first PSN 0x008000");
+    // One line per packet; the WRITE of 2500 bytes at MTU 1024 is FIRST, MIDDLE, LAST.
+    for packet in [
+        "-> RC SEND ONLY                       PSN 0x001000",
+        "-> RC RDMA WRITE FIRST                PSN 0x001001",
+        "-> RC RDMA WRITE MIDDLE               PSN 0x001002",
+        "-> RC RDMA WRITE LAST                 PSN 0x001003",
+        "<- RC ACKNOWLEDGE                     PSN 0x001003",
+        "-> RC RDMA READ REQUEST               PSN 0x001004",
+        "<- RC RDMA READ RESPONSE ONLY         PSN 0x001004",
+        "-> RC COMPARE SWAP                    PSN 0x001005",
+        "<- RC ATOMIC ACKNOWLEDGE              PSN 0x001006",
+    ] {
+        has(packet);
+    }
+    has("=> sent 3 packets (PSN 0x001001 to 0x001003), got 1 back, acknowledging every PSN up to 0x001003; 2696 bytes of IPv4/UDP datagrams both ways");
+    has("initiator CQ: wr_id=2 status=IBV_WC_SUCCESS opcode=IBV_WC_RDMA_WRITE byte_len=2500");
+    has("target CQ: wr_id=100 status=IBV_WC_SUCCESS opcode=IBV_WC_RECV byte_len=22");
+    has("all 2500 bytes as sent");
+    has("target memory [atomic counter]: 50");
+    // The measurements: one row per operation, with what was captured.
+    let rows: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("== Measurements"))
+        .filter(|l| l.trim_end().ends_with(" us") && l.contains(" B "))
+        .collect();
+    assert_eq!(rows.len(), 5, "{out}");
+    assert!(
+        rows[1].contains("RDMA WRITE") && rows[1].contains("2500 B") && rows[1].contains("3 / 1")
+    );
+    has("All five operations completed with the right data.");
+}
+
 #[test]
 fn demo_between_processes() {
     let fabric = TempFabric::new("demo");
     let f = run(&["demo", "--fabric", fabric.path()]);
     assert_success(&f, "demo");
-    assert!(f.stdout.contains("All five operations completed"), "{f:#?}");
+    assert!(f.stdout.contains("A second process (pid "), "{}", f.stdout);
+    check_demo_story(&f.stdout);
 }
 
 #[test]
 fn demo_in_process() {
     let f = run(&["demo", "--in-process"]);
     assert_success(&f, "demo --in-process");
-    assert!(f.stdout.contains("All five operations completed"), "{f:#?}");
+    check_demo_story(&f.stdout);
 }
 
 #[test]
