@@ -98,37 +98,46 @@ pub struct PortAddress {
     pub gid_index: u32,
     /// The port's active MTU: no path MTU may exceed it.
     pub active_mtu: Mtu,
-    /// Peers must address this port by GID (a GRH): it has no LID, as on RoCE.
-    pub needs_grh: bool,
+    /// Peers address this port by GID (with a GRH): it has no LID, as on RoCE, or a GID index
+    /// was asked for (as `ibv_rc_pingpong -g` does).
+    pub use_grh: bool,
 }
 
 impl PortAddress {
     /// Port 1 of `ctx`, with the GID at `gid_index`; by default index 0, or on a port without
     /// a LID (RoCE) the first IPv4-mapped GID (`::ffff:a.b.c.d`, the GID of the port's IPv4
-    /// address; index 0 there is usually the IPv6 link-local one).
+    /// address; index 0 there is usually the IPv6 link-local one). `EINVAL` for an index
+    /// beyond the port's GID table.
     pub fn of(ctx: &Context, gid_index: Option<u32>) -> Result<PortAddress> {
         let port = ctx.query_port(1)?;
-        let needs_grh = port.lid == 0;
+        let use_grh = port.lid == 0 || gid_index.is_some();
         let gid_index = match gid_index {
+            Some(i) if i >= port.gid_tbl_len.max(1) => {
+                return Err(verbs_api::Error::inval(format!(
+                    "GID index {i} does not exist: port 1 has {} GID{} (gid_tbl_len)",
+                    port.gid_tbl_len,
+                    if port.gid_tbl_len == 1 { "" } else { "s" }
+                )))
+            }
             Some(i) => i,
-            None if needs_grh => (0..port.gid_tbl_len)
+            None if port.lid == 0 => (0..port.gid_tbl_len)
                 .find(|&i| ctx.query_gid(1, i).is_ok_and(|g| g.to_ipv4().is_some()))
                 .unwrap_or(0),
             None => 0,
         };
         let gid = ctx.query_gid(1, gid_index)?;
-        Ok(PortAddress { lid: port.lid, gid, gid_index, active_mtu: port.active_mtu, needs_grh })
+        Ok(PortAddress { lid: port.lid, gid, gid_index, active_mtu: port.active_mtu, use_grh })
     }
 
     /// `opts` adjusted to this port: the path MTU at most the active MTU, and GID addressing
-    /// from this port's GID index when the port needs it or `use_gid` asked for it.
+    /// from this port's GID index when [`PortAddress::use_grh`] or `opts.use_gid` asks for it.
     pub fn conn_opts(&self, opts: ConnOpts) -> Result<ConnOpts> {
         let sgid_index = u8::try_from(self.gid_index).map_err(|_| {
             verbs_api::Error::inval(format!("GID index {} is larger than 255", self.gid_index))
         })?;
         Ok(ConnOpts {
             mtu: opts.mtu.min(self.active_mtu),
-            use_gid: opts.use_gid || self.needs_grh,
+            use_gid: opts.use_gid || self.use_grh,
             sgid_index,
             ..opts
         })

@@ -179,7 +179,7 @@ pub fn run_target(
     let ep = Endpoint::new(ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
     ep.mr.write(READ_OFF, READ_TEXT).map_err(|e| e.to_string())?;
     ep.mr.write_u64(ATOMIC_OFF, 7).map_err(|e| e.to_string())?;
-    let addr = PortAddress::of(ctx, gid_idx).map_err(|e| e.to_string())?;
+    let addr = info::port_address(ctx, gid_idx).map_err(|e| e.message)?;
     let info = addr.qp_info(&ep.qp, TARGET_PSN);
     let say = |out: &mut dyn Write, s: String| -> Result<(), String> {
         writeln!(out, "{s}")
@@ -268,8 +268,9 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
     let soft =
         if o.in_process { Soft::loopback() } else { info::shared_memory(o.fabric.as_deref())? };
     info::register_backends(&soft);
-    // Open the device first: a bad -d fails here, before a target is started.
+    // Open the device first: a bad -d or -g fails here, before a target is started.
     let ctx = info::open_device(&o.ib_dev)?;
+    let addr = info::port_address(&ctx, o.gid_idx)?;
     let mut target = if o.in_process {
         let device = if on_soft { other_soft_device(&soft, &o.ib_dev)? } else { o.ib_dev.clone() };
         let target_ctx = info::open_device(&device)?;
@@ -349,7 +350,7 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
         }
     };
     let tap_soft = if on_soft { Some(&soft) } else { None };
-    let result = initiator(&ctx, tap_soft, o, &mut target, out);
+    let result = initiator(&ctx, &addr, tap_soft, o, &mut target, out);
     drop(target.to);
     if let Some(mut c) = target.process.0.take() {
         if result.is_ok() {
@@ -464,6 +465,7 @@ fn plural(n: usize) -> &'static str {
 
 fn initiator(
     ctx: &Context,
+    addr: &PortAddress,
     tap_soft: Option<&Soft>,
     o: &DemoOpts,
     target: &mut Target,
@@ -481,8 +483,7 @@ fn initiator(
         .map_err(|e| e.to_string())?;
     }
     let ep = Endpoint::new(ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
-    let addr = PortAddress::of(ctx, o.gid_idx).map_err(|e| e.to_string())?;
-    let opts = opts(&addr)?;
+    let opts = opts(addr)?;
     let (target_info, raddr, rkey) = {
         let l = line(&mut *target.from)?;
         let rest = expect_word(&l, "INFO")?;

@@ -9,6 +9,7 @@ use std::net::Ipv6Addr;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::conn::PortAddress;
 use nic_model::soft::Soft;
 use nic_model::wire::{Fabric, SegmentInfo};
 use verbs_api::{Context, DeviceAttr, Errno, Gid, LinkLayer, PortAttr};
@@ -118,6 +119,15 @@ pub fn find_device(name: &str) -> Result<verbs_api::Device, CliError> {
 pub fn open_device(name: &str) -> Result<Context, CliError> {
     refuse_sim(name)?;
     Context::open(name).map_err(|e| device_error(name, e))
+}
+
+/// How peers reach port 1 of `ctx` ([`PortAddress::of`]); a GID index the port does not have
+/// is a usage error, like any bad option value.
+pub fn port_address(ctx: &Context, gid_idx: Option<u32>) -> Result<PortAddress, CliError> {
+    PortAddress::of(ctx, gid_idx).map_err(|e| match (gid_idx, e.errno) {
+        (Some(i), Errno::Inval) => CliError::usage(format!("-g {i}: {}", e.message)),
+        _ => CliError::failed(format!("querying port 1 of {}: {e}", ctx.device_name())),
+    })
 }
 
 /// Print provider errors as notes on stderr: one provider failing must not hide the others.

@@ -513,7 +513,7 @@ fn endpoint(c: &Common, fabric: &Path, mr_len: usize) -> Result<(Endpoint, PortA
     let ctx = info::open_device(&c.ib_dev)?;
     let ep = Endpoint::new(&ctx, QpType::Rc, cap(), SQ_DEPTH + 2 * RX_DEPTH as u32, mr_len)
         .map_err(|e| e.to_string())?;
-    let addr = PortAddress::of(&ctx, c.gid_idx).map_err(|e| e.to_string())?;
+    let addr = info::port_address(&ctx, c.gid_idx)?;
     Ok((ep, addr))
 }
 

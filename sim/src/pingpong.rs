@@ -537,10 +537,15 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
         return Err(CliError::failed("Couldn't get local LID"));
     }
     let gid = match a.gid_idx {
-        Some(index) => pp
-            .ctx
-            .query_gid(a.ib_port, index)
-            .map_err(|e| CliError::failed(format!("can't read sgid of index {index}: {e}")))?,
+        Some(index) => pp.ctx.query_gid(a.ib_port, index).map_err(|e| {
+            let message = format!("can't read sgid of index {index}: {e}");
+            // A GID index the port does not have is a bad -g value.
+            if e.errno == verbs_api::Errno::Inval {
+                CliError::usage(message)
+            } else {
+                CliError::failed(message)
+            }
+        })?,
         None => Gid([0; 16]),
     };
     let me = QpInfo { lid: port.lid, qpn: pp.qp.qp_num(), psn: initial_psn(), gid };

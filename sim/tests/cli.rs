@@ -584,6 +584,16 @@ fn demo_on_another_soft_device() {
     assert_success(&f, "demo --in-process -d softverbs1");
     assert!(f.stdout.contains("initiator: softverbs1 port 1"), "{}", f.stdout);
     assert!(f.stdout.contains("target:    softverbs0 port 1"), "{}", f.stdout);
+    assert!(f.stdout.contains("addressed by LID"), "{}", f.stdout);
+    // -g addresses the peer by GID, as ibv_rc_pingpong -g does, and changes nothing else.
+    let f = run(&["demo", "--in-process", "-g", "0"]);
+    assert_success(&f, "demo --in-process -g 0");
+    assert!(f.stdout.contains("addressed by GID"), "{}", f.stdout);
+    check_demo_story(&f.stdout);
+    let f = run(&["demo", "--in-process", "-g", "5"]);
+    assert_eq!(f.status.code(), Some(2), "{f:#?}");
+    assert!(f.stderr.contains("-g 5: GID index 5 does not exist"), "{f:#?}");
+    assert!(f.stdout.is_empty(), "nothing started: {f:#?}");
 }
 
 /// What every command that opens a device says about a real NIC's name on this machine: with
@@ -637,16 +647,19 @@ fn sim_devices_are_refused_with_an_explanation() {
 
 #[test]
 fn bad_option_values_are_usage_errors() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["pingpong", "-s", "0"], "--size"),
         (&["pingpong", "-m", "1000"], "path MTU"),
         (&["pingpong", "-p", "0", "localhost"], "-p 0"),
         (&["perf", "bw", "-W", "0"], "--window"),
         (&["perf", "lat", "-n", "0"], "--iters"),
         (&["perf", "idle", "--seconds", "0"], "--seconds"),
+        (&["perf", "lat", "-g", "3"], "-g 3"),
+        (&["pingpong", "-g", "3", "-p", "0"], "sgid of index 3"),
     ];
+    let fabric = TempFabric::new("badopts");
     for (args, named) in cases {
-        let f = run(args);
+        let f = run(&[args, &["--fabric", fabric.path()]].concat());
         assert_eq!(f.status.code(), Some(2), "{args:?}: {f:#?}");
         assert!(f.stderr.contains(named), "{args:?} should name {named:?}: {f:#?}");
     }
