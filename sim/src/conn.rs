@@ -63,6 +63,8 @@ pub struct ConnOpts {
     pub access: AccessFlags,
     /// Address the peer by GID (`is_global`, as RoCE needs) rather than LID.
     pub use_gid: bool,
+    /// With `use_gid`: the index of this side's GID (`sgid_index` of the address vector).
+    pub sgid_index: u8,
 }
 
 impl Default for ConnOpts {
@@ -79,7 +81,71 @@ impl Default for ConnOpts {
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
             use_gid: false,
+            sgid_index: 0,
         }
+    }
+}
+
+/// How peers reach port 1 of a device: what a verbs program works out before it exchanges
+/// addresses (as `ibv_rc_pingpong` does with `ibv_query_port` and `ibv_query_gid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortAddress {
+    /// The port's LID (0 on RoCE, where ports have none).
+    pub lid: u16,
+    /// The GID at `gid_index`.
+    pub gid: Gid,
+    /// The GID table index this side sends from.
+    pub gid_index: u32,
+    /// The port's active MTU: no path MTU may exceed it.
+    pub active_mtu: Mtu,
+    /// Peers address this port by GID (with a GRH): it has no LID, as on RoCE, or a GID index
+    /// was asked for (as `ibv_rc_pingpong -g` does).
+    pub use_grh: bool,
+}
+
+impl PortAddress {
+    /// Port 1 of `ctx`, with the GID at `gid_index`; by default index 0, or on a port without
+    /// a LID (RoCE) the first IPv4-mapped GID (`::ffff:a.b.c.d`, the GID of the port's IPv4
+    /// address; index 0 there is usually the IPv6 link-local one). `EINVAL` for an index
+    /// beyond the port's GID table.
+    pub fn of(ctx: &Context, gid_index: Option<u32>) -> Result<PortAddress> {
+        let port = ctx.query_port(1)?;
+        let use_grh = port.lid == 0 || gid_index.is_some();
+        let gid_index = match gid_index {
+            Some(i) if i >= port.gid_tbl_len.max(1) => {
+                return Err(verbs_api::Error::inval(format!(
+                    "GID index {i} does not exist: port 1 has {} GID{} (gid_tbl_len)",
+                    port.gid_tbl_len,
+                    if port.gid_tbl_len == 1 { "" } else { "s" }
+                )))
+            }
+            Some(i) => i,
+            None if port.lid == 0 => (0..port.gid_tbl_len)
+                .find(|&i| ctx.query_gid(1, i).is_ok_and(|g| g.to_ipv4().is_some()))
+                .unwrap_or(0),
+            None => 0,
+        };
+        let gid = ctx.query_gid(1, gid_index)?;
+        Ok(PortAddress { lid: port.lid, gid, gid_index, active_mtu: port.active_mtu, use_grh })
+    }
+
+    /// `opts` adjusted to this port: the path MTU at most the active MTU, and GID addressing
+    /// from this port's GID index when [`PortAddress::use_grh`] or `opts.use_gid` asks for it.
+    pub fn conn_opts(&self, opts: ConnOpts) -> Result<ConnOpts> {
+        let sgid_index = u8::try_from(self.gid_index).map_err(|_| {
+            verbs_api::Error::inval(format!("GID index {} is larger than 255", self.gid_index))
+        })?;
+        Ok(ConnOpts {
+            mtu: opts.mtu.min(self.active_mtu),
+            use_gid: opts.use_gid || self.use_grh,
+            sgid_index,
+            ..opts
+        })
+    }
+
+    /// What to tell the peer about a QP on this port whose first PSN is `psn`.
+    pub fn qp_info(&self, qp: &QueuePair, psn: u32) -> QpInfo {
+        QpInfo { lid: self.lid, qpn: qp.qp_num(), psn, gid: self.gid }
     }
 }
 
@@ -104,6 +170,7 @@ pub fn to_rtr(qp: &QueuePair, remote: &QpInfo, opts: &ConnOpts) -> Result<()> {
         port_num: 1,
         is_global: opts.use_gid,
         dgid: remote.gid,
+        sgid_index: opts.sgid_index,
         hop_limit: 1,
         ..Default::default()
     };

@@ -1,7 +1,9 @@
-//! `softverbs demo`: two NICs, one SEND, one RDMA WRITE, one RDMA READ, one compare-and-swap
-//! and one fetch-and-add, with every packet, every work completion and the bytes that landed
-//! printed as they happen. By default the target is a second process of this binary on the
-//! shared-memory fabric; `--in-process` runs it on a thread over the in-process wire.
+//! `softverbs demo`: RDMA between two NICs, told packet by packet for people learning it. One
+//! SEND, one RDMA WRITE, one RDMA READ, one compare-and-swap and one fetch-and-add; for each,
+//! the packets it put on the wire and what they mean, the work completion, the bytes that
+//! landed and how long it took. By default the target is a second process of this binary on
+//! the shared-memory fabric; `--in-process` runs it on a thread over the in-process wire;
+//! `-d DEV` runs it on any device, a real NIC included (whose packets this program cannot see).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -10,13 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nic_model::packet::{self, AethKind, OpFlags};
-use nic_model::soft::{Soft, TapDir};
+use nic_model::soft::{Soft, TapDir, DEFAULT_SPIN};
 use verbs_api::{
     AtomicTarget, Context, Mtu, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcFlags,
-    WorkCompletion, WrOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 
-use crate::conn::{self, ConnOpts, Endpoint, QpInfo};
+use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
+use crate::info::{self, gid_ntop, CliError};
 
 /// Where in the target's MR each operation lands.
 const RECV_OFF: usize = 0;
@@ -28,16 +31,29 @@ const READ_TEXT: &[u8] = b"the target's memory, read without the target's CPU";
 const WRITE_LEN: usize = 2500;
 const INITIATOR_PSN: u32 = 0x00_1000;
 const TARGET_PSN: u32 = 0x00_8000;
+/// The path MTU: small enough that the 2500-byte WRITE takes several packets.
+const PATH_MTU: Mtu = Mtu::Mtu1024;
 /// Every wait in the demo is bounded by this.
 const WAIT: Duration = Duration::from_secs(10);
 
 /// Options of `softverbs demo`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct DemoOpts {
     /// Run the target on a thread over the in-process wire instead of in a second process.
     pub in_process: bool,
     /// The fabric directory (shared-memory mode).
     pub fabric: Option<PathBuf>,
+    /// The initiator's device; the target process opens the device of the same name (with
+    /// `in_process`, another soft device, or the same real device).
+    pub ib_dev: String,
+    /// The GID index both sides send from (default: see [`PortAddress::of`]).
+    pub gid_idx: Option<u32>,
+}
+
+impl Default for DemoOpts {
+    fn default() -> DemoOpts {
+        DemoOpts { in_process: false, fabric: None, ib_dev: "softverbs0".into(), gid_idx: None }
+    }
 }
 
 /// One line of a packet, in words a learner can follow.
@@ -131,8 +147,9 @@ fn cap() -> QpCap {
     }
 }
 
-fn opts() -> ConnOpts {
-    ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() }
+/// Both sides' connection options on port `addr`: ibv_rc_pingpong's, at [`PATH_MTU`].
+fn opts(addr: &PortAddress) -> Result<ConnOpts, String> {
+    addr.conn_opts(ConnOpts { mtu: PATH_MTU, ..ConnOpts::default() }).map_err(|e| e.to_string())
 }
 
 fn line(input: &mut dyn BufRead) -> Result<String, String> {
@@ -155,13 +172,15 @@ fn expect_word<'a>(l: &'a str, word: &str) -> Result<&'a str, String> {
 /// READ and atomics — and finally report what landed in its memory.
 pub fn run_target(
     ctx: &Context,
+    gid_idx: Option<u32>,
     input: &mut dyn BufRead,
     output: &mut dyn Write,
 ) -> Result<(), String> {
     let ep = Endpoint::new(ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
     ep.mr.write(READ_OFF, READ_TEXT).map_err(|e| e.to_string())?;
     ep.mr.write_u64(ATOMIC_OFF, 7).map_err(|e| e.to_string())?;
-    let info = ep.info(TARGET_PSN).map_err(|e| e.to_string())?;
+    let addr = info::port_address(ctx, gid_idx).map_err(|e| e.message)?;
+    let info = addr.qp_info(&ep.qp, TARGET_PSN);
     let say = |out: &mut dyn Write, s: String| -> Result<(), String> {
         writeln!(out, "{s}")
             .and_then(|_| out.flush())
@@ -170,7 +189,7 @@ pub fn run_target(
     say(output, format!("INFO {} {:x} {:x}", info.to_wire(), ep.mr.addr(), ep.mr.rkey()))?;
     let remote = QpInfo::from_wire(expect_word(&line(input)?, "INFO")?)
         .ok_or("malformed INFO from the initiator")?;
-    conn::connect(&ep.qp, TARGET_PSN, &remote, &opts()).map_err(|e| e.to_string())?;
+    conn::connect(&ep.qp, TARGET_PSN, &remote, &opts(&addr)?).map_err(|e| e.to_string())?;
     let sge = [ep.mr.sge(RECV_OFF, 64)];
     ep.qp.post_recv(&[RecvWr { wr_id: 100, sg_list: &sge }]).map_err(|e| e.to_string())?;
     say(output, "READY".into())?;
@@ -181,11 +200,14 @@ pub fn run_target(
     let recv = ep.mr.read_vec(RECV_OFF, wcs[0].byte_len as usize).map_err(|e| e.to_string())?;
     say(output, format!("target memory [recv buffer]: {:?}", printable(&recv)))?;
     let w = ep.mr.read_vec(WRITE_OFF, WRITE_LEN).map_err(|e| e.to_string())?;
+    let pattern_ok = w.iter().enumerate().all(|(i, &b)| b == write_pattern(i));
     say(
         output,
         format!(
-            "target memory [+{WRITE_OFF}, {WRITE_LEN} B written by RDMA WRITE]: starts {:?}",
-            printable(&w[..40])
+            "target memory [+{WRITE_OFF}, {WRITE_LEN} B written by RDMA WRITE]: starts {:?}, \
+             all {WRITE_LEN} bytes {}",
+            printable(&w[..40]),
+            if pattern_ok { "as sent" } else { "NOT as sent" }
         ),
     )?;
     say(
@@ -203,16 +225,6 @@ fn write_pattern(i: usize) -> u8 {
     b"RDMA WRITE: zero copy, no remote CPU. "[i % 38]
 }
 
-/// The initiator's link to its target: the devices, the two directions of the line protocol,
-/// and the process or thread the target runs in.
-type TargetLink = (
-    Soft,
-    Box<dyn Write + Send>,
-    Box<dyn BufRead + Send>,
-    ChildGuard,
-    Option<std::thread::JoinHandle<Result<(), String>>>,
-);
-
 /// Kills the target process if the demo fails before it ends.
 struct ChildGuard(Option<Child>);
 
@@ -225,121 +237,255 @@ impl Drop for ChildGuard {
     }
 }
 
-/// Run the demo, printing to `out`. Returns an error naming what went wrong.
-pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), String> {
-    let w = |out: &mut dyn Write, s: &str| {
-        let _ = writeln!(out, "{s}");
-    };
-    let (soft, mut to_target, mut from_target, guard, thread): TargetLink = if o.in_process {
-        let soft = Soft::loopback();
-        let ctx = soft.open("softverbs1").map_err(|e| e.to_string())?;
-        let (r1, w1) = std::io::pipe().map_err(|e| e.to_string())?;
-        let (r2, w2) = std::io::pipe().map_err(|e| e.to_string())?;
-        let t = std::thread::spawn(move || {
+/// The initiator's link to its target: the two directions of the line protocol, and the
+/// process or thread the target runs in.
+struct Target {
+    to: Box<dyn Write + Send>,
+    from: Box<dyn BufRead + Send>,
+    process: ChildGuard,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    /// What the target's device is called, for the output.
+    device: String,
+}
+
+/// What the demo prints its lines with (a failed write to stdout is not worth failing over).
+fn w(out: &mut dyn Write, s: &str) {
+    let _ = writeln!(out, "{s}");
+}
+
+/// The soft device the in-process target uses: another one than the initiator's.
+fn other_soft_device(soft: &Soft, ib_dev: &str) -> Result<String, CliError> {
+    soft.device_names().iter().find(|n| *n != ib_dev).cloned().ok_or_else(|| {
+        CliError::usage(
+            "--in-process needs two soft devices (SOFTVERBS_DEVICES is 1): one for each side",
+        )
+    })
+}
+
+/// Run the demo, printing to `out`. An unusable device is a usage error (exit status 2).
+pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
+    let on_soft = verbs_api::backend_of(&o.ib_dev) == "soft";
+    let soft =
+        if o.in_process { Soft::loopback() } else { info::shared_memory(o.fabric.as_deref())? };
+    info::register_backends(&soft);
+    // Open the device first: a bad -d or -g fails here, before a target is started.
+    let ctx = info::open_device(&o.ib_dev)?;
+    let addr = info::port_address(&ctx, o.gid_idx)?;
+    let mut target = if o.in_process {
+        let device = if on_soft { other_soft_device(&soft, &o.ib_dev)? } else { o.ib_dev.clone() };
+        let target_ctx = info::open_device(&device)?;
+        let (r1, w1) = std::io::pipe().map_err(|e| CliError::failed(e.to_string()))?;
+        let (r2, w2) = std::io::pipe().map_err(|e| CliError::failed(e.to_string()))?;
+        let gid_idx = o.gid_idx;
+        let thread = std::thread::spawn(move || {
             let mut input = BufReader::new(r1);
             let mut output = w2;
-            run_target(&ctx, &mut input, &mut output)
+            run_target(&target_ctx, gid_idx, &mut input, &mut output)
         });
-        w(out, "softverbs demo: two NICs (softverbs0, softverbs1) in one process, joined by the in-process wire.");
-        (soft, Box::new(w1), Box::new(BufReader::new(r2)), ChildGuard(None), Some(t))
+        w(
+            out,
+            &format!(
+                "softverbs demo: two NICs in one process: the initiator on {}, the target on \
+                 {device}, joined by {}.",
+                o.ib_dev,
+                if on_soft { "the in-process wire" } else { "the NIC's own loopback" }
+            ),
+        );
+        Target {
+            to: Box::new(w1),
+            from: Box::new(BufReader::new(r2)),
+            process: ChildGuard(None),
+            thread: Some(thread),
+            device,
+        }
     } else {
-        let soft = Soft::shared_memory(o.fabric.as_deref()).map_err(|e| e.to_string())?;
         let dir = soft.fabric().expect("shared-memory soft has a fabric").dir().to_path_buf();
-        let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
-        let mut child = Command::new(exe)
-            .args(["demo", "--target", "--fabric"])
-            .arg(&dir)
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError::failed(format!("finding this program: {e}")))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["demo", "--target", "-d", &o.ib_dev, "--fabric"]).arg(&dir);
+        if let Some(g) = o.gid_idx {
+            cmd.args(["-g", &g.to_string()]);
+        }
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("starting the target process: {e}"))?;
-        let stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
+            .map_err(|e| CliError::failed(format!("starting the target process: {e}")))?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        w(out, "softverbs demo: RDMA between two processes, packet by packet.\n");
         w(
             out,
             &format!(
-                "softverbs demo: this process (pid {}) is the initiator on softverbs0;",
-                std::process::id()
+                "This process (pid {}) is the initiator, on {}. A second process (pid {}) is the \
+                 target,",
+                std::process::id(),
+                o.ib_dev,
+                child.id()
             ),
         );
-        w(
-            out,
-            &format!(
-                "a second process (pid {}) is the target. They share the fabric {}.",
-                child.id(),
-                dir.display()
-            ),
-        );
-        (soft, Box::new(stdin), Box::new(BufReader::new(stdout)), ChildGuard(Some(child)), None)
+        if on_soft {
+            w(
+                out,
+                &format!(
+                    "on its own {}: each process has its own NIC, as each host of a cluster \
+                     does. Their ports\nmeet on the shared-memory fabric {}.",
+                    o.ib_dev,
+                    dir.display()
+                ),
+            );
+        } else {
+            w(
+                out,
+                &format!("on the same device {}, reached through the NIC's loopback.", o.ib_dev),
+            );
+        }
+        Target {
+            to: Box::new(stdin),
+            from: Box::new(BufReader::new(stdout)),
+            process: ChildGuard(Some(child)),
+            thread: None,
+            device: o.ib_dev.clone(),
+        }
     };
-    let result = initiator(&soft, o, &mut *to_target, &mut *from_target, out);
-    drop(to_target);
-    let mut guard = guard;
-    if let Some(mut c) = guard.0.take() {
+    let tap_soft = if on_soft { Some(&soft) } else { None };
+    let result = initiator(&ctx, &addr, tap_soft, o, &mut target, out);
+    drop(target.to);
+    if let Some(mut c) = target.process.0.take() {
         if result.is_ok() {
-            let deadline = Instant::now() + WAIT;
-            loop {
-                match c.try_wait() {
-                    Ok(Some(st)) if st.success() => break,
-                    Ok(Some(st)) => return Err(format!("the target process failed: {st}")),
-                    Ok(None) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(10))
-                    }
-                    _ => {
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        return Err("the target process did not exit".into());
-                    }
-                }
-            }
+            wait_for_exit(&mut c)?;
         } else {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
-    if let Some(t) = thread {
-        let r = t.join().map_err(|_| "the target thread panicked".to_string())?;
-        result.clone()?;
-        r?;
+    if let Some(t) = target.thread.take() {
+        let r = t.join().map_err(|_| CliError::failed("the target thread panicked"))?;
+        result.clone().map_err(CliError::failed)?;
+        r.map_err(|e| CliError::failed(format!("target: {e}")))?;
     }
-    result
+    result.map_err(CliError::failed)
+}
+
+/// Wait (bounded) for the target process to exit successfully.
+fn wait_for_exit(c: &mut Child) -> Result<(), CliError> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match c.try_wait() {
+            Ok(Some(st)) if st.success() => return Ok(()),
+            Ok(Some(st)) => {
+                return Err(CliError::failed(format!("the target process failed: {st}")))
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(CliError::failed("the target process did not exit"));
+            }
+        }
+    }
+}
+
+/// The datagrams a tapped device sent and received, oldest first.
+type WireLog = Arc<Mutex<Vec<(TapDir, Vec<u8>)>>>;
+
+/// One operation's figures, for the table at the end.
+struct Measured {
+    what: &'static str,
+    sent: usize,
+    received: usize,
+    wire_bytes: usize,
+    data_bytes: u32,
+    took: Duration,
+}
+
+/// Print the packets of one operation and a line that sums them up; returns (packets sent,
+/// packets received, datagram bytes).
+fn explain_wire(
+    out: &mut dyn Write,
+    device: &str,
+    log: &[(TapDir, Vec<u8>)],
+) -> (usize, usize, usize) {
+    let mut psns = Vec::new();
+    let (mut acked, mut naks) = (None, 0);
+    let (mut sent, mut received, mut bytes) = (0, 0, 0);
+    for (dir, data) in log {
+        let arrow = match dir {
+            TapDir::Tx => "->",
+            TapDir::Rx => "<-",
+        };
+        w(out, &format!("  wire  {device} {arrow} {}", describe_packet(data)));
+        bytes += data.len();
+        let Ok((_, p)) = packet::parse_datagram(data) else { continue };
+        match dir {
+            TapDir::Tx => {
+                sent += 1;
+                psns.push(p.bth.psn.value());
+            }
+            TapDir::Rx => {
+                received += 1;
+                match p.aeth.map(|a| a.kind()) {
+                    Some(AethKind::Ack { .. }) => acked = Some(p.bth.psn.value()),
+                    Some(_) => naks += 1,
+                    None => {}
+                }
+            }
+        }
+    }
+    let range = match (psns.first(), psns.last()) {
+        (Some(a), Some(b)) if a != b => format!(" (PSN {a:#08x} to {b:#08x})"),
+        (Some(a), _) => format!(" (PSN {a:#08x})"),
+        _ => String::new(),
+    };
+    let mut got = format!("got {received} back");
+    if let Some(p) = acked {
+        got.push_str(&format!(", acknowledging every PSN up to {p:#08x}"));
+    }
+    if naks > 0 {
+        got.push_str(&format!(" ({naks} NAK{}: the requester sent again)", plural(naks)));
+    }
+    w(
+        out,
+        &format!(
+            "  => sent {sent} packet{}{range}, {got}; {bytes} bytes of IPv4/UDP datagrams both ways",
+            plural(sent)
+        ),
+    );
+    (sent, received, bytes)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 fn initiator(
-    soft: &Soft,
+    ctx: &Context,
+    addr: &PortAddress,
+    tap_soft: Option<&Soft>,
     o: &DemoOpts,
-    to_target: &mut dyn Write,
-    from_target: &mut dyn BufRead,
+    target: &mut Target,
     out: &mut dyn Write,
 ) -> Result<(), String> {
-    let w = |out: &mut dyn Write, s: &str| {
-        let _ = writeln!(out, "{s}");
-    };
-    let ctx = soft.open("softverbs0").map_err(|e| e.to_string())?;
-    let wire_log: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-    let log = wire_log.clone();
-    soft.set_tap(
-        "softverbs0",
-        Some(Arc::new(move |dir, data| {
-            let arrow = match dir {
-                TapDir::Tx => "  wire  softverbs0 ->",
-                TapDir::Rx => "  wire  softverbs0 <-",
-            };
-            log.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(format!("{arrow} {}", describe_packet(data)));
-        })),
-    )
-    .map_err(|e| e.to_string())?;
-    let flush_wire = |out: &mut dyn Write| {
-        for l in wire_log.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            let _ = writeln!(out, "{l}");
-        }
-    };
-    let ep = Endpoint::new(&ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
-    let port = ctx.query_port(1).map_err(|e| e.to_string())?;
+    let wire_log: WireLog = Arc::new(Mutex::new(Vec::new()));
+    if let Some(soft) = tap_soft {
+        let log = wire_log.clone();
+        soft.set_tap(
+            &o.ib_dev,
+            Some(Arc::new(move |dir, data| {
+                log.lock().unwrap_or_else(|e| e.into_inner()).push((dir, data.to_vec()));
+            })),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let ep = Endpoint::new(ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
+    let opts = opts(addr)?;
     let (target_info, raddr, rkey) = {
-        let l = line(from_target)?;
+        let l = line(&mut *target.from)?;
         let rest = expect_word(&l, "INFO")?;
         let mut it = rest.split_whitespace();
         let info = it.next().and_then(QpInfo::from_wire).ok_or("malformed INFO from the target")?;
@@ -353,46 +499,124 @@ fn initiator(
             .ok_or("malformed rkey from the target")?;
         (info, addr, key)
     };
-    let my = ep.info(INITIATOR_PSN).map_err(|e| e.to_string())?;
-    writeln!(to_target, "INFO {}", my.to_wire())
-        .and_then(|_| to_target.flush())
+    let my = addr.qp_info(&ep.qp, INITIATOR_PSN);
+    writeln!(target.to, "INFO {}", my.to_wire())
+        .and_then(|_| target.to.flush())
         .map_err(|e| e.to_string())?;
-    w(
-        out,
-        &format!(
-            "initiator: softverbs0 port 1 LID {} GID {}, QP {:#x}, first PSN {:#x}",
-            port.lid, my.gid, my.qpn, INITIATOR_PSN
-        ),
-    );
-    w(
-        out,
-        &format!(
-            "target:    LID {} GID {}, QP {:#x}, first PSN {:#x}, MR at {raddr:#x} rkey {rkey:#x}",
-            target_info.lid, target_info.gid, target_info.qpn, target_info.psn
-        ),
-    );
-    conn::connect(&ep.qp, INITIATOR_PSN, &target_info, &opts()).map_err(|e| e.to_string())?;
-    expect_word(&line(from_target)?, "READY")?;
-    w(out, "Both QPs are in RTS (RESET -> INIT -> RTR -> RTS). Path MTU 1024 bytes.\n");
-    let _ = o;
+    conn::connect(&ep.qp, INITIATOR_PSN, &target_info, &opts).map_err(|e| e.to_string())?;
+    expect_word(&line(&mut *target.from)?, "READY")?;
 
-    let run = |out: &mut dyn Write,
-               title: &str,
-               explain: &str,
-               wr: SendWr<'_>|
+    w(
+        out,
+        "\nSetting up, as every verbs program does before its first operation: open the device,",
+    );
+    w(out, "allocate a protection domain, register memory, create a completion queue and a queue pair.");
+    w(
+        out,
+        &format!(
+            "  initiator: {} port 1, LID {}, GID {}; RC QP {:#x}, first PSN {:#08x}",
+            o.ib_dev,
+            my.lid,
+            gid_ntop(&my.gid),
+            my.qpn,
+            INITIATOR_PSN
+        ),
+    );
+    w(
+        out,
+        &format!(
+            "  target:    {} port 1, LID {}, GID {}; RC QP {:#x}, first PSN {:#08x}",
+            target.device,
+            target_info.lid,
+            gid_ntop(&target_info.gid),
+            target_info.qpn,
+            target_info.psn
+        ),
+    );
+    w(
+        out,
+        &format!(
+            "             {MR_LEN} bytes registered at {raddr:#x} with rkey {rkey:#x}, open to remote \
+             READ, WRITE and atomics"
+        ),
+    );
+    w(
+        out,
+        "The two sides exchanged these over a pipe (ibv_rc_pingpong uses TCP), and each QP went",
+    );
+    w(
+        out,
+        &format!(
+            "RESET -> INIT -> RTR -> RTS towards the other, with path MTU {} bytes{}.",
+            opts.mtu.bytes(),
+            if opts.use_gid { ", addressed by GID" } else { ", addressed by LID" }
+        ),
+    );
+    w(out, "From now on the target program sleeps in a blocking read(): its NIC works alone.");
+    if tap_soft.is_some() {
+        w(
+            out,
+            "\nHow to read the wire lines (-> a packet the initiator sent, <- one it received):",
+        );
+        w(
+            out,
+            "  PSN     packet sequence number: each request packet takes the next one; a response",
+        );
+        w(out, "          carries the PSN of the request it answers");
+        w(out, "  to QP   the destination QP number in the base transport header (BTH)");
+        w(out, "  AckReq  the requester asks for an acknowledgement of this packet");
+        w(out, "  RETH    remote virtual address, rkey and length of an RDMA WRITE or READ");
+        w(
+            out,
+            "  AETH    in responses: ACK or NAK, and the MSN, the number of requests the target",
+        );
+        w(out, "          has completed on this QP");
+    } else {
+        w(
+            out,
+            &format!(
+                "\n{} is not a softverbs device, so this program cannot see its packets (capture them \
+                 with\ntcpdump on the netdev, UDP port 4791, for RoCE). Completions and data are shown.",
+                o.ib_dev
+            ),
+        );
+    }
+    w(out, "");
+
+    let mut measured: Vec<Measured> = Vec::new();
+    let mut run = |out: &mut dyn Write,
+                   what: &'static str,
+                   explain: &[&str],
+                   wr: SendWr<'_>|
      -> Result<WorkCompletion, String> {
-        w(out, &format!("== {title}"));
-        w(out, &format!("   {explain}"));
+        w(out, &format!("== {} {what}", measured.len() + 1));
+        for l in explain {
+            w(out, &format!("   {l}"));
+        }
+        wire_log.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let t0 = Instant::now();
         ep.qp.post_send(&[wr]).map_err(|e| e.to_string())?;
         let wcs = ep.cq.poll_n(1, WAIT).map_err(|e| e.to_string())?;
-        let dt = t0.elapsed();
-        flush_wire(out);
+        let took = t0.elapsed();
+        let log = std::mem::take(&mut *wire_log.lock().unwrap_or_else(|e| e.into_inner()));
+        let (sent, received, wire_bytes) =
+            if tap_soft.is_some() { explain_wire(out, &o.ib_dev, &log) } else { (0, 0, 0) };
         w(out, &format!("  initiator CQ: {}", describe_wc(&wcs[0])));
-        w(out, &format!("  took {:.1} us from post to completion", dt.as_secs_f64() * 1e6));
-        if wcs[0].status != verbs_api::WcStatus::Success {
-            return Err(format!("{title} failed: {}", wcs[0].status));
+        w(
+            out,
+            &format!("  {:.1} us from ibv_post_send to the completion", took.as_secs_f64() * 1e6),
+        );
+        if wcs[0].status != WcStatus::Success {
+            return Err(format!("{what} failed: {}", wcs[0].status));
         }
+        measured.push(Measured {
+            what,
+            sent,
+            received,
+            wire_bytes,
+            data_bytes: wcs[0].byte_len,
+            took,
+        });
         Ok(wcs[0])
     };
 
@@ -403,7 +627,10 @@ fn initiator(
     run(
         out,
         "SEND (two-sided)",
-        "The target posted a receive; the SEND fills it and completes on both sides.",
+        &[
+            "The target posted a receive buffer; the SEND fills it. Both sides get a completion:",
+            "the initiator's arrives with the ACK, the target's is shown at the end.",
+        ],
         SendWr {
             wr_id: 1,
             sg_list: &sg,
@@ -412,6 +639,7 @@ fn initiator(
             ..Default::default()
         },
     )?;
+    w(out, "");
 
     // 2. RDMA WRITE: 2500 bytes from two SGEs, segmented into FIRST/MIDDLE/LAST at MTU 1024.
     let data: Vec<u8> = (0..WRITE_LEN).map(write_pattern).collect();
@@ -421,16 +649,33 @@ fn initiator(
     run(
         out,
         "RDMA WRITE (one-sided)",
-        "2500 bytes gathered from two SGEs, cut into MTU-sized packets; the target's CPU is asleep.",
-        SendWr { wr_id: 2, sg_list: &sg, opcode: WrOpcode::RdmaWrite, send_flags: SendFlags::SIGNALED, rdma: RdmaTarget { remote_addr: raddr + WRITE_OFF as u64, rkey }, ..Default::default() },
+        &[
+            "2500 bytes gathered from two places of our MR (two SGEs) into the target's memory.",
+            "A message longer than the path MTU is cut into FIRST, MIDDLE(s) and LAST packets;",
+            "only the FIRST carries the RETH, only the LAST asks for the ACK, and one ACK covers",
+            "them all. The target program is not involved and gets no completion.",
+        ],
+        SendWr {
+            wr_id: 2,
+            sg_list: &sg,
+            opcode: WrOpcode::RdmaWrite,
+            send_flags: SendFlags::SIGNALED,
+            rdma: RdmaTarget { remote_addr: raddr + WRITE_OFF as u64, rkey },
+            ..Default::default()
+        },
     )?;
+    w(out, "  A successful WRITE completion means the bytes are in the target's memory.\n");
 
     // 3. RDMA READ of the target's string into our buffer.
     let sg = [ep.mr.sge(20000, READ_TEXT.len() as u32)];
     let wc = run(
         out,
         "RDMA READ (one-sided)",
-        "One request packet; the target's NIC answers from its memory.",
+        &[
+            "One request packet with a RETH and no data; the target's NIC answers from its memory",
+            "with a READ RESPONSE that carries the PSN of the request (a READ longer than the MTU",
+            "gets one response packet, and one PSN, per MTU) and acknowledges it.",
+        ],
         SendWr {
             wr_id: 3,
             sg_list: &sg,
@@ -441,7 +686,7 @@ fn initiator(
         },
     )?;
     let got = ep.mr.read_vec(20000, wc.byte_len as usize).map_err(|e| e.to_string())?;
-    w(out, &format!("  bytes that landed here: {:?}", printable(&got)));
+    w(out, &format!("  bytes that landed here: {:?}\n", printable(&got)));
     if got != READ_TEXT {
         return Err("RDMA READ returned the wrong bytes".into());
     }
@@ -451,7 +696,11 @@ fn initiator(
     run(
         out,
         "ATOMIC COMPARE-AND-SWAP (one-sided)",
-        "If the target's counter is 7, make it 42; the original value comes back.",
+        &[
+            "If the 8-byte counter in the target's memory is 7, make it 42. The target's NIC does",
+            "the compare and the write as one step, and the original value comes back in an",
+            "ATOMIC ACKNOWLEDGE, into our buffer.",
+        ],
         SendWr {
             wr_id: 4,
             sg_list: &sg,
@@ -467,7 +716,10 @@ fn initiator(
         },
     )?;
     let orig = ep.mr.read_u64(24000).map_err(|e| e.to_string())?;
-    w(out, &format!("  original value returned: {orig} (so the swap happened)"));
+    w(
+        out,
+        &format!("  original value returned: {orig}; it matched 7, so the counter now holds 42\n"),
+    );
     if orig != 7 {
         return Err(format!("compare-and-swap returned {orig}, expected 7"));
     }
@@ -477,7 +729,7 @@ fn initiator(
     run(
         out,
         "ATOMIC FETCH-AND-ADD (one-sided)",
-        "Add 8 to the target's counter; the value before the add comes back.",
+        &["Add 8 to the target's counter; the value before the add comes back."],
         SendWr {
             wr_id: 5,
             sg_list: &sg,
@@ -493,18 +745,15 @@ fn initiator(
         },
     )?;
     let before = ep.mr.read_u64(24008).map_err(|e| e.to_string())?;
-    w(out, &format!("  value before the add: {before}"));
+    w(out, &format!("  value before the add: {before}, so the counter is now {}", before + 8));
     if before != 42 {
         return Err(format!("fetch-and-add returned {before}, expected 42"));
     }
 
-    writeln!(to_target, "DONE").and_then(|_| to_target.flush()).map_err(|e| e.to_string())?;
-    w(
-        out,
-        "\n== What the target saw (it slept in a blocking read() during the one-sided operations):",
-    );
+    writeln!(target.to, "DONE").and_then(|_| target.to.flush()).map_err(|e| e.to_string())?;
+    w(out, "\n== What the target saw, once the initiator woke it up (its program did nothing until now):");
     loop {
-        let l = line(from_target)?;
+        let l = line(&mut *target.from)?;
         if l == "BYE" {
             break;
         }
@@ -515,10 +764,47 @@ fn initiator(
         if l.starts_with("target memory [recv buffer]") && !l.contains("Hello from softverbs0!") {
             return Err(format!("the SEND did not land: {l}"));
         }
-        if l.starts_with("target memory [+1024") && !l.contains("RDMA WRITE: zero copy") {
+        if l.starts_with("target memory [+1024") && !l.ends_with("as sent") {
             return Err(format!("the WRITE did not land: {l}"));
         }
     }
+    w(
+        out,
+        "  Its only completion is the SEND's: wr_id 100 names the receive it posted, src_qp and \
+         slid\n  the sending QP and port. The WRITE and the atomics changed its memory without one.",
+    );
+    print_measurements(out, &measured, tap_soft.is_some());
     w(out, "\nAll five operations completed with the right data.");
     Ok(())
+}
+
+fn print_measurements(out: &mut dyn Write, measured: &[Measured], wire: bool) {
+    w(out, "\n== Measurements (each operation once, wall-clock time from post to completion):");
+    w(out, "   operation                              data  packets out/in  datagram bytes        time");
+    for m in measured {
+        let packets = if wire { format!("{} / {}", m.sent, m.received) } else { "-".into() };
+        let bytes = if wire { m.wire_bytes.to_string() } else { "-".into() };
+        w(
+            out,
+            &format!(
+                "   {:<36} {:>6} B  {:>14}  {:>14}  {:>8.1} us",
+                m.what,
+                m.data_bytes,
+                packets,
+                bytes,
+                m.took.as_secs_f64() * 1e6
+            ),
+        );
+    }
+    let spin_us = DEFAULT_SPIN.as_micros();
+    let note = [
+        "Single samples, so they vary a lot from run to run. An operation pays for waking the",
+        &format!("target's NIC thread if it had gone to sleep ({spin_us} us after its last work,"),
+        "by default), the first one also for setting up the path to the target (mapping its",
+        "inbox), and on a busy machine the scheduler can add milliseconds. Latency and bandwidth",
+        "measured properly: softverbs perf lat and softverbs perf bw (docs/performance.md).",
+    ];
+    for l in note {
+        w(out, &format!("   {l}"));
+    }
 }

@@ -1,7 +1,7 @@
 //! `softverbs devices`, `softverbs devinfo` and `softverbs fabric`: what RDMA devices this
 //! process sees (as `ibv_devices` and `ibv_devinfo` print them) and what the shared-memory
-//! fabric directory holds. Also the pieces every command shares: registering the `soft`
-//! provider, opening a device by name, and the error that carries an exit status.
+//! fabric directory holds. Also the pieces every command shares: registering the backends,
+//! opening a device by name, and the error that carries an exit status.
 
 use std::fmt;
 use std::io::Write;
@@ -9,6 +9,7 @@ use std::net::Ipv6Addr;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::conn::PortAddress;
 use nic_model::soft::Soft;
 use nic_model::wire::{Fabric, SegmentInfo};
 use verbs_api::{Context, DeviceAttr, Errno, Gid, LinkLayer, PortAttr};
@@ -34,6 +35,20 @@ impl CliError {
     }
 }
 
+/// A message alone is a failure (exit status 1); usage errors are made with [`CliError::usage`].
+impl From<String> for CliError {
+    fn from(message: String) -> CliError {
+        CliError::failed(message)
+    }
+}
+
+/// As `From<String>`.
+impl From<&str> for CliError {
+    fn from(message: &str) -> CliError {
+        CliError::failed(message)
+    }
+}
+
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -44,28 +59,74 @@ fn output_error(e: std::io::Error) -> CliError {
     CliError::failed(format!("writing the output: {e}"))
 }
 
-/// Register the `soft` provider over the fabric in `fabric` (or `$SOFTVERBS_FABRIC`, or the
-/// per-user default), so that [`verbs_api::device_list_detailed`] and [`Context::open`] see its
-/// devices next to those of any other registered provider. Returns it.
-pub fn register_soft(fabric: Option<&Path>) -> Result<Soft, CliError> {
-    let soft = Soft::shared_memory(fabric)
-        .map_err(|e| CliError::failed(format!("opening the shared-memory fabric: {e}")))?;
+/// The soft devices on the shared-memory fabric in `fabric` (or `$SOFTVERBS_FABRIC`, or the
+/// per-user default directory).
+pub fn shared_memory(fabric: Option<&Path>) -> Result<Soft, CliError> {
+    Soft::shared_memory(fabric)
+        .map_err(|e| CliError::failed(format!("opening the shared-memory fabric: {e}")))
+}
+
+/// Register `soft` and, when `verbs-api` was built with the `rdma-sys` feature, the `hw`
+/// provider (libibverbs' devices), so that [`verbs_api::device_list_detailed`] and
+/// [`Context::open`] see the devices of both. Call it once per process.
+pub fn register_backends(soft: &Soft) {
     verbs_api::register_provider(Arc::new(soft.clone()));
-    // Built with the rdma-sys feature, real devices (libibverbs) are listed and opened too.
-    #[cfg(feature = "rdma-sys")]
-    verbs_api::register_provider(verbs_api::hw::provider());
+    if let Some(hw) = verbs_api::hw_provider() {
+        verbs_api::register_provider(hw);
+    }
+}
+
+/// [`register_backends`] with the soft devices of the fabric in `fabric`; returns them.
+pub fn register_fabric(fabric: Option<&Path>) -> Result<Soft, CliError> {
+    let soft = shared_memory(fabric)?;
+    register_backends(&soft);
     Ok(soft)
 }
 
-/// Open a device of any registered provider by name. An unknown name is a usage error that
-/// names the device and lists the known ones.
+/// Turn a failure to find or open `name` into the CLI's error: a device that does not exist
+/// is a usage error (exit status 2), anything else a failure.
+fn device_error(name: &str, e: verbs_api::Error) -> CliError {
+    if e.errno == Errno::NoDev {
+        CliError::usage(e.message)
+    } else {
+        CliError::failed(format!("opening {name}: {e}"))
+    }
+}
+
+/// `sim:` devices live inside a simulated world that only `softverbs sim` builds; a command
+/// between processes cannot use one.
+fn refuse_sim(name: &str) -> Result<(), CliError> {
+    if verbs_api::backend_of(name) == "sim" {
+        return Err(CliError::usage(format!(
+            "{name} is a device of the deterministic simulator, which exists only inside a \
+             simulated world: run one with `softverbs sim SCENARIO.toml`, or use the sim \
+             backend from a program (docs/simulator.md). This command needs a soft device \
+             (softverbs0, ...) or a real one."
+        )));
+    }
+    Ok(())
+}
+
+/// Find a device of the registered backends by name without opening it
+/// ([`verbs_api::find_device`]); an unknown name is a usage error naming it and saying why.
+pub fn find_device(name: &str) -> Result<verbs_api::Device, CliError> {
+    refuse_sim(name)?;
+    verbs_api::find_device(name).map_err(|e| device_error(name, e))
+}
+
+/// Open a device of the registered backends by name, with [`Context::open`] (the backend is
+/// chosen by the name); an unknown name is a usage error naming it and saying why.
 pub fn open_device(name: &str) -> Result<Context, CliError> {
-    Context::open(name).map_err(|e| {
-        if e.errno == Errno::NoDev {
-            CliError::usage(e.message)
-        } else {
-            CliError::failed(format!("opening {name}: {e}"))
-        }
+    refuse_sim(name)?;
+    Context::open(name).map_err(|e| device_error(name, e))
+}
+
+/// How peers reach port 1 of `ctx` ([`PortAddress::of`]); a GID index the port does not have
+/// is a usage error, like any bad option value.
+pub fn port_address(ctx: &Context, gid_idx: Option<u32>) -> Result<PortAddress, CliError> {
+    PortAddress::of(ctx, gid_idx).map_err(|e| match (gid_idx, e.errno) {
+        (Some(i), Errno::Inval) => CliError::usage(format!("-g {i}: {}", e.message)),
+        _ => CliError::failed(format!("querying port 1 of {}: {e}", ctx.device_name())),
     })
 }
 
@@ -142,9 +203,12 @@ fn guid_str(guid: u64) -> String {
 /// `ibv_devinfo` prints them.
 pub fn devinfo(args: &DevinfoArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (devices, errors) = verbs_api::device_list_detailed();
-    note_provider_errors(&errors);
-    if devices.is_empty() {
-        return Err(no_devices(&errors));
+    // With -d, the device's own backend explains a failure; without it, every provider's.
+    if args.ib_dev.is_none() || args.list {
+        note_provider_errors(&errors);
+        if devices.is_empty() {
+            return Err(no_devices(&errors));
+        }
     }
     if args.list {
         let n = devices.len();
@@ -154,18 +218,9 @@ pub fn devinfo(args: &DevinfoArgs, out: &mut dyn Write) -> Result<(), CliError> 
         }
         return Ok(());
     }
-    let chosen: Vec<&verbs_api::Device> = match &args.ib_dev {
-        None => devices.iter().collect(),
-        Some(name) => match devices.iter().find(|d| d.name() == name) {
-            Some(d) => vec![d],
-            None => {
-                let known: Vec<&str> = devices.iter().map(|d| d.name()).collect();
-                return Err(CliError::usage(format!(
-                    "no RDMA device named {name:?} (devices: {})",
-                    known.join(", ")
-                )));
-            }
-        },
+    let chosen: Vec<verbs_api::Device> = match &args.ib_dev {
+        None => devices,
+        Some(name) => vec![find_device(name)?],
     };
     let mut any_soft = false;
     for (i, d) in chosen.iter().enumerate() {

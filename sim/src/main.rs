@@ -11,7 +11,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use nic_model::soft::Soft;
 use softverbs_sim::info::{self, CliError, DevinfoArgs, FabricAction};
 use softverbs_sim::{demo, perf, pingpong, sim_cli};
 
@@ -29,7 +28,7 @@ struct Cli {
 /// `--fabric DIR`, on every command that touches the shared-memory fabric (`perf` has its own).
 #[derive(clap::Args, Debug, Clone)]
 struct FabricOpt {
-    /// The shared-memory fabric directory [default: $SOFTVERBS_FABRIC, /dev/shm/softverbs-<uid>]
+    /// The shared-memory fabric directory [default: $SOFTVERBS_FABRIC, else /dev/shm/softverbs-UID]
     ///
     /// Processes on one fabric reach each other's ports through the segment files in it.
     #[arg(long, value_name = "DIR", global = true)]
@@ -50,15 +49,23 @@ enum Cmd {
         #[command(flatten)]
         fabric: FabricOpt,
     },
-    /// Two NICs exchange a SEND, an RDMA WRITE, an RDMA READ, a compare-and-swap and a
-    /// fetch-and-add, printing every packet, completion and the bytes that landed.
+    /// RDMA between two NICs, packet by packet, explained for learners.
+    ///
+    /// The initiator (this process) and a target (a second process, or a thread with
+    /// --in-process) exchange a SEND, an RDMA WRITE, an RDMA READ, a compare-and-swap and a
+    /// fetch-and-add; the demo prints every packet and what it means, every completion, the
+    /// bytes that landed and how long each operation took.
     Demo {
         /// Run both NICs in this process over the in-process wire.
         #[arg(long)]
         in_process: bool,
-        /// The device of the initiator (the demo runs on softverbs0 for now).
+        /// The initiator's device; the target opens the device of the same name in its own
+        /// process (softverbsN, or a real NIC when built with the rdma-sys feature).
         #[arg(short = 'd', long = "ib-dev", value_name = "DEV", default_value = "softverbs0")]
         ib_dev: String,
+        /// The GID index both sides send from (default: 0, or on RoCE the first IPv4-mapped GID).
+        #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
+        gid_idx: Option<u32>,
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
@@ -75,7 +82,7 @@ enum Cmd {
         #[command(flatten)]
         fabric: FabricOpt,
     },
-    /// Benchmarks of the soft backend.
+    /// Benchmarks between two processes on one device (softverbs0 unless -d).
     Perf(perf::PerfArgs),
     /// Run a scenario in the deterministic simulator.
     Sim(sim_cli::SimArgs),
@@ -103,14 +110,23 @@ fn main() -> ExitCode {
     match Cli::parse().cmd {
         Cmd::Devices { fabric } => report(
             "devices",
-            info::register_soft(fabric.dir()).and_then(|_| info::devices(&mut stdout)),
+            info::register_fabric(fabric.dir()).and_then(|_| info::devices(&mut stdout)),
         ),
         Cmd::Devinfo { args, fabric } => report(
             "devinfo",
-            info::register_soft(fabric.dir()).and_then(|_| info::devinfo(&args, &mut stdout)),
+            info::register_fabric(fabric.dir()).and_then(|_| info::devinfo(&args, &mut stdout)),
         ),
-        Cmd::Demo { in_process, ib_dev, target, fabric } => {
-            report("demo", run_demo(fabric.dir(), in_process, &ib_dev, target, &mut stdout))
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric } if !in_process => {
+            report("demo", demo_target(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
+        }
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric } => {
+            let opts = demo::DemoOpts {
+                in_process,
+                fabric: fabric.dir().map(PathBuf::from),
+                ib_dev,
+                gid_idx,
+            };
+            report("demo", demo::run(&opts, &mut stdout))
         }
         Cmd::Pingpong { args, fabric } => {
             report("pingpong", pingpong::run(fabric.dir(), &args, &mut stdout))
@@ -130,37 +146,19 @@ impl FabricOpt {
     }
 }
 
-fn run_demo(
+/// The demo's target process (`demo --target`): its peer is the parent, on stdin and stdout.
+fn demo_target(
     fabric: Option<&Path>,
-    in_process: bool,
     ib_dev: &str,
-    target: bool,
+    gid_idx: Option<u32>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    // `demo::DemoOpts` has no device field yet: refuse other devices rather than ignore -d.
-    if ib_dev != "softverbs0" {
-        let names = Soft::loopback().device_names().join(", ");
-        return Err(if Soft::loopback().device_names().iter().any(|n| n == ib_dev) {
-            CliError::usage(format!(
-                "-d {ib_dev}: the demo runs on softverbs0 only for now (devices: {names})"
-            ))
-        } else {
-            CliError::usage(format!("no soft device named {ib_dev:?} (devices: {names})"))
-        });
-    }
-    if target {
-        let soft = Soft::shared_memory(fabric)
-            .map_err(|e| CliError { status: 2, message: format!("target: {e}") })?;
-        let ctx = soft
-            .open(ib_dev)
-            .map_err(|e| CliError { status: 2, message: format!("target: {e}") })?;
-        let stdin = std::io::stdin();
-        let mut input = stdin.lock();
-        return demo::run_target(&ctx, &mut input, out)
-            .map_err(|e| CliError::failed(format!("target: {e}")));
-    }
-    let opts = demo::DemoOpts { in_process, fabric: fabric.map(PathBuf::from) };
-    demo::run(&opts, out).map_err(CliError::failed)
+    info::register_fabric(fabric)?;
+    let ctx = info::open_device(ib_dev)?;
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    demo::run_target(&ctx, gid_idx, &mut input, out)
+        .map_err(|e| CliError::failed(format!("target: {e}")))
 }
 
 #[cfg(test)]

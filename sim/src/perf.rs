@@ -15,13 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use nic_model::soft::Soft;
 use verbs_api::{
     CompletionQueue, Mtu, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcStatus,
     WorkCompletion, WrOpcode,
 };
 
-use crate::conn::{self, ConnOpts, Endpoint, QpInfo};
+use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
+use crate::info::{self, CliError};
 
 /// Bound on every handshake step with the peer.
 const HANDSHAKE: Duration = Duration::from_secs(20);
@@ -62,9 +62,16 @@ enum PerfCmd {
 /// Options every subcommand shares.
 #[derive(clap::Args, Debug, Clone)]
 struct Common {
-    /// Fabric directory (default: a fresh one under /dev/shm, removed at the end).
-    #[arg(long)]
+    /// Fabric directory [default: $SOFTVERBS_FABRIC, else a fresh one under /dev/shm, removed
+    /// at the end]
+    #[arg(long, value_name = "DIR")]
     fabric: Option<PathBuf>,
+    /// The device both processes open (softverbsN, or a real NIC when built with rdma-sys).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV", default_value = "softverbs0")]
+    ib_dev: String,
+    /// The GID index both sides send from (default: 0, or on RoCE the first IPv4-mapped GID).
+    #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
+    gid_idx: Option<u32>,
     /// Internal: run as the peer process.
     #[arg(long, hide = true)]
     peer: bool,
@@ -73,16 +80,16 @@ struct Common {
 #[derive(clap::Args, Debug, Clone)]
 struct LatArgs {
     /// Message size in bytes.
-    #[arg(short = 's', long, default_value_t = 8)]
+    #[arg(short = 's', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     size: u32,
     /// Measured iterations per run.
-    #[arg(short = 'n', long, default_value_t = 100_000)]
+    #[arg(short = 'n', long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     iters: u64,
     /// Unmeasured iterations before the first run.
     #[arg(short = 'w', long, default_value_t = 10_000)]
     warmup: u64,
     /// Runs (each reports its own median).
-    #[arg(short = 'r', long, default_value_t = 5)]
+    #[arg(short = 'r', long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
     /// After the runs, sleep this long connected and report each process's CPU time.
     #[arg(long, hide = true, default_value_t = 0.0)]
@@ -94,16 +101,16 @@ struct LatArgs {
 #[derive(clap::Args, Debug, Clone)]
 struct BwArgs {
     /// WRITE size in bytes.
-    #[arg(short = 's', long, default_value_t = 1 << 20)]
+    #[arg(short = 's', long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(1..))]
     size: u32,
     /// WRITEs per run.
-    #[arg(short = 'n', long, default_value_t = 2000)]
+    #[arg(short = 'n', long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
     iters: u64,
-    /// Outstanding WRITEs.
-    #[arg(short = 'W', long, default_value_t = 16)]
+    /// Outstanding WRITEs (at most the send queue depth, 256, minus one).
+    #[arg(short = 'W', long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..SQ_DEPTH as i64))]
     window: u32,
     /// Runs.
-    #[arg(short = 'r', long, default_value_t = 5)]
+    #[arg(short = 'r', long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
     #[command(flatten)]
     common: Common,
@@ -112,13 +119,13 @@ struct BwArgs {
 #[derive(clap::Args, Debug, Clone)]
 struct FloorArgs {
     /// Measured iterations per run.
-    #[arg(short = 'n', long, default_value_t = 1_000_000)]
+    #[arg(short = 'n', long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     iters: u64,
     /// Unmeasured iterations first.
     #[arg(short = 'w', long, default_value_t = 100_000)]
     warmup: u64,
     /// Runs.
-    #[arg(short = 'r', long, default_value_t = 5)]
+    #[arg(short = 'r', long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
     /// Internal: the shared page (peer only).
     #[arg(long, hide = true)]
@@ -129,8 +136,8 @@ struct FloorArgs {
 
 #[derive(clap::Args, Debug, Clone)]
 struct IdleArgs {
-    /// How long to sleep while connected.
-    #[arg(long, default_value_t = 5.0)]
+    /// How long to sleep while connected, in seconds (at most 3600).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
     seconds: f64,
     #[command(flatten)]
     common: Common,
@@ -157,16 +164,24 @@ struct SpinArgs {
     #[arg(long, value_delimiter = ',', default_value = "0,10,50,200")]
     values: Vec<u64>,
     /// Latency iterations per run.
-    #[arg(short = 'n', long, default_value_t = 50_000)]
+    #[arg(short = 'n', long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
     iters: u64,
     /// Latency runs per value.
-    #[arg(short = 'r', long, default_value_t = 3)]
+    #[arg(short = 'r', long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
-    /// Idle seconds per value.
-    #[arg(long, default_value_t = 3.0)]
+    /// Idle seconds per value (at most 3600).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
     seconds: f64,
     #[command(flatten)]
     common: Common,
+}
+
+/// A duration in seconds in (0, 3600].
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 3600.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds in (0, 3600]")),
+    }
 }
 
 /// Run `softverbs perf` (the peer is spawned as `<this exe> perf ...`).
@@ -194,7 +209,7 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("softverbs perf: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.status)
         }
     }
 }
@@ -294,6 +309,15 @@ fn process_cpu_ns() -> u64 {
 
 // ---------------- the peer process ----------------
 
+/// `-d DEV [-g N]`: the device options a spawned `lat`, `bw` or peer process needs.
+fn device_args(c: &Common) -> Vec<String> {
+    let mut args = vec!["-d".to_string(), c.ib_dev.clone()];
+    if let Some(g) = c.gid_idx {
+        args.extend(["-g".to_string(), g.to_string()]);
+    }
+    args
+}
+
 /// How this program starts itself as a peer.
 struct Launcher {
     prefix: Vec<String>,
@@ -307,10 +331,17 @@ impl Launcher {
         Ok(c)
     }
 
-    /// Start `<sub> --peer --fabric DIR <extra>` with piped stdin and stdout.
-    fn spawn(&self, sub: &str, fabric: &Path, extra: &[String]) -> Result<Peer, String> {
+    /// Start `<sub> --peer --fabric DIR -d DEV [-g N] <extra>` with piped stdin and stdout.
+    fn spawn(
+        &self,
+        sub: &str,
+        common: &Common,
+        fabric: &Path,
+        extra: &[String],
+    ) -> Result<Peer, String> {
         let mut args = vec![sub.to_string(), "--peer".into(), "--fabric".into()];
         args.push(fabric.display().to_string());
+        args.extend(device_args(common));
         args.extend_from_slice(extra);
         let mut child = self
             .command(&args)?
@@ -427,7 +458,8 @@ impl Parent {
     }
 }
 
-/// A fabric directory this run created and removes when dropped, or the one given.
+/// A fabric directory this run created and removes when dropped, or the one given (by
+/// `--fabric` or `$SOFTVERBS_FABRIC`).
 struct FabricDir {
     path: PathBuf,
     owned: bool,
@@ -435,8 +467,9 @@ struct FabricDir {
 
 impl FabricDir {
     fn new(given: Option<&Path>) -> Result<FabricDir, String> {
-        if let Some(p) = given {
-            return Ok(FabricDir { path: p.to_path_buf(), owned: false });
+        let env = std::env::var_os(nic_model::wire::FABRIC_ENV).filter(|d| !d.is_empty());
+        if let Some(p) = given.map(PathBuf::from).or(env.map(PathBuf::from)) {
+            return Ok(FabricDir { path: p, owned: false });
         }
         let shm = Path::new("/dev/shm");
         let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
@@ -473,17 +506,20 @@ fn opts() -> ConnOpts {
     ConnOpts { mtu: Mtu::Mtu4096, ..ConnOpts::default() }
 }
 
-fn endpoint(fabric: &Path, mr_len: usize) -> Result<(Soft, Endpoint), String> {
-    let soft = Soft::shared_memory(Some(fabric)).map_err(|e| e.to_string())?;
-    let ctx = soft.open("softverbs0").map_err(|e| e.to_string())?;
+/// Register the backends over `fabric` and open `c.ib_dev`: a connected pair's one side, and
+/// the connection options its port needs.
+fn endpoint(c: &Common, fabric: &Path, mr_len: usize) -> Result<(Endpoint, PortAddress), CliError> {
+    info::register_fabric(Some(fabric))?;
+    let ctx = info::open_device(&c.ib_dev)?;
     let ep = Endpoint::new(&ctx, QpType::Rc, cap(), SQ_DEPTH + 2 * RX_DEPTH as u32, mr_len)
         .map_err(|e| e.to_string())?;
-    Ok((soft, ep))
+    let addr = info::port_address(&ctx, c.gid_idx)?;
+    Ok((ep, addr))
 }
 
-fn info_line(ep: &Endpoint, psn: u32) -> Result<String, String> {
-    let i = ep.info(psn).map_err(|e| e.to_string())?;
-    Ok(format!("{} {:x} {:x}", i.to_wire(), ep.mr.addr(), ep.mr.rkey()))
+fn info_line(ep: &Endpoint, addr: &PortAddress, psn: u32) -> String {
+    let i = addr.qp_info(&ep.qp, psn);
+    format!("{} {:x} {:x}", i.to_wire(), ep.mr.addr(), ep.mr.rkey())
 }
 
 fn parse_info(s: &str) -> Result<(QpInfo, u64, u32), String> {
@@ -495,34 +531,43 @@ fn parse_info(s: &str) -> Result<(QpInfo, u64, u32), String> {
     Ok((info, addr, rkey))
 }
 
+/// INIT, RTR towards `remote` and RTS, with the options `addr`'s port needs.
+fn connect(ep: &Endpoint, addr: &PortAddress, psn: u32, remote: &QpInfo) -> Result<(), String> {
+    let opts = addr.conn_opts(opts()).map_err(|e| e.to_string())?;
+    conn::connect(&ep.qp, psn, remote, &opts).map_err(|e| e.to_string())
+}
+
 /// Initiator side: start the peer, swap QP info, connect; returns once the peer is READY.
 fn connect_to_peer(
     me: &Launcher,
     sub: &str,
+    common: &Common,
     fabric: &Path,
     extra: &[String],
     mr_len: usize,
-) -> Result<(Soft, Endpoint, Peer, u64, u32), String> {
-    let (soft, ep) = endpoint(fabric, mr_len)?;
-    let mut peer = me.spawn(sub, fabric, extra)?;
+) -> Result<(Endpoint, Peer, u64, u32), CliError> {
+    // Open the device first: a bad -d fails here, before a peer is started.
+    let (ep, addr) = endpoint(common, fabric, mr_len)?;
+    let mut peer = me.spawn(sub, common, fabric, extra)?;
     let (remote, raddr, rkey) = parse_info(&peer.expect("INFO", HANDSHAKE)?)?;
-    peer.say(&format!("INFO {}", info_line(&ep, CLIENT_PSN)?))?;
-    conn::connect(&ep.qp, CLIENT_PSN, &remote, &opts()).map_err(|e| e.to_string())?;
+    peer.say(&format!("INFO {}", info_line(&ep, &addr, CLIENT_PSN)))?;
+    connect(&ep, &addr, CLIENT_PSN, &remote)?;
     peer.expect("READY", HANDSHAKE)?;
-    Ok((soft, ep, peer, raddr, rkey))
+    Ok((ep, peer, raddr, rkey))
 }
 
 /// Peer side: swap QP info with the parent and connect (the caller then says READY).
 fn accept_parent(
     parent: &mut Parent,
+    common: &Common,
     fabric: &Path,
     mr_len: usize,
-) -> Result<(Soft, Endpoint), String> {
-    let (soft, ep) = endpoint(fabric, mr_len)?;
-    parent.say(&format!("INFO {}", info_line(&ep, SERVER_PSN)?))?;
+) -> Result<Endpoint, CliError> {
+    let (ep, addr) = endpoint(common, fabric, mr_len)?;
+    parent.say(&format!("INFO {}", info_line(&ep, &addr, SERVER_PSN)))?;
     let (remote, _, _) = parse_info(&parent.expect("INFO")?)?;
-    conn::connect(&ep.qp, SERVER_PSN, &remote, &opts()).map_err(|e| e.to_string())?;
-    Ok((soft, ep))
+    connect(&ep, &addr, SERVER_PSN, &remote)?;
+    Ok(ep)
 }
 
 /// Busy-poll `cq` until it returns at least one completion; every completion must succeed.
@@ -621,9 +666,9 @@ pub struct LatResult {
     pub p99_ns: f64,
 }
 
-fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, String> {
+fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
     if a.iters == 0 || a.runs == 0 || a.size == 0 {
-        return Err("size, iterations and runs must be positive".into());
+        return Err(CliError::usage("size, iterations and runs must be positive"));
     }
     let dir = FabricDir::new(a.common.fabric.as_deref())?;
     let total = a.warmup + a.runs * a.iters;
@@ -640,12 +685,13 @@ fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, String> {
         a.idle_seconds.to_string(),
     ];
     let mr_len = (2 * a.size as usize).max(4096);
-    let (_soft, ep, mut peer, _, _) = connect_to_peer(me, "lat", &dir.path, &extra, mr_len)?;
+    let (ep, mut peer, _, _) = connect_to_peer(me, "lat", &a.common, &dir.path, &extra, mr_len)?;
     let mut pp = PingPong::new(&ep, a.size)?;
     peer.say("GO")?;
     println!(
-        "softverbs perf lat: {}-byte RC SEND ping-pong between two processes, half round trip",
-        a.size
+        "softverbs perf lat: {}-byte RC SEND ping-pong between two processes on {}, half round \
+         trip",
+        a.size, a.common.ib_dev
     );
     println!("machine: {}", machine());
     println!("{} runs x {} iterations after {} warm-up iterations", a.runs, a.iters, a.warmup);
@@ -727,11 +773,11 @@ fn idle_window(seconds: f64) -> (u64, u64) {
     (process_cpu_ns().saturating_sub(c0), wall.max(1))
 }
 
-fn lat_peer(a: &LatArgs) -> Result<(), String> {
+fn lat_peer(a: &LatArgs) -> Result<(), CliError> {
     let mut parent = Parent::new();
     let fabric = a.common.fabric.clone().ok_or("the peer needs --fabric")?;
     let mr_len = (2 * a.size as usize).max(4096);
-    let (_soft, ep) = accept_parent(&mut parent, &fabric, mr_len)?;
+    let ep = accept_parent(&mut parent, &a.common, &fabric, mr_len)?;
     // Post the receives before READY so the first SEND never meets an empty RQ.
     let mut pp = PingPong::new(&ep, a.size)?;
     parent.say("READY")?;
@@ -763,21 +809,21 @@ fn pattern(i: usize) -> u8 {
     (i as u8).wrapping_mul(31).wrapping_add(7)
 }
 
-fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, String> {
+fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, CliError> {
     if a.iters == 0 || a.runs == 0 || a.size == 0 || a.window == 0 || a.window >= SQ_DEPTH {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "size, iterations and runs must be positive and the window in 1..{SQ_DEPTH}"
-        ));
+        )));
     }
     let dir = FabricDir::new(a.common.fabric.as_deref())?;
     let extra = vec!["-s".into(), a.size.to_string()];
     let len = a.size as usize;
-    let (_soft, ep, mut peer, raddr, rkey) = connect_to_peer(me, "bw", &dir.path, &extra, len)?;
+    let (ep, mut peer, raddr, rkey) = connect_to_peer(me, "bw", &a.common, &dir.path, &extra, len)?;
     let data: Vec<u8> = (0..len).map(pattern).collect();
     ep.mr.write(0, &data).map_err(|e| e.to_string())?;
     println!(
-        "softverbs perf bw: {} B RDMA WRITEs, window {}, between two processes",
-        a.size, a.window
+        "softverbs perf bw: {} B RDMA WRITEs, window {}, between two processes on {}",
+        a.size, a.window, a.common.ib_dev
     );
     println!("machine: {}", machine());
     let sge = [ep.mr.sge(0, a.size)];
@@ -815,7 +861,7 @@ fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, String> {
     let got = peer.expect("SUM", HANDSHAKE)?;
     let want = checksum(&data);
     if got != want.to_string() {
-        return Err(format!("the target's memory has checksum {got}, expected {want}"));
+        return Err(format!("the target's memory has checksum {got}, expected {want}").into());
     }
     let med = median(&results);
     let (lo, hi) = results.iter().fold((f64::MAX, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
@@ -832,10 +878,10 @@ fn checksum(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
 }
 
-fn bw_peer(a: &BwArgs) -> Result<(), String> {
+fn bw_peer(a: &BwArgs) -> Result<(), CliError> {
     let mut parent = Parent::new();
     let fabric = a.common.fabric.clone().ok_or("the peer needs --fabric")?;
-    let (_soft, ep) = accept_parent(&mut parent, &fabric, a.size as usize)?;
+    let ep = accept_parent(&mut parent, &a.common, &fabric, a.size as usize)?;
     parent.say("READY")?;
     // The target's CPU takes no part: it sleeps in read() while the WRITEs land.
     while let Some(l) = parent.line()? {
@@ -921,7 +967,7 @@ fn wait_for(c: &AtomicU64, want: u64, deadline: Instant) -> Result<u64, String> 
 
 const FLOOR_STOP: u64 = u64::MAX;
 
-fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, String> {
+fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, CliError> {
     if a.iters == 0 || a.runs == 0 {
         return Err("iterations and runs must be positive".into());
     }
@@ -931,7 +977,7 @@ fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, String> {
     let c = page.counter();
     c.store(0, Ordering::Release);
     let extra = vec!["--page".into(), path.display().to_string()];
-    let mut peer = me.spawn("floor", &dir.path, &extra)?;
+    let mut peer = me.spawn("floor", &a.common, &dir.path, &extra)?;
     peer.expect("READY", HANDSHAKE)?;
     println!(
         "softverbs perf floor: two processes bounce one counter through one shared page (spinning)"
@@ -993,7 +1039,7 @@ fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, String> {
     Ok(med)
 }
 
-fn floor_peer(a: &FloorArgs) -> Result<(), String> {
+fn floor_peer(a: &FloorArgs) -> Result<(), CliError> {
     let parent = Parent::new();
     let path = a.page.clone().ok_or("the floor peer needs --page")?;
     let page = SharedPage::map(&path, false)?;
@@ -1013,12 +1059,12 @@ fn floor_peer(a: &FloorArgs) -> Result<(), String> {
 
 // ---------------- 5. idle CPU ----------------
 
-fn idle(me: &Launcher, a: &IdleArgs) -> Result<(), String> {
+fn idle(me: &Launcher, a: &IdleArgs) -> Result<(), CliError> {
     if !(a.seconds > 0.0 && a.seconds <= 3600.0) {
-        return Err("--seconds must be in (0, 3600]".into());
+        return Err(CliError::usage("--seconds must be in (0, 3600]"));
     }
     if a.common.peer {
-        return Err("idle has no peer role (it runs lat's)".into());
+        return Err(CliError::usage("idle has no peer role (it runs lat's)"));
     }
     // A short ping-pong first, so both NIC threads have had work and must go back to sleep.
     let la = LatArgs {
@@ -1053,9 +1099,12 @@ fn strace_total(path: &Path) -> Result<u64, String> {
         .ok_or_else(|| format!("cannot parse the strace total {line:?}"))
 }
 
-fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), String> {
+fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
     if a.base >= a.iters {
-        return Err("--base must be smaller than --iters".into());
+        return Err(CliError::usage(format!(
+            "--base {} must be smaller than --iters {}",
+            a.base, a.iters
+        )));
     }
     let out_dir = a.out_dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut totals = Vec::new();
@@ -1063,6 +1112,7 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), String> {
         let file = out_dir.join(format!("softverbs-strace-{}-{n}.txt", std::process::id()));
         let mut args = vec!["lat".to_string(), "-n".into(), n.to_string()];
         args.extend(["-w".into(), "0".into(), "-r".into(), "1".into()]);
+        args.extend(device_args(&a.common));
         if let Some(f) = &a.common.fabric {
             args.extend(["--fabric".into(), f.display().to_string()]);
         }
@@ -1077,10 +1127,7 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), String> {
             .output()
             .map_err(|e| format!("running strace (apt-get install -y strace): {e}"))?;
         if !out.status.success() {
-            return Err(format!(
-                "strace run of {n} iterations failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
+            return Err(child_failed(&format!("strace run of {n} iterations"), &out));
         }
         let total = strace_total(&file)?;
         println!(
@@ -1101,9 +1148,19 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The error of a `lat` run in a child process that failed: a usage error (status 2, a bad
+/// device, say) stays one.
+fn child_failed(what: &str, out: &std::process::Output) -> CliError {
+    let message = format!("{what} failed: {}", String::from_utf8_lossy(&out.stderr).trim_end());
+    match out.status.code() {
+        Some(2) => CliError::usage(message),
+        _ => CliError::failed(message),
+    }
+}
+
 // ---------------- 6. spin window ----------------
 
-fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), String> {
+fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), CliError> {
     println!("softverbs perf spin: SOFTVERBS_SPIN_US against 8-byte latency and idle CPU");
     println!("machine: {}", machine());
     println!("| SOFTVERBS_SPIN_US | median half-RTT (us) | p99 (us) | idle CPU, % of a core (initiator / peer) |");
@@ -1116,6 +1173,7 @@ fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), String> {
             "--idle-seconds".into(),
             a.seconds.to_string(),
         ]);
+        args.extend(device_args(&a.common));
         if let Some(f) = &a.common.fabric {
             args.extend(["--fabric".into(), f.display().to_string()]);
         }
@@ -1126,12 +1184,8 @@ fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), String> {
             .output()
             .map_err(|e| format!("running lat: {e}"))?;
         let text = String::from_utf8_lossy(&out.stdout);
-        let kv = parse_result(&text, "lat").ok_or_else(|| {
-            format!(
-                "lat with SOFTVERBS_SPIN_US={v} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
+        let kv = parse_result(&text, "lat")
+            .ok_or_else(|| child_failed(&format!("lat with SOFTVERBS_SPIN_US={v}"), &out))?;
         let g = |k: &str| field(&kv, k).unwrap_or(f64::NAN);
         println!(
             "| {v} | {:.3} | {:.3} | {:.3} / {:.3} |",
@@ -1155,7 +1209,7 @@ fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), String> {
 /// whose own arguments are [`PerfArgs`]; `peer_prefix` as in [`run`]).
 pub fn bench(peer_prefix: &[&str]) -> Result<(LatResult, BwResult), String> {
     let me = Launcher { prefix: peer_prefix.iter().map(|s| s.to_string()).collect() };
-    let common = Common { fabric: None, peer: false };
+    let common = Common { fabric: None, ib_dev: "softverbs0".into(), gid_idx: None, peer: false };
     let l = lat(
         &me,
         &LatArgs {
@@ -1166,8 +1220,10 @@ pub fn bench(peer_prefix: &[&str]) -> Result<(LatResult, BwResult), String> {
             idle_seconds: 0.0,
             common: common.clone(),
         },
-    )?;
-    let b = bw(&me, &BwArgs { size: 1 << 20, iters: 2000, window: 16, runs: 5, common })?;
+    )
+    .map_err(|e| e.message)?;
+    let b = bw(&me, &BwArgs { size: 1 << 20, iters: 2000, window: 16, runs: 5, common })
+        .map_err(|e| e.message)?;
     Ok((l, b))
 }
 

@@ -4,10 +4,12 @@
 //!
 //! It follows `ibv_rc_pingpong`'s protocol and loop (same options and defaults, same address
 //! message, same "post the next send only when the previous send and a receive completed"
-//! rule, same closing lines), with three additions: every wait is bounded (connect, accept, TCP
+//! rule, same closing lines), with four additions: every wait is bounded (connect, accept, TCP
 //! reads, completions), so a dead peer gives an error rather than a hang; the client retries
-//! its TCP connect so it may be started before the server; and after the test both sides
-//! exchange a final "done", so neither destroys its QP while the other still expects ACKs.
+//! its TCP connect so it may be started before the server; a server started with `-p 0` takes
+//! a free port and prints it; and after the test both sides exchange a final "done", so
+//! neither destroys its QP while the other still expects ACKs (a peer that closed its socket,
+//! as `ibv_rc_pingpong` does, is accepted there, so either side may be the real tool).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -38,10 +40,10 @@ pub struct PingpongArgs {
     /// Connect to the server on HOST; without it, be the server.
     #[arg(value_name = "HOST")]
     pub host: Option<String>,
-    /// TCP port for exchanging the QP addresses.
+    /// TCP port for exchanging the QP addresses (server: 0 takes a free one and prints it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
-    /// The RDMA device.
+    /// The RDMA device: softverbsN, or a real NIC (mlx5_0, rxe0, ...) when built with rdma-sys.
     #[arg(short = 'd', long = "ib-dev", value_name = "DEV", default_value = "softverbs0")]
     pub ib_dev: String,
     /// The device port.
@@ -314,7 +316,11 @@ fn read_dest(sock: &mut TcpStream) -> Result<QpInfo, CliError> {
 fn read_done(sock: &mut TcpStream) -> Result<(), CliError> {
     let mut msg = [0u8; DONE.len()];
     sock.read_exact(&mut msg).map_err(|e| tcp_error("Couldn't read \"done\" from the peer", e))?;
-    if &msg != DONE {
+    check_done(&msg)
+}
+
+fn check_done(msg: &[u8; DONE.len()]) -> Result<(), CliError> {
+    if msg != DONE {
         return Err(CliError::failed(format!("expected \"done\" from the peer, got {msg:?}")));
     }
     Ok(())
@@ -350,13 +356,22 @@ fn client_connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream,
     }
 }
 
-/// Wait for one client on `port`, for at most `timeout` (None: as long as it takes).
-fn server_accept(port: u16, timeout: Option<Duration>) -> Result<TcpStream, CliError> {
-    let listener = TcpListener::bind(("0.0.0.0", port))
+/// Listen on `port` of every local address: IPv6 and (dual-stack) IPv4 where the machine has
+/// IPv6, else IPv4 only, so a client may name the server `localhost`, `::1` or `127.0.0.1`.
+/// Port 0 takes a free port; [`TcpListener::local_addr`] says which.
+fn server_listen(port: u16) -> Result<TcpListener, CliError> {
+    let listener = TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
         .map_err(|e| CliError::failed(format!("Couldn't listen to port {port}: {e}")))?;
     listener
         .set_nonblocking(true)
         .map_err(|e| CliError::failed(format!("Couldn't listen to port {port}: {e}")))?;
+    Ok(listener)
+}
+
+/// Wait for one client, for at most `timeout` (None: as long as it takes).
+fn server_accept(listener: &TcpListener, timeout: Option<Duration>) -> Result<TcpStream, CliError> {
+    let port = listener.local_addr().map_or(0, |a| a.port());
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
         match listener.accept() {
@@ -498,7 +513,12 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
             .and_then(|()| out.flush())
             .map_err(|e| CliError::failed(format!("writing the output: {e}")))
     };
-    info::register_soft(fabric)?;
+    if a.host.is_some() && a.port == 0 {
+        return Err(CliError::usage(
+            "-p 0 (a free port) is for the server; give the client the port the server printed",
+        ));
+    }
+    info::register_fabric(fabric)?;
     let ctx = info::open_device(&a.ib_dev)?;
     let pp = PingpongCtx::new(ctx, a)?;
     let posted = pp.post_recv(pp.rx_depth);
@@ -517,10 +537,15 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
         return Err(CliError::failed("Couldn't get local LID"));
     }
     let gid = match a.gid_idx {
-        Some(index) => pp
-            .ctx
-            .query_gid(a.ib_port, index)
-            .map_err(|e| CliError::failed(format!("can't read sgid of index {index}: {e}")))?,
+        Some(index) => pp.ctx.query_gid(a.ib_port, index).map_err(|e| {
+            let message = format!("can't read sgid of index {index}: {e}");
+            // A GID index the port does not have is a bad -g value.
+            if e.errno == verbs_api::Errno::Inval {
+                CliError::usage(message)
+            } else {
+                CliError::failed(message)
+            }
+        })?,
         None => Gid([0; 16]),
     };
     let me = QpInfo { lid: port.lid, qpn: pp.qp.qp_num(), psn: initial_psn(), gid };
@@ -543,7 +568,15 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
         }
         None => {
             let wait = (a.accept_timeout > 0).then(|| Duration::from_secs(a.accept_timeout));
-            let mut sock = server_accept(a.port, wait)?;
+            let listener = server_listen(a.port)?;
+            if a.port == 0 {
+                let port = listener
+                    .local_addr()
+                    .map_err(|e| CliError::failed(format!("Couldn't listen: {e}")))?
+                    .port();
+                say(out, &format!("  listening on TCP port {port}"))?;
+            }
+            let mut sock = server_accept(&listener, wait)?;
             set_timeouts(&sock)?;
             let remote = read_dest(&mut sock)?;
             // The server is ready to receive before it tells the client where it is.
@@ -562,10 +595,29 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
     for line in summary(a.size, a.iters, elapsed) {
         say(out, &line)?;
     }
-    // Both sides finished sending and receiving; only now may either tear its QP down.
-    sock.write_all(DONE).map_err(|e| tcp_error("Couldn't write \"done\"", e))?;
-    read_done(&mut sock)?;
-    Ok(())
+    finish(&mut sock)
+}
+
+/// After the test: both sides finished sending and receiving, and only now may either tear
+/// its QP down (its peer may still be waiting for the ACK of its last message). A softverbs
+/// peer answers "done"; `ibv_rc_pingpong` closes its socket right after the address exchange,
+/// so a closed connection is no error here.
+fn finish(sock: &mut TcpStream) -> Result<(), CliError> {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    let closed = |e: &std::io::Error| {
+        matches!(e.kind(), BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof)
+    };
+    match sock.write_all(DONE) {
+        Ok(()) => {}
+        Err(e) if closed(&e) => return Ok(()),
+        Err(e) => return Err(tcp_error("Couldn't write \"done\"", e)),
+    }
+    let mut msg = [0u8; DONE.len()];
+    match sock.read_exact(&mut msg) {
+        Ok(()) => check_done(&msg),
+        Err(e) if closed(&e) => Ok(()),
+        Err(e) => Err(tcp_error("Couldn't read \"done\" from the peer", e)),
+    }
 }
 
 #[cfg(test)]

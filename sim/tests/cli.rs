@@ -55,9 +55,10 @@ impl Drop for TempFabric {
     }
 }
 
-/// A TCP port for this test: distinct per test, and per test binary run.
-fn tcp_port(k: u16) -> u16 {
-    20000 + (std::process::id() % 1000) as u16 * 10 + k
+/// A TCP port nobody listens on: one the kernel just handed out and took back.
+fn unused_tcp_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("a bound address").port()
 }
 
 /// A running `softverbs` process: stdout arrives line by line on a channel, stderr is collected.
@@ -72,7 +73,20 @@ struct Proc {
 
 impl Proc {
     fn spawn(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
+        Proc::spawn_with_env(args, &[])
+    }
+
+    /// As [`Proc::spawn`], with these environment variables set (an empty value removes one).
+    fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut command = Command::new(BIN);
+        for (k, v) in env {
+            if v.is_empty() {
+                command.env_remove(k);
+            } else {
+                command.env(k, v);
+            }
+        }
+        let mut child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -101,6 +115,15 @@ impl Proc {
             stdout_reader: Some(stdout_reader),
             stderr_reader: Some(stderr_reader),
         }
+    }
+
+    /// Start a `pingpong` server on a free TCP port (`-p 0`); returns it and the port it printed.
+    fn pingpong_server(args: &[&str]) -> (Proc, String) {
+        let mut server = Proc::spawn(&[&["pingpong", "-p", "0"], args].concat());
+        let line = server.wait_for_line("listening on TCP port", DEADLINE);
+        let port = line.rsplit(' ').next().expect("a port number").to_string();
+        assert!(port.parse::<u16>().is_ok_and(|p| p != 0), "{line:?}");
+        (server, port)
     }
 
     fn pid(&self) -> u32 {
@@ -192,8 +215,9 @@ fn is_two_decimals(s: &str) -> bool {
     }
 }
 
-/// `  local address:  LID 0x0001, QPN 0x000011, PSN 0x1a2b3c, GID ::`
-fn check_address_line(line: &str, which: &str) {
+/// The four fields of an address line: `  local address:  LID 0x0001, QPN 0x000011, PSN
+/// 0x1a2b3c, GID ::`, checked to have `ibv_rc_pingpong`'s form.
+fn address_fields(line: &str, which: &str) -> [String; 4] {
     let rest = line.strip_prefix(which).unwrap_or_else(|| panic!("{line:?} is no {which:?}"));
     let words: Vec<&str> = rest.split_whitespace().collect();
     assert_eq!(words.len(), 8, "{line:?}");
@@ -205,10 +229,12 @@ fn check_address_line(line: &str, which: &str) {
     assert!(words[2] == "QPN" && hex(words[3], 6), "{line:?}");
     assert!(words[4] == "PSN" && hex(words[5], 6), "{line:?}");
     assert!(words[6] == "GID" && words[7].parse::<std::net::Ipv6Addr>().is_ok(), "{line:?}");
+    [words[1], words[3], words[5], words[7]].map(|w| w.trim_end_matches(',').to_string())
 }
 
-/// Checks `ibv_rc_pingpong`'s output: the two address lines and the two closing lines.
-fn check_pingpong_output(out: &str, size: u64, iters: u64) {
+/// One side's output as `ibv_rc_pingpong` prints it: its own address, the peer's address and
+/// the two closing lines, for `iters` exchanges of `size` bytes. Returns (local, remote).
+fn check_pingpong_output(out: &str, size: u64, iters: u64) -> ([String; 4], [String; 4]) {
     let lines: Vec<&str> = out.lines().collect();
     let find = |prefix: &str| {
         *lines
@@ -216,8 +242,8 @@ fn check_pingpong_output(out: &str, size: u64, iters: u64) {
             .find(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no line starting {prefix:?} in {out}"))
     };
-    check_address_line(find("  local address:  "), "  local address:  ");
-    check_address_line(find("  remote address: "), "  remote address: ");
+    let local = address_fields(find("  local address:  "), "  local address:  ");
+    let remote = address_fields(find("  remote address: "), "  remote address: ");
     // "25600 bytes in 0.12 seconds = 546.13 Mbit/sec"
     let bytes_line = find(&format!("{} bytes in ", size * iters * 2));
     let w: Vec<&str> = bytes_line.split(' ').collect();
@@ -230,22 +256,34 @@ fn check_pingpong_output(out: &str, size: u64, iters: u64) {
     assert_eq!(w.len(), 8, "{iters_line:?}");
     assert!(is_two_decimals(w[3]) && w[4] == "seconds" && w[5] == "=", "{iters_line:?}");
     assert!(is_two_decimals(w[6]) && w[7] == "usec/iter", "{iters_line:?}");
+    // The closing lines are the last two, as in ibv_rc_pingpong.
+    let n = lines.len();
+    assert!(n >= 2 && lines[n - 2] == bytes_line && lines[n - 1] == iters_line, "{out}");
+    (local, remote)
 }
 
-/// A server and a client on one fabric, both with `extra`; both must succeed.
-fn pingpong_pair(name: &str, k: u16, extra: &[&str], size: u64, iters: u64) {
+/// `softverbs pingpong` serving on a free port and `softverbs pingpong localhost` connecting
+/// to it, on one fabric, both with `extra`: both must succeed, print ibv_rc_pingpong's lines,
+/// and each must have received exactly the address the other sent. Returns both outputs.
+fn pingpong_pair(name: &str, extra: &[&str], size: u64, iters: u64) -> (Finished, Finished) {
     let fabric = TempFabric::new(name);
-    let port = tcp_port(k).to_string();
-    let mut args = vec!["pingpong", "--fabric", fabric.path(), "-p", &port, "--timeout", "20"];
+    let mut args = vec!["--fabric", fabric.path(), "--timeout", "20"];
     args.extend_from_slice(extra);
-    let server = Proc::spawn(&[&args[..], &["--accept-timeout", "60"]].concat());
-    let client = Proc::spawn(&[&args[..], &["127.0.0.1", "--connect-timeout", "30"]].concat());
+    let (server, port) = Proc::pingpong_server(&[&args[..], &["--accept-timeout", "60"]].concat());
+    let client = Proc::spawn(
+        &[&["pingpong"], &args[..], &["-p", &port, "localhost", "--connect-timeout", "30"]]
+            .concat(),
+    );
     let c = client.finish(DEADLINE);
     let s = server.finish(DEADLINE);
     assert_success(&c, "the pingpong client");
     assert_success(&s, "the pingpong server");
-    check_pingpong_output(&c.stdout, size, iters);
-    check_pingpong_output(&s.stdout, size, iters);
+    let (c_local, c_remote) = check_pingpong_output(&c.stdout, size, iters);
+    let (s_local, s_remote) = check_pingpong_output(&s.stdout, size, iters);
+    assert_eq!(c_remote, s_local, "the client got the server's LID, QPN, PSN and GID");
+    assert_eq!(s_remote, c_local, "the server got the client's LID, QPN, PSN and GID");
+    assert_ne!(c_local[0], s_local[0], "two processes, two ports, two LIDs");
+    (c, s)
 }
 
 #[test]
@@ -263,6 +301,37 @@ fn devices_lists_the_soft_devices() {
         let guid = row.split('\t').nth(1).expect("a GUID column");
         assert!(guid.len() == 16 && guid.bytes().all(|b| b.is_ascii_hexdigit()), "{row:?}");
     }
+}
+
+#[test]
+fn devices_and_devinfo_agree_on_node_guids() {
+    let fabric = TempFabric::new("guids");
+    let listed = run(&["devices", "--fabric", fabric.path()]);
+    assert_success(&listed, "devices");
+    for name in ["softverbs0", "softverbs1"] {
+        let row = listed
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing from {}", listed.stdout));
+        let guid = row.split('\t').nth(1).expect("a GUID column").trim();
+        // devinfo prints the same 64 bits as four groups: 0200:5eff:fe00:0000.
+        let grouped: Vec<&str> = (0..4).map(|i| &guid[4 * i..4 * i + 4]).collect();
+        let grouped = grouped.join(":");
+        let info = run(&["devinfo", "--fabric", fabric.path(), "-d", name]);
+        assert_success(&info, "devinfo");
+        for label in ["node_guid:", "sys_image_guid:"] {
+            let line = info
+                .stdout
+                .lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .unwrap_or_else(|| panic!("no {label} in {}", info.stdout));
+            assert_eq!(line.trim_start()[label.len()..].trim(), grouped, "{name}: {line:?}");
+        }
+    }
+    // A second process sees the same GUIDs: they belong to the device, not to the process.
+    let again = run(&["devices", "--fabric", fabric.path()]);
+    assert_eq!(again.stdout, listed.stdout);
 }
 
 #[test]
@@ -299,28 +368,66 @@ fn devinfo_of_an_unknown_device_is_a_usage_error() {
 
 #[test]
 fn pingpong_polling() {
-    pingpong_pair("pp-poll", 1, &["-n", "200", "-s", "64"], 64, 200);
+    let (c, s) = pingpong_pair("pp-poll", &["-n", "200", "-s", "64"], 64, 200);
+    // Without -g, ibv_rc_pingpong sends the zero GID and addresses the peer by LID.
+    for out in [&c.stdout, &s.stdout] {
+        assert!(out.lines().filter(|l| l.contains("address:")).all(|l| l.ends_with("GID ::")));
+    }
 }
 
 #[test]
 fn pingpong_with_completion_events() {
-    pingpong_pair("pp-events", 2, &["-n", "200", "-s", "64", "-e"], 64, 200);
+    pingpong_pair("pp-events", &["-n", "200", "-s", "64", "-e"], 64, 200);
 }
 
 #[test]
 fn pingpong_multi_packet_messages() {
-    pingpong_pair("pp-mtu", 3, &["-n", "50", "-m", "256", "-s", "5000"], 5000, 50);
+    pingpong_pair("pp-mtu", &["-n", "50", "-m", "256", "-s", "5000", "-r", "10"], 5000, 50);
 }
 
 #[test]
 fn pingpong_by_gid() {
-    pingpong_pair("pp-gid", 4, &["-n", "50", "-s", "64", "-g", "0"], 64, 50);
+    let (c, s) = pingpong_pair("pp-gid", &["-n", "50", "-s", "64", "-g", "0"], 64, 50);
+    // With -g 0 each side sends its port's GID (::ffff:10.0.0.<LID>) and uses a GRH.
+    for out in [&c.stdout, &s.stdout] {
+        for line in out.lines().filter(|l| l.contains("address:")) {
+            let lid = u16::from_str_radix(&line[line.find("LID 0x").expect("LID") + 6..][..4], 16)
+                .expect("a hex LID");
+            assert!(line.ends_with(&format!("GID ::ffff:10.0.0.{lid}")), "{line:?}");
+        }
+    }
+}
+
+#[test]
+fn pingpong_default_port_and_options_are_ibv_rc_pingpongs() {
+    // The command line of ibv_rc_pingpong(1), option for option, with its defaults.
+    let f = run(&["pingpong", "--help"]);
+    assert_success(&f, "pingpong --help");
+    for opt in [
+        "-p, --port <PORT>",
+        "-d, --ib-dev <DEV>",
+        "-i, --ib-port <PORT>",
+        "-s, --size <SIZE>",
+        "-m, --mtu <MTU>",
+        "-r, --rx-depth <RX_DEPTH>",
+        "-n, --iters <ITERS>",
+        "-l, --sl <SL>",
+        "-e, --events",
+        "-g, --gid-idx <GID_INDEX>",
+        "[default: 18515]",
+        "[default: 4096]",
+        "[default: 1024]",
+        "[default: 500]",
+        "[default: 1000]",
+    ] {
+        assert!(f.stdout.contains(opt), "{opt:?} missing from {}", f.stdout);
+    }
 }
 
 #[test]
 fn pingpong_client_without_server_fails_in_time() {
     let fabric = TempFabric::new("pp-noserver");
-    let port = tcp_port(5).to_string();
+    let port = unused_tcp_port().to_string();
     let t0 = Instant::now();
     let f = Proc::spawn(&[
         "pingpong",
@@ -341,10 +448,10 @@ fn pingpong_client_without_server_fails_in_time() {
 #[test]
 fn pingpong_server_notices_a_dead_client() {
     let fabric = TempFabric::new("pp-dead");
-    let port = tcp_port(6).to_string();
-    let common = ["pingpong", "--fabric", fabric.path(), "-p", &port, "-n", "100000000"];
-    let server = Proc::spawn(&[&common[..], &["-s", "64", "--timeout", "3"]].concat());
-    let mut client = Proc::spawn(&[&common[..], &["-s", "64", "127.0.0.1"]].concat());
+    let common = ["--fabric", fabric.path(), "-n", "100000000", "-s", "64"];
+    let (server, port) = Proc::pingpong_server(&[&common[..], &["--timeout", "3"]].concat());
+    let mut client =
+        Proc::spawn(&[&["pingpong"], &common[..], &["-p", &port, "127.0.0.1"]].concat());
     client.wait_for_line("remote address:", DEADLINE);
     std::thread::sleep(Duration::from_millis(200));
     client.kill();
@@ -359,17 +466,8 @@ fn pingpong_server_notices_a_dead_client() {
 #[test]
 fn fabric_lists_and_cleans_a_crashed_process() {
     let fabric = TempFabric::new("fabric");
-    let port = tcp_port(7).to_string();
-    let mut server = Proc::spawn(&[
-        "pingpong",
-        "--fabric",
-        fabric.path(),
-        "-p",
-        &port,
-        "--accept-timeout",
-        "60",
-    ]);
-    server.wait_for_line("local address:", DEADLINE);
+    let (mut server, _port) =
+        Proc::pingpong_server(&["--fabric", fabric.path(), "--accept-timeout", "60"]);
     let pid = server.pid().to_string();
     let segment_line = |out: &str| -> String {
         out.lines()
@@ -383,6 +481,8 @@ fn fabric_lists_and_cleans_a_crashed_process() {
     let line = segment_line(&f.stdout);
     assert!(line.contains(&format!("{pid} alive")), "{line:?}");
     assert!(line.contains("1024 x 4352 B"), "{line:?}");
+    // The header carries the GID of the port (LID 1), as ibv_query_gid reports it.
+    assert!(line.split_whitespace().any(|w| w == "::ffff:10.0.0.1"), "{line:?}");
 
     server.kill(); // SIGKILL: the segment stays behind
     let f = run(&["fabric", "--fabric", fabric.path()]);
@@ -400,24 +500,212 @@ fn fabric_lists_and_cleans_a_crashed_process() {
     assert!(f.stdout.contains("no segments"), "{f:#?}");
 }
 
+/// What the demo tells a learner, checked against what happened: the packets of each
+/// operation with their PSNs, the ACK that covers them, every completion, the measurements.
+fn check_demo_story(out: &str) {
+    let has = |needle: &str| assert!(out.contains(needle), "{needle:?} missing from:\n{out}");
+    has("initiator: softverbs0 port 1, LID ");
+    has("RC QP 0x11, first PSN 0x001000");
+    has("first PSN 0x008000");
+    // One line per packet; the WRITE of 2500 bytes at MTU 1024 is FIRST, MIDDLE, LAST.
+    for packet in [
+        "-> RC SEND ONLY                       PSN 0x001000",
+        "-> RC RDMA WRITE FIRST                PSN 0x001001",
+        "-> RC RDMA WRITE MIDDLE               PSN 0x001002",
+        "-> RC RDMA WRITE LAST                 PSN 0x001003",
+        "<- RC ACKNOWLEDGE                     PSN 0x001003",
+        "-> RC RDMA READ REQUEST               PSN 0x001004",
+        "<- RC RDMA READ RESPONSE ONLY         PSN 0x001004",
+        "-> RC COMPARE SWAP                    PSN 0x001005",
+        "<- RC ATOMIC ACKNOWLEDGE              PSN 0x001006",
+    ] {
+        has(packet);
+    }
+    has("=> sent 3 packets (PSN 0x001001 to 0x001003), got 1 back, acknowledging every PSN up to 0x001003; 2696 bytes of IPv4/UDP datagrams both ways");
+    has("initiator CQ: wr_id=2 status=IBV_WC_SUCCESS opcode=IBV_WC_RDMA_WRITE byte_len=2500");
+    has("target CQ: wr_id=100 status=IBV_WC_SUCCESS opcode=IBV_WC_RECV byte_len=22");
+    has("all 2500 bytes as sent");
+    has("target memory [atomic counter]: 50");
+    // The measurements: one row per operation, with what was captured.
+    let rows: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("== Measurements"))
+        .filter(|l| l.trim_end().ends_with(" us") && l.contains(" B "))
+        .collect();
+    assert_eq!(rows.len(), 5, "{out}");
+    assert!(
+        rows[1].contains("RDMA WRITE") && rows[1].contains("2500 B") && rows[1].contains("3 / 1")
+    );
+    has("All five operations completed with the right data.");
+}
+
 #[test]
 fn demo_between_processes() {
     let fabric = TempFabric::new("demo");
     let f = run(&["demo", "--fabric", fabric.path()]);
     assert_success(&f, "demo");
-    assert!(f.stdout.contains("All five operations completed"), "{f:#?}");
+    assert!(f.stdout.contains("A second process (pid "), "{}", f.stdout);
+    check_demo_story(&f.stdout);
 }
 
 #[test]
 fn demo_in_process() {
     let f = run(&["demo", "--in-process"]);
     assert_success(&f, "demo --in-process");
-    assert!(f.stdout.contains("All five operations completed"), "{f:#?}");
+    check_demo_story(&f.stdout);
 }
 
 #[test]
 fn demo_refuses_a_device_it_cannot_use() {
-    let f = run(&["demo", "--in-process", "-d", "nosuch"]);
+    let fabric = TempFabric::new("demo-nodev");
+    for mode in ["--in-process", "--fabric"] {
+        let mut args = vec!["demo", mode];
+        if mode == "--fabric" {
+            args.push(fabric.path());
+        }
+        let f = run(&[&args[..], &["-d", "softverbs7"]].concat());
+        assert_eq!(f.status.code(), Some(2), "{f:#?}");
+        assert!(f.stderr.contains("no soft device named \"softverbs7\""), "{f:#?}");
+        assert!(f.stderr.contains("softverbs0, softverbs1"), "the devices are listed: {f:#?}");
+        assert!(f.stdout.is_empty(), "nothing started: {f:#?}");
+    }
+    // The target process never started, so it left no segment behind.
+    assert!(fabric.entries().iter().all(|e| e == ".lock"), "{:?}", fabric.entries());
+}
+
+#[test]
+fn demo_on_another_soft_device() {
+    let fabric = TempFabric::new("demo-dev");
+    let f = run(&["demo", "--fabric", fabric.path(), "-d", "softverbs1"]);
+    assert_success(&f, "demo -d softverbs1");
+    assert!(f.stdout.contains("initiator: softverbs1 port 1"), "{}", f.stdout);
+    assert!(f.stdout.contains("wire  softverbs1 -> RC SEND ONLY"), "{}", f.stdout);
+    let f = run(&["demo", "--in-process", "-d", "softverbs1"]);
+    assert_success(&f, "demo --in-process -d softverbs1");
+    assert!(f.stdout.contains("initiator: softverbs1 port 1"), "{}", f.stdout);
+    assert!(f.stdout.contains("target:    softverbs0 port 1"), "{}", f.stdout);
+    assert!(f.stdout.contains("addressed by LID"), "{}", f.stdout);
+    // -g addresses the peer by GID, as ibv_rc_pingpong -g does, and changes nothing else.
+    let f = run(&["demo", "--in-process", "-g", "0"]);
+    assert_success(&f, "demo --in-process -g 0");
+    assert!(f.stdout.contains("addressed by GID"), "{}", f.stdout);
+    check_demo_story(&f.stdout);
+    let f = run(&["demo", "--in-process", "-g", "5"]);
     assert_eq!(f.status.code(), Some(2), "{f:#?}");
-    assert!(f.stderr.contains("nosuch"), "{f:#?}");
+    assert!(f.stderr.contains("-g 5: GID index 5 does not exist"), "{f:#?}");
+    assert!(f.stdout.is_empty(), "nothing started: {f:#?}");
+}
+
+/// What every command that opens a device says about a real NIC's name on this machine: with
+/// the hw backend and no RDMA, libibverbs' reason; without the backend, how to get it.
+#[test]
+fn a_real_device_without_hardware_is_a_usage_error() {
+    let hw = verbs_api::hw_provider();
+    if hw.as_ref().is_some_and(|p| p.devices().is_ok()) {
+        println!(
+            "skipped: this machine has RDMA devices, so there is no \"no device\" error to check"
+        );
+        return;
+    }
+    let fabric = TempFabric::new("nohw");
+    let commands: [&[&str]; 4] = [
+        &["devinfo", "--fabric", fabric.path(), "-d", "mlx5_0"],
+        &["pingpong", "--fabric", fabric.path(), "-d", "mlx5_0"],
+        &["demo", "--fabric", fabric.path(), "-d", "mlx5_0"],
+        &["perf", "lat", "--fabric", fabric.path(), "-d", "mlx5_0"],
+    ];
+    for args in commands {
+        let f = run(args);
+        assert_eq!(f.status.code(), Some(2), "{args:?}: {f:#?}");
+        let first = f.stderr.lines().last().unwrap_or("");
+        if hw.is_some() {
+            // "softverbs pingpong: no RDMA devices: ibv_get_device_list failed: ..."
+            assert!(first.contains(": no RDMA devices: "), "{args:?}: {f:#?}");
+            assert!(first.contains("(looking for \"mlx5_0\""), "{args:?}: {f:#?}");
+        } else {
+            assert!(first.contains("no RDMA device named \"mlx5_0\""), "{args:?}: {f:#?}");
+            assert!(first.contains("--features verbs-api/rdma-sys"), "{args:?}: {f:#?}");
+        }
+        assert!(!f.stderr.contains("panicked"), "{args:?}: {f:#?}");
+    }
+    assert!(fabric.entries().iter().all(|e| e == ".lock"), "{:?}", fabric.entries());
+}
+
+#[test]
+fn sim_devices_are_refused_with_an_explanation() {
+    let fabric = TempFabric::new("simdev");
+    for cmd in ["demo", "pingpong"] {
+        let f = run(&[cmd, "--fabric", fabric.path(), "-d", "sim:node0"]);
+        assert_eq!(f.status.code(), Some(2), "{f:#?}");
+        assert!(
+            f.stderr.contains("sim:node0 is a device of the deterministic simulator"),
+            "{f:#?}"
+        );
+        assert!(f.stderr.contains("softverbs sim SCENARIO.toml"), "{f:#?}");
+    }
+}
+
+#[test]
+fn bad_option_values_are_usage_errors() {
+    let cases: [(&[&str], &str); 8] = [
+        (&["pingpong", "-s", "0"], "--size"),
+        (&["pingpong", "-m", "1000"], "path MTU"),
+        (&["pingpong", "-p", "0", "localhost"], "-p 0"),
+        (&["perf", "bw", "-W", "0"], "--window"),
+        (&["perf", "lat", "-n", "0"], "--iters"),
+        (&["perf", "idle", "--seconds", "0"], "--seconds"),
+        (&["perf", "lat", "-g", "3"], "-g 3"),
+        (&["pingpong", "-g", "3", "-p", "0"], "sgid of index 3"),
+    ];
+    let fabric = TempFabric::new("badopts");
+    for (args, named) in cases {
+        let f = run(&[args, &["--fabric", fabric.path()]].concat());
+        assert_eq!(f.status.code(), Some(2), "{args:?}: {f:#?}");
+        assert!(f.stderr.contains(named), "{args:?} should name {named:?}: {f:#?}");
+    }
+}
+
+#[test]
+fn perf_runs_on_the_device_it_is_given() {
+    let fabric = TempFabric::new("perf");
+    let f = run(&[
+        "perf",
+        "lat",
+        "--fabric",
+        fabric.path(),
+        "-d",
+        "softverbs1",
+        "-n",
+        "200",
+        "-w",
+        "10",
+        "-r",
+        "1",
+    ]);
+    assert_success(&f, "perf lat -d softverbs1");
+    let result = f.stdout.lines().find(|l| l.starts_with("RESULT lat ")).expect("a RESULT line");
+    assert!(result.contains("size=8 iters=200 runs=1 median_us="), "{result:?}");
+    assert!(f.stdout.contains("between two processes on softverbs1"), "{}", f.stdout);
+    let f =
+        run(&["perf", "bw", "--fabric", fabric.path(), "-d", "softverbs1", "-n", "8", "-r", "1"]);
+    assert_success(&f, "perf bw -d softverbs1");
+    assert!(f.stdout.contains("between two processes on softverbs1"), "{}", f.stdout);
+    assert!(f.stdout.contains("(data verified at the target)"), "{}", f.stdout);
+}
+
+#[test]
+fn the_fabric_comes_from_the_environment_unless_a_flag_names_one() {
+    let from_env = TempFabric::new("env");
+    let from_flag = TempFabric::new("flag");
+    let env = [("SOFTVERBS_FABRIC", from_env.path())];
+    let mut server = Proc::spawn_with_env(&["pingpong", "-p", "0", "--accept-timeout", "60"], &env);
+    server.wait_for_line("listening on TCP port", DEADLINE);
+    assert_eq!(from_env.entries(), [".lock", "port-1.inbox"]);
+    let f = Proc::spawn_with_env(&["fabric"], &env).finish(DEADLINE);
+    assert_success(&f, "fabric");
+    assert!(f.stdout.starts_with(&format!("fabric {}: 1 segment", from_env.path())), "{f:#?}");
+    let f = Proc::spawn_with_env(&["fabric", "--fabric", from_flag.path()], &env).finish(DEADLINE);
+    assert_success(&f, "fabric --fabric");
+    assert_eq!(f.stdout.trim(), format!("fabric {}: no segments", from_flag.path()));
+    server.kill();
 }

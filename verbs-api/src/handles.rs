@@ -70,6 +70,82 @@ pub fn device_list() -> Result<Vec<Device>> {
     Ok(devices)
 }
 
+/// Find a device by name among the registered providers, without opening it
+/// (`ibv_get_device_list` and a match on `ibv_get_device_name`). The name selects the backend
+/// ([`backend_of`]): `softverbs0` is looked up in the `soft` provider, `sim:node0` in `sim`, any
+/// other name in `hw`; a provider registered under another name is searched last.
+///
+/// `ENODEV` when there is no such device, with a message that names it and says why: the
+/// devices its backend has, or the backend's own reason for having none (for `hw` on a machine
+/// without RDMA: "no RDMA devices: " and libibverbs' reason), or that its backend is not
+/// registered or not built.
+pub fn find_device(name: &str) -> Result<Device> {
+    let providers = providers();
+    let backend = backend_of(name);
+    if let Some(p) = providers.iter().find(|p| p.name() == backend) {
+        let listed = p.devices().map_err(|e| {
+            let others = other_devices(&providers, backend);
+            Error::new(e.errno, format!("{} (looking for {name:?}{others})", e.message))
+        })?;
+        if let Some(info) = listed.iter().find(|d| d.name == name) {
+            return Ok(Device { info: info.clone(), provider: p.clone() });
+        }
+        let known: Vec<&str> = listed.iter().map(|d| d.name.as_str()).collect();
+        return Err(Error::new(
+            Errno::NoDev,
+            format!(
+                "no {backend} device named {name:?} ({backend} devices: {}{})",
+                known.join(", "),
+                other_devices(&providers, backend)
+            ),
+        ));
+    }
+    // A provider of another name (a program's own backend) may have it.
+    for p in &providers {
+        if let Ok(listed) = p.devices() {
+            if let Some(info) = listed.into_iter().find(|d| d.name == name) {
+                return Ok(Device { info, provider: p.clone() });
+            }
+        }
+    }
+    let why = match backend {
+        "soft" => {
+            "the soft backend is not registered (register nic_model::soft::Soft with \
+             verbs_api::register_provider)"
+        }
+        "sim" => {
+            "the sim backend is not registered (register the provider of a SimWorld with \
+             verbs_api::register_provider)"
+        }
+        _ if hw_provider().is_none() => {
+            "this build has no hw backend for real RDMA devices \
+             (build with --features verbs-api/rdma-sys)"
+        }
+        _ => {
+            "the hw backend is not registered (register verbs_api::hw::provider() with \
+             verbs_api::register_provider)"
+        }
+    };
+    let others = other_devices(&providers, backend);
+    Err(Error::new(Errno::NoDev, format!("no RDMA device named {name:?}: {why}{others}")))
+}
+
+/// "; other devices: a, b" listing the devices of the providers other than `backend`, or nothing.
+fn other_devices(providers: &[Arc<dyn Provider>], backend: &str) -> String {
+    let names: Vec<String> = providers
+        .iter()
+        .filter(|p| p.name() != backend)
+        .filter_map(|p| p.devices().ok())
+        .flatten()
+        .map(|d| d.name)
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("; other devices: {}", names.join(", "))
+    }
+}
+
 /// An open device (`struct ibv_context`).
 #[derive(Clone)]
 pub struct Context {
@@ -83,19 +159,12 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
-    /// Open a device by name, asking every registered provider (`ibv_get_device_list` +
-    /// `ibv_open_device`). `ENODEV` names the device and lists the known ones.
+    /// Open a device by name on whichever backend the name selects (`ibv_get_device_list` +
+    /// `ibv_open_device`): `softverbs0`, `sim:node0`, `mlx5_0`. This is the one way to open a
+    /// device by name; the providers must be registered first ([`register_provider`]).
+    /// `ENODEV` when there is no such device, explained as by [`find_device`].
     pub fn open(name: &str) -> Result<Context> {
-        let (devices, errors) = device_list_detailed();
-        if let Some(d) = devices.iter().find(|d| d.name() == name) {
-            return d.open();
-        }
-        let known: Vec<&str> = devices.iter().map(|d| d.name()).collect();
-        let mut msg = format!("no RDMA device named {name:?} (devices: {})", known.join(", "));
-        for (p, e) in errors {
-            msg.push_str(&format!("; {p}: {e}"));
-        }
-        Err(Error::new(Errno::NoDev, msg))
+        find_device(name)?.open()
     }
     /// Wrap a backend context.
     pub fn from_ops(ops: Arc<dyn ContextOps>) -> Context {

@@ -14,8 +14,8 @@ pub mod types;
 pub use error::{Errno, Error, Result};
 pub use handles::*;
 pub use provider::{
-    register_provider, AsyncElement, AsyncEvent, AsyncEventType, DeviceInfo, Provider, SrqAttr,
-    SrqAttrMask, SrqInitAttr,
+    backend_of, hw_provider, register_provider, AsyncElement, AsyncEvent, AsyncEventType,
+    DeviceInfo, Provider, SrqAttr, SrqAttrMask, SrqInitAttr,
 };
 pub use types::*;
 

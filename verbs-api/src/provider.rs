@@ -284,6 +284,30 @@ pub struct AsyncEvent {
     pub element: AsyncElement,
 }
 
+/// The backend a device name selects, as [`crate::Context::open`] routes it: `softverbs<N>`
+/// is a `soft` device, `sim:<node>` a `sim` device, and any other name (`mlx5_0`, `rxe0`, ...)
+/// a libibverbs device of the `hw` backend.
+pub fn backend_of(name: &str) -> &'static str {
+    let soft_index = name.strip_prefix("softverbs");
+    if soft_index.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+        "soft"
+    } else if name.starts_with("sim:") {
+        "sim"
+    } else {
+        "hw"
+    }
+}
+
+/// The `hw` provider (libibverbs) if this build of `verbs-api` has the `rdma-sys` feature,
+/// else `None`. Lets a program register real devices without `cfg` of its own: a feature
+/// enabled as `--features verbs-api/rdma-sys` is visible here but not in the program's crate.
+pub fn hw_provider() -> Option<Arc<dyn Provider>> {
+    #[cfg(feature = "rdma-sys")]
+    return Some(crate::hw::provider());
+    #[cfg(not(feature = "rdma-sys"))]
+    None
+}
+
 static PROVIDERS: RwLock<Vec<Arc<dyn Provider>>> = RwLock::new(Vec::new());
 
 /// Register a backend. Registering a provider name twice keeps the first.

@@ -118,12 +118,12 @@ impl Soft {
     }
 
     fn device(&self, name: &str) -> Result<Arc<Device>> {
-        if !self.inner.names.iter().any(|n| n == name) {
+        let Some(index) = self.inner.names.iter().position(|n| n == name) else {
             return Err(Error::new(
                 Errno::NoDev,
                 format!("no soft device named {name:?} (devices: {})", self.inner.names.join(", ")),
             ));
-        }
+        };
         let mut devices = self.inner.devices.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = devices.get(name).and_then(Weak::upgrade) {
             return Ok(d);
@@ -144,12 +144,18 @@ impl Soft {
         let mut cfg = self.inner.config.lock().unwrap_or_else(|e| e.into_inner()).clone();
         cfg.name = name.to_string();
         cfg.lid = lid;
-        cfg.node_guid =
-            0x0200_5eff_fe00_0000 | ((std::process::id() as u64 & 0xffff) << 16) | lid as u64;
+        cfg.node_guid = node_guid(index);
         let dev = Device::start(name.to_string(), Nic::new(cfg), port);
         devices.insert(name.to_string(), Arc::downgrade(&dev));
         Ok(dev)
     }
+}
+
+/// The node GUID of `softverbs<index>`, the same in `ibv_devices` (not opened) and
+/// `ibv_query_device` (opened) and in every process, as a real NIC's GUID is: the EUI-64 of
+/// the locally administered MAC address 02:00:5e:00:00:<index>.
+fn node_guid(index: usize) -> u64 {
+    0x0200_5eff_fe00_0000 | index as u64
 }
 
 impl Provider for Soft {
@@ -162,11 +168,7 @@ impl Provider for Soft {
             .names
             .iter()
             .enumerate()
-            .map(|(i, n)| DeviceInfo {
-                name: n.clone(),
-                node_guid: 0x0200_5eff_fe00_0000 | i as u64,
-                provider: "soft",
-            })
+            .map(|(i, n)| DeviceInfo { name: n.clone(), node_guid: node_guid(i), provider: "soft" })
             .collect())
     }
     fn open(&self, name: &str) -> Result<Arc<dyn ContextOps>> {

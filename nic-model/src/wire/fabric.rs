@@ -7,10 +7,13 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use verbs_api::Gid;
+
 use super::layout::{Geometry, Header, HEADER_READ_LEN, HEADER_SIZE, MAGIC, MAX_LID};
 use super::os::{self, FileLock};
 use super::segment::Segment;
 use super::{Inbox, Sender, WireError};
+use crate::engine::ip_of_lid;
 
 /// Environment variable that overrides the default fabric directory.
 pub const FABRIC_ENV: &str = "SOFTVERBS_FABRIC";
@@ -25,7 +28,9 @@ pub struct InboxConfig {
     pub slots: u32,
     /// Bytes per slot, the largest packet: a multiple of 64 in 64..=65536.
     pub slot_size: u32,
-    /// The port's GID, published in the segment header for senders.
+    /// The port's GID, published in the segment header for senders and `softverbs fabric`.
+    /// All zeros (the default) means the GID the fabric assigns with the LID,
+    /// [`Fabric::port_gid`]: the zero GID is never a port's address.
     pub gid: [u8; 16],
 }
 
@@ -120,6 +125,13 @@ impl Fabric {
         Ok(Fabric { dir })
     }
 
+    /// The GID the fabric gives the port with this LID, as a subnet manager assigns addresses:
+    /// the IPv4-mapped form (`::ffff:10.0.x.y`) of the port's IPv4 address
+    /// ([`ip_of_lid`](crate::engine::ip_of_lid)), which the port reports at GID index 0.
+    pub fn port_gid(lid: u16) -> [u8; 16] {
+        Gid::from_ipv4(ip_of_lid(lid)).0
+    }
+
     /// The fabric directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -172,8 +184,8 @@ impl Fabric {
                 }
                 Err(e) => return Err(WireError::io(&path, e)),
             };
-            let header =
-                Header::new(geometry, std::process::id(), os::own_start_time(), lid, cfg.gid);
+            let gid = if cfg.gid == [0; 16] { Fabric::port_gid(lid) } else { cfg.gid };
+            let header = Header::new(geometry, std::process::id(), os::own_start_time(), lid, gid);
             return match init_inbox(&file, &path, &header) {
                 Ok(inbox) => Ok(inbox),
                 Err(e) => {
@@ -392,6 +404,32 @@ mod tests {
         if Path::new("/dev/shm").is_dir() {
             assert_eq!(default, Path::new("/dev/shm/softverbs-7"));
         }
+    }
+
+    #[test]
+    fn a_new_inbox_publishes_the_gid_of_its_lid() {
+        /// Removes the directory however the test ends.
+        struct Dir(PathBuf);
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir = Dir(std::env::temp_dir().join(format!("softverbs-gid-{}", std::process::id())));
+        let _ = fs::remove_dir_all(&dir.0);
+        let fabric = Fabric::open(Some(&dir.0)).expect("open a fresh fabric");
+        let first = fabric.create_inbox(InboxConfig::default()).expect("create inbox");
+        let second = fabric.create_inbox(InboxConfig::default()).expect("create inbox");
+        let listed = fabric.list().expect("list");
+        for inbox in [&first, &second] {
+            // The GID a port reports (ibv_query_gid) is the one in its segment header.
+            let gid = crate::engine::NicConfig::new("x", inbox.lid()).gid().0;
+            assert_eq!(inbox.gid(), gid);
+            let info = listed.iter().find(|i| i.lid == Some(inbox.lid())).expect("listed");
+            assert_eq!(info.gid, Some(gid));
+        }
+        assert_eq!(first.gid(), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1]);
+        assert_eq!(second.gid(), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2]);
     }
 
     #[test]
