@@ -283,6 +283,8 @@ fn pingpong_pair(name: &str, extra: &[&str], size: u64, iters: u64) -> (Finished
     assert_eq!(c_remote, s_local, "the client got the server's LID, QPN, PSN and GID");
     assert_eq!(s_remote, c_local, "the server got the client's LID, QPN, PSN and GID");
     assert_ne!(c_local[0], s_local[0], "two processes, two ports, two LIDs");
+    // Each process removed its inbox as it closed its device, before it exited.
+    assert_eq!(fabric.entries(), [".lock"], "segments left behind");
     (c, s)
 }
 
@@ -546,6 +548,7 @@ fn demo_between_processes() {
     assert_success(&f, "demo");
     assert!(f.stdout.contains("A second process (pid "), "{}", f.stdout);
     check_demo_story(&f.stdout);
+    assert_eq!(fabric.entries(), [".lock"], "segments left behind");
 }
 
 #[test]

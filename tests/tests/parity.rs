@@ -1,19 +1,23 @@
 //! Backend parity: one test body, written once against `verbs-api`, runs on the soft backend
-//! and, built with `--features rdma-sys` and given `SOFTVERBS_HW_DEVICE=<name>`, on a real
-//! device (or the kernel's Soft-RoCE). Without one, it says that it skipped the hardware case
-//! and why.
+//! (in one process, by LID and by GID, and with its peer device in another process), in the
+//! simulator, and, given `SOFTVERBS_HW_DEVICE=<name>` in a build with `--features
+//! verbs-api/rdma-sys`, on a real device (or the kernel's Soft-RoCE). Without one, it says
+//! that it skipped the hardware case and why.
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use nic_model::soft::Soft;
 use softverbs_sim::conn::{self, ConnOpts, Endpoint};
+use softverbs_tests::surface::{Backend, SimPair, SoftLoopback, SoftProcesses};
 use verbs_api::*;
 
 const WAIT: Duration = Duration::from_secs(10);
+const PEER: &str = env!("CARGO_BIN_EXE_sv-peer");
 
 /// SEND, RDMA WRITE, RDMA READ, CAS and FETCH_ADD between two endpoints, checking data and
 /// completions. `use_gid` addresses peers by GID, as RoCE requires.
-fn body(c0: &Context, c1: &Context, use_gid: bool) {
+fn body(be: &dyn Backend, use_gid: bool) {
+    let (c0, c1) = (be.a(), be.b());
     let cap = QpCap {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -37,12 +41,12 @@ fn body(c0: &Context, c1: &Context, use_gid: bool) {
         ..Default::default()
     }])
     .unwrap();
-    let w = a.cq.poll_n(1, WAIT).unwrap()[0];
+    let w = be.wait(&a.cq, 1)[0];
     assert_eq!(
         (w.wr_id, w.status, w.opcode, w.qp_num),
         (1, WcStatus::Success, WcOpcode::Send, a.qp.qp_num())
     );
-    let r = b.cq.poll_n(1, WAIT).unwrap()[0];
+    let r = be.wait(&b.cq, 1)[0];
     assert_eq!(
         (r.wr_id, r.status, r.opcode, r.byte_len, r.src_qp),
         (7, WcStatus::Success, WcOpcode::Recv, 6, a.qp.qp_num())
@@ -61,7 +65,7 @@ fn body(c0: &Context, c1: &Context, use_gid: bool) {
         ..Default::default()
     }])
     .unwrap();
-    assert_eq!(a.cq.poll_n(1, WAIT).unwrap()[0].status, WcStatus::Success);
+    assert_eq!(be.wait(&a.cq, 1)[0].status, WcStatus::Success);
     assert_eq!(b.mr.read_vec(10_000, 5000).unwrap(), data);
     a.qp.post_send(&[SendWr {
         wr_id: 3,
@@ -72,7 +76,7 @@ fn body(c0: &Context, c1: &Context, use_gid: bool) {
         ..Default::default()
     }])
     .unwrap();
-    let w = a.cq.poll_n(1, WAIT).unwrap()[0];
+    let w = be.wait(&a.cq, 1)[0];
     assert_eq!((w.status, w.opcode, w.byte_len), (WcStatus::Success, WcOpcode::RdmaRead, 5000));
     assert_eq!(a.mr.read_vec(20_000, 5000).unwrap(), data);
     // Atomics
@@ -101,7 +105,7 @@ fn body(c0: &Context, c1: &Context, use_gid: bool) {
         ..Default::default()
     };
     a.qp.post_send(&[cas, fad]).unwrap();
-    let ws = a.cq.poll_n(2, WAIT).unwrap();
+    let ws = be.wait(&a.cq, 2);
     assert_eq!(
         ws.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
         vec![
@@ -115,29 +119,72 @@ fn body(c0: &Context, c1: &Context, use_gid: bool) {
 
 #[test]
 fn parity_on_soft_loopback() {
-    let soft = Soft::loopback();
-    body(&soft.open("softverbs0").unwrap(), &soft.open("softverbs1").unwrap(), false);
+    body(&SoftLoopback::new(), false);
 }
 
 #[test]
 fn parity_on_soft_addressed_by_gid() {
-    let soft = Soft::loopback();
-    body(&soft.open("softverbs0").unwrap(), &soft.open("softverbs1").unwrap(), true);
+    body(&SoftLoopback::new(), true);
+}
+
+/// The multi-process runs take turns, so their processes do not compete for the CPUs.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn parity_on_soft_between_processes() {
+    let _serial = serial();
+    let be = SoftProcesses::new(PEER.as_ref(), "parity");
+    body(&be, true);
+    be.finish();
+}
+
+#[test]
+fn parity_in_the_simulator() {
+    let seed = 0x5EED_0006;
+    println!("[sim] seed {seed:#x}");
+    body(&SimPair::new(seed), false);
+}
+
+/// Two contexts of one real device: completions arrive in real time.
+struct Hardware {
+    a: Context,
+    b: Context,
+}
+
+impl Backend for Hardware {
+    fn name(&self) -> &str {
+        "hardware"
+    }
+    fn a(&self) -> &Context {
+        &self.a
+    }
+    fn b(&self) -> &Context {
+        &self.b
+    }
+    fn wait(&self, cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+        cq.poll_n(n, WAIT).unwrap_or_else(|e| panic!("[hardware] waiting for {n} completions: {e}"))
+    }
+    fn lose_a_to_b(&self, _nth: u64) -> bool {
+        false
+    }
 }
 
 #[test]
 fn parity_on_hardware() {
     let Ok(name) = std::env::var("SOFTVERBS_HW_DEVICE") else {
-        println!("skipped the hardware case: SOFTVERBS_HW_DEVICE is not set (set it to a device name, e.g. rxe0, and build with --features rdma-sys)");
+        println!("skipped the hardware case: SOFTVERBS_HW_DEVICE is not set (set it to a device name, e.g. rxe0, and build with --features verbs-api/rdma-sys)");
         return;
     };
-    #[cfg(feature = "rdma-sys")]
-    {
-        register_provider(verbs_api::hw::provider());
-        let c0 = Context::open(&name).unwrap();
-        let c1 = Context::open(&name).unwrap();
-        body(&c0, &c1, true);
-    }
-    #[cfg(not(feature = "rdma-sys"))]
-    panic!("SOFTVERBS_HW_DEVICE={name} is set but this build lacks --features rdma-sys");
+    let Some(hw) = verbs_api::hw_provider() else {
+        panic!(
+            "SOFTVERBS_HW_DEVICE={name} is set but this build lacks --features verbs-api/rdma-sys"
+        );
+    };
+    register_provider(hw);
+    let open =
+        |what| Context::open(&name).unwrap_or_else(|e| panic!("opening {name} ({what}): {e}"));
+    body(&Hardware { a: open("a"), b: open("b") }, true);
 }
