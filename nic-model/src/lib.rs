@@ -10,4 +10,5 @@
 pub mod engine;
 pub mod packet;
 pub mod soft;
+pub mod verbs;
 pub mod wire;

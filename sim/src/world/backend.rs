@@ -7,19 +7,15 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use nic_model::engine::mr::MrMemory;
-use nic_model::engine::Nic;
-use verbs_api::provider::{
-    AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, Provider, QpOps, SrqOps,
-};
+use nic_model::engine::{Nanos, Nic};
+use nic_model::verbs::{EngineContext, EngineCq, Host};
+use verbs_api::provider::{CompChannelOps, ContextOps, CqOps, Provider};
 use verbs_api::{
-    AccessFlags, AhAttr, AsyncElement, AsyncEvent, CompChannel, CompletionQueue, Context,
-    DeviceAttr, DeviceInfo, Errno, Error, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr,
-    QpType, RecvWr, Result, SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
+    AsyncElement, AsyncEvent, CompChannel, CompletionQueue, Context, DeviceInfo, Errno, Error,
+    QpCap, QpType, Result, WorkCompletion,
 };
 
 use super::{NodeId, SimWorld, World};
@@ -43,7 +39,8 @@ impl SimWorld {
             None => return Err(Error::new(Errno::NoDev, format!("no node {node} in the world"))),
         }
         drop(w);
-        Ok(Context::from_ops(Arc::new(SimContext { world: self.clone(), node })))
+        let host = Arc::new(SimNode { world: self.clone(), node });
+        Ok(Context::from_ops(Arc::new(EngineContext::new(host))))
     }
 
     /// Open a node by device name (`sim:node0`).
@@ -61,10 +58,6 @@ impl SimWorld {
     /// The `sim` provider over this world, to register with `verbs_api::register_provider`.
     pub fn provider(&self) -> SimProvider {
         SimProvider { world: self.clone() }
-    }
-
-    fn nic_call<R>(&self, node: NodeId, f: impl FnOnce(&mut Nic, u64) -> R) -> R {
-        self.lock().with_nic(node, f)
     }
 
     /// Run the world until `ready` finds something, or `timeout` of virtual time passes
@@ -131,56 +124,38 @@ fn handle_id(node: NodeId, engine_id: u32) -> u64 {
     (node as u64) << 32 | engine_id as u64
 }
 
-fn foreign(what: &str) -> Error {
-    Error::inval(format!("{what} belongs to another device or backend"))
-}
+// ---------------- the node as the host of its verbs objects ----------------
 
-// ---------------- context ----------------
-
-struct SimContext {
+/// A NIC node of a world, as the host of the engine's verbs objects ([`nic_model::verbs`]).
+/// Verbs never advance virtual time, except the blocking ones, which run the world.
+pub struct SimNode {
     world: SimWorld,
     node: NodeId,
 }
 
-impl SimContext {
-    fn nic<R>(&self, f: impl FnOnce(&mut Nic, u64) -> R) -> R {
-        self.world.nic_call(self.node, f)
-    }
-}
+type SimCq = EngineCq<SimNode>;
 
-impl ContextOps for SimContext {
+impl Host for SimNode {
     fn device_name(&self) -> String {
         device_name(&self.world.lock(), self.node)
     }
-    fn query_device(&self) -> Result<DeviceAttr> {
-        Ok(self.nic(|n, _| n.device_attr()))
+    fn same_device(&self, other: &SimNode) -> bool {
+        Arc::ptr_eq(self.world.arc(), other.world.arc()) && self.node == other.node
     }
-    fn query_port(&self, port_num: u8) -> Result<PortAttr> {
-        if port_num != 1 {
-            return Err(Error::inval(format!(
-                "ibv_query_port: port {port_num} does not exist (the device has port 1)"
-            )));
-        }
-        Ok(self.nic(|n, _| n.port_attr()))
+    fn with_nic<R>(&self, f: impl FnOnce(&mut Nic) -> R) -> R {
+        self.world.lock().with_nic(self.node, |n, _| f(n))
     }
-    fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
-        if port_num != 1 || index != 0 {
-            return Err(Error::inval(format!(
-                "ibv_query_gid: port {port_num} index {index} does not exist (port 1 has GID index 0)"
-            )));
-        }
-        Ok(self.nic(|n, _| n.config().gid()))
+    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, Nanos) -> R) -> R {
+        // What the verb queued goes onto the node's links as the world lock is released.
+        self.world.lock().with_nic(self.node, f)
     }
-    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
-        let id = self.nic(|n, _| n.alloc_pd())?;
-        Ok(Arc::new(SimPd {
-            world: self.world.clone(),
-            node: self.node,
-            id,
-            gone: AtomicBool::new(false),
-        }))
+    fn poll_cq(&self, cq: u32, wc: &mut [WorkCompletion]) -> Result<usize> {
+        self.with_nic(|n| n.poll_cq(cq, wc))
     }
-    fn create_comp_channel(&self) -> Result<Arc<dyn CompChannelOps>> {
+    fn handle_id(&self, engine_id: u32) -> u64 {
+        handle_id(self.node, engine_id)
+    }
+    fn create_comp_channel(self: &Arc<Self>) -> Result<Arc<dyn CompChannelOps>> {
         let id = {
             let mut w = self.world.lock();
             w.channels.push(Default::default());
@@ -188,38 +163,21 @@ impl ContextOps for SimContext {
         };
         Ok(Arc::new(SimChannel { world: self.world.clone(), id, cqs: Mutex::new(BTreeMap::new()) }))
     }
-    fn create_cq(
-        &self,
-        cqe: u32,
-        channel: Option<&CompChannel>,
-        _comp_vector: u32,
-    ) -> Result<Arc<dyn CqOps>> {
-        let channel = match channel {
-            None => None,
-            Some(c) => Some(
-                c.ops()
-                    .as_any()
-                    .downcast_ref::<SimChannel>()
-                    .filter(|c| Arc::ptr_eq(c.world.arc(), self.world.arc()))
-                    .ok_or_else(|| foreign("the completion channel"))?,
-            ),
-        };
-        let id = self.nic(|n, _| n.create_cq(cqe))?;
-        let cq = Arc::new(SimCq {
-            world: self.world.clone(),
-            node: self.node,
-            id,
-            cqe: AtomicU32::new(cqe),
-            gone: AtomicBool::new(false),
-        });
-        if let Some(ch) = channel {
-            self.world.lock().cq_channel.insert((self.node, id), ch.id);
-            ch.cqs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert((self.node, id), Arc::downgrade(&cq));
-        }
-        Ok(cq)
+    fn bind_cq(&self, cq_id: u32, cq: Weak<SimCq>, channel: &CompChannel) -> Result<()> {
+        let ch = channel
+            .ops()
+            .as_any()
+            .downcast_ref::<SimChannel>()
+            .filter(|c| Arc::ptr_eq(c.world.arc(), self.world.arc()))
+            .ok_or_else(|| {
+                Error::inval("the completion channel belongs to another world or backend")
+            })?;
+        self.world.lock().cq_channel.insert((self.node, cq_id), ch.id);
+        ch.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert((self.node, cq_id), cq);
+        Ok(())
+    }
+    fn unbind_cq(&self, cq_id: u32) {
+        self.world.lock().cq_channel.remove(&(self.node, cq_id));
     }
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
         let node = self.node;
@@ -234,230 +192,9 @@ impl ContextOps for SimContext {
         };
         Ok(AsyncEvent { element, ..ev })
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
-// ---------------- PD and MR ----------------
-
-struct SimPd {
-    world: SimWorld,
-    node: NodeId,
-    id: u32,
-    gone: AtomicBool,
-}
-
-impl SimPd {
-    fn nic<R>(&self, f: impl FnOnce(&mut Nic, u64) -> R) -> R {
-        self.world.nic_call(self.node, f)
-    }
-
-    fn register(&self, memory: Arc<MrMemory>, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
-        let key = self.nic(|n, _| n.reg_mr(self.id, memory.clone(), access))?;
-        Ok(Arc::new(SimMr {
-            world: self.world.clone(),
-            node: self.node,
-            key,
-            memory,
-            access,
-            gone: AtomicBool::new(false),
-        }))
-    }
-
-    fn same_device(&self, world: &SimWorld, node: NodeId) -> bool {
-        Arc::ptr_eq(world.arc(), self.world.arc()) && node == self.node
-    }
-}
-
-impl PdOps for SimPd {
-    fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
-        self.register(MrMemory::allocate(len)?, access)
-    }
-    unsafe fn reg_mr_raw(
-        &self,
-        addr: *mut u8,
-        len: usize,
-        access: AccessFlags,
-    ) -> Result<Arc<dyn MrOps>> {
-        if addr.is_null() && len > 0 {
-            return Err(Error::inval("ibv_reg_mr: addr is NULL"));
-        }
-        // SAFETY: the caller guarantees the memory outlives the MR (PdOps::reg_mr_raw contract).
-        let memory = unsafe { MrMemory::borrow_raw(addr, len) };
-        self.register(memory, access)
-    }
-    fn create_qp(&self, init: &QpInitAttr) -> Result<Arc<dyn QpOps>> {
-        let cq_of = |cq: &CompletionQueue, what: &str| -> Result<u32> {
-            let c = cq.ops().as_any().downcast_ref::<SimCq>().ok_or_else(|| foreign(what))?;
-            if !self.same_device(&c.world, c.node) {
-                return Err(foreign(what));
-            }
-            Ok(c.id)
-        };
-        let send_cq = cq_of(&init.send_cq, "ibv_create_qp: send_cq")?;
-        let recv_cq = cq_of(&init.recv_cq, "ibv_create_qp: recv_cq")?;
-        let srq = match &init.srq {
-            None => None,
-            Some(q) => {
-                let s = q
-                    .ops()
-                    .as_any()
-                    .downcast_ref::<SimSrq>()
-                    .filter(|s| self.same_device(&s.world, s.node))
-                    .ok_or_else(|| foreign("ibv_create_qp: srq"))?;
-                Some(s.id)
-            }
-        };
-        let (qpn, cap) = self.nic(|n, _| -> Result<(u32, QpCap)> {
-            let (qpn, cap) =
-                n.create_qp(self.id, init.qp_type, send_cq, recv_cq, init.cap, init.sq_sig_all)?;
-            if let Some(id) = srq {
-                if let Err(e) = n.attach_srq(qpn, id) {
-                    let _ = n.destroy_qp(qpn);
-                    return Err(e);
-                }
-            }
-            Ok((qpn, cap))
-        })?;
-        Ok(Arc::new(SimQp {
-            world: self.world.clone(),
-            node: self.node,
-            qpn,
-            qp_type: init.qp_type,
-            cap,
-            _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
-            gone: AtomicBool::new(false),
-        }))
-    }
-    fn create_srq(&self, init: &SrqInitAttr) -> Result<Arc<dyn SrqOps>> {
-        let id =
-            self.nic(|n, _| n.create_srq(self.id, init.max_wr, init.max_sge, init.srq_limit))?;
-        Ok(Arc::new(SimSrq {
-            world: self.world.clone(),
-            node: self.node,
-            id,
-            gone: AtomicBool::new(false),
-        }))
-    }
-    fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
-        nic_model::engine::check_ah(attr)?;
-        Ok(Arc::new(SimAh { attr: *attr }))
-    }
-    fn dealloc(&self) -> Result<()> {
-        self.nic(|n, _| n.dealloc_pd(self.id))?;
-        self.gone.store(true, Ordering::Release);
-        Ok(())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-impl Drop for SimPd {
-    fn drop(&mut self) {
-        if !self.gone.load(Ordering::Acquire) {
-            let _ = self.nic(|n, _| n.dealloc_pd(self.id));
-        }
-    }
-}
-
-struct SimMr {
-    world: SimWorld,
-    node: NodeId,
-    key: u32,
-    memory: Arc<MrMemory>,
-    access: AccessFlags,
-    gone: AtomicBool,
-}
-
-impl MrOps for SimMr {
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-    fn addr(&self) -> u64 {
-        self.memory.addr()
-    }
-    fn len(&self) -> usize {
-        self.memory.len()
-    }
-    fn access(&self) -> AccessFlags {
-        self.access
-    }
-    fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        self.memory.read(offset, buf)
-    }
-    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.memory.write(offset, data)
-    }
-    fn dereg(&self) -> Result<()> {
-        if self.gone.swap(true, Ordering::AcqRel) {
-            return Err(Error::inval("ibv_dereg_mr: the MR is already deregistered"));
-        }
-        self.world.nic_call(self.node, |n, _| n.dereg_mr(self.key))
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-impl Drop for SimMr {
-    fn drop(&mut self) {
-        if !self.gone.load(Ordering::Acquire) {
-            let _ = self.world.nic_call(self.node, |n, _| n.dereg_mr(self.key));
-        }
-    }
-}
-
-// ---------------- CQ and completion channel ----------------
-
-struct SimCq {
-    world: SimWorld,
-    node: NodeId,
-    id: u32,
-    cqe: AtomicU32,
-    gone: AtomicBool,
-}
-
-impl CqOps for SimCq {
-    fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
-        self.world.nic_call(self.node, |n, _| n.poll_cq(self.id, wc))
-    }
-    fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        self.world.nic_call(self.node, |n, _| n.req_notify_cq(self.id, solicited_only))
-    }
-    fn cqe(&self) -> u32 {
-        self.cqe.load(Ordering::Relaxed)
-    }
-    fn resize(&self, cqe: u32) -> Result<()> {
-        self.world.nic_call(self.node, |n, _| n.resize_cq(self.id, cqe))?;
-        self.cqe.store(cqe, Ordering::Relaxed);
-        Ok(())
-    }
-    fn destroy(&self) -> Result<()> {
-        self.world.nic_call(self.node, |n, _| n.destroy_cq(self.id))?;
-        self.gone.store(true, Ordering::Release);
-        Ok(())
-    }
-    fn id(&self) -> u64 {
-        handle_id(self.node, self.id)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-impl Drop for SimCq {
-    fn drop(&mut self) {
-        if !self.gone.load(Ordering::Acquire) {
-            let _ = self.world.nic_call(self.node, |n, _| n.destroy_cq(self.id));
-        }
-        self.world.lock().cq_channel.remove(&(self.node, self.id));
-    }
-}
+// ---------------- completion channel ----------------
 
 struct SimChannel {
     world: SimWorld,
@@ -483,113 +220,6 @@ impl CompChannelOps for SimChannel {
     fn ack_cq_events(&self, _cq: &CompletionQueue, _nevents: u32) {}
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-// ---------------- QP ----------------
-
-struct SimQp {
-    world: SimWorld,
-    node: NodeId,
-    qpn: u32,
-    qp_type: QpType,
-    cap: QpCap,
-    _cqs: (CompletionQueue, CompletionQueue),
-    gone: AtomicBool,
-}
-
-impl QpOps for SimQp {
-    fn qp_num(&self) -> u32 {
-        self.qpn
-    }
-    fn qp_type(&self) -> QpType {
-        self.qp_type
-    }
-    fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
-        self.world.nic_call(self.node, |n, now| n.post_send(now, self.qpn, wrs))
-    }
-    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        self.world.nic_call(self.node, |n, _| n.post_recv(self.qpn, wrs))
-    }
-    fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.world.nic_call(self.node, |n, now| n.modify_qp(now, self.qpn, attr, mask))
-    }
-    fn query(&self) -> Result<(QpAttr, QpCap)> {
-        let (a, _) = self.world.nic_call(self.node, |n, _| n.query_qp(self.qpn))?;
-        Ok((a, self.cap))
-    }
-    fn destroy(&self) -> Result<()> {
-        self.world.nic_call(self.node, |n, _| n.destroy_qp(self.qpn))?;
-        self.gone.store(true, Ordering::Release);
-        Ok(())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-impl Drop for SimQp {
-    fn drop(&mut self) {
-        if !self.gone.load(Ordering::Acquire) {
-            let _ = self.world.nic_call(self.node, |n, _| n.destroy_qp(self.qpn));
-        }
-    }
-}
-
-// ---------------- address handles and SRQs ----------------
-
-struct SimAh {
-    attr: AhAttr,
-}
-
-impl AhOps for SimAh {
-    fn attr(&self) -> AhAttr {
-        self.attr
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-struct SimSrq {
-    world: SimWorld,
-    node: NodeId,
-    id: u32,
-    gone: AtomicBool,
-}
-
-impl SrqOps for SimSrq {
-    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        self.world.nic_call(self.node, |n, _| n.post_srq_recv(self.id, wrs))
-    }
-    fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
-        let max_wr = mask.contains(SrqAttrMask::MAX_WR).then_some(attr.max_wr);
-        let limit = mask.contains(SrqAttrMask::LIMIT).then_some(attr.srq_limit);
-        self.world.nic_call(self.node, |n, _| n.modify_srq(self.id, max_wr, limit))
-    }
-    fn query(&self) -> Result<SrqAttr> {
-        let (max_wr, max_sge, srq_limit) =
-            self.world.nic_call(self.node, |n, _| n.query_srq(self.id))?;
-        Ok(SrqAttr { max_wr, max_sge, srq_limit })
-    }
-    fn destroy(&self) -> Result<()> {
-        self.world.nic_call(self.node, |n, _| n.destroy_srq(self.id))?;
-        self.gone.store(true, Ordering::Release);
-        Ok(())
-    }
-    fn id(&self) -> u64 {
-        handle_id(self.node, self.id)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-impl Drop for SimSrq {
-    fn drop(&mut self) {
-        if !self.gone.load(Ordering::Acquire) {
-            let _ = self.world.nic_call(self.node, |n, _| n.destroy_srq(self.id));
-        }
     }
 }
 

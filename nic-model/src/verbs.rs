@@ -1,0 +1,474 @@
+//! The verbs objects of a device whose NIC is the engine: context, PD, MR, CQ, QP, SRQ and
+//! address handle, written once for every backend that runs a [`Nic`] — the soft backend (real
+//! time, a NIC thread) and the simulator (virtual time, a world that moves when stepped).
+//!
+//! A backend supplies a [`Host`]: where its device's engine lives, what time it is, what
+//! happens around the verbs that put work on the wire, and its completion channels and async
+//! events, the only verbs whose blocking differs between real and virtual time. Each handle
+//! names its engine object by the engine's number and reaches the engine through its host; a
+//! handle owns its object and destroys it once, by the explicit verb or else when dropped.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use verbs_api::provider::{AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, QpOps, SrqOps};
+use verbs_api::{
+    AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, Error, Gid,
+    PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr, SrqAttr,
+    SrqAttrMask, SrqInitAttr, WorkCompletion,
+};
+
+use crate::engine::mr::MrMemory;
+use crate::engine::{check_ah, Nanos, Nic};
+
+/// What a backend provides so that the objects of this module can run its devices.
+pub trait Host: Send + Sync + Sized + 'static {
+    /// `ibv_get_device_name`.
+    fn device_name(&self) -> String;
+    /// Whether `other` is the same device (objects of two devices never mix).
+    fn same_device(&self, other: &Self) -> bool;
+    /// Run `f` on this device's engine: a verb that changes only the engine's state.
+    fn with_nic<R>(&self, f: impl FnOnce(&mut Nic) -> R) -> R;
+    /// Run `f` on this device's engine at the time now, for a verb that may give the engine
+    /// work for the wire (`ibv_post_send`, `ibv_modify_qp`); the host then moves that work
+    /// along as its NIC would (the soft backend transmits at once).
+    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, Nanos) -> R) -> R;
+    /// `ibv_poll_cq` on the engine's CQ `cq` (the soft backend lends the NIC the caller's CPU
+    /// first when the CQ is short).
+    fn poll_cq(&self, cq: u32, wc: &mut [WorkCompletion]) -> Result<usize>;
+    /// The id a handle of the engine's CQ or SRQ `engine_id` reports (`CqOps::id`,
+    /// `SrqOps::id`), which async events name it by: unique among the host's devices.
+    fn handle_id(&self, engine_id: u32) -> u64;
+    /// `ibv_create_comp_channel`.
+    fn create_comp_channel(self: &Arc<Self>) -> Result<Arc<dyn CompChannelOps>>;
+    /// Have the engine's CQ `cq_id` notify `channel` (`ibv_create_cq` with a channel); an
+    /// error if the channel is not one of this host's.
+    fn bind_cq(&self, cq_id: u32, cq: Weak<EngineCq<Self>>, channel: &CompChannel) -> Result<()>;
+    /// The CQ `cq_id` is gone: forget its channel.
+    fn unbind_cq(&self, cq_id: u32);
+    /// `ibv_get_async_event`, with every CQ and SRQ named by [`Host::handle_id`].
+    fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent>;
+}
+
+fn foreign(what: &str) -> Error {
+    Error::inval(format!("{what} belongs to another device or backend"))
+}
+
+/// An engine object that a handle owns and destroys once: by the explicit verb (which may
+/// fail, e.g. `EBUSY`, and leave it alive) or else when the handle is dropped.
+#[derive(Default)]
+struct Owned(AtomicBool);
+
+impl Owned {
+    /// The explicit destroy verb: runs `destroy` unless the object is already gone.
+    fn destroy(&self, verb: &str, noun: &str, destroy: impl FnOnce() -> Result<()>) -> Result<()> {
+        if self.0.load(Ordering::Acquire) {
+            return Err(Error::inval(format!("{verb}: the {noun} was already destroyed")));
+        }
+        destroy()?;
+        self.0.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// On drop: runs `destroy` unless the explicit verb did.
+    fn drop_with(&self, destroy: impl FnOnce()) {
+        if !self.0.swap(true, Ordering::AcqRel) {
+            destroy();
+        }
+    }
+}
+
+// ---------------- context ----------------
+
+/// A device context (`struct ibv_context`) of a host's device.
+pub struct EngineContext<H: Host> {
+    host: Arc<H>,
+}
+
+impl<H: Host> EngineContext<H> {
+    /// A context of `host`'s device.
+    pub fn new(host: Arc<H>) -> EngineContext<H> {
+        EngineContext { host }
+    }
+
+    /// Its host.
+    pub fn host(&self) -> &Arc<H> {
+        &self.host
+    }
+}
+
+fn only_port_1(verb: &str, port_num: u8) -> Result<()> {
+    match port_num {
+        1 => Ok(()),
+        _ => Err(Error::inval(format!(
+            "{verb}: port {port_num} does not exist (the device has port 1)"
+        ))),
+    }
+}
+
+impl<H: Host> ContextOps for EngineContext<H> {
+    fn device_name(&self) -> String {
+        self.host.device_name()
+    }
+    fn query_device(&self) -> Result<DeviceAttr> {
+        Ok(self.host.with_nic(|n| n.device_attr()))
+    }
+    fn query_port(&self, port_num: u8) -> Result<PortAttr> {
+        only_port_1("ibv_query_port", port_num)?;
+        Ok(self.host.with_nic(|n| n.port_attr()))
+    }
+    fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
+        only_port_1("ibv_query_gid", port_num)?;
+        if index != 0 {
+            return Err(Error::inval(format!(
+                "ibv_query_gid: GID index {index} does not exist (port 1 has GID index 0)"
+            )));
+        }
+        Ok(self.host.with_nic(|n| n.config().gid()))
+    }
+    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
+        let id = self.host.with_nic(|n| n.alloc_pd())?;
+        Ok(Arc::new(EnginePd { host: self.host.clone(), id, owned: Owned::default() }))
+    }
+    fn create_comp_channel(&self) -> Result<Arc<dyn CompChannelOps>> {
+        self.host.create_comp_channel()
+    }
+    fn create_cq(
+        &self,
+        cqe: u32,
+        channel: Option<&CompChannel>,
+        _comp_vector: u32,
+    ) -> Result<Arc<dyn CqOps>> {
+        let id = self.host.with_nic(|n| n.create_cq(cqe))?;
+        let cq = Arc::new(EngineCq {
+            host: self.host.clone(),
+            id,
+            cqe: AtomicU32::new(cqe),
+            owned: Owned::default(),
+        });
+        if let Some(ch) = channel {
+            // On error the new handle is dropped here, which destroys the engine's CQ.
+            self.host.bind_cq(id, Arc::downgrade(&cq), ch)?;
+        }
+        Ok(cq)
+    }
+    fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
+        self.host.get_async_event(timeout)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+// ---------------- PD and MR ----------------
+
+/// A protection domain (`struct ibv_pd`).
+pub struct EnginePd<H: Host> {
+    host: Arc<H>,
+    id: u32,
+    owned: Owned,
+}
+
+impl<H: Host> EnginePd<H> {
+    fn register(&self, memory: Arc<MrMemory>, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
+        let key = self.host.with_nic(|n| n.reg_mr(self.id, memory.clone(), access))?;
+        Ok(Arc::new(EngineMr {
+            host: self.host.clone(),
+            key,
+            memory,
+            access,
+            owned: Owned::default(),
+        }))
+    }
+
+    /// The engine's number of a CQ or SRQ handle of this PD's device.
+    fn engine_id<T: Any>(
+        &self,
+        ops: &dyn Any,
+        what: &str,
+        of: impl Fn(&T) -> (&Arc<H>, u32),
+    ) -> Result<u32> {
+        let obj = ops.downcast_ref::<T>().ok_or_else(|| foreign(what))?;
+        let (host, id) = of(obj);
+        match host.same_device(&self.host) {
+            true => Ok(id),
+            false => Err(foreign(what)),
+        }
+    }
+}
+
+impl<H: Host> PdOps for EnginePd<H> {
+    fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
+        self.register(MrMemory::allocate(len)?, access)
+    }
+    unsafe fn reg_mr_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Arc<dyn MrOps>> {
+        if addr.is_null() && len > 0 {
+            return Err(Error::inval("ibv_reg_mr: addr is NULL"));
+        }
+        // SAFETY: the caller guarantees the memory outlives the MR (PdOps::reg_mr_raw contract).
+        let memory = unsafe { MrMemory::borrow_raw(addr, len) };
+        self.register(memory, access)
+    }
+    fn create_qp(&self, init: &QpInitAttr) -> Result<Arc<dyn QpOps>> {
+        let cq_of = |cq: &CompletionQueue, what| {
+            self.engine_id(cq.ops().as_any(), what, |c: &EngineCq<H>| (&c.host, c.id))
+        };
+        let send_cq = cq_of(&init.send_cq, "ibv_create_qp: send_cq")?;
+        let recv_cq = cq_of(&init.recv_cq, "ibv_create_qp: recv_cq")?;
+        let srq = match &init.srq {
+            None => None,
+            Some(q) => Some(self.engine_id(
+                q.ops().as_any(),
+                "ibv_create_qp: srq",
+                |s: &EngineSrq<H>| (&s.host, s.id),
+            )?),
+        };
+        let (qpn, cap) = self.host.with_nic(|n| -> Result<(u32, QpCap)> {
+            let (qpn, cap) =
+                n.create_qp(self.id, init.qp_type, send_cq, recv_cq, init.cap, init.sq_sig_all)?;
+            if let Some(id) = srq {
+                if let Err(e) = n.attach_srq(qpn, id) {
+                    let _ = n.destroy_qp(qpn);
+                    return Err(e);
+                }
+            }
+            Ok((qpn, cap))
+        })?;
+        Ok(Arc::new(EngineQp {
+            host: self.host.clone(),
+            qpn,
+            qp_type: init.qp_type,
+            cap,
+            _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
+            owned: Owned::default(),
+        }))
+    }
+    fn create_srq(&self, init: &SrqInitAttr) -> Result<Arc<dyn SrqOps>> {
+        let id = self
+            .host
+            .with_nic(|n| n.create_srq(self.id, init.max_wr, init.max_sge, init.srq_limit))?;
+        Ok(Arc::new(EngineSrq { host: self.host.clone(), id, owned: Owned::default() }))
+    }
+    fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
+        check_ah(attr)?;
+        Ok(Arc::new(EngineAh { attr: *attr }))
+    }
+    fn dealloc(&self) -> Result<()> {
+        self.owned.destroy("ibv_dealloc_pd", "PD", || self.host.with_nic(|n| n.dealloc_pd(self.id)))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<H: Host> Drop for EnginePd<H> {
+    fn drop(&mut self) {
+        self.owned.drop_with(|| {
+            let _ = self.host.with_nic(|n| n.dealloc_pd(self.id));
+        });
+    }
+}
+
+/// A memory region (`struct ibv_mr`): lkey = rkey, and memory the handle keeps alive.
+pub struct EngineMr<H: Host> {
+    host: Arc<H>,
+    key: u32,
+    memory: Arc<MrMemory>,
+    access: AccessFlags,
+    owned: Owned,
+}
+
+impl<H: Host> MrOps for EngineMr<H> {
+    fn lkey(&self) -> u32 {
+        self.key
+    }
+    fn rkey(&self) -> u32 {
+        self.key
+    }
+    fn addr(&self) -> u64 {
+        self.memory.addr()
+    }
+    fn len(&self) -> usize {
+        self.memory.len()
+    }
+    fn access(&self) -> AccessFlags {
+        self.access
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.memory.read(offset, buf)
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.memory.write(offset, data)
+    }
+    fn dereg(&self) -> Result<()> {
+        self.owned.destroy("ibv_dereg_mr", "MR", || self.host.with_nic(|n| n.dereg_mr(self.key)))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<H: Host> Drop for EngineMr<H> {
+    fn drop(&mut self) {
+        self.owned.drop_with(|| {
+            let _ = self.host.with_nic(|n| n.dereg_mr(self.key));
+        });
+    }
+}
+
+// ---------------- CQ ----------------
+
+/// A completion queue (`struct ibv_cq`).
+pub struct EngineCq<H: Host> {
+    host: Arc<H>,
+    id: u32,
+    cqe: AtomicU32,
+    owned: Owned,
+}
+
+impl<H: Host> CqOps for EngineCq<H> {
+    fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
+        self.host.poll_cq(self.id, wc)
+    }
+    fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.host.with_nic(|n| n.req_notify_cq(self.id, solicited_only))
+    }
+    fn cqe(&self) -> u32 {
+        self.cqe.load(Ordering::Relaxed)
+    }
+    fn resize(&self, cqe: u32) -> Result<()> {
+        self.host.with_nic(|n| n.resize_cq(self.id, cqe))?;
+        self.cqe.store(cqe, Ordering::Relaxed);
+        Ok(())
+    }
+    fn destroy(&self) -> Result<()> {
+        self.owned.destroy("ibv_destroy_cq", "CQ", || self.host.with_nic(|n| n.destroy_cq(self.id)))
+    }
+    fn id(&self) -> u64 {
+        self.host.handle_id(self.id)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<H: Host> Drop for EngineCq<H> {
+    fn drop(&mut self) {
+        self.owned.drop_with(|| {
+            let _ = self.host.with_nic(|n| n.destroy_cq(self.id));
+        });
+        self.host.unbind_cq(self.id);
+    }
+}
+
+// ---------------- QP ----------------
+
+/// A queue pair (`struct ibv_qp`); it keeps its CQs alive.
+pub struct EngineQp<H: Host> {
+    host: Arc<H>,
+    qpn: u32,
+    qp_type: QpType,
+    cap: QpCap,
+    _cqs: (CompletionQueue, CompletionQueue),
+    owned: Owned,
+}
+
+impl<H: Host> QpOps for EngineQp<H> {
+    fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+    fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
+        self.host.with_nic_now(|n, now| n.post_send(now, self.qpn, wrs))
+    }
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        self.host.with_nic(|n| n.post_recv(self.qpn, wrs))
+    }
+    fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        self.host.with_nic_now(|n, now| n.modify_qp(now, self.qpn, attr, mask))
+    }
+    fn query(&self) -> Result<(QpAttr, QpCap)> {
+        let (a, _) = self.host.with_nic(|n| n.query_qp(self.qpn))?;
+        Ok((a, self.cap))
+    }
+    fn destroy(&self) -> Result<()> {
+        self.owned
+            .destroy("ibv_destroy_qp", "QP", || self.host.with_nic(|n| n.destroy_qp(self.qpn)))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<H: Host> Drop for EngineQp<H> {
+    fn drop(&mut self) {
+        self.owned.drop_with(|| {
+            let _ = self.host.with_nic(|n| n.destroy_qp(self.qpn));
+        });
+    }
+}
+
+// ---------------- SRQ and address handles ----------------
+
+/// A shared receive queue (`struct ibv_srq`).
+pub struct EngineSrq<H: Host> {
+    host: Arc<H>,
+    id: u32,
+    owned: Owned,
+}
+
+impl<H: Host> SrqOps for EngineSrq<H> {
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        self.host.with_nic(|n| n.post_srq_recv(self.id, wrs))
+    }
+    fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        let max_wr = mask.contains(SrqAttrMask::MAX_WR).then_some(attr.max_wr);
+        let limit = mask.contains(SrqAttrMask::LIMIT).then_some(attr.srq_limit);
+        self.host.with_nic(|n| n.modify_srq(self.id, max_wr, limit))
+    }
+    fn query(&self) -> Result<SrqAttr> {
+        let (max_wr, max_sge, srq_limit) = self.host.with_nic(|n| n.query_srq(self.id))?;
+        Ok(SrqAttr { max_wr, max_sge, srq_limit })
+    }
+    fn destroy(&self) -> Result<()> {
+        self.owned
+            .destroy("ibv_destroy_srq", "SRQ", || self.host.with_nic(|n| n.destroy_srq(self.id)))
+    }
+    fn id(&self) -> u64 {
+        self.host.handle_id(self.id)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<H: Host> Drop for EngineSrq<H> {
+    fn drop(&mut self) {
+        self.owned.drop_with(|| {
+            let _ = self.host.with_nic(|n| n.destroy_srq(self.id));
+        });
+    }
+}
+
+/// An address handle (`struct ibv_ah`): the checked attributes a UD send is addressed with.
+pub struct EngineAh {
+    attr: AhAttr,
+}
+
+impl AhOps for EngineAh {
+    fn attr(&self) -> AhAttr {
+        self.attr
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
