@@ -130,7 +130,12 @@ impl<H: Host> ContextOps for EngineContext<H> {
     }
     fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
         let id = self.host.with_nic(|n| n.alloc_pd())?;
-        Ok(Arc::new(EnginePd { host: self.host.clone(), id, owned: Owned::default() }))
+        Ok(Arc::new(EnginePd {
+            host: self.host.clone(),
+            id,
+            ahs: Arc::new(()),
+            owned: Owned::default(),
+        }))
     }
     fn create_comp_channel(&self) -> Result<Arc<dyn CompChannelOps>> {
         self.host.create_comp_channel()
@@ -168,6 +173,9 @@ impl<H: Host> ContextOps for EngineContext<H> {
 pub struct EnginePd<H: Host> {
     host: Arc<H>,
     id: u32,
+    /// Held by each of the PD's address handles (which the engine does not know), so that the
+    /// PD is `EBUSY` while one lives.
+    ahs: Arc<()>,
     owned: Owned,
 }
 
@@ -230,9 +238,18 @@ impl<H: Host> PdOps for EnginePd<H> {
                 |s: &EngineSrq<H>| (&s.host, s.id),
             )?),
         };
+        // A QP on an SRQ has no receive queue of its own: ibv_create_qp ignores max_recv_wr
+        // and max_recv_sge then, and the QP reports none.
+        let mut asked = init.cap;
+        if srq.is_some() {
+            (asked.max_recv_wr, asked.max_recv_sge) = (0, 0);
+        }
         let (qpn, cap) = self.host.with_nic(|n| -> Result<(u32, QpCap)> {
-            let (qpn, cap) =
-                n.create_qp(self.id, init.qp_type, send_cq, recv_cq, init.cap, init.sq_sig_all)?;
+            let (qpn, mut cap) =
+                n.create_qp(self.id, init.qp_type, send_cq, recv_cq, asked, init.sq_sig_all)?;
+            if srq.is_some() {
+                (cap.max_recv_wr, cap.max_recv_sge) = (0, 0);
+            }
             if let Some(id) = srq {
                 if let Err(e) = n.attach_srq(qpn, id) {
                     let _ = n.destroy_qp(qpn);
@@ -258,10 +275,19 @@ impl<H: Host> PdOps for EnginePd<H> {
     }
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
         check_ah(attr)?;
-        Ok(Arc::new(EngineAh { attr: *attr }))
+        Ok(Arc::new(EngineAh { attr: *attr, _pd: self.ahs.clone() }))
     }
     fn dealloc(&self) -> Result<()> {
-        self.owned.destroy("ibv_dealloc_pd", "PD", || self.host.with_nic(|n| n.dealloc_pd(self.id)))
+        self.owned.destroy("ibv_dealloc_pd", "PD", || {
+            let ahs = Arc::strong_count(&self.ahs) - 1;
+            if ahs > 0 {
+                return Err(Error::busy(format!(
+                    "ibv_dealloc_pd: PD {} still has {ahs} address handle(s)",
+                    self.id
+                )));
+            }
+            self.host.with_nic(|n| n.dealloc_pd(self.id))
+        })
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -460,8 +486,10 @@ impl<H: Host> Drop for EngineSrq<H> {
 }
 
 /// An address handle (`struct ibv_ah`): the checked attributes a UD send is addressed with.
+/// It keeps its PD busy (`ibv_dealloc_pd` is `EBUSY`) until it is dropped (`ibv_destroy_ah`).
 pub struct EngineAh {
     attr: AhAttr,
+    _pd: Arc<()>,
 }
 
 impl AhOps for EngineAh {

@@ -877,10 +877,23 @@ pub fn limits_are_enforced_and_in_use_is_ebusy(be: &dyn Backend) {
             send_cq: cq.clone(),
             recv_cq: cq.clone(),
             srq: Some(srq.clone()),
-            cap: cap(1, 1, 0),
+            // Ignored on an SRQ (ibv_create_qp), even beyond the device's limits.
+            cap: QpCap {
+                max_recv_wr: d.max_qp_wr + 1,
+                max_recv_sge: d.max_sge + 1,
+                ..cap(1, 1, 0)
+            },
             sq_sig_all: false,
         })
         .unwrap();
+    let (_, granted) = on_srq.query().unwrap();
+    assert_eq!(
+        (granted.max_recv_wr, granted.max_recv_sge),
+        (0, 0),
+        "[{}] a QP on an SRQ has no receive queue of its own: {granted:?}",
+        be.name()
+    );
+    let ah = pd.create_ah(&AhAttr { dlid: lid(ctx), port_num: 1, ..Default::default() }).unwrap();
     let busy = |r: Result<()>, what: &str| {
         let e = r.unwrap_err();
         assert_eq!(e.errno, Errno::Busy, "[{}] {what}: {e}", be.name());
@@ -894,8 +907,10 @@ pub fn limits_are_enforced_and_in_use_is_ebusy(be: &dyn Backend) {
     cq.destroy().unwrap();
     busy(pd.clone().dealloc(), "a PD with an SRQ and an MR");
     srq.destroy().unwrap();
-    busy(pd.clone().dealloc(), "a PD with an MR");
+    busy(pd.clone().dealloc(), "a PD with an MR and an AH");
     mr.dereg().unwrap();
+    busy(pd.clone().dealloc(), "a PD with an AH");
+    drop(ah); // ibv_destroy_ah
     pd.dealloc().unwrap();
 }
 
