@@ -27,7 +27,9 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
     if next >= qp.sq.len() {
         return false;
     }
-    if qp.req.psn.diff(qp.req.comp_psn) >= sh.cfg.window as i32 {
+    // The window bounds unacknowledged packets, so only RC has one: a UC message longer than
+    // the window would otherwise never finish (UC retires a WQE only once it is all sent).
+    if qp.qp_type == QpType::Rc && qp.req.psn.diff(qp.req.comp_psn) >= sh.cfg.window as i32 {
         return false;
     }
     let w = &qp.sq[next];

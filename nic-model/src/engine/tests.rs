@@ -1500,7 +1500,10 @@ fn malformed_and_corrupted_packets_are_dropped() {
 // ---------------- UC and UD ----------------
 
 fn uc_pair() -> (Pair, Side, Side, u32, u32) {
-    let mut p = Pair::new();
+    uc_pair_on(Pair::new())
+}
+
+fn uc_pair_on(mut p: Pair) -> (Pair, Side, Side, u32, u32) {
     let a = side(&mut p.a, ALL);
     let b = side(&mut p.b, ALL);
     let cap = QpCap {
@@ -1631,6 +1634,38 @@ fn uc_gap_loses_the_message_silently_and_the_next_one_arrives() {
     assert_eq!((wc[0].wr_id, wc[0].byte_len), (1, 6), "its receive WQE took the next message");
     assert_eq!(read_mem(&b, 0, 6), b"second");
     assert_eq!(p.b.stats().dropped_messages, 1);
+}
+
+/// Regression (found by the simulator's UC property suite): the RC send window also held back
+/// UC, whose WQEs retire only once all their packets are out, so a UC message longer than the
+/// window stalled for ever and never completed.
+#[test]
+fn uc_message_longer_than_the_send_window_is_sent_whole() {
+    let mut p = Pair::new();
+    p.a = Nic::new(NicConfig { window: 4, ..NicConfig::new("a", 1) });
+    let (mut p, a, b, qa, qb) = uc_pair_on(p);
+    a.mem.write(0, &pattern(2000, 3)).unwrap();
+    p.b.post_recv(qb, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 2048)] }]).unwrap();
+    let now = p.now;
+    p.a.post_send(
+        now,
+        qa,
+        &[SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 2000)], ..Default::default() }],
+    )
+    .unwrap();
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB).len(), 8, "2000 bytes at MTU 256, past a 4-packet window");
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, WcOpcode::Send)]
+    );
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, 2000)]
+    );
+    assert_eq!(read_mem(&b, 0, 2000), pattern(2000, 3));
 }
 
 struct TestAh(AhAttr);
