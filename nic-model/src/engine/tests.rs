@@ -32,6 +32,7 @@ struct Seen {
     opcode: Opcode,
     psn: u32,
     aeth: Option<u8>,
+    ack_req: bool,
     #[allow(dead_code)]
     fate: Fate,
 }
@@ -89,6 +90,7 @@ impl Pair {
                     opcode: p.bth.opcode,
                     psn: p.bth.psn.value(),
                     aeth: p.aeth.map(|a| a.syndrome),
+                    ack_req: p.bth.ack_req,
                     fate,
                 });
                 let at = self.now + self.latency_ns;
@@ -258,7 +260,10 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
 }
 
 fn setup(o: ConnOpts) -> (Pair, Side, Side) {
-    let mut p = Pair::new();
+    setup_on(Pair::new(), o)
+}
+
+fn setup_on(mut p: Pair, o: ConnOpts) -> (Pair, Side, Side) {
     let a = side(&mut p.a, ALL);
     let b = side(&mut p.b, ALL);
     connect(&mut p.a, a.qpn, 2, b.qpn, o);
@@ -711,6 +716,37 @@ fn mtu_4096_segments_a_large_write() {
     p.drive();
     assert_eq!(p.opcodes(Dir::AtoB).len(), 3);
     assert_eq!(read_mem(&b, 20000, 10000), data);
+}
+
+/// Regression (found by the simulator's bounded RC suite with a 1-packet window): a window
+/// narrower than `ack_every` stalled with no ACK asked for, so every window's worth of packets
+/// waited for the local ACK timeout and was sent again. The packet that fills the window asks.
+#[test]
+fn a_window_narrower_than_ack_every_asks_for_an_ack_when_it_fills() {
+    let mut p = Pair::new();
+    p.a = Nic::new(NicConfig { window: 4, ..NicConfig::new("a", 1) });
+    let (mut p, a, b) = setup_on(p, ConnOpts::default());
+    let data = pattern(2000, 6);
+    a.mem.write(0, &data).unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 2000)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 100, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    let asks: Vec<bool> = p.log.iter().filter(|s| s.dir == Dir::AtoB).map(|s| s.ack_req).collect();
+    assert_eq!(asks, [false, false, false, true, false, false, false, true], "8 packets, window 4");
+    assert_eq!((p.a.stats().timeouts, p.a.stats().retransmits), (0, 0));
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(read_mem(&b, 100, 2000), data);
 }
 
 // ---------------- loss, duplication, retransmission ----------------
