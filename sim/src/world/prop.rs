@@ -22,8 +22,9 @@
 //! - RC with a cut that outlasts the retries: the first unfinished WR completes with
 //!   `RETRY_EXC_ERR`, every later one with `WR_FLUSH_ERR`, and once the cut heals nothing more is
 //!   sent or delivered;
-//! - RC with `rnr_retry = 7` and receives posted late: RNR NAKs, then everything is delivered
-//!   once the receives are posted, without a single local ACK timeout;
+//! - RC with `rnr_retry = 7` and receives posted late: everything is delivered once the
+//!   receives are posted, also under faults; on a clean link after RNR NAKs and without a
+//!   single local ACK timeout;
 //! - UC: each message is delivered at most once, in order, whole or not at all
 //!   ([`oracle::check_at_most_once_in_order`]); on a clean link, all of them;
 //! - UD: each datagram is delivered at most once ([`oracle::check_at_most_once`]), whole, with
@@ -453,14 +454,15 @@ pub fn partition_case() -> impl Strategy<Value = Case> {
 }
 
 /// An RC case whose receiver posts late (RNR NAKs until it does; `rnr_retry = 7` waits
-/// forever). The first WR is a SEND, so every case meets an RNR NAK.
+/// forever), mostly under bounded faults too. The first WR is a SEND, so every case meets an
+/// RNR NAK.
 pub fn rnr_case() -> impl Strategy<Value = Case> {
     let first = item_of(Just(OpKind::Send), size().boxed());
-    (any::<u64>(), first, workload(5), 5_000u64..3_000_000, mtu()).prop_map(
-        |(seed, first, rest, delay, mtu)| {
+    (any::<u64>(), first, workload(5), 5_000u64..3_000_000, mtu(), fault_schedule(3)).prop_map(
+        |(seed, first, rest, delay, mtu, faults)| {
             let mut workload = vec![first];
             workload.extend(rest);
-            Case { timeout: 14, recv_delay_ns: delay, mtu, ..Case::new(seed, workload) }
+            Case { timeout: 14, recv_delay_ns: delay, mtu, faults, ..Case::new(seed, workload) }
         },
     )
 }
