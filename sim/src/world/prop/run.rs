@@ -555,8 +555,15 @@ impl Run<'_> {
     }
 
     /// UC and UD complete each WR once its last packet is sent: every signaled WR, successful,
-    /// in post order.
+    /// in post order. And no more receives complete than were posted.
     fn check_local_completions(&self) -> Result<(), String> {
+        oracle_ok(self.recv_wcs.len() <= self.lay.pool.len(), || {
+            format!(
+                "{} receive completions, but only {} receives were posted",
+                self.recv_wcs.len(),
+                self.lay.pool.len()
+            )
+        })?;
         let want: Vec<ExpectedWc> = (0..self.work.len())
             .filter(|&i| self.work[i].signaled)
             .map(|i| self.send_wc(i, WcStatus::Success))
