@@ -196,6 +196,22 @@ fn a_lost_middle_read_response_is_recovered() {
     run_case(&case).unwrap();
 }
 
+/// Engine regression (found by the UC suite, shrunk from a 131073-byte SEND at MTU 256): the
+/// RC send window also held back UC, whose WQEs retire only once all their packets are out, so
+/// a UC message longer than the window stalled for ever and never completed.
+#[test]
+fn uc_message_longer_than_the_send_window_is_sent_whole() {
+    let case = Case {
+        qp_type: verbs_api::QpType::Uc,
+        mtu: Mtu::Mtu256,
+        window: 4,
+        ..Case::new(3, vec![WorkItem::new(OpKind::Send, 2000)])
+    };
+    let out = run_case(&case).unwrap();
+    assert_eq!(out.nics[0].tx_packets, 8, "2000 bytes at MTU 256, past a 4-packet window");
+    assert_eq!(out.recv_wcs.len(), 1);
+}
+
 /// Engine regression (found by the UC suite): the network duplicated a UC SEND ONLY, and the
 /// responder took the copy — a PSN behind the expected one — for a new message, delivering it
 /// twice (a late packet of an earlier message was likewise delivered out of order).

@@ -1536,10 +1536,7 @@ fn malformed_and_corrupted_packets_are_dropped() {
 // ---------------- UC and UD ----------------
 
 fn uc_pair() -> (Pair, Side, Side, u32, u32) {
-    uc_pair_on(Pair::new())
-}
-
-fn uc_pair_on(mut p: Pair) -> (Pair, Side, Side, u32, u32) {
+    let mut p = Pair::new();
     let a = side(&mut p.a, ALL);
     let b = side(&mut p.b, ALL);
     let cap = QpCap {
@@ -1672,95 +1669,6 @@ fn uc_gap_loses_the_message_silently_and_the_next_one_arrives() {
     assert_eq!(p.b.stats().dropped_messages, 1);
 }
 
-/// Regression (found by the simulator's UC property suite): a UC packet the network duplicated
-/// was taken for a new message, so the message was delivered twice. A PSN behind the expected
-/// one is dropped.
-#[test]
-fn uc_duplicated_packets_are_delivered_once() {
-    let (mut p, a, b, qa, qb) = uc_pair();
-    a.mem.write(0, &pattern(600, 7)).unwrap();
-    for id in 1..=3 {
-        p.b.post_recv(qb, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 1024 * id, 1024)] }]).unwrap();
-    }
-    p.filter = Box::new(|_, _, _| Fate::Duplicate);
-    let now = p.now;
-    let wrs = [
-        SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 3)], ..Default::default() },
-        SendWr { wr_id: 2, sg_list: &[sge(&a, 0, 600)], ..Default::default() },
-    ];
-    p.a.post_send(now, qa, &wrs).unwrap();
-    p.drive();
-    let wc = poll_all(&mut p.b, b.cq);
-    assert_eq!(
-        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
-        vec![(1, WcStatus::Success, 3), (2, WcStatus::Success, 600)],
-        "each message once"
-    );
-    assert_eq!(read_mem(&b, 2048, 600), pattern(600, 7));
-    assert_eq!(p.b.stats().rx_duplicates, 4, "the copy of every packet was dropped");
-}
-
-/// Regression (same origin): a UC message's packet that arrives after a later message has
-/// started is a straggler; it is dropped rather than delivered out of order (or taken as a gap
-/// that loses the later message).
-#[test]
-fn uc_late_packet_of_an_earlier_message_is_dropped() {
-    let (mut p, a, b, qa, qb) = uc_pair();
-    a.mem.write(0, b"firstsecond").unwrap();
-    for id in 1..=2 {
-        p.b.post_recv(qb, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 1024 * id, 64)] }]).unwrap();
-    }
-    // The first message (its one packet) is overtaken by the second.
-    p.filter = Box::new(|_, _, i| if i == 0 { Fate::Delay(10_000) } else { Fate::Deliver });
-    let now = p.now;
-    let wrs = [
-        SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 5)], ..Default::default() },
-        SendWr { wr_id: 2, sg_list: &[sge(&a, 5, 6)], ..Default::default() },
-    ];
-    p.a.post_send(now, qa, &wrs).unwrap();
-    p.drive();
-    let wc = poll_all(&mut p.b, b.cq);
-    assert_eq!(
-        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
-        vec![(1, WcStatus::Success, 6)],
-        "the second message only, in the first receive"
-    );
-    assert_eq!(read_mem(&b, 1024, 6), b"second");
-    assert_eq!(p.b.stats().rx_duplicates, 1);
-}
-
-/// Regression (found by the simulator's UC property suite): the RC send window also held back
-/// UC, whose WQEs retire only once all their packets are out, so a UC message longer than the
-/// window stalled for ever and never completed.
-#[test]
-fn uc_message_longer_than_the_send_window_is_sent_whole() {
-    let mut p = Pair::new();
-    p.a = Nic::new(NicConfig { window: 4, ..NicConfig::new("a", 1) });
-    let (mut p, a, b, qa, qb) = uc_pair_on(p);
-    a.mem.write(0, &pattern(2000, 3)).unwrap();
-    p.b.post_recv(qb, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 2048)] }]).unwrap();
-    let now = p.now;
-    p.a.post_send(
-        now,
-        qa,
-        &[SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 2000)], ..Default::default() }],
-    )
-    .unwrap();
-    p.drive();
-    assert_eq!(p.opcodes(Dir::AtoB).len(), 8, "2000 bytes at MTU 256, past a 4-packet window");
-    let wc = poll_all(&mut p.a, a.cq);
-    assert_eq!(
-        wc.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
-        vec![(1, WcStatus::Success, WcOpcode::Send)]
-    );
-    let wc = poll_all(&mut p.b, b.cq);
-    assert_eq!(
-        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
-        vec![(1, WcStatus::Success, 2000)]
-    );
-    assert_eq!(read_mem(&b, 0, 2000), pattern(2000, 3));
-}
-
 struct TestAh(AhAttr);
 impl verbs_api::provider::AhOps for TestAh {
     fn attr(&self) -> AhAttr {
@@ -1876,4 +1784,63 @@ fn ud_datagrams_carry_deth_and_land_after_a_grh() {
     // Without an address handle is refused too.
     let err = p.a.post_send(now, qa, &[SendWr { sg_list: &sg, ..Default::default() }]).unwrap_err();
     assert!(err.message.contains("needs wr.ud"), "{}", err.message);
+}
+
+// ---------------- regressions the simulator's UC properties found ----------------
+
+/// Regression (found by the simulator's UC property suite): a UC packet the network duplicated
+/// was taken for a new message, so the message was delivered twice. A PSN behind the expected
+/// one is dropped.
+#[test]
+fn uc_duplicated_packets_are_delivered_once() {
+    let (mut p, a, b, qa, qb) = uc_pair();
+    a.mem.write(0, &pattern(600, 7)).unwrap();
+    for id in 1..=3 {
+        p.b.post_recv(qb, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 1024 * id, 1024)] }]).unwrap();
+    }
+    p.filter = Box::new(|_, _, _| Fate::Duplicate);
+    let now = p.now;
+    let wrs = [
+        SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 3)], ..Default::default() },
+        SendWr { wr_id: 2, sg_list: &[sge(&a, 0, 600)], ..Default::default() },
+    ];
+    p.a.post_send(now, qa, &wrs).unwrap();
+    p.drive();
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, 3), (2, WcStatus::Success, 600)],
+        "each message once"
+    );
+    assert_eq!(read_mem(&b, 2048, 600), pattern(600, 7));
+    assert_eq!(p.b.stats().rx_duplicates, 4, "the copy of every packet was dropped");
+}
+
+/// Regression (same origin): a UC message's packet that arrives after a later message has
+/// started is a straggler; it is dropped rather than delivered out of order (or taken as a gap
+/// that loses the later message).
+#[test]
+fn uc_late_packet_of_an_earlier_message_is_dropped() {
+    let (mut p, a, b, qa, qb) = uc_pair();
+    a.mem.write(0, b"firstsecond").unwrap();
+    for id in 1..=2 {
+        p.b.post_recv(qb, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 1024 * id, 64)] }]).unwrap();
+    }
+    // The first message (its one packet) is overtaken by the second.
+    p.filter = Box::new(|_, _, i| if i == 0 { Fate::Delay(10_000) } else { Fate::Deliver });
+    let now = p.now;
+    let wrs = [
+        SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 5)], ..Default::default() },
+        SendWr { wr_id: 2, sg_list: &[sge(&a, 5, 6)], ..Default::default() },
+    ];
+    p.a.post_send(now, qa, &wrs).unwrap();
+    p.drive();
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, 6)],
+        "the second message only, in the first receive"
+    );
+    assert_eq!(read_mem(&b, 1024, 6), b"second");
+    assert_eq!(p.b.stats().rx_duplicates, 1);
 }
