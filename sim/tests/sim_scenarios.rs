@@ -12,6 +12,8 @@ fn scenario(name: &str) -> Scenario {
 }
 
 fn run_seed(sc: &Scenario, seed: Option<u64>) -> Report {
+    // The seed first, so a run that fails in any way can be replayed.
+    eprintln!("scenario {}: seed {}", sc.name, seed.unwrap_or(sc.seed));
     let r = run(sc, &RunOptions { seed, ..RunOptions::default() }).unwrap();
     let mut text = Vec::new();
     r.write_summary(&mut text).unwrap();

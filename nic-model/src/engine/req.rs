@@ -27,7 +27,9 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
     if next >= qp.sq.len() {
         return false;
     }
-    if qp.req.psn.diff(qp.req.comp_psn) >= sh.cfg.window as i32 {
+    // The window bounds unacknowledged packets, so only RC has one: a UC message longer than
+    // the window would otherwise never finish (UC retires a WQE only once it is all sent).
+    if qp.qp_type == QpType::Rc && qp.req.psn.diff(qp.req.comp_psn) >= sh.cfg.window as i32 {
         return false;
     }
     let w = &qp.sq[next];
@@ -137,8 +139,11 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
             let with_imm = w.opcode.has_imm();
             bth.opcode = segment_opcode(is_send, with_imm, first, last).with_transport(transport);
             bth.solicited = last && w.solicited;
-            bth.ack_req =
-                transport == Transport::Rc && (last || (i + 1).is_multiple_of(sh.cfg.ack_every));
+            // An ACK is asked for at the end of a message, every `ack_every` packets, and by
+            // the packet that fills the send window: nothing more can go until it is answered.
+            let fills_window = psn.next().diff(qp.req.comp_psn) >= sh.cfg.window as i32;
+            bth.ack_req = transport == Transport::Rc
+                && (last || (i + 1).is_multiple_of(sh.cfg.ack_every) || fills_window);
             pkt = Packet::new(bth, scratch);
             pkt.deth = deth;
             if !is_send && first {

@@ -430,11 +430,19 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
 
 /// UC: no ACKs, no NAKs, no retransmission. On a PSN gap (or any error) the responder drops
 /// packets until the next FIRST/ONLY, and the message in progress is silently lost; a receive
-/// WQE it had started to fill is put back for the next message.
+/// WQE it had started to fill is put back for the next message. Packets behind the expected
+/// PSN (duplicates, stragglers) are dropped.
 fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
     let Some(info) = pkt.bth.opcode.info() else { return };
     let flags = info.flags;
     let psn = pkt.bth.psn;
+    // UC never retransmits, so a PSN behind the expected one carries nothing new: it is a copy
+    // the network made, or a straggler of a message already given up. Taking it would deliver
+    // a message twice, or out of order.
+    if psn.diff(qp.resp.epsn) < 0 {
+        sh.stats.rx_duplicates += 1;
+        return;
+    }
     if psn != qp.resp.epsn {
         uc_abandon(qp, sh);
     }

@@ -32,6 +32,7 @@ struct Seen {
     opcode: Opcode,
     psn: u32,
     aeth: Option<u8>,
+    ack_req: bool,
     #[allow(dead_code)]
     fate: Fate,
 }
@@ -89,6 +90,7 @@ impl Pair {
                     opcode: p.bth.opcode,
                     psn: p.bth.psn.value(),
                     aeth: p.aeth.map(|a| a.syndrome),
+                    ack_req: p.bth.ack_req,
                     fate,
                 });
                 let at = self.now + self.latency_ns;
@@ -258,7 +260,10 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
 }
 
 fn setup(o: ConnOpts) -> (Pair, Side, Side) {
-    let mut p = Pair::new();
+    setup_on(Pair::new(), o)
+}
+
+fn setup_on(mut p: Pair, o: ConnOpts) -> (Pair, Side, Side) {
     let a = side(&mut p.a, ALL);
     let b = side(&mut p.b, ALL);
     connect(&mut p.a, a.qpn, 2, b.qpn, o);
@@ -711,6 +716,37 @@ fn mtu_4096_segments_a_large_write() {
     p.drive();
     assert_eq!(p.opcodes(Dir::AtoB).len(), 3);
     assert_eq!(read_mem(&b, 20000, 10000), data);
+}
+
+/// Regression (found by the simulator's bounded RC suite with a 1-packet window): a window
+/// narrower than `ack_every` stalled with no ACK asked for, so every window's worth of packets
+/// waited for the local ACK timeout and was sent again. The packet that fills the window asks.
+#[test]
+fn a_window_narrower_than_ack_every_asks_for_an_ack_when_it_fills() {
+    let mut p = Pair::new();
+    p.a = Nic::new(NicConfig { window: 4, ..NicConfig::new("a", 1) });
+    let (mut p, a, b) = setup_on(p, ConnOpts::default());
+    let data = pattern(2000, 6);
+    a.mem.write(0, &data).unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 2000)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 100, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, wr);
+    p.drive();
+    let asks: Vec<bool> = p.log.iter().filter(|s| s.dir == Dir::AtoB).map(|s| s.ack_req).collect();
+    assert_eq!(asks, [false, false, false, true, false, false, false, true], "8 packets, window 4");
+    assert_eq!((p.a.stats().timeouts, p.a.stats().retransmits), (0, 0));
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(read_mem(&b, 100, 2000), data);
 }
 
 // ---------------- loss, duplication, retransmission ----------------
@@ -1853,4 +1889,63 @@ fn ud_datagrams_carry_deth_and_land_after_a_grh() {
     // Without an address handle is refused too.
     let err = p.a.post_send(now, qa, &[SendWr { sg_list: &sg, ..Default::default() }]).unwrap_err();
     assert!(err.message.contains("needs wr.ud"), "{}", err.message);
+}
+
+// ---------------- regressions the simulator's UC properties found ----------------
+
+/// Regression (found by the simulator's UC property suite): a UC packet the network duplicated
+/// was taken for a new message, so the message was delivered twice. A PSN behind the expected
+/// one is dropped.
+#[test]
+fn uc_duplicated_packets_are_delivered_once() {
+    let (mut p, a, b, qa, qb) = uc_pair();
+    a.mem.write(0, &pattern(600, 7)).unwrap();
+    for id in 1..=3 {
+        p.b.post_recv(qb, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 1024 * id, 1024)] }]).unwrap();
+    }
+    p.filter = Box::new(|_, _, _| Fate::Duplicate);
+    let now = p.now;
+    let wrs = [
+        SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 3)], ..Default::default() },
+        SendWr { wr_id: 2, sg_list: &[sge(&a, 0, 600)], ..Default::default() },
+    ];
+    p.a.post_send(now, qa, &wrs).unwrap();
+    p.drive();
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, 3), (2, WcStatus::Success, 600)],
+        "each message once"
+    );
+    assert_eq!(read_mem(&b, 2048, 600), pattern(600, 7));
+    assert_eq!(p.b.stats().rx_duplicates, 4, "the copy of every packet was dropped");
+}
+
+/// Regression (same origin): a UC message's packet that arrives after a later message has
+/// started is a straggler; it is dropped rather than delivered out of order (or taken as a gap
+/// that loses the later message).
+#[test]
+fn uc_late_packet_of_an_earlier_message_is_dropped() {
+    let (mut p, a, b, qa, qb) = uc_pair();
+    a.mem.write(0, b"firstsecond").unwrap();
+    for id in 1..=2 {
+        p.b.post_recv(qb, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 1024 * id, 64)] }]).unwrap();
+    }
+    // The first message (its one packet) is overtaken by the second.
+    p.filter = Box::new(|_, _, i| if i == 0 { Fate::Delay(10_000) } else { Fate::Deliver });
+    let now = p.now;
+    let wrs = [
+        SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 5)], ..Default::default() },
+        SendWr { wr_id: 2, sg_list: &[sge(&a, 5, 6)], ..Default::default() },
+    ];
+    p.a.post_send(now, qa, &wrs).unwrap();
+    p.drive();
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, 6)],
+        "the second message only, in the first receive"
+    );
+    assert_eq!(read_mem(&b, 1024, 6), b"second");
+    assert_eq!(p.b.stats().rx_duplicates, 1);
 }

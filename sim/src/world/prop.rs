@@ -1,66 +1,113 @@
-//! Property testing RC on the simulator: proptest strategies for workloads and fault schedules
-//! (explicit values that shrink), and the oracles an RC connection must satisfy under them.
+//! Property testing the transports on the simulator: proptest strategies for workloads and
+//! fault schedules (plain values, so failures shrink), a runner that plays a [`Case`] in a
+//! two-node world, and the oracles (in [`oracle`]) every outcome must satisfy.
 //!
-//! A [`Case`] is everything a run depends on: the world's seed, the operations posted on one RC
-//! QP (`a` → `b`), the faults (as values: a loss window, the k-th packet dropped, a partition
-//! that heals, ...), the QP's retry attributes, a late receiver, or a permanent cut.
-//! [`run_case`] runs it and checks the oracles, returning a description of the first violation:
-//! - every message is delivered exactly once and in order (receive completions match the
-//!   SENDs and WRITE-with-immediates one for one, in post order, with their lengths and
-//!   immediates) and the target bytes equal what was sent (gathered from 1–3 SGEs, or inline);
-//! - send completions come in post order, one for each signaled WR;
-//! - a READ returns the target's bytes (scattered into 1–3 SGEs);
-//! - atomics behave as if executed one at a time in post order (each returns the value the
-//!   previous one left, and the target word ends as the sequential result);
-//! - with bounded faults and retries left, everything completes successfully;
-//! - with a permanent partition, the first unfinished WR completes with `RETRY_EXC_ERR`, every
-//!   later one with `WR_FLUSH_ERR`, and nothing is delivered after the cut;
-//! - with `rnr_retry = 7` and receives posted late, everything is delivered once they are.
+//! A [`Case`] is everything a run depends on: the world's seed, the QP type, the WRs posted on
+//! `a`'s QP towards `b`, the faults (a loss window, the k-th packet dropped, a partition that
+//! heals, ...), the QP's retry attributes, a late receiver, a cut that outlasts the retries,
+//! the path MTU, the NICs' send window and the first PSNs. [`run_case`] plays it and checks
+//! every oracle; [`check_case`] does the same inside a proptest body, printing the seed first.
+//! What is checked (each item names the oracle; `docs/simulator.md` has the table):
+//! - RC: every message is delivered exactly once and in order — receive completions match the
+//!   SENDs and WRITE-with-immediates one for one, in post order
+//!   ([`oracle::check_exactly_once_in_order`]), with every field a program reads
+//!   ([`oracle::check_wc`]: `wr_id`, `status`, `opcode`, `byte_len`, `imm_data` and
+//!   `IBV_WC_WITH_IMM`, `qp_num`, `src_qp`); send completions come in post order, one per
+//!   signaled WR, with the same fields; the bytes at the target equal what was sent (gathered
+//!   from 1–3 SGEs or inline, scattered into 1–3 SGEs) and no other byte of either MR changed;
+//!   a READ returns the target's bytes; atomics behave as if executed one at a time
+//!   ([`oracle::check_atomics_serial`], also across several QPs: [`run_contention`]);
+//! - RC with bounded faults and retries left: everything completes successfully; on a clean
+//!   link nothing is retransmitted and no timer fires;
+//! - RC with a cut that outlasts the retries: the first unfinished WR completes with
+//!   `RETRY_EXC_ERR`, every later one with `WR_FLUSH_ERR`, and once the cut heals nothing more is
+//!   sent or delivered;
+//! - RC with `rnr_retry = 7` and receives posted late: everything is delivered once the
+//!   receives are posted, also under faults; on a clean link after RNR NAKs and without a
+//!   single local ACK timeout;
+//! - UC: each message is delivered at most once, in order, whole or not at all
+//!   ([`oracle::check_at_most_once_in_order`]); on a clean link, all of them;
+//! - UD: each datagram is delivered at most once ([`oracle::check_at_most_once`]), whole, with
+//!   its GRH, and sent exactly once (never retransmitted).
 
 use proptest::prelude::*;
-use verbs_api::{
-    AtomicTarget, Mtu, QpCap, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcStatus,
-    WorkCompletion, WrOpcode,
-};
+use proptest::test_runner::TestCaseError;
+use verbs_api::{Mtu, QpType};
 
-use super::trace::TraceKind;
-use super::{connect_rc, LinkChange, LinkParams, Rng, SimWorld};
-use crate::conn::ConnOpts;
+pub mod oracle;
+mod run;
+
+pub use oracle::{AtomicOp, AtomicResult, ExpectedWc};
+pub use run::{run_case, run_contention, schedule_faults, Outcome, RUN_LIMIT_NS};
 
 /// What one WR does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpKind {
-    /// SEND (with an immediate if `imm` is set).
+    /// `IBV_WR_SEND` (`IBV_WR_SEND_WITH_IMM` if the item has an immediate).
     Send,
-    /// RDMA WRITE (with an immediate if `imm` is set: consumes a receive).
+    /// `IBV_WR_RDMA_WRITE` (`IBV_WR_RDMA_WRITE_WITH_IMM` with an immediate: consumes a receive).
     Write,
-    /// RDMA READ.
+    /// `IBV_WR_RDMA_READ`.
     Read,
-    /// ATOMIC CMP_AND_SWP of the shared target word.
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` of the shared target word.
     CompareSwap,
-    /// ATOMIC FETCH_AND_ADD of the shared target word.
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD` of the shared target word.
     FetchAdd,
 }
 
-/// One WR of a workload.
+/// One WR of a workload (an `ibv_send_wr`, as a value).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkItem {
     /// What.
     pub kind: OpKind,
-    /// Bytes (8 for atomics).
+    /// Message length in bytes (8 for atomics).
     pub len: u32,
-    /// Gather/scatter list length, 1–3.
+    /// Gather list length (and, for an RC SEND, the receive's scatter list length), 1–3.
     pub sges: u8,
-    /// IBV_SEND_INLINE (SEND/WRITE of at most [`MAX_INLINE`] bytes).
+    /// `IBV_SEND_INLINE` (SEND/WRITE of at most [`MAX_INLINE`] bytes).
     pub inline: bool,
-    /// IBV_SEND_SIGNALED.
+    /// `IBV_SEND_SIGNALED`.
     pub signaled: bool,
-    /// An immediate (SEND/WRITE).
+    /// `imm_data` (SEND/WRITE only).
     pub imm: Option<u32>,
-    /// CAS compare value / FADD addend.
+    /// `compare_add`: the CAS compare value or the FADD addend.
     pub operand: u64,
-    /// CAS swap value.
+    /// `swap`: the CAS swap value.
     pub swap: u64,
+}
+
+impl WorkItem {
+    /// A signaled WR of `kind` and `len` bytes from one SGE, not inline, without an immediate,
+    /// with zero operands (atomics are always 8 bytes).
+    pub fn new(kind: OpKind, len: u32) -> WorkItem {
+        let atomic = matches!(kind, OpKind::CompareSwap | OpKind::FetchAdd);
+        WorkItem {
+            kind,
+            len: if atomic { 8 } else { len },
+            sges: 1,
+            inline: false,
+            signaled: true,
+            imm: None,
+            operand: 0,
+            swap: 0,
+        }
+    }
+
+    /// Whether it consumes a receive WQE at the target (a SEND or a WRITE with immediate).
+    pub fn consumes_recv(&self) -> bool {
+        self.kind == OpKind::Send || (self.kind == OpKind::Write && self.imm.is_some())
+    }
+
+    /// The atomic it is, if it is one.
+    pub fn atomic_op(&self) -> Option<AtomicOp> {
+        match self.kind {
+            OpKind::CompareSwap => {
+                Some(AtomicOp::CompareSwap { compare: self.operand, swap: self.swap })
+            }
+            OpKind::FetchAdd => Some(AtomicOp::FetchAdd { add: self.operand }),
+            _ => None,
+        }
+    }
 }
 
 /// Which way a fault acts.
@@ -72,7 +119,7 @@ pub enum Dir {
     Backward,
 }
 
-/// A fault, as a value.
+/// A fault, as a value. Probabilities are in parts per million per packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FaultKind {
     /// Lose packets with probability `ppm` / 10^6 for `dur_ns`.
@@ -93,8 +140,17 @@ pub enum FaultKind {
         /// How long.
         dur_ns: u64,
     },
-    /// Flip a bit in packets with probability `ppm` / 10^6 for `dur_ns`.
+    /// Flip a bit in packets with probability `ppm` / 10^6 for `dur_ns` (the ICRC catches it).
     Corrupt {
+        /// Direction.
+        dir: Dir,
+        /// Parts per million.
+        ppm: u32,
+        /// How long.
+        dur_ns: u64,
+    },
+    /// Cut packets short with probability `ppm` / 10^6 for `dur_ns` (the parser rejects them).
+    Truncate {
         /// Direction.
         dir: Dir,
         /// Parts per million.
@@ -119,7 +175,7 @@ pub enum FaultKind {
         /// Which packet, 0 = the first after the workload is posted.
         n: u64,
     },
-    /// Cut both directions for `dur_ns`, then heal.
+    /// Cut both directions for `dur_ns`, then heal (packets in flight are lost too).
     Partition {
         /// How long.
         dur_ns: u64,
@@ -136,35 +192,61 @@ pub struct FaultEvent {
 }
 
 /// Everything a property run depends on.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Case {
-    /// The world's seed.
+    /// The world's seed (and of the message contents).
     pub seed: u64,
+    /// The transport: `Rc`, `Uc` or `Ud`.
+    pub qp_type: QpType,
     /// WRs posted on `a`'s QP, in order.
     pub workload: Vec<WorkItem>,
     /// Faults.
     pub faults: Vec<FaultEvent>,
-    /// `retry_cnt`.
+    /// `retry_cnt` (RC).
     pub retry_cnt: u8,
-    /// `timeout` exponent.
+    /// `timeout` exponent (RC): 4.096 µs × 2^timeout.
     pub timeout: u8,
-    /// `rnr_retry`.
+    /// `rnr_retry` (RC; 7 = infinite).
     pub rnr_retry: u8,
     /// The receiver posts its receives this long after the workload (0: before it).
     pub recv_delay_ns: u64,
-    /// Cut both directions for good at this time.
+    /// Cut both directions at this time and keep them cut until the requester has completed
+    /// every WR (so its retries run out); then the runner heals the cut and checks that nothing
+    /// more happens.
     pub cut_at_ns: Option<u64>,
-    /// Path MTU.
+    /// Path MTU (RC, UC; UD uses the port's).
     pub mtu: Mtu,
-    /// The NICs' send window in packets ([`DEFAULT_WINDOW`] in the strategies).
+    /// The NICs' send window in packets ([`engine_window`] unless a strategy narrows it).
     pub window: u32,
+    /// The first PSNs of `a` and `b` (24 bits).
+    pub psns: (u32, u32),
 }
 
-/// The send window the strategies give the NICs: room for a whole 1 MiB message at MTU 1024.
-/// (The engine's default, 512, makes a message that stalls on the window mid-way resume with a
-/// FIRST packet once an earlier WQE is retired, which the responder rejects; see
-/// `docs/simulator.md`, "Known engine issues". The regression test in `sim_props` runs with 512.)
-pub const DEFAULT_WINDOW: u32 = 2048;
+impl Case {
+    /// An RC case on a clean link with `workload`: `retry_cnt` 7, `timeout` 10 (4 ms),
+    /// `rnr_retry` 7, receives posted first, MTU 1024, the engine's window, PSNs from the seed.
+    pub fn new(seed: u64, workload: Vec<WorkItem>) -> Case {
+        Case {
+            seed,
+            qp_type: QpType::Rc,
+            workload,
+            faults: Vec::new(),
+            retry_cnt: 7,
+            timeout: 10,
+            rnr_retry: 7,
+            recv_delay_ns: 0,
+            cut_at_ns: None,
+            mtu: Mtu::Mtu1024,
+            window: engine_window(),
+            psns: ((seed & 0xFF_FFFF) as u32, ((seed >> 24) & 0xFF_FFFF) as u32),
+        }
+    }
+}
+
+/// The send window the engine has unless told otherwise (`NicConfig::new`).
+pub fn engine_window() -> u32 {
+    nic_model::engine::NicConfig::new("", 0).window
+}
 
 /// The largest inline payload the property QPs allow.
 pub const MAX_INLINE: u32 = 64;
@@ -179,23 +261,20 @@ pub fn size() -> impl Strategy<Value = u32> {
     ]
 }
 
-/// One WR.
-pub fn work_item() -> impl Strategy<Value = WorkItem> {
-    let kind = prop_oneof![
-        4 => Just(OpKind::Send),
-        4 => Just(OpKind::Write),
-        2 => Just(OpKind::Read),
-        1 => Just(OpKind::CompareSwap),
-        1 => Just(OpKind::FetchAdd),
-    ];
+/// One WR of `kind` (SEND/WRITE with or without an immediate; inline when small enough; atomics
+/// of 8 bytes with small operands, so CAS sometimes matches).
+fn item_of(
+    kind: impl Strategy<Value = OpKind> + 'static,
+    len: BoxedStrategy<u32>,
+) -> BoxedStrategy<WorkItem> {
     (
         kind,
-        size(),
+        len,
         1u8..=3,
         any::<bool>(),
         any::<bool>(),
         prop::option::of(any::<u32>()),
-        0u64..3,
+        0u64..4,
         0u64..5,
     )
         .prop_map(|(kind, len, sges, inline, signaled, imm, operand, swap)| {
@@ -213,551 +292,272 @@ pub fn work_item() -> impl Strategy<Value = WorkItem> {
                 swap,
             }
         })
+        .boxed()
 }
 
-/// A workload of 1..=`max` WRs.
+/// One RC WR: SEND, WRITE (either with an immediate), READ, CAS or FADD, 0 B–1 MiB, 1–3 SGEs,
+/// inline when small, signaled or not.
+pub fn work_item() -> impl Strategy<Value = WorkItem> {
+    let kind = prop_oneof![
+        4 => Just(OpKind::Send),
+        4 => Just(OpKind::Write),
+        2 => Just(OpKind::Read),
+        1 => Just(OpKind::CompareSwap),
+        1 => Just(OpKind::FetchAdd),
+    ];
+    item_of(kind, size().boxed())
+}
+
+/// An RC workload of 1..=`max` WRs.
 pub fn workload(max: usize) -> impl Strategy<Value = Vec<WorkItem>> {
     prop::collection::vec(work_item(), 1..=max.max(1))
+}
+
+/// A UC workload of 1..=`max` SENDs and WRITEs (UC has no READ or atomics).
+pub fn uc_workload(max: usize) -> impl Strategy<Value = Vec<WorkItem>> {
+    let kind = prop_oneof![Just(OpKind::Send), Just(OpKind::Write)];
+    prop::collection::vec(item_of(kind, size().boxed()), 1..=max.max(1))
+}
+
+/// A UD workload of 1..=`max` SENDs of at most `mtu` bytes (a UD message is one packet).
+pub fn ud_workload(max: usize, mtu: Mtu) -> impl Strategy<Value = Vec<WorkItem>> {
+    let len = prop_oneof![3 => 0u32..=64, 1 => 0u32..=mtu.bytes()].boxed();
+    prop::collection::vec(item_of(Just(OpKind::Send), len), 1..=max.max(1))
+}
+
+/// Path MTUs, 1024 and 4096 likeliest.
+pub fn mtu() -> impl Strategy<Value = Mtu> {
+    prop_oneof![
+        1 => Just(Mtu::Mtu256),
+        1 => Just(Mtu::Mtu512),
+        3 => Just(Mtu::Mtu1024),
+        1 => Just(Mtu::Mtu2048),
+        3 => Just(Mtu::Mtu4096),
+    ]
+}
+
+/// The NICs' send window: mostly the engine's own, sometimes a narrow one (1–64 packets) so
+/// that messages stall on it mid-way.
+pub fn window() -> impl Strategy<Value = u32> {
+    prop_oneof![3 => Just(engine_window()), 1 => 1u32..=64]
+}
+
+/// First PSNs: anywhere, or just before the 24-bit wrap so a workload crosses it.
+pub fn psns() -> impl Strategy<Value = (u32, u32)> {
+    let psn = prop_oneof![2 => 0u32..=0xFF_FFFF, 1 => 0xFF_FF00u32..=0xFF_FFFF];
+    (psn.clone(), psn)
 }
 
 fn dir() -> impl Strategy<Value = Dir> {
     prop_oneof![Just(Dir::Forward), Just(Dir::Backward)]
 }
 
-/// A fault that RC with retries left must ride out: up to 5 % loss, duplication, corruption,
-/// reordering, a dropped packet, a partition shorter than the retry budget.
-pub fn bounded_fault() -> impl Strategy<Value = FaultKind> {
-    let dur = 10_000u64..2_000_000;
-    prop_oneof![
-        (dir(), 1u32..50_000, dur.clone()).prop_map(|(dir, ppm, dur_ns)| FaultKind::Loss {
-            dir,
-            ppm,
-            dur_ns
-        }),
-        (dir(), 1u32..50_000, dur.clone()).prop_map(|(dir, ppm, dur_ns)| FaultKind::Duplicate {
-            dir,
-            ppm,
-            dur_ns
-        }),
-        (dir(), 1u32..20_000, dur.clone()).prop_map(|(dir, ppm, dur_ns)| FaultKind::Corrupt {
-            dir,
-            ppm,
-            dur_ns
-        }),
-        (dir(), 1u64..5_000, dur).prop_map(|(dir, jitter_ns, dur_ns)| FaultKind::Reorder {
-            dir,
-            jitter_ns,
-            dur_ns
-        }),
-        (dir(), prop_oneof![3 => 0u64..8, 1 => 8u64..256])
-            .prop_map(|(dir, n)| FaultKind::DropNth { dir, n }),
-        (1_000u64..1_000_000).prop_map(|dur_ns| FaultKind::Partition { dur_ns }),
-    ]
+/// Per-packet fault rates in parts per million: often high enough to hit a short workload.
+fn ppm(max: u32) -> impl Strategy<Value = u32> {
+    prop_oneof![1 => 1u32..max / 10, 2 => max / 10..=max]
 }
 
-/// 0..=`max` bounded faults, most in the first 20 µs (where small workloads run), some up to
-/// 2 ms.
-pub fn fault_schedule(max: usize) -> impl Strategy<Value = Vec<FaultEvent>> {
-    prop::collection::vec(
-        (prop_oneof![3 => 0u64..20_000, 1 => 0u64..2_000_000], bounded_fault())
-            .prop_map(|(at_ns, kind)| FaultEvent { at_ns, kind }),
-        0..=max,
-    )
-}
-
-/// Whether the strategies may generate cases that hit known engine issues (environment
-/// variable `SOFTVERBS_PROP_KNOWN_ISSUES=1`). Off by default so the suites stay green while the
-/// issues are open; see `docs/simulator.md`, "Known engine issues".
-pub fn known_issues_allowed() -> bool {
-    std::env::var("SOFTVERBS_PROP_KNOWN_ISSUES").as_deref() == Ok("1")
-}
-
-/// Whether a case would hit the open engine issue "a lost or reordered READ response packet
-/// completes the READ successfully with bytes missing": a READ with faults on responses.
-pub fn hits_known_read_issue(c: &Case) -> bool {
-    let has_read = c.workload.iter().any(|w| w.kind == OpKind::Read);
-    let response_faults = c.faults.iter().any(|f| match f.kind {
-        FaultKind::Loss { dir, .. }
-        | FaultKind::Duplicate { dir, .. }
-        | FaultKind::Corrupt { dir, .. }
-        | FaultKind::Reorder { dir, .. }
-        | FaultKind::DropNth { dir, .. } => dir == Dir::Backward,
-        FaultKind::Partition { .. } => true,
+/// A fault a transport with retries left must ride out (with duplication only if `dup`).
+fn fault_kind(dup: bool) -> BoxedStrategy<FaultKind> {
+    let dur = || 10_000u64..2_000_000;
+    let loss = (dir(), ppm(200_000), dur()).prop_map(|(dir, ppm, dur_ns)| FaultKind::Loss {
+        dir,
+        ppm,
+        dur_ns,
     });
-    has_read && response_faults
+    let duplicate = (dir(), ppm(200_000), dur())
+        .prop_map(|(dir, ppm, dur_ns)| FaultKind::Duplicate { dir, ppm, dur_ns });
+    let corrupt = (dir(), ppm(100_000), dur()).prop_map(|(dir, ppm, dur_ns)| FaultKind::Corrupt {
+        dir,
+        ppm,
+        dur_ns,
+    });
+    let truncate = (dir(), ppm(100_000), dur())
+        .prop_map(|(dir, ppm, dur_ns)| FaultKind::Truncate { dir, ppm, dur_ns });
+    let reorder = (dir(), 1u64..5_000, dur())
+        .prop_map(|(dir, jitter_ns, dur_ns)| FaultKind::Reorder { dir, jitter_ns, dur_ns });
+    let drop_nth = (dir(), prop_oneof![3 => 0u64..8, 1 => 8u64..256])
+        .prop_map(|(dir, n)| FaultKind::DropNth { dir, n });
+    let partition = (1_000u64..1_000_000).prop_map(|dur_ns| FaultKind::Partition { dur_ns });
+    if dup {
+        prop_oneof![loss, duplicate, corrupt, truncate, reorder, drop_nth, partition].boxed()
+    } else {
+        prop_oneof![loss, corrupt, truncate, reorder, drop_nth, partition].boxed()
+    }
 }
 
-/// A case with bounded faults and retries left (it must complete successfully).
+/// A fault that RC with retries left must ride out: up to 20 % loss or duplication, up to 10 %
+/// corruption or truncation, reordering, a dropped packet, a partition shorter than the retry
+/// budget — each for at most 2 ms.
+pub fn bounded_fault() -> impl Strategy<Value = FaultKind> {
+    fault_kind(true)
+}
+
+/// 1..=`max` faults of `kind` (or, one time in seven, none), most starting at once (acting on
+/// the first burst of packets) or in the first `early_ns` (where short workloads run), some up
+/// to 2 ms.
+fn schedule_of(
+    kind: BoxedStrategy<FaultKind>,
+    max: usize,
+    early_ns: u64,
+) -> BoxedStrategy<Vec<FaultEvent>> {
+    let at = prop_oneof![3 => Just(0u64), 2 => 0u64..early_ns, 1 => 0u64..2_000_000];
+    let event = (at, kind).prop_map(|(at_ns, kind)| FaultEvent { at_ns, kind });
+    prop_oneof![
+        1 => Just(Vec::new()),
+        6 => prop::collection::vec(event, 1..=max.max(1)),
+    ]
+    .boxed()
+}
+
+/// 0..=`max` bounded faults, most from the start or in the first 5 µs (where small workloads
+/// run), some up to 2 ms; an empty schedule (a clean link) one time in seven.
+pub fn fault_schedule(max: usize) -> impl Strategy<Value = Vec<FaultEvent>> {
+    schedule_of(fault_kind(true), max, 5_000)
+}
+
+/// Like [`fault_schedule`] without duplication and packed into the first 2 µs, where a burst
+/// of datagrams is on the wire. Without duplication because UD has no PSNs: a datagram the
+/// network duplicates is received twice, so "at most once" holds only on a network that does
+/// not duplicate.
+pub fn datagram_fault_schedule(max: usize) -> impl Strategy<Value = Vec<FaultEvent>> {
+    schedule_of(fault_kind(false), max, 2_000)
+}
+
+/// An RC case with bounded faults and retries left (it must complete successfully).
 pub fn bounded_case() -> impl Strategy<Value = Case> {
-    (
-        any::<u64>(),
-        workload(8),
-        fault_schedule(4),
-        prop_oneof![Just(Mtu::Mtu1024), Just(Mtu::Mtu4096)],
-    )
-        .prop_map(|(seed, workload, faults, mtu)| Case {
-            seed,
-            workload,
+    (any::<u64>(), workload(8), fault_schedule(4), mtu(), window(), psns()).prop_map(
+        |(seed, workload, faults, mtu, window, psns)| Case {
             faults,
-            retry_cnt: 7,
-            timeout: 10,
-            rnr_retry: 7,
-            recv_delay_ns: 0,
-            cut_at_ns: None,
             mtu,
-            window: DEFAULT_WINDOW,
-        })
-        .prop_filter("known engine issue: READ responses under faults", |c| {
-            known_issues_allowed() || !hits_known_read_issue(c)
-        })
-}
-
-/// A case cut for good partway (it must end in `RETRY_EXC_ERR` then flushes).
-pub fn partition_case() -> impl Strategy<Value = Case> {
-    (any::<u64>(), workload(8), 0u64..200_000, 0u8..=3).prop_map(
-        |(seed, workload, cut, retry_cnt)| Case {
-            seed,
-            workload,
-            faults: Vec::new(),
-            retry_cnt,
-            timeout: 5,
-            rnr_retry: 7,
-            recv_delay_ns: 0,
-            cut_at_ns: Some(cut),
-            mtu: Mtu::Mtu4096,
-            window: DEFAULT_WINDOW,
+            window,
+            psns,
+            ..Case::new(seed, workload)
         },
     )
 }
 
-/// A case whose receiver posts late (RNR NAKs until it does; `rnr_retry = 7` waits forever).
+/// An RC case cut partway, until the requester gives up (it must end in `RETRY_EXC_ERR`, then
+/// flushes, then silence). The cut comes early enough that most cases are still running.
+pub fn partition_case() -> impl Strategy<Value = Case> {
+    let cut = prop_oneof![2 => 0u64..2_000, 2 => 0u64..20_000, 1 => 0u64..200_000];
+    (any::<u64>(), workload(8), cut, 0u8..=3, mtu(), psns()).prop_map(
+        |(seed, workload, cut, retry_cnt, mtu, psns)| Case {
+            retry_cnt,
+            timeout: 5,
+            cut_at_ns: Some(cut),
+            mtu,
+            psns,
+            ..Case::new(seed, workload)
+        },
+    )
+}
+
+/// An RC case whose receiver posts late (RNR NAKs until it does; `rnr_retry = 7` waits
+/// forever), mostly under bounded faults too. The first WR is a SEND, so every case meets an
+/// RNR NAK.
 pub fn rnr_case() -> impl Strategy<Value = Case> {
-    (any::<u64>(), workload(6), 1_000u64..3_000_000).prop_map(|(seed, workload, delay)| Case {
+    let first = item_of(Just(OpKind::Send), size().boxed());
+    (any::<u64>(), first, workload(5), 5_000u64..3_000_000, mtu(), fault_schedule(3)).prop_map(
+        |(seed, first, rest, delay, mtu, faults)| {
+            let mut workload = vec![first];
+            workload.extend(rest);
+            Case { timeout: 14, recv_delay_ns: delay, mtu, faults, ..Case::new(seed, workload) }
+        },
+    )
+}
+
+/// A UC case with faults, most in the first 2 µs where its burst of packets is on the wire
+/// (none of them may deliver a message twice, out of order or in part).
+pub fn uc_case() -> impl Strategy<Value = Case> {
+    let faults = schedule_of(fault_kind(true), 3, 2_000);
+    (any::<u64>(), uc_workload(8), faults, mtu(), psns()).prop_map(
+        |(seed, workload, faults, mtu, psns)| Case {
+            qp_type: QpType::Uc,
+            faults,
+            mtu,
+            psns,
+            ..Case::new(seed, workload)
+        },
+    )
+}
+
+/// A UD case with faults other than duplication (see [`datagram_fault_schedule`]).
+pub fn ud_case() -> impl Strategy<Value = Case> {
+    (any::<u64>(), ud_workload(12, Mtu::Mtu4096), datagram_fault_schedule(3)).prop_map(
+        |(seed, workload, faults)| Case {
+            qp_type: QpType::Ud,
+            faults,
+            mtu: Mtu::Mtu4096,
+            ..Case::new(seed, workload)
+        },
+    )
+}
+
+/// Several RC requesters running atomics on one word of one target, under faults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContentionCase {
+    /// The world's seed.
+    pub seed: u64,
+    /// Each requester's atomics, in post order.
+    pub per_qp: Vec<Vec<AtomicOp>>,
+    /// Faults, applied to every requester's pair of links.
+    pub faults: Vec<FaultEvent>,
+}
+
+/// 2–4 requesters with 1–6 atomics each (CAS with small values so some succeed, FADD),
+/// with bounded faults.
+pub fn contention_case() -> impl Strategy<Value = ContentionCase> {
+    let op = prop_oneof![
+        (0u64..8, 0u64..8).prop_map(|(compare, swap)| AtomicOp::CompareSwap { compare, swap }),
+        (0u64..4).prop_map(|add| AtomicOp::FetchAdd { add }),
+    ];
+    let per_qp = prop::collection::vec(prop::collection::vec(op, 1..=6), 2..=4);
+    (any::<u64>(), per_qp, fault_schedule(3)).prop_map(|(seed, per_qp, faults)| ContentionCase {
         seed,
-        workload,
-        faults: Vec::new(),
-        retry_cnt: 7,
-        timeout: 14,
-        rnr_retry: 7,
-        recv_delay_ns: delay,
-        cut_at_ns: None,
-        mtu: Mtu::Mtu1024,
-        window: DEFAULT_WINDOW,
+        per_qp,
+        faults,
     })
 }
 
-/// What a run produced, for callers that check more.
-#[derive(Clone, Debug)]
-pub struct Outcome {
-    /// The requester's completions.
-    pub send_wcs: Vec<WorkCompletion>,
-    /// The responder's completions.
-    pub recv_wcs: Vec<WorkCompletion>,
-    /// The trace hash.
-    pub trace_hash: u64,
-    /// Faults injected.
-    pub faults_injected: u64,
+fn describe(case: &Case) -> String {
+    format!(
+        "case: seed {} ({:?}, {} WRs, {} fault events{}{})",
+        case.seed,
+        case.qp_type,
+        case.workload.len(),
+        case.faults.len(),
+        case.cut_at_ns.map(|c| format!(", cut at {c} ns")).unwrap_or_default(),
+        if case.recv_delay_ns > 0 {
+            format!(", receives after {} ns", case.recv_delay_ns)
+        } else {
+            String::new()
+        }
+    )
 }
 
-fn drain(cq: &verbs_api::CompletionQueue, out: &mut Vec<WorkCompletion>) -> verbs_api::Result<()> {
-    let mut buf = [WorkCompletion::default(); 32];
-    loop {
-        let n = cq.poll(&mut buf)?;
-        if n == 0 {
-            return Ok(());
-        }
-        out.extend_from_slice(&buf[..n]);
-    }
+/// [`run_case`] for a proptest body: prints the case's seed first, then runs it; a violation
+/// fails the test case (and proptest shrinks it).
+pub fn check_case(case: &Case) -> Result<Outcome, TestCaseError> {
+    eprintln!("{}", describe(case));
+    run_case(case).map_err(TestCaseError::fail)
 }
 
-/// Where each WR's bytes live: pieces in `a`'s MR (with gaps between them), and a region in
-/// `b`'s MR.
-struct Layout {
-    pieces: Vec<Vec<(usize, u32)>>,
-    remote: Vec<usize>,
-    a_len: usize,
-    b_len: usize,
-}
-
-const ATOMIC_WORD: usize = 0;
-const GAP: usize = 64;
-
-fn layout(work: &[WorkItem]) -> Layout {
-    let (mut a, mut b) = (0usize, 64usize);
-    let mut pieces = Vec::new();
-    let mut remote = Vec::new();
-    for w in work {
-        let k = w.sges.max(1) as u32;
-        let mut ps = Vec::new();
-        let mut left = w.len;
-        for j in 0..k {
-            let len = if j + 1 == k { left } else { w.len / k };
-            left -= len;
-            ps.push((a, len));
-            a += len as usize + GAP;
-        }
-        pieces.push(ps);
-        remote.push(b);
-        b += w.len as usize + GAP;
-    }
-    Layout { pieces, remote, a_len: a + GAP, b_len: b + GAP }
-}
-
-fn consumes_recv(w: &WorkItem) -> bool {
-    w.kind == OpKind::Send || (w.kind == OpKind::Write && w.imm.is_some())
-}
-
-fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
-    if cond {
-        Ok(())
-    } else {
-        Err(msg())
-    }
-}
-
-/// Run a case and check every oracle; `Err` describes the first violation (with the seed).
-pub fn run_case(case: &Case) -> Result<Outcome, String> {
-    run_inner(case).map_err(|e| format!("seed {}: {e}", case.seed))
-}
-
-fn run_inner(case: &Case) -> Result<Outcome, String> {
-    let e = |e: verbs_api::Error| e.to_string();
-    let mut work = case.workload.clone();
-    if let Some(last) = work.last_mut() {
-        // The last WR is signaled so the run has an end every program can observe.
-        last.signaled = true;
-    }
-    let n = work.len();
-    let params = LinkParams { queue_limit: 0, ..LinkParams::default() };
-    let world = {
-        let mut w = super::World::new(case.seed);
-        w.configure_nics(|c| c.window = case.window);
-        let (a, b) = (w.add_node("a"), w.add_node("b"));
-        w.add_duplex(a, b, params.clone());
-        SimWorld::new(w)
-    };
-    world.lock().trace_mut().set_keep(case.cut_at_ns.is_some());
-    let lay = layout(&work);
-    let cap = QpCap {
-        max_send_wr: n as u32,
-        max_recv_wr: n as u32,
-        max_send_sge: 3,
-        max_recv_sge: 3,
-        max_inline_data: MAX_INLINE,
-    };
-    let opts = ConnOpts {
-        mtu: case.mtu,
-        timeout: case.timeout,
-        retry_cnt: case.retry_cnt,
-        rnr_retry: case.rnr_retry,
-        min_rnr_timer: 1,
-        ..ConnOpts::default()
-    };
-    let mr_len = lay.a_len.max(lay.b_len);
-    let psns = ((case.seed & 0xFF_FFFF) as u32, ((case.seed >> 24) & 0xFF_FFFF) as u32);
-    let (a, b) = connect_rc(&world, 0, 1, cap, 2 * n as u32 + 8, mr_len, &opts, psns).map_err(e)?;
-
-    // Contents: `a`'s sources and `b`'s READ sources are seeded bytes; the rest zero.
-    let mut fill = Rng::new(case.seed ^ 0xda7a);
-    let mut bytes = |len: usize| (0..len).map(|_| fill.next_u64() as u8).collect::<Vec<u8>>();
-    let mut sent = Vec::new();
-    for (i, w) in work.iter().enumerate() {
-        let total = bytes(w.len as usize);
-        match w.kind {
-            OpKind::Send | OpKind::Write => {
-                let mut at = 0;
-                for &(off, len) in &lay.pieces[i] {
-                    a.mr.write(off, &total[at..at + len as usize]).map_err(e)?;
-                    at += len as usize;
-                }
-            }
-            OpKind::Read => b.mr.write(lay.remote[i], &total).map_err(e)?,
-            _ => {}
-        }
-        sent.push(total);
-    }
-
-    let post_recvs = |b: &crate::conn::Endpoint| -> Result<(), String> {
-        for (i, w) in work.iter().enumerate().filter(|(_, w)| consumes_recv(w)) {
-            let sge = [b.mr.sge(lay.remote[i], w.len)];
-            let sg: &[Sge] = if w.kind == OpKind::Send { &sge } else { &[] };
-            b.qp.post_recv(&[RecvWr { wr_id: i as u64, sg_list: sg }]).map_err(e)?;
-        }
-        Ok(())
-    };
-    if case.recv_delay_ns == 0 {
-        post_recvs(&b)?;
-    }
-
-    let start = world.now_ns();
-    schedule_faults(&world, start, &case.faults, &params);
-    if let Some(cut) = case.cut_at_ns {
-        let mut w = world.lock();
-        for l in 0..2 {
-            w.schedule(start + cut, l, LinkChange::Partition);
-        }
-    }
-
-    for (i, w) in work.iter().enumerate() {
-        let sges: Vec<Sge> = lay.pieces[i].iter().map(|&(off, len)| a.mr.sge(off, len)).collect();
-        let mut flags = SendFlags::empty();
-        if w.signaled {
-            flags |= SendFlags::SIGNALED;
-        }
-        if w.inline {
-            flags |= SendFlags::INLINE;
-        }
-        let opcode = match (w.kind, w.imm.is_some()) {
-            (OpKind::Send, false) => WrOpcode::Send,
-            (OpKind::Send, true) => WrOpcode::SendWithImm,
-            (OpKind::Write, false) => WrOpcode::RdmaWrite,
-            (OpKind::Write, true) => WrOpcode::RdmaWriteWithImm,
-            (OpKind::Read, _) => WrOpcode::RdmaRead,
-            (OpKind::CompareSwap, _) => WrOpcode::AtomicCmpAndSwp,
-            (OpKind::FetchAdd, _) => WrOpcode::AtomicFetchAndAdd,
-        };
-        let wr = SendWr {
-            wr_id: i as u64,
-            sg_list: &sges,
-            opcode,
-            send_flags: flags,
-            imm_data: w.imm.unwrap_or(0),
-            rdma: RdmaTarget { remote_addr: b.mr.addr() + lay.remote[i] as u64, rkey: b.mr.rkey() },
-            atomic: AtomicTarget {
-                remote_addr: b.mr.addr() + ATOMIC_WORD as u64,
-                rkey: b.mr.rkey(),
-                compare_add: w.operand,
-                swap: w.swap,
-            },
-            ..Default::default()
-        };
-        a.qp.post_send(&[wr]).map_err(|err| format!("post_send wr {i} {w:?}: {err}"))?;
-    }
-
-    // Run: until the last WR completes (success or error) on `a`.
-    let mut send_wcs = Vec::new();
-    let mut recv_wcs = Vec::new();
-    let deadline = start + 10_000_000_000;
-    if case.recv_delay_ns > 0 {
-        world.run_until(start + case.recv_delay_ns);
-        post_recvs(&b)?;
-    }
-    let mut err = None;
-    let finished = world.run_until_pred(
-        || {
-            if let Err(x) = drain(&a.cq, &mut send_wcs) {
-                err = Some(x.to_string());
-                return true;
-            }
-            send_wcs.last().is_some_and(|w| w.wr_id as usize == n - 1)
-        },
-        deadline,
+/// [`run_contention`] for a proptest body: prints the seed first.
+pub fn check_contention(case: &ContentionCase) -> Result<Outcome, TestCaseError> {
+    eprintln!(
+        "contention case: seed {} ({} requesters, {} atomics, {} fault events)",
+        case.seed,
+        case.per_qp.len(),
+        case.per_qp.iter().map(Vec::len).sum::<usize>(),
+        case.faults.len()
     );
-    if let Some(x) = err {
-        return Err(x);
-    }
-    // Let stragglers (duplicates, late responses) land, so "nothing after" is checked fully.
-    world.run_until_idle(1_000_000);
-    drain(&a.cq, &mut send_wcs).map_err(e)?;
-    drain(&b.cq, &mut recv_wcs).map_err(e)?;
-    check(finished, || format!("the last WR never completed; completions {send_wcs:?}"))?;
-
-    let w = world.lock();
-    let outcome = Outcome {
-        send_wcs: send_wcs.clone(),
-        recv_wcs: recv_wcs.clone(),
-        trace_hash: w.trace().hash(),
-        faults_injected: w.total_stats().faults(),
-    };
-
-    // ---- oracles ----
-    let first_err = send_wcs.iter().position(|c| c.status != WcStatus::Success);
-    let failed_wr = first_err.map(|p| send_wcs[p].wr_id as usize);
-    match case.cut_at_ns {
-        None => check(first_err.is_none(), || {
-            format!("bounded faults with retries left must succeed; completions {send_wcs:?}")
-        })?,
-        Some(cut) => {
-            if let (Some(p), Some(f)) = (first_err, failed_wr) {
-                check(send_wcs[p].status == WcStatus::RetryExcErr, || {
-                    format!(
-                        "the first error after a permanent cut is {:?}, not RETRY_EXC_ERR",
-                        send_wcs[p]
-                    )
-                })?;
-                let rest: Vec<usize> = send_wcs[p + 1..].iter().map(|c| c.wr_id as usize).collect();
-                check(rest == (f + 1..n).collect::<Vec<_>>(), || {
-                    format!(
-                        "after RETRY_EXC_ERR on wr {f}, expected flushes of {:?}, got {rest:?}",
-                        f + 1..n
-                    )
-                })?;
-                check(send_wcs[p + 1..].iter().all(|c| c.status == WcStatus::WrFlushErr), || {
-                    format!("WRs after the failed one must be flushed: {:?}", &send_wcs[p + 1..])
-                })?;
-            }
-            let cut_ns = start + cut;
-            let late = w
-                .trace()
-                .records()
-                .iter()
-                .find(|r| r.kind == TraceKind::Deliver && r.time_ns > cut_ns);
-            check(late.is_none(), || format!("delivered after the permanent cut: {late:?}"))?;
-        }
-    }
-    drop(w);
-
-    // Completions in post order, one per signaled WR (up to the failure).
-    let done_upto = failed_wr.unwrap_or(n);
-    let expect_ok: Vec<usize> = (0..done_upto).filter(|&i| work[i].signaled).collect();
-    let got_ok: Vec<usize> = send_wcs
-        .iter()
-        .take_while(|c| c.status == WcStatus::Success)
-        .map(|c| c.wr_id as usize)
-        .collect();
-    check(got_ok == expect_ok, || {
-        format!("successful send completions {got_ok:?}, expected the signaled WRs {expect_ok:?}")
-    })?;
-
-    // Receives: exactly once, in order, a prefix of the consuming WRs covering every WR that
-    // completed; all of them when nothing failed.
-    let consuming: Vec<usize> = (0..n).filter(|&i| consumes_recv(&work[i])).collect();
-    let got: Vec<usize> = recv_wcs.iter().map(|c| c.wr_id as usize).collect();
-    check(consuming.starts_with(&got), || {
-        format!("receive completions {got:?} are not a prefix of the consuming WRs {consuming:?} (lost, duplicated or reordered)")
-    })?;
-    let must = consuming.iter().filter(|&&i| i < done_upto).count();
-    check(got.len() >= must, || {
-        format!(
-            "{} receives completed, but {must} consuming WRs completed at the requester",
-            got.len()
-        )
-    })?;
-    for c in &recv_wcs {
-        let i = c.wr_id as usize;
-        let wi = &work[i];
-        check(c.status == WcStatus::Success, || format!("receive for wr {i}: {c:?}"))?;
-        if wi.kind == OpKind::Send {
-            check(c.byte_len == wi.len, || {
-                format!("receive for wr {i}: byte_len {} != {}", c.byte_len, wi.len)
-            })?;
-            let got = b.mr.read_vec(lay.remote[i], wi.len as usize).map_err(e)?;
-            check(got == sent[i], || {
-                format!("SEND wr {i}: the receive buffer differs from what was sent")
-            })?;
-        }
-        let has_imm = c.wc_flags.contains(WcFlags::WITH_IMM);
-        check(has_imm == wi.imm.is_some() && (!has_imm || Some(c.imm_data) == wi.imm), || {
-            format!(
-                "receive for wr {i}: immediate {:?} flags {:?}, sent {:?}",
-                c.imm_data, c.wc_flags, wi.imm
-            )
-        })?;
-    }
-
-    // Data of the WRs that completed (for sure executed): WRITE targets and READ results.
-    let mut word = 0u64;
-    for (i, wi) in work.iter().enumerate().take(done_upto) {
-        match wi.kind {
-            OpKind::Write => {
-                let got = b.mr.read_vec(lay.remote[i], wi.len as usize).map_err(e)?;
-                check(got == sent[i], || {
-                    format!("WRITE wr {i}: target bytes differ from the source")
-                })?;
-            }
-            OpKind::Read => {
-                let mut got = Vec::new();
-                for &(off, len) in &lay.pieces[i] {
-                    got.extend(a.mr.read_vec(off, len as usize).map_err(e)?);
-                }
-                check(got == sent[i], || {
-                    format!("READ wr {i}: returned bytes differ from the target's")
-                })?;
-            }
-            OpKind::CompareSwap | OpKind::FetchAdd => {
-                let orig = a.mr.read_u64(lay.pieces[i][0].0).map_err(e)?;
-                check(orig == word, || {
-                    format!(
-                        "atomic wr {i} returned {orig}, but executed one at a time it sees {word}"
-                    )
-                })?;
-                word = match wi.kind {
-                    OpKind::CompareSwap if word == wi.operand => wi.swap,
-                    OpKind::CompareSwap => word,
-                    _ => word.wrapping_add(wi.operand),
-                };
-            }
-            OpKind::Send => {}
-        }
-    }
-    if failed_wr.is_none() {
-        let fin = b.mr.read_u64(ATOMIC_WORD).map_err(e)?;
-        check(fin == word, || format!("the atomic word ends as {fin}, sequentially it is {word}"))?;
-    }
-    Ok(outcome)
-}
-
-/// Turn fault values into link parameter changes: at each boundary, each direction's
-/// parameters are the base plus every fault active then (so overlapping faults combine).
-pub fn schedule_faults(world: &SimWorld, start: u64, faults: &[FaultEvent], base: &LinkParams) {
-    let mut w = world.lock();
-    let link = |d: Dir| if d == Dir::Forward { 0 } else { 1 };
-    let mut bounds: Vec<u64> = Vec::new();
-    for f in faults {
-        match f.kind {
-            FaultKind::Loss { dur_ns, .. }
-            | FaultKind::Duplicate { dur_ns, .. }
-            | FaultKind::Corrupt { dur_ns, .. }
-            | FaultKind::Reorder { dur_ns, .. } => {
-                bounds.push(f.at_ns);
-                bounds.push(f.at_ns + dur_ns);
-            }
-            FaultKind::DropNth { dir, n } => {
-                let l = link(dir);
-                let from = w.links()[l].stats.offered;
-                w.change_link(l, LinkChange::DropNth(from + n));
-            }
-            FaultKind::Partition { dur_ns } => {
-                for l in 0..2 {
-                    w.schedule(start + f.at_ns, l, LinkChange::Partition);
-                    w.schedule(start + f.at_ns + dur_ns, l, LinkChange::Heal);
-                }
-            }
-        }
-    }
-    bounds.sort_unstable();
-    bounds.dedup();
-    for &t in &bounds {
-        for d in [Dir::Forward, Dir::Backward] {
-            let mut p = base.clone();
-            for f in faults.iter().filter(|f| f.at_ns <= t) {
-                match f.kind {
-                    FaultKind::Loss { dir, ppm, dur_ns } if dir == d && t < f.at_ns + dur_ns => {
-                        p.loss = p.loss.max(ppm as f64 / 1e6)
-                    }
-                    FaultKind::Duplicate { dir, ppm, dur_ns }
-                        if dir == d && t < f.at_ns + dur_ns =>
-                    {
-                        p.dup = p.dup.max(ppm as f64 / 1e6)
-                    }
-                    FaultKind::Corrupt { dir, ppm, dur_ns } if dir == d && t < f.at_ns + dur_ns => {
-                        p.corrupt = p.corrupt.max(ppm as f64 / 1e6)
-                    }
-                    FaultKind::Reorder { dir, jitter_ns, dur_ns }
-                        if dir == d && t < f.at_ns + dur_ns =>
-                    {
-                        p.reorder_jitter_ns = p.reorder_jitter_ns.max(jitter_ns)
-                    }
-                    _ => {}
-                }
-            }
-            w.schedule(start + t, link(d), LinkChange::Params(p));
-        }
-    }
+    run_contention(case).map_err(TestCaseError::fail)
 }
 
 /// The proptest configuration the suites use: `PROPTEST_CASES` cases (default `default`), and
-/// a generator seed from `PROPTEST_RNG_SEED` or a fresh one, printed so a run can be replayed.
+/// a generator seed from `PROPTEST_RNG_SEED` or a fresh one, printed before any case runs so a
+/// run can be replayed (`PROPTEST_RNG_SEED=S` regenerates the same cases).
 pub fn config(default: u32) -> ProptestConfig {
     use std::hash::{BuildHasher, Hasher};
     let cases =
