@@ -45,9 +45,11 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
             return false;
         }
     }
-    let outstanding_rd = qp.rd_atomic_outstanding();
     let w = &qp.sq[next];
-    if qp.req.pkt == 0 {
+    // Counting outstanding READs/atomics walks the in-flight WQEs: only a WQE that starts and
+    // is limited by them (a READ, an atomic, a fenced WR) pays for it, not every packet.
+    if qp.req.pkt == 0 && (w.is_rd_atomic() || w.fence) {
+        let outstanding_rd = qp.rd_atomic_outstanding();
         if w.is_rd_atomic() && outstanding_rd >= qp.attr.max_rd_atomic as usize {
             return false;
         }
