@@ -16,7 +16,7 @@ mod req;
 mod resp;
 mod srq;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use verbs_api::{
@@ -190,7 +190,30 @@ pub struct NicStats {
 /// One software NIC: its PDs, MRs, CQs and QPs, and the transport that runs them.
 pub struct Nic {
     qps: BTreeMap<u32, Qp>,
+    /// Every QP with an armed timer, as (its earliest deadline, QPN), so that
+    /// [`Nic::next_timeout`] is the first entry rather than a walk over every QP. Each entry
+    /// point that may arm, move or clear a QP's timers refiles that QP ([`refile_timer`]).
+    timers: BTreeSet<(Nanos, u32)>,
     sh: Shared,
+}
+
+/// File `qp` in the timer index under its earliest deadline, after a call that may have armed,
+/// moved or cleared its local ACK or RNR timer.
+fn refile_timer(timers: &mut BTreeSet<(Nanos, u32)>, qp: &mut Qp) {
+    let due = match (qp.req.timer_ns, qp.req.rnr_timer_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if due == qp.timer_filed_ns {
+        return;
+    }
+    if let Some(old) = qp.timer_filed_ns {
+        timers.remove(&(old, qp.qpn));
+    }
+    if let Some(new) = due {
+        timers.insert((new, qp.qpn));
+    }
+    qp.timer_filed_ns = due;
 }
 
 /// The parts of the NIC that QPs share, split from the QP table so a QP and the rest can be
@@ -216,6 +239,7 @@ impl Nic {
     pub fn new(cfg: NicConfig) -> Nic {
         Nic {
             qps: BTreeMap::new(),
+            timers: BTreeSet::new(),
             sh: Shared {
                 cfg,
                 mrs: MrTable::default(),
@@ -495,6 +519,9 @@ impl Nic {
             .qps
             .remove(&qpn)
             .ok_or_else(|| Error::inval(format!("ibv_destroy_qp: QP {qpn:#x} does not exist")))?;
+        if let Some(t) = qp.timer_filed_ns {
+            self.timers.remove(&(t, qpn));
+        }
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.sh.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
@@ -541,6 +568,7 @@ impl Nic {
         }
         if next == QpState::Reset {
             qp.reset();
+            refile_timer(&mut self.timers, qp);
             return Ok(());
         }
         qp.apply_attrs(attr, mask);
@@ -552,6 +580,7 @@ impl Nic {
         if next == QpState::Rts {
             req::drive(qp, &mut self.sh, now);
         }
+        refile_timer(&mut self.timers, qp);
         Ok(())
     }
 
@@ -603,6 +632,7 @@ impl Nic {
         } else {
             req::drive(qp, &mut self.sh, now);
         }
+        refile_timer(&mut self.timers, qp);
         result
     }
 
@@ -651,6 +681,7 @@ impl Nic {
         if qp.state == QpState::Err {
             self.sh.flush(qp);
         }
+        refile_timer(&mut self.timers, qp);
         result
     }
 
@@ -696,6 +727,7 @@ impl Nic {
             comp::handle_response(qp, &mut self.sh, now, &pkt);
         }
         req::drive(qp, &mut self.sh, now);
+        refile_timer(&mut self.timers, qp);
     }
 
     /// Run every timer due at `now` (local ACK timeouts, RNR back-offs).
@@ -703,12 +735,19 @@ impl Nic {
         for qp in self.qps.values_mut() {
             comp::handle_timers(qp, &mut self.sh, now);
             req::drive(qp, &mut self.sh, now);
+            refile_timer(&mut self.timers, qp);
         }
     }
 
     /// The earliest pending timer.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        self.qps.values().flat_map(|q| [q.req.timer_ns, q.req.rnr_timer_ns]).flatten().min()
+        let next = self.timers.first().map(|&(t, _)| t);
+        debug_assert_eq!(
+            next,
+            self.qps.values().flat_map(|q| [q.req.timer_ns, q.req.rnr_timer_ns]).flatten().min(),
+            "every QP whose timers changed was refiled"
+        );
+        next
     }
 
     /// The next datagram to send.

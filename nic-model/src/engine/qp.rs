@@ -190,6 +190,9 @@ pub struct Qp {
     pub req: ReqState,
     /// Responder.
     pub resp: RespState,
+    /// The deadline the NIC's timer index files this QP under (the earlier of its two timers
+    /// when it was last refiled); kept apart from `req` so a reset cannot lose track of it.
+    pub timer_filed_ns: Option<u64>,
 }
 
 impl Qp {
@@ -220,6 +223,7 @@ impl Qp {
             rq: VecDeque::new(),
             req: ReqState::default(),
             resp: RespState::default(),
+            timer_filed_ns: None,
         }
     }
 
