@@ -140,6 +140,13 @@ impl NicConfig {
     }
 }
 
+/// Datagram buffers a NIC keeps for reuse ([`Nic::recycle`]): enough for a full send window
+/// (512 packets) in flight on two QPs.
+pub const SPARE_BUFFERS: usize = 1024;
+
+/// The largest buffer a NIC keeps for reuse: an IPv4 datagram is at most 65535 bytes.
+const SPARE_MAX_BYTES: usize = 1 << 16;
+
 /// A datagram to put on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
@@ -229,6 +236,10 @@ pub(crate) struct Shared {
     next_cq: CqId,
     next_qpn: u32,
     tx: VecDeque<Transmit>,
+    /// Datagram buffers given back with [`Nic::recycle`], reused by the next transmits.
+    spare: Vec<Vec<u8>>,
+    /// The requester's payload buffer, kept between calls so sending allocates nothing.
+    pub(crate) scratch: Vec<u8>,
     events: VecDeque<NicEvent>,
     stats: NicStats,
     ip_ident: u16,
@@ -251,6 +262,8 @@ impl Nic {
                 next_cq: 1,
                 next_qpn: 0x11,
                 tx: VecDeque::new(),
+                spare: Vec::new(),
+                scratch: Vec::new(),
                 events: VecDeque::new(),
                 stats: NicStats::default(),
                 ip_ident: 0,
@@ -755,6 +768,18 @@ impl Nic {
         self.sh.tx.pop_front()
     }
 
+    /// Give back the buffer of a datagram this NIC transmitted once its bytes are no longer
+    /// needed (delivered and handled, or copied onto a wire), so that a later transmit reuses
+    /// the allocation, as a NIC reuses its transmit ring. Optional: a buffer not given back is
+    /// simply freed; any `Vec` is accepted. At most [`SPARE_BUFFERS`] are kept, so a NIC holds
+    /// no more than it once had in flight.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.sh.spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX_BYTES {
+            buf.clear();
+            self.sh.spare.push(buf);
+        }
+    }
+
     /// Whether datagrams are waiting to be sent.
     pub fn has_transmit(&self) -> bool {
         !self.sh.tx.is_empty()
@@ -972,7 +997,7 @@ impl Shared {
             ident: self.ip_ident,
             ..IpUdp::default()
         };
-        let mut data = Vec::with_capacity(packet::datagram_len(pkt));
+        let mut data = self.spare.pop().unwrap_or_default();
         packet::emit_datagram(&ip, pkt, &mut data)
             .expect("the engine only builds packets its opcode table allows");
         self.stats.tx_packets += 1;

@@ -17,8 +17,9 @@ pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
     if qp.state != QpState::Rts || qp.req.rnr_timer_ns.is_some() {
         return;
     }
-    let mut scratch = Vec::new();
+    let mut scratch = std::mem::take(&mut sh.scratch);
     while step(qp, sh, now, &mut scratch) {}
+    sh.scratch = scratch;
 }
 
 /// Send one packet; false if the requester must wait.

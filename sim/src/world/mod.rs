@@ -674,9 +674,7 @@ impl World {
         if self.nodes[node].is_switch() {
             self.record(TraceKind::Forward, lid, node as u32, &data, data.len() as u64);
             // The destination comes from the IPv4 header; a runt packet goes nowhere.
-            let to = data.get(16..20).map_or(usize::MAX, |d| {
-                (lid_of_ip([d[0], d[1], d[2], d[3]]) as usize).wrapping_sub(1)
-            });
+            let to = node_of_ip(&data, IPV4_DST);
             return self.forward(node, to, data);
         }
         self.record(TraceKind::Deliver, lid, node as u32, &data, data.len() as u64);
@@ -689,7 +687,25 @@ impl World {
         if let Some(nic) = self.nodes[node].nic.as_mut() {
             nic.handle_packet(now, &data);
         }
+        // The buffer goes back to the NIC that sent it, which reuses it for its next datagram.
+        let from = node_of_ip(&data, IPV4_SRC);
+        if let Some(nic) = self.nodes.get_mut(from).and_then(|n| n.nic.as_mut()) {
+            nic.recycle(data);
+        }
         self.flush(node);
+    }
+}
+
+/// Offsets of the source and destination addresses in an IPv4 header.
+const IPV4_SRC: usize = 12;
+const IPV4_DST: usize = 16;
+
+/// The node whose port has the IPv4 address at `at` in a datagram, or `usize::MAX` (no node)
+/// for a foreign address or a runt packet.
+fn node_of_ip(data: &[u8], at: usize) -> NodeId {
+    match data.get(at..at + 4) {
+        Some(&[a, b, c, d]) => (lid_of_ip([a, b, c, d]) as usize).wrapping_sub(1),
+        _ => usize::MAX,
     }
 }
 
