@@ -22,6 +22,7 @@ mod rng;
 pub mod scenario;
 pub mod trace;
 
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -349,7 +350,8 @@ impl World {
 
     /// Run the next event; false if there is none.
     pub fn step(&mut self) -> bool {
-        let Some(std::cmp::Reverse((at_ns, key))) = self.heap.pop() else { return false };
+        let Some(mut top) = self.heap.peek_mut() else { return false };
+        let std::cmp::Reverse((at_ns, key)) = *top;
         debug_assert!(at_ns >= self.now_ns, "the clock never goes back");
         self.now_ns = at_ns;
         self.events_run += 1;
@@ -360,13 +362,18 @@ impl World {
             let wire = &mut self.links[index].wire;
             let p = wire.pop_front().expect("a wire key names the packet at its head");
             debug_assert_eq!((p.arrive_ns, p.seq), (at_ns, key >> SOURCE_BITS));
-            if let Some(next) = wire.front() {
-                let next_key = next.seq << SOURCE_BITS | source;
-                self.heap.push(std::cmp::Reverse((next.arrive_ns, next_key)));
+            // The next packet on the wire takes its place in the heap: one sift, not two.
+            match wire.front() {
+                Some(next) => {
+                    *top = std::cmp::Reverse((next.arrive_ns, next.seq << SOURCE_BITS | source));
+                    drop(top);
+                }
+                None => drop(PeekMut::pop(top)),
             }
             self.arrive(index, p.data);
             return true;
         }
+        PeekMut::pop(top);
         let kind = self.slab[index].take().expect("a heap key names a full slot");
         self.free.push(index as u32);
         match kind {
