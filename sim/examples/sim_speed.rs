@@ -148,9 +148,13 @@ struct Sample {
 }
 
 /// Keep `DEPTH` WRITEs of `len` bytes outstanding on each pair until `total` have completed on
-/// each; every completion must be a successful RDMA WRITE.
+/// each; every completion must be the next signaled WRITE, successful, and the bytes must land.
 fn run(w: &Workload, total: u64) -> Sample {
     let (world, pairs) = (w.build)();
+    let message: Vec<u8> = (0..w.len).map(|i| (i * 7 + 1) as u8).collect();
+    for (a, _) in &pairs {
+        a.mr.write(0, &message).expect("fill the source buffer");
+    }
     let mut posted = vec![0u64; pairs.len()];
     let mut done = vec![0u64; pairs.len()];
     let mut wc = [WorkCompletion::default(); 64];
@@ -167,13 +171,15 @@ fn run(w: &Workload, total: u64) -> Sample {
                     break;
                 }
                 for c in &wc[..n] {
+                    let next = done[i] + SIGNAL_EVERY - 1;
                     assert!(
-                        c.status == WcStatus::Success && c.opcode == WcOpcode::RdmaWrite,
-                        "{}: sender {i} got {c:?}",
+                        (c.wr_id, c.status, c.opcode)
+                            == (next, WcStatus::Success, WcOpcode::RdmaWrite),
+                        "{}: sender {i} expected WRITE {next} to complete, got {c:?}",
                         w.name
                     );
+                    done[i] += SIGNAL_EVERY;
                 }
-                done[i] += n as u64 * SIGNAL_EVERY;
             }
             while posted[i] < total && posted[i] - done[i].min(posted[i]) < DEPTH {
                 let sge = [a.mr.sge(0, w.len)];
@@ -208,11 +214,17 @@ fn run(w: &Workload, total: u64) -> Sample {
     }
     let secs = t0.elapsed().as_secs_f64();
     let cpu_secs = process_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
-    let g = world.lock();
-    let packets = g.total_stats().delivered - p0;
+    let (packets, events, trace_hash) = {
+        let g = world.lock();
+        (g.total_stats().delivered - p0, g.events_run() - e0, g.trace().hash())
+    };
     let expected = total * pairs.len() as u64 * w.packets_per_write;
     assert_eq!(packets, expected, "{}: packets delivered", w.name);
-    Sample { packets, secs, cpu_secs, events: g.events_run() - e0, trace_hash: g.trace().hash() }
+    for (_, b) in &pairs {
+        let landed = b.mr.read_vec(0, w.len as usize).expect("read the target buffer");
+        assert!(landed == message, "{}: the WRITEs' bytes landed", w.name);
+    }
+    Sample { packets, secs, cpu_secs, events, trace_hash }
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
