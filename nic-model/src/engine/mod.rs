@@ -689,7 +689,7 @@ impl Nic {
                 break;
             }
             let len = wr.sg_list.iter().map(|s| s.length as u64).sum();
-            qp.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.to_vec(), len });
+            qp.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.into(), len });
         }
         if qp.state == QpState::Err {
             self.sh.flush(qp);
@@ -871,7 +871,7 @@ impl Shared {
                 | WrOpcode::RdmaWriteWithImm
         );
         let mut inline = None;
-        let mut sges = Vec::new();
+        let mut sges = qp::SgList::default();
         let len: u64;
         if inline_flag || wr.inline_data.is_some() {
             if !inline_ok {
@@ -914,7 +914,7 @@ impl Shared {
                 ));
             }
             self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
-            sges = wr.sg_list.to_vec();
+            sges = qp::SgList::from(wr.sg_list);
             len = sges.iter().map(|s| s.length as u64).sum();
         }
         // A message longer than max_msg_sz is accepted here and fails at execution with

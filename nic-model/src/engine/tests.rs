@@ -1807,3 +1807,15 @@ fn a_recycled_buffer_carries_the_next_datagram_and_nothing_stale() {
     );
     assert_eq!(read_mem(&b, 3000, 20), short);
 }
+
+#[test]
+fn an_sg_list_reads_back_as_posted_whatever_its_length() {
+    let s = |i: u64| Sge { addr: 0x1000 * i, length: i as u32, lkey: 7 };
+    for n in 0..4u64 {
+        let posted: Vec<Sge> = (1..=n).map(s).collect();
+        let list = qp::SgList::from(&posted[..]);
+        assert_eq!(&list[..], &posted[..], "{n} SGEs");
+        assert_eq!(matches!(list, qp::SgList::One(_)), n == 1, "one SGE is kept inline");
+    }
+    assert!(qp::SgList::default().is_empty());
+}
