@@ -295,14 +295,14 @@ fn main() {
     );
     println!();
     println!(
-        "| workload | WRITEs | packets | wall s, median (min–max) | M packets/s | ns/packet | vs. N | CPU s | M packets/CPU-s |"
+        "| workload | WRITEs | packets | wall s, median (min–max) | M packets/s | ns/packet | vs. N | CPU s | M packets/CPU-s | CPU vs. N |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut below_target = Vec::new();
     let chosen =
         WORKLOADS.iter().filter(|w| args.only.as_ref().is_none_or(|o| w.name.contains(o.as_str())));
     for w in chosen {
-        let mut base_ns = 0.0;
+        let (mut base_ns, mut base_cpu_ns) = (0.0, 0.0);
         let mut last_rate = 0.0;
         for (k, mult) in [1u64, 2, 4].into_iter().enumerate() {
             // Whole batches: each sender posts SIGNAL_EVERY WRITEs at a time.
@@ -310,18 +310,20 @@ fn main() {
             let m = measure(w, writes, runs, k == 0, args.verbose);
             let (secs, lo, hi) = m.wall;
             let ns = secs * 1e9 / m.packets as f64;
+            let cpu_ns = m.cpu * 1e9 / m.packets as f64;
             if k == 0 {
-                base_ns = ns;
+                (base_ns, base_cpu_ns) = (ns, cpu_ns);
             }
             last_rate = m.packets as f64 / secs / 1e6;
             println!(
-                "| {} | {mult}N = {} | {} | {secs:.3} ({lo:.3}–{hi:.3}) | {last_rate:.2} | {ns:.0} | {:.2} | {:.3} | {:.2} |",
+                "| {} | {mult}N = {} | {} | {secs:.3} ({lo:.3}–{hi:.3}) | {last_rate:.2} | {ns:.0} | {:.2} | {:.3} | {:.2} | {:.2} |",
                 w.name,
                 m.packets / w.packets_per_write,
                 m.packets,
                 ns / base_ns,
                 m.cpu,
                 m.packets as f64 / m.cpu / 1e6,
+                cpu_ns / base_cpu_ns,
             );
         }
         if w.target && last_rate < 3.0 {
@@ -330,7 +332,8 @@ fn main() {
     }
     println!();
     println!(
-        "vs. N: wall ns/packet relative to the N-sized run (1.00 = cost grows linearly with packets)"
+        "vs. N: ns/packet relative to the N-sized run, in wall and in CPU time (1.00 = cost grows \
+         linearly with packets)"
     );
     if below_target.is_empty() {
         println!("target (>= 3 M simulated packets per wall second at 4N): met by every targeted workload");
