@@ -1,6 +1,8 @@
 //! The RoCEv2 Invariant CRC (ICRC): CRC-32 over the fields of a datagram that no router
 //! changes, so that corruption anywhere between the two NICs is caught.
 
+use std::sync::OnceLock;
+
 use crc32fast::Hasher;
 
 /// Bytes at the start of a datagram that contain masked fields: IPv4 (20) + UDP (8) + BTH (12).
@@ -26,7 +28,9 @@ pub fn icrc_ipv4(datagram_without_icrc: &[u8]) -> u32 {
     for at in MASKED_BYTES {
         masked[at] = 0xFF;
     }
-    let mut hasher = Hasher::new_with_initial(PSEUDO_LRH_CRC);
+    // Made once and copied: making a hasher probes the CPU's features, every time.
+    static SEEDED: OnceLock<Hasher> = OnceLock::new();
+    let mut hasher = SEEDED.get_or_init(|| Hasher::new_with_initial(PSEUDO_LRH_CRC)).clone();
     hasher.update(&masked[..head_len]);
     hasher.update(tail);
     hasher.finalize()
