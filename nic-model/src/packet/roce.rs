@@ -176,7 +176,7 @@ pub fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), PacketError> 
     if got < needed {
         return Err(PacketError::Truncated { needed, got });
     }
-    let pkt = Packet::parse(transport)?;
+    let pkt = Packet::parse_after_bth(bth, info, transport)?;
 
     let ip = IpUdp {
         src: [ipv4[12], ipv4[13], ipv4[14], ipv4[15]],
