@@ -15,8 +15,9 @@ pub mod qp;
 mod req;
 mod resp;
 mod srq;
+mod timers;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use verbs_api::{
@@ -29,6 +30,7 @@ use crate::packet::{self, IpUdp, Packet};
 use cq::{Arm, Cq, CqId};
 use mr::{MrMemory, MrTable, PdId};
 use qp::{Qp, RecvWqe, SendWqe};
+use timers::TimerIndex;
 
 /// Virtual or monotonic time in nanoseconds; the engine never reads a clock itself.
 pub type Nanos = u64;
@@ -197,29 +199,21 @@ pub struct NicStats {
 /// One software NIC: its PDs, MRs, CQs and QPs, and the transport that runs them.
 pub struct Nic {
     qps: BTreeMap<u32, Qp>,
-    /// Every QP with an armed timer, as (its earliest deadline, QPN), so that
-    /// [`Nic::next_timeout`] is the first entry rather than a walk over every QP. Each entry
-    /// point that may arm, move or clear a QP's timers refiles that QP ([`refile_timer`]).
-    timers: BTreeSet<(Nanos, u32)>,
+    /// Every QP with an armed timer, by its earliest deadline, so that [`Nic::next_timeout`]
+    /// is not a walk over every QP. Each entry point that may arm, move or clear a QP's timers
+    /// refiles that QP ([`refile_timer`]).
+    timers: TimerIndex,
     sh: Shared,
 }
 
 /// File `qp` in the timer index under its earliest deadline, after a call that may have armed,
 /// moved or cleared its local ACK or RNR timer.
-fn refile_timer(timers: &mut BTreeSet<(Nanos, u32)>, qp: &mut Qp) {
+fn refile_timer(timers: &mut TimerIndex, qp: &mut Qp) {
     let due = match (qp.req.timer_ns, qp.req.rnr_timer_ns) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    if due == qp.timer_filed_ns {
-        return;
-    }
-    if let Some(old) = qp.timer_filed_ns {
-        timers.remove(&(old, qp.qpn));
-    }
-    if let Some(new) = due {
-        timers.insert((new, qp.qpn));
-    }
+    timers.refile(qp.qpn, qp.timer_filed_ns, due);
     qp.timer_filed_ns = due;
 }
 
@@ -250,7 +244,7 @@ impl Nic {
     pub fn new(cfg: NicConfig) -> Nic {
         Nic {
             qps: BTreeMap::new(),
-            timers: BTreeSet::new(),
+            timers: TimerIndex::default(),
             sh: Shared {
                 cfg,
                 mrs: MrTable::default(),
@@ -532,9 +526,7 @@ impl Nic {
             .qps
             .remove(&qpn)
             .ok_or_else(|| Error::inval(format!("ibv_destroy_qp: QP {qpn:#x} does not exist")))?;
-        if let Some(t) = qp.timer_filed_ns {
-            self.timers.remove(&(t, qpn));
-        }
+        self.timers.refile(qpn, qp.timer_filed_ns, None);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.sh.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
@@ -754,7 +746,7 @@ impl Nic {
 
     /// The earliest pending timer.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        let next = self.timers.first().map(|&(t, _)| t);
+        let next = self.timers.earliest();
         debug_assert_eq!(
             next,
             self.qps.values().flat_map(|q| [q.req.timer_ns, q.req.rnr_timer_ns]).flatten().min(),
