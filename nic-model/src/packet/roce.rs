@@ -5,7 +5,7 @@
 //! an Ethernet header only for Wireshark's sake.
 
 use super::headers::{Bth, Packet};
-use super::icrc::icrc_ipv4;
+use super::icrc::{icrc_ipv4, icrc_ipv4_in_place};
 use super::PacketError;
 
 /// The UDP destination port that identifies RoCEv2.
@@ -106,7 +106,7 @@ pub fn emit_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<
     out.extend_from_slice(&[0, 0]); // UDP checksum: not used by RoCEv2 (the ICRC covers it all).
 
     pkt.emit_checked(info, out);
-    let icrc = icrc_ipv4(out);
+    let icrc = icrc_ipv4_in_place(out);
     out.extend_from_slice(&icrc.to_le_bytes());
     debug_assert_eq!(out.len(), len, "datagram_len agrees with what emit writes");
     Ok(())
