@@ -67,9 +67,9 @@ pub(crate) fn icrc_ipv4_in_place(datagram_without_icrc: &mut [u8]) -> u32 {
     if datagram_without_icrc.len() < MASKED_LEN {
         return icrc_ipv4(datagram_without_icrc);
     }
-    let kept = MASKED_BYTES.map(|at| datagram_without_icrc[at]);
-    for at in MASKED_BYTES {
-        datagram_without_icrc[at] = 0xFF;
+    let mut kept = [0u8; MASKED_BYTES.len()];
+    for (byte, at) in kept.iter_mut().zip(MASKED_BYTES) {
+        *byte = std::mem::replace(&mut datagram_without_icrc[at], 0xFF);
     }
     let icrc = hash(datagram_without_icrc);
     for (at, byte) in MASKED_BYTES.into_iter().zip(kept) {
