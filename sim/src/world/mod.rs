@@ -426,7 +426,7 @@ impl World {
     /// The sequence number of the next event.
     fn next_seq(&mut self) -> u64 {
         self.seq += 1;
-        debug_assert!(self.seq < 1 << (64 - SOURCE_BITS), "the sequence number fits its key bits");
+        assert!(self.seq < 1 << (64 - SOURCE_BITS), "fewer than 2^39 events in a world's life");
         self.pending += 1;
         self.seq
     }
