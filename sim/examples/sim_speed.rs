@@ -2,7 +2,8 @@
 //! WRITE stream and a 16-node incast through a switch, and whether the cost per packet stays
 //! flat as runs grow (N, 2N and 4N messages). Run in release:
 //!
-//! `cargo run -p softverbs-sim --release --example sim_speed -- [--runs R] [--quick]`
+//! `cargo run -p softverbs-sim --release --example sim_speed -- [--runs R] [--quick]
+//! [--only NAME] [--verbose]`; docs/performance.md ("Simulator speed") records the results.
 //!
 //! A simulated packet is a datagram delivered over one link (one hop): the sum of
 //! `LinkStats::delivered` over every link. A request and its ACK are two packets between two
@@ -286,7 +287,11 @@ fn main() {
     let runs = args.runs.unwrap_or(runs).max(1);
     println!(
         "command: cargo run -p softverbs-sim --release --example sim_speed -- {}",
-        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+        std::env::args()
+            .skip(1)
+            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     println!(
         "a simulated packet = a datagram delivered over one link; medians of {runs} runs after one \
