@@ -287,8 +287,9 @@ fn field(kv: &[(String, String)], key: &str) -> Option<f64> {
     kv.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.parse().ok())
 }
 
-/// CPU time of this whole process (every thread), in nanoseconds.
-fn process_cpu_ns() -> u64 {
+/// CPU time of this whole process (every thread), in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`;
+/// 0 if the clock cannot be read).
+pub fn process_cpu_ns() -> u64 {
     #[repr(C)]
     struct Timespec {
         tv_sec: i64,

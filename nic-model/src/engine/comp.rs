@@ -206,10 +206,10 @@ fn on_atomic_ack(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn, orig: u64) 
         fail_front(qp, sh, WcStatus::BadRespErr);
         return;
     }
-    let sges: Vec<Sge> = w.sges.clone();
+    let sge: Sge = w.sges[0];
     let placed = sh
         .mrs
-        .resolve_local(qp.pd, &sges[0], AccessFlags::LOCAL_WRITE)
+        .resolve_local(qp.pd, &sge, AccessFlags::LOCAL_WRITE)
         .map(|(mr, off)| mr.memory.write(off, &orig.to_ne_bytes()));
     if !matches!(placed, Ok(Ok(()))) {
         fail_front(qp, sh, WcStatus::LocProtErr);

@@ -15,6 +15,7 @@ pub mod qp;
 mod req;
 mod resp;
 mod srq;
+mod timers;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::packet::{self, IpUdp, Packet};
 use cq::{Arm, Cq, CqId};
 use mr::{MrMemory, MrTable, PdId};
 use qp::{Qp, RecvWqe, SendWqe};
+use timers::TimerIndex;
 
 /// Virtual or monotonic time in nanoseconds; the engine never reads a clock itself.
 pub type Nanos = u64;
@@ -167,6 +169,13 @@ impl NicConfig {
     }
 }
 
+/// Datagram buffers a NIC keeps for reuse ([`Nic::recycle`]): enough for a full send window
+/// (512 packets) in flight on two QPs.
+pub const SPARE_BUFFERS: usize = 1024;
+
+/// The largest buffer a NIC keeps for reuse: an IPv4 datagram is at most 65535 bytes.
+const SPARE_MAX_BYTES: usize = 1 << 16;
+
 /// A datagram to put on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
@@ -217,7 +226,22 @@ pub struct NicStats {
 /// One software NIC: its PDs, MRs, CQs and QPs, and the transport that runs them.
 pub struct Nic {
     qps: BTreeMap<u32, Qp>,
+    /// Every QP with an armed timer, by its earliest deadline, so that [`Nic::next_timeout`]
+    /// is not a walk over every QP. Each entry point that may arm, move or clear a QP's timers
+    /// refiles that QP ([`refile_timer`]).
+    timers: TimerIndex,
     sh: Shared,
+}
+
+/// File `qp` in the timer index under its earliest deadline, after a call that may have armed,
+/// moved or cleared its local ACK or RNR timer.
+fn refile_timer(timers: &mut TimerIndex, qp: &mut Qp) {
+    let due = match (qp.req.timer_ns, qp.req.rnr_timer_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    timers.refile(qp.qpn, qp.timer_filed_ns, due);
+    qp.timer_filed_ns = due;
 }
 
 /// The parts of the NIC that QPs share, split from the QP table so a QP and the rest can be
@@ -233,6 +257,10 @@ pub(crate) struct Shared {
     next_cq: CqId,
     next_qpn: u32,
     tx: VecDeque<Transmit>,
+    /// Datagram buffers given back with [`Nic::recycle`], reused by the next transmits.
+    spare: Vec<Vec<u8>>,
+    /// The requester's payload buffer, kept between calls so sending allocates nothing.
+    pub(crate) scratch: Vec<u8>,
     events: VecDeque<NicEvent>,
     stats: NicStats,
     ip_ident: u16,
@@ -243,6 +271,7 @@ impl Nic {
     pub fn new(cfg: NicConfig) -> Nic {
         Nic {
             qps: BTreeMap::new(),
+            timers: TimerIndex::default(),
             sh: Shared {
                 cfg,
                 mrs: MrTable::default(),
@@ -254,6 +283,8 @@ impl Nic {
                 next_cq: 1,
                 next_qpn: 0x11,
                 tx: VecDeque::new(),
+                spare: Vec::new(),
+                scratch: Vec::new(),
                 events: VecDeque::new(),
                 stats: NicStats::default(),
                 ip_ident: 0,
@@ -523,6 +554,7 @@ impl Nic {
             .qps
             .remove(&qpn)
             .ok_or_else(|| Error::inval(format!("ibv_destroy_qp: QP {qpn:#x} does not exist")))?;
+        self.timers.refile(qpn, qp.timer_filed_ns, None);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.sh.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
@@ -559,6 +591,7 @@ impl Nic {
         }
         if next == QpState::Reset {
             qp.reset();
+            refile_timer(&mut self.timers, qp);
             return Ok(());
         }
         qp.apply_attrs(attr, mask);
@@ -570,6 +603,7 @@ impl Nic {
         if next == QpState::Rts {
             req::drive(qp, &mut self.sh, now);
         }
+        refile_timer(&mut self.timers, qp);
         Ok(())
     }
 
@@ -621,6 +655,7 @@ impl Nic {
         } else {
             req::drive(qp, &mut self.sh, now);
         }
+        refile_timer(&mut self.timers, qp);
         result
     }
 
@@ -664,11 +699,12 @@ impl Nic {
                 break;
             }
             let len = wr.sg_list.iter().map(|s| s.length as u64).sum();
-            qp.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.to_vec(), len });
+            qp.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.into(), len });
         }
         if qp.state == QpState::Err {
             self.sh.flush(qp);
         }
+        refile_timer(&mut self.timers, qp);
         result
     }
 
@@ -714,6 +750,7 @@ impl Nic {
             comp::handle_response(qp, &mut self.sh, now, &pkt);
         }
         req::drive(qp, &mut self.sh, now);
+        refile_timer(&mut self.timers, qp);
     }
 
     /// Run every timer due at `now` (local ACK timeouts, RNR back-offs).
@@ -721,17 +758,36 @@ impl Nic {
         for qp in self.qps.values_mut() {
             comp::handle_timers(qp, &mut self.sh, now);
             req::drive(qp, &mut self.sh, now);
+            refile_timer(&mut self.timers, qp);
         }
     }
 
     /// The earliest pending timer.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        self.qps.values().flat_map(|q| [q.req.timer_ns, q.req.rnr_timer_ns]).flatten().min()
+        let next = self.timers.earliest();
+        debug_assert_eq!(
+            next,
+            self.qps.values().flat_map(|q| [q.req.timer_ns, q.req.rnr_timer_ns]).flatten().min(),
+            "every QP whose timers changed was refiled"
+        );
+        next
     }
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.sh.tx.pop_front()
+    }
+
+    /// Give back the buffer of a datagram this NIC transmitted once its bytes are no longer
+    /// needed (delivered and handled, or copied onto a wire), so that a later transmit reuses
+    /// the allocation, as a NIC reuses its transmit ring. Optional: a buffer not given back is
+    /// simply freed; any `Vec` is accepted. At most [`SPARE_BUFFERS`] are kept, so a NIC holds
+    /// no more than it once had in flight.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.sh.spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX_BYTES {
+            buf.clear();
+            self.sh.spare.push(buf);
+        }
     }
 
     /// Whether datagrams are waiting to be sent.
@@ -825,7 +881,7 @@ impl Shared {
                 | WrOpcode::RdmaWriteWithImm
         );
         let mut inline = None;
-        let mut sges = Vec::new();
+        let mut sges = qp::SgList::default();
         let len: u64;
         if inline_flag || wr.inline_data.is_some() {
             if !inline_ok {
@@ -868,7 +924,7 @@ impl Shared {
                 ));
             }
             self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
-            sges = wr.sg_list.to_vec();
+            sges = qp::SgList::from(wr.sg_list);
             len = sges.iter().map(|s| s.length as u64).sum();
         }
         // A message longer than max_msg_sz is accepted here and fails at execution with
@@ -944,7 +1000,7 @@ impl Shared {
             ident: self.ip_ident,
             ..IpUdp::default()
         };
-        let mut data = Vec::with_capacity(packet::datagram_len(pkt));
+        let mut data = self.spare.pop().unwrap_or_default();
         packet::emit_datagram(&ip, pkt, &mut data)
             .expect("the engine only builds packets its opcode table allows");
         self.stats.tx_packets += 1;

@@ -2,6 +2,7 @@
 //! the QP state machine (`modify`, error transition and flushing).
 
 use std::collections::VecDeque;
+use std::ops::Deref;
 
 use verbs_api::{
     AccessFlags, AhAttr, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, Sge,
@@ -11,6 +12,41 @@ use verbs_api::{
 use super::cq::CqId;
 use super::mr::PdId;
 use crate::packet::Psn;
+
+/// A WQE's scatter/gather list as posted. A single SGE, the common case, is kept inline so that
+/// posting a WR allocates nothing; other lengths live on the heap. Reads as `&[Sge]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SgList {
+    /// Exactly one SGE.
+    One(Sge),
+    /// None, or more than one.
+    Many(Vec<Sge>),
+}
+
+impl Default for SgList {
+    fn default() -> SgList {
+        SgList::Many(Vec::new())
+    }
+}
+
+impl From<&[Sge]> for SgList {
+    fn from(sges: &[Sge]) -> SgList {
+        match sges {
+            [one] => SgList::One(*one),
+            _ => SgList::Many(sges.to_vec()),
+        }
+    }
+}
+
+impl Deref for SgList {
+    type Target = [Sge];
+    fn deref(&self) -> &[Sge] {
+        match self {
+            SgList::One(sge) => std::slice::from_ref(sge),
+            SgList::Many(sges) => sges,
+        }
+    }
+}
 
 /// A posted send WR, with its progress through the requester.
 #[derive(Clone, Debug)]
@@ -26,7 +62,7 @@ pub struct SendWqe {
     /// Waits for earlier READs/atomics.
     pub fence: bool,
     /// The gather list (empty for inline data).
-    pub sges: Vec<Sge>,
+    pub sges: SgList,
     /// The data of an inline send, copied at post time.
     pub inline: Option<Vec<u8>>,
     /// Message length in bytes (8 for atomics).
@@ -64,7 +100,7 @@ pub struct RecvWqe {
     /// `wr_id`.
     pub wr_id: u64,
     /// The scatter list.
-    pub sges: Vec<Sge>,
+    pub sges: SgList,
     /// Total capacity in bytes.
     pub len: u64,
 }
@@ -190,6 +226,9 @@ pub struct Qp {
     pub req: ReqState,
     /// Responder.
     pub resp: RespState,
+    /// The deadline the NIC's timer index files this QP under (the earlier of its two timers
+    /// when it was last refiled); kept apart from `req` so a reset cannot lose track of it.
+    pub timer_filed_ns: Option<u64>,
 }
 
 impl Qp {
@@ -220,6 +259,7 @@ impl Qp {
             rq: VecDeque::new(),
             req: ReqState::default(),
             resp: RespState::default(),
+            timer_filed_ns: None,
         }
     }
 

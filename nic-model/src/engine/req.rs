@@ -17,8 +17,9 @@ pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
     if qp.state != QpState::Rts || qp.req.rnr_timer_ns.is_some() {
         return;
     }
-    let mut scratch = Vec::new();
+    let mut scratch = std::mem::take(&mut sh.scratch);
     while step(qp, sh, now, &mut scratch) {}
+    sh.scratch = scratch;
 }
 
 /// Send one packet; false if the requester must wait.
@@ -47,9 +48,11 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
             return false;
         }
     }
-    let outstanding_rd = qp.rd_atomic_outstanding();
     let w = &qp.sq[next];
-    if qp.req.pkt == 0 {
+    // Counting outstanding READs/atomics walks the in-flight WQEs: only a WQE that starts and
+    // is limited by them (a READ, an atomic, a fenced WR) pays for it, not every packet.
+    if qp.req.pkt == 0 && (w.is_rd_atomic() || w.fence) {
+        let outstanding_rd = qp.rd_atomic_outstanding();
         if w.is_rd_atomic() && outstanding_rd >= qp.attr.max_rd_atomic as usize {
             return false;
         }

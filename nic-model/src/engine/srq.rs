@@ -120,7 +120,7 @@ impl Nic {
             self.sh.check_sges(pd, wr.sg_list).map_err(|m| Error::inval(format!("{what}: {m}")))?;
             let len = wr.sg_list.iter().map(|s| s.length as u64).sum();
             if let Some(s) = self.sh.srqs.get_mut(&id) {
-                s.queue.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.to_vec(), len });
+                s.queue.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.into(), len });
             }
         }
         Ok(())

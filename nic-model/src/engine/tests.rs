@@ -128,6 +128,11 @@ impl Pair {
         due.sort_by_key(|x| x.0);
         for (_, dir, data) in due {
             self.nic(dir).handle_packet(now, &data);
+            // Back to its sender, as the simulator does: every test also runs on reused buffers.
+            match dir {
+                Dir::AtoB => self.a.recycle(data),
+                Dir::BtoA => self.b.recycle(data),
+            }
         }
         self.a.handle_timeout(now);
         self.b.handle_timeout(now);
@@ -1948,4 +1953,69 @@ fn uc_late_packet_of_an_earlier_message_is_dropped() {
     );
     assert_eq!(read_mem(&b, 1024, 6), b"second");
     assert_eq!(p.b.stats().rx_duplicates, 1);
+}
+
+// ---------------- transmit buffers ----------------
+
+#[test]
+fn a_recycled_buffer_carries_the_next_datagram_and_nothing_stale() {
+    let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() });
+    let write = |wr_id: u64, off: u64| SendWr {
+        wr_id,
+        sg_list: &[],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + off, rkey: b.key },
+        ..Default::default()
+    };
+    let long = pattern(900, 1);
+    a.mem.write(0, &long).unwrap();
+    let sg = [sge(&a, 0, 900)];
+    p.a.post_send(p.now, a.qpn, &[SendWr { sg_list: &sg, ..write(1, 0) }]).unwrap();
+    let first = p.a.poll_transmit().expect("the WRITE is sent at once");
+    let reused = first.data.as_ptr();
+    p.b.handle_packet(p.now, &first.data);
+    p.a.recycle(first.data);
+
+    // A shorter datagram in the same buffer: its own length, a valid ICRC, its own bytes.
+    let short = pattern(20, 2);
+    a.mem.write(1000, &short).unwrap();
+    let sg = [sge(&a, 1000, 20)];
+    p.a.post_send(p.now, a.qpn, &[SendWr { sg_list: &sg, ..write(2, 2000) }]).unwrap();
+    let second = p.a.poll_transmit().expect("the second WRITE is sent at once");
+    assert_eq!(second.data.as_ptr(), reused, "the transmit reused the recycled buffer");
+    let (_, pkt) = packet::parse_datagram(&second.data).expect("a whole, valid datagram");
+    assert_eq!(pkt.payload, &short[..]);
+    assert_eq!(second.data.len(), packet::datagram_len(&pkt));
+    p.b.handle_packet(p.now, &second.data);
+    assert_eq!(read_mem(&b, 0, 900), long);
+    assert_eq!(read_mem(&b, 2000, 20), short);
+
+    // Buffers larger than any datagram are not kept.
+    let huge = Vec::with_capacity(1 << 20);
+    let huge_ptr = huge.as_ptr();
+    p.a.recycle(huge);
+    p.a.post_send(p.now, a.qpn, &[SendWr { sg_list: &sg, ..write(3, 3000) }]).unwrap();
+    let third = p.a.poll_transmit().expect("the third WRITE is sent at once");
+    assert_ne!(third.data.as_ptr(), huge_ptr);
+    p.b.handle_packet(p.now, &third.data);
+    p.drive();
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)]
+    );
+    assert_eq!(read_mem(&b, 3000, 20), short);
+}
+
+#[test]
+fn an_sg_list_reads_back_as_posted_whatever_its_length() {
+    let s = |i: u64| Sge { addr: 0x1000 * i, length: i as u32, lkey: 7 };
+    for n in 0..4u64 {
+        let posted: Vec<Sge> = (1..=n).map(s).collect();
+        let list = qp::SgList::from(&posted[..]);
+        assert_eq!(&list[..], &posted[..], "{n} SGEs");
+        assert_eq!(matches!(list, qp::SgList::One(_)), n == 1, "one SGE is kept inline");
+    }
+    assert!(qp::SgList::default().is_empty());
 }

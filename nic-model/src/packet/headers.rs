@@ -21,6 +21,26 @@ pub const CNP_RESERVED_LEN: usize = 16;
 /// The largest value a 24-bit wire field (QPN, PSN, MSN) holds.
 const U24_MAX: u32 = 0x00FF_FFFF;
 
+/// The extension headers in IBA order (the order of [`Packet`]'s fields), with their names.
+const EXTENSION_HEADERS: [(OpFlags, &str); 7] = [
+    (OpFlags::DETH, "DETH"),
+    (OpFlags::RETH, "RETH"),
+    (OpFlags::ATOMIC_ETH, "AtomicETH"),
+    (OpFlags::AETH, "AETH"),
+    (OpFlags::ATOMIC_ACK_ETH, "AtomicAckETH"),
+    (OpFlags::IMMDT, "ImmDt"),
+    (OpFlags::IETH, "IETH"),
+];
+
+/// The opcode-table flags that stand for an extension header.
+const EXTENSION_HEADER_FLAGS: OpFlags = OpFlags::DETH
+    .union(OpFlags::RETH)
+    .union(OpFlags::ATOMIC_ETH)
+    .union(OpFlags::AETH)
+    .union(OpFlags::ATOMIC_ACK_ETH)
+    .union(OpFlags::IMMDT)
+    .union(OpFlags::IETH);
+
 /// Base Transport Header (BTH, 12 bytes), present in every packet.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Bth {
@@ -84,13 +104,24 @@ impl Bth {
         let flags = u8::from(self.solicited) << 7
             | u8::from(self.mig_req) << 6
             | (self.pad_count & 0x03) << 4;
-        out.push(self.opcode.0);
-        out.push(flags);
-        out.extend_from_slice(&self.pkey.to_be_bytes());
-        out.push(u8::from(self.fecn) << 7 | u8::from(self.becn) << 6);
-        put_u24(out, self.dest_qp);
-        out.push(u8::from(self.ack_req) << 7);
-        put_u24(out, self.psn.value());
+        let [pkey_hi, pkey_lo] = self.pkey.to_be_bytes();
+        let [_, qp_hi, qp_mid, qp_lo] = self.dest_qp.to_be_bytes();
+        let [_, psn_hi, psn_mid, psn_lo] = self.psn.value().to_be_bytes();
+        // Assembled whole and appended once: this runs for every packet.
+        out.extend_from_slice(&[
+            self.opcode.0,
+            flags,
+            pkey_hi,
+            pkey_lo,
+            u8::from(self.fecn) << 7 | u8::from(self.becn) << 6,
+            qp_hi,
+            qp_mid,
+            qp_lo,
+            u8::from(self.ack_req) << 7,
+            psn_hi,
+            psn_mid,
+            psn_lo,
+        ]);
     }
 }
 
@@ -371,6 +402,16 @@ impl<'a> Packet<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Packet<'a>, PacketError> {
         let bth = Bth::parse(bytes)?;
         let info = bth.opcode.info().ok_or(PacketError::UnknownOpcode(bth.opcode.0))?;
+        Packet::parse_after_bth(bth, info, bytes)
+    }
+
+    /// [`Packet::parse`] once `bth` (parsed from the start of `bytes`) and its opcode's `info`
+    /// are known: the RoCEv2 layer has both already.
+    pub(super) fn parse_after_bth(
+        bth: Bth,
+        info: &OpcodeInfo,
+        bytes: &'a [u8],
+    ) -> Result<Packet<'a>, PacketError> {
         let (headers, rest) = bytes
             .split_at_checked(info.header_len)
             .ok_or(PacketError::Truncated { needed: info.header_len, got: bytes.len() })?;
@@ -427,20 +468,23 @@ impl<'a> Packet<'a> {
     /// opcode table lists, payload only where allowed, and 24-bit fields within 24 bits.
     pub fn check(&self) -> Result<&'static OpcodeInfo, PacketError> {
         let info = self.bth.opcode.info().ok_or(PacketError::UnknownOpcode(self.bth.opcode.0))?;
-        let present = [
-            (OpFlags::DETH, self.deth.is_some(), "DETH"),
-            (OpFlags::RETH, self.reth.is_some(), "RETH"),
-            (OpFlags::ATOMIC_ETH, self.atomic_eth.is_some(), "AtomicETH"),
-            (OpFlags::AETH, self.aeth.is_some(), "AETH"),
-            (OpFlags::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some(), "AtomicAckETH"),
-            (OpFlags::IMMDT, self.imm.is_some(), "ImmDt"),
-            (OpFlags::IETH, self.ieth.is_some(), "IETH"),
-        ];
-        for (flag, is_some, name) in present {
-            match (info.flags.contains(flag), is_some) {
-                (true, false) => return Err(PacketError::MissingHeader(name)),
-                (false, true) => return Err(PacketError::UnexpectedHeader(name)),
-                _ => {}
+        let mut present = OpFlags::empty();
+        present.set(OpFlags::DETH, self.deth.is_some());
+        present.set(OpFlags::RETH, self.reth.is_some());
+        present.set(OpFlags::ATOMIC_ETH, self.atomic_eth.is_some());
+        present.set(OpFlags::AETH, self.aeth.is_some());
+        present.set(OpFlags::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some());
+        present.set(OpFlags::IMMDT, self.imm.is_some());
+        present.set(OpFlags::IETH, self.ieth.is_some());
+        let wanted = info.flags & EXTENSION_HEADER_FLAGS;
+        if present != wanted {
+            // The first header, in IBA order, that is missing or should not be there.
+            for &(flag, name) in &EXTENSION_HEADERS {
+                match (wanted.contains(flag), present.contains(flag)) {
+                    (true, false) => return Err(PacketError::MissingHeader(name)),
+                    (false, true) => return Err(PacketError::UnexpectedHeader(name)),
+                    _ => {}
+                }
             }
         }
         if !self.payload.is_empty() && !info.flags.contains(OpFlags::PAYLOAD) {

@@ -5,7 +5,7 @@
 //! an Ethernet header only for Wireshark's sake.
 
 use super::headers::{Bth, Packet};
-use super::icrc::icrc_ipv4;
+use super::icrc::{icrc_ipv4, icrc_ipv4_in_place};
 use super::PacketError;
 
 /// The UDP destination port that identifies RoCEv2.
@@ -106,7 +106,7 @@ pub fn emit_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<
     out.extend_from_slice(&[0, 0]); // UDP checksum: not used by RoCEv2 (the ICRC covers it all).
 
     pkt.emit_checked(info, out);
-    let icrc = icrc_ipv4(out);
+    let icrc = icrc_ipv4_in_place(out);
     out.extend_from_slice(&icrc.to_le_bytes());
     debug_assert_eq!(out.len(), len, "datagram_len agrees with what emit writes");
     Ok(())
@@ -176,7 +176,7 @@ pub fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), PacketError> 
     if got < needed {
         return Err(PacketError::Truncated { needed, got });
     }
-    let pkt = Packet::parse(transport)?;
+    let pkt = Packet::parse_after_bth(bth, info, transport)?;
 
     let ip = IpUdp {
         src: [ipv4[12], ipv4[13], ipv4[14], ipv4[15]],

@@ -150,6 +150,8 @@ pub struct Link {
     pub stats: LinkStats,
     /// Finish times of the packets in its FIFO (waiting or being serialised), oldest first.
     pub(crate) queue: VecDeque<u64>,
+    /// Packets serialised and propagating, in arrival order (see the world's event order).
+    pub(crate) wire: VecDeque<super::InFlight>,
     /// When the line is free again.
     pub(crate) busy_until_ns: u64,
     /// Indices of offered packets to drop.
@@ -165,6 +167,7 @@ impl Link {
             partitioned: false,
             stats: LinkStats::default(),
             queue: VecDeque::new(),
+            wire: VecDeque::new(),
             busy_until_ns: 0,
             drop_nth: BTreeSet::new(),
         }
@@ -187,5 +190,12 @@ impl Link {
             self.queue.pop_front();
         }
         self.queue.len()
+    }
+
+    /// Record a packet entering the FIFO at `now_ns` that leaves it at `finish_ns`, forgetting
+    /// those that have left (so an unbounded link's FIFO does not grow with every packet).
+    pub(crate) fn note_queued(&mut self, now_ns: u64, finish_ns: u64) {
+        self.queue_len(now_ns);
+        self.queue.push_back(finish_ns);
     }
 }

@@ -2,9 +2,16 @@
 //! latency, bandwidth, queue limits and faults, one virtual clock and one seeded RNG.
 //!
 //! A [`World`] owns everything that happens: nodes (each a [`Nic`] with one port, LID = node
-//! index + 1, or a switch that forwards), links, an event heap ordered by (time, sequence
-//! number), the RNG, the [`trace::Trace`] and an optional pcap capture. Nothing reads a wall
-//! clock, spawns a thread or iterates a hash map, so a seed and the inputs fix the whole run.
+//! index + 1, or a switch that forwards), links, events ordered by (time, sequence number), the
+//! RNG, the [`trace::Trace`] and an optional pcap capture. Nothing reads a wall clock, spawns a
+//! thread or iterates a hash map, so a seed and the inputs fix the whole run.
+//!
+//! Packets on a link arrive in the order they were sent unless jitter or a latency change
+//! reorders them, so each link keeps its packets in flight in a FIFO (its wire) and only the
+//! head of each wire sits in the event heap; a packet that would arrive before the one queued
+//! ahead of it becomes an event of its own. Either way every event keeps its (time, sequence
+//! number) key and events run in exactly that order: the heap stays small (a few entries per
+//! link) however many packets are in flight.
 //! [`SimWorld`] shares a world between verbs handles: each node is a verbs `Context`
 //! ([`SimWorld::context`]) so programs written against `verbs_api` run here unchanged.
 
@@ -15,6 +22,7 @@ mod rng;
 pub mod scenario;
 pub mod trace;
 
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -69,13 +77,26 @@ enum EventKind {
     Change { link: LinkId, change: LinkChange },
 }
 
-/// The heap key of an event: (time, sequence number << 24 | slot). The sequence number makes
-/// the order total and FIFO among equal times; the slot names the event's body in the slab, so
-/// the heap moves 16-byte keys, not packets.
+/// The heap key of an event: (time, sequence number << SOURCE_BITS | source). The sequence
+/// number makes the order total and FIFO among equal times; the source says where the event's
+/// body is: a slot of the slab, or (with [`SOURCE_WIRE`]) the packet at the head of a link's
+/// wire. So the heap moves 16-byte keys, not packets.
 type EventKey = std::cmp::Reverse<(u64, u64)>;
 
-/// Slots the slab may hold at once (24 bits of the key).
+/// Bits of the key below the sequence number.
+const SOURCE_BITS: u32 = 25;
+/// Set in a source that names a link (its wire's head), clear in one that names a slab slot.
+const SOURCE_WIRE: u64 = 1 << 24;
+/// Slots the slab may hold at once, and links a world may have (24 bits of the source).
 const MAX_SLOTS: usize = 1 << 24;
+
+/// A packet on a link's wire: its arrival key and its bytes.
+#[derive(Clone, Debug)]
+pub(crate) struct InFlight {
+    arrive_ns: u64,
+    seq: u64,
+    data: Vec<u8>,
+}
 
 /// A pcap capture of the run.
 struct Capture {
@@ -89,6 +110,8 @@ pub struct World {
     now_ns: u64,
     seq: u64,
     heap: BinaryHeap<EventKey>,
+    /// Events waiting: in the slab or on a wire.
+    pending: usize,
     /// Event bodies, by slot; `free` lists the empty slots.
     slab: Vec<Option<EventKind>>,
     free: Vec<u32>,
@@ -117,6 +140,7 @@ impl World {
             now_ns: START_NS,
             seq: 0,
             heap: BinaryHeap::new(),
+            pending: 0,
             slab: Vec::new(),
             free: Vec::new(),
             nodes: Vec::new(),
@@ -195,6 +219,7 @@ impl World {
     pub fn add_link(&mut self, src: NodeId, dst: NodeId, params: LinkParams) -> LinkId {
         assert!(src < self.nodes.len() && dst < self.nodes.len(), "add_link: no such node");
         assert!(src != dst, "add_link: a link joins two different nodes");
+        assert!(self.links.len() < MAX_SLOTS, "a world has fewer than 2^24 links");
         self.links.push(Link::new(src, dst, params));
         self.routes_dirty = true;
         self.links.len() - 1
@@ -316,9 +341,9 @@ impl World {
         self.events_run
     }
 
-    /// Events waiting in the heap.
+    /// Events waiting to run (packets in flight, timers, scheduled changes).
     pub fn pending_events(&self) -> usize {
-        self.heap.len()
+        self.pending
     }
 
     /// The time of the next event, if any.
@@ -330,13 +355,32 @@ impl World {
 
     /// Run the next event; false if there is none.
     pub fn step(&mut self) -> bool {
-        let Some(std::cmp::Reverse((at_ns, key))) = self.heap.pop() else { return false };
+        let Some(mut top) = self.heap.peek_mut() else { return false };
+        let std::cmp::Reverse((at_ns, key)) = *top;
         debug_assert!(at_ns >= self.now_ns, "the clock never goes back");
-        let slot = (key & (MAX_SLOTS as u64 - 1)) as u32;
-        let kind = self.slab[slot as usize].take().expect("a heap key names a full slot");
-        self.free.push(slot);
         self.now_ns = at_ns;
         self.events_run += 1;
+        self.pending -= 1;
+        let source = key & ((1 << SOURCE_BITS) - 1);
+        let index = (source & (MAX_SLOTS as u64 - 1)) as usize;
+        if source & SOURCE_WIRE != 0 {
+            let wire = &mut self.links[index].wire;
+            let p = wire.pop_front().expect("a wire key names the packet at its head");
+            debug_assert_eq!((p.arrive_ns, p.seq), (at_ns, key >> SOURCE_BITS));
+            // The next packet on the wire takes its place in the heap: one sift, not two.
+            match wire.front() {
+                Some(next) => {
+                    *top = std::cmp::Reverse((next.arrive_ns, next.seq << SOURCE_BITS | source));
+                    drop(top);
+                }
+                None => drop(PeekMut::pop(top)),
+            }
+            self.arrive(index, p.data);
+            return true;
+        }
+        PeekMut::pop(top);
+        let kind = self.slab[index].take().expect("a heap key names a full slot");
+        self.free.push(index as u32);
         match kind {
             EventKind::Arrive { link, data } => self.arrive(link, data),
             EventKind::Timer { node } => self.fire_timer(node),
@@ -384,8 +428,16 @@ impl World {
 
     // ---- inside ----
 
-    fn push(&mut self, at_ns: u64, kind: EventKind) {
+    /// The sequence number of the next event.
+    fn next_seq(&mut self) -> u64 {
         self.seq += 1;
+        assert!(self.seq < 1 << (64 - SOURCE_BITS), "fewer than 2^39 events in a world's life");
+        self.pending += 1;
+        self.seq
+    }
+
+    fn push(&mut self, at_ns: u64, kind: EventKind) {
+        let seq = self.next_seq();
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slab[s as usize] = Some(kind);
@@ -397,7 +449,7 @@ impl World {
                 (self.slab.len() - 1) as u32
             }
         };
-        self.heap.push(std::cmp::Reverse((at_ns, self.seq << 24 | slot as u64)));
+        self.heap.push(std::cmp::Reverse((at_ns, seq << SOURCE_BITS | slot as u64)));
     }
 
     fn record(&mut self, kind: TraceKind, link: u32, node: u32, data: &[u8], arg: u64) {
@@ -599,16 +651,27 @@ impl World {
         }
     }
 
-    /// Serialise a packet behind those already in the link's FIFO and schedule its arrival.
+    /// Serialise a packet behind those already in the link's FIFO and schedule its arrival:
+    /// on the link's wire behind the packets ahead of it, or as an event of its own if it
+    /// overtakes one of them (jitter, a lower latency).
     fn enqueue(&mut self, link: LinkId, data: Vec<u8>, extra_ns: u64) {
         let now = self.now_ns;
         let l = &mut self.links[link];
         let start = now.max(l.busy_until_ns);
         let finish = start + l.params.serialisation_ns(data.len());
         l.busy_until_ns = finish;
-        l.queue.push_back(finish);
-        let arrive = finish + l.params.latency_ns + extra_ns;
-        self.push(arrive, EventKind::Arrive { link, data });
+        l.note_queued(now, finish);
+        let arrive_ns = finish + l.params.latency_ns + extra_ns;
+        if l.wire.back().is_some_and(|last| last.arrive_ns > arrive_ns) {
+            return self.push(arrive_ns, EventKind::Arrive { link, data });
+        }
+        let seq = self.next_seq();
+        let l = &mut self.links[link];
+        if l.wire.is_empty() {
+            let key = seq << SOURCE_BITS | SOURCE_WIRE | link as u64;
+            self.heap.push(std::cmp::Reverse((arrive_ns, key)));
+        }
+        l.wire.push_back(InFlight { arrive_ns, seq, data });
     }
 
     fn arrive(&mut self, link: LinkId, data: Vec<u8>) {
@@ -623,9 +686,7 @@ impl World {
         if self.nodes[node].is_switch() {
             self.record(TraceKind::Forward, lid, node as u32, &data, data.len() as u64);
             // The destination comes from the IPv4 header; a runt packet goes nowhere.
-            let to = data.get(16..20).map_or(usize::MAX, |d| {
-                (lid_of_ip([d[0], d[1], d[2], d[3]]) as usize).wrapping_sub(1)
-            });
+            let to = node_of_ip(&data, IPV4_DST);
             return self.forward(node, to, data);
         }
         self.record(TraceKind::Deliver, lid, node as u32, &data, data.len() as u64);
@@ -638,7 +699,25 @@ impl World {
         if let Some(nic) = self.nodes[node].nic.as_mut() {
             nic.handle_packet(now, &data);
         }
+        // The buffer goes back to the NIC that sent it, which reuses it for its next datagram.
+        let from = node_of_ip(&data, IPV4_SRC);
+        if let Some(nic) = self.nodes.get_mut(from).and_then(|n| n.nic.as_mut()) {
+            nic.recycle(data);
+        }
         self.flush(node);
+    }
+}
+
+/// Offsets of the source and destination addresses in an IPv4 header.
+const IPV4_SRC: usize = 12;
+const IPV4_DST: usize = 16;
+
+/// The node whose port has the IPv4 address at `at` in a datagram, or `usize::MAX` (no node)
+/// for a foreign address or a runt packet.
+fn node_of_ip(data: &[u8], at: usize) -> NodeId {
+    match data.get(at..at + 4) {
+        Some(&[a, b, c, d]) => (lid_of_ip([a, b, c, d]) as usize).wrapping_sub(1),
+        _ => usize::MAX,
     }
 }
 
