@@ -329,10 +329,13 @@ impl Core {
                     if let Some(tap) = tap {
                         tap(TapDir::Tx, &t.data);
                     }
+                    // The bytes are in the peer's ring now: the buffer serves the next packet.
+                    nic.recycle(t.data);
                     did = true;
                 }
                 SendOutcome::Full if is_ud(&t.data) => {
                     wire.ud_dropped_inbox_full += 1;
+                    nic.recycle(t.data);
                     did = true;
                 }
                 SendOutcome::Full => {
