@@ -221,6 +221,9 @@ pub struct NicStats {
     pub rnr_naks_received: u64,
     /// UC/UD messages dropped (gaps, Q_Key mismatch, no receive WQE).
     pub dropped_messages: u64,
+    /// SEND/WRITE packets whose payload does not fit their place in the message at the path
+    /// MTU (RC: NAK invalid request; UC: the message is dropped).
+    pub rx_bad_length: u64,
 }
 
 /// One software NIC: its PDs, MRs, CQs and QPs, and the transport that runs them.

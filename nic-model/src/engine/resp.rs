@@ -46,6 +46,12 @@ pub(crate) fn handle_request(
         return;
     }
     qp.resp.nak_sent = false;
+    if !payload_fits_mtu(qp, pkt, flags) {
+        // A malformed request (or a requester on another path MTU): class C, as in rxe.
+        sh.stats.rx_bad_length += 1;
+        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        return;
+    }
     let src_lid = lid_of_ip(ip.src);
     if flags.contains(OpFlags::SEND) {
         on_send(qp, sh, pkt, flags, src_lid);
@@ -55,6 +61,21 @@ pub(crate) fn handle_request(
         on_read(qp, sh, pkt);
     } else if flags.contains(OpFlags::ATOMIC) {
         on_atomic(qp, sh, pkt);
+    }
+}
+
+/// Whether a SEND or RDMA WRITE packet carries what its place in the message allows at this
+/// QP's path MTU (IBA 9.7.5.1.2 length checks): a FIRST or MIDDLE packet exactly one MTU, a
+/// LAST packet 1 to MTU bytes, an ONLY packet at most one MTU. Other requests carry none.
+fn payload_fits_mtu(qp: &Qp, pkt: &Packet<'_>, flags: OpFlags) -> bool {
+    if !flags.intersects(OpFlags::SEND | OpFlags::WRITE) {
+        return true;
+    }
+    let (len, mtu) = (pkt.payload.len() as u64, u64::from(qp.mtu()));
+    match (flags.contains(OpFlags::START), flags.contains(OpFlags::END)) {
+        (true, true) => len <= mtu,
+        (false, true) => (1..=mtu).contains(&len),
+        _ => len == mtu,
     }
 }
 
@@ -447,6 +468,13 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
         uc_abandon(qp, sh);
     }
     qp.resp.epsn = psn.next();
+    if !payload_fits_mtu(qp, pkt, flags) {
+        // UC has no NAK: the malformed packet loses its message, as a gap does.
+        sh.stats.rx_bad_length += 1;
+        uc_abandon(qp, sh);
+        qp.resp.drop_msg = !flags.contains(OpFlags::END);
+        return;
+    }
     if qp.resp.drop_msg {
         if !flags.contains(OpFlags::START) {
             return;
