@@ -485,7 +485,9 @@ fn one_sided_operations_complete_while_the_target_sleeps() {
 fn a_peer_killed_mid_transfer_fails_the_transfer_fast_and_its_segment_is_cleaned() {
     let _serial = serial();
     let started = Instant::now();
-    const WRITES: u64 = 256;
+    // 512 MiB in all: far more than can land in the moments between the third completion and
+    // the kill, even when the scheduler keeps this thread from the kill for tens of ms.
+    const WRITES: u64 = 2048;
     const LEN: usize = 256 << 10;
     const KILL_AFTER: usize = 3;
     let dir = FabricDir::new("killed_peer");
