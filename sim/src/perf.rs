@@ -151,9 +151,14 @@ struct SyscallArgs {
     /// Iterations of the small run whose count is subtracted (setup and teardown).
     #[arg(long, default_value_t = 10_000)]
     base: u64,
-    /// Where strace writes its summaries (default: the temporary directory).
+    /// Where the counter writes its summaries (default: the temporary directory).
     #[arg(long)]
     out_dir: Option<PathBuf>,
+    /// How to count: `perf` (`perf stat -e raw_syscalls:sys_enter`, which does not slow the
+    /// processes down), `strace` (`strace -f -c`, which does: each counted call stops its
+    /// thread for the tracer), or `auto` (perf if it works here, else strace).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "perf", "strace"])]
+    counter: String,
     #[command(flatten)]
     common: Common,
 }
@@ -1100,6 +1105,31 @@ fn strace_total(path: &Path) -> Result<u64, String> {
         .ok_or_else(|| format!("cannot parse the strace total {line:?}"))
 }
 
+/// The total of a `perf stat -x, -e raw_syscalls:sys_enter -o FILE` run.
+fn perf_stat_total(path: &Path) -> Result<u64, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    // CSV: "count,unit,event,...", after comment lines.
+    let line = text
+        .lines()
+        .find(|l| l.contains("raw_syscalls:sys_enter"))
+        .ok_or_else(|| format!("no raw_syscalls line in {}", path.display()))?;
+    line.split(',')
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| format!("cannot parse the perf stat count {line:?}"))
+}
+
+/// Whether `perf stat` can count system calls here (installed, and allowed to trace).
+fn perf_stat_works() -> bool {
+    Command::new("perf")
+        .args(["stat", "-x,", "-e", "raw_syscalls:sys_enter", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
     if a.base >= a.iters {
         return Err(CliError::usage(format!(
@@ -1107,10 +1137,17 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
             a.base, a.iters
         )));
     }
+    let use_perf = match a.counter.as_str() {
+        "perf" => true,
+        "strace" => false,
+        _ => perf_stat_works(),
+    };
+    let counter = if use_perf { "perf" } else { "strace" };
+    println!("counting with {counter}");
     let out_dir = a.out_dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut totals = Vec::new();
     for n in [a.base, a.iters] {
-        let file = out_dir.join(format!("softverbs-strace-{}-{n}.txt", std::process::id()));
+        let file = out_dir.join(format!("softverbs-{counter}-{}-{n}.txt", std::process::id()));
         let mut args = vec!["lat".to_string(), "-n".into(), n.to_string()];
         args.extend(["-w".into(), "0".into(), "-r".into(), "1".into()]);
         args.extend(device_args(&a.common));
@@ -1118,19 +1155,22 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
             args.extend(["--fabric".into(), f.display().to_string()]);
         }
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let out = Command::new("strace")
-            .args(["-f", "-c", "-o"])
-            .arg(&file)
-            .arg(exe)
-            .args(&me.prefix)
-            .args(&args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running strace (apt-get install -y strace): {e}"))?;
+        let mut cmd = if use_perf {
+            let mut c = Command::new("perf");
+            c.args(["stat", "-x,", "-e", "raw_syscalls:sys_enter", "-o"]).arg(&file).arg("--");
+            c
+        } else {
+            let mut c = Command::new("strace");
+            c.args(["-f", "-c", "-o"]).arg(&file);
+            c
+        };
+        let out = cmd.arg(exe).args(&me.prefix).args(&args).stdin(Stdio::null()).output().map_err(
+            |e| format!("running {counter} (apt-get install -y linux-perf strace): {e}"),
+        )?;
         if !out.status.success() {
-            return Err(child_failed(&format!("strace run of {n} iterations"), &out));
+            return Err(child_failed(&format!("{counter} run of {n} iterations"), &out));
         }
-        let total = strace_total(&file)?;
+        let total = if use_perf { perf_stat_total(&file)? } else { strace_total(&file)? };
         println!(
             "  {n:>7} iterations: {total} system calls in the whole process tree ({})",
             file.display()
@@ -1143,7 +1183,7 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
         totals[1], totals[0], a.iters, a.base
     );
     println!(
-        "RESULT syscalls iters={} base={} total={} base_total={} per_iter={per:.6}",
+        "RESULT syscalls iters={} base={} total={} base_total={} per_iter={per:.6} counter={counter}",
         a.iters, a.base, totals[1], totals[0]
     );
     Ok(())
