@@ -887,8 +887,17 @@ impl Shared {
             if !inline_ok {
                 return inval(format!("IBV_SEND_INLINE is not valid with {}", wr.opcode.name()));
             }
+            let too_long = |len: usize| {
+                Error::inval(format!(
+                    "{len} bytes of inline data exceed max_inline_data {}",
+                    qp.cap.max_inline_data
+                ))
+            };
             let data = match wr.inline_data {
-                Some(d) => d.to_vec(),
+                Some(d) if d.len() > qp.cap.max_inline_data as usize => {
+                    return Err(too_long(d.len()))
+                }
+                Some(d) => qp::InlineData::from(d),
                 None => {
                     if wr.sg_list.len() > qp.cap.max_send_sge as usize {
                         return inval(format!(
@@ -899,20 +908,13 @@ impl Shared {
                     }
                     self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
                     let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
-                    let mut d = vec![0u8; total];
-                    self.mrs
-                        .gather(qp.pd, wr.sg_list, 0, &mut d)
-                        .map_err(|e| Error::inval(format!("inline gather failed: {e:?}")))?;
-                    d
+                    if total > qp.cap.max_inline_data as usize {
+                        return Err(too_long(total));
+                    }
+                    qp::InlineData::filled(total, |buf| self.mrs.gather(qp.pd, wr.sg_list, 0, buf))
+                        .map_err(|e| Error::inval(format!("inline gather failed: {e:?}")))?
                 }
             };
-            if data.len() > qp.cap.max_inline_data as usize {
-                return inval(format!(
-                    "{} bytes of inline data exceed max_inline_data {}",
-                    data.len(),
-                    qp.cap.max_inline_data
-                ));
-            }
             len = data.len() as u64;
             inline = Some(data);
         } else {
