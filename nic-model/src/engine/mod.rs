@@ -949,13 +949,20 @@ impl Shared {
                 ));
             }
         }
+        let mut ud = None;
         if qp.qp_type == QpType::Ud {
-            let Some(ud) = &wr.ud else {
+            let Some(wr_ud) = &wr.ud else {
                 return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
             };
-            if let Err(why) = av_destination(&ud.ah.attr()) {
-                return inval(format!("the address handle: {why}"));
-            }
+            let dst_ip = match av_destination(&wr_ud.ah.attr()) {
+                Ok(ip) => ip,
+                Err(why) => return inval(format!("the address handle: {why}")),
+            };
+            ud = Some(qp::UdDest {
+                dst_ip,
+                remote_qpn: wr_ud.remote_qpn,
+                remote_qkey: wr_ud.remote_qkey,
+            });
             // UD messages are single packets of at most the port's MTU.
             let mtu = self.cfg.max_mtu.bytes();
             if len > mtu as u64 {
@@ -975,7 +982,7 @@ impl Shared {
             rdma: wr.rdma,
             atomic: wr.atomic,
             imm: wr.imm_data,
-            ud: wr.ud.as_ref().map(|u| (u.ah.attr(), u.remote_qpn, u.remote_qkey)),
+            ud,
             first_psn: packet::Psn::new(0),
             npsn: 0,
             started: false,

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::ops::Deref;
 
 use verbs_api::{
-    AccessFlags, AhAttr, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, Sge,
+    AccessFlags, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, Sge,
     WrOpcode,
 };
 
@@ -116,6 +116,18 @@ impl std::fmt::Debug for InlineData {
     }
 }
 
+/// Where a UD send goes (`wr.ud` of `ibv_post_send`), resolved when it is posted: the address
+/// handle's port address, the remote QPN and the Q_Key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// IPv4 address of the destination port.
+    pub dst_ip: [u8; 4],
+    /// `remote_qpn`.
+    pub remote_qpn: u32,
+    /// `remote_qkey` (high bit set: use the QP's own Q_Key).
+    pub remote_qkey: u32,
+}
+
 /// A posted send WR, with its progress through the requester.
 #[derive(Clone, Debug)]
 pub struct SendWqe {
@@ -141,8 +153,8 @@ pub struct SendWqe {
     pub atomic: AtomicTarget,
     /// Immediate data (host order).
     pub imm: u32,
-    /// UD destination: (address vector, remote QPN, Q_Key).
-    pub ud: Option<(AhAttr, u32, u32)>,
+    /// UD destination, resolved from the address handle at post time.
+    pub ud: Option<UdDest>,
     /// The first PSN, once started.
     pub first_psn: Psn,
     /// PSNs this WQE uses (packets; for READ, response packets).

@@ -76,14 +76,11 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
     let mut dest_qp = qp.attr.dest_qp_num;
     let mut dst_ip = qp.dst_ip;
     let mut deth = None;
-    if let Some((av, remote_qpn, remote_qkey)) = &w.ud {
-        dest_qp = *remote_qpn;
-        dst_ip = match av.dgid.to_ipv4() {
-            Some(ip) if av.is_global => ip,
-            _ => super::ip_of_lid(av.dlid),
-        };
+    if let Some(ud) = &w.ud {
+        dest_qp = ud.remote_qpn;
+        dst_ip = ud.dst_ip;
         // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
-        let qkey = if remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { *remote_qkey };
+        let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.remote_qkey };
         deth = Some(Deth { qkey, src_qp: qp.qpn });
     }
     let mut bth = Bth { pkey: 0xFFFF, dest_qp, psn, ..Bth::default() };

@@ -2131,3 +2131,34 @@ fn inline_sends_of_every_size_arrive_whole() {
         );
     }
 }
+
+#[test]
+fn a_connected_qp_ignores_wr_ud() {
+    // libibverbs reads wr.ud only on UD QPs; on RC it is ignored and the SEND takes the
+    // connection (it used to be routed by the address handle and emitted with a DETH).
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let elsewhere = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
+        dlid: 7,
+        ..Default::default()
+    })));
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 5, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    a.mem.write(0, b"connected").unwrap();
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 9,
+            sg_list: &[sge(&a, 0, 9)],
+            send_flags: signaled(),
+            ud: Some(UdTarget { ah: elsewhere, remote_qpn: 0x99, remote_qkey: 1 }),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB), vec![Opcode::RC_SEND_ONLY]);
+    let sent = poll_all(&mut p.a, a.cq);
+    assert_eq!((sent.len(), sent[0].wr_id, sent[0].status), (1, 9, WcStatus::Success));
+    let received = poll_all(&mut p.b, b.cq);
+    assert_eq!((received.len(), received[0].wr_id, received[0].byte_len), (1, 5, 9));
+    assert_eq!(read_mem(&b, 0, 9), b"connected");
+}
