@@ -94,9 +94,10 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn) -> bool {
             lost_response = true;
             break;
         }
-        let w = qp.sq.pop_front().expect("front exists");
+        // Completed in place, then dropped: the WQE is not moved out of the queue first.
+        sh.complete_send(qp, w, WcStatus::Success);
+        qp.sq.pop_front();
         qp.req.next = qp.req.next.saturating_sub(1);
-        sh.complete_send(qp, &w, WcStatus::Success);
         progress = true;
     }
     let mut after = psn.next();

@@ -235,13 +235,16 @@ pub struct Nic {
 
 /// File `qp` in the timer index under its earliest deadline, after a call that may have armed,
 /// moved or cleared its local ACK or RNR timer.
+#[inline]
 fn refile_timer(timers: &mut TimerIndex, qp: &mut Qp) {
     let due = match (qp.req.timer_ns, qp.req.rnr_timer_ns) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    timers.refile(qp.qpn, qp.timer_filed_ns, due);
-    qp.timer_filed_ns = due;
+    if due != qp.timer_filed_ns {
+        timers.refile(qp.qpn, qp.timer_filed_ns, due);
+        qp.timer_filed_ns = due;
+    }
 }
 
 /// The parts of the NIC that QPs share, split from the QP table so a QP and the rest can be
@@ -906,13 +909,25 @@ impl Shared {
                             qp.cap.max_send_sge
                         ));
                     }
-                    self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
                     let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
-                    if total > qp.cap.max_inline_data as usize {
-                        return Err(too_long(total));
+                    let gathered = match total <= qp.cap.max_inline_data as usize {
+                        true => qp::InlineData::filled(total, |buf| {
+                            self.mrs.gather(qp.pd, wr.sg_list, 0, buf)
+                        }),
+                        false => Err(mr::DmaError::Length),
+                    };
+                    match gathered {
+                        Ok(data) => data,
+                        Err(e) => {
+                            // The gather checks each SGE as `check_sges` does: only a failure
+                            // walks them again, for the message that names the bad one.
+                            self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
+                            return match e {
+                                mr::DmaError::Length => Err(too_long(total)),
+                                e => inval(format!("inline gather failed: {e:?}")),
+                            };
+                        }
                     }
-                    qp::InlineData::filled(total, |buf| self.mrs.gather(qp.pd, wr.sg_list, 0, buf))
-                        .map_err(|e| Error::inval(format!("inline gather failed: {e:?}")))?
                 }
             };
             len = data.len() as u64;

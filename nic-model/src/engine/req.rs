@@ -13,10 +13,16 @@ pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
 }
 
 /// Send every packet the QP may send now.
+#[inline]
 pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
-    if qp.state != QpState::Rts || qp.req.rnr_timer_ns.is_some() {
-        return;
+    // Inline, so that the common case after a received packet, nothing to send, costs no call.
+    if qp.req.next < qp.sq.len() && qp.state == QpState::Rts && qp.req.rnr_timer_ns.is_none() {
+        send_queued(qp, sh, now);
     }
+}
+
+/// [`drive`] for a QP with WQEs to (continue to) send.
+fn send_queued(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
     let mut scratch = std::mem::take(&mut sh.scratch);
     while step(qp, sh, now, &mut scratch) {}
     sh.scratch = scratch;

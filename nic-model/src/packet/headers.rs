@@ -71,12 +71,13 @@ impl Bth {
     pub const LEN: usize = 12;
 
     /// Parse the BTH at the start of `bytes`; checks `TVer` is 0 and ignores reserved bits.
+    #[inline(always)]
     pub fn parse(bytes: &[u8]) -> Result<Bth, PacketError> {
         Bth::from_bytes(first::<{ Self::LEN }>(bytes)?)
     }
 
     /// The BTH in these 12 bytes; checks `TVer` is 0 and ignores reserved bits.
-    #[inline]
+    #[inline(always)]
     pub fn from_bytes(b: &[u8; Self::LEN]) -> Result<Bth, PacketError> {
         let flags = b[1];
         let tver = flags & 0x0F;
@@ -462,7 +463,9 @@ impl<'a> Packet<'a> {
 
     /// [`Packet::parse`] once `bth` (parsed from the start of `bytes`) and its opcode's `info`
     /// are known: the RoCEv2 layer has both already.
-    #[inline]
+    // Always inlined: its two callers then build the 160-byte packet in place instead of
+    // copying it out of a return slot, once per received datagram.
+    #[inline(always)]
     pub(super) fn parse_after_bth(
         bth: Bth,
         info: &OpcodeInfo,
