@@ -1,6 +1,8 @@
 //! The transport engine of one software NIC, sans-IO in the quinn-proto style: it never reads a
 //! clock, sleeps, spawns or does I/O. Inputs are verbs calls, [`Nic::handle_packet`] and
-//! [`Nic::handle_timeout`], each with `now` in nanoseconds; outputs are pulled:
+//! [`Nic::handle_timeout`], each with `now` in nanoseconds (or, for a received packet, the
+//! caller's clock, read only if the packet arms a timer: [`Nic::handle_packet_at`]); outputs
+//! are pulled:
 //! [`Nic::poll_transmit`] (RoCEv2 datagrams to put on a wire), [`Nic::next_timeout`],
 //! [`Nic::poll_event`] (CQ notifications, async events) and the completions in each CQ.
 //!
@@ -34,6 +36,32 @@ use timers::TimerIndex;
 
 /// Virtual or monotonic time in nanoseconds; the engine never reads a clock itself.
 pub type Nanos = u64;
+
+/// The time of one call into the engine: given by the caller ([`Now::At`]), or read from the
+/// caller's clock the first time the engine needs it and then the same for the rest of the call
+/// ([`Now::Lazy`]). The engine needs the time only to arm a timer, so a real-time host that
+/// hands over its clock reads it for no call that arms none: a received SEND, an ACK that
+/// retires everything in flight. The engine itself still reads no clock.
+pub enum Now<'c> {
+    /// This time.
+    At(Nanos),
+    /// What this clock says when first asked.
+    Lazy(&'c mut dyn FnMut() -> Nanos),
+}
+
+impl Now<'_> {
+    /// The time of the call: the clock is read the first time only.
+    pub fn get(&mut self) -> Nanos {
+        match self {
+            Now::At(t) => *t,
+            Now::Lazy(clock) => {
+                let t = clock();
+                *self = Now::At(t);
+                t
+            }
+        }
+    }
+}
 
 /// The IPv4 address softverbs gives the port with this LID (`10.0.x.y`, `x.y` = the LID).
 pub fn ip_of_lid(lid: u16) -> [u8; 4] {
@@ -604,7 +632,7 @@ impl Nic {
             self.sh.flush(qp);
         }
         if next == QpState::Rts {
-            req::drive(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.sh, &mut Now::At(now));
         }
         refile_timer(&mut self.timers, qp);
         Ok(())
@@ -656,7 +684,7 @@ impl Nic {
         if qp.state == QpState::Err {
             self.sh.flush(qp);
         } else {
-            req::drive(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.sh, &mut Now::At(now));
         }
         refile_timer(&mut self.timers, qp);
         result
@@ -716,6 +744,11 @@ impl Nic {
     /// A datagram arrived from the wire. Malformed packets (bad ICRC, truncated, foreign) are
     /// dropped and counted, never trusted.
     pub fn handle_packet(&mut self, now: Nanos, data: &[u8]) {
+        self.handle_packet_at(&mut Now::At(now), data);
+    }
+
+    /// [`Nic::handle_packet`] at a time that may be read only if the packet needs it.
+    pub fn handle_packet_at(&mut self, now: &mut Now<'_>, data: &[u8]) {
         let (ip, pkt) = match packet::parse_datagram(data) {
             Ok(v) => v,
             Err(e) => {
@@ -748,7 +781,7 @@ impl Nic {
         if info.flags.contains(packet::OpFlags::REQUEST) {
             let ip_header: &[u8; 20] =
                 data[..20].try_into().expect("a parsed datagram has an IPv4 header");
-            resp::handle_request(qp, &mut self.sh, now, &ip, ip_header, &pkt);
+            resp::handle_request(qp, &mut self.sh, &ip, ip_header, &pkt);
         } else {
             comp::handle_response(qp, &mut self.sh, now, &pkt);
         }
@@ -760,7 +793,7 @@ impl Nic {
     pub fn handle_timeout(&mut self, now: Nanos) {
         for qp in self.qps.values_mut() {
             comp::handle_timers(qp, &mut self.sh, now);
-            req::drive(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.sh, &mut Now::At(now));
             refile_timer(&mut self.timers, qp);
         }
     }

@@ -4,7 +4,7 @@
 use verbs_api::{QpState, QpType, WcStatus, WrOpcode};
 
 use super::qp::Qp;
-use super::{Nanos, Shared};
+use super::{Now, Shared};
 use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};
 
 /// Local ACK timeout for the `timeout` attribute: 4.096 µs × 2^timeout; 0 means no timer.
@@ -14,7 +14,7 @@ pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
 
 /// Send every packet the QP may send now.
 #[inline]
-pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
+pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>) {
     // Inline, so that the common case after a received packet, nothing to send, costs no call.
     if qp.req.next < qp.sq.len() && qp.state == QpState::Rts && qp.req.rnr_timer_ns.is_none() {
         send_queued(qp, sh, now);
@@ -22,14 +22,14 @@ pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
 }
 
 /// [`drive`] for a QP with WQEs to (continue to) send.
-fn send_queued(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
+fn send_queued(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>) {
     let mut scratch = std::mem::take(&mut sh.scratch);
     while step(qp, sh, now, &mut scratch) {}
     sh.scratch = scratch;
 }
 
 /// Send one packet; false if the requester must wait.
-fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool {
+fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) -> bool {
     let next = qp.req.next;
     if next >= qp.sq.len() {
         return false;
@@ -185,7 +185,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
         qp.req.pkt += 1;
     }
     if qp.req.timer_ns.is_none() {
-        qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+        qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t);
     }
     true
 }

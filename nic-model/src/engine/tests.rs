@@ -2162,3 +2162,68 @@ fn a_connected_qp_ignores_wr_ud() {
     assert_eq!((received.len(), received[0].wr_id, received[0].byte_len), (1, 5, 9));
     assert_eq!(read_mem(&b, 0, 9), b"connected");
 }
+
+#[test]
+fn a_lazy_clock_is_read_only_to_arm_a_timer() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let timeout_ns = req::ack_timeout_ns(ConnOpts::default().timeout).unwrap();
+    for id in 1..=2 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    a.mem.write(0, b"twice").unwrap();
+    let sg = [sge(&a, 0, 5)];
+    let send = |id| SendWr { wr_id: id, sg_list: &sg, ..Default::default() };
+    let posted_at = p.now;
+    p.a.post_send(posted_at, a.qpn, &[SendWr { send_flags: signaled(), ..send(1) }]).unwrap();
+    p.a.post_send(posted_at, a.qpn, &[SendWr { send_flags: signaled(), ..send(2) }]).unwrap();
+    assert_eq!(p.a.next_timeout(), Some(posted_at + timeout_ns), "armed by the first send");
+
+    // Deliver each datagram with a clock that counts how often it is read.
+    let mut reads = 0;
+    let mut deliver = |to: &mut Nic, t: Transmit, clock_ns: u64| {
+        let mut clock = || {
+            reads += 1;
+            clock_ns
+        };
+        to.handle_packet_at(&mut Now::Lazy(&mut clock), &t.data);
+    };
+    let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(sends.len(), 2);
+    for t in sends {
+        deliver(&mut p.b, t, 1);
+    }
+    let acks: Vec<Transmit> = std::iter::from_fn(|| p.b.poll_transmit()).collect();
+    assert_eq!(acks.len(), 2, "one ACK per message");
+    let mut acks = acks.into_iter();
+    let first_ack_at = posted_at + 5_000;
+    deliver(&mut p.a, acks.next().unwrap(), first_ack_at);
+    let second_ack_at = posted_at + 9_000;
+    deliver(&mut p.a, acks.next().unwrap(), second_ack_at);
+    // The responder armed nothing; the first ACK left send 2 in flight and restarted the
+    // timer from its own time; the last ACK stopped it.
+    assert_eq!(reads, 1, "only the ACK that restarts the timer reads the clock");
+    assert_eq!(p.a.next_timeout(), None);
+    let sent = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        sent.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    let received = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        received.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        [(1, 5), (2, 5)]
+    );
+
+    // A timer restarted by a lazily read time is due a full timeout after that time.
+    p.a.post_send(posted_at, a.qpn, &[send(3), send(4)]).unwrap();
+    let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 3, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 4, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    for t in sends {
+        p.b.handle_packet(second_ack_at, &t.data);
+    }
+    let ack = p.b.poll_transmit().expect("the ACK of send 3");
+    let mut at_ns = || second_ack_at + 20_000;
+    p.a.handle_packet_at(&mut Now::Lazy(&mut at_ns), &ack.data);
+    assert_eq!(p.a.next_timeout(), Some(second_ack_at + 20_000 + timeout_ns));
+}
