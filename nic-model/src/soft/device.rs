@@ -23,7 +23,7 @@ use verbs_api::{AsyncElement, AsyncEvent};
 
 use super::port::{Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
-use crate::engine::{Nanos, Nic, NicEvent, NicStats, Now, Transmit};
+use crate::engine::{Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 
 /// Receives a copy of every datagram a device sends or receives, for teaching output (the demo
@@ -247,10 +247,9 @@ impl Core {
     }
 
     /// A progress round run by a verbs call on the program's thread (the caller holds the
-    /// lock), at `now` if the call already read the clock. Tells the NIC thread that the
-    /// program is calling in.
-    pub(crate) fn progress_inline(&self, st: &mut State, now: Option<Nanos>) -> bool {
-        let did = self.progress_locked(st, now);
+    /// lock). Tells the NIC thread that the program is calling in.
+    pub(crate) fn progress_inline(&self, st: &mut State) -> bool {
+        let did = self.progress_locked(st);
         // Under the state lock, so a plain increment is enough; the NIC thread only compares.
         let n = self.inline_rounds.load(Ordering::Relaxed);
         self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
@@ -272,16 +271,13 @@ impl Core {
 
     /// One round of progress: take what the inbox holds, fire due timers, send what the
     /// engine has, deliver events. Returns whether anything happened. No system calls unless
-    /// a parked peer must be woken; the clock is read (once) only if a received packet arms a
-    /// timer or a timer is pending, and not on most rounds that find nothing. `known_now` is
-    /// the time if the caller already read it.
-    fn progress_locked(&self, st: &mut State, known_now: Option<Nanos>) -> bool {
+    /// a parked peer must be woken. The clock is read at most once, and only if a received
+    /// packet arms a timer or a timer is pending: not on most rounds that find nothing, nor
+    /// on those that receive a SEND or an ACK that retires everything in flight.
+    fn progress_locked(&self, st: &mut State) -> bool {
         let State { nic, backlog, tap, rounds_since_clock, wire } = st;
         let mut clock = || self.now();
-        let mut now = match known_now {
-            Some(t) => Now::At(t),
-            None => Now::Lazy(&mut clock),
-        };
+        let mut now = Now::Lazy(&mut clock);
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
             if let Some(t) = tap {
                 t(TapDir::Rx, pkt);
@@ -386,8 +382,8 @@ impl Core {
     /// since that thread is running the engine.
     fn progress_background(&self) -> bool {
         match self.state.try_lock() {
-            Ok(mut st) => self.progress_locked(&mut st, None),
-            Err(TryLockError::Poisoned(e)) => self.progress_locked(&mut e.into_inner(), None),
+            Ok(mut st) => self.progress_locked(&mut st),
+            Err(TryLockError::Poisoned(e)) => self.progress_locked(&mut e.into_inner()),
             Err(TryLockError::WouldBlock) => false,
         }
     }

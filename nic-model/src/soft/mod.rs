@@ -189,14 +189,14 @@ impl Host for Device {
         let mut st = self.lock();
         let r = f(&mut st, now);
         // A post transmits at once: the doorbell is this call.
-        self.progress_inline(&mut st, Some(now));
+        self.progress_inline(&mut st);
         r
     }
     fn poll_cq(&self, cq: u32, wc: &mut [WorkCompletion]) -> Result<usize> {
         let mut st = self.lock();
         if st.cq_len(cq) < wc.len() {
             // Polling is where an application lends the NIC its CPU: run the engine inline.
-            self.progress_inline(&mut st, None);
+            self.progress_inline(&mut st);
         }
         st.poll_cq(cq, wc)
     }
