@@ -5,11 +5,11 @@ use verbs_api::{AccessFlags, Sge, WcStatus};
 
 use super::qp::Qp;
 use super::req::{ack_timeout_ns, go_back};
-use super::{Nanos, Shared};
+use super::{Nanos, Now, Shared};
 use crate::packet::{rnr_timer_ns, AethKind, NakCode, OpFlags, Packet, Psn};
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
-pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: Nanos, pkt: &Packet<'_>) {
+pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, pkt: &Packet<'_>) {
     if !matches!(qp.state, verbs_api::QpState::Rts | verbs_api::QpState::Sqd) {
         sh.stats.rx_no_qp += 1;
         return;
@@ -57,7 +57,7 @@ pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: Nanos, pkt: &Pa
                 qp.req.rnr_left -= 1;
             }
             qp.req.timer_ns = None;
-            qp.req.rnr_timer_ns = Some(now + rnr_timer_ns(timer));
+            qp.req.rnr_timer_ns = Some(now.get() + rnr_timer_ns(timer));
         }
         AethKind::Nak(code) => {
             if psn.diff(qp.req.comp_psn) < 0 {
@@ -83,7 +83,7 @@ pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: Nanos, pkt: &Pa
 /// Retire every SEND/WRITE WQE whose last PSN is at or before `psn` (an ACK is cumulative).
 /// Returns true if a READ/atomic WQE in that range has no response yet: its response was lost
 /// and the requester must ask again.
-fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn) -> bool {
+fn ack_through(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn) -> bool {
     let mut progress = false;
     let mut lost_response = false;
     while let Some(w) = qp.sq.front() {
@@ -94,9 +94,10 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn) -> bool {
             lost_response = true;
             break;
         }
-        let w = qp.sq.pop_front().expect("front exists");
+        // Completed in place, then dropped: the WQE is not moved out of the queue first.
+        sh.complete_send(qp, w, WcStatus::Success);
+        qp.sq.pop_front();
         qp.req.next = qp.req.next.saturating_sub(1);
-        sh.complete_send(qp, &w, WcStatus::Success);
         progress = true;
     }
     let mut after = psn.next();
@@ -126,18 +127,24 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn) -> bool {
 }
 
 /// Forward progress: retry counters reset and the timer restarts (or stops if nothing is in flight).
-fn made_progress(qp: &mut Qp, now: Nanos) {
+fn made_progress(qp: &mut Qp, now: &mut Now<'_>) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.retrying_from = None;
     qp.req.timer_ns = if qp.req.psn.diff(qp.req.comp_psn) > 0 {
-        ack_timeout_ns(qp.attr.timeout).map(|t| now + t)
+        ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t)
     } else {
         None
     };
 }
 
-fn on_read_response(qp: &mut Qp, sh: &mut Shared, now: Nanos, pkt: &Packet<'_>, flags: OpFlags) {
+fn on_read_response(
+    qp: &mut Qp,
+    sh: &mut Shared,
+    now: &mut Now<'_>,
+    pkt: &Packet<'_>,
+    flags: OpFlags,
+) {
     let psn = pkt.bth.psn;
     if psn.diff(qp.req.comp_psn) < 0 {
         return; // a duplicate of a response already placed
@@ -185,7 +192,7 @@ fn on_read_response(qp: &mut Qp, sh: &mut Shared, now: Nanos, pkt: &Packet<'_>, 
     made_progress(qp, now);
 }
 
-fn on_atomic_ack(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn, orig: u64) {
+fn on_atomic_ack(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn, orig: u64) {
     if psn.diff(qp.req.comp_psn) < 0 {
         return;
     }
@@ -224,7 +231,7 @@ fn on_atomic_ack(qp: &mut Qp, sh: &mut Shared, now: Nanos, psn: Psn, orig: u64) 
 
 /// Go back N after a loss, spending one transport retry; `RETRY_EXC_ERR` when none are left.
 /// A loss signalled by a NAK or an out-of-order response is retried once per restart point.
-fn start_retry(qp: &mut Qp, sh: &mut Shared, now: Nanos, timeout: bool) {
+fn start_retry(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, timeout: bool) {
     if !timeout && qp.req.retrying_from == Some(qp.req.comp_psn) {
         return;
     }
@@ -237,7 +244,7 @@ fn start_retry(qp: &mut Qp, sh: &mut Shared, now: Nanos, timeout: bool) {
     }
     qp.req.retrying_from = Some(qp.req.comp_psn);
     go_back(qp);
-    qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+    qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t);
 }
 
 /// Complete the oldest WQE with an error status and move the QP to the error state.
@@ -260,7 +267,7 @@ pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
         if now >= t {
             if qp.req.psn.diff(qp.req.comp_psn) > 0 {
                 sh.stats.timeouts += 1;
-                start_retry(qp, sh, now, true);
+                start_retry(qp, sh, &mut Now::At(now), true);
             } else {
                 qp.req.timer_ns = None;
             }

@@ -69,8 +69,8 @@ impl Cq {
             ));
         }
         let n = out.len().min(self.entries.len());
-        for (slot, wc) in out.iter_mut().zip(self.entries.drain(..n)) {
-            *slot = wc;
+        for slot in &mut out[..n] {
+            *slot = self.entries.pop_front().expect("n is at most the number queued");
         }
         Ok(n)
     }

@@ -1,6 +1,8 @@
 //! The transport engine of one software NIC, sans-IO in the quinn-proto style: it never reads a
 //! clock, sleeps, spawns or does I/O. Inputs are verbs calls, [`Nic::handle_packet`] and
-//! [`Nic::handle_timeout`], each with `now` in nanoseconds; outputs are pulled:
+//! [`Nic::handle_timeout`], each with `now` in nanoseconds (or, for a received packet, the
+//! caller's clock, read only if the packet arms a timer: [`Nic::handle_packet_at`]); outputs
+//! are pulled:
 //! [`Nic::poll_transmit`] (RoCEv2 datagrams to put on a wire), [`Nic::next_timeout`],
 //! [`Nic::poll_event`] (CQ notifications, async events) and the completions in each CQ.
 //!
@@ -34,6 +36,32 @@ use timers::TimerIndex;
 
 /// Virtual or monotonic time in nanoseconds; the engine never reads a clock itself.
 pub type Nanos = u64;
+
+/// The time of one call into the engine: given by the caller ([`Now::At`]), or read from the
+/// caller's clock the first time the engine needs it and then the same for the rest of the call
+/// ([`Now::Lazy`]). The engine needs the time only to arm a timer, so a real-time host that
+/// hands over its clock reads it for no call that arms none: a received SEND, an ACK that
+/// retires everything in flight. The engine itself still reads no clock.
+pub enum Now<'c> {
+    /// This time.
+    At(Nanos),
+    /// What this clock says when first asked.
+    Lazy(&'c mut dyn FnMut() -> Nanos),
+}
+
+impl Now<'_> {
+    /// The time of the call: the clock is read the first time only.
+    pub fn get(&mut self) -> Nanos {
+        match self {
+            Now::At(t) => *t,
+            Now::Lazy(clock) => {
+                let t = clock();
+                *self = Now::At(t);
+                t
+            }
+        }
+    }
+}
 
 /// The IPv4 address softverbs gives the port with this LID (`10.0.x.y`, `x.y` = the LID).
 pub fn ip_of_lid(lid: u16) -> [u8; 4] {
@@ -238,13 +266,16 @@ pub struct Nic {
 
 /// File `qp` in the timer index under its earliest deadline, after a call that may have armed,
 /// moved or cleared its local ACK or RNR timer.
+#[inline]
 fn refile_timer(timers: &mut TimerIndex, qp: &mut Qp) {
     let due = match (qp.req.timer_ns, qp.req.rnr_timer_ns) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    timers.refile(qp.qpn, qp.timer_filed_ns, due);
-    qp.timer_filed_ns = due;
+    if due != qp.timer_filed_ns {
+        timers.refile(qp.qpn, qp.timer_filed_ns, due);
+        qp.timer_filed_ns = due;
+    }
 }
 
 /// The parts of the NIC that QPs share, split from the QP table so a QP and the rest can be
@@ -604,7 +635,7 @@ impl Nic {
             self.sh.flush(qp);
         }
         if next == QpState::Rts {
-            req::drive(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.sh, &mut Now::At(now));
         }
         refile_timer(&mut self.timers, qp);
         Ok(())
@@ -656,7 +687,7 @@ impl Nic {
         if qp.state == QpState::Err {
             self.sh.flush(qp);
         } else {
-            req::drive(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.sh, &mut Now::At(now));
         }
         refile_timer(&mut self.timers, qp);
         result
@@ -716,6 +747,11 @@ impl Nic {
     /// A datagram arrived from the wire. Malformed packets (bad ICRC, truncated, foreign) are
     /// dropped and counted, never trusted.
     pub fn handle_packet(&mut self, now: Nanos, data: &[u8]) {
+        self.handle_packet_at(&mut Now::At(now), data);
+    }
+
+    /// [`Nic::handle_packet`] at a time that may be read only if the packet needs it.
+    pub fn handle_packet_at(&mut self, now: &mut Now<'_>, data: &[u8]) {
         let (ip, pkt) = match packet::parse_datagram(data) {
             Ok(v) => v,
             Err(e) => {
@@ -748,7 +784,7 @@ impl Nic {
         if info.flags.contains(packet::OpFlags::REQUEST) {
             let ip_header: &[u8; 20] =
                 data[..20].try_into().expect("a parsed datagram has an IPv4 header");
-            resp::handle_request(qp, &mut self.sh, now, &ip, ip_header, &pkt);
+            resp::handle_request(qp, &mut self.sh, &ip, ip_header, &pkt);
         } else {
             comp::handle_response(qp, &mut self.sh, now, &pkt);
         }
@@ -760,7 +796,7 @@ impl Nic {
     pub fn handle_timeout(&mut self, now: Nanos) {
         for qp in self.qps.values_mut() {
             comp::handle_timers(qp, &mut self.sh, now);
-            req::drive(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.sh, &mut Now::At(now));
             refile_timer(&mut self.timers, qp);
         }
     }
@@ -890,8 +926,17 @@ impl Shared {
             if !inline_ok {
                 return inval(format!("IBV_SEND_INLINE is not valid with {}", wr.opcode.name()));
             }
+            let too_long = |len: usize| {
+                Error::inval(format!(
+                    "{len} bytes of inline data exceed max_inline_data {}",
+                    qp.cap.max_inline_data
+                ))
+            };
             let data = match wr.inline_data {
-                Some(d) => d.to_vec(),
+                Some(d) if d.len() > qp.cap.max_inline_data as usize => {
+                    return Err(too_long(d.len()))
+                }
+                Some(d) => qp::InlineData::from(d),
                 None => {
                     if wr.sg_list.len() > qp.cap.max_send_sge as usize {
                         return inval(format!(
@@ -900,22 +945,27 @@ impl Shared {
                             qp.cap.max_send_sge
                         ));
                     }
-                    self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
                     let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
-                    let mut d = vec![0u8; total];
-                    self.mrs
-                        .gather(qp.pd, wr.sg_list, 0, &mut d)
-                        .map_err(|e| Error::inval(format!("inline gather failed: {e:?}")))?;
-                    d
+                    let gathered = match total <= qp.cap.max_inline_data as usize {
+                        true => qp::InlineData::filled(total, |buf| {
+                            self.mrs.gather(qp.pd, wr.sg_list, 0, buf)
+                        }),
+                        false => Err(mr::DmaError::Length),
+                    };
+                    match gathered {
+                        Ok(data) => data,
+                        Err(e) => {
+                            // The gather checks each SGE as `check_sges` does: only a failure
+                            // walks them again, for the message that names the bad one.
+                            self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
+                            return match e {
+                                mr::DmaError::Length => Err(too_long(total)),
+                                e => inval(format!("inline gather failed: {e:?}")),
+                            };
+                        }
+                    }
                 }
             };
-            if data.len() > qp.cap.max_inline_data as usize {
-                return inval(format!(
-                    "{} bytes of inline data exceed max_inline_data {}",
-                    data.len(),
-                    qp.cap.max_inline_data
-                ));
-            }
             len = data.len() as u64;
             inline = Some(data);
         } else {
@@ -950,13 +1000,20 @@ impl Shared {
                 ));
             }
         }
+        let mut ud = None;
         if qp.qp_type == QpType::Ud {
-            let Some(ud) = &wr.ud else {
+            let Some(wr_ud) = &wr.ud else {
                 return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
             };
-            if let Err(why) = av_destination(&ud.ah.attr()) {
-                return inval(format!("the address handle: {why}"));
-            }
+            let dst_ip = match av_destination(&wr_ud.ah.attr()) {
+                Ok(ip) => ip,
+                Err(why) => return inval(format!("the address handle: {why}")),
+            };
+            ud = Some(qp::UdDest {
+                dst_ip,
+                remote_qpn: wr_ud.remote_qpn,
+                remote_qkey: wr_ud.remote_qkey,
+            });
             // UD messages are single packets of at most the port's MTU.
             let mtu = self.cfg.max_mtu.bytes();
             if len > mtu as u64 {
@@ -976,7 +1033,7 @@ impl Shared {
             rdma: wr.rdma,
             atomic: wr.atomic,
             imm: wr.imm_data,
-            ud: wr.ud.as_ref().map(|u| (u.ah.attr(), u.remote_qpn, u.remote_qkey)),
+            ud,
             first_psn: packet::Psn::new(0),
             npsn: 0,
             started: false,

@@ -45,11 +45,13 @@ impl MrMemory {
     }
 
     /// The virtual address of the first byte.
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.ptr as u64
     }
 
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -59,17 +61,24 @@ impl MrMemory {
         self.len == 0
     }
 
+    #[inline]
     fn check(&self, offset: usize, n: usize) -> Result<()> {
         match offset.checked_add(n) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::inval(format!(
-                "MR access of {n} bytes at offset {offset} is outside the MR of {} bytes",
-                self.len
-            ))),
+            _ => Err(self.outside(offset, n)),
         }
     }
 
+    #[cold]
+    fn outside(&self, offset: usize, n: usize) -> Error {
+        Error::inval(format!(
+            "MR access of {n} bytes at offset {offset} is outside the MR of {} bytes",
+            self.len
+        ))
+    }
+
     /// Copy out.
+    #[inline]
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
         self.check(offset, buf.len())?;
         // SAFETY: bounds checked above; the source is valid MR memory and does not overlap `buf`.
@@ -78,6 +87,7 @@ impl MrMemory {
     }
 
     /// Copy in.
+    #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
         // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
@@ -140,6 +150,7 @@ pub struct Mr {
 
 impl Mr {
     /// The offset of `[va, va+len)` inside this MR, or `None` if it is not wholly inside.
+    #[inline]
     pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
         let start = va.checked_sub(self.memory.addr())?;
         let end = start.checked_add(len)?;
@@ -191,6 +202,7 @@ impl MrTable {
     }
 
     /// The MR this key names.
+    #[inline]
     pub fn get(&self, key: u32) -> Option<&Mr> {
         let idx = (key >> 8).checked_sub(1)? as usize;
         self.slots.get(idx)?.as_ref().filter(|mr| mr.key == key)
@@ -224,6 +236,7 @@ impl MrTable {
     }
 
     /// Resolve a local SGE: its MR and the offset of its first byte.
+    #[inline]
     pub fn resolve_local(
         &self,
         pd: PdId,

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::ops::Deref;
 
 use verbs_api::{
-    AccessFlags, AhAttr, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, Sge,
+    AccessFlags, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, Sge,
     WrOpcode,
 };
 
@@ -48,6 +48,86 @@ impl Deref for SgList {
     }
 }
 
+/// Bytes of inline data a send WQE holds in place; longer inline data (up to the device's
+/// `max_inline_data`) lives on the heap.
+pub const INLINE_IN_WQE: usize = 64;
+
+/// The data of an inline send (`IBV_SEND_INLINE`), copied at post time as a NIC copies it into
+/// the WQE. Up to [`INLINE_IN_WQE`] bytes are kept in the WQE itself, so that posting a small
+/// inline send allocates nothing. Reads as `&[u8]`.
+#[derive(Clone)]
+pub enum InlineData {
+    /// At most [`INLINE_IN_WQE`] bytes: the first `len` of `bytes`.
+    InWqe {
+        /// Bytes in use.
+        len: u8,
+        /// The data, then unused bytes.
+        bytes: [u8; INLINE_IN_WQE],
+    },
+    /// More than [`INLINE_IN_WQE`] bytes.
+    Heap(Vec<u8>),
+}
+
+impl InlineData {
+    /// `len` bytes, written by `fill` into a zeroed buffer of exactly that length.
+    pub fn filled<E>(
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<InlineData, E> {
+        if len <= INLINE_IN_WQE {
+            let mut bytes = [0u8; INLINE_IN_WQE];
+            fill(&mut bytes[..len])?;
+            // Fits: len <= INLINE_IN_WQE < 256.
+            Ok(InlineData::InWqe { len: len as u8, bytes })
+        } else {
+            let mut bytes = vec![0u8; len];
+            fill(&mut bytes)?;
+            Ok(InlineData::Heap(bytes))
+        }
+    }
+}
+
+impl From<&[u8]> for InlineData {
+    fn from(data: &[u8]) -> InlineData {
+        if data.len() <= INLINE_IN_WQE {
+            let mut bytes = [0u8; INLINE_IN_WQE];
+            bytes[..data.len()].copy_from_slice(data);
+            // Fits: len <= INLINE_IN_WQE < 256.
+            InlineData::InWqe { len: data.len() as u8, bytes }
+        } else {
+            InlineData::Heap(data.to_vec())
+        }
+    }
+}
+
+impl Deref for InlineData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            InlineData::InWqe { len, bytes } => &bytes[..usize::from(*len)],
+            InlineData::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl std::fmt::Debug for InlineData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InlineData({} bytes)", self.len())
+    }
+}
+
+/// Where a UD send goes (`wr.ud` of `ibv_post_send`), resolved when it is posted: the address
+/// handle's port address, the remote QPN and the Q_Key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// IPv4 address of the destination port.
+    pub dst_ip: [u8; 4],
+    /// `remote_qpn`.
+    pub remote_qpn: u32,
+    /// `remote_qkey` (high bit set: use the QP's own Q_Key).
+    pub remote_qkey: u32,
+}
+
 /// A posted send WR, with its progress through the requester.
 #[derive(Clone, Debug)]
 pub struct SendWqe {
@@ -64,7 +144,7 @@ pub struct SendWqe {
     /// The gather list (empty for inline data).
     pub sges: SgList,
     /// The data of an inline send, copied at post time.
-    pub inline: Option<Vec<u8>>,
+    pub inline: Option<InlineData>,
     /// Message length in bytes (8 for atomics).
     pub len: u32,
     /// WRITE/READ target.
@@ -73,8 +153,8 @@ pub struct SendWqe {
     pub atomic: AtomicTarget,
     /// Immediate data (host order).
     pub imm: u32,
-    /// UD destination: (address vector, remote QPN, Q_Key).
-    pub ud: Option<(AhAttr, u32, u32)>,
+    /// UD destination, resolved from the address handle at post time.
+    pub ud: Option<UdDest>,
     /// The first PSN, once started.
     pub first_psn: Psn,
     /// PSNs this WQE uses (packets; for READ, response packets).

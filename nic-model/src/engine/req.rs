@@ -4,7 +4,7 @@
 use verbs_api::{QpState, QpType, WcStatus, WrOpcode};
 
 use super::qp::Qp;
-use super::{Nanos, Shared};
+use super::{Now, Shared};
 use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};
 
 /// Local ACK timeout for the `timeout` attribute: 4.096 µs × 2^timeout; 0 means no timer.
@@ -13,17 +13,23 @@ pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
 }
 
 /// Send every packet the QP may send now.
-pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
-    if qp.state != QpState::Rts || qp.req.rnr_timer_ns.is_some() {
-        return;
+#[inline]
+pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>) {
+    // Inline, so that the common case after a received packet, nothing to send, costs no call.
+    if qp.req.next < qp.sq.len() && qp.state == QpState::Rts && qp.req.rnr_timer_ns.is_none() {
+        send_queued(qp, sh, now);
     }
+}
+
+/// [`drive`] for a QP with WQEs to (continue to) send.
+fn send_queued(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>) {
     let mut scratch = std::mem::take(&mut sh.scratch);
     while step(qp, sh, now, &mut scratch) {}
     sh.scratch = scratch;
 }
 
 /// Send one packet; false if the requester must wait.
-fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool {
+fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) -> bool {
     let next = qp.req.next;
     if next >= qp.sq.len() {
         return false;
@@ -76,14 +82,11 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
     let mut dest_qp = qp.attr.dest_qp_num;
     let mut dst_ip = qp.dst_ip;
     let mut deth = None;
-    if let Some((av, remote_qpn, remote_qkey)) = &w.ud {
-        dest_qp = *remote_qpn;
-        dst_ip = match av.dgid.to_ipv4() {
-            Some(ip) if av.is_global => ip,
-            _ => super::ip_of_lid(av.dlid),
-        };
+    if let Some(ud) = &w.ud {
+        dest_qp = ud.remote_qpn;
+        dst_ip = ud.dst_ip;
         // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
-        let qkey = if remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { *remote_qkey };
+        let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.remote_qkey };
         deth = Some(Deth { qkey, src_qp: qp.qpn });
     }
     let mut bth = Bth { pkey: 0xFFFF, dest_qp, psn, ..Bth::default() };
@@ -182,7 +185,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: Nanos, scratch: &mut Vec<u8>) -> bool
         qp.req.pkt += 1;
     }
     if qp.req.timer_ns.is_none() {
-        qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+        qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t);
     }
     true
 }

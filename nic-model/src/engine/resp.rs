@@ -6,14 +6,13 @@ use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
-use super::{lid_of_ip, Nanos, Shared};
+use super::{lid_of_ip, Shared};
 use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn};
 
 /// A request packet arrived for this QP.
 pub(crate) fn handle_request(
     qp: &mut Qp,
     sh: &mut Shared,
-    _now: Nanos,
     ip: &IpUdp,
     ip_header: &[u8; 20],
     pkt: &Packet<'_>,

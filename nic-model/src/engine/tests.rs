@@ -176,6 +176,10 @@ const MR_LEN: usize = 1 << 16;
 const ALL: AccessFlags = AccessFlags::all();
 
 fn side(nic: &mut Nic, access: AccessFlags) -> Side {
+    side_with_inline(nic, access, 64)
+}
+
+fn side_with_inline(nic: &mut Nic, access: AccessFlags, max_inline_data: u32) -> Side {
     let pd = nic.alloc_pd().unwrap();
     let cq = nic.create_cq(256).unwrap();
     let cap = QpCap {
@@ -183,7 +187,7 @@ fn side(nic: &mut Nic, access: AccessFlags) -> Side {
         max_recv_wr: 64,
         max_send_sge: 4,
         max_recv_sge: 4,
-        max_inline_data: 64,
+        max_inline_data,
     };
     let (qpn, _) = nic.create_qp(pd, QpType::Rc, cq, cq, cap, false).unwrap();
     let mem = MrMemory::allocate(MR_LEN).unwrap();
@@ -2098,4 +2102,208 @@ fn uc_packets_that_break_the_mtu_lose_their_message() {
         vec![(1, WcStatus::Success, 5, qb)]
     );
     assert_eq!(read_mem(&b, 1024, 5), b"after");
+}
+
+#[test]
+fn inline_data_reads_back_as_posted_whatever_its_length() {
+    for len in [0, 1, 8, qp::INLINE_IN_WQE - 1, qp::INLINE_IN_WQE, qp::INLINE_IN_WQE + 1, 256] {
+        let posted = pattern(len, 3);
+        let copied = qp::InlineData::from(&posted[..]);
+        assert_eq!(&copied[..], &posted[..], "{len} bytes");
+        let in_wqe = matches!(copied, qp::InlineData::InWqe { .. });
+        assert_eq!(in_wqe, len <= qp::INLINE_IN_WQE, "{len} bytes: kept in the WQE or not");
+        let filled = qp::InlineData::filled(len, |buf| -> Result<()> {
+            assert_eq!(buf.len(), len, "the buffer to fill is exactly the length asked for");
+            assert!(buf.iter().all(|&b| b == 0), "and starts zeroed");
+            buf.copy_from_slice(&posted);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(&filled[..], &posted[..], "{len} bytes, filled");
+        let failed = qp::InlineData::filled(len, |_| Err(Error::inval("no")));
+        assert_eq!(failed.map(|_| ()).unwrap_err().message, "no", "a failed fill is an error");
+    }
+}
+
+#[test]
+fn inline_sends_of_every_size_arrive_whole() {
+    let mut p = Pair::new();
+    let a = side_with_inline(&mut p.a, ALL, 200);
+    let b = side_with_inline(&mut p.b, ALL, 200);
+    connect(&mut p.a, a.qpn, 2, b.qpn, ConnOpts::default());
+    connect(&mut p.b, b.qpn, 1, a.qpn, ConnOpts::default());
+    let sizes = [8, qp::INLINE_IN_WQE, qp::INLINE_IN_WQE + 1, 200];
+    for (i, &len) in sizes.iter().enumerate() {
+        let data = pattern(len, i as u8);
+        let at = 1000 * i;
+        // From `inline_data`, and gathered from two SGEs; both copied at post time.
+        a.mem.write(at, &data).unwrap();
+        let half = (len / 2) as u32;
+        let sges =
+            [sge(&a, at as u64, half), sge(&a, (at as u64) + u64::from(half), len as u32 - half)];
+        let rsge = |off: u64| [sge(&b, off, 256)];
+        p.b.post_recv(
+            b.qpn,
+            &[RecvWr { wr_id: 2 * i as u64, sg_list: &rsge(20_000 + 512 * 2 * i as u64) }],
+        )
+        .unwrap();
+        p.b.post_recv(
+            b.qpn,
+            &[RecvWr {
+                wr_id: 2 * i as u64 + 1,
+                sg_list: &rsge(20_000 + 512 * (2 * i as u64 + 1)),
+            }],
+        )
+        .unwrap();
+        let wrs = [
+            SendWr {
+                wr_id: 2 * i as u64,
+                inline_data: Some(&data),
+                send_flags: SendFlags::INLINE | signaled(),
+                ..Default::default()
+            },
+            SendWr {
+                wr_id: 2 * i as u64 + 1,
+                sg_list: &sges,
+                send_flags: SendFlags::INLINE | signaled(),
+                ..Default::default()
+            },
+        ];
+        p.a.post_send(p.now, a.qpn, &wrs).unwrap();
+        a.mem.write(at, &vec![0xEE; len]).unwrap();
+        p.drive();
+        let sent = poll_all(&mut p.a, a.cq);
+        let received = poll_all(&mut p.b, b.cq);
+        for k in 0..2u64 {
+            let wr_id = 2 * i as u64 + k;
+            let s = sent.iter().find(|w| w.wr_id == wr_id).expect("send completion");
+            assert_eq!(
+                (s.status, s.opcode, s.byte_len),
+                (WcStatus::Success, WcOpcode::Send, len as u32)
+            );
+            let r = received.iter().find(|w| w.wr_id == wr_id).expect("receive completion");
+            assert_eq!(
+                (r.status, r.opcode, r.byte_len),
+                (WcStatus::Success, WcOpcode::Recv, len as u32)
+            );
+            assert_eq!(r.qp_num, b.qpn);
+            assert_eq!(
+                read_mem(&b, 20_000 + 512 * wr_id as usize, len),
+                data,
+                "{len} bytes, wr {wr_id}"
+            );
+        }
+    }
+    // More than max_inline_data is refused at post time, whichever way it is given.
+    let big = vec![1u8; 201];
+    a.mem.write(0, &big).unwrap();
+    let too_long = [
+        SendWr { inline_data: Some(&big), send_flags: SendFlags::INLINE, ..Default::default() },
+        SendWr { sg_list: &[sge(&a, 0, 201)], send_flags: SendFlags::INLINE, ..Default::default() },
+    ];
+    for wr in too_long {
+        let err = p.a.post_send(p.now, a.qpn, &[wr]).unwrap_err();
+        assert_eq!(err.errno, Errno::Inval);
+        assert!(
+            err.message.contains("201 bytes of inline data exceed max_inline_data 200"),
+            "{}",
+            err.message
+        );
+    }
+}
+
+#[test]
+fn a_connected_qp_ignores_wr_ud() {
+    // libibverbs reads wr.ud only on UD QPs; on RC it is ignored and the SEND takes the
+    // connection (it used to be routed by the address handle and emitted with a DETH).
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let elsewhere = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
+        dlid: 7,
+        ..Default::default()
+    })));
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 5, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    a.mem.write(0, b"connected").unwrap();
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 9,
+            sg_list: &[sge(&a, 0, 9)],
+            send_flags: signaled(),
+            ud: Some(UdTarget { ah: elsewhere, remote_qpn: 0x99, remote_qkey: 1 }),
+            ..Default::default()
+        },
+    );
+    p.drive();
+    assert_eq!(p.opcodes(Dir::AtoB), vec![Opcode::RC_SEND_ONLY]);
+    let sent = poll_all(&mut p.a, a.cq);
+    assert_eq!((sent.len(), sent[0].wr_id, sent[0].status), (1, 9, WcStatus::Success));
+    let received = poll_all(&mut p.b, b.cq);
+    assert_eq!((received.len(), received[0].wr_id, received[0].byte_len), (1, 5, 9));
+    assert_eq!(read_mem(&b, 0, 9), b"connected");
+}
+
+#[test]
+fn a_lazy_clock_is_read_only_to_arm_a_timer() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let timeout_ns = req::ack_timeout_ns(ConnOpts::default().timeout).unwrap();
+    for id in 1..=2 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    a.mem.write(0, b"twice").unwrap();
+    let sg = [sge(&a, 0, 5)];
+    let send = |id| SendWr { wr_id: id, sg_list: &sg, ..Default::default() };
+    let posted_at = p.now;
+    p.a.post_send(posted_at, a.qpn, &[SendWr { send_flags: signaled(), ..send(1) }]).unwrap();
+    p.a.post_send(posted_at, a.qpn, &[SendWr { send_flags: signaled(), ..send(2) }]).unwrap();
+    assert_eq!(p.a.next_timeout(), Some(posted_at + timeout_ns), "armed by the first send");
+
+    // Deliver each datagram with a clock that counts how often it is read.
+    let mut reads = 0;
+    let mut deliver = |to: &mut Nic, t: Transmit, clock_ns: u64| {
+        let mut clock = || {
+            reads += 1;
+            clock_ns
+        };
+        to.handle_packet_at(&mut Now::Lazy(&mut clock), &t.data);
+    };
+    let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(sends.len(), 2);
+    for t in sends {
+        deliver(&mut p.b, t, 1);
+    }
+    let acks: Vec<Transmit> = std::iter::from_fn(|| p.b.poll_transmit()).collect();
+    assert_eq!(acks.len(), 2, "one ACK per message");
+    let mut acks = acks.into_iter();
+    let first_ack_at = posted_at + 5_000;
+    deliver(&mut p.a, acks.next().unwrap(), first_ack_at);
+    let second_ack_at = posted_at + 9_000;
+    deliver(&mut p.a, acks.next().unwrap(), second_ack_at);
+    // The responder armed nothing; the first ACK left send 2 in flight and restarted the
+    // timer from its own time; the last ACK stopped it.
+    assert_eq!(reads, 1, "only the ACK that restarts the timer reads the clock");
+    assert_eq!(p.a.next_timeout(), None);
+    let sent = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        sent.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    let received = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        received.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        [(1, 5), (2, 5)]
+    );
+
+    // A timer restarted by a lazily read time is due a full timeout after that time.
+    p.a.post_send(posted_at, a.qpn, &[send(3), send(4)]).unwrap();
+    let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 3, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 4, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    for t in sends {
+        p.b.handle_packet(second_ack_at, &t.data);
+    }
+    let ack = p.b.poll_transmit().expect("the ACK of send 3");
+    let mut at_ns = || second_ack_at + 20_000;
+    p.a.handle_packet_at(&mut Now::Lazy(&mut at_ns), &ack.data);
+    assert_eq!(p.a.next_timeout(), Some(second_ack_at + 20_000 + timeout_ns));
 }

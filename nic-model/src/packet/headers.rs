@@ -5,7 +5,7 @@
 //! which order, comes from the opcode table ([`OpcodeInfo::flags`]); nothing here matches on
 //! individual opcodes.
 
-use super::opcode::{OpFlags, Opcode, OpcodeInfo};
+use super::opcode::{OpFlags, Opcode, OpcodeInfo, MAX_HEADER_LEN};
 use super::psn::Psn;
 use super::PacketError;
 
@@ -71,44 +71,44 @@ impl Bth {
     pub const LEN: usize = 12;
 
     /// Parse the BTH at the start of `bytes`; checks `TVer` is 0 and ignores reserved bits.
+    #[inline(always)]
     pub fn parse(bytes: &[u8]) -> Result<Bth, PacketError> {
-        let mut f = Fields::new(bytes, Self::LEN)?;
-        let opcode = Opcode(f.u8());
-        let flags = f.u8();
+        Bth::from_bytes(first::<{ Self::LEN }>(bytes)?)
+    }
+
+    /// The BTH in these 12 bytes; checks `TVer` is 0 and ignores reserved bits.
+    #[inline(always)]
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> Result<Bth, PacketError> {
+        let flags = b[1];
         let tver = flags & 0x0F;
         if tver != 0 {
             return Err(PacketError::BadVersion(tver));
         }
-        let pkey = f.u16();
-        let becn_fecn = f.u8();
-        let dest_qp = f.u24();
-        let ack = f.u8();
-        let psn = Psn::new(f.u24());
         Ok(Bth {
-            opcode,
+            opcode: Opcode(b[0]),
             solicited: flags & 0x80 != 0,
             mig_req: flags & 0x40 != 0,
             pad_count: (flags >> 4) & 0x03,
-            pkey,
-            fecn: becn_fecn & 0x80 != 0,
-            becn: becn_fecn & 0x40 != 0,
-            dest_qp,
-            ack_req: ack & 0x80 != 0,
-            psn,
+            pkey: u16::from_be_bytes([b[2], b[3]]),
+            fecn: b[4] & 0x80 != 0,
+            becn: b[4] & 0x40 != 0,
+            dest_qp: u24_at(b, 5),
+            ack_req: b[8] & 0x80 != 0,
+            psn: Psn::new(u24_at(b, 9)),
         })
     }
 
-    /// Append the BTH to `out`: `TVer` 0, reserved bits 0, `PadCnt` and `DestQP` masked to
-    /// their widths (callers check widths first, see [`Packet::emit`]).
-    pub fn emit(&self, out: &mut Vec<u8>) {
+    /// The 12 wire bytes: `TVer` 0, reserved bits 0, `PadCnt` and `DestQP` masked to their
+    /// widths (callers check widths first, see [`Packet::emit`]).
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
         let flags = u8::from(self.solicited) << 7
             | u8::from(self.mig_req) << 6
             | (self.pad_count & 0x03) << 4;
         let [pkey_hi, pkey_lo] = self.pkey.to_be_bytes();
         let [_, qp_hi, qp_mid, qp_lo] = self.dest_qp.to_be_bytes();
         let [_, psn_hi, psn_mid, psn_lo] = self.psn.value().to_be_bytes();
-        // Assembled whole and appended once: this runs for every packet.
-        out.extend_from_slice(&[
+        [
             self.opcode.0,
             flags,
             pkey_hi,
@@ -121,7 +121,12 @@ impl Bth {
             psn_hi,
             psn_mid,
             psn_lo,
-        ]);
+        ]
+    }
+
+    /// Append the BTH to `out` (see [`Bth::to_bytes`]).
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
     }
 }
 
@@ -142,15 +147,28 @@ impl Reth {
 
     /// Parse the RETH at the start of `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<Reth, PacketError> {
-        let mut f = Fields::new(bytes, Self::LEN)?;
-        Ok(Reth { va: f.u64(), rkey: f.u32(), dma_len: f.u32() })
+        Ok(Reth::from_bytes(first::<{ Self::LEN }>(bytes)?))
+    }
+
+    /// The RETH in these 16 bytes.
+    #[inline]
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> Reth {
+        Reth { va: u64_at(b, 0), rkey: u32_at(b, 8), dma_len: u32_at(b, 12) }
+    }
+
+    /// The 16 wire bytes.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0; Self::LEN];
+        b[..8].copy_from_slice(&self.va.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..].copy_from_slice(&self.dma_len.to_be_bytes());
+        b
     }
 
     /// Append the RETH to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.va.to_be_bytes());
-        out.extend_from_slice(&self.rkey.to_be_bytes());
-        out.extend_from_slice(&self.dma_len.to_be_bytes());
+        out.extend_from_slice(&self.to_bytes());
     }
 }
 
@@ -174,16 +192,34 @@ impl AtomicEth {
 
     /// Parse the AtomicETH at the start of `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<AtomicEth, PacketError> {
-        let mut f = Fields::new(bytes, Self::LEN)?;
-        Ok(AtomicEth { va: f.u64(), rkey: f.u32(), swap_add: f.u64(), compare: f.u64() })
+        Ok(AtomicEth::from_bytes(first::<{ Self::LEN }>(bytes)?))
+    }
+
+    /// The AtomicETH in these 28 bytes.
+    #[inline]
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> AtomicEth {
+        AtomicEth {
+            va: u64_at(b, 0),
+            rkey: u32_at(b, 8),
+            swap_add: u64_at(b, 12),
+            compare: u64_at(b, 20),
+        }
+    }
+
+    /// The 28 wire bytes.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0; Self::LEN];
+        b[..8].copy_from_slice(&self.va.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..20].copy_from_slice(&self.swap_add.to_be_bytes());
+        b[20..].copy_from_slice(&self.compare.to_be_bytes());
+        b
     }
 
     /// Append the AtomicETH to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.va.to_be_bytes());
-        out.extend_from_slice(&self.rkey.to_be_bytes());
-        out.extend_from_slice(&self.swap_add.to_be_bytes());
-        out.extend_from_slice(&self.compare.to_be_bytes());
+        out.extend_from_slice(&self.to_bytes());
     }
 }
 
@@ -204,17 +240,26 @@ impl Deth {
 
     /// Parse the DETH at the start of `bytes` (the reserved byte is ignored).
     pub fn parse(bytes: &[u8]) -> Result<Deth, PacketError> {
-        let mut f = Fields::new(bytes, Self::LEN)?;
-        let qkey = f.u32();
-        let _reserved = f.u8();
-        Ok(Deth { qkey, src_qp: f.u24() })
+        Ok(Deth::from_bytes(first::<{ Self::LEN }>(bytes)?))
     }
 
-    /// Append the DETH to `out` (`SrcQP` masked to 24 bits).
+    /// The DETH in these 8 bytes (the reserved byte is ignored).
+    #[inline]
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> Deth {
+        Deth { qkey: u32_at(b, 0), src_qp: u24_at(b, 5) }
+    }
+
+    /// The 8 wire bytes (`SrcQP` masked to 24 bits, the reserved byte 0).
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let [q0, q1, q2, q3] = self.qkey.to_be_bytes();
+        let [_, s0, s1, s2] = self.src_qp.to_be_bytes();
+        [q0, q1, q2, q3, 0, s0, s1, s2]
+    }
+
+    /// Append the DETH to `out` (see [`Deth::to_bytes`]).
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.qkey.to_be_bytes());
-        out.push(0);
-        put_u24(out, self.src_qp);
+        out.extend_from_slice(&self.to_bytes());
     }
 }
 
@@ -320,14 +365,25 @@ impl Aeth {
 
     /// Parse the AETH at the start of `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<Aeth, PacketError> {
-        let mut f = Fields::new(bytes, Self::LEN)?;
-        Ok(Aeth { syndrome: f.u8(), msn: f.u24() })
+        Ok(Aeth::from_bytes(first::<{ Self::LEN }>(bytes)?))
     }
 
-    /// Append the AETH to `out` (`MSN` masked to 24 bits).
+    /// The AETH in these 4 bytes.
+    #[inline]
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> Aeth {
+        Aeth { syndrome: b[0], msn: u24_at(b, 1) }
+    }
+
+    /// The 4 wire bytes (`MSN` masked to 24 bits).
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let [_, m0, m1, m2] = self.msn.to_be_bytes();
+        [self.syndrome, m0, m1, m2]
+    }
+
+    /// Append the AETH to `out` (see [`Aeth::to_bytes`]).
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.push(self.syndrome);
-        put_u24(out, self.msn);
+        out.extend_from_slice(&self.to_bytes());
     }
 }
 
@@ -407,6 +463,9 @@ impl<'a> Packet<'a> {
 
     /// [`Packet::parse`] once `bth` (parsed from the start of `bytes`) and its opcode's `info`
     /// are known: the RoCEv2 layer has both already.
+    // Always inlined: its two callers then build the 160-byte packet in place instead of
+    // copying it out of a return slot, once per received datagram.
+    #[inline(always)]
     pub(super) fn parse_after_bth(
         bth: Bth,
         info: &OpcodeInfo,
@@ -418,35 +477,29 @@ impl<'a> Packet<'a> {
 
         let mut pkt = Packet::new(bth, &[]);
         let flags = info.flags;
-        // Extension headers in IBA order; each parse below has at least its length left,
-        // because `headers` is exactly `header_len` long.
-        let mut at = Bth::LEN;
-        let mut next = |len: usize| {
-            let start = at;
-            at += len;
-            headers.get(start..).unwrap_or(&[])
-        };
+        // Extension headers in IBA order. `headers` is exactly `header_len` long, the sum of
+        // their lengths, so each one finds its bytes.
+        let mut ext = headers.get(Bth::LEN..).unwrap_or(&[]);
         if flags.contains(OpFlags::DETH) {
-            pkt.deth = Some(Deth::parse(next(Deth::LEN))?);
+            pkt.deth = Some(Deth::from_bytes(take(&mut ext)?));
         }
         if flags.contains(OpFlags::RETH) {
-            pkt.reth = Some(Reth::parse(next(Reth::LEN))?);
+            pkt.reth = Some(Reth::from_bytes(take(&mut ext)?));
         }
         if flags.contains(OpFlags::ATOMIC_ETH) {
-            pkt.atomic_eth = Some(AtomicEth::parse(next(AtomicEth::LEN))?);
+            pkt.atomic_eth = Some(AtomicEth::from_bytes(take(&mut ext)?));
         }
         if flags.contains(OpFlags::AETH) {
-            pkt.aeth = Some(Aeth::parse(next(Aeth::LEN))?);
+            pkt.aeth = Some(Aeth::from_bytes(take(&mut ext)?));
         }
         if flags.contains(OpFlags::ATOMIC_ACK_ETH) {
-            pkt.atomic_ack_eth =
-                Some(Fields::new(next(ATOMIC_ACK_ETH_LEN), ATOMIC_ACK_ETH_LEN)?.u64());
+            pkt.atomic_ack_eth = Some(u64::from_be_bytes(*take::<ATOMIC_ACK_ETH_LEN>(&mut ext)?));
         }
         if flags.contains(OpFlags::IMMDT) {
-            pkt.imm = Some(Fields::new(next(IMMDT_LEN), IMMDT_LEN)?.u32());
+            pkt.imm = Some(u32::from_be_bytes(*take::<IMMDT_LEN>(&mut ext)?));
         }
         if flags.contains(OpFlags::IETH) {
-            pkt.ieth = Some(Fields::new(next(IETH_LEN), IETH_LEN)?.u32());
+            pkt.ieth = Some(u32::from_be_bytes(*take::<IETH_LEN>(&mut ext)?));
         }
         // Whatever is left of the headers (a CNP's reserved bytes) is ignored.
 
@@ -464,18 +517,25 @@ impl<'a> Packet<'a> {
         Ok(pkt)
     }
 
+    /// The extension headers present, as opcode-table flags.
+    #[inline]
+    fn present_headers(&self) -> OpFlags {
+        let flag = |present: bool, flag: OpFlags| if present { flag } else { OpFlags::empty() };
+        flag(self.deth.is_some(), OpFlags::DETH)
+            | flag(self.reth.is_some(), OpFlags::RETH)
+            | flag(self.atomic_eth.is_some(), OpFlags::ATOMIC_ETH)
+            | flag(self.aeth.is_some(), OpFlags::AETH)
+            | flag(self.atomic_ack_eth.is_some(), OpFlags::ATOMIC_ACK_ETH)
+            | flag(self.imm.is_some(), OpFlags::IMMDT)
+            | flag(self.ieth.is_some(), OpFlags::IETH)
+    }
+
     /// Check that the packet can be emitted: a known opcode, exactly the extension headers the
     /// opcode table lists, payload only where allowed, and 24-bit fields within 24 bits.
+    #[inline]
     pub fn check(&self) -> Result<&'static OpcodeInfo, PacketError> {
         let info = self.bth.opcode.info().ok_or(PacketError::UnknownOpcode(self.bth.opcode.0))?;
-        let mut present = OpFlags::empty();
-        present.set(OpFlags::DETH, self.deth.is_some());
-        present.set(OpFlags::RETH, self.reth.is_some());
-        present.set(OpFlags::ATOMIC_ETH, self.atomic_eth.is_some());
-        present.set(OpFlags::AETH, self.aeth.is_some());
-        present.set(OpFlags::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some());
-        present.set(OpFlags::IMMDT, self.imm.is_some());
-        present.set(OpFlags::IETH, self.ieth.is_some());
+        let present = self.present_headers();
         let wanted = info.flags & EXTENSION_HEADER_FLAGS;
         if present != wanted {
             // The first header, in IBA order, that is missing or should not be there.
@@ -506,91 +566,83 @@ impl<'a> Packet<'a> {
     /// from the payload length, whatever `bth.pad_count` says. Nothing is written on error.
     pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), PacketError> {
         let info = self.check()?;
-        self.emit_checked(info, out);
+        let mut headers = [0; MAX_HEADER_LEN];
+        self.write_headers(&mut headers);
+        out.reserve(info.header_len + self.payload.len() + self.pad_len());
+        out.extend_from_slice(&headers[..info.header_len]);
+        out.extend_from_slice(self.payload);
+        out.extend_from_slice(&[0; 3][..self.pad_len()]);
         Ok(())
     }
 
-    /// [`Packet::emit`] after a successful [`Packet::check`] returned `info`.
-    pub(super) fn emit_checked(&self, info: &OpcodeInfo, out: &mut Vec<u8>) {
-        let start = out.len();
-        let pad = self.pad_len();
+    /// Write the BTH (with `PadCnt` computed from the payload) and the extension headers into
+    /// the front of `headers`, after a successful [`Packet::check`]: they fill its first
+    /// `header_len` bytes, and bytes the packet reserves (a CNP's 16) are left as they are,
+    /// zero in a zeroed buffer.
+    #[inline]
+    pub(super) fn write_headers(&self, headers: &mut [u8; MAX_HEADER_LEN]) {
+        /// Put `bytes` at `*at` and move past them. The opcode table bounds the headers of
+        /// every checked packet by `MAX_HEADER_LEN`.
+        fn put<const N: usize>(headers: &mut [u8; MAX_HEADER_LEN], at: &mut usize, bytes: [u8; N]) {
+            headers[*at..*at + N].copy_from_slice(&bytes);
+            *at += N;
+        }
         // pad < 4, so the cast is exact.
-        Bth { pad_count: pad as u8, ..self.bth }.emit(out);
+        let bth = Bth { pad_count: self.pad_len() as u8, ..self.bth };
+        let mut at = 0;
+        put(headers, &mut at, bth.to_bytes());
         if let Some(deth) = &self.deth {
-            deth.emit(out);
+            put(headers, &mut at, deth.to_bytes());
         }
         if let Some(reth) = &self.reth {
-            reth.emit(out);
+            put(headers, &mut at, reth.to_bytes());
         }
         if let Some(atomic_eth) = &self.atomic_eth {
-            atomic_eth.emit(out);
+            put(headers, &mut at, atomic_eth.to_bytes());
         }
         if let Some(aeth) = &self.aeth {
-            aeth.emit(out);
+            put(headers, &mut at, aeth.to_bytes());
         }
         if let Some(orig) = self.atomic_ack_eth {
-            out.extend_from_slice(&orig.to_be_bytes());
+            put(headers, &mut at, orig.to_be_bytes());
         }
         if let Some(imm) = self.imm {
-            out.extend_from_slice(&imm.to_be_bytes());
+            put(headers, &mut at, imm.to_be_bytes());
         }
         if let Some(rkey) = self.ieth {
-            out.extend_from_slice(&rkey.to_be_bytes());
+            put(headers, &mut at, rkey.to_be_bytes());
         }
-        // Reserved header bytes (a CNP's 16) are zero.
-        out.resize(start + info.header_len, 0);
-        out.extend_from_slice(self.payload);
-        out.extend_from_slice(&[0; 3][..pad]);
     }
 }
 
-/// Append the low 24 bits of `v`, big-endian.
-fn put_u24(out: &mut Vec<u8>, v: u32) {
-    let [_, a, b, c] = v.to_be_bytes();
-    out.extend_from_slice(&[a, b, c]);
+/// The first `N` bytes of `bytes`, or `Truncated`.
+fn first<const N: usize>(bytes: &[u8]) -> Result<&[u8; N], PacketError> {
+    bytes.first_chunk().ok_or(PacketError::Truncated { needed: N, got: bytes.len() })
 }
 
-/// A big-endian reader over one header's bytes. [`Fields::new`] checks the header's length
-/// once, so the reads themselves cannot run short (a short read would give zeros, not a panic).
-struct Fields<'a>(&'a [u8]);
+/// Take the next `N`-byte header off the front of `bytes`.
+fn take<'a, const N: usize>(bytes: &mut &'a [u8]) -> Result<&'a [u8; N], PacketError> {
+    let (head, tail) =
+        bytes.split_first_chunk().ok_or(PacketError::Truncated { needed: N, got: bytes.len() })?;
+    *bytes = tail;
+    Ok(head)
+}
 
-impl<'a> Fields<'a> {
-    /// A reader over the first `len` bytes of `bytes`, or `Truncated` if there are fewer.
-    fn new(bytes: &'a [u8], len: usize) -> Result<Fields<'a>, PacketError> {
-        bytes.get(..len).map(Fields).ok_or(PacketError::Truncated { needed: len, got: bytes.len() })
-    }
+/// The big-endian 24-bit value at `at` in a header.
+fn u24_at<const N: usize>(b: &[u8; N], at: usize) -> u32 {
+    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
+}
 
-    fn array<const N: usize>(&mut self) -> [u8; N] {
-        match self.0.split_first_chunk::<N>() {
-            Some((head, tail)) => {
-                self.0 = tail;
-                *head
-            }
-            None => [0; N],
-        }
-    }
+/// The big-endian 32-bit value at `at` in a header.
+fn u32_at<const N: usize>(b: &[u8; N], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
 
-    fn u8(&mut self) -> u8 {
-        let [b] = self.array();
-        b
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_be_bytes(self.array())
-    }
-
-    fn u24(&mut self) -> u32 {
-        let [a, b, c] = self.array();
-        u32::from_be_bytes([0, a, b, c])
-    }
-
-    fn u32(&mut self) -> u32 {
-        u32::from_be_bytes(self.array())
-    }
-
-    fn u64(&mut self) -> u64 {
-        u64::from_be_bytes(self.array())
-    }
+/// The big-endian 64-bit value at `at` in a header.
+fn u64_at<const N: usize>(b: &[u8; N], at: usize) -> u64 {
+    let mut v = [0; 8];
+    v.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(v)
 }
 
 #[cfg(test)]

@@ -22,12 +22,14 @@ const ONE_PASS_LEN: usize = 128;
 
 /// A hasher seeded with the pseudo-LRH, made once and copied: making one probes the CPU's
 /// features, every time.
+#[inline]
 fn seeded() -> Hasher {
     static SEEDED: OnceLock<Hasher> = OnceLock::new();
     SEEDED.get_or_init(|| Hasher::new_with_initial(PSEUDO_LRH_CRC)).clone()
 }
 
 /// The CRC of `masked`, whose masked fields already are 0xFF.
+#[inline]
 fn hash(masked: &[u8]) -> u32 {
     let mut hasher = seeded();
     hasher.update(masked);
@@ -63,6 +65,7 @@ pub fn icrc_ipv4(datagram_without_icrc: &[u8]) -> u32 {
 
 /// [`icrc_ipv4`] of a datagram being built, in one pass: the masked fields are set to 0xFF in
 /// place for the hashing and then put back, so `datagram_without_icrc` ends unchanged.
+#[inline]
 pub(crate) fn icrc_ipv4_in_place(datagram_without_icrc: &mut [u8]) -> u32 {
     if datagram_without_icrc.len() < MASKED_LEN {
         return icrc_ipv4(datagram_without_icrc);

@@ -327,6 +327,19 @@ const TABLE: [OpcodeInfo; 38] = {
     ]
 };
 
+/// The longest BTH plus extension headers of any opcode in the table (an atomic request's 40).
+pub(crate) const MAX_HEADER_LEN: usize = {
+    let mut max = 0;
+    let mut row = 0;
+    while row < TABLE.len() {
+        if TABLE[row].header_len > max {
+            max = TABLE[row].header_len;
+        }
+        row += 1;
+    }
+    max
+};
+
 /// The whole opcode table, one row per opcode softverbs speaks, in opcode order.
 pub fn opcode_table() -> &'static [OpcodeInfo] {
     &OPCODES

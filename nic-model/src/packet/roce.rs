@@ -6,6 +6,7 @@
 
 use super::headers::{Bth, Packet};
 use super::icrc::{icrc_ipv4, icrc_ipv4_in_place};
+use super::opcode::MAX_HEADER_LEN;
 use super::PacketError;
 
 /// The UDP destination port that identifies RoCEv2.
@@ -78,13 +79,16 @@ pub fn datagram_len(pkt: &Packet<'_>) -> usize {
 pub fn emit_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<(), PacketError> {
     out.clear();
     let info = pkt.check()?;
-    let len = datagram_len(pkt);
+    let pad = pkt.pad_len();
+    let len = IPV4_UDP_LEN + info.header_len + pkt.payload.len() + pad + ICRC_LEN;
     let total_len = u16::try_from(len)
         .map_err(|_| PacketError::BadLength("datagram longer than an IPv4 total length allows"))?;
-    out.reserve(len);
 
+    // Every header, assembled on the stack and appended at once: this runs for every packet.
+    let mut head = [0u8; IPV4_UDP_LEN + MAX_HEADER_LEN];
+    let (ipv4, rest) = head.split_at_mut(IPV4_LEN);
+    let ipv4: &mut [u8; IPV4_LEN] = ipv4.try_into().expect("split at its length");
     let flags: u16 = if ip.dont_fragment { IP_DF } else { 0 };
-    let mut ipv4 = [0u8; IPV4_LEN];
     ipv4[0] = IPV4_VERSION_IHL;
     ipv4[1] = ip.tos;
     ipv4[2..4].copy_from_slice(&total_len.to_be_bytes());
@@ -94,21 +98,24 @@ pub fn emit_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<
     ipv4[9] = IP_PROTO_UDP;
     ipv4[12..16].copy_from_slice(&ip.src);
     ipv4[16..20].copy_from_slice(&ip.dst);
-    let checksum = !ones_complement_sum(&ipv4);
+    let checksum = !ones_complement_sum(ipv4);
     ipv4[10..12].copy_from_slice(&checksum.to_be_bytes());
-    out.extend_from_slice(&ipv4);
 
-    // UDP length = total - IPv4 header, which fits because total_len did.
-    let udp_len = total_len - IPV4_LEN as u16;
-    out.extend_from_slice(&ip.src_port.to_be_bytes());
-    out.extend_from_slice(&ROCE_UDP_PORT.to_be_bytes());
-    out.extend_from_slice(&udp_len.to_be_bytes());
-    out.extend_from_slice(&[0, 0]); // UDP checksum: not used by RoCEv2 (the ICRC covers it all).
+    // UDP length = total - IPv4 header, which fits because total_len did. The UDP checksum
+    // stays 0: RoCEv2 does not use it (the ICRC covers it all).
+    let (udp, transport) = rest.split_at_mut(UDP_LEN);
+    udp[0..2].copy_from_slice(&ip.src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&ROCE_UDP_PORT.to_be_bytes());
+    udp[4..6].copy_from_slice(&(total_len - IPV4_LEN as u16).to_be_bytes());
+    pkt.write_headers(transport.try_into().expect("sized for the longest headers"));
 
-    pkt.emit_checked(info, out);
+    out.reserve(len);
+    out.extend_from_slice(&head[..IPV4_UDP_LEN + info.header_len]);
+    out.extend_from_slice(pkt.payload);
+    out.extend_from_slice(&[0; 3][..pad]);
     let icrc = icrc_ipv4_in_place(out);
     out.extend_from_slice(&icrc.to_le_bytes());
-    debug_assert_eq!(out.len(), len, "datagram_len agrees with what emit writes");
+    debug_assert_eq!(out.len(), datagram_len(pkt), "datagram_len agrees with what emit writes");
     Ok(())
 }
 
@@ -116,6 +123,7 @@ pub fn emit_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<
 /// checksum and total length (= `bytes.len()`); UDP destination port 4791 and length; the ICRC;
 /// then BTH `TVer` 0, a known opcode, header lengths per the opcode table and the pad count.
 /// Never panics on any input. The UDP checksum is ignored (RoCEv2 senders leave it 0).
+#[inline]
 pub fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), PacketError> {
     let got = bytes.len();
     let ipv4: &[u8; IPV4_LEN] =

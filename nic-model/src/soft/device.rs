@@ -23,7 +23,7 @@ use verbs_api::{AsyncElement, AsyncEvent};
 
 use super::port::{Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
-use crate::engine::{Nic, NicEvent, NicStats, Transmit};
+use crate::engine::{Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 
 /// Receives a copy of every datagram a device sends or receives, for teaching output (the demo
@@ -271,25 +271,29 @@ impl Core {
 
     /// One round of progress: take what the inbox holds, fire due timers, send what the
     /// engine has, deliver events. Returns whether anything happened. No system calls unless
-    /// a parked peer must be woken; no clock read on most rounds that find nothing.
+    /// a parked peer must be woken. The clock is read at most once, and only if a received
+    /// packet arms a timer or a timer is pending: not on most rounds that find nothing, nor
+    /// on those that receive a SEND or an ACK that retires everything in flight.
     fn progress_locked(&self, st: &mut State) -> bool {
         let State { nic, backlog, tap, rounds_since_clock, wire } = st;
-        let mut now = None;
+        let mut clock = || self.now();
+        let mut now = Now::Lazy(&mut clock);
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
             if let Some(t) = tap {
                 t(TapDir::Rx, pkt);
             }
-            let now = *now.get_or_insert_with(|| self.now());
-            nic.handle_packet(now, pkt);
+            nic.handle_packet_at(&mut now, pkt);
         });
         let mut did = received > 0;
         *rounds_since_clock += 1;
         if did || *rounds_since_clock >= TIMER_CHECK_EVERY {
             *rounds_since_clock = 0;
-            let now = now.unwrap_or_else(|| self.now());
-            if nic.next_timeout().is_some_and(|t| t <= now) {
-                nic.handle_timeout(now);
-                did = true;
+            if let Some(due) = nic.next_timeout() {
+                let now = now.get();
+                if due <= now {
+                    nic.handle_timeout(now);
+                    did = true;
+                }
             }
         }
         if !backlog.is_empty() || nic.has_transmit() {

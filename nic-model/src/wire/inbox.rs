@@ -182,6 +182,31 @@ impl Inbox {
     /// Makes no system call.
     pub fn recv_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let _receiving = Receiving::claim(&self.receiving)?;
+        let out = self.take(f)?;
+        bump(&self.counters.received);
+        Some(out)
+    }
+
+    /// Hands up to `max` ready packets, in ring order and in place in their slots, to `f`;
+    /// returns how many. Each slot is freed when `f` returns for it (or panics). One call
+    /// takes the receiving role once for the whole burst. Makes no system call.
+    pub fn recv_burst(&self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        let Some(_receiving) = Receiving::claim(&self.receiving) else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < max && self.take(&mut f).is_some() {
+            n += 1;
+        }
+        if n > 0 {
+            self.counters.received.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// The body of a receive, for the holder of the receiving role: hands the head packet to
+    /// `f` and frees its slot, or returns `None` if no packet is ready.
+    fn take<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let slot_size = self.slot_size();
         // Bounded: each extra round follows a slot that was dropped or just published.
         for _ in 0..=self.slots() {
@@ -189,12 +214,14 @@ impl Inbox {
             let slot = self.seg.slot(pos);
             let seq = slot.seq.load(Ordering::Acquire);
             if seq != pos.wrapping_add(1) {
-                if seq == pos {
+                // An empty slot names no writer: the common case costs no call and no clock.
+                if seq == pos && slot.writer.load(Ordering::Relaxed) != 0 {
                     if let Stall::Retry = self.check_stall(pos, &slot) {
                         continue;
                     }
                 }
-                // Any other sequence number is corruption; leave the ring as it is.
+                // Empty, still being written, or (any other sequence number) corrupt: leave
+                // the ring as it is.
                 return None;
             }
             let len = slot.len.load(Ordering::Relaxed) as usize;
@@ -204,13 +231,13 @@ impl Inbox {
                 continue;
             }
             let release = Release { inbox: self, pos, slot: &slot };
-            // SAFETY: we are the only consumer (`_receiving`), the slot is published for
-            // `pos` (Acquire above pairs with the sender's Release), and no sender touches it
-            // again until `release` stores the next lap's sequence number after `f` returns.
+            // SAFETY: we are the only consumer (the caller holds the receiving role), the slot
+            // is published for `pos` (Acquire above pairs with the sender's Release), and no
+            // sender touches it again until `release` stores the next lap's sequence number
+            // after `f` returns.
             let bytes = unsafe { self.seg.payload(&slot, len) };
             let out = f(bytes);
             drop(release);
-            bump(&self.counters.received);
             return Some(out);
         }
         None
@@ -224,12 +251,12 @@ impl Inbox {
         self.seg.head().store(pos.wrapping_add(1), Ordering::Release);
     }
 
-    /// The head slot at `pos` is not published. If a writer claimed it, time the stall and,
+    /// The head slot at `pos` is not published but a writer claimed it: time the stall and,
     /// after [`WRITER_STALL_CHECK`], drop the slot if its writer process is gone.
     fn check_stall(&self, pos: u64, slot: &SlotWords<'_>) -> Stall {
         let writer = slot.writer.load(Ordering::Relaxed);
         if writer == 0 {
-            // Empty (the common case, no clock read), or claimed an instant ago.
+            // Claimed an instant ago (the pid is not stamped yet), or published meanwhile.
             return Stall::Wait;
         }
         let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);

@@ -23,6 +23,8 @@ pub struct Segment {
     map: MmapRaw,
     path: PathBuf,
     geometry: Geometry,
+    /// `slots - 1`: a ring position masked with it is a slot index.
+    slot_mask: u64,
 }
 
 impl Segment {
@@ -81,7 +83,12 @@ impl Segment {
             map.len() as u64 >= geometry.total_size(),
             "a segment is mapped only after its length was checked against its geometry"
         );
-        Segment { map, path: path.to_path_buf(), geometry }
+        Segment {
+            map,
+            path: path.to_path_buf(),
+            geometry,
+            slot_mask: u64::from(geometry.slots) - 1,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -92,17 +99,23 @@ impl Segment {
         self.geometry
     }
 
+    // The word accessors run several times per packet, so their bounds are not checked again
+    // in release builds: every offset passed to them is a layout constant inside the header or
+    // a slot bookkeeping word of a slot index below `slots`, and `new` checked that the mapping
+    // holds the whole geometry.
     fn word64(&self, off: usize) -> &AtomicU64 {
-        assert!(off & 7 == 0 && off + 8 <= self.map.len(), "u64 word {off} in bounds");
-        // SAFETY: in bounds and 8-byte aligned (the base is page aligned), checked above; the
-        // mapping lives as long as `self`, and every process touches this word only atomically.
+        debug_assert!(off & 7 == 0 && off + 8 <= self.map.len(), "u64 word {off} in bounds");
+        // SAFETY: in bounds (see above) and 8-byte aligned (a multiple of 8 from a page-aligned
+        // base); the mapping lives as long as `self`, and every process touches this word only
+        // atomically.
         unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(off).cast()) }
     }
 
     fn word32(&self, off: usize) -> &AtomicU32 {
-        assert!(off & 3 == 0 && off + 4 <= self.map.len(), "u32 word {off} in bounds");
-        // SAFETY: in bounds and 4-byte aligned (the base is page aligned), checked above; the
-        // mapping lives as long as `self`, and every process touches this word only atomically.
+        debug_assert!(off & 3 == 0 && off + 4 <= self.map.len(), "u32 word {off} in bounds");
+        // SAFETY: in bounds (see above) and 4-byte aligned (a multiple of 4 from a page-aligned
+        // base); the mapping lives as long as `self`, and every process touches this word only
+        // atomically.
         unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(off).cast()) }
     }
 
@@ -128,8 +141,8 @@ impl Segment {
 
     /// The bookkeeping words of the slot that ring position `pos` maps to.
     pub fn slot(&self, pos: u64) -> SlotWords<'_> {
-        let index = pos & (u64::from(self.geometry.slots) - 1);
-        let off = self.geometry.slot_offset(index);
+        // Below `slots` after the mask, so the slot lies inside the checked geometry.
+        let off = self.geometry.slot_offset(pos & self.slot_mask);
         SlotWords {
             seq: self.word64(off + SLOT_OFF_SEQ),
             len: self.word32(off + SLOT_OFF_LEN),

@@ -134,6 +134,34 @@ fn full_ring_pushes_back_and_oversized_packets_are_refused() {
 }
 
 #[test]
+fn a_burst_takes_at_most_its_count_in_ring_order() {
+    let fabric = TempFabric::new("burst");
+    let inbox = fabric.create_inbox(small(8)).expect("create inbox");
+    let tx = fabric.connect(inbox.lid()).expect("connect");
+    let mut got = Vec::new();
+    assert_eq!(inbox.recv_burst(4, |b| got.push(b.to_vec())), 0, "nothing is ready");
+    // Two laps of the ring, so the burst crosses the wrap-around.
+    for round in 0..2u8 {
+        for i in 0..7u8 {
+            tx.send(&packet(usize::from(i) * 9, round * 10 + i)).expect("send");
+        }
+        got.clear();
+        assert_eq!(inbox.recv_burst(3, |b| got.push(b.to_vec())), 3, "at most the count");
+        assert_eq!(inbox.recv_burst(usize::MAX, |b| got.push(b.to_vec())), 4, "then the rest");
+        let sent: Vec<Vec<u8>> =
+            (0..7u8).map(|i| packet(usize::from(i) * 9, round * 10 + i)).collect();
+        assert_eq!(got, sent, "every packet once, in the order sent");
+        assert!(inbox.is_empty());
+    }
+    assert_eq!(inbox.stats().received, 14);
+    // A burst frees each slot as it goes: the sender has the whole ring again.
+    for i in 0..8 {
+        tx.send(&[i; 8]).expect("room for eight");
+    }
+    assert!(matches!(tx.send(&[9; 8]), Err(WireError::Full)));
+}
+
+#[test]
 fn recv_into_a_short_buffer_truncates_and_counts() {
     let fabric = TempFabric::new("trunc");
     let inbox = fabric.create_inbox(small(4)).expect("create inbox");
