@@ -46,9 +46,13 @@ pub enum TapDir {
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// How long the NIC thread sleeps at a time while the program runs the engine inline; it takes
-/// over at most this long after the program stops calling in. One wake-up (one system call)
-/// per interval is the whole cost of a busy device. Overridable with `SOFTVERBS_STANDBY_US`.
-pub const DEFAULT_STANDBY: Duration = Duration::from_micros(200);
+/// over at most this long after the program stops calling in (at once when the program blocks
+/// in a verb). One wake-up (one system call) per interval is the whole cost of a busy device,
+/// but on a machine with as many busy threads as cores each wake-up also preempts a polling
+/// thread for a few microseconds: 1 ms keeps that out of the 99th percentile (200 µs put it
+/// at 13–19 µs; docs/performance.md) while a peer's ACK timeout (67 ms at `timeout` 14) never
+/// sees the hand-over. Overridable with `SOFTVERBS_STANDBY_US`.
+pub const DEFAULT_STANDBY: Duration = Duration::from_millis(1);
 
 /// The longest the NIC thread sleeps when no timer is pending.
 const MAX_PARK: Duration = Duration::from_millis(100);
