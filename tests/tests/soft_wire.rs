@@ -49,9 +49,21 @@ fn message(i: u64) -> [u8; 16] {
     m
 }
 
-#[test]
-fn ud_datagrams_that_meet_a_full_inbox_are_dropped_and_counted() {
-    let dir = FabricDir::new("ud_full_inbox");
+/// softverbs0 on a fabric of its own, with a PD, a CQ, a 4 KiB MR and a QP of `qp_type`
+/// (RESET), and a raw inbox of [`SLOTS`] slots beside it.
+struct Setup {
+    _dir: FabricDir,
+    inbox: Inbox,
+    soft: Soft,
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+    qp: QueuePair,
+}
+
+fn setup(test: &str, qp_type: QpType) -> Setup {
+    let dir = FabricDir::new(test);
     let fabric = Fabric::open(Some(dir.path())).expect("opening the fabric");
     let inbox = raw_inbox(&fabric);
     let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
@@ -59,16 +71,22 @@ fn ud_datagrams_that_meet_a_full_inbox_are_dropped_and_counted() {
     let pd = ctx.alloc_pd().expect("pd");
     let cq = ctx.create_cq(64, None, 0).expect("cq");
     let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).expect("mr");
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Ud,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            srq: None,
-            cap: cap(),
-            sq_sig_all: true,
-        })
-        .expect("UD QP");
+    let init = QpInitAttr {
+        qp_type,
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        srq: None,
+        cap: cap(),
+        sq_sig_all: true,
+    };
+    let qp = pd.create_qp(&init).expect("creating the QP");
+    // Fields drop in order: handles first, the raw inbox and the directory last.
+    Setup { _dir: dir, inbox, soft, ctx, pd, cq, mr, qp }
+}
+
+#[test]
+fn ud_datagrams_that_meet_a_full_inbox_are_dropped_and_counted() {
+    let Setup { _dir, inbox, soft, ctx: _ctx, pd, cq, mr, qp } = setup("ud_full_inbox", QpType::Ud);
     let init =
         QpAttr { qp_state: QpState::Init, port_num: 1, qkey: 0x1111_0000, ..Default::default() };
     let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
@@ -118,24 +136,8 @@ fn ud_datagrams_that_meet_a_full_inbox_are_dropped_and_counted() {
 
 #[test]
 fn rc_packets_that_meet_a_full_inbox_wait_and_arrive_in_order() {
-    let dir = FabricDir::new("rc_full_inbox");
-    let fabric = Fabric::open(Some(dir.path())).expect("opening the fabric");
-    let inbox = raw_inbox(&fabric);
-    let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
-    let ctx = soft.open("softverbs0").expect("opening softverbs0");
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx.create_cq(64, None, 0).expect("cq");
-    let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).expect("mr");
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            srq: None,
-            cap: cap(),
-            sq_sig_all: true,
-        })
-        .expect("RC QP");
+    let Setup { _dir, inbox, soft, ctx: _ctx, pd: _pd, cq: _cq, mr, qp } =
+        setup("rc_full_inbox", QpType::Rc);
     // The "peer" is the raw inbox: it never answers, so keep the ACK timer (4.3 s) out of the
     // way and nothing is retransmitted while the test runs.
     let opts = ConnOpts { timeout: 20, ..ConnOpts::default() };
