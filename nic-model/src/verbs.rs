@@ -21,7 +21,7 @@ use verbs_api::{
 };
 
 use crate::engine::mr::MrMemory;
-use crate::engine::{check_ah, Nanos, Nic};
+use crate::engine::{check_ah, Nic, Now};
 
 /// What a backend provides so that the objects of this module can run its devices.
 pub trait Host: Send + Sync + Sized + 'static {
@@ -34,7 +34,9 @@ pub trait Host: Send + Sync + Sized + 'static {
     /// Run `f` on this device's engine at the time now, for a verb that may give the engine
     /// work for the wire (`ibv_post_send`, `ibv_modify_qp`); the host then moves that work
     /// along as its NIC would (the soft backend transmits at once).
-    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, Nanos) -> R) -> R;
+    /// The time is lazy ([`Now`]): a host with a real clock reads it only if the verb arms a
+    /// timer.
+    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, &mut Now<'_>) -> R) -> R;
     /// `ibv_poll_cq` on the engine's CQ `cq` (the soft backend lends the NIC the caller's CPU
     /// first when the CQ is short).
     fn poll_cq(&self, cq: u32, wc: &mut [WorkCompletion]) -> Result<usize>;
@@ -414,13 +416,13 @@ impl<H: Host> QpOps for EngineQp<H> {
         self.qp_type
     }
     fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
-        self.host.with_nic_now(|n, now| n.post_send(now, self.qpn, wrs))
+        self.host.with_nic_now(|n, now| n.post_send_at(now, self.qpn, wrs))
     }
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
         self.host.with_nic(|n| n.post_recv(self.qpn, wrs))
     }
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.host.with_nic_now(|n, now| n.modify_qp(now, self.qpn, attr, mask))
+        self.host.with_nic_now(|n, now| n.modify_qp(now.get(), self.qpn, attr, mask))
     }
     fn query(&self) -> Result<(QpAttr, QpCap)> {
         let (a, _) = self.host.with_nic(|n| n.query_qp(self.qpn))?;

@@ -291,6 +291,9 @@ pub(crate) struct Shared {
     next_cq: CqId,
     next_qpn: u32,
     tx: VecDeque<Transmit>,
+    /// The QP whose ACK is the last datagram in `tx`, if it is one: a later ACK of that QP
+    /// replaces it (`resp::ack`).
+    last_tx_ack: Option<u32>,
     /// Datagram buffers given back with [`Nic::recycle`], reused by the next transmits.
     spare: Vec<Vec<u8>>,
     /// The requester's payload buffer, kept between calls so sending allocates nothing.
@@ -317,6 +320,7 @@ impl Nic {
                 next_cq: 1,
                 next_qpn: 0x11,
                 tx: VecDeque::new(),
+                last_tx_ack: None,
                 spare: Vec::new(),
                 scratch: Vec::new(),
                 events: VecDeque::new(),
@@ -664,6 +668,12 @@ impl Nic {
     /// `ibv_post_send`. Each WR is checked before it is queued; the first bad one is an error
     /// naming its index (those before it were posted, as with `bad_wr`).
     pub fn post_send(&mut self, now: Nanos, qpn: u32, wrs: &[SendWr<'_>]) -> Result<()> {
+        self.post_send_at(&mut Now::At(now), qpn, wrs)
+    }
+
+    /// [`Nic::post_send`] at a time that is read only if a packet arms the ACK timer (not
+    /// when one is already running for an earlier request).
+    pub fn post_send_at(&mut self, now: &mut Now<'_>, qpn: u32, wrs: &[SendWr<'_>]) -> Result<()> {
         let max_msg = self.sh.cfg.limits.max_msg_sz;
         let qp = self
             .qps
@@ -687,7 +697,7 @@ impl Nic {
         if qp.state == QpState::Err {
             self.sh.flush(qp);
         } else {
-            req::drive(qp, &mut self.sh, &mut Now::At(now));
+            req::drive(qp, &mut self.sh, now);
         }
         refile_timer(&mut self.timers, qp);
         result
@@ -814,6 +824,7 @@ impl Nic {
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.sh.last_tx_ack = None;
         self.sh.tx.pop_front()
     }
 
@@ -822,11 +833,8 @@ impl Nic {
     /// the allocation, as a NIC reuses its transmit ring. Optional: a buffer not given back is
     /// simply freed; any `Vec` is accepted. At most [`SPARE_BUFFERS`] are kept, so a NIC holds
     /// no more than it once had in flight.
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.sh.spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX_BYTES {
-            buf.clear();
-            self.sh.spare.push(buf);
-        }
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.sh.recycle(buf);
     }
 
     /// Whether datagrams are waiting to be sent.
@@ -1051,7 +1059,25 @@ impl Shared {
         self.transmit_to(qp.dst_ip, qp.sport, pkt);
     }
 
+    /// Take back the last queued datagram if it is an ACK of `qpn` (see `resp::ack`).
+    pub(crate) fn retract_ack(&mut self, qpn: u32) {
+        if self.last_tx_ack == Some(qpn) {
+            if let Some(t) = self.tx.pop_back() {
+                self.stats.tx_packets -= 1;
+                self.recycle(t.data);
+            }
+        }
+    }
+
+    fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX_BYTES {
+            buf.clear();
+            self.spare.push(buf);
+        }
+    }
+
     pub(crate) fn transmit_to(&mut self, dst: [u8; 4], sport: u16, pkt: &Packet<'_>) {
+        self.last_tx_ack = None;
         self.ip_ident = self.ip_ident.wrapping_add(1);
         let ip = IpUdp {
             src: self.cfg.ip(),

@@ -91,8 +91,14 @@ fn send_aeth(qp: &Qp, sh: &mut Shared, psn: Psn, aeth: Aeth) {
     sh.transmit(qp, &p);
 }
 
+/// Acknowledge everything up to `psn`. If the last datagram queued for the wire is an ACK of
+/// this QP that has not left yet, this one replaces it (coalescing, as the IBA allows: an ACK
+/// acknowledges every request up to its PSN), so a burst of requests received in one go
+/// costs one ACK; nothing queued after it is overtaken.
 fn ack(qp: &Qp, sh: &mut Shared, psn: Psn) {
+    sh.retract_ack(qp.qpn);
     send_aeth(qp, sh, psn, Aeth::ack(qp.resp.msn));
+    sh.last_tx_ack = Some(qp.qpn);
 }
 
 /// NAK a request with an error code and move this QP to the error state, as rxe does for

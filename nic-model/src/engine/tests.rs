@@ -2269,10 +2269,12 @@ fn a_lazy_clock_is_read_only_to_arm_a_timer() {
     };
     let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
     assert_eq!(sends.len(), 2);
+    let mut acks = Vec::new();
     for t in sends {
         deliver(&mut p.b, t, 1);
+        // Drained after each SEND, so that the two ACKs are not coalesced into one.
+        acks.extend(std::iter::from_fn(|| p.b.poll_transmit()));
     }
-    let acks: Vec<Transmit> = std::iter::from_fn(|| p.b.poll_transmit()).collect();
     assert_eq!(acks.len(), 2, "one ACK per message");
     let mut acks = acks.into_iter();
     let first_ack_at = posted_at + 5_000;
@@ -2299,11 +2301,108 @@ fn a_lazy_clock_is_read_only_to_arm_a_timer() {
     let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
     p.b.post_recv(b.qpn, &[RecvWr { wr_id: 3, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
     p.b.post_recv(b.qpn, &[RecvWr { wr_id: 4, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
-    for t in sends {
-        p.b.handle_packet(second_ack_at, &t.data);
-    }
+    p.b.handle_packet(second_ack_at, &sends[0].data);
     let ack = p.b.poll_transmit().expect("the ACK of send 3");
+    p.b.handle_packet(second_ack_at, &sends[1].data);
     let mut at_ns = || second_ack_at + 20_000;
     p.a.handle_packet_at(&mut Now::Lazy(&mut at_ns), &ack.data);
     assert_eq!(p.a.next_timeout(), Some(second_ack_at + 20_000 + timeout_ns));
+}
+
+// ---------------- ACK coalescing ----------------
+
+/// Parse a datagram the engine emitted.
+fn parsed(t: &Transmit) -> (Opcode, u32, Option<packet::Aeth>) {
+    let (_, p) = packet::parse_datagram(&t.data).expect("engines emit valid datagrams");
+    (p.bth.opcode, p.bth.psn.value(), p.aeth)
+}
+
+#[test]
+fn acks_queued_back_to_back_are_coalesced_into_one() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    for id in 1..=3 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    a.mem.write(0, b"abc").unwrap();
+    for id in 1..=3 {
+        let wr = SendWr {
+            wr_id: id,
+            sg_list: &[sge(&a, id - 1, 1)],
+            send_flags: signaled(),
+            ..Default::default()
+        };
+        post_send(&mut p, &a, wr);
+    }
+    let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(sends.len(), 3);
+    for t in &sends {
+        p.b.handle_packet(p.now, &t.data);
+    }
+    // The receives completed before any ACK was built.
+    let received = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        received.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success, 1), (2, WcStatus::Success, 1), (3, WcStatus::Success, 1)]
+    );
+    assert_eq!(read_mem(&b, 64, 1), b"a");
+    assert_eq!(read_mem(&b, 192, 1), b"c");
+    let acks: Vec<Transmit> = std::iter::from_fn(|| p.b.poll_transmit()).collect();
+    assert_eq!(acks.len(), 1, "one ACK for the three messages");
+    let (opcode, psn, aeth) = parsed(&acks[0]);
+    assert_eq!(opcode, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(psn, 0xFFFFF2, "the PSN of the last SEND");
+    assert_eq!(aeth, Some(packet::Aeth::ack(3)), "MSN 3: three messages completed");
+    assert!(!p.b.has_transmit());
+    // The one ACK retires all three sends.
+    p.a.handle_packet(p.now, &acks[0].data);
+    let sent = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        sent.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::Send),
+            (3, WcStatus::Success, WcOpcode::Send)
+        ]
+    );
+    assert_eq!(p.a.next_timeout(), None, "nothing left in flight");
+}
+
+#[test]
+fn an_ack_is_not_coalesced_past_a_response_queued_after_it() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    for id in 1..=2 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    b.mem.write(512, b"read me").unwrap();
+    let sg = [sge(&a, 0, 4)];
+    let send = |id| SendWr { wr_id: id, sg_list: &sg, ..Default::default() };
+    let read = SendWr {
+        wr_id: 2,
+        sg_list: &[sge(&a, 1024, 7)],
+        opcode: WrOpcode::RdmaRead,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 512, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, send(1));
+    post_send(&mut p, &a, read);
+    post_send(&mut p, &a, SendWr { send_flags: signaled(), ..send(3) });
+    let requests: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(requests.len(), 3);
+    for t in &requests {
+        p.b.handle_packet(p.now, &t.data);
+    }
+    // The READ response stands between the two ACKs, so neither replaces the other and every
+    // response leaves in PSN order.
+    let out: Vec<_> = std::iter::from_fn(|| p.b.poll_transmit()).map(|t| parsed(&t)).collect();
+    assert_eq!(
+        out.iter().map(|(op, psn, _)| (*op, *psn)).collect::<Vec<_>>(),
+        [
+            (Opcode::RC_ACKNOWLEDGE, 0xFFFFF0),
+            (Opcode::RC_RDMA_READ_RESPONSE_ONLY, 0xFFFFF1),
+            (Opcode::RC_ACKNOWLEDGE, 0xFFFFF2)
+        ]
+    );
+    assert_eq!(out[0].2, Some(packet::Aeth::ack(1)));
+    assert_eq!(out[2].2, Some(packet::Aeth::ack(3)));
 }

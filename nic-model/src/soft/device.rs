@@ -64,11 +64,24 @@ const BACKLOG_RETRY: Duration = Duration::from_micros(20);
 /// Datagrams taken from the inbox per progress round, so a flood cannot starve timers.
 const RX_BURST: usize = 256;
 
-/// Rounds that find the inbox empty read the clock (to fire due timers) only once in this
-/// many: a busy-polling program's empty poll then costs a few loads, not a clock read.
-/// Timers are tens of microseconds at the least; a check every few hundred nanoseconds is
-/// plenty.
+/// Rounds look at the timers (which needs the clock) only once in this many, whether or not
+/// they received anything: a busy-polling program's poll then costs a few loads, and the
+/// poll that receives a SEND reads no clock. Timers are tens of microseconds at the least; a
+/// check every few hundred nanoseconds is plenty.
 const TIMER_CHECK_EVERY: u32 = 16;
+
+/// What a progress round is for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Round {
+    /// Everything: receive all that is there, send all that is owed.
+    Full,
+    /// Polling this CQ: stop receiving once it has a new completion (see
+    /// [`Core::progress_locked`]).
+    Poll {
+        /// The engine's number of the CQ being polled.
+        cq: u32,
+    },
+}
 
 /// What the device lock protects: the engine and what travels with it.
 pub(crate) struct State {
@@ -252,8 +265,8 @@ impl Core {
 
     /// A progress round run by a verbs call on the program's thread (the caller holds the
     /// lock). Tells the NIC thread that the program is calling in.
-    pub(crate) fn progress_inline(&self, st: &mut State) -> bool {
-        let did = self.progress_locked(st);
+    pub(crate) fn progress_inline(&self, st: &mut State, round: Round) -> bool {
+        let did = self.progress_locked(st, round);
         // Under the state lock, so a plain increment is enough; the NIC thread only compares.
         let n = self.inline_rounds.load(Ordering::Relaxed);
         self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
@@ -273,13 +286,27 @@ impl Core {
         }
     }
 
-    /// One round of progress: take what the inbox holds, fire due timers, send what the
-    /// engine has, deliver events. Returns whether anything happened. No system calls unless
-    /// a parked peer must be woken. The clock is read at most once, and only if a received
-    /// packet arms a timer or a timer is pending: not on most rounds that find nothing, nor
-    /// on those that receive a SEND or an ACK that retires everything in flight.
-    fn progress_locked(&self, st: &mut State) -> bool {
+    /// One round of progress: send what the engine has queued (a post's packets leave before
+    /// anything else happens), take what the inbox holds, fire due timers, send what that
+    /// produced (ACKs included: anything this device sends later follows them, so a peer
+    /// sees its send complete before it sees the next message, as with a hardware NIC),
+    /// deliver events. Returns whether anything happened. No system calls unless a parked
+    /// peer must be woken. The clock is read at most once, and only if a received packet arms
+    /// a timer or this is the round in [`TIMER_CHECK_EVERY`] that looks at the pending timers.
+    ///
+    /// A [`Round::Poll`] stops taking packets once one has added a completion to the CQ being
+    /// polled, so that the completion reaches the program without waiting for packets that
+    /// arrived behind it; the next round takes those.
+    fn progress_locked(&self, st: &mut State, round: Round) -> bool {
         let State { nic, backlog, tap, rounds_since_clock, wire } = st;
+        let mut did = false;
+        if nic.has_transmit() && backlog.is_empty() {
+            did |= self.flush_tx(nic, backlog, tap.as_ref(), wire);
+        }
+        let polled = match round {
+            Round::Poll { cq } => Some((cq, nic.cq_len(cq))),
+            Round::Full => None,
+        };
         let mut clock = || self.now();
         let mut now = Now::Lazy(&mut clock);
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
@@ -287,10 +314,11 @@ impl Core {
                 t(TapDir::Rx, pkt);
             }
             nic.handle_packet_at(&mut now, pkt);
+            polled.is_none_or(|(cq, before)| nic.cq_len(cq) == before)
         });
-        let mut did = received > 0;
+        did |= received > 0;
         *rounds_since_clock += 1;
-        if did || *rounds_since_clock >= TIMER_CHECK_EVERY {
+        if *rounds_since_clock >= TIMER_CHECK_EVERY {
             *rounds_since_clock = 0;
             if let Some(due) = nic.next_timeout() {
                 let now = now.get();
@@ -316,6 +344,7 @@ impl Core {
         did
     }
 
+    /// Sends the backlog, then what the engine has, until the wire refuses one.
     fn flush_tx(
         &self,
         nic: &mut Nic,
@@ -386,8 +415,10 @@ impl Core {
     /// since that thread is running the engine.
     fn progress_background(&self) -> bool {
         match self.state.try_lock() {
-            Ok(mut st) => self.progress_locked(&mut st),
-            Err(TryLockError::Poisoned(e)) => self.progress_locked(&mut e.into_inner()),
+            Ok(mut st) => self.progress_locked(&mut st, Round::Full),
+            Err(TryLockError::Poisoned(e)) => {
+                self.progress_locked(&mut e.into_inner(), Round::Full)
+            }
             Err(TryLockError::WouldBlock) => false,
         }
     }

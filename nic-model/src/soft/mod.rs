@@ -23,10 +23,10 @@ use verbs_api::{
 pub use device::{DeviceStats, Tap, TapDir, WireCounters, DEFAULT_SPIN, DEFAULT_STANDBY};
 pub use port::{LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
-use crate::engine::{Nanos, Nic, NicConfig};
+use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};
 use crate::wire::{Fabric, InboxConfig};
-use device::{Core, CqEntry, Device};
+use device::{Core, CqEntry, Device, Round};
 
 enum WireKind {
     Loopback(Arc<Loopback>),
@@ -184,19 +184,19 @@ impl Host for Device {
     fn with_nic<R>(&self, f: impl FnOnce(&mut Nic) -> R) -> R {
         f(&mut self.lock())
     }
-    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, Nanos) -> R) -> R {
-        let now = self.now();
+    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, &mut Now<'_>) -> R) -> R {
         let mut st = self.lock();
-        let r = f(&mut st, now);
+        let mut clock = || self.now();
+        let r = f(&mut st, &mut Now::Lazy(&mut clock));
         // A post transmits at once: the doorbell is this call.
-        self.progress_inline(&mut st);
+        self.progress_inline(&mut st, Round::Full);
         r
     }
     fn poll_cq(&self, cq: u32, wc: &mut [WorkCompletion]) -> Result<usize> {
         let mut st = self.lock();
         if st.cq_len(cq) < wc.len() {
             // Polling is where an application lends the NIC its CPU: run the engine inline.
-            self.progress_inline(&mut st);
+            self.progress_inline(&mut st, Round::Poll { cq });
         }
         st.poll_cq(cq, wc)
     }

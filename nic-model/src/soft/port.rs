@@ -28,8 +28,9 @@ pub trait Port: Send + Sync + 'static {
     fn lid(&self) -> u16;
     /// Put a datagram into the inbox of the port with IPv4 address `dst`.
     fn send(&self, dst: [u8; 4], data: &[u8]) -> SendOutcome;
-    /// Hand up to `max` received datagrams to `f`; returns how many.
-    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize;
+    /// Hand up to `max` received datagrams to `f`, stopping early after one for which `f`
+    /// returns false; returns how many were handed over.
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize;
     /// Sleep until a datagram arrives, `unpark` is called, or `timeout` passes.
     fn park(&self, timeout: Duration);
     /// Wake a parked receiver.
@@ -110,15 +111,17 @@ impl Port for LoopPort {
         SendOutcome::Sent
     }
 
-    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize {
         let mut n = 0;
         while n < max {
             let Some(pkt) = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
             else {
                 break;
             };
-            f(&pkt);
             n += 1;
+            if !f(&pkt) {
+                break;
+            }
         }
         n
     }
@@ -218,8 +221,8 @@ impl Port for ShmPort {
         }
     }
 
-    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
-        self.inbox.recv_burst(max, f)
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize {
+        self.inbox.recv_while(max, f)
     }
 
     fn park(&self, timeout: Duration) {

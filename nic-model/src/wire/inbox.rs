@@ -191,12 +191,25 @@ impl Inbox {
     /// returns how many. Each slot is freed when `f` returns for it (or panics). One call
     /// takes the receiving role once for the whole burst. Makes no system call.
     pub fn recv_burst(&self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        self.recv_while(max, |bytes| {
+            f(bytes);
+            true
+        })
+    }
+
+    /// [`recv_burst`](Inbox::recv_burst) that also stops after a packet for which `f` returns
+    /// false (that packet is consumed and counted).
+    pub fn recv_while(&self, max: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
         let Some(_receiving) = Receiving::claim(&self.receiving) else {
             return 0;
         };
         let mut n = 0;
-        while n < max && self.take(&mut f).is_some() {
+        while n < max {
+            let Some(more) = self.take(&mut f) else { break };
             n += 1;
+            if !more {
+                break;
+            }
         }
         if n > 0 {
             self.counters.received.fetch_add(n as u64, Ordering::Relaxed);

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use nic_model::engine::{Nanos, Nic};
+use nic_model::engine::{Nic, Now};
 use nic_model::verbs::{EngineContext, EngineCq, Host};
 use verbs_api::provider::{CompChannelOps, ContextOps, CqOps, Provider};
 use verbs_api::{
@@ -145,9 +145,9 @@ impl Host for SimNode {
     fn with_nic<R>(&self, f: impl FnOnce(&mut Nic) -> R) -> R {
         self.world.lock().with_nic(self.node, |n, _| f(n))
     }
-    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, Nanos) -> R) -> R {
+    fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, &mut Now<'_>) -> R) -> R {
         // What the verb queued goes onto the node's links as the world lock is released.
-        self.world.lock().with_nic(self.node, f)
+        self.world.lock().with_nic(self.node, |n, now| f(n, &mut Now::At(now)))
     }
     fn poll_cq(&self, cq: u32, wc: &mut [WorkCompletion]) -> Result<usize> {
         self.with_nic(|n| n.poll_cq(cq, wc))
