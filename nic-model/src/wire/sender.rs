@@ -5,10 +5,17 @@
 //! ring position `pos` is free for this lap when its sequence is `pos` and full when it is
 //! `pos + 1`. A producer claims `pos` by CAS on the shared tail, fills the slot, then
 //! publishes it with a Release store of `pos + 1`. The consumer frees it by storing
-//! `pos + slots`, which makes it free for the next lap.
+//! `pos + slots`, which makes it free for the next lap, and then advances the head.
+//!
+//! A producer learns that its slot is free from the head, not from the slot's sequence: the
+//! slot at `pos` is free once the head has passed `pos - slots` (the consumer frees a slot
+//! before it advances the head). It keeps the last head it read and reads the shared one
+//! again only when that says the ring is full, so a send does not wait for the cache line the
+//! consumer last wrote (the slot's sequence) to come over from the consumer's core; the head's
+//! line comes over once per lap of the ring at most.
 
 use std::path::Path;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::layout::{Header, STATE_CLOSED};
@@ -17,7 +24,7 @@ use super::segment::Segment;
 use super::WireError;
 
 /// Upper bound on claim attempts in one `send`. Every failed attempt means another producer
-/// made progress, so only a corrupted ring (sequence numbers that never match the tail) can
+/// made progress, so only a corrupted ring (a tail that other writers keep moving) can
 /// reach it; it turns that case into an error instead of a livelock.
 const MAX_CLAIM_ATTEMPTS: u32 = 1 << 22;
 
@@ -34,6 +41,9 @@ pub struct Sender {
     owner_start: u64,
     /// This process's pid, stamped into claimed slots so the owner can tell a dead writer.
     writer_pid: u32,
+    /// The consumer's head as last read (shared by clones): slots before `head + slots` are
+    /// free. Only ever behind the real head, so it can only make a free slot look taken.
+    known_head: Arc<AtomicU64>,
 }
 
 impl Sender {
@@ -45,6 +55,7 @@ impl Sender {
             owner_pid: header.owner_pid,
             owner_start: header.owner_start,
             writer_pid: std::process::id(),
+            known_head: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -91,6 +102,7 @@ impl Sender {
             return Err(WireError::Closed { path: self.path().to_path_buf() });
         }
         let tail = self.seg.tail();
+        let slots = u64::from(self.slots());
         let mut pos = tail.load(Ordering::Relaxed);
         let mut attempts = 0;
         let (pos, slot) = loop {
@@ -98,34 +110,48 @@ impl Sender {
             if attempts > MAX_CLAIM_ATTEMPTS {
                 return Err(WireError::bad_segment(
                     self.path(),
-                    "ring sequence numbers never match the tail (corrupted segment?)",
+                    "the ring's tail never settles (corrupted segment?)",
                 ));
             }
-            let slot = self.seg.slot(pos);
-            let seq = slot.seq.load(Ordering::Acquire);
-            // Signed distance: 0 free for us, < 0 still holds last lap's packet, > 0 taken.
-            let distance = seq.wrapping_sub(pos) as i64;
-            if distance == 0 {
-                match tail.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break (pos, slot),
-                    Err(current) => pos = current,
+            if pos.wrapping_sub(self.known_head.load(Ordering::Relaxed)) >= slots {
+                // Full as far as we know: look at the consumer's head. Acquire pairs with
+                // its Release, so the slot it freed is really done with.
+                let head = self.seg.head().load(Ordering::Acquire);
+                self.known_head.store(head, Ordering::Relaxed);
+                let ahead = pos.wrapping_sub(head);
+                if ahead > slots {
+                    // The tail is more than a ring ahead of the head, or behind it.
+                    let now = tail.load(Ordering::Relaxed);
+                    if now == pos {
+                        return Err(WireError::bad_segment(
+                            self.path(),
+                            "the ring's head and tail are more than a ring apart (corrupted segment?)",
+                        ));
+                    }
+                    pos = now;
+                    continue;
                 }
-            } else if distance < 0 {
-                return Err(WireError::Full);
-            } else {
-                pos = tail.load(Ordering::Relaxed);
+                if ahead == slots {
+                    // Every slot holds a packet the consumer has not taken.
+                    return Err(WireError::Full);
+                }
+            }
+            match tail.compare_exchange_weak(
+                pos,
+                pos.wrapping_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break (pos, self.seg.slot(pos)),
+                Err(current) => pos = current,
             }
         };
         // The slot is ours until we publish it: nothing between here and the publishing store
         // can fail or panic, so a claimed slot is always published by a live sender.
         slot.writer.store(self.writer_pid, Ordering::Relaxed);
-        // SAFETY: we won the tail CAS for `pos` and observed the slot free for this lap, so
-        // until the Release store below no other process reads or writes its payload.
+        // SAFETY: we won the tail CAS for `pos` and saw the head past `pos - slots` (the
+        // consumer is done with the slot's last lap), so until the Release store below no
+        // other process reads or writes its payload.
         unsafe { self.seg.write_payload(&slot, pkt) };
         // Fits: checked against slot_size (at most 65536) above.
         slot.len.store(pkt.len() as u32, Ordering::Relaxed);
