@@ -128,19 +128,19 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
             let last = i + 1 == npkts;
             let off = (i * mtu) as usize;
             let n = (w.len as usize - off).min(mtu as usize);
-            scratch.resize(n, 0);
-            let gathered = match &w.inline {
-                Some(d) => {
-                    scratch.copy_from_slice(&d[off..off + n]);
-                    Ok(())
+            if w.inline.is_none() {
+                scratch.resize(n, 0);
+                if sh.mrs.gather(qp.pd, &w.sges, off, scratch).is_err() {
+                    // The MR went away (deregistered) after the post: a local protection error.
+                    fail_wqe(qp, sh, next, WcStatus::LocProtErr);
+                    return false;
                 }
-                None => sh.mrs.gather(qp.pd, &w.sges, off, scratch),
-            };
-            if gathered.is_err() {
-                // The MR went away (deregistered) after the post: a local protection error.
-                fail_wqe(qp, sh, next, WcStatus::LocProtErr);
-                return false;
             }
+            // Inline data was copied into the WQE at post time: send it from there.
+            let payload: &[u8] = match &w.inline {
+                Some(d) => &d[off..off + n],
+                None => scratch,
+            };
             let is_send = matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm);
             let with_imm = w.opcode.has_imm();
             bth.opcode = segment_opcode(is_send, with_imm, first, last).with_transport(transport);
@@ -150,7 +150,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
             let fills_window = psn.next().diff(qp.req.comp_psn) >= sh.cfg.window as i32;
             bth.ack_req = transport == Transport::Rc
                 && (last || (i + 1).is_multiple_of(sh.cfg.ack_every) || fills_window);
-            pkt = Packet::new(bth, scratch);
+            pkt = Packet::new(bth, payload);
             pkt.deth = deth;
             if !is_send && first {
                 pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: w.len });

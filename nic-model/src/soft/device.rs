@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{AsyncElement, AsyncEvent};
 
-use super::port::{Port, SendOutcome};
+use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
 use crate::engine::{Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
@@ -89,6 +89,8 @@ pub(crate) struct State {
     /// Datagrams the wire refused (inbox full), sent first on the next round.
     backlog: VecDeque<Transmit>,
     tap: Option<Tap>,
+    /// The port's connections to the inboxes this device sends to.
+    links: Links,
     /// Rounds since the last one that read the clock (see [`TIMER_CHECK_EVERY`]).
     rounds_since_clock: u32,
     wire: WireCounters,
@@ -197,6 +199,7 @@ impl Device {
                 nic,
                 backlog: VecDeque::new(),
                 tap: None,
+                links: Links::default(),
                 rounds_since_clock: 0,
                 wire: WireCounters::default(),
             }),
@@ -298,10 +301,10 @@ impl Core {
     /// polled, so that the completion reaches the program without waiting for packets that
     /// arrived behind it; the next round takes those.
     fn progress_locked(&self, st: &mut State, round: Round) -> bool {
-        let State { nic, backlog, tap, rounds_since_clock, wire } = st;
+        let State { nic, backlog, tap, links, rounds_since_clock, wire } = st;
         let mut did = false;
         if nic.has_transmit() && backlog.is_empty() {
-            did |= self.flush_tx(nic, backlog, tap.as_ref(), wire);
+            did |= self.flush_tx(nic, backlog, links, tap.as_ref(), wire);
         }
         let polled = match round {
             Round::Poll { cq } => Some((cq, nic.cq_len(cq))),
@@ -329,7 +332,7 @@ impl Core {
             }
         }
         if !backlog.is_empty() || nic.has_transmit() {
-            did |= self.flush_tx(nic, backlog, tap.as_ref(), wire);
+            did |= self.flush_tx(nic, backlog, links, tap.as_ref(), wire);
         }
         while let Some(ev) = nic.poll_event() {
             did = true;
@@ -349,6 +352,7 @@ impl Core {
         &self,
         nic: &mut Nic,
         backlog: &mut VecDeque<Transmit>,
+        links: &mut Links,
         tap: Option<&Tap>,
         wire: &mut WireCounters,
     ) -> bool {
@@ -361,7 +365,7 @@ impl Core {
                     None => break,
                 },
             };
-            match self.port.send(t.dst, &t.data) {
+            match self.port.send(links, t.dst, &t.data) {
                 SendOutcome::Sent | SendOutcome::Unreachable => {
                     if let Some(tap) = tap {
                         tap(TapDir::Tx, &t.data);

@@ -21,7 +21,7 @@ use verbs_api::{
 };
 
 pub use device::{DeviceStats, Tap, TapDir, WireCounters, DEFAULT_SPIN, DEFAULT_STANDBY};
-pub use port::{LoopPort, Loopback, Port, SendOutcome, ShmPort};
+pub use port::{Links, LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
 use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};

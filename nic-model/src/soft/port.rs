@@ -22,12 +22,24 @@ pub enum SendOutcome {
     Unreachable,
 }
 
+/// The connections a port has made to other ports' inboxes, sorted by LID: a port talks to
+/// few peers, and a binary search over a short vector is the cheapest lookup for every
+/// datagram. A device keeps
+/// them in the state its lock guards, beside the engine that sends through them, so a send
+/// pays for no other lock. (The loopback port needs none.)
+#[derive(Default)]
+pub struct Links {
+    senders: Vec<(u16, Sender)>,
+}
+
 /// One port's attachment to a wire.
 pub trait Port: Send + Sync + 'static {
     /// The LID the fabric assigned.
     fn lid(&self) -> u16;
-    /// Put a datagram into the inbox of the port with IPv4 address `dst`.
-    fn send(&self, dst: [u8; 4], data: &[u8]) -> SendOutcome;
+    /// Put a datagram into the inbox of the port with IPv4 address `dst`, through (and
+    /// adding to) the connections in `links`, which the caller owns and does not share: so a
+    /// send takes no lock of its own.
+    fn send(&self, links: &mut Links, dst: [u8; 4], data: &[u8]) -> SendOutcome;
     /// Hand up to `max` received datagrams to `f`, stopping early after one for which `f`
     /// returns false; returns how many were handed over.
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize;
@@ -93,7 +105,7 @@ impl Port for LoopPort {
         self.lid
     }
 
-    fn send(&self, dst: [u8; 4], data: &[u8]) -> SendOutcome {
+    fn send(&self, _links: &mut Links, dst: [u8; 4], data: &[u8]) -> SendOutcome {
         let Some(inbox) =
             self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).get(&dst).cloned()
         else {
@@ -152,16 +164,13 @@ impl Port for LoopPort {
 pub struct ShmPort {
     fabric: Fabric,
     inbox: Inbox,
-    /// The inboxes this port has sent to, sorted by LID: a port talks to few peers, and a
-    /// binary search over a short vector is the cheapest lookup for every datagram.
-    peers: Mutex<Vec<(u16, Sender)>>,
 }
 
 impl ShmPort {
     /// Create this port's inbox segment in the fabric.
     pub fn create(fabric: Fabric, cfg: InboxConfig) -> Result<ShmPort, WireError> {
         let inbox = fabric.create_inbox(cfg)?;
-        Ok(ShmPort { fabric, inbox, peers: Mutex::new(Vec::new()) })
+        Ok(ShmPort { fabric, inbox })
     }
 
     /// The fabric it belongs to.
@@ -180,12 +189,12 @@ impl Port for ShmPort {
         self.inbox.lid()
     }
 
-    fn send(&self, dst: [u8; 4], data: &[u8]) -> SendOutcome {
+    fn send(&self, links: &mut Links, dst: [u8; 4], data: &[u8]) -> SendOutcome {
         let lid = lid_of_ip(dst);
         if lid == 0 {
             return SendOutcome::Unreachable;
         }
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let peers = &mut links.senders;
         let at = match peers.binary_search_by_key(&lid, |(l, _)| *l) {
             Ok(at) => at,
             Err(at) => match self.fabric.connect(lid) {
