@@ -299,6 +299,8 @@ pub(crate) struct Shared {
     /// The requester's payload buffer, kept between calls so sending allocates nothing.
     pub(crate) scratch: Vec<u8>,
     events: VecDeque<NicEvent>,
+    /// [`Nic::completions_pending`].
+    reportable: usize,
     stats: NicStats,
     ip_ident: u16,
 }
@@ -324,6 +326,7 @@ impl Nic {
                 spare: Vec::new(),
                 scratch: Vec::new(),
                 events: VecDeque::new(),
+                reportable: 0,
                 stats: NicStats::default(),
                 ip_ident: 0,
             },
@@ -491,7 +494,9 @@ impl Nic {
                 c.users
             ))),
             Some(_) => {
-                self.sh.cqs.remove(&cq);
+                if let Some(c) = self.sh.cqs.remove(&cq) {
+                    self.sh.reportable -= c.len() + usize::from(c.overrun > 0);
+                }
                 Ok(())
             }
         }
@@ -499,7 +504,21 @@ impl Nic {
 
     /// `ibv_poll_cq`.
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize> {
-        self.sh.cq_mut(cq)?.poll(out)
+        let n = self.sh.cq_mut(cq)?.poll(out)?;
+        self.sh.reportable -= n;
+        debug_assert_eq!(
+            self.sh.reportable,
+            self.sh.cqs.values().map(|c| c.len() + usize::from(c.overrun > 0)).sum::<usize>(),
+            "every completion added or polled is counted"
+        );
+        Ok(n)
+    }
+
+    /// What `ibv_poll_cq` would report over every CQ of the NIC: completions queued, plus one
+    /// for each CQ that overran. While it is 0 and nothing has arrived, a host can answer a
+    /// poll without taking its lock.
+    pub fn completions_pending(&self) -> usize {
+        self.sh.reportable
     }
 
     /// Completions waiting in a CQ.
@@ -746,9 +765,10 @@ impl Nic {
             qp.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.into(), len });
         }
         if qp.state == QpState::Err {
+            // Flushing clears the QP's timers.
             self.sh.flush(qp);
+            refile_timer(&mut self.timers, qp);
         }
-        refile_timer(&mut self.timers, qp);
         result
     }
 
@@ -1098,6 +1118,10 @@ impl Shared {
         let Some(c) = self.cqs.get_mut(&cq) else { return };
         let had_overrun = c.overrun > 0;
         let (added, fire) = c.push(wc, solicited);
+        if added || !had_overrun {
+            // A new completion, or a CQ that has just overrun (every poll now reports it).
+            self.reportable += 1;
+        }
         if fire {
             self.events.push_back(NicEvent::CqNotify(cq));
         }
