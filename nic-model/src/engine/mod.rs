@@ -515,8 +515,8 @@ impl Nic {
     }
 
     /// What `ibv_poll_cq` would report over every CQ of the NIC: completions queued, plus one
-    /// for each CQ that overran. While it is 0 and nothing has arrived, a host can answer a
-    /// poll without taking its lock.
+    /// for each CQ that overran. A host polling a CQ can watch it to see that a packet it
+    /// handed over completed something, without looking the CQ up.
     pub fn completions_pending(&self) -> usize {
         self.sh.reportable
     }

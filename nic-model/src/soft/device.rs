@@ -14,7 +14,7 @@
 //! costs no CPU.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError, Weak};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -157,11 +157,6 @@ pub(crate) struct Core {
     inline_rounds: AtomicU64,
     /// Set when the program is about to block: the NIC thread takes over at once.
     takeover: AtomicBool,
-    /// The engine's [`Nic::completions_pending`] when the lock was last released by a verbs
-    /// call or the NIC thread (see [`Core::poll_can_skip`]).
-    completions_hint: AtomicUsize,
-    /// Polls answered without the lock since the last one that took it.
-    skipped_polls: AtomicU32,
     nic_thread: OnceLock<Thread>,
     spin: Duration,
     standby: Duration,
@@ -218,8 +213,6 @@ impl Device {
             parked_until_ns: AtomicU64::new(u64::MAX),
             inline_rounds: AtomicU64::new(0),
             takeover: AtomicBool::new(false),
-            completions_hint: AtomicUsize::new(0),
-            skipped_polls: AtomicU32::new(0),
             nic_thread: OnceLock::new(),
             spin: env_micros("SOFTVERBS_SPIN_US", DEFAULT_SPIN),
             standby: env_micros("SOFTVERBS_STANDBY_US", DEFAULT_STANDBY),
@@ -278,36 +271,6 @@ impl Core {
         let n = self.inline_rounds.load(Ordering::Relaxed);
         self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
         did
-    }
-
-    /// Records, before the lock is released, whether a poll could find a completion (see
-    /// [`Core::poll_can_skip`]). Every holder of the lock that may have changed a CQ calls it.
-    pub(crate) fn publish_completions(&self, st: &State) {
-        self.completions_hint.store(st.nic.completions_pending(), Ordering::Release);
-    }
-
-    /// Whether an `ibv_poll_cq` may answer "no completion" without taking the device lock: no
-    /// CQ of the device holds a completion, nothing has arrived in the inbox, and this is not
-    /// the poll in [`TIMER_CHECK_EVERY`] that runs a round anyway (for timers, and datagrams
-    /// waiting for room in a full inbox). A busy-polling program's empty poll is then a few
-    /// loads, so it sees an arriving packet within nanoseconds rather than within the time a
-    /// locked round takes. It counts as calling in: the NIC thread keeps standing by.
-    pub(crate) fn poll_can_skip(&self) -> bool {
-        let skipped = self.skipped_polls.load(Ordering::Relaxed);
-        let skip = skipped + 1 < TIMER_CHECK_EVERY
-            && self.completions_hint.load(Ordering::Acquire) == 0
-            && !self.port.has_ready();
-        // Plain stores: concurrent pollers may lose an update, which only brings the next
-        // locked round sooner or later by a poll; the NIC thread needs to see the count move,
-        // not to count.
-        if skip {
-            self.skipped_polls.store(skipped + 1, Ordering::Relaxed);
-            let n = self.inline_rounds.load(Ordering::Relaxed);
-            self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
-        } else {
-            self.skipped_polls.store(0, Ordering::Relaxed);
-        }
-        skip
     }
 
     /// The program is about to block in a verb: have the NIC thread run the engine from now on.
@@ -369,9 +332,6 @@ impl Core {
         if !backlog.is_empty() || nic.has_transmit() {
             did |= self.flush_tx(nic, backlog, links, tap.as_ref(), wire);
         }
-        // Before any event wakes a program thread that will poll (a completion channel's
-        // notification, a CQ error), a lock-free poll must be able to see the completions.
-        self.completions_hint.store(nic.completions_pending(), Ordering::Release);
         while let Some(ev) = nic.poll_event() {
             did = true;
             self.deliver(ev);
@@ -456,14 +416,13 @@ impl Core {
     /// A round on the NIC thread; skipped (as "no work") when a program thread holds the lock,
     /// since that thread is running the engine.
     fn progress_background(&self) -> bool {
-        let mut st = match self.state.try_lock() {
-            Ok(st) => st,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
-        };
-        let did = self.progress_locked(&mut st, Round::Full);
-        self.publish_completions(&st);
-        did
+        match self.state.try_lock() {
+            Ok(mut st) => self.progress_locked(&mut st, Round::Full),
+            Err(TryLockError::Poisoned(e)) => {
+                self.progress_locked(&mut e.into_inner(), Round::Full)
+            }
+            Err(TryLockError::WouldBlock) => false,
+        }
     }
 
     /// How long the NIC thread may sleep: until the next timer, at most [`MAX_PARK`], or

@@ -44,9 +44,6 @@ pub trait Port: Send + Sync + 'static {
     /// returns false; returns how many were handed over.
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize;
     /// Sleep until a datagram arrives, `unpark` is called, or `timeout` passes.
-    /// Whether a datagram may be waiting in the inbox: a cheap look without side effects,
-    /// false only if the inbox was empty when it looked.
-    fn has_ready(&self) -> bool;
     fn park(&self, timeout: Duration);
     /// Wake a parked receiver.
     fn unpark(&self);
@@ -141,10 +138,6 @@ impl Port for LoopPort {
         n
     }
 
-    fn has_ready(&self) -> bool {
-        !self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
-    }
-
     fn park(&self, timeout: Duration) {
         let q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
         if !q.is_empty() {
@@ -235,10 +228,6 @@ impl Port for ShmPort {
                 SendOutcome::Unreachable
             }
         }
-    }
-
-    fn has_ready(&self) -> bool {
-        !self.inbox.is_empty()
     }
 
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize {
