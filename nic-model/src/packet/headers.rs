@@ -475,26 +475,30 @@ impl<'a> Packet<'a> {
         // Extension headers in IBA order. `headers` is exactly `header_len` long, the sum of
         // their lengths, so each one finds its bytes.
         let mut ext = headers.get(Bth::LEN..).unwrap_or(&[]);
-        if flags.contains(OpFlags::DETH) {
-            pkt.deth = Some(Deth::from_bytes(take(&mut ext)?));
-        }
-        if flags.contains(OpFlags::RETH) {
-            pkt.reth = Some(Reth::from_bytes(take(&mut ext)?));
-        }
-        if flags.contains(OpFlags::ATOMIC_ETH) {
-            pkt.atomic_eth = Some(AtomicEth::from_bytes(take(&mut ext)?));
-        }
-        if flags.contains(OpFlags::AETH) {
-            pkt.aeth = Some(Aeth::from_bytes(take(&mut ext)?));
-        }
-        if flags.contains(OpFlags::ATOMIC_ACK_ETH) {
-            pkt.atomic_ack_eth = Some(u64::from_be_bytes(*take::<ATOMIC_ACK_ETH_LEN>(&mut ext)?));
-        }
-        if flags.contains(OpFlags::IMMDT) {
-            pkt.imm = Some(u32::from_be_bytes(*take::<IMMDT_LEN>(&mut ext)?));
-        }
-        if flags.contains(OpFlags::IETH) {
-            pkt.ieth = Some(u32::from_be_bytes(*take::<IETH_LEN>(&mut ext)?));
+        // SEND, RDMA WRITE MIDDLE/LAST, READ RESPONSE MIDDLE have nothing to look for.
+        if flags.intersects(EXTENSION_HEADER_FLAGS) {
+            if flags.contains(OpFlags::DETH) {
+                pkt.deth = Some(Deth::from_bytes(take(&mut ext)?));
+            }
+            if flags.contains(OpFlags::RETH) {
+                pkt.reth = Some(Reth::from_bytes(take(&mut ext)?));
+            }
+            if flags.contains(OpFlags::ATOMIC_ETH) {
+                pkt.atomic_eth = Some(AtomicEth::from_bytes(take(&mut ext)?));
+            }
+            if flags.contains(OpFlags::AETH) {
+                pkt.aeth = Some(Aeth::from_bytes(take(&mut ext)?));
+            }
+            if flags.contains(OpFlags::ATOMIC_ACK_ETH) {
+                let orig = take::<ATOMIC_ACK_ETH_LEN>(&mut ext)?;
+                pkt.atomic_ack_eth = Some(u64::from_be_bytes(*orig));
+            }
+            if flags.contains(OpFlags::IMMDT) {
+                pkt.imm = Some(u32::from_be_bytes(*take::<IMMDT_LEN>(&mut ext)?));
+            }
+            if flags.contains(OpFlags::IETH) {
+                pkt.ieth = Some(u32::from_be_bytes(*take::<IETH_LEN>(&mut ext)?));
+            }
         }
         // Whatever is left of the headers (a CNP's reserved bytes) is ignored.
 

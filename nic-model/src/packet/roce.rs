@@ -250,16 +250,17 @@ pub fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), PacketError> 
 /// The folded 16-bit one's-complement sum of an IPv4 header (RFC 1071): 0xFFFF over a header
 /// with a correct checksum; its complement is the checksum of a header whose checksum field is 0.
 ///
-/// Summed a 32-bit word at a time, which RFC 1071 allows: the end-around carries fold the same.
+/// Summed a 32-bit word at a time and in the machine's byte order, which RFC 1071 allows: the
+/// end-around carries fold the same, and the sum of byte-swapped words is the swapped sum.
 #[inline]
 fn ones_complement_sum(header: &[u8; IPV4_LEN]) -> u16 {
     let word = |at: usize| {
-        u64::from(u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]))
+        u64::from(u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]))
     };
-    fold_ones_complement(word(0) + word(4) + word(8) + word(12) + word(16))
+    fold_ones_complement(word(0) + word(4) + word(8) + word(12) + word(16)).swap_bytes()
 }
 
-/// A sum of up to 16 big-endian 32-bit words folded into 16 bits with end-around carries: their
+/// A sum of up to 16 32-bit words folded into 16 bits with end-around carries: their
 /// one's-complement sum as 16-bit words.
 #[inline]
 fn fold_ones_complement(sum: u64) -> u16 {
