@@ -554,7 +554,7 @@ impl<'a> Packet<'a> {
     /// with several faults gets.
     #[cold]
     #[inline(never)]
-    fn check_in_order(&self) -> Result<&'static OpcodeInfo, PacketError> {
+    pub(super) fn check_in_order(&self) -> Result<&'static OpcodeInfo, PacketError> {
         let info = self.bth.opcode.info().ok_or(PacketError::UnknownOpcode(self.bth.opcode.0))?;
         let present = self.present_headers();
         let wanted = info.flags & EXTENSION_HEADER_FLAGS;

@@ -155,6 +155,9 @@ mod folded {
             masks[at / 16] |= 0xFF << (8 * (at % 16));
             i += 1;
         }
+        // `icrc` applies the third block's mask to whatever comes first after 32 bytes, be it
+        // a block, 8 or 4 bytes: it must mask byte 32 only.
+        assert!(masks[2] == 0xFF, "only byte 32 is masked after the first two blocks");
         masks
     };
 
@@ -225,25 +228,26 @@ mod folded {
         if datagram.len() < MASKED_LEN || !datagram.len().is_multiple_of(4) {
             return None;
         }
-        let mut blocks = datagram.chunks_exact(16);
-        let mut tail = blocks.remainder();
-        // The masks of the tail's bytes, if it starts within the masked headers.
-        let mut tail_mask = MASKS.get(blocks.len()).copied().unwrap_or(0);
-        let block = |b: &[u8]| u128::from_le_bytes(b.try_into().expect("chunks of 16 bytes"));
-        let first = blocks.next().expect("MASKED_LEN is more than one block");
+        let (head, mut rest) = datagram.split_first_chunk::<32>()?;
+        let (first, second) = head.split_at(16);
+        let block = |b: &[u8]| u128::from_le_bytes(b.try_into().expect("halves of 32 bytes"));
         // The register after the pseudo-LRH is XOR-ed into the first 32 message bits.
         let mut x = vector((block(first) | MASKS[0]) ^ u128::from(!PSEUDO_LRH_CRC));
-        for (i, next) in blocks.enumerate() {
-            let mask = MASKS.get(i + 1).copied().unwrap_or(0);
-            x = fold(x, vector(block(next) | mask));
+        x = fold(x, vector(block(second) | MASKS[1]));
+        // The rest starts with the BTH's byte 4, the last masked byte; then nothing is masked.
+        let mut mask = MASKS[2];
+        while let Some((next, tail)) = rest.split_first_chunk::<16>() {
+            x = fold(x, vector(u128::from_le_bytes(*next) | mask));
+            mask = 0;
+            rest = tail;
         }
-        if let Some((next, rest)) = tail.split_first_chunk::<8>() {
-            x = fold_8(x, u64::from_le_bytes(*next) | tail_mask as u64);
-            tail = rest;
-            tail_mask >>= 64;
+        if let Some((next, tail)) = rest.split_first_chunk::<8>() {
+            x = fold_8(x, u64::from_le_bytes(*next) | mask as u64);
+            mask = 0;
+            rest = tail;
         }
-        if let Some(next) = tail.first_chunk::<4>() {
-            x = fold_4(x, u32::from_le_bytes(*next) | tail_mask as u32);
+        if let Some(next) = rest.first_chunk::<4>() {
+            x = fold_4(x, u32::from_le_bytes(*next) | mask as u32);
         }
         Some(!reduce(x))
     }

@@ -41,7 +41,7 @@ pub(super) fn emit_datagram(
     out: &mut Vec<u8>,
 ) -> Result<(), PacketError> {
     out.clear();
-    let info = pkt.check()?;
+    let info = pkt.check_in_order()?;
     let pad = pkt.pad_len();
     let len = IPV4_UDP_LEN + info.header_len + pkt.payload.len() + pad + ICRC_LEN;
     let total_len = u16::try_from(len)

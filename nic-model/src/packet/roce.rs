@@ -707,6 +707,37 @@ mod tests {
     }
 
     #[test]
+    fn emit_checks_agree_with_the_ordered_checks_for_every_opcode_swap() {
+        // The headers of one row under every opcode byte, with and without payload, with each
+        // 24-bit field too wide: the quick check passes and fails exactly where the ordered one
+        // does, with the same error.
+        let payload = [7u8; 5];
+        let (mut fast, mut general) = (Vec::new(), Vec::new());
+        for (i, info) in opcode_table().iter().enumerate() {
+            for (code, len, wide) in (0..=u8::MAX).flat_map(|code| {
+                [0, 5].into_iter().flat_map(move |len| (0..4).map(move |wide| (code, len, wide)))
+            }) {
+                let mut pkt = sample(info.opcode, i as u64 * 0x9E37_79B9, &payload);
+                pkt.payload = &payload[..len];
+                pkt.bth.opcode = Opcode(code);
+                match wide {
+                    1 => pkt.bth.dest_qp |= 1 << 24,
+                    2 => pkt.deth.iter_mut().for_each(|deth| deth.src_qp |= 1 << 30),
+                    3 => pkt.aeth.iter_mut().for_each(|aeth| aeth.msn = u32::MAX),
+                    _ => {}
+                }
+                assert_eq!(pkt.check(), pkt.check_in_order(), "{} as {code:#04x}", info.name);
+                let ip = IpUdp::default();
+                assert_eq!(
+                    emit_datagram(&ip, &pkt, &mut fast),
+                    oracle::emit_datagram(&ip, &pkt, &mut general)
+                );
+                assert_eq!(fast, general);
+            }
+        }
+    }
+
+    #[test]
     fn ipv4_checksum_is_the_halfword_sum() {
         // The 16-bit one's-complement sum, folded after every addition: RFC 1071's definition.
         let by_halfwords = |h: &[u8; IPV4_LEN]| {
@@ -799,6 +830,45 @@ mod tests {
                 let (_, again) = result.unwrap();
                 prop_assert_eq!(again.payload, pkt.payload);
             }
+        }
+
+        #[test]
+        fn emit_gives_the_general_result_on_any_packet(
+            (ip, row, seed, payload) in any_packet_bytes(),
+            opcode in prop_oneof![
+                Just(None),
+                any::<u8>().prop_map(Some),
+                (0..opcode_table().len()).prop_map(|row| Some(opcode_table()[row].opcode.0)),
+            ],
+            toggles in prop_oneof![Just(0u8), any::<u8>()],
+            wide in prop_oneof![Just(0u8), 0..4u8],
+        ) {
+            // A valid packet, then maybe another opcode (known or not), headers added or
+            // dropped, a 24-bit field made wider: the fast check must fail exactly where the
+            // ordered one does, with the same error, and write the same bytes when both pass.
+            let mut pkt = sample(opcode_table()[row].opcode, seed, &payload);
+            if let Some(code) = opcode {
+                pkt.bth.opcode = Opcode(code);
+            }
+            let flip = |bit: u8| toggles & (1 << bit) != 0;
+            if flip(0) { pkt.deth = pkt.deth.xor(Some(Deth { qkey: 1, src_qp: 2 })); }
+            if flip(1) { pkt.reth = pkt.reth.xor(Some(Reth::default())); }
+            if flip(2) { pkt.aeth = pkt.aeth.xor(Some(Aeth::ack(3))); }
+            if flip(3) { pkt.imm = pkt.imm.xor(Some(4)); }
+            if flip(4) { pkt.atomic_eth = pkt.atomic_eth.xor(Some(AtomicEth::default())); }
+            if flip(5) { pkt.ieth = pkt.ieth.xor(Some(5)); }
+            if flip(6) { pkt.atomic_ack_eth = pkt.atomic_ack_eth.xor(Some(6)); }
+            match wide {
+                1 => pkt.bth.dest_qp |= 1 << 24,
+                2 => if let Some(deth) = &mut pkt.deth { deth.src_qp |= 1 << 30 },
+                3 => if let Some(aeth) = &mut pkt.aeth { aeth.msn = u32::MAX },
+                _ => {}
+            }
+            prop_assert_eq!(pkt.check(), pkt.check_in_order());
+            let (mut fast, mut general) = (vec![9], vec![9]);
+            let result = emit_datagram(&ip, &pkt, &mut fast);
+            prop_assert_eq!(&result, &oracle::emit_datagram(&ip, &pkt, &mut general));
+            prop_assert_eq!(fast, general);
         }
 
         #[test]
