@@ -738,6 +738,31 @@ mod tests {
     }
 
     #[test]
+    fn every_value_of_every_ip_udp_byte_parses_as_the_general_code_does() {
+        // Each IPv4/UDP header byte set to each value, checksums made right again (or not):
+        // the word compares let through exactly what the field-by-field checks accept.
+        for frame in [FRAME_1, FRAME_4, FRAME_12] {
+            let good = datagram(frame);
+            for at in 0..IPV4_UDP_LEN {
+                for value in 0..=u8::MAX {
+                    for resealed in [false, true] {
+                        let mut bytes = good.clone();
+                        bytes[at] = value;
+                        if resealed {
+                            reseal(&mut bytes);
+                        }
+                        assert_eq!(
+                            parse_datagram(&bytes),
+                            oracle::parse_datagram(&bytes),
+                            "byte {at} = {value:#04x}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn ipv4_checksum_is_the_halfword_sum() {
         // The 16-bit one's-complement sum, folded after every addition: RFC 1071's definition.
         let by_halfwords = |h: &[u8; IPV4_LEN]| {
