@@ -2,10 +2,12 @@
 //! changes, so that corruption anywhere between the two NICs is caught.
 //!
 //! Every packet is hashed twice (once to send it, once to check it), and most are short (an ACK
-//! is 44 bytes), so on x86-64 with carry-less multiply the CRC is folded 16 bytes at a time
-//! with the masked fields OR-ed in as the bytes are loaded: no copy of the datagram, no
-//! call per piece. Elsewhere, and for datagrams shorter than the masked headers, a masked copy
-//! is hashed with crc32fast.
+//! covers 44 bytes), so on x86-64 with carry-less multiply (PCLMULQDQ, detected at run time) the
+//! CRC is folded 16 bytes at a time with the masked fields OR-ed in as the bytes are loaded: no
+//! copy of the datagram, no call per piece; for 44–48 bytes about 65 instructions, against about
+//! 145 for crc32fast over a masked copy. Elsewhere, and for inputs shorter than the masked
+//! headers or not a multiple of 4 bytes (never a datagram), the masked copy is hashed with
+//! crc32fast.
 
 use std::sync::OnceLock;
 

@@ -115,7 +115,7 @@ fn datagram_len_of(pkt: &Packet<'_>, info: &OpcodeInfo) -> usize {
 /// Write the datagram of a checked packet into the empty `out`: the headers are built on the
 /// stack and copied as one fixed-size block (cut to their length after), then the payload, the
 /// pad, and the ICRC computed over `out` as it stands.
-#[inline]
+#[inline(always)]
 fn write_datagram(
     ip: &IpUdp,
     pkt: &Packet<'_>,
