@@ -1107,8 +1107,7 @@ impl Shared {
             ..IpUdp::default()
         };
         let mut data = self.spare.pop().unwrap_or_default();
-        packet::emit_datagram(&ip, pkt, &mut data)
-            .expect("the engine only builds packets its opcode table allows");
+        packet::emit_engine_datagram(&ip, pkt, &mut data);
         self.stats.tx_packets += 1;
         self.tx.push_back(Transmit { dst, data });
     }

@@ -1,5 +1,13 @@
 //! The RoCEv2 Invariant CRC (ICRC): CRC-32 over the fields of a datagram that no router
 //! changes, so that corruption anywhere between the two NICs is caught.
+//!
+//! Every packet is hashed twice (once to send it, once to check it), and most are short (an ACK
+//! covers 44 bytes), so on x86-64 with carry-less multiply (PCLMULQDQ, detected at run time) the
+//! CRC is folded 16 bytes at a time with the masked fields OR-ed in as the bytes are loaded: no
+//! copy of the datagram, no call per piece; for 44–48 bytes about 65 instructions, against about
+//! 145 for crc32fast over a masked copy. Elsewhere, and for inputs shorter than the masked
+//! headers or not a multiple of 4 bytes (never a datagram), the masked copy is hashed with
+//! crc32fast.
 
 use std::sync::OnceLock;
 
@@ -16,31 +24,36 @@ const MASKED_BYTES: [usize; 7] = [1, 8, 10, 11, 26, 27, 32];
 /// rxe's seed 0xDEBB20E3: hashing starts from here instead of hashing the 8 bytes every time.
 const PSEUDO_LRH_CRC: u32 = !0xDEBB_20E3;
 
-/// Datagrams up to this long are hashed in one pass over a masked copy: for an ACK or a small
-/// message, a second pass (the masked header, then the rest in place) costs about a fifth more.
+/// Datagrams up to this long are hashed by crc32fast in one pass over a masked copy: for an ACK
+/// or a small message, a second pass (the masked header, then the rest in place) costs about a
+/// fifth more.
 const ONE_PASS_LEN: usize = 128;
-
-/// A hasher seeded with the pseudo-LRH, made once and copied: making one probes the CPU's
-/// features, every time.
-#[inline]
-fn seeded() -> Hasher {
-    static SEEDED: OnceLock<Hasher> = OnceLock::new();
-    SEEDED.get_or_init(|| Hasher::new_with_initial(PSEUDO_LRH_CRC)).clone()
-}
-
-/// The CRC of `masked`, whose masked fields already are 0xFF.
-#[inline]
-fn hash(masked: &[u8]) -> u32 {
-    let mut hasher = seeded();
-    hasher.update(masked);
-    hasher.finalize()
-}
 
 /// ICRC over a RoCEv2 IPv4 datagram (`datagram_without_icrc` = IPv4 header .. end of pad,
 /// assuming a 20-byte IPv4 header), masked as the specification requires: 8 × 0xFF pseudo-LRH,
 /// IPv4 TOS/TTL/checksum all ones, UDP checksum 0xFFFF, BTH byte 4 0xFF. Returns the CRC-32
 /// value (zlib's `crc32`); on the wire it is stored least-significant byte first.
+#[inline]
 pub fn icrc_ipv4(datagram_without_icrc: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("pclmulqdq") {
+        // SAFETY: the CPU has PCLMULQDQ (checked just above) and SSE2 (every x86-64 has it),
+        // the only features `folded` needs; it has no other precondition.
+        if let Some(icrc) = unsafe { folded::icrc(datagram_without_icrc) } {
+            return icrc;
+        }
+    }
+    icrc_portable(datagram_without_icrc)
+}
+
+/// [`icrc_ipv4`] with crc32fast over a masked copy: for any length, on any CPU.
+fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
+    /// A hasher seeded with the pseudo-LRH, made once and copied: making one probes the CPU's
+    /// features, every time.
+    fn seeded() -> Hasher {
+        static SEEDED: OnceLock<Hasher> = OnceLock::new();
+        SEEDED.get_or_init(|| Hasher::new_with_initial(PSEUDO_LRH_CRC)).clone()
+    }
     let len = datagram_without_icrc.len();
     if (MASKED_LEN..=ONE_PASS_LEN).contains(&len) {
         let mut masked = [0u8; ONE_PASS_LEN];
@@ -48,13 +61,15 @@ pub fn icrc_ipv4(datagram_without_icrc: &[u8]) -> u32 {
         for at in MASKED_BYTES {
             masked[at] = 0xFF;
         }
-        return hash(&masked[..len]);
+        let mut hasher = seeded();
+        hasher.update(&masked[..len]);
+        return hasher.finalize();
     }
     let head_len = len.min(MASKED_LEN);
     let (head, tail) = datagram_without_icrc.split_at(head_len);
     let mut masked = [0u8; MASKED_LEN];
     masked[..head_len].copy_from_slice(head);
-    for at in MASKED_BYTES {
+    for at in MASKED_BYTES.into_iter().filter(|&at| at < head_len) {
         masked[at] = 0xFF;
     }
     let mut hasher = seeded();
@@ -63,27 +78,196 @@ pub fn icrc_ipv4(datagram_without_icrc: &[u8]) -> u32 {
     hasher.finalize()
 }
 
-/// [`icrc_ipv4`] of a datagram being built, in one pass: the masked fields are set to 0xFF in
-/// place for the hashing and then put back, so `datagram_without_icrc` ends unchanged.
-#[inline]
-pub(crate) fn icrc_ipv4_in_place(datagram_without_icrc: &mut [u8]) -> u32 {
-    if datagram_without_icrc.len() < MASKED_LEN {
-        return icrc_ipv4(datagram_without_icrc);
+/// CRC-32 by carry-less multiplication (the folding of Intel's "Fast CRC computation for generic
+/// polynomials using PCLMULQDQ", worked out here for the bit-reflected CRC-32 and for inputs
+/// whose length is not a multiple of 16).
+///
+/// Conventions. A 16-byte block read as a little-endian `u128` holds the message bits in
+/// transmission order from bit 0, so bit `k` is the coefficient of x^(127−k) (the "128-bit
+/// frame"); a `u64` operand likewise has bit `j` ↔ x^(63−j). The carry-less product of two such
+/// `u64`s, read in the 128-bit frame, is their polynomial product times x; the constants below
+/// are therefore x^(n−1) mod P where the algebra needs x^n mod P. The CRC register of a message
+/// M (seeded with 0, no final complement) is reflect32(M·x^32 mod P).
+#[cfg(target_arch = "x86_64")]
+mod folded {
+    use super::{MASKED_LEN, PSEUDO_LRH_CRC};
+    use std::arch::x86_64::{
+        __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si32, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
+        _mm_set_epi64x, _mm_slli_epi64, _mm_slli_si128, _mm_srli_si128, _mm_unpacklo_epi64,
+        _mm_xor_si128,
+    };
+
+    /// The CRC-32 generator polynomial with its x^32 term, bit i ↔ x^i.
+    const POLY: u64 = 0x1_04C1_1DB7;
+
+    /// x^n mod P, bit i ↔ x^i.
+    const fn x_pow_mod_p(n: u32) -> u64 {
+        let mut r: u64 = 1;
+        let mut i = 0;
+        while i < n {
+            r <<= 1;
+            if r & (1 << 32) != 0 {
+                r ^= POLY;
+            }
+            i += 1;
+        }
+        r
     }
-    let mut kept = [0u8; MASKED_BYTES.len()];
-    for (byte, at) in kept.iter_mut().zip(MASKED_BYTES) {
-        *byte = std::mem::replace(&mut datagram_without_icrc[at], 0xFF);
+
+    /// A polynomial of degree < 64 (bit i ↔ x^i) as a `u64` operand (bit j ↔ x^(63−j)).
+    const fn operand(poly: u64) -> u64 {
+        poly.reverse_bits()
     }
-    let icrc = hash(datagram_without_icrc);
-    for (at, byte) in MASKED_BYTES.into_iter().zip(kept) {
-        datagram_without_icrc[at] = byte;
+
+    /// Folds the first half of a block 128 bits forward: x·(x^191 mod P) = x^192.
+    const K191: u64 = operand(x_pow_mod_p(191));
+    /// Folds the second half of a block 128 bits forward: x^128.
+    const K127: u64 = operand(x_pow_mod_p(127));
+    /// Reduces the first half of the last block: x^96.
+    const K95: u64 = operand(x_pow_mod_p(95));
+    /// Reduces the 32 highest coefficients left after that: x^64.
+    const K63: u64 = operand(x_pow_mod_p(63));
+    /// Barrett's μ = ⌊x^64 / P⌋ (degree 32) as an operand.
+    const MU: u64 = operand(x64_div_p());
+    /// P (degree 32) as an operand.
+    const P: u64 = operand(POLY);
+
+    /// ⌊x^64 / P⌋ by long division, bit i ↔ x^i.
+    const fn x64_div_p() -> u64 {
+        let mut rem: u128 = 1 << 64;
+        let mut quotient: u64 = 0;
+        let mut deg = 64;
+        while deg >= 32 {
+            if rem & (1 << deg) != 0 {
+                rem ^= (POLY as u128) << (deg - 32);
+                quotient |= 1 << (deg - 32);
+            }
+            deg -= 1;
+        }
+        quotient
     }
-    icrc
+
+    /// 0xFF at the masked offsets of each of the first three 16-byte blocks (see
+    /// `MASKED_BYTES`), OR-ed into the bytes as they are loaded.
+    const MASKS: [u128; 3] = {
+        let mut masks = [0u128; 3];
+        let mut i = 0;
+        while i < super::MASKED_BYTES.len() {
+            let at = super::MASKED_BYTES[i];
+            masks[at / 16] |= 0xFF << (8 * (at % 16));
+            i += 1;
+        }
+        // `icrc` applies the third block's mask to whatever comes first after 32 bytes, be it
+        // a block, 8 or 4 bytes: it must mask byte 32 only.
+        assert!(masks[2] == 0xFF, "only byte 32 is masked after the first two blocks");
+        masks
+    };
+
+    /// A 16-byte block (a little-endian `u128`) in a vector register.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    fn vector(block: u128) -> __m128i {
+        _mm_set_epi64x((block >> 64) as i64, block as i64)
+    }
+
+    /// The block `x` (= L·x^64 + H), followed by the block `next`, as one block congruent mod P:
+    /// x·x^128 + next = L·x^192 + H·x^128 + next.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    fn fold(x: __m128i, next: __m128i) -> __m128i {
+        let k = _mm_set_epi64x(K127 as i64, K191 as i64);
+        let folded =
+            _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, k), _mm_clmulepi64_si128::<0x11>(x, k));
+        _mm_xor_si128(folded, next)
+    }
+
+    /// The block `x` followed by the 8 bytes `next` (little-endian): x·x^64 + next
+    /// = L·x^128 + H·x^64 + next; H·x^64 + next is the block (H, next).
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    fn fold_8(x: __m128i, next: u64) -> __m128i {
+        let shifted = _mm_unpacklo_epi64(_mm_srli_si128::<8>(x), _mm_cvtsi64_si128(next as i64));
+        _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, _mm_cvtsi64_si128(K127 as i64)), shifted)
+    }
+
+    /// The block `x` followed by the 4 bytes `next` (little-endian): x·x^32 + next
+    /// = L·x^96 + H·x^32 + next, where H·x^32 + next is the frame's bits 32–127.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    fn fold_4(x: __m128i, next: u32) -> __m128i {
+        let shifted = _mm_xor_si128(
+            _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)),
+            _mm_slli_si128::<12>(_mm_cvtsi32_si128(next as i32)),
+        );
+        _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, _mm_cvtsi64_si128(K95 as i64)), shifted)
+    }
+
+    /// The CRC register reflect32(x·x^32 mod P) of a last block `x`.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    fn reduce(x: __m128i) -> u32 {
+        // x·x^32 ≡ L·x^96 + H·x^32: degree < 96, in bits 32–127 of the frame.
+        let s = fold_4(x, 0);
+        // Its 32 highest coefficients (bits 32–63) times x^64, plus the rest: a polynomial v of
+        // degree < 64 in the high half (bits 64–127).
+        let t = _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(s, _mm_cvtsi64_si128(K63 as i64)), s);
+        // Barrett. q = ⌊⌊v / x^32⌋·μ / x^32⌋: ⌊v / x^32⌋ is the low 32 bits of v, as an operand
+        // v << 32; q is bits 31–94 of the product, whose bits below 63 are 0, so (p >> 32) << 1.
+        let a = _mm_slli_epi64::<32>(t);
+        let p = _mm_clmulepi64_si128::<0x01>(a, _mm_cvtsi64_si128(MU as i64));
+        let q = _mm_slli_epi64::<1>(_mm_srli_si128::<4>(p));
+        // v mod P = (v − q·P) mod x^32: the high 32 bits of v XOR bits 95–126 of q·P, which
+        // the lane shift moves to bits 96–127 next to them.
+        let c = _mm_clmulepi64_si128::<0x00>(q, _mm_cvtsi64_si128(P as i64));
+        let r = _mm_xor_si128(t, _mm_slli_epi64::<1>(c));
+        _mm_cvtsi128_si32(_mm_srli_si128::<12>(r)) as u32
+    }
+
+    /// [`super::icrc_ipv4`] of a datagram at least `MASKED_LEN` bytes long and a multiple of 4
+    /// (as every datagram is), or `None` for another length.
+    #[target_feature(enable = "pclmulqdq")]
+    pub(super) fn icrc(datagram: &[u8]) -> Option<u32> {
+        if datagram.len() < MASKED_LEN || !datagram.len().is_multiple_of(4) {
+            return None;
+        }
+        let (head, mut rest) = datagram.split_first_chunk::<32>()?;
+        let (first, second) = head.split_at(16);
+        let block = |b: &[u8]| u128::from_le_bytes(b.try_into().expect("halves of 32 bytes"));
+        // The register after the pseudo-LRH is XOR-ed into the first 32 message bits.
+        let mut x = vector((block(first) | MASKS[0]) ^ u128::from(!PSEUDO_LRH_CRC));
+        x = fold(x, vector(block(second) | MASKS[1]));
+        // The rest starts with the BTH's byte 4, the last masked byte; then nothing is masked.
+        let mut mask = MASKS[2];
+        while let Some((next, tail)) = rest.split_first_chunk::<16>() {
+            x = fold(x, vector(u128::from_le_bytes(*next) | mask));
+            mask = 0;
+            rest = tail;
+        }
+        if let Some((next, tail)) = rest.split_first_chunk::<8>() {
+            x = fold_8(x, u64::from_le_bytes(*next) | mask as u64);
+            mask = 0;
+            rest = tail;
+        }
+        if let Some(next) = rest.first_chunk::<4>() {
+            x = fold_4(x, u32::from_le_bytes(*next) | mask as u32);
+        }
+        Some(!reduce(x))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ICRC by its definition: crc32 over 8 × 0xFF and a masked copy.
+    fn by_definition(datagram: &[u8]) -> u32 {
+        let mut masked = vec![0xFF; 8];
+        masked.extend_from_slice(datagram);
+        for at in MASKED_BYTES.into_iter().filter(|&at| at < datagram.len()) {
+            masked[8 + at] = 0xFF;
+        }
+        crc32fast::hash(&masked)
+    }
 
     #[test]
     fn seed_is_the_crc_of_the_pseudo_lrh() {
@@ -103,19 +287,44 @@ mod tests {
     }
 
     #[test]
-    fn every_length_matches_the_definition_in_place_or_not() {
-        for len in (0..=300).chain([1084, 4140]) {
-            let datagram: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(113) ^ 0x5a).collect();
-            let mut masked = vec![0xFF; 8];
-            masked.extend_from_slice(&datagram);
-            for at in MASKED_BYTES.into_iter().filter(|&at| at < len) {
-                masked[8 + at] = 0xFF;
+    fn every_length_matches_the_definition_on_every_path() {
+        for len in (0..=300).chain([1084, 4140, 4096 + 60]) {
+            for seed in [0x5a_u8, 0x00, 0xFF] {
+                let datagram: Vec<u8> =
+                    (0..len).map(|i| (i as u8).wrapping_mul(113) ^ seed).collect();
+                let expected = by_definition(&datagram);
+                assert_eq!(icrc_ipv4(&datagram), expected, "length {len}");
+                assert_eq!(icrc_portable(&datagram), expected, "length {len}, portable");
             }
-            let expected = crc32fast::hash(&masked);
-            assert_eq!(icrc_ipv4(&datagram), expected, "length {len}");
-            let mut building = datagram.clone();
-            assert_eq!(icrc_ipv4_in_place(&mut building), expected, "length {len}, in place");
-            assert_eq!(building, datagram, "the masked fields are put back");
+        }
+    }
+
+    #[test]
+    fn random_datagrams_match_the_definition() {
+        // A xorshift stream: every bit of the input matters, at every position.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..2000 {
+            let len = 40 + (next() % 200) as usize;
+            let datagram: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            assert_eq!(icrc_ipv4(&datagram), by_definition(&datagram), "length {len}");
+        }
+    }
+
+    #[test]
+    fn masked_bytes_do_not_matter_and_others_do() {
+        let datagram: Vec<u8> = (0..52u8).collect();
+        let icrc = icrc_ipv4(&datagram);
+        for at in 0..datagram.len() {
+            let mut changed = datagram.clone();
+            changed[at] ^= 0x41;
+            let masked = MASKED_BYTES.contains(&at);
+            assert_eq!(icrc_ipv4(&changed) == icrc, masked, "byte {at}");
         }
     }
 

@@ -14,6 +14,8 @@ use core::fmt;
 mod headers;
 mod icrc;
 mod opcode;
+#[cfg(test)]
+mod oracle;
 mod pcap;
 mod psn;
 mod roce;
@@ -26,6 +28,7 @@ pub use icrc::icrc_ipv4;
 pub use opcode::{opcode_table, OpFlags, Opcode, OpcodeInfo, Transport};
 pub use pcap::PcapWriter;
 pub use psn::Psn;
+pub(crate) use roce::emit_engine_datagram;
 pub use roce::{
     datagram_len, emit_datagram, parse_datagram, IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT,
 };
