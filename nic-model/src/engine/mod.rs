@@ -654,6 +654,16 @@ impl Nic {
         qp.apply_attrs(attr, mask);
         let was = qp.state;
         qp.state = next;
+        if qp.qp_type == QpType::Rc && matches!(next, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            // The path (address, destination QP) is fixed from RTR on; build the ACK once.
+            let ip = IpUdp {
+                src: self.sh.cfg.ip(),
+                dst: qp.dst_ip,
+                src_port: qp.sport,
+                ..IpUdp::default()
+            };
+            qp.ack_template = Some(packet::AckTemplate::new(&ip, qp.attr.dest_qp_num));
+        }
         if next == QpState::Err && was != QpState::Err {
             self.sh.flush(qp);
         }
@@ -1110,6 +1120,29 @@ impl Shared {
         packet::emit_engine_datagram(&ip, pkt, &mut data);
         self.stats.tx_packets += 1;
         self.tx.push_back(Transmit { dst, data });
+    }
+
+    /// Emit an ACKNOWLEDGE (an ACK or a NAK) of `qp` from its template: the same datagram
+    /// [`Shared::transmit`] would build, for a fraction of the work.
+    pub(crate) fn transmit_aeth(&mut self, qp: &Qp, psn: packet::Psn, aeth: packet::Aeth) {
+        let Some(template) = &qp.ack_template else {
+            let bth = packet::Bth {
+                opcode: packet::Opcode::RC_ACKNOWLEDGE,
+                pkey: 0xFFFF,
+                dest_qp: qp.attr.dest_qp_num,
+                psn,
+                ..packet::Bth::default()
+            };
+            let mut p = Packet::new(bth, &[]);
+            p.aeth = Some(aeth);
+            return self.transmit(qp, &p);
+        };
+        self.last_tx_ack = None;
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let mut data = self.spare.pop().unwrap_or_default();
+        template.emit(self.ip_ident, psn, aeth, &mut data);
+        self.stats.tx_packets += 1;
+        self.tx.push_back(Transmit { dst: qp.dst_ip, data });
     }
 
     /// Push a completion; fires the CQ's armed event, or records an overrun (and its async event).

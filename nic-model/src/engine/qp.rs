@@ -298,6 +298,9 @@ pub struct Qp {
     pub dst_ip: [u8; 4],
     /// UDP source port: per-QP entropy, as RoCEv2 NICs choose it.
     pub sport: u16,
+    /// The responder's ACK datagram, prebuilt when the QP (RC) reaches RTR with its path
+    /// known, and rebuilt by every later `modify`; `None` before that.
+    pub(crate) ack_template: Option<crate::packet::AckTemplate>,
     /// Send queue: posted and not yet completed, oldest first.
     pub sq: VecDeque<SendWqe>,
     /// Receive queue.
@@ -335,6 +338,7 @@ impl Qp {
             attr: QpAttr::default(),
             dst_ip: [0; 4],
             sport: 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16,
+            ack_template: None,
             sq: VecDeque::new(),
             rq: VecDeque::new(),
             req: ReqState::default(),
@@ -412,6 +416,7 @@ impl Qp {
         self.rq.clear();
         self.req = ReqState::default();
         self.resp = RespState::default();
+        self.ack_template = None;
     }
 
     /// Whether the responder accepts this remote operation on this QP.

@@ -79,16 +79,7 @@ fn payload_fits_mtu(qp: &Qp, pkt: &Packet<'_>, flags: OpFlags) -> bool {
 }
 
 fn send_aeth(qp: &Qp, sh: &mut Shared, psn: Psn, aeth: Aeth) {
-    let bth = Bth {
-        opcode: Opcode::RC_ACKNOWLEDGE,
-        pkey: 0xFFFF,
-        dest_qp: qp.attr.dest_qp_num,
-        psn,
-        ..Bth::default()
-    };
-    let mut p = Packet::new(bth, &[]);
-    p.aeth = Some(aeth);
-    sh.transmit(qp, &p);
+    sh.transmit_aeth(qp, psn, aeth);
 }
 
 /// Acknowledge everything up to `psn`. If the last datagram queued for the wire is an ACK of

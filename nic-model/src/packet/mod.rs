@@ -28,10 +28,10 @@ pub use icrc::icrc_ipv4;
 pub use opcode::{opcode_table, OpFlags, Opcode, OpcodeInfo, Transport};
 pub use pcap::PcapWriter;
 pub use psn::Psn;
-pub(crate) use roce::emit_engine_datagram;
 pub use roce::{
     datagram_len, emit_datagram, parse_datagram, IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT,
 };
+pub(crate) use roce::{emit_engine_datagram, AckTemplate};
 
 /// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.
 #[derive(Clone, Debug, PartialEq, Eq)]

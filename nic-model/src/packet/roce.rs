@@ -168,6 +168,59 @@ fn write_datagram(
     debug_assert_eq!(out.len(), datagram_len(pkt), "datagram_len agrees with what emit writes");
 }
 
+/// The IPv4/UDP/BTH/AETH/ICRC datagram of an RC ACKNOWLEDGE, 48 bytes.
+pub(crate) const ACK_DATAGRAM_LEN: usize = IPV4_UDP_LEN + Bth::LEN + super::Aeth::LEN + ICRC_LEN;
+
+/// The ACKNOWLEDGE datagram of one RC QP, built once with every field that stays the same for
+/// the QP's ACKs and NAKs (addresses, ports, destination QP), so that sending one only copies
+/// it and sets the IPv4 identification and checksum, the PSN, the AETH and the ICRC: an ACK
+/// is on the critical path of every RC message (the responder sends it before it hands the
+/// receive completion over). The bytes are those [`emit_datagram`] writes for the same packet.
+#[derive(Clone, Debug)]
+pub(crate) struct AckTemplate {
+    /// The datagram with identification 0, PSN 0 and an AETH of zeros, ICRC left out.
+    bytes: [u8; ACK_DATAGRAM_LEN - ICRC_LEN],
+    /// The IPv4 header checksum of `bytes`, whose identification is 0.
+    checksum: u16,
+}
+
+/// Where the fields an ACK changes sit in its datagram.
+const IDENT_AT: usize = 4;
+const CHECKSUM_AT: usize = 10;
+const PSN_AT: usize = IPV4_UDP_LEN + 9;
+const AETH_AT: usize = IPV4_UDP_LEN + Bth::LEN;
+
+impl AckTemplate {
+    /// The template for ACKs from `ip.src`/`ip.src_port` to `ip.dst`, for the QP `dest_qp`
+    /// (`ip.ident` is ignored: each ACK sets its own).
+    pub(crate) fn new(ip: &IpUdp, dest_qp: u32) -> AckTemplate {
+        let bth =
+            Bth { opcode: super::Opcode::RC_ACKNOWLEDGE, pkey: 0xFFFF, dest_qp, ..Bth::default() };
+        let mut pkt = Packet::new(bth, &[]);
+        pkt.aeth = Some(super::Aeth { syndrome: 0, msn: 0 });
+        let mut out = Vec::with_capacity(ACK_DATAGRAM_LEN);
+        emit_engine_datagram(&IpUdp { ident: 0, ..*ip }, &pkt, &mut out);
+        let bytes = out[..ACK_DATAGRAM_LEN - ICRC_LEN].try_into().expect("an ACK is 48 bytes");
+        let checksum = u16::from_be_bytes([out[CHECKSUM_AT], out[CHECKSUM_AT + 1]]);
+        AckTemplate { bytes, checksum }
+    }
+
+    /// Writes into the empty `out` the ACK (or NAK) with this identification, PSN and AETH.
+    pub(crate) fn emit(&self, ident: u16, psn: super::Psn, aeth: super::Aeth, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.bytes);
+        out[IDENT_AT..IDENT_AT + 2].copy_from_slice(&ident.to_be_bytes());
+        // RFC 1624: the identification went from 0 to `ident`, so the header's one's-complement
+        // sum (the checksum's complement) grows by `ident`.
+        let checksum = !fold_ones_complement(u64::from(!self.checksum) + u64::from(ident));
+        out[CHECKSUM_AT..CHECKSUM_AT + 2].copy_from_slice(&checksum.to_be_bytes());
+        out[PSN_AT..PSN_AT + 3].copy_from_slice(&psn.value().to_be_bytes()[1..]);
+        out[AETH_AT..AETH_AT + 4].copy_from_slice(&aeth.to_bytes());
+        let icrc = icrc_ipv4(out);
+        out.extend_from_slice(&icrc.to_le_bytes());
+    }
+}
+
 /// Parse and check a datagram: IPv4 version, IHL 5, no fragmentation, protocol 17, header
 /// checksum and total length (= `bytes.len()`); UDP destination port 4791 and length; the ICRC;
 /// then BTH `TVer` 0, a known opcode, header lengths per the opcode table and the pad count.
@@ -683,6 +736,47 @@ mod tests {
             },
             IpUdp { ttl: 0, tos: 0xB8, ident: 0x8000, dont_fragment: false, ..IpUdp::default() },
         ]
+    }
+
+    #[test]
+    fn an_ack_from_its_template_is_the_ack_emit_writes() {
+        use super::super::{Aeth, NakCode, Opcode, Psn};
+        let aeths = [
+            Aeth::ack(0),
+            Aeth::ack(0x00AB_CDEF),
+            Aeth::ack(0x00FF_FFFF),
+            Aeth::rnr_nak(14, 7),
+            Aeth::nak(NakCode::PsnSequenceError, 3),
+            Aeth::nak(NakCode::RemoteAccessError, 0x0080_0001),
+        ];
+        let (mut fast, mut general) = (Vec::new(), Vec::new());
+        for ip in ip_variants() {
+            for dest_qp in [0x11, 0x00AB_CDEF, 0x00FF_FFFF] {
+                let template = AckTemplate::new(&ip, dest_qp);
+                for ident in [0, 1, 0x7FFF, 0x8000, 0xFFFE, 0xFFFF, 0x1234] {
+                    for psn in [0, 1, 0x0012_3456, 0x00FF_FFFF] {
+                        for aeth in aeths {
+                            template.emit(ident, Psn::new(psn), aeth, &mut fast);
+                            let bth = Bth {
+                                opcode: Opcode::RC_ACKNOWLEDGE,
+                                pkey: 0xFFFF,
+                                dest_qp,
+                                psn: Psn::new(psn),
+                                ..Bth::default()
+                            };
+                            let mut pkt = Packet::new(bth, &[]);
+                            pkt.aeth = Some(aeth);
+                            emit_datagram(&IpUdp { ident, ..ip }, &pkt, &mut general).unwrap();
+                            assert_eq!(
+                                fast, general,
+                                "{ip:?} qp {dest_qp:#x} ident {ident} psn {psn}"
+                            );
+                            assert_eq!(fast.len(), ACK_DATAGRAM_LEN);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
