@@ -563,3 +563,35 @@ fn an_impossible_length_word_is_dropped_not_trusted() {
     assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(b"fine".to_vec()));
     assert_eq!(inbox.stats().corrupt, 1);
 }
+
+#[test]
+fn head_and_tail_more_than_a_ring_apart_are_a_corrupted_segment() {
+    let fabric = TempFabric::new("indices");
+    let inbox = fabric.create_inbox(small(4)).expect("create inbox");
+    let tx = fabric.connect(inbox.lid()).expect("connect");
+    let path = inbox.path().to_path_buf();
+    let expect_corrupt = |what: &str| match tx.send(&[1; 8]) {
+        Err(err @ WireError::BadSegment { .. }) => {
+            let msg = err.to_string();
+            assert!(msg.contains(&path.display().to_string()), "{what}: {msg}");
+            assert!(msg.contains("more than a ring apart"), "{what}: {msg}");
+        }
+        other => panic!("{what}: expected BadSegment, got {other:?}"),
+    };
+    let seg = inbox.segment();
+    // The tail more than a ring ahead of the head.
+    seg.tail().store(9, Ordering::Relaxed);
+    expect_corrupt("tail a ring and more ahead");
+    // The consumer's head beyond the producers' tail, seen when the ring looks full: a sender
+    // reads the shared head only then.
+    seg.tail().store(0, Ordering::Relaxed);
+    for i in 0..4 {
+        tx.send(&[i; 8]).expect("room for four");
+    }
+    seg.head().store(100, Ordering::Relaxed);
+    expect_corrupt("head past the tail");
+    // Put right (the four packets taken), the ring works again.
+    seg.head().store(4, Ordering::Relaxed);
+    tx.send(&[7; 8]).expect("a sane ring takes the packet");
+    assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(vec![7; 8]));
+}
