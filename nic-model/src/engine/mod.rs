@@ -645,6 +645,7 @@ impl Nic {
         if mask.contains(QpAttrMask::AV) {
             qp.dst_ip = av_destination(&attr.ah_attr)
                 .map_err(|why| Error::inval(format!("ibv_modify_qp: IBV_QP_AV: {why}")))?;
+            qp.ip_tos_ttl = qp::ip_tos_ttl(&attr.ah_attr);
         }
         if next == QpState::Reset {
             qp.reset();
@@ -660,6 +661,8 @@ impl Nic {
                 src: self.sh.cfg.ip(),
                 dst: qp.dst_ip,
                 src_port: qp.sport,
+                tos: qp.ip_tos_ttl.0,
+                ttl: qp.ip_tos_ttl.1,
                 ..IpUdp::default()
             };
             qp.ack_template = Some(packet::AckTemplate::new(&ip, qp.attr.dest_qp_num));
@@ -1043,12 +1046,14 @@ impl Shared {
             let Some(wr_ud) = &wr.ud else {
                 return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
             };
-            let dst_ip = match av_destination(&wr_ud.ah.attr()) {
+            let ah = wr_ud.ah.attr();
+            let dst_ip = match av_destination(&ah) {
                 Ok(ip) => ip,
                 Err(why) => return inval(format!("the address handle: {why}")),
             };
             ud = Some(qp::UdDest {
                 dst_ip,
+                ip_tos_ttl: qp::ip_tos_ttl(&ah),
                 remote_qpn: wr_ud.remote_qpn,
                 remote_qkey: wr_ud.remote_qkey,
             });
@@ -1086,7 +1091,7 @@ impl Shared {
 
     /// Emit one packet of `qp` to its destination.
     pub(crate) fn transmit(&mut self, qp: &Qp, pkt: &Packet<'_>) {
-        self.transmit_to(qp.dst_ip, qp.sport, pkt);
+        self.transmit_to(qp.dst_ip, qp.ip_tos_ttl, qp.sport, pkt);
     }
 
     /// Take back the last queued datagram if it is an ACK of `qpn` (see `resp::ack`).
@@ -1106,7 +1111,13 @@ impl Shared {
         }
     }
 
-    pub(crate) fn transmit_to(&mut self, dst: [u8; 4], sport: u16, pkt: &Packet<'_>) {
+    pub(crate) fn transmit_to(
+        &mut self,
+        dst: [u8; 4],
+        (tos, ttl): (u8, u8),
+        sport: u16,
+        pkt: &Packet<'_>,
+    ) {
         self.last_tx_ack = None;
         self.ip_ident = self.ip_ident.wrapping_add(1);
         let ip = IpUdp {
@@ -1114,6 +1125,8 @@ impl Shared {
             dst,
             src_port: sport,
             ident: self.ip_ident,
+            tos,
+            ttl,
             ..IpUdp::default()
         };
         let mut data = self.spare.pop().unwrap_or_default();

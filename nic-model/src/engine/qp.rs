@@ -122,10 +122,25 @@ impl std::fmt::Debug for InlineData {
 pub struct UdDest {
     /// IPv4 address of the destination port.
     pub dst_ip: [u8; 4],
+    /// IPv4 TOS and TTL, from the address handle's GRH (see [`Qp::ip_tos_ttl`]).
+    pub ip_tos_ttl: (u8, u8),
     /// `remote_qpn`.
     pub remote_qpn: u32,
     /// `remote_qkey` (high bit set: use the QP's own Q_Key).
     pub remote_qkey: u32,
+}
+
+/// IPv4 TOS and TTL of packets whose address vector has no GRH: IpUdp's defaults.
+pub const DEFAULT_TOS_TTL: (u8, u8) = (0, 64);
+
+/// The IPv4 TOS and TTL an address vector gives its packets: RoCEv2 carries the GRH's
+/// `traffic_class` in the IPv4 TOS byte and its `hop_limit` in the TTL, as rxe sends them.
+pub fn ip_tos_ttl(av: &verbs_api::AhAttr) -> (u8, u8) {
+    if av.is_global {
+        (av.traffic_class, av.hop_limit)
+    } else {
+        DEFAULT_TOS_TTL
+    }
 }
 
 /// A posted send WR, with its progress through the requester.
@@ -296,6 +311,9 @@ pub struct Qp {
     pub attr: QpAttr,
     /// Destination IPv4 address (from the address vector).
     pub dst_ip: [u8; 4],
+    /// IPv4 TOS and TTL of its packets: the address vector's GRH `traffic_class` and
+    /// `hop_limit` (as rxe maps them), or 0 and 64 for a vector without a GRH.
+    pub ip_tos_ttl: (u8, u8),
     /// UDP source port: per-QP entropy, as RoCEv2 NICs choose it.
     pub sport: u16,
     /// The responder's ACK datagram, prebuilt when the QP (RC) reaches RTR with its path
@@ -337,6 +355,7 @@ impl Qp {
             state: QpState::Reset,
             attr: QpAttr::default(),
             dst_ip: [0; 4],
+            ip_tos_ttl: DEFAULT_TOS_TTL,
             sport: 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16,
             ack_template: None,
             sq: VecDeque::new(),
@@ -417,6 +436,7 @@ impl Qp {
         self.req = ReqState::default();
         self.resp = RespState::default();
         self.ack_template = None;
+        self.ip_tos_ttl = DEFAULT_TOS_TTL;
     }
 
     /// Whether the responder accepts this remote operation on this QP.

@@ -81,10 +81,12 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
     };
     let mut dest_qp = qp.attr.dest_qp_num;
     let mut dst_ip = qp.dst_ip;
+    let mut tos_ttl = qp.ip_tos_ttl;
     let mut deth = None;
     if let Some(ud) = &w.ud {
         dest_qp = ud.remote_qpn;
         dst_ip = ud.dst_ip;
+        tos_ttl = ud.ip_tos_ttl;
         // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
         let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.remote_qkey };
         deth = Some(Deth { qkey, src_qp: qp.qpn });
@@ -162,7 +164,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
         }
     }
     let retransmit = qp.req.psn.diff(qp.req.high_psn) < 0;
-    sh.transmit_to(dst_ip, qp.sport, &pkt);
+    sh.transmit_to(dst_ip, tos_ttl, qp.sport, &pkt);
     if retransmit {
         sh.stats.retransmits += 1;
     }

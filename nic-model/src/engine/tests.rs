@@ -204,6 +204,8 @@ struct ConnOpts {
     min_rnr_timer: u8,
     max_rd_atomic: u8,
     access: AccessFlags,
+    /// Address by GRH (`is_global`) with this (hop_limit, traffic_class), instead of by LID.
+    grh: Option<(u8, u8)>,
 }
 
 impl Default for ConnOpts {
@@ -218,6 +220,7 @@ impl Default for ConnOpts {
             access: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
+            grh: None,
         }
     }
 }
@@ -241,7 +244,17 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
         | QpAttrMask::MIN_RNR_TIMER;
     let a = QpAttr {
         qp_state: QpState::Rtr,
-        ah_attr: AhAttr { dlid, port_num: 1, ..Default::default() },
+        ah_attr: match o.grh {
+            None => AhAttr { dlid, port_num: 1, ..Default::default() },
+            Some((hop_limit, traffic_class)) => AhAttr {
+                is_global: true,
+                dgid: Gid::from_ipv4(ip_of_lid(dlid)),
+                hop_limit,
+                traffic_class,
+                port_num: 1,
+                ..Default::default()
+            },
+        },
         path_mtu: o.mtu,
         dest_qp_num: dqpn,
         rq_psn: 0xFFFFF0, // near the wrap, so every test crosses it
@@ -2405,4 +2418,79 @@ fn an_ack_is_not_coalesced_past_a_response_queued_after_it() {
     );
     assert_eq!(out[0].2, Some(packet::Aeth::ack(1)));
     assert_eq!(out[2].2, Some(packet::Aeth::ack(3)));
+}
+
+// ---------------- the GRH on the wire ----------------
+
+/// The IPv4 TOS and TTL of a datagram.
+fn tos_ttl(t: &Transmit) -> (u8, u8) {
+    let (ip, _) = packet::parse_datagram(&t.data).expect("engines emit valid datagrams");
+    (ip.tos, ip.ttl)
+}
+
+#[test]
+fn the_grh_traffic_class_and_hop_limit_are_the_ipv4_tos_and_ttl() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    // Each side's address vector names the other with its own GRH values, as each program
+    // would; the LID-addressed default has none.
+    connect(&mut p.a, a.qpn, 2, b.qpn, ConnOpts { grh: Some((3, 0x28)), ..ConnOpts::default() });
+    connect(&mut p.b, b.qpn, 1, a.qpn, ConnOpts { grh: Some((9, 0x10)), ..ConnOpts::default() });
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    post_send(&mut p, &a, SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 8)], ..Default::default() });
+    let send = p.a.poll_transmit().expect("the SEND");
+    assert_eq!(tos_ttl(&send), (0x28, 3), "the requester's packets carry its vector's GRH");
+    p.b.handle_packet(p.now, &send.data);
+    let ack = p.b.poll_transmit().expect("the ACK");
+    assert_eq!(parsed(&ack).0, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(tos_ttl(&ack), (0x10, 9), "the responder's ACK carries the responder's vector's");
+    p.a.handle_packet(p.now, &ack.data);
+    assert_eq!(poll_all(&mut p.b, b.cq)[0].status, WcStatus::Success);
+
+    // Without a GRH: TOS 0 and TTL 64, for requests and ACKs alike.
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    post_send(&mut p, &a, SendWr { wr_id: 1, sg_list: &[sge(&a, 0, 8)], ..Default::default() });
+    let send = p.a.poll_transmit().expect("the SEND");
+    assert_eq!(tos_ttl(&send), qp::DEFAULT_TOS_TTL);
+    p.b.handle_packet(p.now, &send.data);
+    assert_eq!(tos_ttl(&p.b.poll_transmit().expect("the ACK")), qp::DEFAULT_TOS_TTL);
+}
+
+#[test]
+fn a_ud_datagram_carries_its_address_handles_grh_to_the_receivers_grh_area() {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    let qa = ud_qp(&mut p.a, &a, 0x1111);
+    let qb = ud_qp(&mut p.b, &b, 0x2222);
+    let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
+        is_global: true,
+        dgid: Gid::from_ipv4(ip_of_lid(2)),
+        hop_limit: 7,
+        traffic_class: 0xB8,
+        port_num: 1,
+        ..Default::default()
+    })));
+    p.b.post_recv(qb, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 2048)] }]).unwrap();
+    a.mem.write(0, b"tclass").unwrap();
+    let now = p.now;
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 6)],
+        ud: Some(UdTarget { ah, remote_qpn: qb, remote_qkey: 0x2222 }),
+        ..Default::default()
+    };
+    p.a.post_send(now, qa, &[wr]).unwrap();
+    let t = p.a.poll_transmit().expect("the datagram");
+    assert_eq!(tos_ttl(&t), (0xB8, 7));
+    p.b.handle_packet(now, &t.data);
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 46));
+    // The receive buffer's 40-byte GRH area ends with the IPv4 header: TOS at byte 1 of it,
+    // TTL at byte 8.
+    let grh = read_mem(&b, 0, 40);
+    assert_eq!((grh[21], grh[28]), (0xB8, 7));
+    assert_eq!(read_mem(&b, 40, 6), b"tclass");
 }
