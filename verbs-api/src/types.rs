@@ -32,6 +32,11 @@ bitflags::bitflags! {
     }
 }
 
+/// Bytes at the start of a UD receive buffer that receive the Global Route Header
+/// (`sizeof(struct ibv_grh)`); on RoCEv2 over IPv4 the last 20 of them hold the IPv4 header.
+/// A UD receive's `byte_len` counts them.
+pub const GRH_LEN: usize = 40;
+
 bitflags::bitflags! {
     /// Flags of a work completion (`enum ibv_wc_flags`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

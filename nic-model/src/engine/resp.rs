@@ -2,7 +2,7 @@
 //! WQEs, RDMA WRITEs and READs against MRs, and atomics; answers with ACKs, NAKs, READ
 //! responses and atomic ACKs; keeps the READ/atomic resources that answer duplicates.
 
-use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus};
+use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_LEN};
 
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
@@ -607,8 +607,8 @@ fn uc_abandon(qp: &mut Qp, sh: &mut Shared) {
     qp.resp.drop_msg = true;
 }
 
-/// UD: one packet per message. The Q_Key must match; the first 40 bytes of the receive buffer
-/// get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header), the payload
+/// UD: one packet per message. The Q_Key must match; the first [`GRH_LEN`] bytes of the
+/// receive buffer get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header), the payload
 /// follows. No receive posted, or a Q_Key mismatch: the datagram is dropped and counted.
 fn ud_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, ip_header: &[u8; 20], pkt: &Packet<'_>) {
     let Some(deth) = pkt.deth else { return };
@@ -620,19 +620,19 @@ fn ud_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, ip_header: &[u8; 20], pk
         sh.stats.dropped_messages += 1;
         return;
     };
-    let mut grh = [0u8; 40];
-    grh[20..].copy_from_slice(ip_header);
+    let mut grh = [0u8; GRH_LEN];
+    grh[GRH_LEN - ip_header.len()..].copy_from_slice(ip_header);
     let src_lid = lid_of_ip(ip.src);
     let placed = sh
         .mrs
         .scatter(qp.pd, &w.sges, 0, &grh)
-        .and_then(|()| sh.mrs.scatter(qp.pd, &w.sges, 40, pkt.payload));
+        .and_then(|()| sh.mrs.scatter(qp.pd, &w.sges, GRH_LEN, pkt.payload));
     let mut flags = WcFlags::GRH;
     if pkt.imm.is_some() {
         flags |= WcFlags::WITH_IMM;
     }
     let (status, byte_len) = match placed {
-        Ok(()) => (WcStatus::Success, 40 + pkt.payload.len() as u32),
+        Ok(()) => (WcStatus::Success, (GRH_LEN + pkt.payload.len()) as u32),
         Err(DmaError::Length) => (WcStatus::LocLenErr, 0),
         Err(_) => (WcStatus::LocProtErr, 0),
     };

@@ -26,7 +26,7 @@ const ATOMIC_WORD: usize = 0;
 /// The UD Q_Key (high bit clear: a real Q_Key, not "use the QP's").
 const QKEY: u32 = 0x1111_2222;
 /// The GRH a UD receive buffer starts with.
-const GRH_LEN: u32 = 40;
+const GRH_LEN: u32 = verbs_api::GRH_LEN as u32;
 /// Receives posted at least this late meet the first request (1 µs away): an RNR NAK is due.
 const RNR_CERTAIN_DELAY_NS: u64 = 5_000;
 
