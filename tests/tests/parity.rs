@@ -5,13 +5,11 @@
 //! that it skipped the hardware case and why.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 use softverbs_sim::conn::{self, ConnOpts, Endpoint};
-use softverbs_tests::surface::{Backend, SimPair, SoftLoopback, SoftProcesses};
+use softverbs_tests::surface::{Backend, RealTimePair, SimPair, SoftProcesses};
 use verbs_api::*;
 
-const WAIT: Duration = Duration::from_secs(10);
 const PEER: &str = env!("CARGO_BIN_EXE_sv-peer");
 
 /// SEND, RDMA WRITE, RDMA READ, CAS and FETCH_ADD between two endpoints, checking data and
@@ -119,12 +117,12 @@ fn body(be: &dyn Backend, use_gid: bool) {
 
 #[test]
 fn parity_on_soft_loopback() {
-    body(&SoftLoopback::new(), false);
+    body(&RealTimePair::soft_loopback(), false);
 }
 
 #[test]
 fn parity_on_soft_addressed_by_gid() {
-    body(&SoftLoopback::new(), true);
+    body(&RealTimePair::soft_loopback(), true);
 }
 
 /// The multi-process runs take turns, so their processes do not compete for the CPUs.
@@ -148,30 +146,6 @@ fn parity_in_the_simulator() {
     body(&SimPair::new(seed), false);
 }
 
-/// Two contexts of one real device: completions arrive in real time.
-struct Hardware {
-    a: Context,
-    b: Context,
-}
-
-impl Backend for Hardware {
-    fn name(&self) -> &str {
-        "hardware"
-    }
-    fn a(&self) -> &Context {
-        &self.a
-    }
-    fn b(&self) -> &Context {
-        &self.b
-    }
-    fn wait(&self, cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
-        cq.poll_n(n, WAIT).unwrap_or_else(|e| panic!("[hardware] waiting for {n} completions: {e}"))
-    }
-    fn lose_a_to_b(&self, _nth: u64) -> bool {
-        false
-    }
-}
-
 #[test]
 fn parity_on_hardware() {
     let Ok(name) = std::env::var("SOFTVERBS_HW_DEVICE") else {
@@ -186,5 +160,5 @@ fn parity_on_hardware() {
     register_provider(hw);
     let open =
         |what| Context::open(&name).unwrap_or_else(|e| panic!("opening {name} ({what}): {e}"));
-    body(&Hardware { a: open("a"), b: open("b") }, true);
+    body(&RealTimePair::of("hardware", open("a"), open("b")), true);
 }

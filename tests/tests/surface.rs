@@ -6,7 +6,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use softverbs_tests::remote::RemoteDevice;
-use softverbs_tests::surface::{bodies, Backend, SimPair, SoftLoopback, SoftProcesses};
+use softverbs_tests::surface::{bodies, Backend, RealTimePair, SimPair, SoftProcesses};
 use softverbs_tests::{FabricDir, Peer};
 use verbs_api::{AccessFlags, Errno};
 
@@ -20,7 +20,7 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn on_soft_loopback(body: fn(&dyn Backend)) {
-    body(&SoftLoopback::new());
+    body(&RealTimePair::soft_loopback());
 }
 
 fn between_processes(test: &str, body: fn(&dyn Backend)) {

@@ -59,28 +59,31 @@ pub fn assert_no_completion(be: &dyn Backend, cq: &CompletionQueue, why: &str) {
     assert_eq!(n, 0, "[{}] {why}, yet the CQ holds {:?}", be.name(), &wc[..n]);
 }
 
-// ---------------- soft, one process ----------------
+// ---------------- in real time: soft in one process, or a real NIC ----------------
 
-/// The soft backend with both devices in this process, on an in-process wire.
-pub struct SoftLoopback {
+/// Two contexts whose devices make progress by themselves in real time, so waiting is polling
+/// and nothing is lost: two soft devices over an in-process loopback wire
+/// ([`RealTimePair::soft_loopback`]), or two contexts of one real NIC ([`RealTimePair::of`]).
+pub struct RealTimePair {
+    name: &'static str,
     a: Context,
     b: Context,
-    _soft: Soft,
+    /// The loopback provider the soft devices belong to, kept alive with them.
+    _soft: Option<Soft>,
 }
 
-impl SoftLoopback {
+impl RealTimePair {
     /// `softverbs0` and `softverbs1` of a fresh loopback fabric.
-    pub fn new() -> SoftLoopback {
+    pub fn soft_loopback() -> RealTimePair {
         let soft = Soft::loopback();
         let a = soft.open("softverbs0").expect("opening softverbs0");
         let b = soft.open("softverbs1").expect("opening softverbs1");
-        SoftLoopback { a, b, _soft: soft }
+        RealTimePair { name: "soft loopback", a, b, _soft: Some(soft) }
     }
-}
 
-impl Default for SoftLoopback {
-    fn default() -> Self {
-        SoftLoopback::new()
+    /// Two contexts opened elsewhere (e.g. of a real device), reported as `name`.
+    pub fn of(name: &'static str, a: Context, b: Context) -> RealTimePair {
+        RealTimePair { name, a, b, _soft: None }
     }
 }
 
@@ -88,9 +91,9 @@ fn poll_wait(name: &str, cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> 
     cq.poll_n(n, WAIT).unwrap_or_else(|e| panic!("[{name}] waiting for {n} completions: {e}"))
 }
 
-impl Backend for SoftLoopback {
+impl Backend for RealTimePair {
     fn name(&self) -> &str {
-        "soft loopback"
+        self.name
     }
     fn a(&self) -> &Context {
         &self.a
