@@ -88,8 +88,9 @@ fn send_aeth(qp: &Qp, sh: &mut Shared, psn: Psn, aeth: Aeth) {
 /// costs one ACK; nothing queued after it is overtaken.
 fn ack(qp: &Qp, sh: &mut Shared, psn: Psn) {
     sh.retract_ack(qp.qpn);
-    send_aeth(qp, sh, psn, Aeth::ack(qp.resp.msn));
-    sh.last_tx_ack = Some(qp.qpn);
+    if sh.transmit_aeth(qp, psn, Aeth::ack(qp.resp.msn)) {
+        sh.last_tx_ack = Some(qp.qpn);
+    }
 }
 
 /// NAK a request with an error code and move this QP to the error state, as rxe does for

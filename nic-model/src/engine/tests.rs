@@ -2494,3 +2494,129 @@ fn a_ud_datagram_carries_its_address_handles_grh_to_the_receivers_grh_area() {
     assert_eq!((grh[21], grh[28]), (0xB8, 7));
     assert_eq!(read_mem(&b, 40, 6), b"tclass");
 }
+
+// ---------------- a host's wire ----------------
+
+/// A wire to one port (by LID) that records what it takes, or refuses everything while
+/// `full` is set.
+#[derive(Clone, Default)]
+struct FakeWire {
+    to: u16,
+    sent: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    full: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Wire for FakeWire {
+    fn emit(&mut self, dst: [u8; 4], len: usize, fill: &mut dyn FnMut(&mut [u8])) -> WireOutcome {
+        assert_eq!(lid_of_ip(dst), self.to, "every datagram here goes to the other side");
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+            return WireOutcome::Full;
+        }
+        let mut slot = vec![0xEE; len];
+        fill(&mut slot);
+        self.sent.lock().unwrap().push(slot);
+        WireOutcome::Sent
+    }
+}
+
+impl FakeWire {
+    fn take(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.sent.lock().unwrap())
+    }
+}
+
+#[test]
+fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let wire = FakeWire { to: 2, ..FakeWire::default() };
+    p.a.set_wire(Some(Box::new(wire.clone())));
+    for id in 1..=4 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    a.mem.write(0, b"abcd").unwrap();
+    let send =
+        |id: u64| SendWr { wr_id: id, sg_list: &[], send_flags: signaled(), ..Default::default() };
+    // On the wire at once, with the bytes the queue would have had; nothing queued.
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 0, 1)], ..send(1) });
+    assert!(!p.a.has_transmit());
+    let on_wire = wire.take();
+    assert_eq!(on_wire.len(), 1);
+    let (ip, pkt) = packet::parse_datagram(&on_wire[0]).expect("a valid datagram");
+    assert_eq!(
+        (pkt.bth.opcode, pkt.bth.psn.value(), pkt.payload),
+        (Opcode::RC_SEND_ONLY, 0xFFFFF0, &b"a"[..])
+    );
+    assert_eq!((ip.src, ip.dst), (ip_of_lid(1), ip_of_lid(2)));
+    assert_eq!(p.a.stats().tx_packets, 1);
+
+    // Full: the SEND is queued, and the next one queues behind it though the wire has room.
+    wire.full.store(true, std::sync::atomic::Ordering::Relaxed);
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 1, 1)], ..send(2) });
+    wire.full.store(false, std::sync::atomic::Ordering::Relaxed);
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 2, 1)], ..send(3) });
+    assert!(wire.take().is_empty(), "nothing overtakes a queued datagram");
+    let queued: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(queued.iter().map(|t| parsed(t).1).collect::<Vec<_>>(), [0xFFFFF1, 0xFFFFF2]);
+    // A paused wire (the host holds refused datagrams) queues too.
+    p.a.pause_wire(true);
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 3, 1)], ..send(4) });
+    assert!(wire.take().is_empty());
+    let paused: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(paused.len(), 1);
+    p.a.pause_wire(false);
+    assert_eq!(p.a.stats().tx_packets, 4, "each datagram counted once, whichever way it went");
+
+    // Every SEND arrives once, in order; the receiver completes all four.
+    for d in
+        on_wire.iter().chain(queued.iter().map(|t| &t.data)).chain(paused.iter().map(|t| &t.data))
+    {
+        p.b.handle_packet(p.now, d);
+    }
+    let got = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        got.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        [(1, 1), (2, 1), (3, 1), (4, 1)]
+    );
+    assert_eq!(read_mem(&b, 64 * 4, 1), b"d");
+}
+
+#[test]
+fn acks_on_a_lent_wire_go_one_by_one_and_a_large_datagram_takes_the_queue() {
+    let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() });
+    let wire = FakeWire { to: 1, ..FakeWire::default() };
+    p.b.set_wire(Some(Box::new(wire.clone())));
+    for id in 1..=3 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 2048 * id, 1024)] }])
+            .unwrap();
+    }
+    for id in 1..=2 {
+        post_send(
+            &mut p,
+            &a,
+            SendWr { wr_id: id, sg_list: &[sge(&a, 0, 8)], ..Default::default() },
+        );
+    }
+    for t in std::iter::from_fn(|| p.a.poll_transmit()).collect::<Vec<_>>() {
+        p.b.handle_packet(p.now, &t.data);
+    }
+    // Emitted as they were made: none is left in a queue to be replaced by the next.
+    let acks = wire.take();
+    assert_eq!(acks.len(), 2);
+    for (ack, psn) in acks.iter().zip([0xFFFFF0, 0xFFFFF1]) {
+        let (_, pkt) = packet::parse_datagram(ack).expect("a valid ACK");
+        assert_eq!((pkt.bth.opcode, pkt.bth.psn.value()), (Opcode::RC_ACKNOWLEDGE, psn));
+    }
+    assert!(!p.b.has_transmit());
+    // B's own message of 1 KiB is over the direct size: it takes the queue.
+    p.a.post_recv(a.qpn, &[RecvWr { wr_id: 9, sg_list: &[sge(&a, 4096, 1024)] }]).unwrap();
+    let now = p.now;
+    p.b.post_send(
+        now,
+        b.qpn,
+        &[SendWr { wr_id: 7, sg_list: &[sge(&b, 0, 1000)], ..Default::default() }],
+    )
+    .unwrap();
+    assert!(wire.take().is_empty());
+    let big = p.b.poll_transmit().expect("queued");
+    assert_eq!(big.data.len(), 20 + 8 + 12 + 1000 + 4);
+}

@@ -112,17 +112,14 @@ fn datagram_len_of(pkt: &Packet<'_>, info: &OpcodeInfo) -> usize {
     IPV4_UDP_LEN + info.header_len + pkt.payload.len() + pkt.pad_len() + ICRC_LEN
 }
 
-/// Write the datagram of a checked packet into the empty `out`: the headers are built on the
-/// stack and copied as one fixed-size block (cut to their length after), then the payload, the
-/// pad, and the ICRC computed over `out` as it stands.
+/// The IPv4 and UDP headers and the transport headers of a checked packet, built on the
+/// stack (the first `IPV4_UDP_LEN + info.header_len` bytes are the datagram's).
 #[inline(always)]
-fn write_datagram(
+fn datagram_head(
     ip: &IpUdp,
     pkt: &Packet<'_>,
-    info: &OpcodeInfo,
     total_len: u16,
-    out: &mut Vec<u8>,
-) {
+) -> [u8; IPV4_UDP_LEN + MAX_HEADER_LEN] {
     // The IPv4 and UDP headers as big-endian words, the checksum summed from them directly.
     let flags: u16 = if ip.dont_fragment { IP_DF } else { 0 };
     let version_tos_len =
@@ -154,7 +151,21 @@ fn write_datagram(
         bytes.copy_from_slice(&word.to_be_bytes());
     }
     pkt.write_headers(transport.try_into().expect("sized for the longest headers"));
+    head
+}
 
+/// Write the datagram of a checked packet into the empty `out`: the headers are built on the
+/// stack and copied as one fixed-size block (cut to their length after), then the payload, the
+/// pad, and the ICRC computed over `out` as it stands.
+#[inline(always)]
+fn write_datagram(
+    ip: &IpUdp,
+    pkt: &Packet<'_>,
+    info: &OpcodeInfo,
+    total_len: u16,
+    out: &mut Vec<u8>,
+) {
+    let head = datagram_head(ip, pkt, total_len);
     // A copy of constant size (then cut) costs a few moves; one of the headers' length, a call.
     let covered_len = usize::from(total_len) - ICRC_LEN;
     out.reserve(usize::from(total_len).max(head.len()));
@@ -166,6 +177,41 @@ fn write_datagram(
     let icrc = icrc_ipv4(out);
     out.extend_from_slice(&icrc.to_le_bytes());
     debug_assert_eq!(out.len(), datagram_len(pkt), "datagram_len agrees with what emit writes");
+}
+
+/// The length of the datagram [`emit_engine_datagram_into`] writes for `pkt`.
+///
+/// # Panics
+/// If the opcode is not in the table: an engine bug.
+pub(crate) fn engine_datagram_len(pkt: &Packet<'_>) -> usize {
+    let info = pkt.bth.opcode.info().expect("the engine sends only opcodes from the table");
+    datagram_len_of(pkt, info)
+}
+
+/// [`emit_engine_datagram`] into `out`, which is exactly [`engine_datagram_len`] bytes: for a
+/// host that lends the engine the wire's own buffer (a ring slot) to build the datagram in.
+///
+/// # Panics
+/// As [`emit_engine_datagram`], or if `out` has another length.
+pub(crate) fn emit_engine_datagram_into(ip: &IpUdp, pkt: &Packet<'_>, out: &mut [u8]) {
+    debug_assert_eq!(
+        pkt.check().err(),
+        None,
+        "the engine builds only what its opcode table allows"
+    );
+    let info = pkt.bth.opcode.info().expect("the engine sends only opcodes from the table");
+    let total_len = u16::try_from(datagram_len_of(pkt, info))
+        .expect("the engine sends no datagram longer than an MTU and its headers");
+    assert_eq!(out.len(), usize::from(total_len), "the buffer fits the datagram exactly");
+    let head = datagram_head(ip, pkt, total_len);
+    let head_len = IPV4_UDP_LEN + info.header_len;
+    let covered_len = out.len() - ICRC_LEN;
+    out[..head_len].copy_from_slice(&head[..head_len]);
+    let (payload, pad) = out[head_len..covered_len].split_at_mut(pkt.payload.len());
+    payload.copy_from_slice(pkt.payload);
+    pad.fill(0);
+    let icrc = icrc_ipv4(&out[..covered_len]);
+    out[covered_len..].copy_from_slice(&icrc.to_le_bytes());
 }
 
 /// The IPv4/UDP/BTH/AETH/ICRC datagram of an RC ACKNOWLEDGE, 48 bytes.
@@ -208,16 +254,22 @@ impl AckTemplate {
     /// Writes into the empty `out` the ACK (or NAK) with this identification, PSN and AETH.
     pub(crate) fn emit(&self, ident: u16, psn: super::Psn, aeth: super::Aeth, out: &mut Vec<u8>) {
         out.clear();
-        out.extend_from_slice(&self.bytes);
-        out[IDENT_AT..IDENT_AT + 2].copy_from_slice(&ident.to_be_bytes());
+        out.resize(ACK_DATAGRAM_LEN, 0);
+        self.emit_into(ident, psn, aeth, out);
+    }
+
+    /// [`AckTemplate::emit`] into `out`, which is exactly [`ACK_DATAGRAM_LEN`] bytes.
+    pub(crate) fn emit_into(&self, ident: u16, psn: super::Psn, aeth: super::Aeth, out: &mut [u8]) {
+        let (covered, icrc) = out.split_at_mut(ACK_DATAGRAM_LEN - ICRC_LEN);
+        covered.copy_from_slice(&self.bytes);
+        covered[IDENT_AT..IDENT_AT + 2].copy_from_slice(&ident.to_be_bytes());
         // RFC 1624: the identification went from 0 to `ident`, so the header's one's-complement
         // sum (the checksum's complement) grows by `ident`.
         let checksum = !fold_ones_complement(u64::from(!self.checksum) + u64::from(ident));
-        out[CHECKSUM_AT..CHECKSUM_AT + 2].copy_from_slice(&checksum.to_be_bytes());
-        out[PSN_AT..PSN_AT + 3].copy_from_slice(&psn.value().to_be_bytes()[1..]);
-        out[AETH_AT..AETH_AT + 4].copy_from_slice(&aeth.to_bytes());
-        let icrc = icrc_ipv4(out);
-        out.extend_from_slice(&icrc.to_le_bytes());
+        covered[CHECKSUM_AT..CHECKSUM_AT + 2].copy_from_slice(&checksum.to_be_bytes());
+        covered[PSN_AT..PSN_AT + 3].copy_from_slice(&psn.value().to_be_bytes()[1..]);
+        covered[AETH_AT..AETH_AT + 4].copy_from_slice(&aeth.to_bytes());
+        icrc.copy_from_slice(&icrc_ipv4(covered).to_le_bytes());
     }
 }
 
@@ -757,6 +809,9 @@ mod tests {
                     for psn in [0, 1, 0x0012_3456, 0x00FF_FFFF] {
                         for aeth in aeths {
                             template.emit(ident, Psn::new(psn), aeth, &mut fast);
+                            let mut slot = [0x5A; ACK_DATAGRAM_LEN];
+                            template.emit_into(ident, Psn::new(psn), aeth, &mut slot);
+                            assert_eq!(&slot[..], &fast[..], "into a slot");
                             let bth = Bth {
                                 opcode: Opcode::RC_ACKNOWLEDGE,
                                 pkey: 0xFFFF,
@@ -793,6 +848,10 @@ mod tests {
                     assert_eq!(fast, general, "{} with {len} bytes, {ip:?}", info.name);
                     emit_engine_datagram(&ip, &pkt, &mut engine);
                     assert_eq!(engine, general, "engine entry: {} with {len} bytes", info.name);
+                    // Into a buffer of the right length with stale bytes in it (a ring slot).
+                    let mut slot = vec![0xA5; engine_datagram_len(&pkt)];
+                    emit_engine_datagram_into(&ip, &pkt, &mut slot);
+                    assert_eq!(slot, general, "into a slot: {} with {len} bytes", info.name);
                     assert_eq!(parse_datagram(&fast), oracle::parse_datagram(&general));
                     assert_eq!(parse_datagram(&fast), Ok((ip, pkt)), "{}", info.name);
                 }

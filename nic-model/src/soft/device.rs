@@ -23,6 +23,7 @@ use verbs_api::{AsyncElement, AsyncEvent};
 
 use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
+use crate::engine::Wire;
 use crate::engine::{Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 
@@ -80,14 +81,39 @@ pub(crate) enum Round {
     Poll,
 }
 
+/// The device's port lent to its NIC ([`Nic::set_wire`]): datagrams are built straight into
+/// the destination's ring slot, and the tap sees each one as it is written.
+pub(crate) struct PortWire {
+    port: Arc<dyn Port>,
+    /// The port's connections to the inboxes this device sends to.
+    links: Links,
+    tap: Option<Tap>,
+}
+
+impl PortWire {
+    fn lend(port: &Arc<dyn Port>, tap: Option<Tap>) -> Box<dyn Wire> {
+        Box::new(PortWire { port: port.clone(), links: Links::default(), tap })
+    }
+}
+
+impl Wire for PortWire {
+    fn emit(&mut self, dst: [u8; 4], len: usize, fill: &mut dyn FnMut(&mut [u8])) -> SendOutcome {
+        match &self.tap {
+            None => self.port.send(&mut self.links, dst, len, fill),
+            Some(tap) => self.port.send(&mut self.links, dst, len, &mut |slot| {
+                fill(slot);
+                tap(TapDir::Tx, slot);
+            }),
+        }
+    }
+}
+
 /// What the device lock protects: the engine and what travels with it.
 pub(crate) struct State {
     pub(crate) nic: Nic,
     /// Datagrams the wire refused (inbox full), sent first on the next round.
     backlog: VecDeque<Transmit>,
     tap: Option<Tap>,
-    /// The port's connections to the inboxes this device sends to.
-    links: Links,
     /// Rounds since the last one that read the clock (see [`TIMER_CHECK_EVERY`]).
     rounds_since_clock: u32,
     wire: WireCounters,
@@ -188,7 +214,8 @@ fn env_micros(var: &str, default: Duration) -> Duration {
 static DEVICES_STARTED: AtomicU32 = AtomicU32::new(0);
 
 impl Device {
-    pub(crate) fn start(name: String, nic: Nic, port: Arc<dyn Port>) -> Arc<Device> {
+    pub(crate) fn start(name: String, mut nic: Nic, port: Arc<dyn Port>) -> Arc<Device> {
+        nic.set_wire(Some(PortWire::lend(&port, None)));
         let core = Arc::new(Core {
             name,
             serial: DEVICES_STARTED.fetch_add(1, Ordering::Relaxed),
@@ -196,7 +223,6 @@ impl Device {
                 nic,
                 backlog: VecDeque::new(),
                 tap: None,
-                links: Links::default(),
                 rounds_since_clock: 0,
                 wire: WireCounters::default(),
             }),
@@ -249,7 +275,10 @@ impl Core {
     }
 
     pub(crate) fn set_tap(&self, tap: Option<Tap>) {
-        self.lock().tap = tap;
+        let mut st = self.lock();
+        // A fresh wire with the tap on its sends (it reconnects to peers on demand).
+        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone())));
+        st.tap = tap;
     }
 
     /// The id a CQ or SRQ handle of this device reports (`CqOps::id`, `SrqOps::id`) and async
@@ -299,10 +328,10 @@ impl Core {
     /// completion reaches the program without waiting for packets that arrived behind it; the
     /// next round takes those.
     fn progress_locked(&self, st: &mut State, round: Round) -> bool {
-        let State { nic, backlog, tap, links, rounds_since_clock, wire } = st;
+        let State { nic, backlog, tap, rounds_since_clock, wire } = st;
         let mut did = false;
         if nic.has_transmit() && backlog.is_empty() {
-            did |= self.flush_tx(nic, backlog, links, tap.as_ref(), wire);
+            did |= self.flush_tx(nic, backlog, wire);
         }
         let completions_before = match round {
             Round::Poll => Some(nic.completions_pending()),
@@ -330,7 +359,7 @@ impl Core {
             }
         }
         if !backlog.is_empty() || nic.has_transmit() {
-            did |= self.flush_tx(nic, backlog, links, tap.as_ref(), wire);
+            did |= self.flush_tx(nic, backlog, wire);
         }
         while let Some(ev) = nic.poll_event() {
             did = true;
@@ -345,13 +374,13 @@ impl Core {
         did
     }
 
-    /// Sends the backlog, then what the engine has, until the wire refuses one.
+    /// Sends the backlog, then what the engine has queued, through the port the NIC was lent
+    /// (its [`PortWire`]), until the wire refuses one; pauses the NIC's direct emission while
+    /// datagrams wait, so that none overtakes them.
     fn flush_tx(
         &self,
         nic: &mut Nic,
         backlog: &mut VecDeque<Transmit>,
-        links: &mut Links,
-        tap: Option<&Tap>,
         wire: &mut WireCounters,
     ) -> bool {
         let mut did = false;
@@ -363,11 +392,9 @@ impl Core {
                     None => break,
                 },
             };
-            match self.port.send(links, t.dst, &t.data) {
+            let port = nic.wire_mut().expect("a soft device lends its NIC its port");
+            match port.emit(t.dst, t.data.len(), &mut |slot| slot.copy_from_slice(&t.data)) {
                 SendOutcome::Sent | SendOutcome::Unreachable => {
-                    if let Some(tap) = tap {
-                        tap(TapDir::Tx, &t.data);
-                    }
                     // The bytes are in the peer's ring now: the buffer serves the next packet.
                     nic.recycle(t.data);
                     did = true;
@@ -389,6 +416,7 @@ impl Core {
                 }
             }
         }
+        nic.pause_wire(!backlog.is_empty());
         did
     }
 

@@ -10,17 +10,10 @@ use std::time::Duration;
 use crate::engine::{ip_of_lid, lid_of_ip};
 use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
 
-/// What became of a datagram handed to the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SendOutcome {
-    /// It is in the destination's inbox.
-    Sent,
-    /// The destination's inbox is full: backpressure; try again later.
-    Full,
-    /// No port has that address, or its owner is dead: the datagram is lost (RC will retry and
-    /// eventually report RETRY_EXC_ERR).
-    Unreachable,
-}
+/// What became of a datagram handed to the wire: `Sent` (in the destination's inbox), `Full`
+/// (backpressure: try again later) or `Unreachable` (no port has that address, or its owner
+/// is dead: the datagram is lost, and RC will retry and eventually report RETRY_EXC_ERR).
+pub use crate::engine::WireOutcome as SendOutcome;
 
 /// The connections a port has made to other ports' inboxes, sorted by LID: a port talks to
 /// few peers, and a binary search over a short vector is the cheapest lookup for every
@@ -36,10 +29,17 @@ pub struct Links {
 pub trait Port: Send + Sync + 'static {
     /// The LID the fabric assigned.
     fn lid(&self) -> u16;
-    /// Put a datagram into the inbox of the port with IPv4 address `dst`, through (and
-    /// adding to) the connections in `links`, which the caller owns and does not share: so a
-    /// send takes no lock of its own.
-    fn send(&self, links: &mut Links, dst: [u8; 4], data: &[u8]) -> SendOutcome;
+    /// Put a datagram of `len` bytes, which `fill` writes in place, into the inbox of the
+    /// port with IPv4 address `dst`, through (and adding to) the connections in `links`, which
+    /// the caller owns and does not share: so a send takes no lock of its own. `fill` is
+    /// called only if the outcome is `Sent`.
+    fn send(
+        &self,
+        links: &mut Links,
+        dst: [u8; 4],
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> SendOutcome;
     /// Hand up to `max` received datagrams to `f`, stopping early after one for which `f`
     /// returns false; returns how many were handed over.
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize;
@@ -105,7 +105,13 @@ impl Port for LoopPort {
         self.lid
     }
 
-    fn send(&self, _links: &mut Links, dst: [u8; 4], data: &[u8]) -> SendOutcome {
+    fn send(
+        &self,
+        _links: &mut Links,
+        dst: [u8; 4],
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> SendOutcome {
         let Some(inbox) =
             self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).get(&dst).cloned()
         else {
@@ -115,7 +121,9 @@ impl Port for LoopPort {
         if q.len() >= inbox.capacity {
             return SendOutcome::Full;
         }
-        q.push_back(data.to_vec());
+        let mut data = vec![0; len];
+        fill(&mut data);
+        q.push_back(data);
         drop(q);
         if inbox.parked.load(Ordering::Acquire) {
             inbox.ready.notify_one();
@@ -189,7 +197,13 @@ impl Port for ShmPort {
         self.inbox.lid()
     }
 
-    fn send(&self, links: &mut Links, dst: [u8; 4], data: &[u8]) -> SendOutcome {
+    fn send(
+        &self,
+        links: &mut Links,
+        dst: [u8; 4],
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> SendOutcome {
         let lid = lid_of_ip(dst);
         if lid == 0 {
             return SendOutcome::Unreachable;
@@ -211,7 +225,7 @@ impl Port for ShmPort {
             },
         };
         let sender = &peers[at].1;
-        match sender.send(data) {
+        match sender.send_with(len, fill) {
             Ok(()) => SendOutcome::Sent,
             Err(WireError::Full) => {
                 if sender.owner_alive() {

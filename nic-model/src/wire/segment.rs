@@ -151,23 +151,18 @@ impl Segment {
         }
     }
 
-    /// Copies `bytes` into the payload of `slot`.
+    /// The first `len` payload bytes of `slot`, to write in place.
     ///
     /// # Safety
-    /// The caller must have claimed the slot (won the tail CAS for its position and not yet
-    /// published it), so no other process reads or writes this payload meanwhile.
-    pub unsafe fn write_payload(&self, slot: &SlotWords<'_>, bytes: &[u8]) {
-        assert!(bytes.len() <= self.geometry.slot_size as usize, "payload fits in its slot");
-        // SAFETY: the payload region [payload_off, payload_off + slot_size) lies inside the
-        // mapping (slot offsets come from the checked geometry) and `bytes` is not in it (it is
-        // the caller's memory); exclusivity is the caller's contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.map.as_mut_ptr().add(slot.payload_off),
-                bytes.len(),
-            );
-        }
+    /// The caller must have claimed the slot (won the tail CAS for its position) and not
+    /// published it, so no other process reads or writes this payload while the slice lives,
+    /// and must hold no other reference into it.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn payload_mut(&self, slot: &SlotWords<'_>, len: usize) -> &mut [u8] {
+        assert!(len <= self.geometry.slot_size as usize, "payload length within its slot");
+        // SAFETY: the range lies inside the mapping, which outlives the returned borrow of
+        // `self`; exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(slot.payload_off), len) }
     }
 
     /// The first `len` payload bytes of `slot`.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::layout::{Header, STATE_CLOSED};
 use super::os;
-use super::segment::Segment;
+use super::segment::{Segment, SlotWords};
 use super::WireError;
 
 /// Upper bound on claim attempts in one `send`. Every failed attempt means another producer
@@ -94,9 +94,18 @@ impl Sender {
     /// drop), [`WireError::Closed`] if the owner closed the inbox. Makes a system call only to
     /// wake an owner that is parked on its doorbell.
     pub fn send(&self, pkt: &[u8]) -> Result<(), WireError> {
+        self.send_with(pkt.len(), |slot| slot.copy_from_slice(pkt))
+    }
+
+    /// Enqueues a packet of `len` bytes that `fill` writes in place, into the slot itself:
+    /// one copy less than [`send`](Sender::send) for a sender that builds the packet anyway.
+    /// `fill` gets exactly `len` bytes, of unspecified content. Errors as for `send`; on an
+    /// error `fill` is not called. Should `fill` panic, the slot is published with an empty
+    /// packet (the consumer drops it as malformed), so the ring never waits for it.
+    pub fn send_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WireError> {
         let max = self.slot_size();
-        if pkt.len() > max {
-            return Err(WireError::TooLarge { len: pkt.len(), max });
+        if len > max {
+            return Err(WireError::TooLarge { len, max });
         }
         if self.seg.state().load(Ordering::Relaxed) == STATE_CLOSED {
             return Err(WireError::Closed { path: self.path().to_path_buf() });
@@ -146,16 +155,17 @@ impl Sender {
                 Err(current) => pos = current,
             }
         };
-        // The slot is ours until we publish it: nothing between here and the publishing store
-        // can fail or panic, so a claimed slot is always published by a live sender.
+        // The slot is ours until we publish it; `Publish` publishes it however this ends, so a
+        // claimed slot is always published by a live sender.
         slot.writer.store(self.writer_pid, Ordering::Relaxed);
+        let mut publish = Publish { slot, pos, len: 0 };
         // SAFETY: we won the tail CAS for `pos` and saw the head past `pos - slots` (the
-        // consumer is done with the slot's last lap), so until the Release store below no
-        // other process reads or writes its payload.
-        unsafe { self.seg.write_payload(&slot, pkt) };
+        // consumer is done with the slot's last lap), so until `publish` stores its sequence
+        // number no other process reads or writes its payload; the slice is gone by then.
+        fill(unsafe { self.seg.payload_mut(&publish.slot, len) });
         // Fits: checked against slot_size (at most 65536) above.
-        slot.len.store(pkt.len() as u32, Ordering::Relaxed);
-        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+        publish.len = len as u32;
+        drop(publish);
         wake_if_parked(&self.seg);
         Ok(())
     }
@@ -166,6 +176,21 @@ impl Sender {
     pub fn owner_alive(&self) -> bool {
         self.seg.state().load(Ordering::Acquire) != STATE_CLOSED
             && os::process_alive(self.owner_pid, self.owner_start)
+    }
+}
+
+/// Publishes a claimed slot when dropped: with the packet's length once it is written, or
+/// as an empty packet if the writer panicked first.
+struct Publish<'a> {
+    slot: SlotWords<'a>,
+    pos: u64,
+    len: u32,
+}
+
+impl Drop for Publish<'_> {
+    fn drop(&mut self) {
+        self.slot.len.store(self.len, Ordering::Relaxed);
+        self.slot.seq.store(self.pos.wrapping_add(1), Ordering::Release);
     }
 }
 

@@ -595,3 +595,23 @@ fn head_and_tail_more_than_a_ring_apart_are_a_corrupted_segment() {
     tx.send(&[7; 8]).expect("a sane ring takes the packet");
     assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(vec![7; 8]));
 }
+
+#[test]
+fn send_with_writes_in_place_and_a_panicking_writer_leaves_an_empty_packet() {
+    let fabric = TempFabric::new("sendwith");
+    let inbox = fabric.create_inbox(small(4)).expect("create inbox");
+    let tx = fabric.connect(inbox.lid()).expect("connect");
+    tx.send_with(5, |b| b.copy_from_slice(b"hello")).expect("send_with");
+    assert!(matches!(
+        tx.send_with(65, |_| panic!("not called for a packet that does not fit")),
+        Err(WireError::TooLarge { len: 65, max: 64 })
+    ));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = tx.send_with(8, |_| panic!("the writer fails"));
+    }));
+    assert!(panicked.is_err());
+    tx.send(b"after").expect("the ring still takes packets");
+    assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(b"hello".to_vec()));
+    assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(Vec::new()), "the failed write, empty");
+    assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(b"after".to_vec()));
+}
