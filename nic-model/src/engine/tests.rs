@@ -1840,13 +1840,19 @@ fn ud_qp(nic: &mut Nic, s: &Side, qkey: u32) -> u32 {
     q
 }
 
-#[test]
-fn ud_datagrams_carry_deth_and_land_after_a_grh() {
+/// Two NICs with one UD QP each (Q_Keys 0x1111 and 0x2222): (pair, a, b, a's QPN, b's QPN).
+fn ud_pair() -> (Pair, Side, Side, u32, u32) {
     let mut p = Pair::new();
     let a = side(&mut p.a, ALL);
     let b = side(&mut p.b, ALL);
     let qa = ud_qp(&mut p.a, &a, 0x1111);
     let qb = ud_qp(&mut p.b, &b, 0x2222);
+    (p, a, b, qa, qb)
+}
+
+#[test]
+fn ud_datagrams_carry_deth_and_land_after_a_grh() {
+    let (mut p, a, b, qa, qb) = ud_pair();
     let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
         dlid: 2,
         ..Default::default()
@@ -2460,11 +2466,7 @@ fn the_grh_traffic_class_and_hop_limit_are_the_ipv4_tos_and_ttl() {
 
 #[test]
 fn a_ud_datagram_carries_its_address_handles_grh_to_the_receivers_grh_area() {
-    let mut p = Pair::new();
-    let a = side(&mut p.a, ALL);
-    let b = side(&mut p.b, ALL);
-    let qa = ud_qp(&mut p.a, &a, 0x1111);
-    let qb = ud_qp(&mut p.b, &b, 0x2222);
+    let (mut p, a, b, qa, qb) = ud_pair();
     let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
         is_global: true,
         dgid: Gid::from_ipv4(ip_of_lid(2)),

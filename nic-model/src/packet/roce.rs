@@ -94,6 +94,18 @@ pub fn emit_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) -> Result<
 // Not inlined: one call per packet is cheap, and profiles then show what emitting costs.
 #[inline(never)]
 pub(crate) fn emit_engine_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u8>) {
+    let (info, total_len) = engine_packet_shape(pkt);
+    out.clear();
+    write_datagram(ip, pkt, info, total_len, out);
+}
+
+/// The opcode row and the datagram length of a packet the engine built, which is checked only
+/// in debug builds (the engine builds only what its opcode table allows).
+///
+/// # Panics
+/// If the opcode is not in the table or the datagram exceeds 65535 bytes: engine bugs.
+#[inline(always)]
+fn engine_packet_shape(pkt: &Packet<'_>) -> (&'static OpcodeInfo, u16) {
     debug_assert_eq!(
         pkt.check().err(),
         None,
@@ -102,8 +114,7 @@ pub(crate) fn emit_engine_datagram(ip: &IpUdp, pkt: &Packet<'_>, out: &mut Vec<u
     let info = pkt.bth.opcode.info().expect("the engine sends only opcodes from the table");
     let total_len = u16::try_from(datagram_len_of(pkt, info))
         .expect("the engine sends no datagram longer than an MTU and its headers");
-    out.clear();
-    write_datagram(ip, pkt, info, total_len, out);
+    (info, total_len)
 }
 
 /// [`datagram_len`] once the opcode's row is known.
@@ -194,14 +205,7 @@ pub(crate) fn engine_datagram_len(pkt: &Packet<'_>) -> usize {
 /// # Panics
 /// As [`emit_engine_datagram`], or if `out` has another length.
 pub(crate) fn emit_engine_datagram_into(ip: &IpUdp, pkt: &Packet<'_>, out: &mut [u8]) {
-    debug_assert_eq!(
-        pkt.check().err(),
-        None,
-        "the engine builds only what its opcode table allows"
-    );
-    let info = pkt.bth.opcode.info().expect("the engine sends only opcodes from the table");
-    let total_len = u16::try_from(datagram_len_of(pkt, info))
-        .expect("the engine sends no datagram longer than an MTU and its headers");
+    let (info, total_len) = engine_packet_shape(pkt);
     assert_eq!(out.len(), usize::from(total_len), "the buffer fits the datagram exactly");
     let head = datagram_head(ip, pkt, total_len);
     let head_len = IPV4_UDP_LEN + info.header_len;
