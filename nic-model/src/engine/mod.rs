@@ -1142,9 +1142,10 @@ impl Shared {
         Ok(wqe)
     }
 
-    /// Emit one packet of `qp` to its destination.
-    pub(crate) fn transmit(&mut self, qp: &Qp, pkt: &Packet<'_>) {
-        self.transmit_to(qp.dst_ip, qp.ip_tos_ttl, qp.sport, pkt);
+    /// Emit one packet of `qp` to its destination; whether it was queued (see
+    /// [`Shared::transmit_to`]).
+    pub(crate) fn transmit(&mut self, qp: &Qp, pkt: &Packet<'_>) -> bool {
+        self.transmit_to(qp.dst_ip, qp.ip_tos_ttl, qp.sport, pkt)
     }
 
     /// Take back the last queued datagram if it is an ACK of `qpn` (see `resp::ack`).
@@ -1164,56 +1165,36 @@ impl Shared {
         }
     }
 
+    /// Emit one packet: straight onto the host's wire if it is small and may go now (see
+    /// [`Wire`]), else into the transmit queue. Returns whether it was queued.
     pub(crate) fn transmit_to(
         &mut self,
         dst: [u8; 4],
         (tos, ttl): (u8, u8),
         sport: u16,
         pkt: &Packet<'_>,
-    ) {
-        self.last_tx_ack = None;
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        let ip = IpUdp {
-            src: self.cfg.ip(),
-            dst,
-            src_port: sport,
-            ident: self.ip_ident,
-            tos,
-            ttl,
-            ..IpUdp::default()
-        };
-        self.stats.tx_packets += 1;
+    ) -> bool {
+        let ident = self.next_datagram();
+        let ip =
+            IpUdp { src: self.cfg.ip(), dst, src_port: sport, ident, tos, ttl, ..IpUdp::default() };
         let len = packet::engine_datagram_len(pkt);
-        if len <= DIRECT_DATAGRAM {
-            if let Some(wire) = self.direct_wire() {
-                // Built in cache-hot memory, then copied: built in the ring slot itself, its
-                // ICRC would read back lines whose ownership is still on its way from the
-                // reader's core, and the sender would wait for them (measured: slower).
-                let mut local = [0u8; DIRECT_DATAGRAM];
-                packet::emit_engine_datagram_into(&ip, pkt, &mut local[..len]);
-                let sent = wire.emit(dst, len, &mut |slot| slot.copy_from_slice(&local[..len]));
-                if sent != WireOutcome::Full {
-                    return;
-                }
-            }
+        if len <= DIRECT_DATAGRAM && self.direct_wire().is_some() {
+            // Built in cache-hot memory, then copied: built in the ring slot itself, its ICRC
+            // would read back lines whose ownership is still on its way from the reader's
+            // core, and the sender would wait for them (measured: slower).
+            let mut local = [0u8; DIRECT_DATAGRAM];
+            packet::emit_engine_datagram_into(&ip, pkt, &mut local[..len]);
+            return self.send_built(dst, &local[..len]);
         }
         let mut data = self.spare.pop().unwrap_or_default();
         packet::emit_engine_datagram(&ip, pkt, &mut data);
         self.tx.push_back(Transmit { dst, data });
-    }
-
-    /// The host's wire, if a datagram may go straight onto it now: nothing is queued ahead of
-    /// it and the host holds nothing the wire refused.
-    fn direct_wire(&mut self) -> Option<&mut (dyn Wire + 'static)> {
-        match self.tx.is_empty() && !self.wire_paused {
-            true => self.wire.as_deref_mut(),
-            false => None,
-        }
+        true
     }
 
     /// Emit an ACKNOWLEDGE (an ACK or a NAK) of `qp` from its template: the same datagram
-    /// [`Shared::transmit`] would build, for a fraction of the work.
-    /// Returns whether it was queued (rather than emitted through the host's wire).
+    /// [`Shared::transmit`] would build, for a fraction of the work. Returns whether it was
+    /// queued (rather than emitted through the host's wire).
     pub(crate) fn transmit_aeth(&mut self, qp: &Qp, psn: packet::Psn, aeth: packet::Aeth) -> bool {
         let Some(template) = &qp.ack_template else {
             let bth = packet::Bth {
@@ -1225,28 +1206,47 @@ impl Shared {
             };
             let mut p = Packet::new(bth, &[]);
             p.aeth = Some(aeth);
-            let queued = self.tx.len();
-            self.transmit(qp, &p);
-            return self.tx.len() > queued;
+            return self.transmit(qp, &p);
         };
+        let ident = self.next_datagram();
+        let mut local = [0u8; packet::ACK_DATAGRAM_LEN];
+        template.emit_into(ident, psn, aeth, &mut local);
+        self.send_built(qp.dst_ip, &local)
+    }
+
+    /// Accounts for one more datagram sent and returns its IPv4 identification. It ends any
+    /// chance of replacing the last queued ACK (`resp::ack`).
+    fn next_datagram(&mut self) -> u16 {
         self.last_tx_ack = None;
-        self.ip_ident = self.ip_ident.wrapping_add(1);
         self.stats.tx_packets += 1;
-        let ident = self.ip_ident;
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        self.ip_ident
+    }
+
+    /// Sends a datagram already built: onto the host's wire if it may go now and the wire
+    /// takes it, else into the transmit queue. Returns whether it was queued.
+    fn send_built(&mut self, dst: [u8; 4], bytes: &[u8]) -> bool {
         if let Some(wire) = self.direct_wire() {
-            // Built locally and copied, for the reason given in `transmit_to`.
-            let mut local = [0u8; packet::ACK_DATAGRAM_LEN];
-            template.emit_into(ident, psn, aeth, &mut local);
-            if wire.emit(qp.dst_ip, local.len(), &mut |slot| slot.copy_from_slice(&local))
+            if wire.emit(dst, bytes.len(), &mut |slot| slot.copy_from_slice(bytes))
                 != WireOutcome::Full
             {
                 return false;
             }
         }
         let mut data = self.spare.pop().unwrap_or_default();
-        template.emit(ident, psn, aeth, &mut data);
-        self.tx.push_back(Transmit { dst: qp.dst_ip, data });
+        data.clear();
+        data.extend_from_slice(bytes);
+        self.tx.push_back(Transmit { dst, data });
         true
+    }
+
+    /// The host's wire, if a datagram may go straight onto it now: nothing is queued ahead of
+    /// it and the host holds nothing the wire refused.
+    fn direct_wire(&mut self) -> Option<&mut (dyn Wire + 'static)> {
+        match self.tx.is_empty() && !self.wire_paused {
+            true => self.wire.as_deref_mut(),
+            false => None,
+        }
     }
 
     /// Push a completion; fires the CQ's armed event, or records an overrun (and its async event).

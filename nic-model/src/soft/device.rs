@@ -81,8 +81,9 @@ pub(crate) enum Round {
     Poll,
 }
 
-/// The device's port lent to its NIC ([`Nic::set_wire`]): datagrams are built straight into
-/// the destination's ring slot, and the tap sees each one as it is written.
+/// The device's port lent to its NIC ([`Nic::set_wire`]): small datagrams go into the
+/// destination's ring slot as the engine makes them, queued ones when `flush_tx` sends them,
+/// and the tap sees each one as it is written into the slot.
 pub(crate) struct PortWire {
     port: Arc<dyn Port>,
     /// The port's connections to the inboxes this device sends to.

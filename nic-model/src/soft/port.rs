@@ -17,9 +17,8 @@ pub use crate::engine::WireOutcome as SendOutcome;
 
 /// The connections a port has made to other ports' inboxes, sorted by LID: a port talks to
 /// few peers, and a binary search over a short vector is the cheapest lookup for every
-/// datagram. A device keeps
-/// them in the state its lock guards, beside the engine that sends through them, so a send
-/// pays for no other lock. (The loopback port needs none.)
+/// datagram. A device keeps them in the wire it lends its engine, under the device lock, so
+/// a send pays for no other lock. (The loopback port needs none.)
 #[derive(Default)]
 pub struct Links {
     senders: Vec<(u16, Sender)>,
