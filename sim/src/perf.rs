@@ -151,7 +151,8 @@ struct SyscallArgs {
     /// Iterations of the small run whose count is subtracted (setup and teardown).
     #[arg(long, default_value_t = 10_000)]
     base: u64,
-    /// Where the counter writes its summaries (default: the temporary directory).
+    /// Keep the counter's summaries in this directory (by default they are written to the
+    /// temporary directory and removed once read).
     #[arg(long)]
     out_dir: Option<PathBuf>,
     /// How to count: `perf` (`perf stat -e raw_syscalls:sys_enter`, which does not slow the
@@ -1154,6 +1155,7 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
     };
     let counter = if use_perf { "perf" } else { "strace" };
     println!("counting with {counter}");
+    let keep = a.out_dir.is_some();
     let out_dir = a.out_dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut totals = Vec::new();
     for n in [a.base, a.iters] {
@@ -1180,11 +1182,13 @@ fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
         if !out.status.success() {
             return Err(child_failed(&format!("{counter} run of {n} iterations"), &out));
         }
-        let total = if use_perf { perf_stat_total(&file)? } else { strace_total(&file)? };
-        println!(
-            "  {n:>7} iterations: {total} system calls in the whole process tree ({})",
-            file.display()
-        );
+        let total = if use_perf { perf_stat_total(&file) } else { strace_total(&file) };
+        if !keep {
+            let _ = std::fs::remove_file(&file);
+        }
+        let total = total?;
+        let kept = if keep { format!(" ({})", file.display()) } else { String::new() };
+        println!("  {n:>7} iterations: {total} system calls in the whole process tree{kept}");
         totals.push(total);
     }
     let per = (totals[1] as f64 - totals[0] as f64) / (a.iters - a.base) as f64;
