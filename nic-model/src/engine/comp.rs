@@ -132,7 +132,7 @@ fn made_progress(qp: &mut Qp, now: &mut Now<'_>) {
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.retrying_from = None;
     qp.req.timer_ns = if qp.req.psn.diff(qp.req.comp_psn) > 0 {
-        ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t)
+        ack_timeout_ns(qp.attr.timeout).map(|t| now.ack_deadline(t))
     } else {
         None
     };
@@ -264,6 +264,7 @@ pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
         }
     }
     if let Some(t) = qp.req.timer_ns {
+        debug_assert_ne!(t, super::UNSTAMPED, "handle_timeout stamps timers before firing them");
         if now >= t {
             if qp.req.psn.diff(qp.req.comp_psn) > 0 {
                 sh.stats.timeouts += 1;

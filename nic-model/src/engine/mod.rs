@@ -61,7 +61,24 @@ impl Now<'_> {
             }
         }
     }
+
+    /// The deadline of a local ACK timer of `timeout` ns armed now: `now + timeout` if the time
+    /// is known, else [`UNSTAMPED`], which the host turns into a deadline at its next look at
+    /// the clock ([`Nic::stamp_timers`]). The timeout is the least time the requester waits
+    /// (IBA 9.7.6.1.3 lets it wait longer), so starting it a little late is within the rules,
+    /// and a post, which arms the timer for every message sent into an idle QP, reads no clock.
+    pub(crate) fn ack_deadline(&self, timeout: Nanos) -> Nanos {
+        match self {
+            Now::At(t) => t + timeout,
+            Now::Lazy(_) => UNSTAMPED,
+        }
+    }
 }
+
+/// The deadline of a local ACK timer armed while the time was not read ([`Now::ack_deadline`]):
+/// earlier than any real deadline (each is at least a timeout after the clock's start), so the
+/// timer index files these first and the host's next timer check finds them.
+pub(crate) const UNSTAMPED: Nanos = 0;
 
 /// The IPv4 address softverbs gives the port with this LID (`10.0.x.y`, `x.y` = the LID).
 pub fn ip_of_lid(lid: u16) -> [u8; 4] {
@@ -873,6 +890,7 @@ impl Nic {
 
     /// Run every timer due at `now` (local ACK timeouts, RNR back-offs).
     pub fn handle_timeout(&mut self, now: Nanos) {
+        self.stamp_timers(now);
         for qp in self.qps.values_mut() {
             comp::handle_timers(qp, &mut self.sh, now);
             req::drive(qp, &mut self.sh, &mut Now::At(now));
@@ -880,7 +898,23 @@ impl Nic {
         }
     }
 
-    /// The earliest pending timer.
+    /// Starts the local ACK timers that calls which did not read the clock armed (a post on a
+    /// real-time host, see [`Now::Lazy`]): each is due a timeout after `now`. A host that hands
+    /// the engine a lazy clock calls this (or [`Nic::handle_timeout`], which does) whenever it
+    /// looks at the clock for the timers; until then [`Nic::next_timeout`] reports such a
+    /// timer as due at once, at time 0.
+    pub fn stamp_timers(&mut self, now: Nanos) {
+        while let Some(qpn) = self.timers.first_unstamped() {
+            let qp = self.qps.get_mut(&qpn).expect("the timer index files only existing QPs");
+            if qp.req.timer_ns == Some(UNSTAMPED) {
+                qp.req.timer_ns = req::ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+            }
+            refile_timer(&mut self.timers, qp);
+            debug_assert_ne!(qp.timer_filed_ns, Some(UNSTAMPED), "a stamped timer is due later");
+        }
+    }
+
+    /// The earliest pending timer: time 0 while a timer waits for [`Nic::stamp_timers`].
     pub fn next_timeout(&self) -> Option<Nanos> {
         let next = self.timers.earliest();
         debug_assert_eq!(

@@ -187,7 +187,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
         qp.req.pkt += 1;
     }
     if qp.req.timer_ns.is_none() {
-        qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t);
+        qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.ack_deadline(t));
     }
     true
 }

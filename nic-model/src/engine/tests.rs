@@ -1101,6 +1101,41 @@ fn retry_exhausted_gives_retry_exc_err_then_flush() {
     );
 }
 
+/// A post through a lazy clock (a real-time host's) arms the ACK timer without reading the
+/// clock; the timer is due "at once" until the host stamps it, and then fires only a full
+/// timeout after the stamp: late is allowed, early is not.
+#[test]
+fn post_with_lazy_clock_arms_an_unstamped_timer_that_the_host_stamps() {
+    let (mut p, a, _b) = setup(ConnOpts { retry_cnt: 2, timeout: 8, ..Default::default() });
+    let timeout = 4096u64 << 8;
+    let sg = [sge(&a, 0, 4)];
+    let wr = SendWr { wr_id: 1, sg_list: &sg, send_flags: signaled(), ..Default::default() };
+    let mut clock = || -> Nanos { panic!("a post that arms the ACK timer reads no clock") };
+    p.a.post_send_at(&mut Now::Lazy(&mut clock), a.qpn, &[wr]).unwrap();
+    let sent = p.a.stats().tx_packets;
+    assert_eq!(sent, 1, "the SEND went out");
+    assert_eq!(p.a.next_timeout(), Some(0), "an unstamped timer is due at once");
+
+    // The host's next look at the clock: stamping gives the deadline, firing nothing.
+    let t0 = 5_000_000;
+    p.a.handle_timeout(t0);
+    assert_eq!(p.a.next_timeout(), Some(t0 + timeout));
+    assert_eq!(p.a.stats().timeouts, 0, "stamping is not a timeout");
+    p.a.handle_timeout(t0 + timeout - 1);
+    assert_eq!(p.a.stats().timeouts, 0, "not before a full timeout after the stamp");
+    assert_eq!(p.a.stats().tx_packets, sent, "no retransmission yet");
+
+    // A full timeout after the stamp the requester retries: the SEND goes again.
+    p.a.handle_timeout(t0 + timeout);
+    assert_eq!(p.a.stats().timeouts, 1);
+    assert_eq!(p.a.stats().retransmits, 1);
+    assert_eq!(p.a.next_timeout(), Some(t0 + 2 * timeout), "re-armed from the retry");
+
+    // stamp_timers alone leaves stamped timers as they are.
+    p.a.stamp_timers(t0 + timeout + 77);
+    assert_eq!(p.a.next_timeout(), Some(t0 + 2 * timeout));
+}
+
 // ---------------- remote and local errors ----------------
 
 #[test]
@@ -2262,8 +2297,11 @@ fn a_connected_qp_ignores_wr_ud() {
     assert_eq!(read_mem(&b, 0, 9), b"connected");
 }
 
+/// A lazy clock (a real-time host's) is never read on the data path: a received SEND arms
+/// nothing, and an ACK that leaves packets in flight restarts the ACK timer unstamped, to be
+/// stamped at the host's next look at the clock (`post_with_lazy_clock_arms_…` covers posts).
 #[test]
-fn a_lazy_clock_is_read_only_to_arm_a_timer() {
+fn a_lazy_clock_is_not_read_on_the_data_path() {
     let (mut p, a, b) = setup(ConnOpts::default());
     let timeout_ns = req::ack_timeout_ns(ConnOpts::default().timeout).unwrap();
     for id in 1..=2 {
@@ -2301,8 +2339,8 @@ fn a_lazy_clock_is_read_only_to_arm_a_timer() {
     let second_ack_at = posted_at + 9_000;
     deliver(&mut p.a, acks.next().unwrap(), second_ack_at);
     // The responder armed nothing; the first ACK left send 2 in flight and restarted the
-    // timer from its own time; the last ACK stopped it.
-    assert_eq!(reads, 1, "only the ACK that restarts the timer reads the clock");
+    // timer, unstamped; the last ACK stopped it.
+    assert_eq!(reads, 0, "neither the SENDs nor the ACKs read the clock");
     assert_eq!(p.a.next_timeout(), None);
     let sent = poll_all(&mut p.a, a.cq);
     assert_eq!(
@@ -2323,9 +2361,14 @@ fn a_lazy_clock_is_read_only_to_arm_a_timer() {
     p.b.handle_packet(second_ack_at, &sends[0].data);
     let ack = p.b.poll_transmit().expect("the ACK of send 3");
     p.b.handle_packet(second_ack_at, &sends[1].data);
-    let mut at_ns = || second_ack_at + 20_000;
+    let mut at_ns = || -> Nanos { panic!("restarting the timer reads no clock") };
     p.a.handle_packet_at(&mut Now::Lazy(&mut at_ns), &ack.data);
-    assert_eq!(p.a.next_timeout(), Some(second_ack_at + 20_000 + timeout_ns));
+    assert_eq!(p.a.next_timeout(), Some(0), "restarted, waiting for its stamp");
+    // The host's next timer check stamps it: due a full timeout after that check.
+    let checked_at = second_ack_at + 20_000;
+    p.a.handle_timeout(checked_at);
+    assert_eq!(p.a.next_timeout(), Some(checked_at + timeout_ns));
+    assert_eq!(p.a.stats().timeouts, 0);
 }
 
 // ---------------- ACK coalescing ----------------

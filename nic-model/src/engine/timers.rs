@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::Nanos;
+use super::{Nanos, UNSTAMPED};
 
 /// The (deadline, QPN) of every QP with an armed timer; `first` is the least of them and is not
 /// also in `rest`.
@@ -21,6 +21,11 @@ impl TimerIndex {
     /// The earliest deadline of all.
     pub(crate) fn earliest(&self) -> Option<Nanos> {
         self.first.map(|(t, _)| t)
+    }
+
+    /// A QP filed under [`UNSTAMPED`], if any: those are the earliest entries.
+    pub(crate) fn first_unstamped(&self) -> Option<u32> {
+        self.first.filter(|&(t, _)| t == UNSTAMPED).map(|(_, qpn)| qpn)
     }
 
     /// QP `qpn`, filed under `old` (or not filed), is now due at `new` (or has no timer).

@@ -370,7 +370,12 @@ impl Core {
         // While the thread runs or stands by it sees the timer itself (or the program does).
         let parked_until = self.parked_until_ns.load(Ordering::Acquire);
         if parked_until != u64::MAX && nic.next_timeout().is_some_and(|t| t < parked_until) {
-            self.port.unpark();
+            // A timer armed without reading the clock (a post's) is due "at once" until it is
+            // stamped: give it its deadline before deciding whether the thread must wake.
+            nic.stamp_timers(now.get());
+            if nic.next_timeout().is_some_and(|t| t < parked_until) {
+                self.port.unpark();
+            }
         }
         did
     }
@@ -458,7 +463,9 @@ impl Core {
     /// [`BACKLOG_RETRY`] while datagrams wait for room in a full inbox.
     fn park_budget(&self) -> (Duration, u64) {
         let now = self.now();
-        let st = self.lock();
+        let mut st = self.lock();
+        // Timers that posts armed without the clock start now, at the latest.
+        st.nic.stamp_timers(now);
         let latest = match st.backlog.is_empty() {
             true => now + MAX_PARK.as_nanos() as u64,
             false => now + BACKLOG_RETRY.as_nanos() as u64,
