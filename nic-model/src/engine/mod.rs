@@ -248,16 +248,16 @@ pub enum WireOutcome {
 }
 
 /// A way onto the wire that a host can lend its NIC ([`Nic::set_wire`]), so that a datagram
-/// goes into the wire's own buffer (a ring slot) as it is made, instead of into a
+/// goes into the wire's own buffer (a ring slot) as soon as it is made, instead of into a
 /// [`Transmit`] that waits in a queue until the host copies it there. While the NIC's transmit
 /// queue is empty and the wire is not paused ([`Nic::pause_wire`]), every datagram of up to
 /// 256 bytes goes this way (the ACKs and small messages that latency waits for); one the wire
 /// refuses (`Full`) is queued for [`Nic::poll_transmit`], and so is everything after it, so
 /// order holds. An ACK sent this way is not coalesced with the next.
 pub trait Wire: Send {
-    /// Puts a datagram of `len` bytes for `dst` on the wire: `fill` writes it into the wire's
-    /// buffer (exactly `len` bytes) unless the outcome is `Full` or `Unreachable`.
-    fn emit(&mut self, dst: [u8; 4], len: usize, fill: &mut dyn FnMut(&mut [u8])) -> WireOutcome;
+    /// Puts `datagram` for `dst` on the wire (copies it into the wire's buffer), unless the
+    /// outcome is `Full` or `Unreachable`.
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome;
 }
 
 /// Something the program may want to be woken for.
@@ -766,6 +766,9 @@ impl Nic {
             .ok_or_else(|| Error::inval(format!("ibv_post_send: QP {qpn:#x} does not exist")))?;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
+            if req::post_now(qp, &mut self.sh, now, wr) {
+                continue;
+            }
             match self.sh.check_send(qp, wr, max_msg) {
                 Ok(wqe) => {
                     qp.sq.push_back(wqe);
@@ -1004,7 +1007,11 @@ impl Shared {
     }
 
     /// Post-time SGE checks: every lkey names an MR of this PD and the range lies inside it.
-    fn check_sges(&self, pd: PdId, sges: &[verbs_api::Sge]) -> std::result::Result<(), String> {
+    pub(crate) fn check_sges(
+        &self,
+        pd: PdId,
+        sges: &[verbs_api::Sge],
+    ) -> std::result::Result<(), String> {
         for (j, s) in sges.iter().enumerate() {
             let Some(mr) = self.mrs.get(s.lkey) else {
                 return Err(format!("sg_list[{j}].lkey {:#x} names no registered MR", s.lkey));
@@ -1261,9 +1268,7 @@ impl Shared {
     /// takes it, else into the transmit queue. Returns whether it was queued.
     fn send_built(&mut self, dst: [u8; 4], bytes: &[u8]) -> bool {
         if let Some(wire) = self.direct_wire() {
-            if wire.emit(dst, bytes.len(), &mut |slot| slot.copy_from_slice(bytes))
-                != WireOutcome::Full
-            {
+            if wire.send(dst, bytes) != WireOutcome::Full {
                 return false;
             }
         }
@@ -1272,6 +1277,11 @@ impl Shared {
         data.extend_from_slice(bytes);
         self.tx.push_back(Transmit { dst, data });
         true
+    }
+
+    /// Whether a datagram may go straight onto the host's wire now (see [`Shared::direct_wire`]).
+    pub(crate) fn may_send_direct(&self) -> bool {
+        self.tx.is_empty() && !self.wire_paused && self.wire.is_some()
     }
 
     /// The host's wire, if a datagram may go straight onto it now: nothing is queued ahead of

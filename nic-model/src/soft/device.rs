@@ -83,7 +83,7 @@ pub(crate) enum Round {
 
 /// The device's port lent to its NIC ([`Nic::set_wire`]): small datagrams go into the
 /// destination's ring slot as the engine makes them, queued ones when `flush_tx` sends them,
-/// and the tap sees each one as it is written into the slot.
+/// and the tap sees each one that went into a slot.
 pub(crate) struct PortWire {
     port: Arc<dyn Port>,
     /// The port's connections to the inboxes this device sends to.
@@ -98,14 +98,12 @@ impl PortWire {
 }
 
 impl Wire for PortWire {
-    fn emit(&mut self, dst: [u8; 4], len: usize, fill: &mut dyn FnMut(&mut [u8])) -> SendOutcome {
-        match &self.tap {
-            None => self.port.send(&mut self.links, dst, len, fill),
-            Some(tap) => self.port.send(&mut self.links, dst, len, &mut |slot| {
-                fill(slot);
-                tap(TapDir::Tx, slot);
-            }),
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let outcome = self.port.send(&mut self.links, dst, datagram);
+        if let (Some(tap), SendOutcome::Sent) = (&self.tap, outcome) {
+            tap(TapDir::Tx, datagram);
         }
+        outcome
     }
 }
 
@@ -399,7 +397,7 @@ impl Core {
                 },
             };
             let port = nic.wire_mut().expect("a soft device lends its NIC its port");
-            match port.emit(t.dst, t.data.len(), &mut |slot| slot.copy_from_slice(&t.data)) {
+            match port.send(t.dst, &t.data) {
                 SendOutcome::Sent | SendOutcome::Unreachable => {
                     // The bytes are in the peer's ring now: the buffer serves the next packet.
                     nic.recycle(t.data);

@@ -28,17 +28,10 @@ pub struct Links {
 pub trait Port: Send + Sync + 'static {
     /// The LID the fabric assigned.
     fn lid(&self) -> u16;
-    /// Put a datagram of `len` bytes, which `fill` writes in place, into the inbox of the
-    /// port with IPv4 address `dst`, through (and adding to) the connections in `links`, which
-    /// the caller owns and does not share: so a send takes no lock of its own. `fill` is
-    /// called only if the outcome is `Sent`.
-    fn send(
-        &self,
-        links: &mut Links,
-        dst: [u8; 4],
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> SendOutcome;
+    /// Put a copy of `datagram` into the inbox of the port with IPv4 address `dst`, through
+    /// (and adding to) the connections in `links`, which the caller owns and does not share:
+    /// so a send takes no lock of its own.
+    fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome;
     /// Hand up to `max` received datagrams to `f`, stopping early after one for which `f`
     /// returns false; returns how many were handed over.
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize;
@@ -104,13 +97,7 @@ impl Port for LoopPort {
         self.lid
     }
 
-    fn send(
-        &self,
-        _links: &mut Links,
-        dst: [u8; 4],
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> SendOutcome {
+    fn send(&self, _links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         let Some(inbox) =
             self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).get(&dst).cloned()
         else {
@@ -120,9 +107,7 @@ impl Port for LoopPort {
         if q.len() >= inbox.capacity {
             return SendOutcome::Full;
         }
-        let mut data = vec![0; len];
-        fill(&mut data);
-        q.push_back(data);
+        q.push_back(datagram.to_vec());
         drop(q);
         if inbox.parked.load(Ordering::Acquire) {
             inbox.ready.notify_one();
@@ -196,13 +181,7 @@ impl Port for ShmPort {
         self.inbox.lid()
     }
 
-    fn send(
-        &self,
-        links: &mut Links,
-        dst: [u8; 4],
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> SendOutcome {
+    fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         let lid = lid_of_ip(dst);
         if lid == 0 {
             return SendOutcome::Unreachable;
@@ -224,7 +203,7 @@ impl Port for ShmPort {
             },
         };
         let sender = &peers[at].1;
-        match sender.send_with(len, fill) {
+        match sender.send(datagram) {
             Ok(()) => SendOutcome::Sent,
             Err(WireError::Full) => {
                 if sender.owner_alive() {
