@@ -26,6 +26,7 @@ use super::{ChannelInner, SoftCq};
 use crate::engine::Wire;
 use crate::engine::{Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
+use crate::wire::os;
 
 /// Receives a copy of every datagram a device sends or receives, for teaching output (the demo
 /// prints each packet) and captures. It runs on whichever thread runs the engine, with the
@@ -48,12 +49,22 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// How long the NIC thread sleeps at a time while the program runs the engine inline; it takes
 /// over at most this long after the program stops calling in (at once when the program blocks
-/// in a verb). One wake-up (one system call) per interval is the whole cost of a busy device,
-/// but on a machine with as many busy threads as cores each wake-up also preempts a polling
-/// thread for a few microseconds: 1 ms keeps that out of the 99th percentile (200 µs put it
-/// at 13–19 µs; docs/performance.md) while a peer's ACK timeout (67 ms at `timeout` 14) never
-/// sees the hand-over. Overridable with `SOFTVERBS_STANDBY_US`.
+/// in a verb; on a machine whose every core is busy, at the next time-slice boundary, since it
+/// stands by as a background thread: [`BACKGROUND_AFTER_STANDBYS`]). One wake-up (one system
+/// call) per interval is the whole cost of a busy device, but on a machine with as many busy
+/// threads as cores a wake-up that preempts a polling thread costs it a few microseconds: 1 ms
+/// keeps that out of the 99th percentile (200 µs put it at 13–19 µs; docs/performance.md)
+/// while a peer's ACK timeout (67 ms at `timeout` 14) never sees the hand-over. Overridable
+/// with `SOFTVERBS_STANDBY_US`.
 pub const DEFAULT_STANDBY: Duration = Duration::from_millis(1);
+
+/// Standby intervals in a row after which the NIC thread makes itself a background thread
+/// (`SCHED_BATCH` on Linux) until it takes over again: a program that keeps calling in for this
+/// long is busy-polling, and on a machine with as many busy threads as cores the thread's
+/// wake-ups would otherwise preempt a polling thread each time (docs/performance.md). Not at
+/// once, so that a program that blocks in a verb for every message (`-e`) does not pay two
+/// system calls per message to switch.
+const BACKGROUND_AFTER_STANDBYS: u32 = 4;
 
 /// The longest the NIC thread sleeps when no timer is pending.
 const MAX_PARK: Duration = Duration::from_millis(100);
@@ -486,15 +497,28 @@ fn is_ud(datagram: &[u8]) -> bool {
 fn nic_thread(core: Arc<Core>) {
     let mut last_work = Instant::now();
     let mut seen_rounds = core.inline_rounds.load(Ordering::Relaxed);
+    // Standby intervals in a row, and whether the thread has made itself a background thread.
+    let mut standbys = 0u32;
+    let mut background = false;
     while !core.shutdown.load(Ordering::Acquire) {
         let rounds = core.inline_rounds.load(Ordering::Relaxed);
         let handed_over = core.takeover.swap(false, Ordering::AcqRel);
         if rounds != seen_rounds && !handed_over {
             // The program is calling in. Sleep where no sender has to wake us.
             seen_rounds = rounds;
+            standbys = standbys.saturating_add(1);
+            if standbys == BACKGROUND_AFTER_STANDBYS {
+                background = os::set_background(true);
+            }
             std::thread::park_timeout(core.standby);
             last_work = Instant::now();
             continue;
+        }
+        standbys = 0;
+        if background {
+            // Taking over: an ordinary thread again (once; it is not retried).
+            os::set_background(false);
+            background = false;
         }
         seen_rounds = rounds;
         if core.progress_background() {

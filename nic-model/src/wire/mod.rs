@@ -24,7 +24,7 @@ mod error;
 mod fabric;
 mod inbox;
 mod layout;
-mod os;
+pub(crate) mod os;
 mod segment;
 mod sender;
 #[cfg(test)]

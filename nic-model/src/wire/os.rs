@@ -1,6 +1,7 @@
 //! The operating-system calls the wire needs, each in one small function: who we are, whether
-//! a process is alive, the fabric directory lock, reserving a segment's memory, and the futex
-//! that a parked owner sleeps on. None of these is on the data path.
+//! a process is alive, the fabric directory lock, reserving a segment's memory, the futex
+//! that a parked owner sleeps on, and the scheduling policy of a NIC thread standing by. None
+//! of these is on the data path.
 
 use std::fs::File;
 use std::io;
@@ -164,6 +165,36 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 #[cfg(not(target_os = "linux"))]
 pub fn futex_wake(_word: &AtomicU32) {}
 
+/// Makes the calling thread, if it is an ordinary (`SCHED_OTHER`) thread, a background one
+/// (`SCHED_BATCH`), or back. The scheduler never lets a waking batch thread preempt a running
+/// thread: it runs when a CPU is free or at the running thread's next time-slice boundary. A
+/// NIC thread standing by uses it, so that its periodic look at the program costs the
+/// busy-polling threads of a fully loaded machine no preemption. Any thread may switch between
+/// the two without privileges; a thread with another policy (a real-time program's) is left
+/// as it is. Returns whether the thread is now a background thread.
+#[cfg(target_os = "linux")]
+pub fn set_background(background: bool) -> bool {
+    let (from, to) = match background {
+        true => (libc::SCHED_OTHER, libc::SCHED_BATCH),
+        false => (libc::SCHED_BATCH, libc::SCHED_OTHER),
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 names the calling thread; `param` is a valid sched_param for both
+    // policies (priority 0), and the calls have no other preconditions.
+    unsafe {
+        if libc::sched_getscheduler(0) == from {
+            libc::sched_setscheduler(0, to, &param);
+        }
+        libc::sched_getscheduler(0) == libc::SCHED_BATCH
+    }
+}
+
+/// [`set_background`] where the scheduler has no such policy: nothing changes.
+#[cfg(not(target_os = "linux"))]
+pub fn set_background(_background: bool) -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +208,24 @@ mod tests {
         assert!(!process_alive(pid, 0));
         assert!(!process_alive(0, 0));
         assert!(!process_alive(u32::MAX, 0));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_switches_to_the_background_and_back() {
+        // In a thread of its own: the policy is per thread.
+        std::thread::spawn(|| {
+            // SAFETY: sched_getscheduler(0) asks about the calling thread; no preconditions.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            assert_eq!(policy(), libc::SCHED_OTHER);
+            assert!(set_background(true), "now a background thread");
+            assert_eq!(policy(), libc::SCHED_BATCH);
+            assert!(set_background(true), "still one");
+            assert!(!set_background(false), "an ordinary thread again");
+            assert_eq!(policy(), libc::SCHED_OTHER);
+        })
+        .join()
+        .expect("the thread's checks");
     }
 
     #[cfg(target_os = "linux")]
