@@ -58,7 +58,11 @@ fn the_nic_thread_stands_by_in_the_background_and_takes_over_as_an_ordinary_thre
     let ctx = soft.open("softverbs0").expect("opening softverbs0");
     let cq = ctx.create_cq(16, None, 0).expect("cq");
     let nic = "softverbs0-nic";
-    assert_eq!(policy_of_thread(nic), Some(SCHED_OTHER), "an ordinary thread at first");
+    // The thread names itself as it starts, which may be a moment after `open` returns.
+    let seen = wait_for_policy(nic, SCHED_OTHER, Duration::from_secs(5), || {
+        std::thread::sleep(Duration::from_millis(1));
+    });
+    assert_eq!(seen, Some(SCHED_OTHER), "an ordinary thread at first");
 
     // Busy-polling: after a few standby intervals (1 ms each) the thread is in the background.
     let mut wcs = [WorkCompletion::default(); 4];
