@@ -746,22 +746,41 @@ mod tests {
     }
 
     fn any_packet_bytes() -> impl Strategy<Value = (IpUdp, usize, u64, Vec<u8>)> {
-        (
-            any::<([u8; 4], [u8; 4], u16, u8, u8, u16, bool)>(),
-            0..opcode_table().len(),
-            any::<u64>(),
-            vec(any::<u8>(), 0..300),
+        (any_ip_udp(), 0..opcode_table().len(), any::<u64>(), vec(any::<u8>(), 0..300))
+    }
+
+    /// Any IPv4/UDP fields: addresses, source port, TOS, TTL, identification, DF.
+    fn any_ip_udp() -> impl Strategy<Value = IpUdp> {
+        any::<([u8; 4], [u8; 4], u16, u8, u8, u16, bool)>().prop_map(
+            |(src, dst, src_port, tos, ttl, ident, dont_fragment)| IpUdp {
+                src,
+                dst,
+                src_port,
+                tos,
+                ttl,
+                ident,
+                dont_fragment,
+            },
         )
-            .prop_map(
-                |((src, dst, src_port, tos, ttl, ident, dont_fragment), row, seed, payload)| {
-                    (
-                        IpUdp { src, dst, src_port, tos, ttl, ident, dont_fragment },
-                        row,
-                        seed,
-                        payload,
-                    )
-                },
-            )
+    }
+
+    /// Any AETH a responder sends (ACK, RNR NAK, each NAK code) or a reserved syndrome, with
+    /// any 24-bit MSN.
+    fn any_aeth() -> impl Strategy<Value = Aeth> {
+        let msn = || 0..1u32 << 24;
+        let nak_code = prop::sample::select(vec![
+            NakCode::PsnSequenceError,
+            NakCode::InvalidRequest,
+            NakCode::RemoteAccessError,
+            NakCode::RemoteOperationalError,
+            NakCode::InvalidRdRequest,
+        ]);
+        prop_oneof![
+            msn().prop_map(Aeth::ack),
+            (0..32u8, msn()).prop_map(|(timer, msn)| Aeth::rnr_nak(timer, msn)),
+            (nak_code, msn()).prop_map(|(code, msn)| Aeth::nak(code, msn)),
+            (any::<u8>(), msn()).prop_map(|(syndrome, msn)| Aeth { syndrome, msn }),
+        ]
     }
 
     /// IPv4/UDP fields worth varying: identification, TOS, TTL, DF, addresses, source port.
@@ -938,6 +957,40 @@ mod tests {
         }
         assert_eq!(ones_complement_sum(&[0; IPV4_LEN]), 0);
         assert_eq!(ones_complement_sum(&[0xFF; IPV4_LEN]), 0xFFFF);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn an_ack_from_any_template_is_the_ack_emit_writes(
+            ip in any_ip_udp(),
+            dest_qp in 0..1u32 << 24,
+            ident in any::<u16>(),
+            psn in 0..1u32 << 24,
+            aeth in any_aeth(),
+            stale in any::<u8>(),
+        ) {
+            // The template ignores `ip.ident`; each ACK carries its own. Emitted into a buffer
+            // with stale bytes in it (a ring slot).
+            let template = AckTemplate::new(&ip, dest_qp);
+            let mut fast = [stale; ACK_DATAGRAM_LEN];
+            template.emit_into(ident, Psn::new(psn), aeth, &mut fast);
+            let bth = Bth {
+                opcode: Opcode::RC_ACKNOWLEDGE,
+                pkey: 0xFFFF,
+                dest_qp,
+                psn: Psn::new(psn),
+                ..Bth::default()
+            };
+            let mut pkt = Packet::new(bth, &[]);
+            pkt.aeth = Some(aeth);
+            let ip = IpUdp { ident, ..ip };
+            let mut general = Vec::new();
+            emit_datagram(&ip, &pkt, &mut general).unwrap();
+            prop_assert_eq!(&fast[..], &general[..]);
+            prop_assert_eq!(parse_datagram(&fast), Ok((ip, pkt)));
+        }
     }
 
     proptest! {
