@@ -8,10 +8,17 @@
 //! 145 for crc32fast over a masked copy. Longer datagrams (over 128 bytes), other CPUs, and
 //! inputs shorter than the masked headers or not a multiple of 4 bytes (never a datagram) are
 //! hashed with crc32fast, whose four-way fold is faster on full-MTU packets.
+//!
+//! A datagram that differs from one hashed before only in a few bytes at fixed offsets (an RC
+//! QP's ACK, from its template) gets its ICRC from the earlier one with [`IcrcPatch`]: a table
+//! load per changed byte.
 
 use std::sync::OnceLock;
 
 use crc32fast::Hasher;
+
+/// The CRC-32 generator polynomial with its x^32 term, bit i ↔ x^i.
+const POLY: u64 = 0x1_04C1_1DB7;
 
 /// Bytes at the start of a datagram that contain masked fields: IPv4 (20) + UDP (8) + BTH (12).
 const MASKED_LEN: usize = 40;
@@ -87,6 +94,101 @@ fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
     hasher.finalize()
 }
 
+/// The ICRCs of datagrams that differ from one base datagram of the same length only in the
+/// bytes at a few fixed offsets, each from the base's ICRC with one table load per such byte
+/// instead of hashing the datagram: how an RC QP's ACKs get theirs (`roce::AckTemplate`, whose
+/// identification, PSN and AETH are all that change).
+///
+/// Why it works. CRC-32 is affine over GF(2): the CRC of a message is a linear function of its
+/// bits plus a constant fixed by its length (the initial value and final complement; here also
+/// the pseudo-LRH and the masked fields, the same in every datagram). So for datagrams A and B
+/// of one length, ICRC(A) ⊕ ICRC(B) = crc0(A ⊕ B), where crc0 is the CRC seeded with 0 and not
+/// complemented, which is linear. A ⊕ B is zero except at the offsets, and crc0 of leading
+/// zeros is 0, so crc0(A ⊕ B) is the ⊕, over the offsets, of crc0 of the byte there followed by
+/// as many zero bytes as come after it in the datagram. That is linear in the byte, so it is a
+/// 256-entry table for each offset, fixed by the offset's distance from the end.
+#[derive(Debug)]
+pub(crate) struct IcrcPatch<const N: usize> {
+    /// `tables[i][b]`: crc0 of the byte `b` at the `i`-th offset followed by zeros to the end.
+    tables: [[u32; 256]; N],
+}
+
+impl<const N: usize> IcrcPatch<N> {
+    /// The tables for bytes at `offsets` of datagrams whose ICRC covers `covered_len` bytes (the
+    /// datagram without its ICRC). Meant to be evaluated at compile time, into a `static`.
+    ///
+    /// # Panics
+    /// If an offset is not below `covered_len` or is a masked byte (one that the ICRC hashes as
+    /// 0xFF, whatever it holds): a table for it would be wrong.
+    pub(crate) const fn new(covered_len: usize, offsets: [usize; N]) -> IcrcPatch<N> {
+        let mut tables = [[0; 256]; N];
+        let mut i = 0;
+        while i < N {
+            let at = offsets[i];
+            assert!(at < covered_len, "an offset inside the bytes the ICRC covers");
+            let mut m = 0;
+            while m < MASKED_BYTES.len() {
+                assert!(MASKED_BYTES[m] != at, "an offset the ICRC does not mask");
+                m += 1;
+            }
+            tables[i] = byte_contributions(covered_len - 1 - at);
+            i += 1;
+        }
+        IcrcPatch { tables }
+    }
+
+    /// The ICRC of a datagram that differs from a base datagram, whose ICRC is `base_icrc`,
+    /// only at the offsets, where its bytes XOR the base's are `changes` (in the order of the
+    /// offsets; simply its bytes there if the base has zeros).
+    #[inline]
+    pub(crate) fn icrc(&self, base_icrc: u32, changes: [u8; N]) -> u32 {
+        let mut icrc = base_icrc;
+        for (table, change) in self.tables.iter().zip(changes) {
+            icrc ^= table[usize::from(change)];
+        }
+        icrc
+    }
+}
+
+/// crc0 (seeded with 0, not complemented) of each byte value followed by `zeros_after` zero
+/// bytes. Linear in the byte: the eight single bits are hashed, every other entry is the XOR of
+/// the entries of its bits.
+const fn byte_contributions(zeros_after: usize) -> [u32; 256] {
+    let mut table = [0; 256];
+    let mut bit = 0;
+    while bit < 8 {
+        let mut register = crc0_byte(0, 1 << bit);
+        let mut n = 0;
+        while n < zeros_after {
+            register = crc0_byte(register, 0);
+            n += 1;
+        }
+        table[1 << bit] = register;
+        bit += 1;
+    }
+    let mut byte: usize = 1;
+    while byte < 256 {
+        let lowest_bit = byte & byte.wrapping_neg();
+        table[byte] = table[lowest_bit] ^ table[byte ^ lowest_bit];
+        byte += 1;
+    }
+    table
+}
+
+/// The CRC-32 register after one more byte, a bit at a time, bit-reflected as zlib's (and the
+/// ICRC) keeps it: no initial value or final complement, so crc0 is this from 0.
+const fn crc0_byte(register: u32, byte: u8) -> u32 {
+    /// The polynomial without its x^32 term, bit i ↔ x^(31−i).
+    const REFLECTED_POLY: u32 = (POLY as u32).reverse_bits();
+    let mut register = register ^ byte as u32;
+    let mut bit = 0;
+    while bit < 8 {
+        register = if register & 1 == 1 { register >> 1 ^ REFLECTED_POLY } else { register >> 1 };
+        bit += 1;
+    }
+    register
+}
+
 /// CRC-32 by carry-less multiplication (the folding of Intel's "Fast CRC computation for generic
 /// polynomials using PCLMULQDQ", worked out here for the bit-reflected CRC-32 and for inputs
 /// whose length is not a multiple of 16).
@@ -99,15 +201,12 @@ fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
 /// M (seeded with 0, no final complement) is reflect32(M·x^32 mod P).
 #[cfg(target_arch = "x86_64")]
 mod folded {
-    use super::{MASKED_LEN, PSEUDO_LRH_CRC};
+    use super::{MASKED_LEN, POLY, PSEUDO_LRH_CRC};
     use std::arch::x86_64::{
         __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si32, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
         _mm_set_epi64x, _mm_slli_epi64, _mm_slli_si128, _mm_srli_si128, _mm_unpacklo_epi64,
         _mm_xor_si128,
     };
-
-    /// The CRC-32 generator polynomial with its x^32 term, bit i ↔ x^i.
-    const POLY: u64 = 0x1_04C1_1DB7;
 
     /// x^n mod P, bit i ↔ x^i.
     const fn x_pow_mod_p(n: u32) -> u64 {
@@ -335,6 +434,75 @@ mod tests {
             let masked = MASKED_BYTES.contains(&at);
             assert_eq!(icrc_ipv4(&changed) == icrc, masked, "byte {at}");
         }
+    }
+
+    #[test]
+    fn byte_contributions_are_the_crc_change_of_one_byte_set() {
+        // crc(P ‖ b ‖ 0ⁿ) ⊕ crc(P ‖ 0 ‖ 0ⁿ), by crc32fast: the contribution of byte b with n
+        // bytes after it, whatever comes before.
+        let prefix: Vec<u8> = (0..13u8).map(|i| i.wrapping_mul(59) ^ 0xA7).collect();
+        for zeros_after in (0..=70).chain([127, 1000]) {
+            let table = byte_contributions(zeros_after);
+            let mut message = prefix.clone();
+            message.resize(prefix.len() + 1 + zeros_after, 0);
+            let unset = crc32fast::hash(&message);
+            for byte in 0..=u8::MAX {
+                message[prefix.len()] = byte;
+                assert_eq!(
+                    table[usize::from(byte)],
+                    crc32fast::hash(&message) ^ unset,
+                    "byte {byte:#04x} with {zeros_after} bytes after it"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_patched_icrc_is_the_icrc_of_the_changed_datagram() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        // Unmasked bytes at either end of the masked header and in the payload; lengths on
+        // both hashing paths.
+        const OFFSETS: [usize; 6] = [0, 9, 25, 33, 39, 43];
+        for covered_len in [44, 48, 100, 132, 300] {
+            let patch = IcrcPatch::new(covered_len, OFFSETS);
+            for _ in 0..200 {
+                let mut datagram: Vec<u8> = (0..covered_len).map(|_| next() as u8).collect();
+                let (base, base_icrc) = (datagram.clone(), icrc_ipv4(&datagram));
+                let mut changes = [0; OFFSETS.len()];
+                for (at, change) in OFFSETS.into_iter().zip(&mut changes) {
+                    *change = next() as u8;
+                    datagram[at] ^= *change;
+                }
+                // Masked bytes may differ too: the ICRC does not see them.
+                for at in MASKED_BYTES {
+                    datagram[at] = next() as u8;
+                }
+                assert_ne!(datagram, base);
+                assert_eq!(
+                    patch.icrc(base_icrc, changes),
+                    by_definition(&datagram),
+                    "{covered_len} bytes, changes {changes:02x?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "an offset the ICRC does not mask")]
+    fn a_patch_refuses_a_masked_offset() {
+        let _ = IcrcPatch::new(44, [4, 8]);
+    }
+
+    #[test]
+    #[should_panic(expected = "an offset inside the bytes the ICRC covers")]
+    fn a_patch_refuses_an_offset_past_the_covered_bytes() {
+        let _ = IcrcPatch::new(44, [44]);
     }
 
     #[test]
