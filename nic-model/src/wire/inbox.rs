@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::layout::STATE_CLOSED;
+use super::layout::{lap_seq, STATE_CLOSED};
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::sender::wake_if_parked;
@@ -226,9 +226,9 @@ impl Inbox {
             let pos = self.seg.head().load(Ordering::Relaxed);
             let slot = self.seg.slot(pos);
             let seq = slot.seq.load(Ordering::Acquire);
-            if seq != pos.wrapping_add(1) {
+            if seq != lap_seq(pos.wrapping_add(1)) {
                 // An empty slot names no writer: the common case costs no call and no clock.
-                if seq == pos && slot.writer.load(Ordering::Relaxed) != 0 {
+                if seq == lap_seq(pos) && slot.writer.load(Ordering::Relaxed) != 0 {
                     if let Stall::Retry = self.check_stall(pos, &slot) {
                         continue;
                     }
@@ -260,7 +260,7 @@ impl Inbox {
     fn release(&self, pos: u64, slot: &SlotWords<'_>) {
         let slots = u64::from(self.slots());
         slot.writer.store(0, Ordering::Relaxed);
-        slot.seq.store(pos.wrapping_add(slots), Ordering::Release);
+        slot.seq.store(lap_seq(pos.wrapping_add(slots)), Ordering::Release);
         self.seg.head().store(pos.wrapping_add(1), Ordering::Release);
     }
 
@@ -287,7 +287,7 @@ impl Inbox {
             return Stall::Wait;
         }
         // The writer is gone. It may have published just before dying; deliver that.
-        if slot.seq.load(Ordering::Acquire) != pos {
+        if slot.seq.load(Ordering::Acquire) != lap_seq(pos) {
             return Stall::Retry;
         }
         bump(&self.counters.abandoned);
@@ -299,7 +299,7 @@ impl Inbox {
     /// as not ready). Makes no system call.
     pub fn is_empty(&self) -> bool {
         let pos = self.seg.head().load(Ordering::Acquire);
-        self.seg.slot(pos).seq.load(Ordering::Acquire) != pos.wrapping_add(1)
+        self.seg.slot(pos).seq.load(Ordering::Acquire) != lap_seq(pos.wrapping_add(1))
     }
 
     /// Sleeps until a packet arrives, [`unpark`](Inbox::unpark) is called, or `timeout`

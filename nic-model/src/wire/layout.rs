@@ -8,7 +8,7 @@
 //! offset  size  field
 //! ------  ----  ------------------------------------------------ line 0: identity, never changes
 //!      0     8  magic            b"SVWIRE\0\x01"
-//!      8     4  version          layout version, LAYOUT_VERSION (1)
+//!      8     4  version          layout version, LAYOUT_VERSION (2)
 //!     12     4  header_size      bytes before slot 0, HEADER_SIZE (384)
 //!     16     4  slots            slot count, a power of two in 2..=65536
 //!     20     4  slot_size        payload bytes per slot, a multiple of 64 in 64..=65536
@@ -26,27 +26,41 @@
 //!    256     4  doorbell         futex word; bumped by whoever wakes a parked owner
 //!    320     4  parked           1 while the owner is (about to be) asleep on the doorbell
 //! ------  ----  ------------------------------------------------ slots, each 64 + slot_size bytes
-//!    384        slot i at HEADER_SIZE + i * (64 + slot_size):
-//!                 +0  8  seq         Vyukov sequence: i + k*slots free, i + k*slots + 1 full
-//!                 +8  4  len         payload length in bytes
-//!                +12  4  writer_pid  pid of the sender that claimed the slot, 0 when free
-//!                +64     payload     slot_size bytes
+//!    384        slot i at HEADER_SIZE + i * (64 + slot_size), line-aligned:
+//!                 +0  4  seq         Vyukov sequence mod 2^32: i + k*slots free, + 1 full
+//!                 +4  4  len         payload length in bytes
+//!                 +8  4  writer_pid  pid of the sender that claimed the slot, 0 when free
+//!                +12     payload     slot_size bytes (the rest of the slot is padding)
 //! ```
 //!
-//! Indices are `u64` and never wrap in practice (2^64 packets). The header's identity line is
-//! written before `state` becomes ready, with a Release store that openers read with Acquire,
-//! so a half-initialised file is refused as "not ready" rather than misread.
+//! The payload starts in the same cache line as the slot's sequence number: a consumer that
+//! sees a packet published has its first 52 bytes already (an ACK is 48, a SEND of 8 bytes
+//! 52), instead of waiting for a second line to come over from the sender's core. Layout 1
+//! put the payload on the next line.
+//!
+//! Indices are `u64` and never wrap in practice (2^64 packets); a slot keeps the low 32 bits
+//! of its sequence, enough to tell this lap from the last (laps are `slots` apart and every
+//! lap rewrites every slot). The header's identity line is written before `state` becomes
+//! ready, with a Release store that openers read with Acquire, so a half-initialised file is
+//! refused as "not ready" rather than misread.
 
 /// The first eight bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"SVWIRE\0\x01";
 /// The layout described in this module; bump it for any incompatible change.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Cache line size the layout is padded to.
 pub const CACHE_LINE: usize = 64;
 /// Bytes before slot 0.
 pub const HEADER_SIZE: usize = 6 * CACHE_LINE;
-/// Bytes of per-slot bookkeeping before each payload (keeps payloads cache-line aligned).
+/// Bytes each slot has beyond its payload: its words, and padding that keeps every slot
+/// cache-line aligned (the payload starts at [`SLOT_OFF_PAYLOAD`], in the same line as them).
 pub const SLOT_HEADER_SIZE: usize = CACHE_LINE;
+
+/// The sequence number a slot holds for ring position `pos`: its low 32 bits (see the layout).
+#[inline(always)]
+pub fn lap_seq(pos: u64) -> u32 {
+    pos as u32
+}
 
 pub const MIN_SLOTS: u32 = 2;
 pub const MAX_SLOTS: u32 = 65536;
@@ -72,8 +86,9 @@ pub const OFF_DOORBELL: usize = 4 * CACHE_LINE;
 pub const OFF_PARKED: usize = 5 * CACHE_LINE;
 
 pub const SLOT_OFF_SEQ: usize = 0;
-pub const SLOT_OFF_LEN: usize = 8;
-pub const SLOT_OFF_WRITER: usize = 12;
+pub const SLOT_OFF_LEN: usize = 4;
+pub const SLOT_OFF_WRITER: usize = 8;
+pub const SLOT_OFF_PAYLOAD: usize = 12;
 
 /// Values of the `state` word.
 pub const STATE_INITIALISING: u32 = 0;
@@ -92,7 +107,11 @@ const _: () = {
     assert!(OFF_PARKED == OFF_DOORBELL + CACHE_LINE);
     assert!(HEADER_SIZE == OFF_PARKED + CACHE_LINE);
     assert!(OFF_TAIL & 7 == 0 && OFF_HEAD & 7 == 0 && OFF_TOTAL_SIZE & 7 == 0);
-    assert!(SLOT_OFF_WRITER + 4 <= SLOT_HEADER_SIZE);
+    assert!(SLOT_OFF_WRITER + 4 == SLOT_OFF_PAYLOAD && SLOT_OFF_PAYLOAD <= SLOT_HEADER_SIZE);
+    assert!(
+        CACHE_LINE - SLOT_OFF_PAYLOAD == 52,
+        "an ACK (48 bytes) and an 8-byte SEND (52) share their sequence number's line"
+    );
     assert!(HEADER_READ_LEN <= HEADER_SIZE);
 };
 
@@ -333,8 +352,9 @@ mod tests {
         assert!(Header::parse(&b, len).unwrap_err().contains("bad magic"));
 
         let mut b = h.encode();
-        b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&3u32.to_ne_bytes());
-        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 3, expected 1");
+        // A segment of the previous layout (a process of an older softverbs on the fabric).
+        b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&1u32.to_ne_bytes());
+        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 1, expected 2");
 
         assert!(Header::parse(&h.encode()[..50], 50).unwrap_err().contains("truncated"));
         assert!(h.check(100).unwrap_err().contains("truncated"));

@@ -14,7 +14,7 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use super::layout::{
     self, Geometry, Header, CACHE_LINE, HEADER_READ_LEN, OFF_DOORBELL, OFF_HEAD, OFF_PARKED,
-    OFF_STATE, OFF_TAIL, SLOT_HEADER_SIZE, SLOT_OFF_LEN, SLOT_OFF_SEQ, SLOT_OFF_WRITER,
+    OFF_STATE, OFF_TAIL, SLOT_OFF_LEN, SLOT_OFF_PAYLOAD, SLOT_OFF_SEQ, SLOT_OFF_WRITER,
 };
 use super::WireError;
 
@@ -62,7 +62,7 @@ impl Segment {
         }
         for index in 0..u64::from(geometry.slots) {
             let slot = seg.slot(index);
-            slot.seq.store(index, Ordering::Relaxed);
+            slot.seq.store(index as u32, Ordering::Relaxed);
             slot.len.store(0, Ordering::Relaxed);
             slot.writer.store(0, Ordering::Relaxed);
         }
@@ -144,10 +144,10 @@ impl Segment {
         // Below `slots` after the mask, so the slot lies inside the checked geometry.
         let off = self.geometry.slot_offset(pos & self.slot_mask);
         SlotWords {
-            seq: self.word64(off + SLOT_OFF_SEQ),
+            seq: self.word32(off + SLOT_OFF_SEQ),
             len: self.word32(off + SLOT_OFF_LEN),
             writer: self.word32(off + SLOT_OFF_WRITER),
-            payload_off: off + SLOT_HEADER_SIZE,
+            payload_off: off + SLOT_OFF_PAYLOAD,
         }
     }
 
@@ -180,7 +180,7 @@ impl Segment {
 
 /// The shared words at the start of one slot.
 pub struct SlotWords<'a> {
-    pub seq: &'a AtomicU64,
+    pub seq: &'a AtomicU32,
     pub len: &'a AtomicU32,
     pub writer: &'a AtomicU32,
     payload_off: usize,

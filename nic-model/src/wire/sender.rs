@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::layout::{Header, STATE_CLOSED};
+use super::layout::{lap_seq, Header, STATE_CLOSED};
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::WireError;
@@ -190,7 +190,7 @@ struct Publish<'a> {
 impl Drop for Publish<'_> {
     fn drop(&mut self) {
         self.slot.len.store(self.len, Ordering::Relaxed);
-        self.slot.seq.store(self.pos.wrapping_add(1), Ordering::Release);
+        self.slot.seq.store(lap_seq(self.pos.wrapping_add(1)), Ordering::Release);
     }
 }
 

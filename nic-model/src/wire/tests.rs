@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::layout::{self, Geometry, Header, OFF_STATE, OFF_VERSION, STATE_READY};
+use super::layout::{self, lap_seq, Geometry, Header, OFF_STATE, OFF_VERSION, STATE_READY};
 use super::*;
 
 /// A fabric in a fresh directory under the temporary directory, removed on drop (also when
@@ -286,7 +286,7 @@ fn corrupted_segments_are_refused_with_the_file_named() {
     let p = write_segment(&fabric, 2, me, |b| {
         b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&3u32.to_ne_bytes())
     });
-    expect_bad_segment(fabric.connect(2), &p, "layout version 3, expected 1");
+    expect_bad_segment(fabric.connect(2), &p, "layout version 3, expected 2");
 
     let p = write_segment(&fabric, 3, me, |b| b.truncate(100));
     expect_bad_segment(fabric.connect(3), &p, "truncated");
@@ -546,7 +546,7 @@ fn a_slot_claimed_by_a_live_slow_sender_is_waited_for() {
     // The slow writer finishes: publish the (empty) packet the way `send` does.
     let slot = inbox.segment().slot(pos);
     slot.len.store(0, Ordering::Relaxed);
-    slot.seq.store(pos + 1, Ordering::Release);
+    slot.seq.store(lap_seq(pos + 1), Ordering::Release);
     assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(Vec::new()));
     assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(b"second".to_vec()));
     assert_eq!(inbox.stats().abandoned, 0);
