@@ -50,7 +50,7 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// How long the NIC thread sleeps at a time while the program runs the engine inline; it takes
 /// over at most this long after the program stops calling in (at once when the program blocks
 /// in a verb; on a machine whose every core is busy, at the next time-slice boundary, since it
-/// stands by as a background thread: [`BACKGROUND_AFTER_STANDBYS`]). One wake-up (one system
+/// stands by as a background thread: `BACKGROUND_AFTER_STANDBYS`). One wake-up (one system
 /// call) per interval is the whole cost of a busy device, but on a machine with as many busy
 /// threads as cores a wake-up that preempts a polling thread costs it a few microseconds: 1 ms
 /// keeps that out of the 99th percentile (200 µs put it at 13–19 µs; docs/performance.md)
