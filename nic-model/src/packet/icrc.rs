@@ -407,16 +407,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn random_datagrams_match_the_definition() {
-        // A xorshift stream: every bit of the input matters, at every position.
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
+    /// A xorshift64 stream of pseudo-random words from `state` (not zero).
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state
-        };
+        }
+    }
+
+    #[test]
+    fn random_datagrams_match_the_definition() {
+        // A xorshift stream: every bit of the input matters, at every position.
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..2000 {
             let len = 40 + (next() % 200) as usize;
             let datagram: Vec<u8> = (0..len).map(|_| next() as u8).collect();
@@ -459,13 +463,7 @@ mod tests {
 
     #[test]
     fn a_patched_icrc_is_the_icrc_of_the_changed_datagram() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         // Unmasked bytes at either end of the masked header and in the payload; lengths on
         // both hashing paths.
         const OFFSETS: [usize; 6] = [0, 9, 25, 33, 39, 43];

@@ -845,9 +845,23 @@ mod tests {
         ]
     }
 
+    /// The ACK (or NAK) of `dest_qp` with this PSN and AETH as a packet, for `emit_datagram`.
+    fn ack_packet(dest_qp: u32, psn: u32, aeth: super::super::Aeth) -> Packet<'static> {
+        let bth = Bth {
+            opcode: super::super::Opcode::RC_ACKNOWLEDGE,
+            pkey: 0xFFFF,
+            dest_qp,
+            psn: super::super::Psn::new(psn),
+            ..Bth::default()
+        };
+        let mut pkt = Packet::new(bth, &[]);
+        pkt.aeth = Some(aeth);
+        pkt
+    }
+
     #[test]
     fn an_ack_from_its_template_is_the_ack_emit_writes() {
-        use super::super::{Aeth, NakCode, Opcode, Psn};
+        use super::super::{Aeth, NakCode, Psn};
         let aeths = [
             Aeth::ack(0),
             Aeth::ack(0x00AB_CDEF),
@@ -867,15 +881,7 @@ mod tests {
                             fast.clear();
                             fast.resize(ACK_DATAGRAM_LEN, 0x5A);
                             template.emit_into(ident, Psn::new(psn), aeth, &mut fast);
-                            let bth = Bth {
-                                opcode: Opcode::RC_ACKNOWLEDGE,
-                                pkey: 0xFFFF,
-                                dest_qp,
-                                psn: Psn::new(psn),
-                                ..Bth::default()
-                            };
-                            let mut pkt = Packet::new(bth, &[]);
-                            pkt.aeth = Some(aeth);
+                            let pkt = ack_packet(dest_qp, psn, aeth);
                             emit_datagram(&IpUdp { ident, ..ip }, &pkt, &mut general).unwrap();
                             assert_eq!(
                                 fast, general,
@@ -1014,15 +1020,7 @@ mod tests {
             let template = AckTemplate::new(&ip, dest_qp);
             let mut fast = [stale; ACK_DATAGRAM_LEN];
             template.emit_into(ident, Psn::new(psn), aeth, &mut fast);
-            let bth = Bth {
-                opcode: Opcode::RC_ACKNOWLEDGE,
-                pkey: 0xFFFF,
-                dest_qp,
-                psn: Psn::new(psn),
-                ..Bth::default()
-            };
-            let mut pkt = Packet::new(bth, &[]);
-            pkt.aeth = Some(aeth);
+            let pkt = ack_packet(dest_qp, psn, aeth);
             let ip = IpUdp { ident, ..ip };
             let mut general = Vec::new();
             emit_datagram(&ip, &pkt, &mut general).unwrap();
