@@ -7,7 +7,7 @@ use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_L
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
 use super::{lid_of_ip, Shared};
-use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn};
+use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 
 /// A request packet arrived for this QP.
 pub(crate) fn handle_request(
@@ -169,6 +169,50 @@ fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_l
     if pkt.bth.ack_req {
         ack(qp, sh, psn);
     }
+}
+
+/// The fast path of [`handle_request`] for the message latency waits on: an RC SEND ONLY (with
+/// or without immediate data) in sequence, for a QP with a receive of its own posted that
+/// takes the payload. It does what `handle_request` and `on_send` do for it (place the
+/// payload, complete the receive, acknowledge) without a parsed [`Packet`]. For anything else
+/// it returns false and the caller takes the general path; it has then changed nothing, but
+/// for a receive that cannot take the payload the bytes the scatter wrote before it failed,
+/// which the general path writes again before it fails the receive.
+pub(crate) fn receive_send_only(qp: &mut Qp, sh: &mut Shared, send: &SendOnly<'_>) -> bool {
+    let psn = send.bth.psn;
+    let fits_mtu = send.payload.len() as u64 <= u64::from(qp.mtu());
+    if qp.qp_type != QpType::Rc
+        || !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        || psn != qp.resp.epsn
+        || qp.resp.recv.is_some()
+        || qp.srq.is_some()
+        || !fits_mtu
+    {
+        return false;
+    }
+    let Some(w) = qp.rq.front() else { return false };
+    if sh.mrs.scatter(qp.pd, &w.sges, 0, send.payload).is_err() {
+        return false;
+    }
+    let w = qp.rq.pop_front().expect("the receive just written");
+    qp.resp.nak_sent = false;
+    qp.resp.epsn = psn.next();
+    qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
+    sh.complete_recv(
+        qp,
+        w.wr_id,
+        WcStatus::Success,
+        WcOpcode::Recv,
+        send.payload.len() as u32,
+        send.imm,
+        qp.attr.dest_qp_num,
+        lid_of_ip(send.src),
+        send.bth.solicited,
+    );
+    if send.bth.ack_req {
+        ack(qp, sh, psn);
+    }
+    true
 }
 
 fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {
