@@ -200,6 +200,16 @@ impl Inbox {
     /// [`recv_burst`](Inbox::recv_burst) that also stops after a packet for which `f` returns
     /// false (that packet is consumed and counted).
     pub fn recv_while(&self, max: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
+        // An empty ring, the common case of a busy poll, costs two loads and no claim: the
+        // head slot is free for this lap and no sender has claimed it (a claimed one goes on,
+        // so that `take` can tell a dead writer).
+        let pos = self.seg.head().load(Ordering::Relaxed);
+        let slot = self.seg.slot(pos);
+        if slot.seq.load(Ordering::Acquire) == lap_seq(pos)
+            && slot.writer.load(Ordering::Relaxed) == 0
+        {
+            return 0;
+        }
         let Some(_receiving) = Receiving::claim(&self.receiving) else {
             return 0;
         };
