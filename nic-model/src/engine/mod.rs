@@ -1252,6 +1252,34 @@ impl Shared {
         true
     }
 
+    /// [`Shared::transmit_to`] for the requester's fast path (`req::post_now`): a request of
+    /// `qp` built without a [`Packet`] (`packet::emit_request_into`; the headers are the ones
+    /// `bth.opcode` lists), small enough to go straight onto the wire, as `post_now` made sure
+    /// it may (a wire that refuses it queues it, as `send_built` does).
+    pub(crate) fn transmit_request(
+        &mut self,
+        qp: &Qp,
+        bth: &packet::Bth,
+        reth: Option<&packet::Reth>,
+        imm: Option<u32>,
+        payload: &[u8],
+    ) {
+        let ident = self.next_datagram();
+        let (tos, ttl) = qp.ip_tos_ttl;
+        let ip = IpUdp {
+            src: self.cfg.ip(),
+            dst: qp.dst_ip,
+            src_port: qp.sport,
+            ident,
+            tos,
+            ttl,
+            ..IpUdp::default()
+        };
+        let mut local = [0u8; DIRECT_DATAGRAM];
+        let len = packet::emit_request_into(&ip, bth, reth, imm, payload, &mut local);
+        self.send_built(qp.dst_ip, &local[..len]);
+    }
+
     /// Emit an ACKNOWLEDGE (an ACK or a NAK) of `qp` from its template: the same datagram
     /// [`Shared::transmit`] would build, for a fraction of the work. Returns whether it was
     /// queued (rather than emitted through the host's wire).

@@ -99,14 +99,12 @@ pub(crate) fn post_now(
         psn,
         ..Bth::default()
     };
-    let mut pkt = Packet::new(bth, payload);
-    if !is_send {
-        pkt.reth = Some(Reth { va: wr.rdma.remote_addr, rkey: wr.rdma.rkey, dma_len: len as u32 });
-    }
-    if with_imm {
-        pkt.imm = Some(wr.imm_data);
-    }
-    sh.transmit_to(qp.dst_ip, qp.ip_tos_ttl, qp.sport, &pkt);
+    let reth = (!is_send).then_some(Reth {
+        va: wr.rdma.remote_addr,
+        rkey: wr.rdma.rkey,
+        dma_len: len as u32,
+    });
+    sh.transmit_request(qp, &bth, reth.as_ref(), with_imm.then_some(wr.imm_data), payload);
     qp.sq.push_back(SendWqe {
         wr_id: wr.wr_id,
         opcode: wr.opcode,

@@ -32,8 +32,8 @@ pub use roce::{
     datagram_len, emit_datagram, parse_datagram, IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT,
 };
 pub(crate) use roce::{
-    emit_engine_datagram, emit_engine_datagram_into, engine_datagram_len, peek_rc_send_only,
-    AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
+    emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
+    peek_rc_send_only, AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
 };
 
 /// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.

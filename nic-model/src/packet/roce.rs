@@ -131,7 +131,18 @@ fn datagram_head(
     pkt: &Packet<'_>,
     total_len: u16,
 ) -> [u8; IPV4_UDP_LEN + MAX_HEADER_LEN] {
-    // The IPv4 and UDP headers as big-endian words, the checksum summed from them directly.
+    let mut head = [0u8; IPV4_UDP_LEN + MAX_HEADER_LEN];
+    let (ip_udp, transport) =
+        head.split_first_chunk_mut::<IPV4_UDP_LEN>().expect("the head holds IPv4 and UDP");
+    write_ip_udp(ip, total_len, ip_udp);
+    pkt.write_headers(transport.try_into().expect("sized for the longest headers"));
+    head
+}
+
+/// The IPv4 and UDP headers of a datagram of `total_len` bytes, built as big-endian words with
+/// the IPv4 checksum summed from them directly.
+#[inline(always)]
+fn write_ip_udp(ip: &IpUdp, total_len: u16, out: &mut [u8; IPV4_UDP_LEN]) {
     let flags: u16 = if ip.dont_fragment { IP_DF } else { 0 };
     let version_tos_len =
         u32::from(IPV4_VERSION_IHL) << 24 | u32::from(ip.tos) << 16 | u32::from(total_len);
@@ -154,15 +165,55 @@ fn datagram_head(
         ports,
         udp_len,
     ];
-
-    let mut head = [0u8; IPV4_UDP_LEN + MAX_HEADER_LEN];
-    let (ip_udp, transport) =
-        head.split_first_chunk_mut::<IPV4_UDP_LEN>().expect("the head holds IPv4 and UDP");
-    for (bytes, word) in ip_udp.chunks_exact_mut(4).zip(words) {
+    for (bytes, word) in out.chunks_exact_mut(4).zip(words) {
         bytes.copy_from_slice(&word.to_be_bytes());
     }
-    pkt.write_headers(transport.try_into().expect("sized for the longest headers"));
-    head
+}
+
+/// The datagram of a request the requester's fast path sends (`engine::req::post_now`: a SEND
+/// or RDMA WRITE of one packet): what [`emit_engine_datagram_into`] writes for the same packet,
+/// built without a [`Packet`]. IPv4 and UDP, the BTH (its `PadCnt` computed), a RETH if
+/// `reth`, ImmDt if `imm`, the payload, the pad and the ICRC, written to the front of `out`;
+/// returns the datagram's length. The headers must be the ones `bth.opcode`'s row lists.
+///
+/// # Panics
+/// If `out` is shorter than the datagram: an engine bug.
+#[inline]
+pub(crate) fn emit_request_into(
+    ip: &IpUdp,
+    bth: &Bth,
+    reth: Option<&super::Reth>,
+    imm: Option<u32>,
+    payload: &[u8],
+    out: &mut [u8],
+) -> usize {
+    let header_len =
+        Bth::LEN + reth.map_or(0, |_| super::Reth::LEN) + imm.map_or(0, |_| super::IMMDT_LEN);
+    debug_assert_eq!(bth.opcode.info().map(|i| i.header_len), Some(header_len));
+    let pad = payload.len().wrapping_neg() & 3;
+    let total = IPV4_UDP_LEN + header_len + payload.len() + pad + ICRC_LEN;
+    let out = &mut out[..total];
+    let (ip_udp, rest) = out.split_first_chunk_mut::<IPV4_UDP_LEN>().expect("room for IPv4/UDP");
+    // Fits: the caller's buffer, at most a direct datagram, is far below 65535 bytes.
+    write_ip_udp(ip, total as u16, ip_udp);
+    // pad < 4, so the cast is exact.
+    rest[..Bth::LEN].copy_from_slice(&Bth { pad_count: pad as u8, ..*bth }.to_bytes());
+    let mut at = Bth::LEN;
+    if let Some(reth) = reth {
+        rest[at..at + super::Reth::LEN].copy_from_slice(&reth.to_bytes());
+        at += super::Reth::LEN;
+    }
+    if let Some(imm) = imm {
+        rest[at..at + super::IMMDT_LEN].copy_from_slice(&imm.to_be_bytes());
+        at += super::IMMDT_LEN;
+    }
+    rest[at..at + payload.len()].copy_from_slice(payload);
+    at += payload.len();
+    rest[at..at + pad].fill(0);
+    let covered = total - ICRC_LEN;
+    let icrc = icrc_ipv4(&out[..covered]);
+    out[covered..].copy_from_slice(&icrc.to_le_bytes());
+    total
 }
 
 /// Write the datagram of a checked packet into the empty `out`: the headers are built on the
@@ -1142,6 +1193,31 @@ mod tests {
                 (Some(s), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", s, e),
                 (None, Err(_)) => {}
             }
+        }
+    }
+
+    proptest! {
+        /// The requester's fast emit writes what `emit_datagram` writes, for the four
+        /// requests it sends (SEND and RDMA WRITE ONLY, with and without immediate data).
+        #[test]
+        fn a_request_emitted_without_a_packet_is_the_datagram_emit_writes(
+            ip in any_ip_udp(),
+            op in proptest::sample::select(vec![
+                Opcode::RC_SEND_ONLY,
+                Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+                Opcode::RC_RDMA_WRITE_ONLY,
+                Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            ]),
+            seed in any::<u64>(),
+            payload in vec(any::<u8>(), 0..200),
+            stale in any::<u8>(),
+        ) {
+            let pkt = sample(op, seed, &payload);
+            let mut general = Vec::new();
+            emit_datagram(&ip, &pkt, &mut general).unwrap();
+            let mut out = [stale; 300];
+            let len = emit_request_into(&ip, &pkt.bth, pkt.reth.as_ref(), pkt.imm, pkt.payload, &mut out);
+            prop_assert_eq!(&out[..len], &general[..]);
         }
     }
 
