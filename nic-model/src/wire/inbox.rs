@@ -52,6 +52,12 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Adds `n` to a counter that only the holder of the receiving role writes: a load and a
+/// store, no locked instruction on the receive path (readers see it whole, and late at worst).
+fn add_as_receiver(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
 /// The receiving end of a port, created by [`Fabric::create_inbox`](super::Fabric::create_inbox).
 /// `Send + Sync`; receiving is single-consumer, so a `recv` that finds another thread already
 /// receiving returns `None` instead of racing it. Dropping it closes the segment (senders get
@@ -183,7 +189,7 @@ impl Inbox {
     pub fn recv_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let _receiving = Receiving::claim(&self.receiving)?;
         let out = self.take(f)?;
-        bump(&self.counters.received);
+        add_as_receiver(&self.counters.received, 1);
         Some(out)
     }
 
@@ -222,7 +228,7 @@ impl Inbox {
             }
         }
         if n > 0 {
-            self.counters.received.fetch_add(n as u64, Ordering::Relaxed);
+            add_as_receiver(&self.counters.received, n as u64);
         }
         n
     }
