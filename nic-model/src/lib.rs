@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod packet;
+mod small_copy;
 pub mod soft;
 pub mod verbs;
 pub mod wire;

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use verbs_api::{AccessFlags, Error, Result, Sge};
 
+use crate::small_copy;
+
 /// The bytes behind one MR: owned by the MR (allocated zeroed, 64-byte aligned) or borrowed from
 /// the caller through `reg_mr_raw`. Reads and writes copy, because the NIC and the program may
 /// touch the same bytes concurrently, exactly as with a real NIC's DMA.
@@ -82,7 +84,9 @@ impl MrMemory {
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
         self.check(offset, buf.len())?;
         // SAFETY: bounds checked above; the source is valid MR memory and does not overlap `buf`.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(offset), buf.as_mut_ptr(), buf.len()) };
+        unsafe {
+            small_copy::copy_nonoverlapping(self.ptr.add(offset), buf.as_mut_ptr(), buf.len())
+        };
         Ok(())
     }
 
@@ -91,7 +95,7 @@ impl MrMemory {
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
         // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        unsafe { small_copy::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
         Ok(())
     }
 

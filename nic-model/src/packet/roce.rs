@@ -8,6 +8,7 @@ use super::headers::{Bth, Packet};
 use super::icrc::{icrc_ipv4, IcrcPatch};
 use super::opcode::{OpcodeInfo, MAX_HEADER_LEN};
 use super::PacketError;
+use crate::small_copy;
 
 /// The UDP destination port that identifies RoCEv2.
 pub const ROCE_UDP_PORT: u16 = 4791;
@@ -207,7 +208,7 @@ pub(crate) fn emit_request_into(
         rest[at..at + super::IMMDT_LEN].copy_from_slice(&imm.to_be_bytes());
         at += super::IMMDT_LEN;
     }
-    rest[at..at + payload.len()].copy_from_slice(payload);
+    small_copy::copy_from_slice(&mut rest[at..at + payload.len()], payload);
     at += payload.len();
     rest[at..at + pad].fill(0);
     let covered = total - ICRC_LEN;

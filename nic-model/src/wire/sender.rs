@@ -22,6 +22,7 @@ use super::layout::{lap_seq, Header, STATE_CLOSED};
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::WireError;
+use crate::small_copy;
 
 /// Upper bound on claim attempts in one `send`. Every failed attempt means another producer
 /// made progress, so only a corrupted ring (a tail that other writers keep moving) can
@@ -94,7 +95,7 @@ impl Sender {
     /// drop), [`WireError::Closed`] if the owner closed the inbox. Makes a system call only to
     /// wake an owner that is parked on its doorbell.
     pub fn send(&self, pkt: &[u8]) -> Result<(), WireError> {
-        self.send_with(pkt.len(), |slot| slot.copy_from_slice(pkt))
+        self.send_with(pkt.len(), |slot| small_copy::copy_from_slice(slot, pkt))
     }
 
     /// Enqueues a packet of `len` bytes that `fill` writes in place, into the slot itself:
