@@ -1234,9 +1234,7 @@ impl Shared {
         sport: u16,
         pkt: &Packet<'_>,
     ) -> bool {
-        let ident = self.next_datagram();
-        let ip =
-            IpUdp { src: self.cfg.ip(), dst, src_port: sport, ident, tos, ttl, ..IpUdp::default() };
+        let ip = self.next_ip_udp(dst, (tos, ttl), sport);
         let len = packet::engine_datagram_len(pkt);
         if len <= DIRECT_DATAGRAM && self.direct_wire().is_some() {
             // Built in cache-hot memory, then copied: built in the ring slot itself, its ICRC
@@ -1264,17 +1262,7 @@ impl Shared {
         imm: Option<u32>,
         payload: &[u8],
     ) {
-        let ident = self.next_datagram();
-        let (tos, ttl) = qp.ip_tos_ttl;
-        let ip = IpUdp {
-            src: self.cfg.ip(),
-            dst: qp.dst_ip,
-            src_port: qp.sport,
-            ident,
-            tos,
-            ttl,
-            ..IpUdp::default()
-        };
+        let ip = self.next_ip_udp(qp.dst_ip, qp.ip_tos_ttl, qp.sport);
         let mut local = [0u8; DIRECT_DATAGRAM];
         let len = packet::emit_request_into(&ip, bth, reth, imm, payload, &mut local);
         self.send_built(qp.dst_ip, &local[..len]);
@@ -1311,6 +1299,15 @@ impl Shared {
         self.ip_ident
     }
 
+    /// The IPv4 and UDP fields of the next datagram this NIC sends to `dst` ([`next_datagram`]
+    /// accounts for it and gives its identification).
+    ///
+    /// [`next_datagram`]: Shared::next_datagram
+    fn next_ip_udp(&mut self, dst: [u8; 4], (tos, ttl): (u8, u8), sport: u16) -> IpUdp {
+        let ident = self.next_datagram();
+        IpUdp { src: self.cfg.ip(), dst, src_port: sport, ident, tos, ttl, ..IpUdp::default() }
+    }
+
     /// Sends a datagram already built: onto the host's wire if it may go now and the wire
     /// takes it, else into the transmit queue. Returns whether it was queued.
     fn send_built(&mut self, dst: [u8; 4], bytes: &[u8]) -> bool {
@@ -1334,7 +1331,7 @@ impl Shared {
     /// The host's wire, if a datagram may go straight onto it now: nothing is queued ahead of
     /// it and the host holds nothing the wire refused.
     fn direct_wire(&mut self) -> Option<&mut (dyn Wire + 'static)> {
-        match self.tx.is_empty() && !self.wire_paused {
+        match self.may_send_direct() {
             true => self.wire.as_deref_mut(),
             false => None,
         }

@@ -35,7 +35,7 @@ pub(crate) fn handle_request(
             qp.resp.nak_sent = true;
             sh.stats.seq_naks_sent += 1;
             let epsn = qp.resp.epsn;
-            send_aeth(qp, sh, epsn, Aeth::nak(NakCode::PsnSequenceError, qp.resp.msn));
+            sh.transmit_aeth(qp, epsn, Aeth::nak(NakCode::PsnSequenceError, qp.resp.msn));
         }
         return;
     }
@@ -78,10 +78,6 @@ fn payload_fits_mtu(qp: &Qp, pkt: &Packet<'_>, flags: OpFlags) -> bool {
     }
 }
 
-fn send_aeth(qp: &Qp, sh: &mut Shared, psn: Psn, aeth: Aeth) {
-    sh.transmit_aeth(qp, psn, aeth);
-}
-
 /// Acknowledge everything up to `psn`. If the last datagram queued for the wire is an ACK of
 /// this QP that has not left yet, this one replaces it (coalescing, as the IBA allows: an ACK
 /// acknowledges every request up to its PSN), so a burst of requests received in one go
@@ -96,13 +92,13 @@ fn ack(qp: &Qp, sh: &mut Shared, psn: Psn) {
 /// NAK a request with an error code and move this QP to the error state, as rxe does for
 /// class C/D errors: the requester gets the matching remote error status.
 fn nak_error(qp: &mut Qp, sh: &mut Shared, psn: Psn, code: NakCode) {
-    send_aeth(qp, sh, psn, Aeth::nak(code, qp.resp.msn));
+    sh.transmit_aeth(qp, psn, Aeth::nak(code, qp.resp.msn));
     sh.enter_error(qp);
 }
 
 fn rnr_nak(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
     sh.stats.rnr_naks_sent += 1;
-    send_aeth(qp, sh, psn, Aeth::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn));
+    sh.transmit_aeth(qp, psn, Aeth::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn));
 }
 
 fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {

@@ -208,13 +208,20 @@ pub(crate) fn emit_request_into(
         rest[at..at + super::IMMDT_LEN].copy_from_slice(&imm.to_be_bytes());
         at += super::IMMDT_LEN;
     }
-    small_copy::copy_from_slice(&mut rest[at..at + payload.len()], payload);
-    at += payload.len();
-    rest[at..at + pad].fill(0);
-    let covered = total - ICRC_LEN;
-    let icrc = icrc_ipv4(&out[..covered]);
-    out[covered..].copy_from_slice(&icrc.to_le_bytes());
+    write_body_into(out, IPV4_UDP_LEN + at, payload);
     total
+}
+
+/// The rest of a datagram whose headers fill the first `head_len` bytes of `out`, which is
+/// exactly the datagram's length: the payload, the pad (zeros) and the ICRC.
+#[inline(always)]
+fn write_body_into(out: &mut [u8], head_len: usize, payload: &[u8]) {
+    let covered_len = out.len() - ICRC_LEN;
+    let (body, pad) = out[head_len..covered_len].split_at_mut(payload.len());
+    small_copy::copy_from_slice(body, payload);
+    pad.fill(0);
+    let icrc = icrc_ipv4(&out[..covered_len]);
+    out[covered_len..].copy_from_slice(&icrc.to_le_bytes());
 }
 
 /// Write the datagram of a checked packet into the empty `out`: the headers are built on the
@@ -261,13 +268,8 @@ pub(crate) fn emit_engine_datagram_into(ip: &IpUdp, pkt: &Packet<'_>, out: &mut 
     assert_eq!(out.len(), usize::from(total_len), "the buffer fits the datagram exactly");
     let head = datagram_head(ip, pkt, total_len);
     let head_len = IPV4_UDP_LEN + info.header_len;
-    let covered_len = out.len() - ICRC_LEN;
     out[..head_len].copy_from_slice(&head[..head_len]);
-    let (payload, pad) = out[head_len..covered_len].split_at_mut(pkt.payload.len());
-    payload.copy_from_slice(pkt.payload);
-    pad.fill(0);
-    let icrc = icrc_ipv4(&out[..covered_len]);
-    out[covered_len..].copy_from_slice(&icrc.to_le_bytes());
+    write_body_into(out, head_len, pkt.payload);
 }
 
 /// The IPv4/UDP/BTH/AETH/ICRC datagram of an RC ACKNOWLEDGE, 48 bytes.
