@@ -6,20 +6,15 @@ use verbs_api::{AccessFlags, Sge, WcStatus};
 use super::qp::Qp;
 use super::req::{ack_timeout_ns, go_back};
 use super::{Nanos, Now, Shared};
-use crate::packet::{rnr_timer_ns, AethKind, NakCode, OpFlags, Packet, Psn};
+use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Packet, Psn};
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
 pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, pkt: &Packet<'_>) {
-    if !matches!(qp.state, verbs_api::QpState::Rts | verbs_api::QpState::Sqd) {
-        sh.stats.rx_no_qp += 1;
+    let psn = pkt.bth.psn;
+    if !takes_response(qp, sh, psn) {
         return;
     }
     let Some(info) = pkt.bth.opcode.info() else { return };
-    let psn = pkt.bth.psn;
-    // Responses must fall inside what was sent: [comp_psn, psn) of the requester.
-    if psn.diff(qp.req.psn) >= 0 {
-        return;
-    }
     if info.flags.contains(OpFlags::READ) {
         on_read_response(qp, sh, now, pkt, info.flags);
         return;
@@ -31,6 +26,38 @@ pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, p
         }
         return;
     }
+    on_aeth(qp, sh, now, psn, aeth);
+}
+
+/// An RC ACKNOWLEDGE (an ACK, RNR NAK or NAK) arrived for this QP, read without a [`Packet`]
+/// (the receive fast path, `packet::peek_rc_acknowledge`): what [`handle_response`] does with
+/// one.
+pub(crate) fn handle_acknowledge(
+    qp: &mut Qp,
+    sh: &mut Shared,
+    now: &mut Now<'_>,
+    psn: Psn,
+    aeth: Aeth,
+) {
+    if takes_response(qp, sh, psn) {
+        on_aeth(qp, sh, now, psn, aeth);
+    }
+}
+
+/// Whether this QP takes a response with this PSN: it is sending (RTS or SQD; otherwise the
+/// packet counts as one for no QP) and the PSN falls inside what it sent, [comp_psn, psn) of
+/// the requester (otherwise it is ignored).
+fn takes_response(qp: &Qp, sh: &mut Shared, psn: Psn) -> bool {
+    if !matches!(qp.state, verbs_api::QpState::Rts | verbs_api::QpState::Sqd) {
+        sh.stats.rx_no_qp += 1;
+        return false;
+    }
+    psn.diff(qp.req.psn) < 0
+}
+
+/// The AETH of an ACKNOWLEDGE: retire what it acknowledges, then back off (RNR NAK), retry
+/// (sequence error NAK) or fail the oldest WQE (the other NAKs).
+fn on_aeth(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn, aeth: Aeth) {
     match aeth.kind() {
         AethKind::Ack { .. } => {
             if psn.diff(qp.req.comp_psn) < 0 {

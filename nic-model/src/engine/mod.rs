@@ -851,18 +851,38 @@ impl Nic {
 
     /// [`Nic::handle_packet`] at a time that may be read only if the packet needs it.
     pub fn handle_packet_at(&mut self, now: &mut Now<'_>, data: &[u8]) {
-        // The packet latency waits on, an RC SEND ONLY in sequence with a receive posted for
-        // it, takes the responder's fast path; anything else (or anything wrong with it) the
-        // general one, which also says what is wrong.
-        if let Some(send) = packet::peek_rc_send_only(data) {
-            if let Some(qp) = self.qps.get_mut(&send.bth.dest_qp) {
-                if resp::receive_send_only(qp, &mut self.sh, &send) {
-                    self.sh.stats.rx_packets += 1;
-                    req::drive(qp, &mut self.sh, now);
-                    refile_timer(&mut self.timers, qp);
-                    return;
+        // The packets latency waits on take fast paths that read them without building a
+        // `Packet`: an RC SEND ONLY in sequence with a receive posted for it (the responder's),
+        // and an RC ACKNOWLEDGE (the completer's). Anything else, or anything wrong with them,
+        // takes the general path, which also says what is wrong. The opcode picks the path
+        // before anything is checked, so no datagram is checked twice.
+        match packet::opcode_of(data) {
+            Some(packet::Opcode::RC_SEND_ONLY | packet::Opcode::RC_SEND_ONLY_WITH_IMMEDIATE) => {
+                if let Some(send) = packet::peek_rc_send_only(data) {
+                    if let Some(qp) = self.qps.get_mut(&send.bth.dest_qp) {
+                        if resp::receive_send_only(qp, &mut self.sh, &send) {
+                            self.sh.stats.rx_packets += 1;
+                            req::drive(qp, &mut self.sh, now);
+                            refile_timer(&mut self.timers, qp);
+                            return;
+                        }
+                    }
                 }
             }
+            Some(packet::Opcode::RC_ACKNOWLEDGE) => {
+                if let Some(ack) = packet::peek_rc_acknowledge(data) {
+                    if let Some(qp) = self.qps.get_mut(&ack.bth.dest_qp) {
+                        if qp.qp_type == QpType::Rc {
+                            self.sh.stats.rx_packets += 1;
+                            comp::handle_acknowledge(qp, &mut self.sh, now, ack.bth.psn, ack.aeth);
+                            req::drive(qp, &mut self.sh, now);
+                            refile_timer(&mut self.timers, qp);
+                            return;
+                        }
+                    }
+                }
+            }
+            _ => {}
         }
         self.handle_packet_general(now, data);
     }

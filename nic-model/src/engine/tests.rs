@@ -2984,3 +2984,126 @@ proptest::proptest! {
         }
     }
 }
+
+// ---------------- the completer's fast path ----------------
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// The completer's fast path (`comp::handle_acknowledge`, which `handle_packet_at` takes
+    /// for an RC ACKNOWLEDGE read by `packet::peek_rc_acknowledge`) and the general one
+    /// (`handle_packet_general`) do the same with whatever the responder sends back: ACKs, RNR
+    /// NAKs (no receive posted), NAKs (a bad rkey), READ responses among them; lost, repeated,
+    /// damaged and late, with the ACK timer firing now and then. Two requesters, identical
+    /// but for the path, post the same WRs and get the same responses; what they send, every
+    /// completion, the bytes READs bring back, their counters, send queues, requester state
+    /// and timers must be the same.
+    #[test]
+    fn the_acknowledge_fast_path_does_what_the_general_path_does(
+        steps in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![0u8, 0, 0, 1, 2, 2, 3, 3, 4]),
+                0u32..600,
+                0u8..3,
+                proptest::collection::vec(gen_way(), 0..8),
+            ),
+            1..10,
+        )
+    ) {
+        let opts = ConnOpts { rnr_retry: 2, retry_cnt: 3, ..Default::default() };
+        let (mut p, fa, b) = setup(opts);
+        // The general-path requester: made exactly as the pair's, so it has the same QPN.
+        let mut slow = Nic::new(NicConfig::new("a", 1));
+        let sa = side(&mut slow, ALL);
+        proptest::prop_assert_eq!(sa.qpn, fa.qpn);
+        connect(&mut slow, sa.qpn, 2, b.qpn, opts);
+        let mut recv_id = 0u64;
+        for (i, (op, len, recvs, ways)) in steps.iter().enumerate() {
+            for _ in 0..*recvs {
+                let off = 1024 * (recv_id % 16);
+                p.b.post_recv(b.qpn, &[RecvWr { wr_id: recv_id, sg_list: &[sge(&b, off, 1024)] }])
+                    .unwrap();
+                recv_id += 1;
+            }
+            let data = pattern(*len as usize, i as u8);
+            let (opcode, rkey) = match op {
+                0 => (WrOpcode::Send, b.key),
+                1 => (WrOpcode::SendWithImm, b.key),
+                2 => (WrOpcode::RdmaWrite, b.key),
+                3 => (WrOpcode::RdmaRead, b.key),
+                _ => (WrOpcode::RdmaWrite, b.key ^ 0x100),
+            };
+            let now = p.now;
+            let mut posted = Vec::new();
+            for (nic, s) in [(&mut p.a, &fa), (&mut slow, &sa)] {
+                s.mem.write(0, &data).unwrap();
+                let local = if opcode == WrOpcode::RdmaRead { 16384 + 1024 * (i as u64 % 16) } else { 0 };
+                let sg = [sge(s, local, *len)];
+                let wr = SendWr {
+                    wr_id: i as u64,
+                    sg_list: &sg,
+                    opcode,
+                    imm_data: i as u32,
+                    send_flags: signaled(),
+                    rdma: RdmaTarget { remote_addr: b.mem.addr() + 32768, rkey },
+                    ..Default::default()
+                };
+                posted.push(format!("{:?}", nic.post_send(now, s.qpn, &[wr])));
+            }
+            proptest::prop_assert_eq!(&posted[0], &posted[1], "post results, step {}", i);
+            // Rounds of: what the requesters send (the same), the responder's answers to it,
+            // and those answers, after what befalls them on the way, to both requesters.
+            let mut way = ways.iter().copied();
+            for round in 0..4 {
+                if round == 2 && i % 3 == 2 {
+                    // The ACK timer (or the RNR back-off), due by now.
+                    p.now += 1 << 30;
+                    let now = p.now;
+                    p.a.handle_timeout(now);
+                    slow.handle_timeout(now);
+                }
+                let fast_out: Vec<Vec<u8>> = std::iter::from_fn(|| p.a.poll_transmit()).map(|t| t.data).collect();
+                let slow_out: Vec<Vec<u8>> = std::iter::from_fn(|| slow.poll_transmit()).map(|t| t.data).collect();
+                proptest::prop_assert_eq!(&fast_out, &slow_out, "what the requesters sent, step {} round {}", i, round);
+                let now = p.now;
+                for d in &fast_out {
+                    p.b.handle_packet(now, d);
+                }
+                let mut arriving = Vec::new();
+                let mut late = Vec::new();
+                for d in std::iter::from_fn(|| p.b.poll_transmit()).map(|t| t.data) {
+                    match way.next().unwrap_or(Way::Deliver) {
+                        Way::Deliver => arriving.push(d),
+                        Way::Drop => {}
+                        Way::Twice => {
+                            arriving.push(d.clone());
+                            arriving.push(d);
+                        }
+                        Way::Damage(at) => {
+                            let mut d = d;
+                            let at = at % d.len();
+                            d[at] ^= 0x20;
+                            arriving.push(d);
+                        }
+                        Way::Late => late.push(d),
+                    }
+                }
+                arriving.extend(late);
+                for d in &arriving {
+                    p.a.handle_packet_at(&mut Now::At(now), d);
+                    slow.handle_packet_general(&mut Now::At(now), d);
+                }
+                let fw = poll_all(&mut p.a, fa.cq);
+                let sw = poll_all(&mut slow, sa.cq);
+                proptest::prop_assert_eq!(&fw, &sw, "completions, step {} round {}", i, round);
+                proptest::prop_assert_eq!(p.a.stats(), slow.stats());
+                let (fq, sq) = (&p.a.qps[&fa.qpn], &slow.qps[&sa.qpn]);
+                proptest::prop_assert_eq!(fq.state, sq.state);
+                proptest::prop_assert_eq!(wqes(fq, &fa, &b), wqes(sq, &sa, &b));
+                proptest::prop_assert_eq!(format!("{:?}", fq.req), format!("{:?}", sq.req));
+                proptest::prop_assert_eq!(p.a.next_timeout(), slow.next_timeout());
+                proptest::prop_assert_eq!(read_mem(&fa, 16384, 16384), read_mem(&sa, 16384, 16384));
+            }
+            let _ = poll_all(&mut p.b, b.cq);
+        }
+    }
+}

@@ -33,7 +33,7 @@ pub use roce::{
 };
 pub(crate) use roce::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
-    peek_rc_send_only, AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
+    opcode_of, peek_rc_acknowledge, peek_rc_send_only, AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
 };
 
 /// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.

@@ -4,7 +4,7 @@
 //! This whole IP datagram is what the softverbs wire carries between ports; the pcap writer adds
 //! an Ethernet header only for Wireshark's sake.
 
-use super::headers::{Bth, Packet};
+use super::headers::{Aeth, Bth, Packet};
 use super::icrc::{icrc_ipv4, IcrcPatch};
 use super::opcode::{OpcodeInfo, MAX_HEADER_LEN};
 use super::PacketError;
@@ -496,6 +496,42 @@ pub(crate) fn peek_rc_send_only(bytes: &[u8]) -> Option<SendOnly<'_>> {
     Some(SendOnly { src: [ipv4[12], ipv4[13], ipv4[14], ipv4[15]], bth, imm, payload })
 }
 
+/// What the completer needs of an RC ACKNOWLEDGE (an ACK, an RNR NAK or a NAK).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Acknowledge {
+    /// The BTH.
+    pub(crate) bth: Bth,
+    /// The AETH.
+    pub(crate) aeth: Aeth,
+}
+
+/// [`parse_datagram`] for the response a requester waits on: if `bytes` is a datagram that
+/// `parse_datagram` accepts and its packet is an RC ACKNOWLEDGE, its BTH and AETH, read without
+/// building a [`Packet`]; otherwise `None`, and the caller parses it in full. As for
+/// [`peek_rc_send_only`], every check is `parse_datagram`'s (a property test holds the two to
+/// that): an ACKNOWLEDGE has no payload, so whatever follows the AETH is pad.
+#[inline]
+pub(crate) fn peek_rc_acknowledge(bytes: &[u8]) -> Option<Acknowledge> {
+    let Checked { transport, .. } = checked_datagram(bytes).ok()?;
+    let bth = Bth::parse(transport).ok()?;
+    if bth.opcode != super::Opcode::RC_ACKNOWLEDGE {
+        return None;
+    }
+    let (headers, rest) = transport.split_at_checked(Bth::LEN + Aeth::LEN)?;
+    if rest.len() % 4 != 0 || rest.len() != usize::from(bth.pad_count) {
+        return None;
+    }
+    let aeth = Aeth::from_bytes(headers[Bth::LEN..].try_into().ok()?);
+    Some(Acknowledge { bth, aeth })
+}
+
+/// The BTH opcode of a datagram, if it is long enough to have one: what a receiver looks at to
+/// pick a fast path before checking anything (each fast path checks the whole datagram).
+#[inline]
+pub(crate) fn opcode_of(datagram: &[u8]) -> Option<super::Opcode> {
+    datagram.get(IPV4_UDP_LEN).map(|&op| super::Opcode(op))
+}
+
 /// The folded 16-bit one's-complement sum of an IPv4 header (RFC 1071): 0xFFFF over a header
 /// with a correct checksum; its complement is the checksum of a header whose checksum field is 0.
 ///
@@ -773,6 +809,16 @@ mod tests {
             let icrc = icrc_ipv4(&bytes[..n]);
             bytes[n..].copy_from_slice(&icrc.to_le_bytes());
         }
+    }
+
+    /// Make the IPv4 and UDP lengths, the IPv4 checksum and the ICRC of a (resized or damaged)
+    /// datagram right again, so that only the transport packet's own checks (opcode, header
+    /// lengths, pad) can refuse it.
+    fn reframe_datagram(bytes: &mut [u8]) {
+        let len = bytes.len() as u16;
+        bytes[2..4].copy_from_slice(&len.to_be_bytes());
+        bytes[24..26].copy_from_slice(&(len - IPV4_LEN as u16).to_be_bytes());
+        reseal(bytes);
     }
 
     #[test]
@@ -1171,18 +1217,7 @@ mod tests {
             let len = (bytes.len() as isize + isize::from(resize)).max(0) as usize;
             bytes.resize(len, 0);
             if reframe && bytes.len() >= IPV4_UDP_LEN + ICRC_LEN {
-                // Lengths, checksum and ICRC made right again, so that only the transport
-                // packet's own checks (opcode, header lengths, pad) can refuse it.
-                let len = bytes.len() as u16;
-                bytes[2..4].copy_from_slice(&len.to_be_bytes());
-                bytes[24..26].copy_from_slice(&(len - IPV4_LEN as u16).to_be_bytes());
-                bytes[10..12].fill(0);
-                let ipv4: &[u8; IPV4_LEN] = bytes[..IPV4_LEN].try_into().unwrap();
-                let checksum = !ones_complement_sum(ipv4);
-                bytes[10..12].copy_from_slice(&checksum.to_be_bytes());
-                let covered = bytes.len() - ICRC_LEN;
-                let icrc = icrc_ipv4(&bytes[..covered]);
-                bytes[covered..].copy_from_slice(&icrc.to_le_bytes());
+                reframe_datagram(&mut bytes);
             }
             let send_only = |p: &Packet<'_>| {
                 matches!(p.bth.opcode, Opcode::RC_SEND_ONLY | Opcode::RC_SEND_ONLY_WITH_IMMEDIATE)
@@ -1194,6 +1229,53 @@ mod tests {
                 }
                 (None, Ok((_, p))) => prop_assert!(!send_only(&p), "peek refused {:?}", p),
                 (Some(s), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", s, e),
+                (None, Err(_)) => {}
+            }
+        }
+    }
+
+    proptest! {
+        /// `peek_rc_acknowledge` takes exactly the datagrams `parse_datagram` accepts as RC
+        /// ACKNOWLEDGEs, and reads the same BTH and AETH from them.
+        #[test]
+        fn the_acknowledge_peek_accepts_what_parse_accepts(
+            ip in any_ip_udp(),
+            op in prop_oneof![
+                3 => Just(Opcode::RC_ACKNOWLEDGE),
+                1 => (0..opcode_table().len()).prop_map(|i| opcode_table()[i].opcode),
+            ],
+            seed in any::<u64>(),
+            payload in vec(any::<u8>(), 0..40),
+            pad in 0u8..4,
+            damage in prop_oneof![
+                3 => Just(None),
+                1 => (any::<usize>(), any::<u8>()).prop_map(Some),
+            ],
+            resize in prop_oneof![Just(0i8), -5i8..9],
+            reframe in any::<bool>(),
+        ) {
+            let pkt = sample(op, seed, &payload);
+            let mut bytes = Vec::new();
+            prop_assume!(emit_datagram(&ip, &pkt, &mut bytes).is_ok());
+            // A pad count with or without the bytes it counts (`resize` adds some; `reframe`
+            // makes them count).
+            bytes[IPV4_UDP_LEN + 1] = (bytes[IPV4_UDP_LEN + 1] & !0x30) | (pad << 4);
+            if let Some((at, xor)) = damage {
+                let at = at % bytes.len();
+                bytes[at] ^= xor.max(1);
+            }
+            let len = (bytes.len() as isize + isize::from(resize)).max(0) as usize;
+            bytes.resize(len, 0);
+            if reframe && bytes.len() >= IPV4_UDP_LEN + ICRC_LEN {
+                reframe_datagram(&mut bytes);
+            }
+            match (peek_rc_acknowledge(&bytes), parse_datagram(&bytes)) {
+                (Some(a), Ok((_, p))) => {
+                    prop_assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+                    prop_assert_eq!(Some(a), p.aeth.map(|aeth| Acknowledge { bth: p.bth, aeth }));
+                }
+                (None, Ok((_, p))) => prop_assert_ne!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE, "peek refused {:?}", p),
+                (Some(a), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", a, e),
                 (None, Err(_)) => {}
             }
         }
