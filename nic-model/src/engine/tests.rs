@@ -2859,6 +2859,35 @@ enum Way {
     Late,
 }
 
+/// The datagrams `sent` as they arrive, each after what the next of `ways` says befalls it
+/// (delivered when `ways` runs out); late ones arrive after the others.
+fn befall(
+    sent: impl Iterator<Item = Vec<u8>>,
+    ways: &mut impl Iterator<Item = Way>,
+) -> Vec<Vec<u8>> {
+    let mut arriving = Vec::new();
+    let mut late = Vec::new();
+    for d in sent {
+        match ways.next().unwrap_or(Way::Deliver) {
+            Way::Deliver => arriving.push(d),
+            Way::Drop => {}
+            Way::Twice => {
+                arriving.push(d.clone());
+                arriving.push(d);
+            }
+            Way::Damage(at) => {
+                let mut d = d;
+                let at = at % d.len();
+                d[at] ^= 0x20;
+                arriving.push(d);
+            }
+            Way::Late => late.push(d),
+        }
+    }
+    arriving.extend(late);
+    arriving
+}
+
 fn gen_way() -> impl proptest::strategy::Strategy<Value = Way> {
     use proptest::prelude::*;
     prop_oneof![
@@ -2927,27 +2956,8 @@ proptest::proptest! {
                 p.now += 1 << 30;
                 p.a.handle_timeout(p.now);
             }
-            let sent: Vec<Vec<u8>> = std::iter::from_fn(|| p.a.poll_transmit()).map(|t| t.data).collect();
-            let mut arriving = Vec::new();
-            let mut late = Vec::new();
-            for (k, d) in sent.into_iter().enumerate() {
-                match ways.get(k).copied().unwrap_or(Way::Deliver) {
-                    Way::Deliver => arriving.push(d),
-                    Way::Drop => {}
-                    Way::Twice => {
-                        arriving.push(d.clone());
-                        arriving.push(d);
-                    }
-                    Way::Damage(at) => {
-                        let mut d = d;
-                        let at = at % d.len();
-                        d[at] ^= 0x20;
-                        arriving.push(d);
-                    }
-                    Way::Late => late.push(d),
-                }
-            }
-            arriving.extend(late);
+            let sent = std::iter::from_fn(|| p.a.poll_transmit()).map(|t| t.data);
+            let arriving = befall(sent, &mut ways.iter().copied());
             let now = p.now;
             for d in &arriving {
                 p.b.handle_packet_at(&mut Now::At(now), d);
@@ -3068,26 +3078,8 @@ proptest::proptest! {
                 for d in &fast_out {
                     p.b.handle_packet(now, d);
                 }
-                let mut arriving = Vec::new();
-                let mut late = Vec::new();
-                for d in std::iter::from_fn(|| p.b.poll_transmit()).map(|t| t.data) {
-                    match way.next().unwrap_or(Way::Deliver) {
-                        Way::Deliver => arriving.push(d),
-                        Way::Drop => {}
-                        Way::Twice => {
-                            arriving.push(d.clone());
-                            arriving.push(d);
-                        }
-                        Way::Damage(at) => {
-                            let mut d = d;
-                            let at = at % d.len();
-                            d[at] ^= 0x20;
-                            arriving.push(d);
-                        }
-                        Way::Late => late.push(d),
-                    }
-                }
-                arriving.extend(late);
+                let sent = std::iter::from_fn(|| p.b.poll_transmit()).map(|t| t.data);
+                let arriving = befall(sent, &mut way);
                 for d in &arriving {
                     p.a.handle_packet_at(&mut Now::At(now), d);
                     slow.handle_packet_general(&mut Now::At(now), d);

@@ -811,6 +811,21 @@ mod tests {
         }
     }
 
+    /// What the peek tests do to a datagram before both parsers see it: one byte changed
+    /// (`damage`: where, and with what it is XORed), a few bytes cut or added at the end
+    /// (`resize`), and then, if `reframe`, lengths, checksum and ICRC made right again.
+    fn mangle(bytes: &mut Vec<u8>, damage: Option<(usize, u8)>, resize: i8, reframe: bool) {
+        if let Some((at, xor)) = damage {
+            let at = at % bytes.len();
+            bytes[at] ^= xor.max(1);
+        }
+        let len = (bytes.len() as isize + isize::from(resize)).max(0) as usize;
+        bytes.resize(len, 0);
+        if reframe && bytes.len() >= IPV4_UDP_LEN + ICRC_LEN {
+            reframe_datagram(bytes);
+        }
+    }
+
     /// Make the IPv4 and UDP lengths, the IPv4 checksum and the ICRC of a (resized or damaged)
     /// datagram right again, so that only the transport packet's own checks (opcode, header
     /// lengths, pad) can refuse it.
@@ -1210,15 +1225,7 @@ mod tests {
             let pkt = sample(op, seed, &payload);
             let mut bytes = Vec::new();
             prop_assume!(emit_datagram(&ip, &pkt, &mut bytes).is_ok());
-            if let Some((at, xor)) = damage {
-                let at = at % bytes.len();
-                bytes[at] ^= xor.max(1);
-            }
-            let len = (bytes.len() as isize + isize::from(resize)).max(0) as usize;
-            bytes.resize(len, 0);
-            if reframe && bytes.len() >= IPV4_UDP_LEN + ICRC_LEN {
-                reframe_datagram(&mut bytes);
-            }
+            mangle(&mut bytes, damage, resize, reframe);
             let send_only = |p: &Packet<'_>| {
                 matches!(p.bth.opcode, Opcode::RC_SEND_ONLY | Opcode::RC_SEND_ONLY_WITH_IMMEDIATE)
             };
@@ -1260,15 +1267,7 @@ mod tests {
             // A pad count with or without the bytes it counts (`resize` adds some; `reframe`
             // makes them count).
             bytes[IPV4_UDP_LEN + 1] = (bytes[IPV4_UDP_LEN + 1] & !0x30) | (pad << 4);
-            if let Some((at, xor)) = damage {
-                let at = at % bytes.len();
-                bytes[at] ^= xor.max(1);
-            }
-            let len = (bytes.len() as isize + isize::from(resize)).max(0) as usize;
-            bytes.resize(len, 0);
-            if reframe && bytes.len() >= IPV4_UDP_LEN + ICRC_LEN {
-                reframe_datagram(&mut bytes);
-            }
+            mangle(&mut bytes, damage, resize, reframe);
             match (peek_rc_acknowledge(&bytes), parse_datagram(&bytes)) {
                 (Some(a), Ok((_, p))) => {
                     prop_assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
