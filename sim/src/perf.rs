@@ -480,13 +480,48 @@ impl FabricDir {
         }
         let shm = Path::new("/dev/shm");
         let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-        let path = base.join(format!("softverbs-perf-{}", std::process::id()));
+        for (dir, pid) in remove_dead_runs(&base) {
+            eprintln!(
+                "softverbs perf: removed {}, left by run {pid}, which is gone",
+                dir.display()
+            );
+        }
+        let path = base.join(format!("{PERF_DIR_PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("chmod {}: {e}", path.display()))?;
         Ok(FabricDir { path, owned: true })
     }
+}
+
+/// The name of a run's own fabric directory, before the run's pid.
+const PERF_DIR_PREFIX: &str = "softverbs-perf-";
+
+/// Removes the fabric directories in `base` of earlier runs whose process is gone (a run that
+/// was killed cannot remove its own), and returns them with those pids. A directory whose pid
+/// belongs to a live process, this run's or another's, is left alone, as is anything else.
+fn remove_dead_runs(base: &Path) -> Vec<(PathBuf, u32)> {
+    let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PERF_DIR_PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        if !path.is_dir() || pid == std::process::id() || nic_model::wire::process_alive(pid) {
+            continue;
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            removed.push((path, pid));
+        }
+    }
+    removed
 }
 
 impl Drop for FabricDir {
@@ -1294,6 +1329,32 @@ pub fn bench(peer_prefix: &[&str]) -> Result<(LatResult, BwResult), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_runs_directory_is_removed_and_a_live_ones_kept() {
+        let base = std::env::temp_dir().join(format!("softverbs-perf-test-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        // A pid that is certainly gone: a child that has exited and been reaped.
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let dead_dir = base.join(format!("{PERF_DIR_PREFIX}{dead}"));
+        std::fs::create_dir_all(&dead_dir).unwrap();
+        std::fs::write(dead_dir.join("port-1.inbox"), b"left behind").unwrap();
+        let live_dir = base.join(format!("{PERF_DIR_PREFIX}{}", std::process::id()));
+        std::fs::create_dir_all(&live_dir).unwrap();
+        let other = base.join("softverbs-perf-notapid");
+        std::fs::create_dir_all(&other).unwrap();
+
+        let removed = remove_dead_runs(&base);
+
+        let gone = std::fs::exists(&dead_dir).unwrap();
+        let kept = (std::fs::exists(&live_dir).unwrap(), std::fs::exists(&other).unwrap());
+        std::fs::remove_dir_all(&base).unwrap();
+        assert_eq!(removed, vec![(dead_dir, dead)]);
+        assert!(!gone, "the dead run's directory is gone");
+        assert_eq!(kept, (true, true), "the live run's and the unrelated directory stay");
+    }
 
     #[test]
     fn percentiles_of_a_known_set() {

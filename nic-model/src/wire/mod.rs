@@ -35,3 +35,9 @@ pub use fabric::{Fabric, InboxConfig, SegmentInfo, FABRIC_ENV};
 pub use inbox::{Inbox, InboxStats, MAX_PARK, WRITER_STALL_CHECK};
 pub use layout::{LAYOUT_VERSION, MAX_LID};
 pub use sender::Sender;
+
+/// Whether process `pid` exists and is not a zombie (`kill(pid, 0)` and `/proc`): how the
+/// fabric tells a dead owner, for tools that keep their own per-process files beside it.
+pub fn process_alive(pid: u32) -> bool {
+    os::process_alive(pid, 0)
+}
