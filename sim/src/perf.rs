@@ -1332,8 +1332,8 @@ mod tests {
 
     #[test]
     fn a_killed_runs_directory_is_removed_and_a_live_ones_kept() {
-        let base = std::env::temp_dir().join(format!("softverbs-perf-test-{}", std::process::id()));
-        std::fs::create_dir_all(&base).unwrap();
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let base = tmp.path().to_path_buf();
         // A pid that is certainly gone: a child that has exited and been reaped.
         let mut child = Command::new("true").spawn().unwrap();
         let dead = child.id();
@@ -1350,7 +1350,6 @@ mod tests {
 
         let gone = std::fs::exists(&dead_dir).unwrap();
         let kept = (std::fs::exists(&live_dir).unwrap(), std::fs::exists(&other).unwrap());
-        std::fs::remove_dir_all(&base).unwrap();
         assert_eq!(removed, vec![(dead_dir, dead)]);
         assert!(!gone, "the dead run's directory is gone");
         assert_eq!(kept, (true, true), "the live run's and the unrelated directory stay");
@@ -1377,15 +1376,13 @@ mod tests {
 
     #[test]
     fn strace_summary_total_parses() {
-        let dir = std::env::temp_dir().join(format!("softverbs-perf-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let f = dir.join("s.txt");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let f = dir.path().join("s.txt");
         std::fs::write(
             &f,
             "% time     seconds  usecs/call     calls    errors syscall\n------ ----------- ----------- --------- --------- ----------------\n 50.00    0.000010           1        10         2 futex\n------ ----------- ----------- --------- --------- ----------------\n100.00    0.000020           1       123         4 total\n",
         )
         .expect("write");
         assert_eq!(strace_total(&f), Ok(123));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
