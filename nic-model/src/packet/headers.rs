@@ -5,41 +5,15 @@
 //! which order, comes from the opcode table ([`OpcodeInfo::flags`]); nothing here matches on
 //! individual opcodes.
 
-use super::opcode::{OpFlags, Opcode, OpcodeInfo, MAX_HEADER_LEN};
+use super::opcode::{
+    OpFlags, Opcode, OpcodeInfo, AETH_LEN, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN, BTH_LEN, DETH_LEN,
+    EXTENSION_HEADERS, EXTENSION_HEADER_FLAGS, IETH_LEN, IMMDT_LEN, MAX_HEADER_LEN, RETH_LEN,
+};
 use super::psn::Psn;
 use super::PacketError;
 
-/// Bytes of immediate data (ImmDt).
-pub const IMMDT_LEN: usize = 4;
-/// Bytes of an Invalidate Extended Transport Header (IETH: the R_Key to invalidate).
-pub const IETH_LEN: usize = 4;
-/// Bytes of an Atomic Acknowledge Extended Transport Header (AtomicAckETH: original remote data).
-pub const ATOMIC_ACK_ETH_LEN: usize = 8;
-/// Bytes a RoCEv2 CNP carries after its BTH (reserved, sent as zero).
-pub const CNP_RESERVED_LEN: usize = 16;
-
 /// The largest value a 24-bit wire field (QPN, PSN, MSN) holds.
 const U24_MAX: u32 = 0x00FF_FFFF;
-
-/// The extension headers in IBA order (the order of [`Packet`]'s fields), with their names.
-const EXTENSION_HEADERS: [(OpFlags, &str); 7] = [
-    (OpFlags::DETH, "DETH"),
-    (OpFlags::RETH, "RETH"),
-    (OpFlags::ATOMIC_ETH, "AtomicETH"),
-    (OpFlags::AETH, "AETH"),
-    (OpFlags::ATOMIC_ACK_ETH, "AtomicAckETH"),
-    (OpFlags::IMMDT, "ImmDt"),
-    (OpFlags::IETH, "IETH"),
-];
-
-/// The opcode-table flags that stand for an extension header.
-const EXTENSION_HEADER_FLAGS: OpFlags = OpFlags::DETH
-    .union(OpFlags::RETH)
-    .union(OpFlags::ATOMIC_ETH)
-    .union(OpFlags::AETH)
-    .union(OpFlags::ATOMIC_ACK_ETH)
-    .union(OpFlags::IMMDT)
-    .union(OpFlags::IETH);
 
 /// Base Transport Header (BTH, 12 bytes), present in every packet.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -68,7 +42,7 @@ pub struct Bth {
 
 impl Bth {
     /// Bytes of a BTH.
-    pub const LEN: usize = 12;
+    pub const LEN: usize = BTH_LEN;
 
     /// Parse the BTH at the start of `bytes`; checks `TVer` is 0 and ignores reserved bits.
     #[inline(always)]
@@ -138,7 +112,7 @@ pub struct Reth {
 
 impl Reth {
     /// Bytes of a RETH.
-    pub const LEN: usize = 16;
+    pub const LEN: usize = RETH_LEN;
 
     /// Parse the RETH at the start of `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<Reth, PacketError> {
@@ -183,7 +157,7 @@ pub struct AtomicEth {
 
 impl AtomicEth {
     /// Bytes of an AtomicETH.
-    pub const LEN: usize = 28;
+    pub const LEN: usize = ATOMIC_ETH_LEN;
 
     /// Parse the AtomicETH at the start of `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<AtomicEth, PacketError> {
@@ -229,7 +203,7 @@ pub struct Deth {
 
 impl Deth {
     /// Bytes of a DETH.
-    pub const LEN: usize = 8;
+    pub const LEN: usize = DETH_LEN;
     /// The well-known Q_Key of the General Services Interface (QP1).
     pub const GSI_QKEY: u32 = 0x8001_0000;
 
@@ -319,7 +293,7 @@ impl NakCode {
 
 impl Aeth {
     /// Bytes of an AETH.
-    pub const LEN: usize = 4;
+    pub const LEN: usize = AETH_LEN;
     /// Syndrome kind bits (6–5) of an ACK.
     const KIND_ACK: u8 = 0b00;
     /// Syndrome kind bits of an RNR NAK.
@@ -560,7 +534,7 @@ impl<'a> Packet<'a> {
         let wanted = info.flags & EXTENSION_HEADER_FLAGS;
         if present != wanted {
             // The first header, in IBA order, that is missing or should not be there.
-            for &(flag, name) in &EXTENSION_HEADERS {
+            for &(flag, name, _) in &EXTENSION_HEADERS {
                 match (wanted.contains(flag), present.contains(flag)) {
                     (true, false) => return Err(PacketError::MissingHeader(name)),
                     (false, true) => return Err(PacketError::UnexpectedHeader(name)),

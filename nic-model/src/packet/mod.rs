@@ -20,12 +20,12 @@ mod pcap;
 mod psn;
 mod roce;
 
-pub use headers::{
-    rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Packet, Reth, ATOMIC_ACK_ETH_LEN,
-    CNP_RESERVED_LEN, IETH_LEN, IMMDT_LEN,
-};
+pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Packet, Reth};
 pub use icrc::icrc_ipv4;
-pub use opcode::{opcode_table, OpFlags, Opcode, OpcodeInfo, Transport};
+pub use opcode::{
+    opcode_table, OpFlags, Opcode, OpcodeInfo, Transport, ATOMIC_ACK_ETH_LEN, CNP_RESERVED_LEN,
+    IETH_LEN, IMMDT_LEN,
+};
 pub use pcap::PcapWriter;
 pub use psn::Psn;
 pub use roce::{
