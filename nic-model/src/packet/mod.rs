@@ -19,8 +19,9 @@ mod oracle;
 mod pcap;
 mod psn;
 mod roce;
+mod transport;
 
-pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Packet, Reth};
+pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Reth};
 pub use icrc::icrc_ipv4;
 pub use opcode::{
     opcode_table, OpFlags, Opcode, OpcodeInfo, Transport, ATOMIC_ACK_ETH_LEN, CNP_RESERVED_LEN,
@@ -35,6 +36,7 @@ pub(crate) use roce::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
     opcode_of, peek_rc_acknowledge, peek_rc_send_only, AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
 };
+pub use transport::Packet;
 
 /// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,9 +4,10 @@
 //! This whole IP datagram is what the softverbs wire carries between ports; the pcap writer adds
 //! an Ethernet header only for Wireshark's sake.
 
-use super::headers::{Aeth, Bth, Packet};
+use super::headers::{Aeth, Bth};
 use super::icrc::{icrc_ipv4, IcrcPatch};
 use super::opcode::{OpcodeInfo, MAX_HEADER_LEN};
+use super::transport::Packet;
 use super::PacketError;
 use crate::small_copy;
 
