@@ -11,6 +11,7 @@
 
 use core::fmt;
 
+mod datagram;
 mod headers;
 mod icrc;
 mod opcode;
@@ -18,9 +19,15 @@ mod opcode;
 mod oracle;
 mod pcap;
 mod psn;
-mod roce;
 mod transport;
 
+pub use datagram::{
+    datagram_len, emit_datagram, parse_datagram, IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT,
+};
+pub(crate) use datagram::{
+    emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
+    opcode_of, peek_rc_acknowledge, peek_rc_send_only, AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
+};
 pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Reth};
 pub use icrc::icrc_ipv4;
 pub use opcode::{
@@ -29,13 +36,6 @@ pub use opcode::{
 };
 pub use pcap::PcapWriter;
 pub use psn::Psn;
-pub use roce::{
-    datagram_len, emit_datagram, parse_datagram, IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT,
-};
-pub(crate) use roce::{
-    emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
-    opcode_of, peek_rc_acknowledge, peek_rc_send_only, AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
-};
 pub use transport::Packet;
 
 /// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.
