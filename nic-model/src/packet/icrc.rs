@@ -96,7 +96,7 @@ fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
 
 /// The ICRCs of datagrams that differ from one base datagram of the same length only in the
 /// bytes at a few fixed offsets, each from the base's ICRC with one table load per such byte
-/// instead of hashing the datagram: how an RC QP's ACKs get theirs (`roce::AckTemplate`, whose
+/// instead of hashing the datagram: how an RC QP's ACKs get theirs (`ack::AckTemplate`, whose
 /// identification, PSN and AETH are all that change).
 ///
 /// Why it works. CRC-32 is affine over GF(2): the CRC of a message is a linear function of its
