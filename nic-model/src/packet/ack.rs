@@ -5,12 +5,14 @@ use super::datagram::{emit_engine_datagram, ICRC_LEN};
 use super::headers::{Aeth, Bth};
 use super::icrc::IcrcPatch;
 use super::ipv4_udp::{fold_ones_complement, IpUdp, IPV4_UDP_LEN};
-use super::opcode::Opcode;
+use super::opcode::{OpFlags, Opcode};
 use super::psn::Psn;
 use super::transport::Packet;
 
-/// The IPv4/UDP/BTH/AETH/ICRC datagram of an RC ACKNOWLEDGE, 48 bytes.
-pub(crate) const ACK_DATAGRAM_LEN: usize = IPV4_UDP_LEN + Bth::LEN + Aeth::LEN + ICRC_LEN;
+/// The IPv4/UDP/BTH/AETH/ICRC datagram of an RC ACKNOWLEDGE, 48 bytes (its headers' length from
+/// the opcode table).
+pub(crate) const ACK_DATAGRAM_LEN: usize =
+    IPV4_UDP_LEN + Opcode::RC_ACKNOWLEDGE.row().header_len + ICRC_LEN;
 
 /// The ACKNOWLEDGE datagram of one RC QP, built once with every field that stays the same for
 /// the QP's ACKs and NAKs (addresses, ports, destination QP), so that sending one only copies
@@ -22,13 +24,15 @@ pub(crate) const ACK_DATAGRAM_LEN: usize = IPV4_UDP_LEN + Bth::LEN + Aeth::LEN +
 /// the template only in bytes the ICRC masks (the IPv4 checksum) and in the nine bytes of the
 /// identification, PSN and AETH, which are zeros in the template, so its ICRC is the template's
 /// XOR one table entry per byte ([`IcrcPatch`]): 9 loads instead of hashing 44 bytes.
+///
+/// [`emit_datagram`]: super::emit_datagram
 #[derive(Clone, Debug)]
 pub(crate) struct AckTemplate {
     /// The datagram with identification 0, PSN 0 and an AETH of zeros, ICRC left out.
     bytes: [u8; ACK_COVERED_LEN],
     /// The IPv4 header checksum of `bytes`, whose identification is 0.
     checksum: u16,
-    /// The ICRC of `bytes`, as [`icrc_ipv4`] computes it.
+    /// The ICRC of `bytes`, as [`icrc_ipv4`](super::icrc_ipv4) computes it.
     icrc: u32,
 }
 
@@ -39,7 +43,8 @@ const ACK_COVERED_LEN: usize = ACK_DATAGRAM_LEN - ICRC_LEN;
 const IDENT_AT: usize = 4;
 const CHECKSUM_AT: usize = 10;
 const PSN_AT: usize = IPV4_UDP_LEN + 9;
-const AETH_AT: usize = IPV4_UDP_LEN + Bth::LEN;
+const AETH_AT: usize = IPV4_UDP_LEN
+    + Opcode::RC_ACKNOWLEDGE.row().header_offset(OpFlags::AETH).expect("an ACK carries an AETH");
 
 /// The bytes that change from one ACK of a QP to the next and that its ICRC covers: the IPv4
 /// identification (2), the PSN (3) and the AETH (4).

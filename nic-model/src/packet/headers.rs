@@ -3,8 +3,8 @@
 //! stacks them into a whole transport packet.
 //!
 //! Everything is big-endian on the wire. Which extension headers a packet carries, and in
-//! which order, comes from the opcode table ([`OpcodeInfo::flags`]); nothing here matches on
-//! individual opcodes.
+//! which order, comes from the opcode table ([`OpcodeInfo::flags`](super::OpcodeInfo::flags)),
+//! as do their lengths; nothing here matches on individual opcodes.
 
 use super::opcode::{Opcode, AETH_LEN, ATOMIC_ETH_LEN, BTH_LEN, DETH_LEN, RETH_LEN};
 use super::psn::Psn;

@@ -5,7 +5,31 @@
 use super::datagram::{checked_datagram, Checked};
 use super::headers::{Aeth, Bth};
 use super::ipv4_udp::IPV4_UDP_LEN;
-use super::opcode::Opcode;
+use super::opcode::{OpFlags, Opcode, IMMDT_LEN};
+
+/// Where an RC SEND ONLY's payload starts, from the opcode table.
+const SEND_ONLY_HEADER_LEN: usize = Opcode::RC_SEND_ONLY.row().header_len;
+/// Where an RC SEND ONLY WITH IMMEDIATE's payload starts.
+const SEND_ONLY_IMM_HEADER_LEN: usize = Opcode::RC_SEND_ONLY_WITH_IMMEDIATE.row().header_len;
+/// Where an RC SEND ONLY WITH IMMEDIATE's ImmDt starts.
+const SEND_ONLY_IMMDT_AT: usize = Opcode::RC_SEND_ONLY_WITH_IMMEDIATE
+    .row()
+    .header_offset(OpFlags::IMMDT)
+    .expect("SEND ONLY WITH IMMEDIATE carries ImmDt");
+// The peek reads ImmDt as whatever follows `SEND_ONLY_IMMDT_AT` in the headers: the 4 bytes that
+// end them, and nothing in a plain SEND ONLY, whose headers end there.
+const _: () = assert!(SEND_ONLY_IMMDT_AT + IMMDT_LEN == SEND_ONLY_IMM_HEADER_LEN);
+const _: () = assert!(SEND_ONLY_HEADER_LEN == SEND_ONLY_IMMDT_AT);
+
+/// Where an RC ACKNOWLEDGE's headers end (it carries no payload), from the opcode table.
+const ACKNOWLEDGE_HEADER_LEN: usize = Opcode::RC_ACKNOWLEDGE.row().header_len;
+/// Where an RC ACKNOWLEDGE's AETH starts.
+const ACKNOWLEDGE_AETH_AT: usize = Opcode::RC_ACKNOWLEDGE
+    .row()
+    .header_offset(OpFlags::AETH)
+    .expect("an ACKNOWLEDGE carries an AETH");
+// The AETH ends the headers, so the bytes from `ACKNOWLEDGE_AETH_AT` are exactly an AETH.
+const _: () = assert!(ACKNOWLEDGE_AETH_AT + Aeth::LEN == ACKNOWLEDGE_HEADER_LEN);
 
 /// What the responder's fast path needs of an RC SEND ONLY, with or without immediate data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,8 +58,8 @@ pub(crate) fn peek_rc_send_only(bytes: &[u8]) -> Option<SendOnly<'_>> {
     let Checked { ipv4, transport, .. } = checked_datagram(bytes).ok()?;
     let bth = Bth::parse(transport).ok()?;
     let header_len = match bth.opcode {
-        Opcode::RC_SEND_ONLY => Bth::LEN,
-        Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => Bth::LEN + super::IMMDT_LEN,
+        Opcode::RC_SEND_ONLY => SEND_ONLY_HEADER_LEN,
+        Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => SEND_ONLY_IMM_HEADER_LEN,
         _ => return None,
     };
     let (headers, rest) = transport.split_at_checked(header_len)?;
@@ -44,7 +68,8 @@ pub(crate) fn peek_rc_send_only(bytes: &[u8]) -> Option<SendOnly<'_>> {
         return None;
     }
     let payload = rest.get(..rest.len().checked_sub(usize::from(bth.pad_count))?)?;
-    let imm = headers.get(Bth::LEN..).and_then(|h| h.try_into().ok()).map(u32::from_be_bytes);
+    let imm =
+        headers.get(SEND_ONLY_IMMDT_AT..).and_then(|h| h.try_into().ok()).map(u32::from_be_bytes);
     Some(SendOnly { src: [ipv4[12], ipv4[13], ipv4[14], ipv4[15]], bth, imm, payload })
 }
 
@@ -73,11 +98,11 @@ pub(crate) fn peek_rc_acknowledge(bytes: &[u8]) -> Option<Acknowledge> {
     if bth.opcode != Opcode::RC_ACKNOWLEDGE {
         return None;
     }
-    let (headers, rest) = transport.split_at_checked(Bth::LEN + Aeth::LEN)?;
+    let (headers, rest) = transport.split_at_checked(ACKNOWLEDGE_HEADER_LEN)?;
     if !rest.is_empty() || bth.pad_count != 0 {
         return None;
     }
-    let aeth = Aeth::from_bytes(headers[Bth::LEN..].try_into().ok()?);
+    let aeth = Aeth::from_bytes(headers[ACKNOWLEDGE_AETH_AT..].try_into().ok()?);
     Some(Acknowledge { bth, aeth })
 }
 
