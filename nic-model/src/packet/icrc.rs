@@ -4,10 +4,9 @@
 //! Every packet is hashed twice (once to send it, once to check it), and most are short (an ACK
 //! covers 44 bytes), so on x86-64 with carry-less multiply (PCLMULQDQ, detected at run time) the
 //! CRC is folded 16 bytes at a time with the masked fields OR-ed in as the bytes are loaded: no
-//! copy of the datagram, no call per piece; for 44–48 bytes about 65 instructions, against about
-//! 145 for crc32fast over a masked copy. Longer datagrams (over 128 bytes), other CPUs, and
-//! inputs shorter than the masked headers or not a multiple of 4 bytes (never a datagram) are
-//! hashed with crc32fast, whose four-way fold is faster on full-MTU packets.
+//! copy of the datagram, no call per piece (docs/decisions.md, "ICRC fold"). Longer datagrams
+//! (over 128 bytes), other CPUs, and inputs shorter than the masked headers or not a multiple of
+//! 4 bytes (never a datagram) are hashed with crc32fast.
 //!
 //! A datagram that differs from one hashed before only in a few bytes at fixed offsets (an RC
 //! QP's ACK, from its template) gets its ICRC from the earlier one with [`IcrcPatch`]: a table
@@ -31,16 +30,12 @@ const MASKED_BYTES: [usize; 7] = [1, 8, 10, 11, 26, 27, 32];
 /// rxe's seed 0xDEBB20E3: hashing starts from here instead of hashing the 8 bytes every time.
 const PSEUDO_LRH_CRC: u32 = !0xDEBB_20E3;
 
-/// Datagrams up to this long are hashed by crc32fast in one pass over a masked copy: for an ACK
-/// or a small message, a second pass (the masked header, then the rest in place) costs about a
-/// fifth more.
+/// Datagrams up to this long are hashed by crc32fast in one pass over a masked copy, cheaper for
+/// short ones than two passes (docs/decisions.md, "ICRC in one pass over a masked copy").
 const ONE_PASS_LEN: usize = 128;
 
-/// The longest datagram the one-block fold hashes. It folds 16 bytes per carry-less multiply,
-/// one after the other, so its time grows with the latency of the multiply; crc32fast folds
-/// four blocks at once and is faster on full-MTU packets (with the fold for every length, 1 MiB
-/// RDMA WRITE bandwidth fell from about 7.5 to 4.1 GB/s). Up to here, where headers dominate,
-/// the fold's lack of a masked copy wins.
+/// The longest datagram the one-block fold hashes: its multiplies run one after the other, so
+/// crc32fast's four-way fold wins beyond (docs/decisions.md, "ICRC fold").
 const FOLD_MAX_LEN: usize = ONE_PASS_LEN;
 
 /// ICRC over a RoCEv2 IPv4 datagram (`datagram_without_icrc` = IPv4 header .. end of pad,
@@ -96,7 +91,7 @@ fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
 
 /// The ICRCs of datagrams that differ from one base datagram of the same length only in the
 /// bytes at a few fixed offsets, each from the base's ICRC with one table load per such byte
-/// instead of hashing the datagram: how an RC QP's ACKs get theirs (`roce::AckTemplate`, whose
+/// instead of hashing the datagram: how an RC QP's ACKs get theirs (`ack::AckTemplate`, whose
 /// identification, PSN and AETH are all that change).
 ///
 /// Why it works. CRC-32 is affine over GF(2): the CRC of a message is a linear function of its

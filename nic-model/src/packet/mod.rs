@@ -8,33 +8,47 @@
 //!
 //! A datagram on the wire is IPv4 (20 B) ‖ UDP (8 B, port 4791) ‖ BTH ‖ extension headers ‖
 //! payload ‖ pad ‖ ICRC (4 B); see [`emit_datagram`] and [`parse_datagram`].
+//!
+//! The files stack in one direction, each naming only those before it: `psn` (24-bit serial
+//! numbers) and `opcode` (the table: headers, lengths, offsets, flags); `headers` (the BTH and
+//! extension-header codecs); `transport` ([`Packet`], the headers stacked per the table);
+//! `ipv4_udp` and `icrc` (the encapsulation and its CRC); `datagram` (a whole RoCEv2 datagram,
+//! built and checked); then `ack` (the per-QP ACK template) and `peek` (the receive fast paths).
+//! `pcap` writes capture files.
 
 use core::fmt;
 
+mod ack;
+mod datagram;
 mod headers;
 mod icrc;
+mod ipv4_udp;
 mod opcode;
 #[cfg(test)]
 mod oracle;
 mod pcap;
+mod peek;
 mod psn;
-mod roce;
+#[cfg(test)]
+mod testing;
+mod transport;
 
-pub use headers::{
-    rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Packet, Reth, ATOMIC_ACK_ETH_LEN,
-    CNP_RESERVED_LEN, IETH_LEN, IMMDT_LEN,
-};
-pub use icrc::icrc_ipv4;
-pub use opcode::{opcode_table, OpFlags, Opcode, OpcodeInfo, Transport};
-pub use pcap::PcapWriter;
-pub use psn::Psn;
-pub use roce::{
-    datagram_len, emit_datagram, parse_datagram, IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT,
-};
-pub(crate) use roce::{
+pub(crate) use ack::{AckTemplate, ACK_DATAGRAM_LEN};
+pub use datagram::{datagram_len, emit_datagram, parse_datagram, ICRC_LEN};
+pub(crate) use datagram::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
-    opcode_of, peek_rc_acknowledge, peek_rc_send_only, AckTemplate, SendOnly, ACK_DATAGRAM_LEN,
 };
+pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Reth};
+pub use icrc::icrc_ipv4;
+pub use ipv4_udp::{IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};
+pub use opcode::{
+    opcode_table, OpFlags, Opcode, OpcodeInfo, Transport, ATOMIC_ACK_ETH_LEN, CNP_RESERVED_LEN,
+    IETH_LEN, IMMDT_LEN,
+};
+pub use pcap::PcapWriter;
+pub(crate) use peek::{opcode_of, peek_rc_acknowledge, peek_rc_send_only, SendOnly};
+pub use psn::Psn;
+pub use transport::Packet;
 
 /// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.
 #[derive(Clone, Debug, PartialEq, Eq)]

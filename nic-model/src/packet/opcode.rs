@@ -1,18 +1,16 @@
-//! BTH opcodes and the one table of per-opcode facts (headers carried, length, state-machine flags)
-//! that drives parsing, emitting and the transport engine.
+//! BTH opcodes and the one table of per-opcode facts (headers carried, their lengths and offsets,
+//! state-machine flags) that drives parsing, emitting and the transport engine. The bottom of the
+//! packet layer: the header codecs take their lengths from here, and nothing here names them.
 //!
 //! An opcode is 3 bits of transport (RC 000, UC 001, UD 011, CNP 100) and 5 bits of operation
 //! (IBA 9.2.1, Table 38). The table below lists every opcode softverbs speaks; anything else
 //! (RD, XRC, FLUSH, ATOMIC WRITE, reserved codes) is unknown and [`Opcode::info`] returns `None`.
 
-use super::headers::{
-    Aeth, AtomicEth, Bth, Deth, Reth, ATOMIC_ACK_ETH_LEN, CNP_RESERVED_LEN, IETH_LEN, IMMDT_LEN,
-};
 use bitflags::bitflags;
 use core::fmt;
 
 /// The BTH `OpCode` field (byte 0): transport in bits 7–5, operation in bits 4–0.
-/// `Default` is 0x00 (RC SEND FIRST), only so that [`Bth`] can derive `Default`.
+/// `Default` is 0x00 (RC SEND FIRST), only so that [`Bth`](super::Bth) can derive `Default`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Opcode(pub u8);
 
@@ -96,6 +94,46 @@ bitflags! {
     }
 }
 
+/// Bytes of a Base Transport Header (BTH), which every packet starts with.
+pub(crate) const BTH_LEN: usize = 12;
+/// Bytes of a Datagram Extended Transport Header (DETH: Q_Key and source QP).
+pub(crate) const DETH_LEN: usize = 8;
+/// Bytes of an RDMA Extended Transport Header (RETH: virtual address, R_Key, DMA length).
+pub(crate) const RETH_LEN: usize = 16;
+/// Bytes of an Atomic Extended Transport Header (AtomicETH: address, R_Key, two operands).
+pub(crate) const ATOMIC_ETH_LEN: usize = 28;
+/// Bytes of an ACK Extended Transport Header (AETH: syndrome and MSN).
+pub(crate) const AETH_LEN: usize = 4;
+/// Bytes of an Atomic Acknowledge Extended Transport Header (AtomicAckETH: original remote data).
+pub const ATOMIC_ACK_ETH_LEN: usize = 8;
+/// Bytes of immediate data (ImmDt).
+pub const IMMDT_LEN: usize = 4;
+/// Bytes of an Invalidate Extended Transport Header (IETH: the R_Key to invalidate).
+pub const IETH_LEN: usize = 4;
+/// Bytes a RoCEv2 CNP carries after its BTH (reserved, sent as zero).
+pub const CNP_RESERVED_LEN: usize = 16;
+
+/// The extension headers in IBA order (the order in which they follow the BTH, and of
+/// [`Packet`](super::Packet)'s fields): the flag that stands for each, its name and its length.
+pub(crate) const EXTENSION_HEADERS: [(OpFlags, &str, usize); 7] = [
+    (OpFlags::DETH, "DETH", DETH_LEN),
+    (OpFlags::RETH, "RETH", RETH_LEN),
+    (OpFlags::ATOMIC_ETH, "AtomicETH", ATOMIC_ETH_LEN),
+    (OpFlags::AETH, "AETH", AETH_LEN),
+    (OpFlags::ATOMIC_ACK_ETH, "AtomicAckETH", ATOMIC_ACK_ETH_LEN),
+    (OpFlags::IMMDT, "ImmDt", IMMDT_LEN),
+    (OpFlags::IETH, "IETH", IETH_LEN),
+];
+
+/// The opcode-table flags that stand for an extension header.
+pub(crate) const EXTENSION_HEADER_FLAGS: OpFlags = OpFlags::DETH
+    .union(OpFlags::RETH)
+    .union(OpFlags::ATOMIC_ETH)
+    .union(OpFlags::AETH)
+    .union(OpFlags::ATOMIC_ACK_ETH)
+    .union(OpFlags::IMMDT)
+    .union(OpFlags::IETH);
+
 /// One row of the opcode table: what a packet with this opcode is and carries.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct OpcodeInfo {
@@ -110,6 +148,31 @@ pub struct OpcodeInfo {
     /// Bytes of BTH plus extension headers (plus, for CNP, its 16 reserved bytes): where the
     /// payload starts.
     pub header_len: usize,
+}
+
+impl OpcodeInfo {
+    /// Where the extension header `header` (one of the header flags, e.g. [`OpFlags::AETH`])
+    /// starts in this opcode's packets, in bytes from the start of the BTH; `None` if the opcode
+    /// does not carry it. A `const fn`, so that a fast path can take an offset from the table as
+    /// a constant (see [`Opcode::row`]).
+    pub const fn header_offset(&self, header: OpFlags) -> Option<usize> {
+        if !self.flags.contains(header) {
+            return None;
+        }
+        let mut at = BTH_LEN;
+        let mut i = 0;
+        while i < EXTENSION_HEADERS.len() {
+            let (flag, _, len) = EXTENSION_HEADERS[i];
+            if flag.bits() == header.bits() {
+                return Some(at);
+            }
+            if self.flags.contains(flag) {
+                at += len;
+            }
+            i += 1;
+        }
+        None
+    }
 }
 
 impl Opcode {
@@ -202,6 +265,19 @@ impl Opcode {
         match INDEX[usize::from(self.0)] {
             NONE => None,
             row => OPCODES.get(usize::from(row)),
+        }
+    }
+
+    /// [`Opcode::info`] of an opcode in the table, as a `const fn`: a fast path that handles
+    /// one opcode takes its header length and offsets from the table as constants, e.g.
+    /// `const LEN: usize = Opcode::RC_ACKNOWLEDGE.row().header_len;`.
+    ///
+    /// # Panics
+    /// If the opcode has no row (at compile time, where it is meant to be evaluated).
+    pub const fn row(self) -> &'static OpcodeInfo {
+        match INDEX[self.0 as usize] {
+            NONE => panic!("the opcode has a row in the opcode table"),
+            row => &OPCODES[row as usize],
         }
     }
 
@@ -322,7 +398,7 @@ const TABLE: [OpcodeInfo; 38] = {
             name: "CNP",
             transport: Cnp,
             flags: OpFlags::empty(),
-            header_len: Bth::LEN + CNP_RESERVED_LEN,
+            header_len: BTH_LEN + CNP_RESERVED_LEN,
         },
     ]
 };
@@ -378,27 +454,14 @@ const fn row(code: u8, name: &'static str, transport: Transport, flags: &[OpFlag
 
 /// BTH plus the extension headers `flags` names.
 const fn headers_len(flags: OpFlags) -> usize {
-    let mut len = Bth::LEN;
-    if flags.contains(OpFlags::DETH) {
-        len += Deth::LEN;
-    }
-    if flags.contains(OpFlags::RETH) {
-        len += Reth::LEN;
-    }
-    if flags.contains(OpFlags::ATOMIC_ETH) {
-        len += AtomicEth::LEN;
-    }
-    if flags.contains(OpFlags::AETH) {
-        len += Aeth::LEN;
-    }
-    if flags.contains(OpFlags::ATOMIC_ACK_ETH) {
-        len += ATOMIC_ACK_ETH_LEN;
-    }
-    if flags.contains(OpFlags::IMMDT) {
-        len += IMMDT_LEN;
-    }
-    if flags.contains(OpFlags::IETH) {
-        len += IETH_LEN;
+    let mut len = BTH_LEN;
+    let mut i = 0;
+    while i < EXTENSION_HEADERS.len() {
+        let (header, _, header_len) = EXTENSION_HEADERS[i];
+        if flags.contains(header) {
+            len += header_len;
+        }
+        i += 1;
     }
     len
 }
@@ -456,6 +519,36 @@ mod tests {
         assert_eq!(info(Opcode::UD_SEND_ONLY).header_len, 12 + 8);
         assert_eq!(info(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).header_len, 12 + 8 + 4);
         assert_eq!(info(Opcode::CNP).header_len, 12 + 16);
+    }
+
+    #[test]
+    fn header_offsets() {
+        let at = |op: Opcode, header| info(op).header_offset(header);
+        assert_eq!(at(Opcode::RC_SEND_ONLY_WITH_IMMEDIATE, OpFlags::IMMDT), Some(12));
+        assert_eq!(at(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OpFlags::RETH), Some(12));
+        assert_eq!(at(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OpFlags::IMMDT), Some(12 + 16));
+        assert_eq!(at(Opcode::RC_ACKNOWLEDGE, OpFlags::AETH), Some(12));
+        assert_eq!(at(Opcode::RC_ATOMIC_ACKNOWLEDGE, OpFlags::ATOMIC_ACK_ETH), Some(12 + 4));
+        assert_eq!(at(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE, OpFlags::IMMDT), Some(12 + 8));
+        assert_eq!(at(Opcode::RC_SEND_ONLY, OpFlags::IMMDT), None);
+        assert_eq!(at(Opcode::RC_ACKNOWLEDGE, OpFlags::SEND), None);
+        // The last header of every opcode ends where its payload starts.
+        for row in opcode_table() {
+            let last = EXTENSION_HEADERS.iter().rev().find(|(flag, ..)| row.flags.contains(*flag));
+            let end =
+                last.map_or(BTH_LEN, |&(flag, _, len)| row.header_offset(flag).unwrap() + len);
+            let reserved = if row.opcode == Opcode::CNP { CNP_RESERVED_LEN } else { 0 };
+            assert_eq!(end + reserved, row.header_len, "{}", row.name);
+        }
+    }
+
+    #[test]
+    fn const_rows_are_the_rows() {
+        for row in opcode_table() {
+            assert!(core::ptr::eq(row.opcode.row(), info(row.opcode)), "{}", row.name);
+        }
+        const ACK_LEN: usize = Opcode::RC_ACKNOWLEDGE.row().header_len;
+        assert_eq!(ACK_LEN, 16);
     }
 
     #[test]

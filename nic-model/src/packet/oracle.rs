@@ -3,9 +3,11 @@
 //! same `Result` for every input. The ICRC here is hashed by its definition (crc32fast over the
 //! pseudo-LRH and a masked copy), independently of `icrc.rs`.
 
-use super::headers::{Bth, Packet};
+use super::datagram::ICRC_LEN;
+use super::headers::Bth;
+use super::ipv4_udp::{IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};
 use super::opcode::MAX_HEADER_LEN;
-use super::roce::{IpUdp, ICRC_LEN, IPV4_UDP_LEN, ROCE_UDP_PORT};
+use super::transport::Packet;
 use super::PacketError;
 
 const IPV4_LEN: usize = 20;

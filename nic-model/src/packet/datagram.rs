@@ -1,69 +1,24 @@
-//! RoCEv2 datagrams: IPv4 (20 B, no options) ‖ UDP (8 B, destination port 4791, checksum 0) ‖
-//! transport packet ‖ ICRC (4 B).
+//! RoCEv2 datagrams, built and checked whole: IPv4 (20 B, no options) ‖ UDP (8 B, destination
+//! port 4791, checksum 0) ‖ transport packet ‖ ICRC (4 B).
 //!
 //! This whole IP datagram is what the softverbs wire carries between ports; the pcap writer adds
-//! an Ethernet header only for Wireshark's sake.
+//! an Ethernet header only for Wireshark's sake. The engine's own entries (no re-check of the
+//! headers it built, a buffer it lends) sit beside the general [`emit_datagram`] and
+//! [`parse_datagram`]; the ACK template and the receive peeks build on these.
 
-use super::headers::{Aeth, Bth, Packet};
-use super::icrc::{icrc_ipv4, IcrcPatch};
+use super::headers::Bth;
+use super::icrc::icrc_ipv4;
+use super::ipv4_udp::{
+    ones_complement_sum, write_ip_udp, IpUdp, IPV4_LEN, IPV4_UDP_LEN, IPV4_VERSION_IHL, IP_DF,
+    IP_MF_AND_OFFSET, IP_PROTO_UDP, ROCE_UDP_PORT, UDP_LEN,
+};
 use super::opcode::{OpcodeInfo, MAX_HEADER_LEN};
+use super::transport::Packet;
 use super::PacketError;
 use crate::small_copy;
 
-/// The UDP destination port that identifies RoCEv2.
-pub const ROCE_UDP_PORT: u16 = 4791;
-/// Bytes of the IPv4 and UDP headers in front of the BTH.
-pub const IPV4_UDP_LEN: usize = IPV4_LEN + UDP_LEN;
 /// Bytes of the ICRC that ends every datagram.
 pub const ICRC_LEN: usize = 4;
-
-/// Bytes of an IPv4 header without options.
-const IPV4_LEN: usize = 20;
-/// Bytes of a UDP header.
-const UDP_LEN: usize = 8;
-/// IPv4 version 4, IHL 5 words: the first header byte of every datagram softverbs speaks.
-const IPV4_VERSION_IHL: u8 = 0x45;
-/// IPv4 protocol number of UDP.
-const IP_PROTO_UDP: u8 = 17;
-/// IPv4 flags/fragment-offset bits: Don't Fragment.
-const IP_DF: u16 = 0x4000;
-/// IPv4 flags/fragment-offset bits: More Fragments and the fragment offset.
-const IP_MF_AND_OFFSET: u16 = 0x3FFF;
-
-/// The IPv4 and UDP fields of a RoCEv2 datagram that are not implied by its content (lengths,
-/// checksums, protocol and destination port are).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct IpUdp {
-    /// IPv4 source address.
-    pub src: [u8; 4],
-    /// IPv4 destination address.
-    pub dst: [u8; 4],
-    /// UDP source port: per-QP flow entropy in RoCEv2.
-    pub src_port: u16,
-    /// IPv4 TOS byte: DSCP (traffic class) in bits 7–2, ECN in bits 1–0. Not covered by the ICRC.
-    pub tos: u8,
-    /// IPv4 time to live (hop limit). Not covered by the ICRC.
-    pub ttl: u8,
-    /// IPv4 identification.
-    pub ident: u16,
-    /// IPv4 Don't Fragment flag.
-    pub dont_fragment: bool,
-}
-
-impl Default for IpUdp {
-    /// TOS 0, TTL 64, identification 0, DF set, UDP source port 49152, addresses 0.0.0.0.
-    fn default() -> IpUdp {
-        IpUdp {
-            src: [0; 4],
-            dst: [0; 4],
-            src_port: 49152,
-            tos: 0,
-            ttl: 64,
-            ident: 0,
-            dont_fragment: true,
-        }
-    }
-}
 
 /// Total datagram length [`emit_datagram`] would produce: IPv4 + UDP + transport + ICRC.
 pub fn datagram_len(pkt: &Packet<'_>) -> usize {
@@ -138,37 +93,6 @@ fn datagram_head(
     write_ip_udp(ip, total_len, ip_udp);
     pkt.write_headers(transport.try_into().expect("sized for the longest headers"));
     head
-}
-
-/// The IPv4 and UDP headers of a datagram of `total_len` bytes, built as big-endian words with
-/// the IPv4 checksum summed from them directly.
-#[inline(always)]
-fn write_ip_udp(ip: &IpUdp, total_len: u16, out: &mut [u8; IPV4_UDP_LEN]) {
-    let flags: u16 = if ip.dont_fragment { IP_DF } else { 0 };
-    let version_tos_len =
-        u32::from(IPV4_VERSION_IHL) << 24 | u32::from(ip.tos) << 16 | u32::from(total_len);
-    let ident_flags = u32::from(ip.ident) << 16 | u32::from(flags);
-    let ttl_protocol = u32::from(ip.ttl) << 24 | u32::from(IP_PROTO_UDP) << 16;
-    let (src, dst) = (u32::from_be_bytes(ip.src), u32::from_be_bytes(ip.dst));
-    let checksum = !fold_ones_complement(
-        [version_tos_len, ident_flags, ttl_protocol, src, dst].map(u64::from).iter().sum(),
-    );
-    // UDP length = total - IPv4 header, which fits because total_len did. The UDP checksum
-    // stays 0: RoCEv2 does not use it (the ICRC covers it all).
-    let ports = u32::from(ip.src_port) << 16 | u32::from(ROCE_UDP_PORT);
-    let udp_len = u32::from(total_len - IPV4_LEN as u16) << 16;
-    let words = [
-        version_tos_len,
-        ident_flags,
-        ttl_protocol | u32::from(checksum),
-        src,
-        dst,
-        ports,
-        udp_len,
-    ];
-    for (bytes, word) in out.chunks_exact_mut(4).zip(words) {
-        bytes.copy_from_slice(&word.to_be_bytes());
-    }
 }
 
 /// The datagram of a request the requester's fast path sends (`engine::req::post_now`: a SEND
@@ -272,97 +196,6 @@ pub(crate) fn emit_engine_datagram_into(ip: &IpUdp, pkt: &Packet<'_>, out: &mut 
     write_body_into(out, head_len, pkt.payload);
 }
 
-/// The IPv4/UDP/BTH/AETH/ICRC datagram of an RC ACKNOWLEDGE, 48 bytes.
-pub(crate) const ACK_DATAGRAM_LEN: usize = IPV4_UDP_LEN + Bth::LEN + super::Aeth::LEN + ICRC_LEN;
-
-/// The ACKNOWLEDGE datagram of one RC QP, built once with every field that stays the same for
-/// the QP's ACKs and NAKs (addresses, ports, destination QP), so that sending one only copies
-/// it and sets the IPv4 identification and checksum, the PSN, the AETH and the ICRC: an ACK
-/// is on the critical path of every RC message (the responder sends it before it hands the
-/// receive completion over). The bytes are those [`emit_datagram`] writes for the same packet.
-///
-/// The ICRC is not hashed for each ACK but patched from the template's: the ACK differs from
-/// the template only in bytes the ICRC masks (the IPv4 checksum) and in the nine bytes of the
-/// identification, PSN and AETH, which are zeros in the template, so its ICRC is the template's
-/// XOR one table entry per byte ([`IcrcPatch`]): 9 loads instead of hashing 44 bytes.
-#[derive(Clone, Debug)]
-pub(crate) struct AckTemplate {
-    /// The datagram with identification 0, PSN 0 and an AETH of zeros, ICRC left out.
-    bytes: [u8; ACK_COVERED_LEN],
-    /// The IPv4 header checksum of `bytes`, whose identification is 0.
-    checksum: u16,
-    /// The ICRC of `bytes`, as [`icrc_ipv4`] computes it.
-    icrc: u32,
-}
-
-/// The bytes of an ACK's datagram that its ICRC covers: all but the ICRC.
-const ACK_COVERED_LEN: usize = ACK_DATAGRAM_LEN - ICRC_LEN;
-
-/// Where the fields an ACK changes sit in its datagram.
-const IDENT_AT: usize = 4;
-const CHECKSUM_AT: usize = 10;
-const PSN_AT: usize = IPV4_UDP_LEN + 9;
-const AETH_AT: usize = IPV4_UDP_LEN + Bth::LEN;
-
-/// The bytes that change from one ACK of a QP to the next and that its ICRC covers: the IPv4
-/// identification (2), the PSN (3) and the AETH (4).
-const ACK_PATCHED_AT: [usize; 9] = [
-    IDENT_AT,
-    IDENT_AT + 1,
-    PSN_AT,
-    PSN_AT + 1,
-    PSN_AT + 2,
-    AETH_AT,
-    AETH_AT + 1,
-    AETH_AT + 2,
-    AETH_AT + 3,
-];
-
-/// The ICRC tables of the bytes at [`ACK_PATCHED_AT`], shared by every QP's template and built
-/// by the compiler.
-static ACK_ICRC_PATCH: IcrcPatch<{ ACK_PATCHED_AT.len() }> =
-    IcrcPatch::new(ACK_COVERED_LEN, ACK_PATCHED_AT);
-
-impl AckTemplate {
-    /// The template for ACKs from `ip.src`/`ip.src_port` to `ip.dst`, for the QP `dest_qp`
-    /// (`ip.ident` is ignored: each ACK sets its own).
-    pub(crate) fn new(ip: &IpUdp, dest_qp: u32) -> AckTemplate {
-        let bth =
-            Bth { opcode: super::Opcode::RC_ACKNOWLEDGE, pkey: 0xFFFF, dest_qp, ..Bth::default() };
-        let mut pkt = Packet::new(bth, &[]);
-        pkt.aeth = Some(super::Aeth { syndrome: 0, msn: 0 });
-        let mut out = Vec::with_capacity(ACK_DATAGRAM_LEN);
-        emit_engine_datagram(&IpUdp { ident: 0, ..*ip }, &pkt, &mut out);
-        let (bytes, icrc) = out.split_at(ACK_COVERED_LEN);
-        let bytes: [u8; ACK_COVERED_LEN] = bytes.try_into().expect("an ACK is 48 bytes");
-        let icrc = u32::from_le_bytes(icrc.try_into().expect("an ACK is 48 bytes"));
-        assert!(
-            ACK_PATCHED_AT.iter().all(|&at| bytes[at] == 0),
-            "the template has zeros where each ACK patches its ICRC"
-        );
-        let checksum = u16::from_be_bytes([bytes[CHECKSUM_AT], bytes[CHECKSUM_AT + 1]]);
-        AckTemplate { bytes, checksum, icrc }
-    }
-
-    /// Writes into `out`, which is exactly [`ACK_DATAGRAM_LEN`] bytes, the ACK (or NAK) with
-    /// this identification, PSN and AETH.
-    pub(crate) fn emit_into(&self, ident: u16, psn: super::Psn, aeth: super::Aeth, out: &mut [u8]) {
-        let (covered, icrc) = out.split_at_mut(ACK_COVERED_LEN);
-        covered.copy_from_slice(&self.bytes);
-        covered[IDENT_AT..IDENT_AT + 2].copy_from_slice(&ident.to_be_bytes());
-        // RFC 1624: the identification went from 0 to `ident`, so the header's one's-complement
-        // sum (the checksum's complement) grows by `ident`.
-        let checksum = !fold_ones_complement(u64::from(!self.checksum) + u64::from(ident));
-        covered[CHECKSUM_AT..CHECKSUM_AT + 2].copy_from_slice(&checksum.to_be_bytes());
-        covered[PSN_AT..PSN_AT + 3].copy_from_slice(&psn.value().to_be_bytes()[1..]);
-        covered[AETH_AT..AETH_AT + 4].copy_from_slice(&aeth.to_bytes());
-        // The bytes just written, read back at the offsets the tables were built for; the
-        // template has zeros there, so they are also the changes from it.
-        let changes = ACK_PATCHED_AT.map(|at| covered[at]);
-        icrc.copy_from_slice(&ACK_ICRC_PATCH.icrc(self.icrc, changes).to_le_bytes());
-    }
-}
-
 /// Parse and check a datagram: IPv4 version, IHL 5, no fragmentation, protocol 17, header
 /// checksum and total length (= `bytes.len()`); UDP destination port 4791 and length; the ICRC;
 /// then BTH `TVer` 0, a known opcode, header lengths per the opcode table and the pad count.
@@ -392,16 +225,18 @@ pub fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), PacketError> 
 }
 
 /// A datagram whose IPv4 and UDP headers and ICRC passed [`checked_datagram`].
-struct Checked<'a> {
-    ipv4: &'a [u8; IPV4_LEN],
-    udp: &'a [u8; UDP_LEN],
+pub(super) struct Checked<'a> {
+    /// The IPv4 header.
+    pub(super) ipv4: &'a [u8; IPV4_LEN],
+    /// The UDP header.
+    pub(super) udp: &'a [u8; UDP_LEN],
     /// The transport packet: BTH through pad, at least a BTH long.
-    transport: &'a [u8],
+    pub(super) transport: &'a [u8],
 }
 
 /// The checks [`parse_datagram`] makes of the IPv4 and UDP headers and the ICRC.
 #[inline(always)]
-fn checked_datagram(bytes: &[u8]) -> Result<Checked<'_>, PacketError> {
+pub(super) fn checked_datagram(bytes: &[u8]) -> Result<Checked<'_>, PacketError> {
     let got = bytes.len();
     let ipv4: &[u8; IPV4_LEN] =
         bytes.first_chunk().ok_or(PacketError::Truncated { needed: IPV4_LEN, got })?;
@@ -458,111 +293,13 @@ fn checked_datagram(bytes: &[u8]) -> Result<Checked<'_>, PacketError> {
     Ok(Checked { ipv4, udp, transport })
 }
 
-/// What the responder's fast path needs of an RC SEND ONLY, with or without immediate data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SendOnly<'a> {
-    /// IPv4 source address (the requester's port).
-    pub(crate) src: [u8; 4],
-    /// The BTH.
-    pub(crate) bth: Bth,
-    /// The immediate data of SEND ONLY WITH IMMEDIATE.
-    pub(crate) imm: Option<u32>,
-    /// The payload, without pad.
-    pub(crate) payload: &'a [u8],
-}
-
-/// [`parse_datagram`] for the packet latency waits on: if `bytes` is a datagram that
-/// `parse_datagram` accepts and its packet is an RC SEND ONLY, with or without immediate data,
-/// the fields a responder needs, read without building a [`Packet`]; otherwise `None`, and the
-/// caller parses it in full (which also says what is wrong with a bad one). Every check is
-/// `parse_datagram`'s: the datagram's are shared, and those of the transport packet are the
-/// ones `Packet::parse` makes for these two opcodes (a property test holds the two to that).
-#[inline]
-pub(crate) fn peek_rc_send_only(bytes: &[u8]) -> Option<SendOnly<'_>> {
-    let Checked { ipv4, transport, .. } = checked_datagram(bytes).ok()?;
-    let bth = Bth::parse(transport).ok()?;
-    let header_len = match bth.opcode {
-        super::Opcode::RC_SEND_ONLY => Bth::LEN,
-        super::Opcode::RC_SEND_ONLY_WITH_IMMEDIATE => Bth::LEN + super::IMMDT_LEN,
-        _ => return None,
-    };
-    let (headers, rest) = transport.split_at_checked(header_len)?;
-    // As `Packet::parse`: payload and pad a multiple of 4 bytes, the pad within them.
-    if rest.len() % 4 != 0 {
-        return None;
-    }
-    let payload = rest.get(..rest.len().checked_sub(usize::from(bth.pad_count))?)?;
-    let imm = headers.get(Bth::LEN..).and_then(|h| h.try_into().ok()).map(u32::from_be_bytes);
-    Some(SendOnly { src: [ipv4[12], ipv4[13], ipv4[14], ipv4[15]], bth, imm, payload })
-}
-
-/// What the completer needs of an RC ACKNOWLEDGE (an ACK, an RNR NAK or a NAK).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Acknowledge {
-    /// The BTH.
-    pub(crate) bth: Bth,
-    /// The AETH.
-    pub(crate) aeth: Aeth,
-}
-
-/// [`parse_datagram`] for the response a requester waits on: if `bytes` is a datagram that
-/// `parse_datagram` accepts and its packet is an RC ACKNOWLEDGE, its BTH and AETH, read without
-/// building a [`Packet`]; otherwise `None`, and the caller parses it in full. As for
-/// [`peek_rc_send_only`], every check is `parse_datagram`'s (a property test holds the two to
-/// that): an ACKNOWLEDGE has no payload, and what follows its AETH would have to be a whole
-/// number of 4-byte words all of them pad, of which there are at most 3 bytes, so nothing may.
-#[inline]
-pub(crate) fn peek_rc_acknowledge(bytes: &[u8]) -> Option<Acknowledge> {
-    let Checked { transport, .. } = checked_datagram(bytes).ok()?;
-    let bth = Bth::parse(transport).ok()?;
-    if bth.opcode != super::Opcode::RC_ACKNOWLEDGE {
-        return None;
-    }
-    let (headers, rest) = transport.split_at_checked(Bth::LEN + Aeth::LEN)?;
-    if !rest.is_empty() || bth.pad_count != 0 {
-        return None;
-    }
-    let aeth = Aeth::from_bytes(headers[Bth::LEN..].try_into().ok()?);
-    Some(Acknowledge { bth, aeth })
-}
-
-/// The BTH opcode of a datagram, if it is long enough to have one: what a receiver looks at to
-/// pick a fast path before checking anything (each fast path checks the whole datagram).
-#[inline]
-pub(crate) fn opcode_of(datagram: &[u8]) -> Option<super::Opcode> {
-    datagram.get(IPV4_UDP_LEN).map(|&op| super::Opcode(op))
-}
-
-/// The folded 16-bit one's-complement sum of an IPv4 header (RFC 1071): 0xFFFF over a header
-/// with a correct checksum; its complement is the checksum of a header whose checksum field is 0.
-///
-/// Summed a 32-bit word at a time and in the machine's byte order, which RFC 1071 allows: the
-/// end-around carries fold the same, and the sum of byte-swapped words is the swapped sum.
-#[inline]
-fn ones_complement_sum(header: &[u8; IPV4_LEN]) -> u16 {
-    let word = |at: usize| {
-        u64::from(u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]))
-    };
-    fold_ones_complement(word(0) + word(4) + word(8) + word(12) + word(16)).swap_bytes()
-}
-
-/// A sum of up to 16 32-bit words folded into 16 bits with end-around carries: their
-/// one's-complement sum as 16-bit words.
-#[inline]
-fn fold_ones_complement(sum: u64) -> u16 {
-    let sum = (sum & 0xFFFF_FFFF) + (sum >> 32); // under 2^33
-    let sum = (sum & 0xFFFF) + (sum >> 16); // under 2^18
-    let sum = (sum & 0xFFFF) + (sum >> 16); // at most 0xFFFF + 3
-    let sum = (sum & 0xFFFF) + (sum >> 16); // at most 0xFFFF
-    sum as u16
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::headers::{Aeth, AethKind, AtomicEth, Deth, NakCode, Reth};
-    use super::super::opcode::{opcode_table, OpFlags, Opcode};
+    use super::super::opcode::{opcode_table, Opcode};
     use super::super::oracle;
     use super::super::psn::Psn;
+    use super::super::testing::{any_ip_udp, ip_variants, reseal, sample};
     use super::*;
     use proptest::collection::vec;
     use proptest::prelude::*;
@@ -795,48 +532,6 @@ mod tests {
         assert_eq!(parse_datagram(&[]), Err(PacketError::Truncated { needed: 20, got: 0 }));
     }
 
-    /// Recompute the IPv4 checksum and ICRC of a (mutated) datagram so parsing reaches the
-    /// transport headers.
-    fn reseal(bytes: &mut [u8]) {
-        if bytes.len() >= IPV4_LEN {
-            bytes[10] = 0;
-            bytes[11] = 0;
-            let header: [u8; IPV4_LEN] = bytes[..IPV4_LEN].try_into().unwrap();
-            let checksum = !ones_complement_sum(&header);
-            bytes[10..12].copy_from_slice(&checksum.to_be_bytes());
-        }
-        if bytes.len() >= ICRC_LEN {
-            let n = bytes.len() - ICRC_LEN;
-            let icrc = icrc_ipv4(&bytes[..n]);
-            bytes[n..].copy_from_slice(&icrc.to_le_bytes());
-        }
-    }
-
-    /// What the peek tests do to a datagram before both parsers see it: one byte changed
-    /// (`damage`: where, and with what it is XORed), a few bytes cut or added at the end
-    /// (`resize`), and then, if `reframe`, lengths, checksum and ICRC made right again.
-    fn mangle(bytes: &mut Vec<u8>, damage: Option<(usize, u8)>, resize: i8, reframe: bool) {
-        if let Some((at, xor)) = damage {
-            let at = at % bytes.len();
-            bytes[at] ^= xor.max(1);
-        }
-        let len = (bytes.len() as isize + isize::from(resize)).max(0) as usize;
-        bytes.resize(len, 0);
-        if reframe && bytes.len() >= IPV4_UDP_LEN + ICRC_LEN {
-            reframe_datagram(bytes);
-        }
-    }
-
-    /// Make the IPv4 and UDP lengths, the IPv4 checksum and the ICRC of a (resized or damaged)
-    /// datagram right again, so that only the transport packet's own checks (opcode, header
-    /// lengths, pad) can refuse it.
-    fn reframe_datagram(bytes: &mut [u8]) {
-        let len = bytes.len() as u16;
-        bytes[2..4].copy_from_slice(&len.to_be_bytes());
-        bytes[24..26].copy_from_slice(&(len - IPV4_LEN as u16).to_be_bytes());
-        reseal(bytes);
-    }
-
     #[test]
     fn transport_errors_behind_a_good_icrc() {
         let good = datagram(FRAME_4);
@@ -877,50 +572,6 @@ mod tests {
         assert!(emit_datagram(&IpUdp::default(), &pkt, &mut out).is_err());
     }
 
-    /// A valid packet for `opcode`, every header it needs filled from `seed`.
-    fn sample(opcode: Opcode, seed: u64, payload: &[u8]) -> Packet<'_> {
-        let info = opcode.info().unwrap();
-        let f = info.flags;
-        let s32 = seed as u32;
-        let payload = if f.contains(OpFlags::PAYLOAD) { payload } else { &[] };
-        let mut pkt = Packet::new(
-            Bth {
-                opcode,
-                solicited: seed & 1 != 0,
-                mig_req: seed & 2 != 0,
-                pad_count: 0,
-                pkey: (seed >> 8) as u16,
-                fecn: seed & 4 != 0,
-                becn: seed & 8 != 0,
-                dest_qp: s32 & 0x00FF_FFFF,
-                ack_req: seed & 16 != 0,
-                psn: Psn::new((seed >> 24) as u32),
-            },
-            payload,
-        );
-        pkt.bth.pad_count = pkt.pad_len() as u8;
-        let flag = |flag: OpFlags| f.contains(flag);
-        pkt.deth = flag(OpFlags::DETH)
-            .then_some(Deth { qkey: s32 ^ 0x5555, src_qp: (s32 >> 3) & 0xFF_FFFF });
-        pkt.reth = flag(OpFlags::RETH).then_some(Reth {
-            va: seed.rotate_left(7),
-            rkey: !s32,
-            dma_len: s32 >> 1,
-        });
-        pkt.atomic_eth = flag(OpFlags::ATOMIC_ETH).then_some(AtomicEth {
-            va: seed.rotate_left(13),
-            rkey: s32.rotate_left(3),
-            swap_add: seed.wrapping_mul(3),
-            compare: !seed,
-        });
-        pkt.aeth = flag(OpFlags::AETH)
-            .then_some(Aeth { syndrome: (seed >> 40) as u8, msn: (s32 >> 5) & 0xFF_FFFF });
-        pkt.atomic_ack_eth = flag(OpFlags::ATOMIC_ACK_ETH).then_some(seed.wrapping_mul(7));
-        pkt.imm = flag(OpFlags::IMMDT).then_some(s32.wrapping_mul(11));
-        pkt.ieth = flag(OpFlags::IETH).then_some(s32.wrapping_mul(13));
-        pkt
-    }
-
     #[test]
     fn every_opcode_round_trips() {
         let payload: Vec<u8> = (0..=42).collect();
@@ -955,114 +606,6 @@ mod tests {
 
     fn any_packet_bytes() -> impl Strategy<Value = (IpUdp, usize, u64, Vec<u8>)> {
         (any_ip_udp(), 0..opcode_table().len(), any::<u64>(), vec(any::<u8>(), 0..300))
-    }
-
-    /// Any IPv4/UDP fields: addresses, source port, TOS, TTL, identification, DF.
-    fn any_ip_udp() -> impl Strategy<Value = IpUdp> {
-        any::<([u8; 4], [u8; 4], u16, u8, u8, u16, bool)>().prop_map(
-            |(src, dst, src_port, tos, ttl, ident, dont_fragment)| IpUdp {
-                src,
-                dst,
-                src_port,
-                tos,
-                ttl,
-                ident,
-                dont_fragment,
-            },
-        )
-    }
-
-    /// Any AETH a responder sends (ACK, RNR NAK, each NAK code) or a reserved syndrome, with
-    /// any 24-bit MSN.
-    fn any_aeth() -> impl Strategy<Value = Aeth> {
-        let msn = || 0..1u32 << 24;
-        let nak_code = prop::sample::select(vec![
-            NakCode::PsnSequenceError,
-            NakCode::InvalidRequest,
-            NakCode::RemoteAccessError,
-            NakCode::RemoteOperationalError,
-            NakCode::InvalidRdRequest,
-        ]);
-        prop_oneof![
-            msn().prop_map(Aeth::ack),
-            (0..32u8, msn()).prop_map(|(timer, msn)| Aeth::rnr_nak(timer, msn)),
-            (nak_code, msn()).prop_map(|(code, msn)| Aeth::nak(code, msn)),
-            (any::<u8>(), msn()).prop_map(|(syndrome, msn)| Aeth { syndrome, msn }),
-        ]
-    }
-
-    /// IPv4/UDP fields worth varying: identification, TOS, TTL, DF, addresses, source port.
-    fn ip_variants() -> [IpUdp; 4] {
-        [
-            IpUdp::default(),
-            IpUdp {
-                src: [10, 0, 0, 1],
-                dst: [10, 0, 0, 2],
-                ident: 0x1234,
-                tos: 2,
-                ..IpUdp::default()
-            },
-            IpUdp {
-                src: [255, 255, 255, 255],
-                dst: [192, 168, 77, 9],
-                src_port: 0xFFFF,
-                tos: 0xFF,
-                ttl: 0xFF,
-                ident: 0xFFFF,
-                dont_fragment: false,
-            },
-            IpUdp { ttl: 0, tos: 0xB8, ident: 0x8000, dont_fragment: false, ..IpUdp::default() },
-        ]
-    }
-
-    /// The ACK (or NAK) of `dest_qp` with this PSN and AETH as a packet, for `emit_datagram`.
-    fn ack_packet(dest_qp: u32, psn: u32, aeth: super::super::Aeth) -> Packet<'static> {
-        let bth = Bth {
-            opcode: super::super::Opcode::RC_ACKNOWLEDGE,
-            pkey: 0xFFFF,
-            dest_qp,
-            psn: super::super::Psn::new(psn),
-            ..Bth::default()
-        };
-        let mut pkt = Packet::new(bth, &[]);
-        pkt.aeth = Some(aeth);
-        pkt
-    }
-
-    #[test]
-    fn an_ack_from_its_template_is_the_ack_emit_writes() {
-        use super::super::{Aeth, NakCode, Psn};
-        let aeths = [
-            Aeth::ack(0),
-            Aeth::ack(0x00AB_CDEF),
-            Aeth::ack(0x00FF_FFFF),
-            Aeth::rnr_nak(14, 7),
-            Aeth::nak(NakCode::PsnSequenceError, 3),
-            Aeth::nak(NakCode::RemoteAccessError, 0x0080_0001),
-        ];
-        let (mut fast, mut general) = (Vec::new(), Vec::new());
-        for ip in ip_variants() {
-            for dest_qp in [0x11, 0x00AB_CDEF, 0x00FF_FFFF] {
-                let template = AckTemplate::new(&ip, dest_qp);
-                for ident in [0, 1, 0x7FFF, 0x8000, 0xFFFE, 0xFFFF, 0x1234] {
-                    for psn in [0, 1, 0x0012_3456, 0x00FF_FFFF] {
-                        for aeth in aeths {
-                            // Into a buffer with stale bytes in it (a ring slot).
-                            fast.clear();
-                            fast.resize(ACK_DATAGRAM_LEN, 0x5A);
-                            template.emit_into(ident, Psn::new(psn), aeth, &mut fast);
-                            let pkt = ack_packet(dest_qp, psn, aeth);
-                            emit_datagram(&IpUdp { ident, ..ip }, &pkt, &mut general).unwrap();
-                            assert_eq!(
-                                fast, general,
-                                "{ip:?} qp {dest_qp:#x} ident {ident} psn {psn}"
-                            );
-                            assert_eq!(fast.len(), ACK_DATAGRAM_LEN);
-                        }
-                    }
-                }
-            }
-        }
     }
 
     #[test]
@@ -1142,141 +685,6 @@ mod tests {
                         );
                     }
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn ipv4_checksum_is_the_halfword_sum() {
-        // The 16-bit one's-complement sum, folded after every addition: RFC 1071's definition.
-        let by_halfwords = |h: &[u8; IPV4_LEN]| {
-            h.chunks_exact(2).fold(0u32, |sum, w| {
-                let sum = sum + u32::from(u16::from_be_bytes([w[0], w[1]]));
-                (sum & 0xFFFF) + (sum >> 16)
-            }) as u16
-        };
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        for round in 0..20_000 {
-            let mut header = [0u8; IPV4_LEN];
-            for byte in &mut header {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                *byte = state as u8;
-            }
-            if round % 3 == 0 {
-                header[..10].fill(0xFF);
-            }
-            assert_eq!(ones_complement_sum(&header), by_halfwords(&header), "{header:02x?}");
-        }
-        assert_eq!(ones_complement_sum(&[0; IPV4_LEN]), 0);
-        assert_eq!(ones_complement_sum(&[0xFF; IPV4_LEN]), 0xFFFF);
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2048))]
-
-        #[test]
-        fn an_ack_from_any_template_is_the_ack_emit_writes(
-            ip in any_ip_udp(),
-            dest_qp in 0..1u32 << 24,
-            ident in any::<u16>(),
-            psn in 0..1u32 << 24,
-            aeth in any_aeth(),
-            stale in any::<u8>(),
-        ) {
-            // The template ignores `ip.ident`; each ACK carries its own. Emitted into a buffer
-            // with stale bytes in it (a ring slot).
-            let template = AckTemplate::new(&ip, dest_qp);
-            let mut fast = [stale; ACK_DATAGRAM_LEN];
-            template.emit_into(ident, Psn::new(psn), aeth, &mut fast);
-            let pkt = ack_packet(dest_qp, psn, aeth);
-            let ip = IpUdp { ident, ..ip };
-            let mut general = Vec::new();
-            emit_datagram(&ip, &pkt, &mut general).unwrap();
-            prop_assert_eq!(&fast[..], &general[..]);
-            prop_assert_eq!(parse_datagram(&fast), Ok((ip, pkt)));
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2048))]
-
-        /// The responder's fast parse accepts exactly the datagrams `parse_datagram` accepts
-        /// whose packet is an RC SEND ONLY (with or without immediate), and reads the same
-        /// fields: SEND ONLYs of any size and fields, other opcodes, and all of them with a
-        /// byte changed, cut short or lengthened.
-        #[test]
-        fn the_send_only_peek_agrees_with_parse(
-            ip in any_ip_udp(),
-            op in prop_oneof![
-                Just(Opcode::RC_SEND_ONLY),
-                Just(Opcode::RC_SEND_ONLY_WITH_IMMEDIATE),
-                (0..opcode_table().len()).prop_map(|i| opcode_table()[i].opcode),
-            ],
-            seed in any::<u64>(),
-            payload in vec(any::<u8>(), 0..300),
-            damage in prop_oneof![
-                Just(None),
-                (any::<usize>(), any::<u8>()).prop_map(Some),
-            ],
-            resize in prop_oneof![Just(0i8), -5i8..5],
-            reframe in any::<bool>(),
-        ) {
-            let pkt = sample(op, seed, &payload);
-            let mut bytes = Vec::new();
-            prop_assume!(emit_datagram(&ip, &pkt, &mut bytes).is_ok());
-            mangle(&mut bytes, damage, resize, reframe);
-            let send_only = |p: &Packet<'_>| {
-                matches!(p.bth.opcode, Opcode::RC_SEND_ONLY | Opcode::RC_SEND_ONLY_WITH_IMMEDIATE)
-            };
-            match (peek_rc_send_only(&bytes), parse_datagram(&bytes)) {
-                (Some(s), Ok((ip, p))) => {
-                    prop_assert!(send_only(&p));
-                    prop_assert_eq!(s, SendOnly { src: ip.src, bth: p.bth, imm: p.imm, payload: p.payload });
-                }
-                (None, Ok((_, p))) => prop_assert!(!send_only(&p), "peek refused {:?}", p),
-                (Some(s), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", s, e),
-                (None, Err(_)) => {}
-            }
-        }
-    }
-
-    proptest! {
-        /// `peek_rc_acknowledge` takes exactly the datagrams `parse_datagram` accepts as RC
-        /// ACKNOWLEDGEs, and reads the same BTH and AETH from them.
-        #[test]
-        fn the_acknowledge_peek_accepts_what_parse_accepts(
-            ip in any_ip_udp(),
-            op in prop_oneof![
-                3 => Just(Opcode::RC_ACKNOWLEDGE),
-                1 => (0..opcode_table().len()).prop_map(|i| opcode_table()[i].opcode),
-            ],
-            seed in any::<u64>(),
-            payload in vec(any::<u8>(), 0..40),
-            pad in prop_oneof![3 => Just(0u8), 1 => 1u8..4],
-            damage in prop_oneof![
-                3 => Just(None),
-                1 => (any::<usize>(), any::<u8>()).prop_map(Some),
-            ],
-            resize in prop_oneof![Just(0i8), -5i8..9],
-            reframe in any::<bool>(),
-        ) {
-            let pkt = sample(op, seed, &payload);
-            let mut bytes = Vec::new();
-            prop_assume!(emit_datagram(&ip, &pkt, &mut bytes).is_ok());
-            // A pad count with or without the bytes it counts (`resize` adds some; `reframe`
-            // makes them count).
-            bytes[IPV4_UDP_LEN + 1] = (bytes[IPV4_UDP_LEN + 1] & !0x30) | (pad << 4);
-            mangle(&mut bytes, damage, resize, reframe);
-            match (peek_rc_acknowledge(&bytes), parse_datagram(&bytes)) {
-                (Some(a), Ok((_, p))) => {
-                    prop_assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
-                    prop_assert_eq!(Some(a), p.aeth.map(|aeth| Acknowledge { bth: p.bth, aeth }));
-                }
-                (None, Ok((_, p))) => prop_assert_ne!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE, "peek refused {:?}", p),
-                (Some(a), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", a, e),
-                (None, Err(_)) => {}
             }
         }
     }

@@ -1,0 +1,105 @@
+//! Helpers the packet layer's tests share: a valid packet of any opcode, IPv4/UDP fields to vary,
+//! and resealing a mutated datagram so that parsing reaches the checks behind its checksums.
+
+use super::datagram::ICRC_LEN;
+use super::headers::{Aeth, AtomicEth, Bth, Deth, Reth};
+use super::icrc::icrc_ipv4;
+use super::ipv4_udp::{ones_complement_sum, IpUdp, IPV4_LEN};
+use super::opcode::{OpFlags, Opcode};
+use super::psn::Psn;
+use super::transport::Packet;
+use proptest::prelude::*;
+
+/// A valid packet for `opcode`, every header it needs filled from `seed`.
+pub(super) fn sample(opcode: Opcode, seed: u64, payload: &[u8]) -> Packet<'_> {
+    let info = opcode.info().unwrap();
+    let f = info.flags;
+    let s32 = seed as u32;
+    let payload = if f.contains(OpFlags::PAYLOAD) { payload } else { &[] };
+    let mut pkt = Packet::new(
+        Bth {
+            opcode,
+            solicited: seed & 1 != 0,
+            mig_req: seed & 2 != 0,
+            pad_count: 0,
+            pkey: (seed >> 8) as u16,
+            fecn: seed & 4 != 0,
+            becn: seed & 8 != 0,
+            dest_qp: s32 & 0x00FF_FFFF,
+            ack_req: seed & 16 != 0,
+            psn: Psn::new((seed >> 24) as u32),
+        },
+        payload,
+    );
+    pkt.bth.pad_count = pkt.pad_len() as u8;
+    let flag = |flag: OpFlags| f.contains(flag);
+    pkt.deth =
+        flag(OpFlags::DETH).then_some(Deth { qkey: s32 ^ 0x5555, src_qp: (s32 >> 3) & 0xFF_FFFF });
+    pkt.reth = flag(OpFlags::RETH).then_some(Reth {
+        va: seed.rotate_left(7),
+        rkey: !s32,
+        dma_len: s32 >> 1,
+    });
+    pkt.atomic_eth = flag(OpFlags::ATOMIC_ETH).then_some(AtomicEth {
+        va: seed.rotate_left(13),
+        rkey: s32.rotate_left(3),
+        swap_add: seed.wrapping_mul(3),
+        compare: !seed,
+    });
+    pkt.aeth = flag(OpFlags::AETH)
+        .then_some(Aeth { syndrome: (seed >> 40) as u8, msn: (s32 >> 5) & 0xFF_FFFF });
+    pkt.atomic_ack_eth = flag(OpFlags::ATOMIC_ACK_ETH).then_some(seed.wrapping_mul(7));
+    pkt.imm = flag(OpFlags::IMMDT).then_some(s32.wrapping_mul(11));
+    pkt.ieth = flag(OpFlags::IETH).then_some(s32.wrapping_mul(13));
+    pkt
+}
+
+/// Any IPv4/UDP fields: addresses, source port, TOS, TTL, identification, DF.
+pub(super) fn any_ip_udp() -> impl Strategy<Value = IpUdp> {
+    any::<([u8; 4], [u8; 4], u16, u8, u8, u16, bool)>().prop_map(
+        |(src, dst, src_port, tos, ttl, ident, dont_fragment)| IpUdp {
+            src,
+            dst,
+            src_port,
+            tos,
+            ttl,
+            ident,
+            dont_fragment,
+        },
+    )
+}
+
+/// IPv4/UDP fields worth varying: identification, TOS, TTL, DF, addresses, source port.
+pub(super) fn ip_variants() -> [IpUdp; 4] {
+    [
+        IpUdp::default(),
+        IpUdp { src: [10, 0, 0, 1], dst: [10, 0, 0, 2], ident: 0x1234, tos: 2, ..IpUdp::default() },
+        IpUdp {
+            src: [255, 255, 255, 255],
+            dst: [192, 168, 77, 9],
+            src_port: 0xFFFF,
+            tos: 0xFF,
+            ttl: 0xFF,
+            ident: 0xFFFF,
+            dont_fragment: false,
+        },
+        IpUdp { ttl: 0, tos: 0xB8, ident: 0x8000, dont_fragment: false, ..IpUdp::default() },
+    ]
+}
+
+/// Recompute the IPv4 checksum and ICRC of a (mutated) datagram so parsing reaches the
+/// transport headers.
+pub(super) fn reseal(bytes: &mut [u8]) {
+    if bytes.len() >= IPV4_LEN {
+        bytes[10] = 0;
+        bytes[11] = 0;
+        let header: [u8; IPV4_LEN] = bytes[..IPV4_LEN].try_into().unwrap();
+        let checksum = !ones_complement_sum(&header);
+        bytes[10..12].copy_from_slice(&checksum.to_be_bytes());
+    }
+    if bytes.len() >= ICRC_LEN {
+        let n = bytes.len() - ICRC_LEN;
+        let icrc = icrc_ipv4(&bytes[..n]);
+        bytes[n..].copy_from_slice(&icrc.to_le_bytes());
+    }
+}
