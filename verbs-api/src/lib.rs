@@ -6,9 +6,11 @@
 //! behind the `rdma-sys` feature). The backend is chosen by device name.
 
 pub mod error;
+#[path = "device.rs"]
 pub mod handles;
 pub mod provider;
 pub mod qp_state;
+#[path = "types/wr.rs"]
 pub mod types;
 
 pub use error::{Errno, Error, Result};
