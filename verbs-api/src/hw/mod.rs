@@ -25,6 +25,7 @@ mod cq;
 mod pd;
 mod qp;
 mod sys;
+mod verbs;
 
 use std::any::Any;
 use std::ffi::{c_int, CStr};
