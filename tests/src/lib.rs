@@ -4,7 +4,6 @@
 //! test panics. [`remote`] carries verbs calls to a device in a child process; [`surface`]
 //! holds the test bodies that run on every backend.
 
-#[path = "remote/codec.rs"]
 pub mod remote;
 pub mod surface;
 
