@@ -188,14 +188,13 @@ fn other_devices(providers: &[Arc<dyn Provider>], backend: &str) -> String {
     }
 }
 
+// Here rather than beside `Context` in `object/context.rs`: opening by name is the registry's
+// business, and the object rooms stand below this one.
 impl Context {
     /// Open a device by name on whichever backend the name selects (`ibv_get_device_list` +
     /// `ibv_open_device`): `softverbs0`, `sim:node0`, `mlx5_0`. This is the one way to open a
     /// device by name; the providers must be registered first ([`register_provider`]).
     /// `ENODEV` when there is no such device, explained as by [`find_device`].
-    ///
-    /// Defined here rather than beside [`Context`] in `object/context.rs` because opening by
-    /// name is the registry's business, and the objects name no module above them.
     pub fn open(name: &str) -> Result<Context> {
         find_device(name)?.open()
     }

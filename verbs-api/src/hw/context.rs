@@ -27,7 +27,7 @@ pub struct HwContext {
 
 impl HwContext {
     /// `ibv_open_device`, and put the async event descriptor in non-blocking mode so that
-    /// [`ContextOps::get_async_event`] can bound its wait with `poll(2)`.
+    /// [`ContextOps::get_async_event`](crate::provider::ContextOps::get_async_event) can bound its wait with `poll(2)`.
     pub(crate) fn open(dev: *mut ibv_device, name: &str) -> Result<Arc<HwContext>> {
         sys::clear_errno();
         // SAFETY: `dev` is an entry of a live device list.

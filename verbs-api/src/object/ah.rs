@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::types::AhAttr;
 
-/// An address handle (`struct ibv_ah`).
+/// An address handle (`struct ibv_ah`), as a backend implements it; programs hold an
+/// [`AddressHandle`].
 pub trait AhOps: Send + Sync {
     /// The address vector it was created with.
     fn attr(&self) -> AhAttr;

@@ -12,7 +12,8 @@ use super::pd::{PdOps, ProtectionDomain};
 use crate::error::{Errno, Error, Result};
 use crate::types::{AsyncEvent, DeviceAttr, Gid, PortAttr};
 
-/// An open device (`struct ibv_context`).
+/// An open device (`struct ibv_context`), as a backend implements it; programs hold a
+/// [`Context`].
 pub trait ContextOps: Send + Sync {
     /// The device name.
     fn device_name(&self) -> String;

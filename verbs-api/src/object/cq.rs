@@ -9,7 +9,8 @@ use std::time::Duration;
 use crate::error::{Errno, Error, Result};
 use crate::types::WorkCompletion;
 
-/// A completion queue (`struct ibv_cq`).
+/// A completion queue (`struct ibv_cq`), as a backend implements it; programs hold a
+/// [`CompletionQueue`].
 pub trait CqOps: Send + Sync {
     /// `ibv_poll_cq`: fill up to `wc.len()` completions; returns how many. An overrun CQ is an error.
     fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize>;
@@ -108,7 +109,8 @@ impl CompletionQueue {
     }
 }
 
-/// A completion channel (`struct ibv_comp_channel`).
+/// A completion channel (`struct ibv_comp_channel`), as a backend implements it; programs
+/// hold a [`CompChannel`].
 pub trait CompChannelOps: Send + Sync {
     /// `ibv_get_cq_event`, bounded by `timeout` (`None` waits forever): the CQ that has an event.
     fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Arc<dyn CqOps>>;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::types::{AccessFlags, Sge};
 
-/// A memory region (`struct ibv_mr`). Its memory is read and written by copying, because the NIC
-/// (a remote WRITE, say) may change it at any time.
+/// A memory region (`struct ibv_mr`), as a backend implements it; programs hold a
+/// [`MemoryRegion`]. Its memory is read and written by copying, because the NIC (a remote
+/// WRITE, say) may change it at any time.
 pub trait MrOps: Send + Sync {
     /// `lkey`.
     fn lkey(&self) -> u32;

@@ -12,7 +12,8 @@ use super::srq::{SharedReceiveQueue, SrqOps};
 use crate::error::{Errno, Error, Result};
 use crate::types::{AccessFlags, AhAttr, SrqInitAttr};
 
-/// A protection domain (`struct ibv_pd`).
+/// A protection domain (`struct ibv_pd`), as a backend implements it; programs hold a
+/// [`ProtectionDomain`].
 pub trait PdOps: Send + Sync {
     /// `ibv_reg_mr` over memory the MR owns: `len` zeroed bytes.
     fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>>;

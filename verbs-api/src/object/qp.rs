@@ -12,7 +12,8 @@ use super::srq::SharedReceiveQueue;
 use crate::error::Result;
 use crate::types::*;
 
-/// A queue pair (`struct ibv_qp`).
+/// A queue pair (`struct ibv_qp`), as a backend implements it; programs hold a
+/// [`QueuePair`].
 pub trait QpOps: Send + Sync {
     /// `qp_num`.
     fn qp_num(&self) -> u32;

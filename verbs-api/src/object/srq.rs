@@ -8,7 +8,8 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::types::{RecvWr, SrqAttr, SrqAttrMask};
 
-/// A shared receive queue (`struct ibv_srq`).
+/// A shared receive queue (`struct ibv_srq`), as a backend implements it; programs hold a
+/// [`SharedReceiveQueue`].
 pub trait SrqOps: Send + Sync {
     /// `ibv_post_srq_recv`.
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<()>;
