@@ -9,7 +9,7 @@ use rdma_sys::{
     ibv_wc, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode,
 };
 
-use crate::provider::AsyncEventType;
+use crate::types::AsyncEventType;
 use crate::types::*;
 
 /// `IBV_LINK_LAYER_*` (preprocessor macros in verbs.h, so not in the bindings).
@@ -411,7 +411,7 @@ pub(crate) fn port_attr_from_ibv(c: &ibv_port_attr) -> PortAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::SrqAttrMask;
+    use crate::types::SrqAttrMask;
     use rdma_sys::{
         ibv_access_flags, ibv_qp_attr_mask, ibv_send_flags, ibv_srq_attr_mask, ibv_wc_flags,
         imm_data_invalidated_rkey_union_t,

@@ -18,7 +18,7 @@ use super::convert::wc_from_ibv;
 use super::sys::{self, Guarded, Owned};
 use super::{downcast, next_key, object_id, same_context, HwContext};
 use crate::error::{Errno, Error, Result};
-use crate::handles::{CompChannel, CompletionQueue};
+use crate::object::{CompChannel, CompletionQueue};
 use crate::provider::*;
 use crate::types::*;
 

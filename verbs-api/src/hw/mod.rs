@@ -16,6 +16,12 @@
 //! the kernel's answer (`EBUSY` while something still uses the object); afterwards the handle's
 //! verbs fail with `EINVAL`. Completion and async events are acknowledged as soon as they are
 //! read, so a destroy never blocks on an unacknowledged event.
+//!
+//! Its rooms, bottom up: `sys` (errno, ownership and locking of raw pointers) and `convert`
+//! (the vocabulary to and from the C structs); one room per object family — `context`, `pd`
+//! (PDs and MRs), `cq` (CQs and completion channels), `qp` (QPs, SRQs and AHs); then `verbs`,
+//! the context's and PD's verbs that create those objects; and this module, which lists and
+//! opens devices ([`HwProvider`]).
 
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
@@ -25,6 +31,7 @@ mod cq;
 mod pd;
 mod qp;
 mod sys;
+mod verbs;
 
 use std::any::Any;
 use std::ffi::{c_int, CStr};

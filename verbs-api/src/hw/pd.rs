@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex, Weak};
 use rdma_sys::{ibv_dealloc_pd, ibv_dereg_mr, ibv_mr, ibv_pd, ibv_reg_mr};
 
 use super::sys::{self, Guarded};
-use super::{qp, HwContext};
+use super::HwContext;
 use crate::error::{Error, Result};
-use crate::handles::QpInitAttr;
 use crate::provider::*;
 use crate::types::*;
 
@@ -88,6 +87,34 @@ impl HwPd {
         }))
     }
 
+    /// `ibv_reg_mr` over `len` zeroed bytes, page-aligned and rounded up to whole pages, that
+    /// the MR owns until it is deregistered or dropped.
+    pub(super) fn reg_owned(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
+        let buf = PageBuf::zeroed(len)?;
+        let addr = buf.ptr.as_ptr();
+        self.register(addr, len, access, Some(buf))
+    }
+
+    /// `ibv_reg_mr` over caller memory.
+    ///
+    /// # Safety
+    /// As [`PdOps::reg_mr_raw`]: the memory stays valid, and is touched only through the NIC
+    /// and the MR, until the MR is deregistered and every WR that used it has completed.
+    pub(super) unsafe fn reg_borrowed(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Arc<dyn MrOps>> {
+        self.register(addr, len, access, None)
+    }
+
+    /// `ibv_dealloc_pd`: the kernel answers `EBUSY` while MRs, QPs, SRQs or AHs use the PD.
+    pub(super) fn dealloc_pd(&self) -> Result<()> {
+        // SAFETY: the write lock excludes every other use of the PD pointer.
+        self.raw.destroy("ibv_dealloc_pd", |pd| unsafe { ibv_dealloc_pd(pd) })
+    }
+
     fn lock_mrs(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Region>> {
         self.mrs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -135,51 +162,6 @@ impl Drop for HwPd {
     fn drop(&mut self) {
         // SAFETY: every object created from the PD holds an Arc of it, so none is left.
         self.raw.destroy_on_drop(|pd| unsafe { ibv_dealloc_pd(pd) });
-    }
-}
-
-impl PdOps for HwPd {
-    /// `ibv_reg_mr` over `len` zeroed bytes, page-aligned and rounded up to whole pages, that
-    /// the MR owns until it is deregistered or dropped.
-    fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
-        let buf = PageBuf::zeroed(len)?;
-        let addr = buf.ptr.as_ptr();
-        self.register(addr, len, access, Some(buf))
-    }
-
-    /// `ibv_reg_mr` over caller memory.
-    unsafe fn reg_mr_raw(
-        &self,
-        addr: *mut u8,
-        len: usize,
-        access: AccessFlags,
-    ) -> Result<Arc<dyn MrOps>> {
-        self.register(addr, len, access, None)
-    }
-
-    /// `ibv_create_qp`.
-    fn create_qp(&self, init: &QpInitAttr) -> Result<Arc<dyn QpOps>> {
-        qp::HwQp::create(self, init)
-    }
-
-    /// `ibv_create_srq`.
-    fn create_srq(&self, init: &SrqInitAttr) -> Result<Arc<dyn SrqOps>> {
-        qp::HwSrq::create(self, init)
-    }
-
-    /// `ibv_create_ah`.
-    fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
-        qp::HwAh::create(self, attr)
-    }
-
-    /// `ibv_dealloc_pd`: the kernel answers `EBUSY` while MRs, QPs, SRQs or AHs use the PD.
-    fn dealloc(&self) -> Result<()> {
-        // SAFETY: the write lock excludes every other use of the PD pointer.
-        self.raw.destroy("ibv_dealloc_pd", |pd| unsafe { ibv_dealloc_pd(pd) })
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

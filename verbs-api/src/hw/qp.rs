@@ -20,7 +20,7 @@ use super::convert::{
 use super::sys::{self, Guarded, Owned};
 use super::{downcast, next_key, object_id, same_context, HwCq, HwPd};
 use crate::error::{Errno, Error, Result};
-use crate::handles::{CompletionQueue, QpInitAttr, SharedReceiveQueue};
+use crate::object::{CompletionQueue, QpInitAttr, SendWr, SharedReceiveQueue};
 use crate::provider::*;
 use crate::types::*;
 
