@@ -308,7 +308,7 @@ pub struct Nic {
     /// is not a walk over every QP. Each entry point that may arm, move or clear a QP's timers
     /// refiles that QP ([`refile_timer`]).
     timers: TimerIndex,
-    sh: Shared,
+    hca: Hca,
 }
 
 /// File `qp` in the timer index under its earliest deadline, after a call that may have armed,
@@ -327,7 +327,7 @@ fn refile_timer(timers: &mut TimerIndex, qp: &mut Qp) {
 
 /// The parts of the NIC that QPs share, split from the QP table so a QP and the rest can be
 /// borrowed at once.
-pub(crate) struct Shared {
+pub(crate) struct Hca {
     cfg: NicConfig,
     mrs: MrTable,
     cqs: BTreeMap<CqId, Cq>,
@@ -362,7 +362,7 @@ impl Nic {
         Nic {
             qps: BTreeMap::new(),
             timers: TimerIndex::default(),
-            sh: Shared {
+            hca: Hca {
                 cfg,
                 mrs: MrTable::default(),
                 cqs: BTreeMap::new(),
@@ -388,21 +388,21 @@ impl Nic {
 
     /// Its configuration.
     pub fn config(&self) -> &NicConfig {
-        &self.sh.cfg
+        &self.hca.cfg
     }
 
     /// Its counters.
     pub fn stats(&self) -> &NicStats {
-        &self.sh.stats
+        &self.hca.stats
     }
 
     /// `ibv_query_device`.
     pub fn device_attr(&self) -> DeviceAttr {
-        let l = &self.sh.cfg.limits;
+        let l = &self.hca.cfg.limits;
         DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").to_string(),
-            node_guid: self.sh.cfg.node_guid,
-            sys_image_guid: self.sh.cfg.node_guid,
+            node_guid: self.hca.cfg.node_guid,
+            sys_image_guid: self.hca.cfg.node_guid,
             max_mr_size: l.max_mr_size,
             vendor_id: 0x5346,
             vendor_part_id: 1,
@@ -432,12 +432,12 @@ impl Nic {
     pub fn port_attr(&self) -> PortAttr {
         PortAttr {
             state: PortState::Active,
-            max_mtu: self.sh.cfg.max_mtu,
-            active_mtu: self.sh.cfg.max_mtu,
+            max_mtu: self.hca.cfg.max_mtu,
+            active_mtu: self.hca.cfg.max_mtu,
             gid_tbl_len: 1,
-            max_msg_sz: self.sh.cfg.limits.max_msg_sz,
+            max_msg_sz: self.hca.cfg.limits.max_msg_sz,
             pkey_tbl_len: 1,
-            lid: self.sh.cfg.lid,
+            lid: self.hca.cfg.lid,
             sm_lid: 1,
             lmc: 0,
             active_width: 2,
@@ -451,37 +451,37 @@ impl Nic {
 
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&mut self) -> Result<PdId> {
-        if self.sh.pds.len() >= self.sh.cfg.limits.max_pd as usize {
+        if self.hca.pds.len() >= self.hca.cfg.limits.max_pd as usize {
             return Err(Error::nomem(format!(
                 "ibv_alloc_pd: the device's max_pd {} is reached",
-                self.sh.cfg.limits.max_pd
+                self.hca.cfg.limits.max_pd
             )));
         }
-        let id = self.sh.next_pd;
-        self.sh.next_pd += 1;
-        self.sh.pds.insert(id, 0);
+        let id = self.hca.next_pd;
+        self.hca.next_pd += 1;
+        self.hca.pds.insert(id, 0);
         Ok(id)
     }
 
     /// `ibv_dealloc_pd`.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<()> {
-        if !self.sh.pds.contains_key(&pd) {
+        if !self.hca.pds.contains_key(&pd) {
             return Err(Error::inval(format!("ibv_dealloc_pd: PD {pd} does not exist")));
         }
         let qps = self.qps.values().filter(|q| q.pd == pd).count();
-        let srqs = self.sh.srqs.values().filter(|s| s.pd == pd).count();
-        if self.sh.mrs.any_in_pd(pd) || qps > 0 || srqs > 0 {
+        let srqs = self.hca.srqs.values().filter(|s| s.pd == pd).count();
+        if self.hca.mrs.any_in_pd(pd) || qps > 0 || srqs > 0 {
             return Err(Error::busy(format!(
                 "ibv_dealloc_pd: PD {pd} still has MRs, QPs or SRQs ({qps} QPs, {srqs} SRQs)"
             )));
         }
-        self.sh.pds.remove(&pd);
+        self.hca.pds.remove(&pd);
         Ok(())
     }
 
     /// `ibv_reg_mr`: returns the key (lkey = rkey).
     pub fn reg_mr(&mut self, pd: PdId, memory: Arc<MrMemory>, access: AccessFlags) -> Result<u32> {
-        if !self.sh.pds.contains_key(&pd) {
+        if !self.hca.pds.contains_key(&pd) {
             return Err(Error::inval(format!("ibv_reg_mr: PD {pd} does not exist")));
         }
         let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
@@ -490,25 +490,25 @@ impl Nic {
                 "ibv_reg_mr: IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE",
             ));
         }
-        if memory.len() as u64 > self.sh.cfg.limits.max_mr_size {
+        if memory.len() as u64 > self.hca.cfg.limits.max_mr_size {
             return Err(Error::inval(format!(
                 "ibv_reg_mr: length {} exceeds max_mr_size {}",
                 memory.len(),
-                self.sh.cfg.limits.max_mr_size
+                self.hca.cfg.limits.max_mr_size
             )));
         }
-        if self.sh.mrs.len() >= self.sh.cfg.limits.max_mr as usize {
+        if self.hca.mrs.len() >= self.hca.cfg.limits.max_mr as usize {
             return Err(Error::nomem(format!(
                 "ibv_reg_mr: the device's max_mr {} is reached",
-                self.sh.cfg.limits.max_mr
+                self.hca.cfg.limits.max_mr
             )));
         }
-        Ok(self.sh.mrs.insert(pd, memory, access))
+        Ok(self.hca.mrs.insert(pd, memory, access))
     }
 
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, key: u32) -> Result<()> {
-        self.sh
+        self.hca
             .mrs
             .remove(key)
             .map(|_| ())
@@ -519,36 +519,36 @@ impl Nic {
 
     /// `ibv_create_cq`.
     pub fn create_cq(&mut self, cqe: u32) -> Result<CqId> {
-        let l = &self.sh.cfg.limits;
+        let l = &self.hca.cfg.limits;
         if cqe == 0 || cqe > l.max_cqe {
             return Err(Error::inval(format!(
                 "ibv_create_cq: cqe {cqe} is not in 1..={}",
                 l.max_cqe
             )));
         }
-        if self.sh.cqs.len() >= l.max_cq as usize {
+        if self.hca.cqs.len() >= l.max_cq as usize {
             return Err(Error::nomem(format!(
                 "ibv_create_cq: the device's max_cq {} is reached",
                 l.max_cq
             )));
         }
-        let id = self.sh.next_cq;
-        self.sh.next_cq += 1;
-        self.sh.cqs.insert(id, Cq::new(cqe));
+        let id = self.hca.next_cq;
+        self.hca.next_cq += 1;
+        self.hca.cqs.insert(id, Cq::new(cqe));
         Ok(id)
     }
 
     /// `ibv_destroy_cq`.
     pub fn destroy_cq(&mut self, cq: CqId) -> Result<()> {
-        match self.sh.cqs.get(&cq) {
+        match self.hca.cqs.get(&cq) {
             None => Err(Error::inval(format!("ibv_destroy_cq: CQ {cq} does not exist"))),
             Some(c) if c.users > 0 => Err(Error::busy(format!(
                 "ibv_destroy_cq: CQ {cq} is still used by {} QP(s)",
                 c.users
             ))),
             Some(_) => {
-                if let Some(c) = self.sh.cqs.remove(&cq) {
-                    self.sh.reportable -= c.len() + usize::from(c.overrun > 0);
+                if let Some(c) = self.hca.cqs.remove(&cq) {
+                    self.hca.reportable -= c.len() + usize::from(c.overrun > 0);
                 }
                 Ok(())
             }
@@ -557,11 +557,11 @@ impl Nic {
 
     /// `ibv_poll_cq`.
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize> {
-        let n = self.sh.cq_mut(cq)?.poll(out)?;
-        self.sh.reportable -= n;
+        let n = self.hca.cq_mut(cq)?.poll(out)?;
+        self.hca.reportable -= n;
         debug_assert_eq!(
-            self.sh.reportable,
-            self.sh.cqs.values().map(|c| c.len() + usize::from(c.overrun > 0)).sum::<usize>(),
+            self.hca.reportable,
+            self.hca.cqs.values().map(|c| c.len() + usize::from(c.overrun > 0)).sum::<usize>(),
             "every completion added or polled is counted"
         );
         Ok(n)
@@ -571,28 +571,28 @@ impl Nic {
     /// for each CQ that overran. A host polling a CQ can watch it to see that a packet it
     /// handed over completed something, without looking the CQ up.
     pub fn completions_pending(&self) -> usize {
-        self.sh.reportable
+        self.hca.reportable
     }
 
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqId) -> usize {
-        self.sh.cqs.get(&cq).map_or(0, |c| c.len())
+        self.hca.cqs.get(&cq).map_or(0, |c| c.len())
     }
 
     /// `ibv_req_notify_cq`.
     pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<()> {
-        let c = self.sh.cq_mut(cq)?;
+        let c = self.hca.cq_mut(cq)?;
         c.arm = if solicited_only { Arm::Solicited } else { Arm::Next };
         Ok(())
     }
 
     /// `ibv_resize_cq`.
     pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<()> {
-        let max = self.sh.cfg.limits.max_cqe;
+        let max = self.hca.cfg.limits.max_cqe;
         if cqe == 0 || cqe > max {
             return Err(Error::inval(format!("ibv_resize_cq: cqe {cqe} is not in 1..={max}")));
         }
-        self.sh.cq_mut(cq)?.resize(cqe)
+        self.hca.cq_mut(cq)?.resize(cqe)
     }
 
     // ---- QPs ----
@@ -607,12 +607,12 @@ impl Nic {
         cap: QpCap,
         sq_sig_all: bool,
     ) -> Result<(u32, QpCap)> {
-        let l = self.sh.cfg.limits.clone();
-        if !self.sh.pds.contains_key(&pd) {
+        let l = self.hca.cfg.limits.clone();
+        if !self.hca.pds.contains_key(&pd) {
             return Err(Error::inval(format!("ibv_create_qp: PD {pd} does not exist")));
         }
         for (cq, what) in [(send_cq, "send_cq"), (recv_cq, "recv_cq")] {
-            if !self.sh.cqs.contains_key(&cq) {
+            if !self.hca.cqs.contains_key(&cq) {
                 return Err(Error::inval(format!("ibv_create_qp: {what} {cq} does not exist")));
             }
         }
@@ -636,10 +636,10 @@ impl Nic {
                 l.max_qp
             )));
         }
-        let qpn = self.sh.next_qpn;
-        self.sh.next_qpn = (self.sh.next_qpn + 1) & 0x00FF_FFFF;
-        if self.sh.next_qpn < 0x11 {
-            self.sh.next_qpn = 0x11;
+        let qpn = self.hca.next_qpn;
+        self.hca.next_qpn = (self.hca.next_qpn + 1) & 0x00FF_FFFF;
+        if self.hca.next_qpn < 0x11 {
+            self.hca.next_qpn = 0x11;
         }
         // Like real providers, grant at least one WR and SGE so the QP is usable.
         let granted = QpCap {
@@ -650,7 +650,7 @@ impl Nic {
             max_inline_data: cap.max_inline_data,
         };
         for cq in [send_cq, recv_cq] {
-            if let Some(c) = self.sh.cqs.get_mut(&cq) {
+            if let Some(c) = self.hca.cqs.get_mut(&cq) {
                 c.users += 1;
             }
         }
@@ -666,11 +666,11 @@ impl Nic {
             .ok_or_else(|| Error::inval(format!("ibv_destroy_qp: QP {qpn:#x} does not exist")))?;
         self.timers.refile(qpn, qp.timer_filed_ns, None);
         for cq in [qp.send_cq, qp.recv_cq] {
-            if let Some(c) = self.sh.cqs.get_mut(&cq) {
+            if let Some(c) = self.hca.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
             }
         }
-        if let Some(s) = qp.srq.and_then(|id| self.sh.srqs.get_mut(&id)) {
+        if let Some(s) = qp.srq.and_then(|id| self.hca.srqs.get_mut(&id)) {
             s.users = s.users.saturating_sub(1);
         }
         Ok(())
@@ -687,9 +687,9 @@ impl Nic {
         let limits = verbs_api::qp_state::ModifyLimits {
             port_count: 1,
             pkey_tbl_len: 1,
-            max_mtu: self.sh.cfg.max_mtu,
-            max_rd_atomic: self.sh.cfg.limits.max_rd_atom,
-            max_dest_rd_atomic: self.sh.cfg.limits.max_rd_atom,
+            max_mtu: self.hca.cfg.max_mtu,
+            max_rd_atomic: self.hca.cfg.limits.max_rd_atom,
+            max_dest_rd_atomic: self.hca.cfg.limits.max_rd_atom,
         };
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return Err(Error::inval(format!("ibv_modify_qp: QP {qpn:#x} does not exist")));
@@ -711,7 +711,7 @@ impl Nic {
         if qp.qp_type == QpType::Rc && matches!(next, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             // The path (address, destination QP) is fixed from RTR on; build the ACK once.
             let ip = IpUdp {
-                src: self.sh.cfg.ip(),
+                src: self.hca.cfg.ip(),
                 dst: qp.dst_ip,
                 src_port: qp.sport,
                 tos: qp.ip_tos_ttl.0,
@@ -721,10 +721,10 @@ impl Nic {
             qp.ack_template = Some(packet::AckTemplate::new(&ip, qp.attr.dest_qp_num));
         }
         if next == QpState::Err && was != QpState::Err {
-            self.sh.flush(qp);
+            self.hca.flush(qp);
         }
         if next == QpState::Rts {
-            req::drive(qp, &mut self.sh, &mut Now::At(now));
+            req::drive(qp, &mut self.hca, &mut Now::At(now));
         }
         refile_timer(&mut self.timers, qp);
         Ok(())
@@ -759,17 +759,17 @@ impl Nic {
     /// [`Nic::post_send`] at a time that is read only if a packet arms the ACK timer (not
     /// when one is already running for an earlier request).
     pub fn post_send_at(&mut self, now: &mut Now<'_>, qpn: u32, wrs: &[SendWr<'_>]) -> Result<()> {
-        let max_msg = self.sh.cfg.limits.max_msg_sz;
+        let max_msg = self.hca.cfg.limits.max_msg_sz;
         let qp = self
             .qps
             .get_mut(&qpn)
             .ok_or_else(|| Error::inval(format!("ibv_post_send: QP {qpn:#x} does not exist")))?;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if req::post_now(qp, &mut self.sh, now, wr) {
+            if req::post_now(qp, &mut self.hca, now, wr) {
                 continue;
             }
-            match self.sh.check_send(qp, wr, max_msg) {
+            match self.hca.check_send(qp, wr, max_msg) {
                 Ok(wqe) => {
                     qp.sq.push_back(wqe);
                 }
@@ -783,9 +783,9 @@ impl Nic {
             }
         }
         if qp.state == QpState::Err {
-            self.sh.flush(qp);
+            self.hca.flush(qp);
         } else {
-            req::drive(qp, &mut self.sh, now);
+            req::drive(qp, &mut self.hca, now);
         }
         refile_timer(&mut self.timers, qp);
         result
@@ -826,7 +826,7 @@ impl Nic {
                 )));
                 break;
             }
-            if let Err(m) = self.sh.check_sges(qp.pd, wr.sg_list) {
+            if let Err(m) = self.hca.check_sges(qp.pd, wr.sg_list) {
                 result = Err(fail(m));
                 break;
             }
@@ -835,7 +835,7 @@ impl Nic {
         }
         if qp.state == QpState::Err {
             // Flushing clears the QP's timers.
-            self.sh.flush(qp);
+            self.hca.flush(qp);
             refile_timer(&mut self.timers, qp);
         }
         result
@@ -860,9 +860,9 @@ impl Nic {
             Some(packet::Opcode::RC_SEND_ONLY | packet::Opcode::RC_SEND_ONLY_WITH_IMMEDIATE) => {
                 if let Some(send) = packet::peek_rc_send_only(data) {
                     if let Some(qp) = self.qps.get_mut(&send.bth.dest_qp) {
-                        if resp::receive_send_only(qp, &mut self.sh, &send) {
-                            self.sh.stats.rx_packets += 1;
-                            req::drive(qp, &mut self.sh, now);
+                        if resp::receive_send_only(qp, &mut self.hca, &send) {
+                            self.hca.stats.rx_packets += 1;
+                            req::drive(qp, &mut self.hca, now);
                             refile_timer(&mut self.timers, qp);
                             return;
                         }
@@ -873,9 +873,9 @@ impl Nic {
                 if let Some(ack) = packet::peek_rc_acknowledge(data) {
                     if let Some(qp) = self.qps.get_mut(&ack.bth.dest_qp) {
                         if qp.qp_type == QpType::Rc {
-                            self.sh.stats.rx_packets += 1;
-                            comp::handle_acknowledge(qp, &mut self.sh, now, ack.bth.psn, ack.aeth);
-                            req::drive(qp, &mut self.sh, now);
+                            self.hca.stats.rx_packets += 1;
+                            comp::handle_acknowledge(qp, &mut self.hca, now, ack.bth.psn, ack.aeth);
+                            req::drive(qp, &mut self.hca, now);
                             refile_timer(&mut self.timers, qp);
                             return;
                         }
@@ -893,20 +893,20 @@ impl Nic {
         let (ip, pkt) = match packet::parse_datagram(data) {
             Ok(v) => v,
             Err(e) => {
-                self.sh.stats.rx_malformed += 1;
+                self.hca.stats.rx_malformed += 1;
                 if matches!(e, packet::PacketError::BadIcrc { .. }) {
-                    self.sh.stats.rx_bad_icrc += 1;
+                    self.hca.stats.rx_bad_icrc += 1;
                 }
                 return;
             }
         };
-        self.sh.stats.rx_packets += 1;
+        self.hca.stats.rx_packets += 1;
         let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qp) else {
-            self.sh.stats.rx_no_qp += 1;
+            self.hca.stats.rx_no_qp += 1;
             return;
         };
         let Some(info) = pkt.bth.opcode.info() else {
-            self.sh.stats.rx_malformed += 1;
+            self.hca.stats.rx_malformed += 1;
             return;
         };
         let transport_ok = matches!(
@@ -916,17 +916,17 @@ impl Nic {
                 | (packet::Transport::Ud, QpType::Ud)
         );
         if !transport_ok {
-            self.sh.stats.rx_no_qp += 1;
+            self.hca.stats.rx_no_qp += 1;
             return;
         }
         if info.flags.contains(packet::OpFlags::REQUEST) {
             let ip_header: &[u8; 20] =
                 data[..20].try_into().expect("a parsed datagram has an IPv4 header");
-            resp::handle_request(qp, &mut self.sh, &ip, ip_header, &pkt);
+            resp::handle_request(qp, &mut self.hca, &ip, ip_header, &pkt);
         } else {
-            comp::handle_response(qp, &mut self.sh, now, &pkt);
+            comp::handle_response(qp, &mut self.hca, now, &pkt);
         }
-        req::drive(qp, &mut self.sh, now);
+        req::drive(qp, &mut self.hca, now);
         refile_timer(&mut self.timers, qp);
     }
 
@@ -934,8 +934,8 @@ impl Nic {
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.stamp_timers(now);
         for qp in self.qps.values_mut() {
-            comp::handle_timers(qp, &mut self.sh, now);
-            req::drive(qp, &mut self.sh, &mut Now::At(now));
+            comp::handle_timers(qp, &mut self.hca, now);
+            req::drive(qp, &mut self.hca, &mut Now::At(now));
             refile_timer(&mut self.timers, qp);
         }
     }
@@ -969,8 +969,8 @@ impl Nic {
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.sh.last_tx_ack = None;
-        self.sh.tx.pop_front()
+        self.hca.last_tx_ack = None;
+        self.hca.tx.pop_front()
     }
 
     /// Give back the buffer of a datagram this NIC transmitted once its bytes are no longer
@@ -979,38 +979,38 @@ impl Nic {
     /// simply freed; any `Vec` is accepted. At most [`SPARE_BUFFERS`] are kept, so a NIC holds
     /// no more than it once had in flight.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        self.sh.recycle(buf);
+        self.hca.recycle(buf);
     }
 
     /// Lend the NIC a way onto the wire (see [`Wire`]); `None` takes it back, after which
     /// every datagram is queued for [`Nic::poll_transmit`].
     pub fn set_wire(&mut self, wire: Option<Box<dyn Wire>>) {
-        self.sh.wire = wire;
+        self.hca.wire = wire;
     }
 
     /// The wire lent with [`Nic::set_wire`], for the host to send what it polled through it.
     pub fn wire_mut(&mut self) -> Option<&mut (dyn Wire + 'static)> {
-        self.sh.wire.as_deref_mut()
+        self.hca.wire.as_deref_mut()
     }
 
     /// While `paused`, datagrams are queued rather than emitted through the wire: a host
     /// pauses it while it holds datagrams the wire refused, so that none overtakes them.
     pub fn pause_wire(&mut self, paused: bool) {
-        self.sh.wire_paused = paused;
+        self.hca.wire_paused = paused;
     }
 
     /// Whether datagrams are waiting to be sent.
     pub fn has_transmit(&self) -> bool {
-        !self.sh.tx.is_empty()
+        !self.hca.tx.is_empty()
     }
 
     /// The next notification or async event.
     pub fn poll_event(&mut self) -> Option<NicEvent> {
-        self.sh.events.pop_front()
+        self.hca.events.pop_front()
     }
 }
 
-impl Shared {
+impl Hca {
     /// The next receive WQE for a message arriving on `qp` (its SRQ's, or its own).
     pub(crate) fn take_recv(&mut self, qp: &mut Qp) -> Option<RecvWqe> {
         let Some(id) = qp.srq else { return qp.rq.pop_front() };
@@ -1223,7 +1223,7 @@ impl Shared {
     }
 
     /// Emit one packet of `qp` to its destination; whether it was queued (see
-    /// [`Shared::transmit_to`]).
+    /// [`Hca::transmit_to`]).
     pub(crate) fn transmit(&mut self, qp: &Qp, pkt: &Packet<'_>) -> bool {
         self.transmit_to(qp.dst_ip, qp.ip_tos_ttl, qp.sport, pkt)
     }
@@ -1270,7 +1270,7 @@ impl Shared {
         true
     }
 
-    /// [`Shared::transmit_to`] for the requester's fast path (`req::post_now`): a request of
+    /// [`Hca::transmit_to`] for the requester's fast path (`req::post_now`): a request of
     /// `qp` built without a [`Packet`] (`packet::emit_request_into`; the headers are the ones
     /// `bth.opcode` lists), small enough to go straight onto the wire, as `post_now` made sure
     /// it may (a wire that refuses it queues it, as `send_built` does).
@@ -1289,7 +1289,7 @@ impl Shared {
     }
 
     /// Emit an ACKNOWLEDGE (an ACK or a NAK) of `qp` from its template: the same datagram
-    /// [`Shared::transmit`] would build, for a fraction of the work. Returns whether it was
+    /// [`Hca::transmit`] would build, for a fraction of the work. Returns whether it was
     /// queued (rather than emitted through the host's wire).
     pub(crate) fn transmit_aeth(&mut self, qp: &Qp, psn: packet::Psn, aeth: packet::Aeth) -> bool {
         let Some(template) = &qp.ack_template else {
@@ -1322,7 +1322,7 @@ impl Shared {
     /// The IPv4 and UDP fields of the next datagram this NIC sends to `dst` ([`next_datagram`]
     /// accounts for it and gives its identification).
     ///
-    /// [`next_datagram`]: Shared::next_datagram
+    /// [`next_datagram`]: Hca::next_datagram
     fn next_ip_udp(&mut self, dst: [u8; 4], (tos, ttl): (u8, u8), sport: u16) -> IpUdp {
         let ident = self.next_datagram();
         IpUdp { src: self.cfg.ip(), dst, src_port: sport, ident, tos, ttl, ..IpUdp::default() }
@@ -1343,7 +1343,7 @@ impl Shared {
         true
     }
 
-    /// Whether a datagram may go straight onto the host's wire now (see [`Shared::direct_wire`]).
+    /// Whether a datagram may go straight onto the host's wire now (see [`Hca::direct_wire`]).
     pub(crate) fn may_send_direct(&self) -> bool {
         self.tx.is_empty() && !self.wire_paused && self.wire.is_some()
     }
