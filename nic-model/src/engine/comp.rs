@@ -5,7 +5,8 @@ use verbs_api::{AccessFlags, Sge, WcStatus};
 
 use super::qp::Qp;
 use super::req::{ack_timeout_ns, go_back};
-use super::{Hca, Nanos, Now};
+use super::time::{Nanos, Now};
+use super::Hca;
 use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Packet, Psn};
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
@@ -291,7 +292,11 @@ pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
         }
     }
     if let Some(t) = qp.req.timer_ns {
-        debug_assert_ne!(t, super::UNSTAMPED, "handle_timeout stamps timers before firing them");
+        debug_assert_ne!(
+            t,
+            super::time::UNSTAMPED,
+            "handle_timeout stamps timers before firing them"
+        );
         if now >= t {
             if qp.req.psn.diff(qp.req.comp_psn) > 0 {
                 hca.stats.timeouts += 1;

@@ -4,7 +4,8 @@
 use verbs_api::{QpState, QpType, WcStatus, WrOpcode};
 
 use super::qp::{InlineData, Qp, SendWqe, SgList};
-use super::{Hca, Now};
+use super::time::Now;
+use super::Hca;
 use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};
 
 /// Local ACK timeout for the `timeout` attribute: 4.096 µs × 2^timeout; 0 means no timer.

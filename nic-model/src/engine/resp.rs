@@ -4,9 +4,10 @@
 
 use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_LEN};
 
+use super::addr::lid_of_ip;
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
-use super::{lid_of_ip, Hca};
+use super::Hca;
 use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 
 /// A request packet arrived for this QP.

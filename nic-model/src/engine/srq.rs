@@ -1,13 +1,14 @@
 //! Shared receive queues (`ibv_create_srq`): receive WQEs that any QP attached to the SRQ may
-//! consume, with the limit event that tells a program to replenish them.
+//! consume, with the limit event that tells a program to replenish them; and how a QP takes its
+//! next receive WQE, from its SRQ or its own receive queue.
 
 use std::collections::VecDeque;
 
-use verbs_api::{Error, RecvWr, Result};
+use verbs_api::{AsyncElement, AsyncEvent, AsyncEventType, Error, RecvWr, Result};
 
 use super::mr::PdId;
-use super::qp::RecvWqe;
-use super::Nic;
+use super::qp::{Qp, RecvWqe};
+use super::{Hca, Nic, NicEvent};
 
 /// One SRQ.
 pub(crate) struct Srq {
@@ -160,5 +161,38 @@ impl Nic {
         s.users += 1;
         qp.srq = Some(srq);
         Ok(())
+    }
+}
+
+impl Hca {
+    /// The next receive WQE for a message arriving on `qp` (its SRQ's, or its own).
+    pub(crate) fn take_recv(&mut self, qp: &mut Qp) -> Option<RecvWqe> {
+        let Some(id) = qp.srq else { return qp.rq.pop_front() };
+        let srq = self.srqs.get_mut(&id)?;
+        let w = srq.queue.pop_front()?;
+        if srq.limit > 0 && (srq.queue.len() as u32) < srq.limit {
+            srq.limit = 0;
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::SrqLimitReached,
+                element: AsyncElement::Srq(id as u64),
+            }));
+        }
+        Some(w)
+    }
+
+    /// Whether a receive WQE is waiting for `qp`.
+    pub(crate) fn has_recv(&self, qp: &Qp) -> bool {
+        match qp.srq {
+            Some(id) => self.srqs.get(&id).is_some_and(|s| !s.queue.is_empty()),
+            None => !qp.rq.is_empty(),
+        }
+    }
+
+    /// Give back a receive WQE that a lost UC message had started to fill.
+    pub(crate) fn return_recv(&mut self, qp: &mut Qp, w: RecvWqe) {
+        match qp.srq.and_then(|id| self.srqs.get_mut(&id)) {
+            Some(srq) => srq.queue.push_front(w),
+            None => qp.rq.push_front(w),
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! drop, duplicate, delay and record chosen packets.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use verbs_api::*;
 
