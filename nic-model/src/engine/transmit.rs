@@ -8,9 +8,8 @@ use super::qp::Qp;
 use super::{Hca, Nic};
 
 /// The longest datagram that goes straight onto a host's [`Wire`] (built on the stack, then
-/// copied into the wire's buffer). Longer ones take the transmit queue: for full-MTU packets
-/// the queue's reused buffers measured faster (1 MiB WRITE bandwidth), and the saving is in
-/// small packets, the ones latency waits for.
+/// copied into the wire's buffer); longer ones take the transmit queue, as fast for them
+/// (docs/decisions.md, "Direct wire for small datagrams only").
 const DIRECT_DATAGRAM: usize = 256;
 
 /// Datagram buffers a NIC keeps for reuse ([`Nic::recycle`]): enough for a full send window
@@ -128,9 +127,9 @@ impl Hca {
         let ip = self.next_ip_udp(dst, (tos, ttl), sport);
         let len = packet::engine_datagram_len(pkt);
         if len <= DIRECT_DATAGRAM && self.direct_wire().is_some() {
-            // Built in cache-hot memory, then copied: built in the ring slot itself, its ICRC
-            // would read back lines whose ownership is still on its way from the reader's
-            // core, and the sender would wait for them (measured: slower).
+            // Built in cache-hot memory, then copied: built in the ring slot, its ICRC waits for
+            // lines still owned by the reader's core (docs/decisions.md, "Build a direct
+            // datagram on the stack, then copy").
             let mut local = [0u8; DIRECT_DATAGRAM];
             packet::emit_engine_datagram_into(&ip, pkt, &mut local[..len]);
             return self.send_built(dst, &local[..len]);
