@@ -12,20 +12,21 @@
 //! - **[`Nic::handle_packet`]** with each datagram that arrives for the NIC's address, or
 //!   [`Nic::handle_packet_at`] with a lazy clock ([`Now::Lazy`]) that is read only if the packet
 //!   arms a timer. Anything is accepted: malformed datagrams are counted and dropped.
-//! - **[`Nic::handle_timeout`]** once the time [`Nic::next_timeout`] names has come (calling it
-//!   early does nothing; calling it late only delays retries).
+//! - **[`Nic::handle_timeout`]** once the time [`Nic::next_timeout`] names has come (early, it
+//!   fires nothing that is not due; late, it only delays retries).
 //! - **[`Nic::stamp_timers`]**, for a host that hands over a lazy clock: calls that did not read
 //!   it arm their ACK timers unstamped, reported by [`Nic::next_timeout`] as due at time 0
 //!   until the host stamps them (or calls [`Nic::handle_timeout`], which stamps first).
 //!
-//! Every entry point takes `now` in nanoseconds from the host's clock (virtual or monotonic,
-//! never going back): the engine needs no other sense of time.
+//! Every entry point that may arm a timer takes `now` in nanoseconds from the host's clock
+//! (virtual or monotonic, never going back): the engine needs no other sense of time.
 //!
 //! # What the host pulls, after each call
 //!
 //! - **[`Nic::poll_transmit`]**: RoCEv2 datagrams for the wire, each to its [`Transmit::dst`],
-//!   until `None` ([`Nic::has_transmit`] says whether any wait). Nothing leaves the NIC unless
-//!   the host takes it; a host that leaves datagrams queued stalls the NIC's peers.
+//!   until `None` ([`Nic::has_transmit`] says whether any wait). Nothing but what goes through
+//!   a lent [`Wire`] leaves the NIC unless the host takes it; a host that leaves datagrams
+//!   queued stalls the NIC's peers.
 //! - **[`Nic::next_timeout`]**: when to call [`Nic::handle_timeout`] next; it changes after any
 //!   call, so the host asks again after each.
 //! - **[`Nic::poll_event`]**: CQ notifications for armed CQs and asynchronous events, for the
@@ -38,9 +39,9 @@
 //! - **[`Nic::recycle`]**: a datagram's buffer once its bytes are delivered or copied, so the
 //!   next transmit reuses it (at most [`SPARE_BUFFERS`] are kept). Optional.
 //! - **A [`Wire`]** ([`Nic::set_wire`]): a way straight onto the wire, for small datagrams made
-//!   while nothing is queued. A host that lends one must send what it polls through the same
-//!   wire ([`Nic::wire_mut`]) and, while it holds datagrams the wire refused, pause direct
-//!   emission ([`Nic::pause_wire`]) so that none overtakes them.
+//!   while nothing is queued. The host may send what it polls through the same wire
+//!   ([`Nic::wire_mut`]); while it holds datagrams the wire refused, it pauses direct emission
+//!   ([`Nic::pause_wire`]) so that none overtakes them.
 //!
 //! # Inside
 //!
