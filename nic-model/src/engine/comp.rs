@@ -5,28 +5,29 @@ use verbs_api::{AccessFlags, Sge, WcStatus};
 
 use super::qp::Qp;
 use super::req::{ack_timeout_ns, go_back};
-use super::{Nanos, Now, Shared};
+use super::time::{Nanos, Now};
+use super::Hca;
 use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Packet, Psn};
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
-pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, pkt: &Packet<'_>) {
+pub(crate) fn handle_response(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, pkt: &Packet<'_>) {
     let psn = pkt.bth.psn;
-    if !takes_response(qp, sh, psn) {
+    if !takes_response(qp, hca, psn) {
         return;
     }
     let Some(info) = pkt.bth.opcode.info() else { return };
     if info.flags.contains(OpFlags::READ) {
-        on_read_response(qp, sh, now, pkt, info.flags);
+        on_read_response(qp, hca, now, pkt, info.flags);
         return;
     }
     let Some(aeth) = pkt.aeth else { return };
     if info.flags.contains(OpFlags::ATOMIC) {
         if let Some(orig) = pkt.atomic_ack_eth {
-            on_atomic_ack(qp, sh, now, psn, orig);
+            on_atomic_ack(qp, hca, now, psn, orig);
         }
         return;
     }
-    on_aeth(qp, sh, now, psn, aeth);
+    on_aeth(qp, hca, now, psn, aeth);
 }
 
 /// An RC ACKNOWLEDGE (an ACK, RNR NAK or NAK) arrived for this QP, read without a [`Packet`]
@@ -34,22 +35,22 @@ pub(crate) fn handle_response(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, p
 /// one.
 pub(crate) fn handle_acknowledge(
     qp: &mut Qp,
-    sh: &mut Shared,
+    hca: &mut Hca,
     now: &mut Now<'_>,
     psn: Psn,
     aeth: Aeth,
 ) {
-    if takes_response(qp, sh, psn) {
-        on_aeth(qp, sh, now, psn, aeth);
+    if takes_response(qp, hca, psn) {
+        on_aeth(qp, hca, now, psn, aeth);
     }
 }
 
 /// Whether this QP takes a response with this PSN: it is sending (RTS or SQD; otherwise the
 /// packet counts as one for no QP) and the PSN falls inside what it sent, [comp_psn, psn) of
 /// the requester (otherwise it is ignored).
-fn takes_response(qp: &Qp, sh: &mut Shared, psn: Psn) -> bool {
+fn takes_response(qp: &Qp, hca: &mut Hca, psn: Psn) -> bool {
     if !matches!(qp.state, verbs_api::QpState::Rts | verbs_api::QpState::Sqd) {
-        sh.stats.rx_no_qp += 1;
+        hca.stats.rx_no_qp += 1;
         return false;
     }
     psn.diff(qp.req.psn) < 0
@@ -57,27 +58,27 @@ fn takes_response(qp: &Qp, sh: &mut Shared, psn: Psn) -> bool {
 
 /// The AETH of an ACKNOWLEDGE: retire what it acknowledges, then back off (RNR NAK), retry
 /// (sequence error NAK) or fail the oldest WQE (the other NAKs).
-fn on_aeth(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn, aeth: Aeth) {
+fn on_aeth(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, aeth: Aeth) {
     match aeth.kind() {
         AethKind::Ack { .. } => {
             if psn.diff(qp.req.comp_psn) < 0 {
                 return; // an old ACK
             }
-            if ack_through(qp, sh, now, psn) {
-                start_retry(qp, sh, now, false);
+            if ack_through(qp, hca, now, psn) {
+                start_retry(qp, hca, now, false);
             }
         }
         AethKind::RnrNak { timer } => {
-            sh.stats.rnr_naks_received += 1;
+            hca.stats.rnr_naks_received += 1;
             if psn.diff(qp.req.comp_psn) < 0 {
                 return;
             }
-            if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
-                start_retry(qp, sh, now, false);
+            if ack_through(qp, hca, now, psn.add(Psn::MASK)) {
+                start_retry(qp, hca, now, false);
                 return;
             }
             if qp.req.rnr_left == 0 {
-                fail_front(qp, sh, WcStatus::RnrRetryExcErr);
+                fail_front(qp, hca, WcStatus::RnrRetryExcErr);
                 return;
             }
             if qp.attr.rnr_retry != 7 {
@@ -90,27 +91,27 @@ fn on_aeth(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn, aeth: Aeth
             if psn.diff(qp.req.comp_psn) < 0 {
                 return;
             }
-            if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
-                start_retry(qp, sh, now, false);
+            if ack_through(qp, hca, now, psn.add(Psn::MASK)) {
+                start_retry(qp, hca, now, false);
                 return;
             }
             match code {
-                NakCode::PsnSequenceError => start_retry(qp, sh, now, false),
-                NakCode::InvalidRequest => fail_front(qp, sh, WcStatus::RemInvReqErr),
-                NakCode::RemoteAccessError => fail_front(qp, sh, WcStatus::RemAccessErr),
+                NakCode::PsnSequenceError => start_retry(qp, hca, now, false),
+                NakCode::InvalidRequest => fail_front(qp, hca, WcStatus::RemInvReqErr),
+                NakCode::RemoteAccessError => fail_front(qp, hca, WcStatus::RemAccessErr),
                 NakCode::RemoteOperationalError | NakCode::InvalidRdRequest => {
-                    fail_front(qp, sh, WcStatus::RemOpErr)
+                    fail_front(qp, hca, WcStatus::RemOpErr)
                 }
             }
         }
-        AethKind::Reserved(_) => fail_front(qp, sh, WcStatus::RemOpErr),
+        AethKind::Reserved(_) => fail_front(qp, hca, WcStatus::RemOpErr),
     }
 }
 
 /// Retire every SEND/WRITE WQE whose last PSN is at or before `psn` (an ACK is cumulative).
 /// Returns true if a READ/atomic WQE in that range has no response yet: its response was lost
 /// and the requester must ask again.
-fn ack_through(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn) -> bool {
+fn ack_through(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn) -> bool {
     let mut progress = false;
     let mut lost_response = false;
     while let Some(w) = qp.sq.front() {
@@ -122,7 +123,7 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn) -> boo
             break;
         }
         // Completed in place, then dropped: the WQE is not moved out of the queue first.
-        sh.complete_send(qp, w, WcStatus::Success);
+        hca.complete_send(qp, w, WcStatus::Success);
         qp.sq.pop_front();
         qp.req.next = qp.req.next.saturating_sub(1);
         progress = true;
@@ -167,7 +168,7 @@ fn made_progress(qp: &mut Qp, now: &mut Now<'_>) {
 
 fn on_read_response(
     qp: &mut Qp,
-    sh: &mut Shared,
+    hca: &mut Hca,
     now: &mut Now<'_>,
     pkt: &Packet<'_>,
     flags: OpFlags,
@@ -177,24 +178,24 @@ fn on_read_response(
         return; // a duplicate of a response already placed
     }
     // Earlier SEND/WRITE WQEs are implicitly acknowledged by a later READ response.
-    if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
+    if ack_through(qp, hca, now, psn.add(Psn::MASK)) {
         // A READ/atomic before this one has no response: lost.
         let front_is_this = qp.sq.front().is_some_and(|w| {
             w.started && psn.diff(w.first_psn) >= 0 && psn.diff(w.last_psn()) <= 0
         });
         if !front_is_this {
-            start_retry(qp, sh, now, false);
+            start_retry(qp, hca, now, false);
             return;
         }
     }
     if psn != qp.req.comp_psn {
-        start_retry(qp, sh, now, false); // an earlier response packet was lost
+        start_retry(qp, hca, now, false); // an earlier response packet was lost
         return;
     }
     let mtu = qp.mtu() as usize;
     let Some(w) = qp.sq.front() else { return };
     if w.opcode != verbs_api::WrOpcode::RdmaRead || !w.started {
-        fail_front(qp, sh, WcStatus::BadRespErr);
+        fail_front(qp, hca, WcStatus::BadRespErr);
         return;
     }
     let index = psn.diff(w.first_psn) as usize;
@@ -202,71 +203,71 @@ fn on_read_response(
     let end_flag = flags.contains(OpFlags::END);
     let expected = if end_flag { (w.len as usize).saturating_sub(off) } else { mtu };
     if pkt.payload.len() != expected || off > w.len as usize {
-        fail_front(qp, sh, WcStatus::BadRespErr);
+        fail_front(qp, hca, WcStatus::BadRespErr);
         return;
     }
-    if let Err(e) = sh.mrs.scatter(qp.pd, &w.sges, off, pkt.payload) {
+    if let Err(e) = hca.mrs.scatter(qp.pd, &w.sges, off, pkt.payload) {
         let _ = e;
-        fail_front(qp, sh, WcStatus::LocProtErr);
+        fail_front(qp, hca, WcStatus::LocProtErr);
         return;
     }
     qp.req.comp_psn = psn.next();
     if end_flag {
         let w = qp.sq.pop_front().expect("front exists");
         qp.req.next = qp.req.next.saturating_sub(1);
-        sh.complete_send(qp, &w, WcStatus::Success);
+        hca.complete_send(qp, &w, WcStatus::Success);
     }
     made_progress(qp, now);
 }
 
-fn on_atomic_ack(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, psn: Psn, orig: u64) {
+fn on_atomic_ack(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, orig: u64) {
     if psn.diff(qp.req.comp_psn) < 0 {
         return;
     }
-    if ack_through(qp, sh, now, psn.add(Psn::MASK)) {
+    if ack_through(qp, hca, now, psn.add(Psn::MASK)) {
         let front_is_this =
             qp.sq.front().is_some_and(|w| w.started && w.first_psn == psn && w.opcode.is_atomic());
         if !front_is_this {
-            start_retry(qp, sh, now, false);
+            start_retry(qp, hca, now, false);
             return;
         }
     }
     if psn != qp.req.comp_psn {
-        start_retry(qp, sh, now, false);
+        start_retry(qp, hca, now, false);
         return;
     }
     let Some(w) = qp.sq.front() else { return };
     if !w.opcode.is_atomic() {
-        fail_front(qp, sh, WcStatus::BadRespErr);
+        fail_front(qp, hca, WcStatus::BadRespErr);
         return;
     }
     let sge: Sge = w.sges[0];
-    let placed = sh
+    let placed = hca
         .mrs
         .resolve_local(qp.pd, &sge, AccessFlags::LOCAL_WRITE)
         .map(|(mr, off)| mr.memory.write(off, &orig.to_ne_bytes()));
     if !matches!(placed, Ok(Ok(()))) {
-        fail_front(qp, sh, WcStatus::LocProtErr);
+        fail_front(qp, hca, WcStatus::LocProtErr);
         return;
     }
     qp.req.comp_psn = psn.next();
     let w = qp.sq.pop_front().expect("front exists");
     qp.req.next = qp.req.next.saturating_sub(1);
-    sh.complete_send(qp, &w, WcStatus::Success);
+    hca.complete_send(qp, &w, WcStatus::Success);
     made_progress(qp, now);
 }
 
 /// Go back N after a loss, spending one transport retry; `RETRY_EXC_ERR` when none are left.
 /// A loss signalled by a NAK or an out-of-order response is retried once per restart point.
-fn start_retry(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, timeout: bool) {
+fn start_retry(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, timeout: bool) {
     if !timeout && qp.req.retrying_from == Some(qp.req.comp_psn) {
         return;
     }
     if qp.req.retry_left == 0 {
-        fail_front(qp, sh, WcStatus::RetryExcErr);
+        fail_front(qp, hca, WcStatus::RetryExcErr);
         return;
     }
-    if !(qp.attr.retry_cnt == 7 && sh.cfg.retry_cnt_7_infinite) {
+    if !(qp.attr.retry_cnt == 7 && hca.cfg.retry_cnt_7_infinite) {
         qp.req.retry_left -= 1;
     }
     qp.req.retrying_from = Some(qp.req.comp_psn);
@@ -275,15 +276,15 @@ fn start_retry(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, timeout: bool) {
 }
 
 /// Complete the oldest WQE with an error status and move the QP to the error state.
-fn fail_front(qp: &mut Qp, sh: &mut Shared, status: WcStatus) {
+fn fail_front(qp: &mut Qp, hca: &mut Hca, status: WcStatus) {
     if let Some(w) = qp.sq.pop_front() {
-        sh.complete_send(qp, &w, status);
+        hca.complete_send(qp, &w, status);
     }
-    sh.enter_error(qp);
+    hca.enter_error(qp);
 }
 
 /// Fire the QP's timers that are due.
-pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
+pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
     if let Some(t) = qp.req.rnr_timer_ns {
         if now >= t {
             qp.req.rnr_timer_ns = None;
@@ -291,11 +292,15 @@ pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut Shared, now: Nanos) {
         }
     }
     if let Some(t) = qp.req.timer_ns {
-        debug_assert_ne!(t, super::UNSTAMPED, "handle_timeout stamps timers before firing them");
+        debug_assert_ne!(
+            t,
+            super::time::UNSTAMPED,
+            "handle_timeout stamps timers before firing them"
+        );
         if now >= t {
             if qp.req.psn.diff(qp.req.comp_psn) > 0 {
-                sh.stats.timeouts += 1;
-                start_retry(qp, sh, &mut Now::At(now), true);
+                hca.stats.timeouts += 1;
+                start_retry(qp, hca, &mut Now::At(now), true);
             } else {
                 qp.req.timer_ns = None;
             }

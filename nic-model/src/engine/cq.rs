@@ -1,9 +1,12 @@
-//! Completion queues: a bounded FIFO of work completions, overrun detection, and the
-//! arm-for-notification state (`ibv_req_notify_cq`).
+//! Completion queues: a bounded FIFO of work completions, overrun detection, the
+//! arm-for-notification state (`ibv_req_notify_cq`), and the CQ verbs (`ibv_create_cq`,
+//! `ibv_poll_cq`, ...).
 
 use std::collections::VecDeque;
 
 use verbs_api::{Errno, Error, Result, WcStatus, WorkCompletion};
+
+use super::{Hca, Nic};
 
 /// A completion queue's id within a device.
 pub type CqId = u32;
@@ -95,5 +98,91 @@ impl Cq {
         }
         self.capacity = capacity;
         Ok(())
+    }
+}
+
+impl Nic {
+    /// `ibv_create_cq`.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqId> {
+        let l = &self.hca.cfg.limits;
+        if cqe == 0 || cqe > l.max_cqe {
+            return Err(Error::inval(format!(
+                "ibv_create_cq: cqe {cqe} is not in 1..={}",
+                l.max_cqe
+            )));
+        }
+        if self.hca.cqs.len() >= l.max_cq as usize {
+            return Err(Error::nomem(format!(
+                "ibv_create_cq: the device's max_cq {} is reached",
+                l.max_cq
+            )));
+        }
+        let id = self.hca.next_cq;
+        self.hca.next_cq += 1;
+        self.hca.cqs.insert(id, Cq::new(cqe));
+        Ok(id)
+    }
+
+    /// `ibv_destroy_cq`.
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<()> {
+        match self.hca.cqs.get(&cq) {
+            None => Err(Error::inval(format!("ibv_destroy_cq: CQ {cq} does not exist"))),
+            Some(c) if c.users > 0 => Err(Error::busy(format!(
+                "ibv_destroy_cq: CQ {cq} is still used by {} QP(s)",
+                c.users
+            ))),
+            Some(_) => {
+                if let Some(c) = self.hca.cqs.remove(&cq) {
+                    self.hca.reportable -= c.len() + usize::from(c.overrun > 0);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_poll_cq`.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize> {
+        let n = self.hca.cq_mut(cq)?.poll(out)?;
+        self.hca.reportable -= n;
+        debug_assert_eq!(
+            self.hca.reportable,
+            self.hca.cqs.values().map(|c| c.len() + usize::from(c.overrun > 0)).sum::<usize>(),
+            "every completion added or polled is counted"
+        );
+        Ok(n)
+    }
+
+    /// What `ibv_poll_cq` would report over every CQ of the NIC: completions queued, plus one
+    /// for each CQ that overran. A host polling a CQ can watch it to see that a packet it
+    /// handed over completed something, without looking the CQ up.
+    pub fn completions_pending(&self) -> usize {
+        self.hca.reportable
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.hca.cqs.get(&cq).map_or(0, |c| c.len())
+    }
+
+    /// `ibv_req_notify_cq`.
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<()> {
+        let c = self.hca.cq_mut(cq)?;
+        c.arm = if solicited_only { Arm::Solicited } else { Arm::Next };
+        Ok(())
+    }
+
+    /// `ibv_resize_cq`.
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<()> {
+        let max = self.hca.cfg.limits.max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(Error::inval(format!("ibv_resize_cq: cqe {cqe} is not in 1..={max}")));
+        }
+        self.hca.cq_mut(cq)?.resize(cqe)
+    }
+}
+
+impl Hca {
+    fn cq_mut(&mut self, cq: CqId) -> Result<&mut Cq> {
+        self.cqs.get_mut(&cq).ok_or_else(|| Error::inval(format!("CQ {cq} does not exist")))
     }
 }

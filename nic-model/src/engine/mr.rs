@@ -1,5 +1,6 @@
-//! Memory regions and the DMA step: the MR table (keys, PDs, access rights) and the gather and
-//! scatter copies between MR memory and packets, with key, bounds and access checks.
+//! Memory regions and the DMA step: the MR table (keys, PDs, access rights), the gather and
+//! scatter copies between MR memory and packets with key, bounds and access checks, and the PD
+//! and MR verbs (`ibv_alloc_pd`, `ibv_reg_mr` and their inverses).
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +9,8 @@ use std::sync::Arc;
 use verbs_api::{AccessFlags, Error, Result, Sge};
 
 use crate::small_copy;
+
+use super::Nic;
 
 /// The bytes behind one MR: owned by the MR (allocated zeroed, 64-byte aligned) or borrowed from
 /// the caller through `reg_mr_raw`. Reads and writes copy, because the NIC and the program may
@@ -340,6 +343,74 @@ impl MrTable {
         } else {
             Err(DmaError::Length)
         }
+    }
+}
+
+impl Nic {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> Result<PdId> {
+        if self.hca.pds.len() >= self.hca.cfg.limits.max_pd as usize {
+            return Err(Error::nomem(format!(
+                "ibv_alloc_pd: the device's max_pd {} is reached",
+                self.hca.cfg.limits.max_pd
+            )));
+        }
+        let id = self.hca.next_pd;
+        self.hca.next_pd += 1;
+        self.hca.pds.insert(id, 0);
+        Ok(id)
+    }
+
+    /// `ibv_dealloc_pd`.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<()> {
+        if !self.hca.pds.contains_key(&pd) {
+            return Err(Error::inval(format!("ibv_dealloc_pd: PD {pd} does not exist")));
+        }
+        let qps = self.qps.values().filter(|q| q.pd == pd).count();
+        let srqs = self.hca.srqs.values().filter(|s| s.pd == pd).count();
+        if self.hca.mrs.any_in_pd(pd) || qps > 0 || srqs > 0 {
+            return Err(Error::busy(format!(
+                "ibv_dealloc_pd: PD {pd} still has MRs, QPs or SRQs ({qps} QPs, {srqs} SRQs)"
+            )));
+        }
+        self.hca.pds.remove(&pd);
+        Ok(())
+    }
+
+    /// `ibv_reg_mr`: returns the key (lkey = rkey).
+    pub fn reg_mr(&mut self, pd: PdId, memory: Arc<MrMemory>, access: AccessFlags) -> Result<u32> {
+        if !self.hca.pds.contains_key(&pd) {
+            return Err(Error::inval(format!("ibv_reg_mr: PD {pd} does not exist")));
+        }
+        let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(Error::inval(
+                "ibv_reg_mr: IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE",
+            ));
+        }
+        if memory.len() as u64 > self.hca.cfg.limits.max_mr_size {
+            return Err(Error::inval(format!(
+                "ibv_reg_mr: length {} exceeds max_mr_size {}",
+                memory.len(),
+                self.hca.cfg.limits.max_mr_size
+            )));
+        }
+        if self.hca.mrs.len() >= self.hca.cfg.limits.max_mr as usize {
+            return Err(Error::nomem(format!(
+                "ibv_reg_mr: the device's max_mr {} is reached",
+                self.hca.cfg.limits.max_mr
+            )));
+        }
+        Ok(self.hca.mrs.insert(pd, memory, access))
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<()> {
+        self.hca
+            .mrs
+            .remove(key)
+            .map(|_| ())
+            .ok_or_else(|| Error::inval(format!("ibv_dereg_mr: no MR with key {key:#x}")))
     }
 }
 

@@ -1,16 +1,18 @@
 //! Queue pairs: the work queues, the requester/responder/completer state each QP carries, and
-//! the QP state machine (`modify`, error transition and flushing).
+//! the QP state machine (attributes, reset, and the error transition with its flush). The QP
+//! verbs are in `qp_verbs`.
 
 use std::collections::VecDeque;
 use std::ops::Deref;
 
 use verbs_api::{
-    AccessFlags, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, Sge,
-    WrOpcode,
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, AtomicTarget, QpAttr, QpAttrMask, QpCap,
+    QpState, QpType, RdmaTarget, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use super::cq::CqId;
 use super::mr::PdId;
+use super::{Hca, NicEvent};
 use crate::packet::Psn;
 
 /// A WQE's scatter/gather list as posted. A single SGE, the common case, is kept inline so that
@@ -457,5 +459,72 @@ impl Qp {
     /// Packets a message of `len` bytes takes at this QP's MTU (a zero-length message is one packet).
     pub fn packets_for(&self, len: u32) -> u32 {
         len.div_ceil(self.mtu()).max(1)
+    }
+}
+
+impl Hca {
+    /// Move a QP to the error state: the failing WQE has been completed by the caller; every
+    /// other outstanding send and receive WQE completes with `WR_FLUSH_ERR`.
+    pub(crate) fn enter_error(&mut self, qp: &mut Qp) {
+        if qp.state != QpState::Err {
+            qp.state = QpState::Err;
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::QpFatal,
+                element: AsyncElement::Qp(qp.qpn),
+            }));
+        }
+        self.flush(qp);
+    }
+
+    /// Flush every WQE of a QP in the error state.
+    pub(crate) fn flush(&mut self, qp: &mut Qp) {
+        qp.req.timer_ns = None;
+        qp.req.rnr_timer_ns = None;
+        qp.req.next = 0;
+        qp.req.pkt = 0;
+        while let Some(w) = qp.sq.pop_front() {
+            let wc = WorkCompletion {
+                wr_id: w.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::for_send(w.opcode),
+                qp_num: qp.qpn,
+                ..WorkCompletion::default()
+            };
+            self.complete(qp.send_cq, wc, false);
+        }
+        if let Some((w, _)) = qp.resp.recv.take() {
+            self.complete_recv(
+                qp,
+                w.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                0,
+                None,
+                0,
+                0,
+                false,
+            );
+        }
+        qp.resp.write = None;
+        while let Some(w) = qp.rq.pop_front() {
+            self.complete_recv(
+                qp,
+                w.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                0,
+                None,
+                0,
+                0,
+                false,
+            );
+        }
+        if qp.srq.is_some() {
+            // A QP on an SRQ will consume no more of its WQEs: it may now be destroyed.
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::QpLastWqeReached,
+                element: AsyncElement::Qp(qp.qpn),
+            }));
+        }
     }
 }

@@ -4,7 +4,8 @@
 use verbs_api::{QpState, QpType, WcStatus, WrOpcode};
 
 use super::qp::{InlineData, Qp, SendWqe, SgList};
-use super::{Now, Shared};
+use super::time::Now;
+use super::Hca;
 use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};
 
 /// Local ACK timeout for the `timeout` attribute: 4.096 µs × 2^timeout; 0 means no timer.
@@ -14,10 +15,10 @@ pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
 
 /// Send every packet the QP may send now.
 #[inline]
-pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>) {
+pub(crate) fn drive(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>) {
     // Inline, so that the common case after a received packet, nothing to send, costs no call.
     if qp.req.next < qp.sq.len() && qp.state == QpState::Rts && qp.req.rnr_timer_ns.is_none() {
-        send_queued(qp, sh, now);
+        send_queued(qp, hca, now);
     }
 }
 
@@ -30,7 +31,7 @@ pub(crate) fn drive(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>) {
 /// an error; the general path then takes it and reports what is wrong.
 pub(crate) fn post_now(
     qp: &mut Qp,
-    sh: &mut Shared,
+    hca: &mut Hca,
     now: &mut Now<'_>,
     wr: &verbs_api::SendWr<'_>,
 ) -> bool {
@@ -47,10 +48,10 @@ pub(crate) fn post_now(
         || req.pkt != 0
         || req.rnr_timer_ns.is_some()
         || req.psn != req.high_psn
-        || req.psn.diff(req.comp_psn) >= sh.cfg.window as i32
+        || req.psn.diff(req.comp_psn) >= hca.cfg.window as i32
         || qp.sq.len() >= qp.cap.max_send_wr as usize
         || wr.send_flags.contains(SendFlags::FENCE)
-        || !sh.may_send_direct()
+        || !hca.may_send_direct()
     {
         return false;
     }
@@ -75,15 +76,15 @@ pub(crate) fn post_now(
             // `check_send` does; inline data only needs the bytes it gathers.
             if total > FAST_PAYLOAD
                 || (inline && total > qp.cap.max_inline_data as usize)
-                || (!inline && sh.check_sges(qp.pd, wr.sg_list).is_err())
-                || sh.mrs.gather(qp.pd, wr.sg_list, 0, &mut buf[..total]).is_err()
+                || (!inline && hca.check_sges(qp.pd, wr.sg_list).is_err())
+                || hca.mrs.gather(qp.pd, wr.sg_list, 0, &mut buf[..total]).is_err()
             {
                 return false;
             }
             total
         }
     };
-    if len as u32 > qp.mtu() || len as u32 > sh.cfg.limits.max_msg_sz {
+    if len as u32 > qp.mtu() || len as u32 > hca.cfg.limits.max_msg_sz {
         return false;
     }
     let payload = &buf[..len];
@@ -104,7 +105,7 @@ pub(crate) fn post_now(
         rkey: wr.rdma.rkey,
         dma_len: len as u32,
     });
-    sh.transmit_request(qp, &bth, reth.as_ref(), with_imm.then_some(wr.imm_data), payload);
+    hca.transmit_request(qp, &bth, reth.as_ref(), with_imm.then_some(wr.imm_data), payload);
     qp.sq.push_back(SendWqe {
         wr_id: wr.wr_id,
         opcode: wr.opcode,
@@ -135,27 +136,27 @@ pub(crate) fn post_now(
 const FAST_PAYLOAD: usize = 128;
 
 /// [`drive`] for a QP with WQEs to (continue to) send.
-fn send_queued(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>) {
-    let mut scratch = std::mem::take(&mut sh.scratch);
-    while step(qp, sh, now, &mut scratch) {}
-    sh.scratch = scratch;
+fn send_queued(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>) {
+    let mut scratch = std::mem::take(&mut hca.scratch);
+    while step(qp, hca, now, &mut scratch) {}
+    hca.scratch = scratch;
 }
 
 /// Send one packet; false if the requester must wait.
-fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) -> bool {
+fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) -> bool {
     let next = qp.req.next;
     if next >= qp.sq.len() {
         return false;
     }
     // The window bounds unacknowledged packets, so only RC has one: a UC message longer than
     // the window would otherwise never finish (UC retires a WQE only once it is all sent).
-    if qp.qp_type == QpType::Rc && qp.req.psn.diff(qp.req.comp_psn) >= sh.cfg.window as i32 {
+    if qp.qp_type == QpType::Rc && qp.req.psn.diff(qp.req.comp_psn) >= hca.cfg.window as i32 {
         return false;
     }
     let w = &qp.sq[next];
     if qp.req.pkt == 0 && !w.started {
         // Execution-time checks, as a NIC makes them when it fetches the WQE.
-        let status = if w.len > sh.cfg.limits.max_msg_sz {
+        let status = if w.len > hca.cfg.limits.max_msg_sz {
             Some(WcStatus::LocLenErr) // longer than the port's max_msg_sz
         } else if w.is_rd_atomic() && qp.attr.max_rd_atomic == 0 {
             Some(WcStatus::LocQpOpErr) // the QP was set up to initiate no READs/atomics
@@ -163,7 +164,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
             None
         };
         if let Some(status) = status {
-            fail_wqe(qp, sh, next, status);
+            fail_wqe(qp, hca, next, status);
             return false;
         }
     }
@@ -245,9 +246,9 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
             let n = (w.len as usize - off).min(mtu as usize);
             if w.inline.is_none() {
                 scratch.resize(n, 0);
-                if sh.mrs.gather(qp.pd, &w.sges, off, scratch).is_err() {
+                if hca.mrs.gather(qp.pd, &w.sges, off, scratch).is_err() {
                     // The MR went away (deregistered) after the post: a local protection error.
-                    fail_wqe(qp, sh, next, WcStatus::LocProtErr);
+                    fail_wqe(qp, hca, next, WcStatus::LocProtErr);
                     return false;
                 }
             }
@@ -262,9 +263,9 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
             bth.solicited = last && w.solicited;
             // An ACK is asked for at the end of a message, every `ack_every` packets, and by
             // the packet that fills the send window: nothing more can go until it is answered.
-            let fills_window = psn.next().diff(qp.req.comp_psn) >= sh.cfg.window as i32;
+            let fills_window = psn.next().diff(qp.req.comp_psn) >= hca.cfg.window as i32;
             bth.ack_req = transport == Transport::Rc
-                && (last || (i + 1).is_multiple_of(sh.cfg.ack_every) || fills_window);
+                && (last || (i + 1).is_multiple_of(hca.cfg.ack_every) || fills_window);
             pkt = Packet::new(bth, payload);
             pkt.deth = deth;
             if !is_send && first {
@@ -277,9 +278,9 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
         }
     }
     let retransmit = qp.req.psn.diff(qp.req.high_psn) < 0;
-    sh.transmit_to(dst_ip, tos_ttl, qp.sport, &pkt);
+    hca.transmit_to(dst_ip, tos_ttl, qp.sport, &pkt);
     if retransmit {
-        sh.stats.retransmits += 1;
+        hca.stats.retransmits += 1;
     }
     qp.req.psn = qp.req.psn.add(advance);
     if qp.req.psn.diff(qp.req.high_psn) > 0 {
@@ -290,7 +291,7 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
         let w = qp.sq.pop_front().expect("next == 0 on UC/UD, the WQE being sent");
         qp.req.pkt = 0;
         qp.req.comp_psn = qp.req.psn;
-        sh.complete_send(qp, &w, WcStatus::Success);
+        hca.complete_send(qp, &w, WcStatus::Success);
         return true;
     }
     if done_wqe {
@@ -308,13 +309,13 @@ fn step(qp: &mut Qp, sh: &mut Shared, now: &mut Now<'_>, scratch: &mut Vec<u8>) 
 /// Complete `sq[index]` with a local error and move the QP to the error state. While WQEs
 /// before it are still unacknowledged the requester waits, so that they complete first and
 /// completions stay in post order; `drive` comes back here when they have.
-fn fail_wqe(qp: &mut Qp, sh: &mut Shared, index: usize, status: WcStatus) {
+fn fail_wqe(qp: &mut Qp, hca: &mut Hca, index: usize, status: WcStatus) {
     if index != 0 {
         return;
     }
     let w = qp.sq.pop_front().expect("index < len");
-    sh.complete_send(qp, &w, status);
-    sh.enter_error(qp);
+    hca.complete_send(qp, &w, status);
+    hca.enter_error(qp);
 }
 
 /// The opcode of packet `first`/`last` of a SEND or RDMA WRITE message.

@@ -4,27 +4,28 @@
 
 use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_LEN};
 
+use super::addr::lid_of_ip;
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
-use super::{lid_of_ip, Shared};
+use super::Hca;
 use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 
 /// A request packet arrived for this QP.
 pub(crate) fn handle_request(
     qp: &mut Qp,
-    sh: &mut Shared,
+    hca: &mut Hca,
     ip: &IpUdp,
     ip_header: &[u8; 20],
     pkt: &Packet<'_>,
 ) {
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-        sh.stats.rx_no_qp += 1;
+        hca.stats.rx_no_qp += 1;
         return;
     }
     match qp.qp_type {
         QpType::Rc => {}
-        QpType::Uc => return uc_request(qp, sh, ip, pkt),
-        QpType::Ud => return ud_request(qp, sh, ip, ip_header, pkt),
+        QpType::Uc => return uc_request(qp, hca, ip, pkt),
+        QpType::Ud => return ud_request(qp, hca, ip, ip_header, pkt),
     }
     let Some(info) = pkt.bth.opcode.info() else { return };
     let flags = info.flags;
@@ -33,33 +34,33 @@ pub(crate) fn handle_request(
     if d > 0 {
         if !qp.resp.nak_sent {
             qp.resp.nak_sent = true;
-            sh.stats.seq_naks_sent += 1;
+            hca.stats.seq_naks_sent += 1;
             let epsn = qp.resp.epsn;
-            sh.transmit_aeth(qp, epsn, Aeth::nak(NakCode::PsnSequenceError, qp.resp.msn));
+            hca.transmit_aeth(qp, epsn, Aeth::nak(NakCode::PsnSequenceError, qp.resp.msn));
         }
         return;
     }
     if d < 0 {
-        sh.stats.rx_duplicates += 1;
-        duplicate(qp, sh, pkt, flags);
+        hca.stats.rx_duplicates += 1;
+        duplicate(qp, hca, pkt, flags);
         return;
     }
     qp.resp.nak_sent = false;
     if !payload_fits_mtu(qp, pkt, flags) {
         // A malformed request (or a requester on another path MTU): class C, as in rxe.
-        sh.stats.rx_bad_length += 1;
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        hca.stats.rx_bad_length += 1;
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     }
     let src_lid = lid_of_ip(ip.src);
     if flags.contains(OpFlags::SEND) {
-        on_send(qp, sh, pkt, flags, src_lid);
+        on_send(qp, hca, pkt, flags, src_lid);
     } else if flags.contains(OpFlags::WRITE) {
-        on_write(qp, sh, pkt, flags, src_lid);
+        on_write(qp, hca, pkt, flags, src_lid);
     } else if flags.contains(OpFlags::READ) {
-        on_read(qp, sh, pkt);
+        on_read(qp, hca, pkt);
     } else if flags.contains(OpFlags::ATOMIC) {
-        on_atomic(qp, sh, pkt);
+        on_atomic(qp, hca, pkt);
     }
 }
 
@@ -82,43 +83,43 @@ fn payload_fits_mtu(qp: &Qp, pkt: &Packet<'_>, flags: OpFlags) -> bool {
 /// this QP that has not left yet, this one replaces it (coalescing, as the IBA allows: an ACK
 /// acknowledges every request up to its PSN), so a burst of requests received in one go
 /// costs one ACK; nothing queued after it is overtaken.
-fn ack(qp: &Qp, sh: &mut Shared, psn: Psn) {
-    sh.retract_ack(qp.qpn);
-    if sh.transmit_aeth(qp, psn, Aeth::ack(qp.resp.msn)) {
-        sh.last_tx_ack = Some(qp.qpn);
+fn ack(qp: &Qp, hca: &mut Hca, psn: Psn) {
+    hca.retract_ack(qp.qpn);
+    if hca.transmit_aeth(qp, psn, Aeth::ack(qp.resp.msn)) {
+        hca.last_tx_ack = Some(qp.qpn);
     }
 }
 
 /// NAK a request with an error code and move this QP to the error state, as rxe does for
 /// class C/D errors: the requester gets the matching remote error status.
-fn nak_error(qp: &mut Qp, sh: &mut Shared, psn: Psn, code: NakCode) {
-    sh.transmit_aeth(qp, psn, Aeth::nak(code, qp.resp.msn));
-    sh.enter_error(qp);
+fn nak_error(qp: &mut Qp, hca: &mut Hca, psn: Psn, code: NakCode) {
+    hca.transmit_aeth(qp, psn, Aeth::nak(code, qp.resp.msn));
+    hca.enter_error(qp);
 }
 
-fn rnr_nak(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
-    sh.stats.rnr_naks_sent += 1;
-    sh.transmit_aeth(qp, psn, Aeth::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn));
+fn rnr_nak(qp: &mut Qp, hca: &mut Hca, psn: Psn) {
+    hca.stats.rnr_naks_sent += 1;
+    hca.transmit_aeth(qp, psn, Aeth::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn));
 }
 
-fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {
+fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {
     let psn = pkt.bth.psn;
     if flags.contains(OpFlags::START) {
         if qp.resp.recv.is_some() {
-            nak_error(qp, sh, psn, NakCode::InvalidRequest); // a new message before the last ended
+            nak_error(qp, hca, psn, NakCode::InvalidRequest); // a new message before the last ended
             return;
         }
-        let Some(w) = sh.take_recv(qp) else {
-            rnr_nak(qp, sh, psn);
+        let Some(w) = hca.take_recv(qp) else {
+            rnr_nak(qp, hca, psn);
             return;
         };
         qp.resp.recv = Some((w, 0));
     } else if qp.resp.recv.is_none() {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest); // MIDDLE/LAST without FIRST
+        nak_error(qp, hca, psn, NakCode::InvalidRequest); // MIDDLE/LAST without FIRST
         return;
     }
     let (w, off) = qp.resp.recv.take().expect("set above");
-    match sh.mrs.scatter(qp.pd, &w.sges, off as usize, pkt.payload) {
+    match hca.mrs.scatter(qp.pd, &w.sges, off as usize, pkt.payload) {
         Ok(()) => {}
         Err(e) => {
             let (status, code) = match e {
@@ -128,7 +129,7 @@ fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_l
                     (WcStatus::LocProtErr, NakCode::RemoteOperationalError)
                 }
             };
-            sh.complete_recv(
+            hca.complete_recv(
                 qp,
                 w.wr_id,
                 status,
@@ -139,7 +140,7 @@ fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_l
                 src_lid,
                 false,
             );
-            nak_error(qp, sh, psn, code);
+            nak_error(qp, hca, psn, code);
             return;
         }
     }
@@ -148,7 +149,7 @@ fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_l
     if flags.contains(OpFlags::END) {
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         let imm = pkt.imm;
-        sh.complete_recv(
+        hca.complete_recv(
             qp,
             w.wr_id,
             WcStatus::Success,
@@ -163,7 +164,7 @@ fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_l
         qp.resp.recv = Some((w, off));
     }
     if pkt.bth.ack_req {
-        ack(qp, sh, psn);
+        ack(qp, hca, psn);
     }
 }
 
@@ -174,7 +175,7 @@ fn on_send(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_l
 /// it returns false and the caller takes the general path; it has then changed nothing, but
 /// for a receive that cannot take the payload the bytes the scatter wrote before it failed,
 /// which the general path writes again before it fails the receive.
-pub(crate) fn receive_send_only(qp: &mut Qp, sh: &mut Shared, send: &SendOnly<'_>) -> bool {
+pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>) -> bool {
     let psn = send.bth.psn;
     let fits_mtu = send.payload.len() as u64 <= u64::from(qp.mtu());
     if qp.qp_type != QpType::Rc
@@ -187,14 +188,14 @@ pub(crate) fn receive_send_only(qp: &mut Qp, sh: &mut Shared, send: &SendOnly<'_
         return false;
     }
     let Some(w) = qp.rq.front() else { return false };
-    if sh.mrs.scatter(qp.pd, &w.sges, 0, send.payload).is_err() {
+    if hca.mrs.scatter(qp.pd, &w.sges, 0, send.payload).is_err() {
         return false;
     }
     let w = qp.rq.pop_front().expect("the receive just written");
     qp.resp.nak_sent = false;
     qp.resp.epsn = psn.next();
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
-    sh.complete_recv(
+    hca.complete_recv(
         qp,
         w.wr_id,
         WcStatus::Success,
@@ -206,28 +207,28 @@ pub(crate) fn receive_send_only(qp: &mut Qp, sh: &mut Shared, send: &SendOnly<'_
         send.bth.solicited,
     );
     if send.bth.ack_req {
-        ack(qp, sh, psn);
+        ack(qp, hca, psn);
     }
     true
 }
 
-fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {
+fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid: u16) {
     let psn = pkt.bth.psn;
     // A WRITE with immediate consumes a receive WQE at its last packet: check before any side
     // effect so an RNR NAK leaves nothing half-done.
     let needs_recv = flags.contains(OpFlags::RWR);
-    if needs_recv && !sh.has_recv(qp) {
-        rnr_nak(qp, sh, psn);
+    if needs_recv && !hca.has_recv(qp) {
+        rnr_nak(qp, hca, psn);
         return;
     }
     if flags.contains(OpFlags::START) {
         let Some(reth) = pkt.reth else {
-            nak_error(qp, sh, psn, NakCode::InvalidRequest);
+            nak_error(qp, hca, psn, NakCode::InvalidRequest);
             return;
         };
         if reth.dma_len > 0 {
             let ok = qp.allows(AccessFlags::REMOTE_WRITE)
-                && sh
+                && hca
                     .mrs
                     .resolve_remote(
                         qp.pd,
@@ -238,7 +239,7 @@ fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_
                     )
                     .is_ok();
             if !ok {
-                nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+                nak_error(qp, hca, psn, NakCode::RemoteAccessError);
                 return;
             }
         }
@@ -250,22 +251,22 @@ fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_
         });
     }
     let Some(mut ctx) = qp.resp.write else {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     };
     let n = pkt.payload.len() as u32;
     let last = flags.contains(OpFlags::END);
     if n > ctx.remaining || (last && n != ctx.remaining) {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     }
     if n > 0 {
-        let placed = sh
+        let placed = hca
             .mrs
             .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
             .map(|(mr, off)| mr.memory.write(off, pkt.payload));
         if !matches!(placed, Ok(Ok(()))) {
-            nak_error(qp, sh, psn, NakCode::RemoteAccessError); // deregistered mid-message
+            nak_error(qp, hca, psn, NakCode::RemoteAccessError); // deregistered mid-message
             return;
         }
     }
@@ -276,8 +277,8 @@ fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_
         qp.resp.write = None;
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         if needs_recv {
-            let w = sh.take_recv(qp).expect("checked non-empty above");
-            sh.complete_recv(
+            let w = hca.take_recv(qp).expect("checked non-empty above");
+            hca.complete_recv(
                 qp,
                 w.wr_id,
                 WcStatus::Success,
@@ -293,23 +294,23 @@ fn on_write(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags, src_
         qp.resp.write = Some(ctx);
     }
     if pkt.bth.ack_req {
-        ack(qp, sh, psn);
+        ack(qp, hca, psn);
     }
 }
 
-fn on_read(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>) {
+fn on_read(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     let psn = pkt.bth.psn;
     let Some(reth) = pkt.reth else {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     };
     if qp.attr.max_dest_rd_atomic == 0 {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     }
     if reth.dma_len > 0 {
         let ok = qp.allows(AccessFlags::REMOTE_READ)
-            && sh
+            && hca
                 .mrs
                 .resolve_remote(
                     qp.pd,
@@ -320,7 +321,7 @@ fn on_read(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>) {
                 )
                 .is_ok();
         if !ok {
-            nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+            nak_error(qp, hca, psn, NakCode::RemoteAccessError);
             return;
         }
     }
@@ -336,14 +337,14 @@ fn on_read(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>) {
     };
     save_resource(qp, res);
     qp.resp.epsn = psn.add(npkts);
-    send_read_responses(qp, sh, psn, npkts, reth.rkey, reth.va, reth.dma_len, 0, qp.resp.msn);
+    send_read_responses(qp, hca, psn, npkts, reth.rkey, reth.va, reth.dma_len, 0, qp.resp.msn);
 }
 
 /// Send READ response packets `from..npkts` of a READ whose first response PSN is `first`.
 #[allow(clippy::too_many_arguments)]
 fn send_read_responses(
     qp: &mut Qp,
-    sh: &mut Shared,
+    hca: &mut Hca,
     first: Psn,
     npkts: u32,
     rkey: u32,
@@ -359,12 +360,12 @@ fn send_read_responses(
         let n = (len as usize - off).min(mtu);
         let data = &mut buf[..n];
         if n > 0 {
-            let read = sh
+            let read = hca
                 .mrs
                 .resolve_remote(qp.pd, rkey, va + off as u64, n as u64, AccessFlags::REMOTE_READ)
                 .map(|(mr, o)| mr.memory.read(o, data));
             if !matches!(read, Ok(Ok(()))) {
-                nak_error(qp, sh, first.add(i), NakCode::RemoteAccessError);
+                nak_error(qp, hca, first.add(i), NakCode::RemoteAccessError);
                 return;
             }
         }
@@ -385,26 +386,26 @@ fn send_read_responses(
         if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
             p.aeth = Some(Aeth::ack(msn));
         }
-        sh.transmit(qp, &p);
+        hca.transmit(qp, &p);
     }
 }
 
-fn on_atomic(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>) {
+fn on_atomic(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     let psn = pkt.bth.psn;
     let Some(a) = pkt.atomic_eth else {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     };
     if qp.attr.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     }
     if !qp.allows(AccessFlags::REMOTE_ATOMIC) {
-        nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+        nak_error(qp, hca, psn, NakCode::RemoteAccessError);
         return;
     }
     let is_cas = pkt.bth.opcode == Opcode::RC_COMPARE_SWAP;
-    let orig = match sh.mrs.resolve_remote(qp.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC) {
+    let orig = match hca.mrs.resolve_remote(qp.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC) {
         Ok((mr, off)) => {
             if is_cas {
                 mr.memory.compare_swap(off, a.compare, a.swap_add)
@@ -413,21 +414,21 @@ fn on_atomic(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>) {
             }
         }
         Err(_) => {
-            nak_error(qp, sh, psn, NakCode::RemoteAccessError);
+            nak_error(qp, hca, psn, NakCode::RemoteAccessError);
             return;
         }
     };
     let Some(orig) = orig else {
-        nak_error(qp, sh, psn, NakCode::InvalidRequest);
+        nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     };
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
     save_resource(qp, RdResource::Atomic { psn, orig, msn: qp.resp.msn });
     qp.resp.epsn = psn.next();
-    send_atomic_ack(qp, sh, psn, orig, qp.resp.msn);
+    send_atomic_ack(qp, hca, psn, orig, qp.resp.msn);
 }
 
-fn send_atomic_ack(qp: &Qp, sh: &mut Shared, psn: Psn, orig: u64, msn: u32) {
+fn send_atomic_ack(qp: &Qp, hca: &mut Hca, psn: Psn, orig: u64, msn: u32) {
     let bth = Bth {
         opcode: Opcode::RC_ATOMIC_ACKNOWLEDGE,
         pkey: 0xFFFF,
@@ -438,7 +439,7 @@ fn send_atomic_ack(qp: &Qp, sh: &mut Shared, psn: Psn, orig: u64, msn: u32) {
     let mut p = Packet::new(bth, &[]);
     p.aeth = Some(Aeth::ack(msn));
     p.atomic_ack_eth = Some(orig);
-    sh.transmit(qp, &p);
+    hca.transmit(qp, &p);
 }
 
 fn save_resource(qp: &mut Qp, res: RdResource) {
@@ -450,7 +451,7 @@ fn save_resource(qp: &mut Qp, res: RdResource) {
 }
 
 /// A request with a PSN before the expected one: answer it without executing it twice.
-fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
+fn duplicate(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags) {
     let psn = pkt.bth.psn;
     if flags.contains(OpFlags::READ) {
         // Re-execute the READ from memory, from the packet the request's PSN names.
@@ -464,7 +465,7 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
         });
         if let Some((first, npkts, rkey, va, len, msn)) = found {
             let from = psn.diff(first) as u32;
-            send_read_responses(qp, sh, first, npkts, rkey, va, len, from, msn);
+            send_read_responses(qp, hca, first, npkts, rkey, va, len, from, msn);
         }
         return;
     }
@@ -475,7 +476,7 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
             _ => None,
         });
         if let Some((orig, msn)) = found {
-            send_atomic_ack(qp, sh, psn, orig, msn);
+            send_atomic_ack(qp, hca, psn, orig, msn);
         }
         return;
     }
@@ -483,14 +484,14 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &Packet<'_>, flags: OpFlags) {
     // packet that asked for an ACK may be the one a go-back-N burst lost) so the requester
     // recovers from a lost ACK without waiting for its timer.
     let last = qp.resp.epsn.add(Psn::MASK);
-    ack(qp, sh, last);
+    ack(qp, hca, last);
 }
 
 /// UC: no ACKs, no NAKs, no retransmission. On a PSN gap (or any error) the responder drops
 /// packets until the next FIRST/ONLY, and the message in progress is silently lost; a receive
 /// WQE it had started to fill is put back for the next message. Packets behind the expected
 /// PSN (duplicates, stragglers) are dropped.
-fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
+fn uc_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, pkt: &Packet<'_>) {
     let Some(info) = pkt.bth.opcode.info() else { return };
     let flags = info.flags;
     let psn = pkt.bth.psn;
@@ -498,17 +499,17 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
     // the network made, or a straggler of a message already given up. Taking it would deliver
     // a message twice, or out of order.
     if psn.diff(qp.resp.epsn) < 0 {
-        sh.stats.rx_duplicates += 1;
+        hca.stats.rx_duplicates += 1;
         return;
     }
     if psn != qp.resp.epsn {
-        uc_abandon(qp, sh);
+        uc_abandon(qp, hca);
     }
     qp.resp.epsn = psn.next();
     if !payload_fits_mtu(qp, pkt, flags) {
         // UC has no NAK: the malformed packet loses its message, as a gap does.
-        sh.stats.rx_bad_length += 1;
-        uc_abandon(qp, sh);
+        hca.stats.rx_bad_length += 1;
+        uc_abandon(qp, hca);
         qp.resp.drop_msg = !flags.contains(OpFlags::END);
         return;
     }
@@ -522,11 +523,11 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
     if flags.contains(OpFlags::SEND) {
         if flags.contains(OpFlags::START) {
             if qp.resp.recv.is_some() {
-                uc_abandon(qp, sh);
+                uc_abandon(qp, hca);
                 qp.resp.drop_msg = false;
             }
-            let Some(w) = sh.take_recv(qp) else {
-                sh.stats.dropped_messages += 1; // no receive posted: the message is lost
+            let Some(w) = hca.take_recv(qp) else {
+                hca.stats.dropped_messages += 1; // no receive posted: the message is lost
                 qp.resp.drop_msg = !flags.contains(OpFlags::END);
                 return;
             };
@@ -536,9 +537,9 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
             qp.resp.drop_msg = true;
             return;
         };
-        if sh.mrs.scatter(qp.pd, &w.sges, off as usize, pkt.payload).is_err() {
+        if hca.mrs.scatter(qp.pd, &w.sges, off as usize, pkt.payload).is_err() {
             // A receive that cannot hold the message completes in error (the QP goes on).
-            sh.complete_recv(
+            hca.complete_recv(
                 qp,
                 w.wr_id,
                 WcStatus::LocLenErr,
@@ -554,7 +555,7 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
         }
         let off = off + pkt.payload.len() as u64;
         if flags.contains(OpFlags::END) {
-            sh.complete_recv(
+            hca.complete_recv(
                 qp,
                 w.wr_id,
                 WcStatus::Success,
@@ -575,7 +576,7 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
         let ok = pkt.reth.is_some_and(|r| {
             r.dma_len == 0
                 || (qp.allows(AccessFlags::REMOTE_WRITE)
-                    && sh
+                    && hca
                         .mrs
                         .resolve_remote(
                             qp.pd,
@@ -587,7 +588,7 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
                         .is_ok())
         });
         let Some(r) = pkt.reth.filter(|_| ok) else {
-            sh.stats.dropped_messages += 1;
+            hca.stats.dropped_messages += 1;
             qp.resp.drop_msg = !flags.contains(OpFlags::END);
             return;
         };
@@ -601,14 +602,14 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
     let n = pkt.payload.len() as u32;
     let placed = n <= ctx.remaining
         && (n == 0
-            || sh
+            || hca
                 .mrs
                 .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
                 .map(|(mr, off)| mr.memory.write(off, pkt.payload).is_ok())
                 .unwrap_or(false));
     if !placed {
         qp.resp.write = None;
-        sh.stats.dropped_messages += 1;
+        hca.stats.dropped_messages += 1;
         qp.resp.drop_msg = !flags.contains(OpFlags::END);
         return;
     }
@@ -617,8 +618,8 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
     if flags.contains(OpFlags::END) {
         qp.resp.write = None;
         if flags.contains(OpFlags::RWR) {
-            match sh.take_recv(qp) {
-                Some(w) => sh.complete_recv(
+            match hca.take_recv(qp) {
+                Some(w) => hca.complete_recv(
                     qp,
                     w.wr_id,
                     WcStatus::Success,
@@ -629,7 +630,7 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
                     src_lid,
                     pkt.bth.solicited,
                 ),
-                None => sh.stats.dropped_messages += 1,
+                None => hca.stats.dropped_messages += 1,
             }
         }
     } else {
@@ -638,12 +639,12 @@ fn uc_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, pkt: &Packet<'_>) {
 }
 
 /// Give up the UC message in progress: its receive WQE goes back to the head of the queue.
-fn uc_abandon(qp: &mut Qp, sh: &mut Shared) {
+fn uc_abandon(qp: &mut Qp, hca: &mut Hca) {
     if let Some((w, _)) = qp.resp.recv.take() {
-        sh.return_recv(qp, w);
-        sh.stats.dropped_messages += 1;
+        hca.return_recv(qp, w);
+        hca.stats.dropped_messages += 1;
     } else if qp.resp.write.take().is_some() {
-        sh.stats.dropped_messages += 1;
+        hca.stats.dropped_messages += 1;
     }
     qp.resp.drop_msg = true;
 }
@@ -651,23 +652,23 @@ fn uc_abandon(qp: &mut Qp, sh: &mut Shared) {
 /// UD: one packet per message. The Q_Key must match; the first [`GRH_LEN`] bytes of the
 /// receive buffer get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header), the payload
 /// follows. No receive posted, or a Q_Key mismatch: the datagram is dropped and counted.
-fn ud_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, ip_header: &[u8; 20], pkt: &Packet<'_>) {
+fn ud_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, ip_header: &[u8; 20], pkt: &Packet<'_>) {
     let Some(deth) = pkt.deth else { return };
     if deth.qkey != qp.attr.qkey {
-        sh.stats.dropped_messages += 1;
+        hca.stats.dropped_messages += 1;
         return;
     }
-    let Some(w) = sh.take_recv(qp) else {
-        sh.stats.dropped_messages += 1;
+    let Some(w) = hca.take_recv(qp) else {
+        hca.stats.dropped_messages += 1;
         return;
     };
     let mut grh = [0u8; GRH_LEN];
     grh[GRH_LEN - ip_header.len()..].copy_from_slice(ip_header);
     let src_lid = lid_of_ip(ip.src);
-    let placed = sh
+    let placed = hca
         .mrs
         .scatter(qp.pd, &w.sges, 0, &grh)
-        .and_then(|()| sh.mrs.scatter(qp.pd, &w.sges, GRH_LEN, pkt.payload));
+        .and_then(|()| hca.mrs.scatter(qp.pd, &w.sges, GRH_LEN, pkt.payload));
     let mut flags = WcFlags::GRH;
     if pkt.imm.is_some() {
         flags |= WcFlags::WITH_IMM;
@@ -677,7 +678,7 @@ fn ud_request(qp: &mut Qp, sh: &mut Shared, ip: &IpUdp, ip_header: &[u8; 20], pk
         Err(DmaError::Length) => (WcStatus::LocLenErr, 0),
         Err(_) => (WcStatus::LocProtErr, 0),
     };
-    sh.complete_ud_recv(
+    hca.complete_ud_recv(
         qp,
         w.wr_id,
         status,

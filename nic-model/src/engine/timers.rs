@@ -1,5 +1,7 @@
 //! The NIC's index of armed QP timers: every QP with a local ACK or RNR timer armed is filed
-//! under its earliest deadline, so the NIC's next timeout is read without visiting every QP.
+//! under its earliest deadline, so the NIC's next timeout is read without visiting every QP;
+//! and the timer entry points ([`Nic::handle_timeout`], [`Nic::stamp_timers`],
+//! [`Nic::next_timeout`]).
 //!
 //! The earliest entry is kept apart from the others. A busy QP re-arms its ACK timer on every
 //! ACK; while it stays the earliest (always, when it is the only QP with a timer) that is an
@@ -7,7 +9,9 @@
 
 use std::collections::BTreeSet;
 
-use super::{Nanos, UNSTAMPED};
+use super::qp::Qp;
+use super::time::{Nanos, Now, UNSTAMPED};
+use super::{comp, req, Nic};
 
 /// The (deadline, QPN) of every QP with an armed timer; `first` is the least of them and is not
 /// also in `rest`.
@@ -67,6 +71,59 @@ impl TimerIndex {
             }
             None => self.first = Some(entry),
         }
+    }
+}
+
+/// File `qp` in the timer index under its earliest deadline, after a call that may have armed,
+/// moved or cleared its local ACK or RNR timer.
+#[inline]
+pub(super) fn refile_timer(timers: &mut TimerIndex, qp: &mut Qp) {
+    let due = match (qp.req.timer_ns, qp.req.rnr_timer_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if due != qp.timer_filed_ns {
+        timers.refile(qp.qpn, qp.timer_filed_ns, due);
+        qp.timer_filed_ns = due;
+    }
+}
+
+impl Nic {
+    /// Run every timer due at `now` (local ACK timeouts, RNR back-offs).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        self.stamp_timers(now);
+        for qp in self.qps.values_mut() {
+            comp::handle_timers(qp, &mut self.hca, now);
+            req::drive(qp, &mut self.hca, &mut Now::At(now));
+            refile_timer(&mut self.timers, qp);
+        }
+    }
+
+    /// Starts the local ACK timers that calls which did not read the clock armed (a post on a
+    /// real-time host, see [`Now::Lazy`]): each is due a timeout after `now`. A host that hands
+    /// the engine a lazy clock calls this (or [`Nic::handle_timeout`], which does) whenever it
+    /// looks at the clock for the timers; until then [`Nic::next_timeout`] reports such a
+    /// timer as due at once, at time 0.
+    pub fn stamp_timers(&mut self, now: Nanos) {
+        while let Some(qpn) = self.timers.first_unstamped() {
+            let qp = self.qps.get_mut(&qpn).expect("the timer index files only existing QPs");
+            if qp.req.timer_ns == Some(UNSTAMPED) {
+                qp.req.timer_ns = req::ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+            }
+            refile_timer(&mut self.timers, qp);
+            debug_assert_ne!(qp.timer_filed_ns, Some(UNSTAMPED), "a stamped timer is due later");
+        }
+    }
+
+    /// The earliest pending timer: time 0 while a timer waits for [`Nic::stamp_timers`].
+    pub fn next_timeout(&self) -> Option<Nanos> {
+        let next = self.timers.earliest();
+        debug_assert_eq!(
+            next,
+            self.qps.values().flat_map(|q| [q.req.timer_ns, q.req.rnr_timer_ns]).flatten().min(),
+            "every QP whose timers changed was refiled"
+        );
+        next
     }
 }
 

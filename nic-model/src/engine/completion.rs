@@ -1,0 +1,111 @@
+//! Work completions: how a finished or flushed WQE becomes a `WorkCompletion` in its QP's CQ,
+//! with the CQ's notification or overrun event.
+
+use verbs_api::{
+    AsyncElement, AsyncEvent, AsyncEventType, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
+
+use super::cq::CqId;
+use super::qp::{Qp, SendWqe};
+use super::{Hca, NicEvent};
+
+impl Hca {
+    /// Push a completion; fires the CQ's armed event, or records an overrun (and its async event).
+    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) {
+        let Some(c) = self.cqs.get_mut(&cq) else { return };
+        let had_overrun = c.overrun > 0;
+        let (added, fire) = c.push(wc, solicited);
+        if added || !had_overrun {
+            // A new completion, or a CQ that has just overrun (every poll now reports it).
+            self.reportable += 1;
+        }
+        if fire {
+            self.events.push_back(NicEvent::CqNotify(cq));
+        }
+        if !added && !had_overrun {
+            self.events.push_back(NicEvent::Async(AsyncEvent {
+                event_type: AsyncEventType::CqErr,
+                element: AsyncElement::Cq(cq as u64),
+            }));
+        }
+    }
+
+    /// Complete a send WQE: visible if signaled or failed.
+    pub(crate) fn complete_send(&mut self, qp: &Qp, w: &SendWqe, status: WcStatus) {
+        if status == WcStatus::Success && !w.signaled {
+            return;
+        }
+        let byte_len = if w.opcode.is_atomic() { 8 } else { w.len };
+        let wc = WorkCompletion {
+            wr_id: w.wr_id,
+            status,
+            opcode: WcOpcode::for_send(w.opcode),
+            byte_len,
+            qp_num: qp.qpn,
+            ..WorkCompletion::default()
+        };
+        self.complete(qp.send_cq, wc, false);
+    }
+
+    /// Complete a receive WQE.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete_recv(
+        &mut self,
+        qp: &Qp,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm: Option<u32>,
+        src_qp: u32,
+        slid: u16,
+        solicited: bool,
+    ) {
+        let mut wc_flags = WcFlags::empty();
+        if imm.is_some() {
+            wc_flags |= WcFlags::WITH_IMM;
+        }
+        let wc = WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm_data: imm.unwrap_or(0),
+            qp_num: qp.qpn,
+            src_qp,
+            wc_flags,
+            slid,
+            ..WorkCompletion::default()
+        };
+        self.complete(qp.recv_cq, wc, solicited);
+    }
+
+    /// Complete a UD receive (its flags carry GRH).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete_ud_recv(
+        &mut self,
+        qp: &Qp,
+        wr_id: u64,
+        status: WcStatus,
+        byte_len: u32,
+        imm: Option<u32>,
+        src_qp: u32,
+        slid: u16,
+        wc_flags: WcFlags,
+        solicited: bool,
+    ) {
+        let wc = WorkCompletion {
+            wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len,
+            imm_data: imm.unwrap_or(0),
+            qp_num: qp.qpn,
+            src_qp,
+            wc_flags,
+            slid,
+            ..WorkCompletion::default()
+        };
+        self.complete(qp.recv_cq, wc, solicited);
+    }
+}

@@ -1,0 +1,99 @@
+//! Receive dispatch: a datagram from the wire goes to its QP's responder (requests) or
+//! completer (responses), by a fast path for the packets latency waits on or in full.
+
+use verbs_api::QpType;
+
+use crate::packet;
+
+use super::time::{Nanos, Now};
+use super::timers::refile_timer;
+use super::{comp, req, resp, Nic};
+
+impl Nic {
+    /// A datagram arrived from the wire. Malformed packets (bad ICRC, truncated, foreign) are
+    /// dropped and counted, never trusted.
+    pub fn handle_packet(&mut self, now: Nanos, data: &[u8]) {
+        self.handle_packet_at(&mut Now::At(now), data);
+    }
+
+    /// [`Nic::handle_packet`] at a time that may be read only if the packet needs it.
+    pub fn handle_packet_at(&mut self, now: &mut Now<'_>, data: &[u8]) {
+        // The packets latency waits on take fast paths that read them without building a
+        // `Packet`: an RC SEND ONLY in sequence with a receive posted for it (the responder's),
+        // and an RC ACKNOWLEDGE (the completer's). Anything else, or anything wrong with them,
+        // takes the general path, which also says what is wrong. The opcode picks the path
+        // before anything is checked, so no datagram is checked twice.
+        match packet::opcode_of(data) {
+            Some(packet::Opcode::RC_SEND_ONLY | packet::Opcode::RC_SEND_ONLY_WITH_IMMEDIATE) => {
+                if let Some(send) = packet::peek_rc_send_only(data) {
+                    if let Some(qp) = self.qps.get_mut(&send.bth.dest_qp) {
+                        if resp::receive_send_only(qp, &mut self.hca, &send) {
+                            self.hca.stats.rx_packets += 1;
+                            req::drive(qp, &mut self.hca, now);
+                            refile_timer(&mut self.timers, qp);
+                            return;
+                        }
+                    }
+                }
+            }
+            Some(packet::Opcode::RC_ACKNOWLEDGE) => {
+                if let Some(ack) = packet::peek_rc_acknowledge(data) {
+                    if let Some(qp) = self.qps.get_mut(&ack.bth.dest_qp) {
+                        if qp.qp_type == QpType::Rc {
+                            self.hca.stats.rx_packets += 1;
+                            comp::handle_acknowledge(qp, &mut self.hca, now, ack.bth.psn, ack.aeth);
+                            req::drive(qp, &mut self.hca, now);
+                            refile_timer(&mut self.timers, qp);
+                            return;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.handle_packet_general(now, data);
+    }
+
+    /// [`Nic::handle_packet_at`] without the responder's fast path: every packet parsed in
+    /// full (the fast path's tests compare the two).
+    pub(super) fn handle_packet_general(&mut self, now: &mut Now<'_>, data: &[u8]) {
+        let (ip, pkt) = match packet::parse_datagram(data) {
+            Ok(v) => v,
+            Err(e) => {
+                self.hca.stats.rx_malformed += 1;
+                if matches!(e, packet::PacketError::BadIcrc { .. }) {
+                    self.hca.stats.rx_bad_icrc += 1;
+                }
+                return;
+            }
+        };
+        self.hca.stats.rx_packets += 1;
+        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qp) else {
+            self.hca.stats.rx_no_qp += 1;
+            return;
+        };
+        let Some(info) = pkt.bth.opcode.info() else {
+            self.hca.stats.rx_malformed += 1;
+            return;
+        };
+        let transport_ok = matches!(
+            (info.transport, qp.qp_type),
+            (packet::Transport::Rc, QpType::Rc)
+                | (packet::Transport::Uc, QpType::Uc)
+                | (packet::Transport::Ud, QpType::Ud)
+        );
+        if !transport_ok {
+            self.hca.stats.rx_no_qp += 1;
+            return;
+        }
+        if info.flags.contains(packet::OpFlags::REQUEST) {
+            let ip_header: &[u8; 20] =
+                data[..20].try_into().expect("a parsed datagram has an IPv4 header");
+            resp::handle_request(qp, &mut self.hca, &ip, ip_header, &pkt);
+        } else {
+            comp::handle_response(qp, &mut self.hca, now, &pkt);
+        }
+        req::drive(qp, &mut self.hca, now);
+        refile_timer(&mut self.timers, qp);
+    }
+}

@@ -1,0 +1,246 @@
+//! Transmit: reused buffers, ACK coalescing in the queue, and a host's lent wire.
+
+use super::*;
+
+// ---------------- transmit buffers ----------------
+
+#[test]
+fn a_recycled_buffer_carries_the_next_datagram_and_nothing_stale() {
+    let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() });
+    let write = |wr_id: u64, off: u64| SendWr {
+        wr_id,
+        sg_list: &[],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + off, rkey: b.key },
+        ..Default::default()
+    };
+    let long = pattern(900, 1);
+    a.mem.write(0, &long).unwrap();
+    let sg = [sge(&a, 0, 900)];
+    p.a.post_send(p.now, a.qpn, &[SendWr { sg_list: &sg, ..write(1, 0) }]).unwrap();
+    let first = p.a.poll_transmit().expect("the WRITE is sent at once");
+    let reused = first.data.as_ptr();
+    p.b.handle_packet(p.now, &first.data);
+    p.a.recycle(first.data);
+
+    // A shorter datagram in the same buffer: its own length, a valid ICRC, its own bytes.
+    let short = pattern(20, 2);
+    a.mem.write(1000, &short).unwrap();
+    let sg = [sge(&a, 1000, 20)];
+    p.a.post_send(p.now, a.qpn, &[SendWr { sg_list: &sg, ..write(2, 2000) }]).unwrap();
+    let second = p.a.poll_transmit().expect("the second WRITE is sent at once");
+    assert_eq!(second.data.as_ptr(), reused, "the transmit reused the recycled buffer");
+    let (_, pkt) = packet::parse_datagram(&second.data).expect("a whole, valid datagram");
+    assert_eq!(pkt.payload, &short[..]);
+    assert_eq!(second.data.len(), packet::datagram_len(&pkt));
+    p.b.handle_packet(p.now, &second.data);
+    assert_eq!(read_mem(&b, 0, 900), long);
+    assert_eq!(read_mem(&b, 2000, 20), short);
+
+    // Buffers larger than any datagram are not kept.
+    let huge = Vec::with_capacity(1 << 20);
+    let huge_ptr = huge.as_ptr();
+    p.a.recycle(huge);
+    p.a.post_send(p.now, a.qpn, &[SendWr { sg_list: &sg, ..write(3, 3000) }]).unwrap();
+    let third = p.a.poll_transmit().expect("the third WRITE is sent at once");
+    assert_ne!(third.data.as_ptr(), huge_ptr);
+    p.b.handle_packet(p.now, &third.data);
+    p.drive();
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)]
+    );
+    assert_eq!(read_mem(&b, 3000, 20), short);
+}
+
+// ---------------- ACK coalescing ----------------
+
+#[test]
+fn acks_queued_back_to_back_are_coalesced_into_one() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    for id in 1..=3 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    a.mem.write(0, b"abc").unwrap();
+    for id in 1..=3 {
+        let wr = SendWr {
+            wr_id: id,
+            sg_list: &[sge(&a, id - 1, 1)],
+            send_flags: signaled(),
+            ..Default::default()
+        };
+        post_send(&mut p, &a, wr);
+    }
+    let sends: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(sends.len(), 3);
+    for t in &sends {
+        p.b.handle_packet(p.now, &t.data);
+    }
+    // The receives completed before any ACK was built.
+    let received = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        received.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success, 1), (2, WcStatus::Success, 1), (3, WcStatus::Success, 1)]
+    );
+    assert_eq!(read_mem(&b, 64, 1), b"a");
+    assert_eq!(read_mem(&b, 192, 1), b"c");
+    let acks: Vec<Transmit> = std::iter::from_fn(|| p.b.poll_transmit()).collect();
+    assert_eq!(acks.len(), 1, "one ACK for the three messages");
+    let (opcode, psn, aeth) = parsed(&acks[0]);
+    assert_eq!(opcode, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(psn, 0xFFFFF2, "the PSN of the last SEND");
+    assert_eq!(aeth, Some(packet::Aeth::ack(3)), "MSN 3: three messages completed");
+    assert!(!p.b.has_transmit());
+    // The one ACK retires all three sends.
+    p.a.handle_packet(p.now, &acks[0].data);
+    let sent = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        sent.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::Send),
+            (3, WcStatus::Success, WcOpcode::Send)
+        ]
+    );
+    assert_eq!(p.a.next_timeout(), None, "nothing left in flight");
+}
+
+#[test]
+fn an_ack_is_not_coalesced_past_a_response_queued_after_it() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    for id in 1..=2 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    b.mem.write(512, b"read me").unwrap();
+    let sg = [sge(&a, 0, 4)];
+    let send = |id| SendWr { wr_id: id, sg_list: &sg, ..Default::default() };
+    let read = SendWr {
+        wr_id: 2,
+        sg_list: &[sge(&a, 1024, 7)],
+        opcode: WrOpcode::RdmaRead,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr() + 512, rkey: b.key },
+        ..Default::default()
+    };
+    post_send(&mut p, &a, send(1));
+    post_send(&mut p, &a, read);
+    post_send(&mut p, &a, SendWr { send_flags: signaled(), ..send(3) });
+    let requests: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(requests.len(), 3);
+    for t in &requests {
+        p.b.handle_packet(p.now, &t.data);
+    }
+    // The READ response stands between the two ACKs, so neither replaces the other and every
+    // response leaves in PSN order.
+    let out: Vec<_> = std::iter::from_fn(|| p.b.poll_transmit()).map(|t| parsed(&t)).collect();
+    assert_eq!(
+        out.iter().map(|(op, psn, _)| (*op, *psn)).collect::<Vec<_>>(),
+        [
+            (Opcode::RC_ACKNOWLEDGE, 0xFFFFF0),
+            (Opcode::RC_RDMA_READ_RESPONSE_ONLY, 0xFFFFF1),
+            (Opcode::RC_ACKNOWLEDGE, 0xFFFFF2)
+        ]
+    );
+    assert_eq!(out[0].2, Some(packet::Aeth::ack(1)));
+    assert_eq!(out[2].2, Some(packet::Aeth::ack(3)));
+}
+
+// ---------------- a host's wire ----------------
+
+#[test]
+fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let wire = FakeWire { to: 2, ..FakeWire::default() };
+    p.a.set_wire(Some(Box::new(wire.clone())));
+    for id in 1..=4 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    a.mem.write(0, b"abcd").unwrap();
+    let send =
+        |id: u64| SendWr { wr_id: id, sg_list: &[], send_flags: signaled(), ..Default::default() };
+    // On the wire at once, with the bytes the queue would have had; nothing queued.
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 0, 1)], ..send(1) });
+    assert!(!p.a.has_transmit());
+    let on_wire = wire.take();
+    assert_eq!(on_wire.len(), 1);
+    let (ip, pkt) = packet::parse_datagram(&on_wire[0]).expect("a valid datagram");
+    assert_eq!(
+        (pkt.bth.opcode, pkt.bth.psn.value(), pkt.payload),
+        (Opcode::RC_SEND_ONLY, 0xFFFFF0, &b"a"[..])
+    );
+    assert_eq!((ip.src, ip.dst), (ip_of_lid(1), ip_of_lid(2)));
+    assert_eq!(p.a.stats().tx_packets, 1);
+
+    // Full: the SEND is queued, and the next one queues behind it though the wire has room.
+    wire.full.store(true, std::sync::atomic::Ordering::Relaxed);
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 1, 1)], ..send(2) });
+    wire.full.store(false, std::sync::atomic::Ordering::Relaxed);
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 2, 1)], ..send(3) });
+    assert!(wire.take().is_empty(), "nothing overtakes a queued datagram");
+    let queued: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(queued.iter().map(|t| parsed(t).1).collect::<Vec<_>>(), [0xFFFFF1, 0xFFFFF2]);
+    // A paused wire (the host holds refused datagrams) queues too.
+    p.a.pause_wire(true);
+    post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 3, 1)], ..send(4) });
+    assert!(wire.take().is_empty());
+    let paused: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(paused.len(), 1);
+    p.a.pause_wire(false);
+    assert_eq!(p.a.stats().tx_packets, 4, "each datagram counted once, whichever way it went");
+
+    // Every SEND arrives once, in order; the receiver completes all four.
+    for d in
+        on_wire.iter().chain(queued.iter().map(|t| &t.data)).chain(paused.iter().map(|t| &t.data))
+    {
+        p.b.handle_packet(p.now, d);
+    }
+    let got = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        got.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        [(1, 1), (2, 1), (3, 1), (4, 1)]
+    );
+    assert_eq!(read_mem(&b, 64 * 4, 1), b"d");
+}
+
+#[test]
+fn acks_on_a_lent_wire_go_one_by_one_and_a_large_datagram_takes_the_queue() {
+    let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() });
+    let wire = FakeWire { to: 1, ..FakeWire::default() };
+    p.b.set_wire(Some(Box::new(wire.clone())));
+    for id in 1..=3 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 2048 * id, 1024)] }])
+            .unwrap();
+    }
+    for id in 1..=2 {
+        post_send(
+            &mut p,
+            &a,
+            SendWr { wr_id: id, sg_list: &[sge(&a, 0, 8)], ..Default::default() },
+        );
+    }
+    for t in std::iter::from_fn(|| p.a.poll_transmit()).collect::<Vec<_>>() {
+        p.b.handle_packet(p.now, &t.data);
+    }
+    // Emitted as they were made: none is left in a queue to be replaced by the next.
+    let acks = wire.take();
+    assert_eq!(acks.len(), 2);
+    for (ack, psn) in acks.iter().zip([0xFFFFF0, 0xFFFFF1]) {
+        let (_, pkt) = packet::parse_datagram(ack).expect("a valid ACK");
+        assert_eq!((pkt.bth.opcode, pkt.bth.psn.value()), (Opcode::RC_ACKNOWLEDGE, psn));
+    }
+    assert!(!p.b.has_transmit());
+    // B's own message of 1 KiB is over the direct size: it takes the queue.
+    p.a.post_recv(a.qpn, &[RecvWr { wr_id: 9, sg_list: &[sge(&a, 4096, 1024)] }]).unwrap();
+    let now = p.now;
+    p.b.post_send(
+        now,
+        b.qpn,
+        &[SendWr { wr_id: 7, sg_list: &[sge(&b, 0, 1000)], ..Default::default() }],
+    )
+    .unwrap();
+    assert!(wire.take().is_empty());
+    let big = p.b.poll_transmit().expect("queued");
+    assert_eq!(big.data.len(), 20 + 8 + 12 + 1000 + 4);
+}
