@@ -32,13 +32,19 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use verbs_api::{Mtu, QpType};
+use verbs_api::{Mtu, QpType, WrOpcode};
 
+mod contention;
+mod faults;
+mod layout;
 pub mod oracle;
 mod run;
+mod verdict;
 
+pub use contention::run_contention;
+pub use faults::schedule_faults;
 pub use oracle::{AtomicOp, AtomicResult, ExpectedWc};
-pub use run::{run_case, run_contention, schedule_faults, Outcome, RUN_LIMIT_NS};
+pub use run::{run_case, Outcome, RUN_LIMIT_NS};
 
 /// What one WR does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +112,19 @@ impl WorkItem {
             }
             OpKind::FetchAdd => Some(AtomicOp::FetchAdd { add: self.operand }),
             _ => None,
+        }
+    }
+
+    /// The `ibv_wr_opcode` it is posted with.
+    pub(crate) fn wr_opcode(&self) -> WrOpcode {
+        match (self.kind, self.imm.is_some()) {
+            (OpKind::Send, false) => WrOpcode::Send,
+            (OpKind::Send, true) => WrOpcode::SendWithImm,
+            (OpKind::Write, false) => WrOpcode::RdmaWrite,
+            (OpKind::Write, true) => WrOpcode::RdmaWriteWithImm,
+            (OpKind::Read, _) => WrOpcode::RdmaRead,
+            (OpKind::CompareSwap, _) => WrOpcode::AtomicCmpAndSwp,
+            (OpKind::FetchAdd, _) => WrOpcode::AtomicFetchAndAdd,
         }
     }
 }
