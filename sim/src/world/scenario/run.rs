@@ -15,8 +15,8 @@ use verbs_api::{
     WrOpcode,
 };
 
-use super::{connect_rc, LinkChange, LinkId, LinkParams, NodeId, Rng, SimWorld, World};
 use crate::conn::{ConnOpts, Endpoint};
+use crate::world::{connect_rc, LinkChange, LinkId, LinkParams, NodeId, Rng, SimWorld, World};
 
 /// A whole scenario file.
 #[derive(Clone, Debug, Deserialize)]
