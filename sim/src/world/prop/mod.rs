@@ -29,6 +29,11 @@
 //!   ([`oracle::check_at_most_once_in_order`]); on a clean link, all of them;
 //! - UD: each datagram is delivered at most once ([`oracle::check_at_most_once`]), whole, with
 //!   its GRH, and sent exactly once (never retransmitted).
+//!
+//! The rooms: `case.rs` holds a case as values and `strategy.rs` the strategies that generate
+//! them; `run.rs` plays a two-node case, `layout.rs` places its bytes in the MRs and
+//! `verdict.rs` checks the outcome per transport; `contention.rs` plays a [`ContentionCase`];
+//! `faults.rs` turns fault values into link changes; [`oracle`] holds the oracles themselves.
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
