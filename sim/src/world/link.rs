@@ -151,7 +151,7 @@ pub struct Link {
     /// Finish times of the packets in its FIFO (waiting or being serialised), oldest first.
     pub(crate) queue: VecDeque<u64>,
     /// Packets serialised and propagating, in arrival order (see the world's event order).
-    pub(crate) wire: VecDeque<super::InFlight>,
+    pub(crate) wire: VecDeque<InFlight>,
     /// When the line is free again.
     pub(crate) busy_until_ns: u64,
     /// Indices of offered packets to drop.
@@ -198,4 +198,12 @@ impl Link {
         self.queue_len(now_ns);
         self.queue.push_back(finish_ns);
     }
+}
+
+/// A packet on a link's wire: its arrival key and its bytes.
+#[derive(Clone, Debug)]
+pub(crate) struct InFlight {
+    pub(super) arrive_ns: u64,
+    pub(super) seq: u64,
+    pub(super) data: Vec<u8>,
 }

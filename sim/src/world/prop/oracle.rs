@@ -256,6 +256,15 @@ pub fn check_atomics_serial(
     ))
 }
 
+/// `Ok` if `cond` holds, else the violation `msg` describes (built only when needed).
+pub(crate) fn oracle_ok(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,139 @@
+//! The event queue and the loop that runs it: events ordered by (time, sequence number), their
+//! bodies in a slab or at the head of a link's wire, and the run helpers.
+//!
+//! Packets on a link arrive in the order they were sent unless jitter or a latency change
+//! reorders them, so each link keeps its packets in flight in a FIFO (its wire) and only the
+//! head of each wire sits in the event heap; a packet that would arrive before the one queued
+//! ahead of it becomes an event of its own. Either way every event keeps its (time, sequence
+//! number) key and events run in exactly that order: the heap stays small (a few entries per
+//! link) however many packets are in flight.
+
+use std::collections::binary_heap::PeekMut;
+
+use super::{LinkChange, LinkId, NodeId, World};
+
+/// What happens when an event runs.
+pub(super) enum EventKind {
+    /// A packet reaches the far end of a link.
+    Arrive { link: LinkId, data: Vec<u8> },
+    /// A node's engine timer may be due.
+    Timer { node: NodeId },
+    /// A scheduled link change.
+    Change { link: LinkId, change: LinkChange },
+}
+
+/// The heap key of an event: (time, sequence number << SOURCE_BITS | source). The sequence
+/// number makes the order total and FIFO among equal times; the source says where the event's
+/// body is: a slot of the slab, or (with [`SOURCE_WIRE`]) the packet at the head of a link's
+/// wire. So the heap moves 16-byte keys, not packets.
+pub(super) type EventKey = std::cmp::Reverse<(u64, u64)>;
+
+/// Bits of the key below the sequence number.
+pub(super) const SOURCE_BITS: u32 = 25;
+/// Set in a source that names a link (its wire's head), clear in one that names a slab slot.
+pub(super) const SOURCE_WIRE: u64 = 1 << 24;
+/// Slots the slab may hold at once, and links a world may have (24 bits of the source).
+pub(super) const MAX_SLOTS: usize = 1 << 24;
+
+impl World {
+    /// The time of the next event, if any.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        self.heap.peek().map(|e| e.0 .0)
+    }
+
+    /// Run the next event; false if there is none.
+    pub fn step(&mut self) -> bool {
+        let Some(mut top) = self.heap.peek_mut() else { return false };
+        let std::cmp::Reverse((at_ns, key)) = *top;
+        debug_assert!(at_ns >= self.now_ns, "the clock never goes back");
+        self.now_ns = at_ns;
+        self.events_run += 1;
+        self.pending -= 1;
+        let source = key & ((1 << SOURCE_BITS) - 1);
+        let index = (source & (MAX_SLOTS as u64 - 1)) as usize;
+        if source & SOURCE_WIRE != 0 {
+            let wire = &mut self.links[index].wire;
+            let p = wire.pop_front().expect("a wire key names the packet at its head");
+            debug_assert_eq!((p.arrive_ns, p.seq), (at_ns, key >> SOURCE_BITS));
+            // The next packet on the wire takes its place in the heap: one sift, not two.
+            match wire.front() {
+                Some(next) => {
+                    *top = std::cmp::Reverse((next.arrive_ns, next.seq << SOURCE_BITS | source));
+                    drop(top);
+                }
+                None => drop(PeekMut::pop(top)),
+            }
+            self.arrive(index, p.data);
+            return true;
+        }
+        PeekMut::pop(top);
+        let kind = self.slab[index].take().expect("a heap key names a full slot");
+        self.free.push(index as u32);
+        match kind {
+            EventKind::Arrive { link, data } => self.arrive(link, data),
+            EventKind::Timer { node } => self.fire_timer(node),
+            EventKind::Change { link, change } => self.change_link(link, change),
+        }
+        true
+    }
+
+    /// Run until no event is left, or `max_events` have run; true if the world went idle.
+    pub fn run_until_idle(&mut self, max_events: u64) -> bool {
+        for _ in 0..max_events {
+            if !self.step() {
+                return true;
+            }
+        }
+        self.heap.is_empty()
+    }
+
+    /// Run every event due at or before `deadline_ns`, then move the clock to it.
+    pub fn run_until(&mut self, deadline_ns: u64) {
+        while self.next_event_ns().is_some_and(|t| t <= deadline_ns) {
+            self.step();
+        }
+        self.now_ns = self.now_ns.max(deadline_ns);
+    }
+
+    /// Run until `pred` holds (checked before each event), or until the next event would be
+    /// after `deadline_ns` or none is left; true if `pred` held. The clock stops at the event
+    /// after which `pred` became true.
+    pub fn run_until_pred(
+        &mut self,
+        mut pred: impl FnMut(&World) -> bool,
+        deadline_ns: u64,
+    ) -> bool {
+        loop {
+            if pred(self) {
+                return true;
+            }
+            if self.next_event_ns().is_none_or(|t| t > deadline_ns) {
+                return pred(self);
+            }
+            self.step();
+        }
+    }
+    /// The sequence number of the next event.
+    pub(super) fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        assert!(self.seq < 1 << (64 - SOURCE_BITS), "fewer than 2^39 events in a world's life");
+        self.pending += 1;
+        self.seq
+    }
+
+    pub(super) fn push(&mut self, at_ns: u64, kind: EventKind) {
+        let seq = self.next_seq();
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = Some(kind);
+                s
+            }
+            None => {
+                assert!(self.slab.len() < MAX_SLOTS, "fewer than 2^24 events are pending at once");
+                self.slab.push(Some(kind));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.heap.push(std::cmp::Reverse((at_ns, seq << SOURCE_BITS | slot as u64)));
+    }
+}

@@ -1,0 +1,212 @@
+//! The packet path between nodes: routing, what a link does to a packet it is offered
+//! (faults, queueing, serialisation), and delivery at the far end (to a NIC, or a switch that
+//! forwards it on).
+
+use std::collections::VecDeque;
+
+use nic_model::engine::lid_of_ip;
+
+use super::event::{EventKind, SOURCE_BITS, SOURCE_WIRE};
+use super::link::InFlight;
+use super::trace::{TraceKind, NONE};
+use super::{LinkId, NodeId, World};
+
+impl World {
+    fn capture_drop(&mut self, data: &[u8]) {
+        if let Some(c) = self.capture.as_mut().filter(|c| c.dropped_too && c.error.is_none()) {
+            if let Err(e) = c.writer.write_datagram(self.now_ns, data) {
+                c.error = Some(e);
+            }
+        }
+    }
+    fn route(&mut self, from: NodeId, to: NodeId) -> Option<LinkId> {
+        if self.routes_dirty {
+            self.compute_routes();
+        }
+        *self.next_hop.get(from)?.get(to)?
+    }
+
+    /// Shortest paths by hop count (BFS from every destination over reversed links; ties go to
+    /// the lower link index), so routing is deterministic.
+    fn compute_routes(&mut self) {
+        let n = self.nodes.len();
+        self.next_hop = vec![vec![None; n]; n];
+        for to in 0..n {
+            let mut dist = vec![usize::MAX; n];
+            dist[to] = 0;
+            let mut frontier = VecDeque::from([to]);
+            while let Some(v) = frontier.pop_front() {
+                for (id, l) in self.links.iter().enumerate() {
+                    // A packet at `l.src` can reach `v` through `l`; switches relay, NICs do not.
+                    if l.dst != v || dist[l.src] != usize::MAX {
+                        continue;
+                    }
+                    if v != to && !self.nodes[v].is_switch() {
+                        continue;
+                    }
+                    dist[l.src] = dist[v] + 1;
+                    self.next_hop[l.src][to] = Some(id);
+                    frontier.push_back(l.src);
+                }
+            }
+        }
+        self.routes_dirty = false;
+    }
+
+    /// Put a packet at `at` bound for node `to` onto the next link of its path.
+    pub(super) fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>) {
+        match self.route(at, to) {
+            Some(link) => self.offer(link, data),
+            None => {
+                self.no_route_drops += 1;
+                self.record(TraceKind::DropNoRoute, NONE, at as u32, &data, data.len() as u64);
+                self.capture_drop(&data);
+            }
+        }
+    }
+
+    /// Count and trace a dropped packet, and capture it if asked.
+    fn drop_packet(&mut self, link: LinkId, kind: TraceKind, data: &[u8], arg: u64) {
+        let s = &mut self.links[link].stats;
+        match kind {
+            TraceKind::DropPartition => s.partition_drops += 1,
+            TraceKind::DropNth => s.nth_drops += 1,
+            TraceKind::DropLoss => s.lost += 1,
+            TraceKind::DropQueue => s.queue_drops += 1,
+            _ => unreachable!("drop_packet is only called with a drop kind"),
+        }
+        self.record(kind, link as u32, NONE, data, arg);
+        self.capture_drop(data);
+    }
+
+    /// A packet enters a link: faults, the FIFO, and its arrival event.
+    pub(super) fn offer(&mut self, link: LinkId, mut data: Vec<u8>) {
+        let now = self.now_ns;
+        let lid = link as u32;
+        let len = data.len() as u64;
+        let l = &mut self.links[link];
+        let index = l.stats.offered;
+        l.stats.offered += 1;
+        if l.partitioned {
+            return self.drop_packet(link, TraceKind::DropPartition, &data, len);
+        }
+        if !l.drop_nth.is_empty() && l.drop_nth.remove(&index) {
+            return self.drop_packet(link, TraceKind::DropNth, &data, index);
+        }
+        let p = &self.links[link].params;
+        let (loss, dup, corrupt, truncate) = (p.loss, p.dup, p.corrupt, p.truncate);
+        let (limit, jitter_max) = (p.queue_limit, p.reorder_jitter_ns);
+        if self.rng.chance(loss) {
+            return self.drop_packet(link, TraceKind::DropLoss, &data, len);
+        }
+        if limit > 0 && self.links[link].queue_len(now) >= limit {
+            return self.drop_packet(link, TraceKind::DropQueue, &data, len);
+        }
+        let duplicate = self.rng.chance(dup);
+        if self.rng.chance(corrupt) && data.len() > 28 {
+            // Flip a bit the ICRC covers: anywhere from the BTH on, except BTH byte 4 (the
+            // FECN/BECN byte, which the ICRC masks because switches may change it).
+            let span = (data.len() - 29) as u64;
+            let mut at = 28 + self.rng.below(span) as usize;
+            if at >= 32 {
+                at += 1;
+            }
+            let bit = self.rng.below(8) as u8;
+            data[at] ^= 1 << bit;
+            self.links[link].stats.corrupted += 1;
+            self.record(TraceKind::Corrupt, lid, NONE, &data, (at as u64) << 3 | bit as u64);
+        }
+        if self.rng.chance(truncate) && !data.is_empty() {
+            let keep = self.rng.below(data.len() as u64) as usize;
+            data.truncate(keep);
+            self.links[link].stats.truncated += 1;
+            self.record(TraceKind::Truncate, lid, NONE, &data, keep as u64);
+        }
+        let mut extra_ns = 0;
+        if jitter_max > 0 {
+            extra_ns = self.rng.below(jitter_max + 1);
+            if extra_ns > 0 {
+                self.links[link].stats.jittered += 1;
+                self.record(TraceKind::Jitter, lid, NONE, &data, extra_ns);
+            }
+        }
+        self.record(TraceKind::Send, lid, NONE, &data, data.len() as u64);
+        let copy = duplicate.then(|| data.clone());
+        self.enqueue(link, data, extra_ns);
+        if let Some(copy) = copy {
+            self.links[link].stats.duplicated += 1;
+            self.record(TraceKind::Duplicate, lid, NONE, &copy, copy.len() as u64);
+            // The copy follows its original through the FIFO, without further faults.
+            self.enqueue(link, copy, 0);
+        }
+    }
+
+    /// Serialise a packet behind those already in the link's FIFO and schedule its arrival:
+    /// on the link's wire behind the packets ahead of it, or as an event of its own if it
+    /// overtakes one of them (jitter, a lower latency).
+    fn enqueue(&mut self, link: LinkId, data: Vec<u8>, extra_ns: u64) {
+        let now = self.now_ns;
+        let l = &mut self.links[link];
+        let start = now.max(l.busy_until_ns);
+        let finish = start + l.params.serialisation_ns(data.len());
+        l.busy_until_ns = finish;
+        l.note_queued(now, finish);
+        let arrive_ns = finish + l.params.latency_ns + extra_ns;
+        if l.wire.back().is_some_and(|last| last.arrive_ns > arrive_ns) {
+            return self.push(arrive_ns, EventKind::Arrive { link, data });
+        }
+        let seq = self.next_seq();
+        let l = &mut self.links[link];
+        if l.wire.is_empty() {
+            let key = seq << SOURCE_BITS | SOURCE_WIRE | link as u64;
+            self.heap.push(std::cmp::Reverse((arrive_ns, key)));
+        }
+        l.wire.push_back(InFlight { arrive_ns, seq, data });
+    }
+
+    pub(super) fn arrive(&mut self, link: LinkId, data: Vec<u8>) {
+        let lid = link as u32;
+        if self.links[link].partitioned {
+            return self.drop_packet(link, TraceKind::DropPartition, &data, data.len() as u64);
+        }
+        let l = &mut self.links[link];
+        l.stats.delivered += 1;
+        l.stats.delivered_bytes += data.len() as u64;
+        let node = l.dst;
+        if self.nodes[node].is_switch() {
+            self.record(TraceKind::Forward, lid, node as u32, &data, data.len() as u64);
+            // The destination comes from the IPv4 header; a runt packet goes nowhere.
+            let to = node_of_ip(&data, IPV4_DST);
+            return self.forward(node, to, data);
+        }
+        self.record(TraceKind::Deliver, lid, node as u32, &data, data.len() as u64);
+        if let Some(c) = self.capture.as_mut().filter(|c| c.error.is_none()) {
+            if let Err(e) = c.writer.write_datagram(self.now_ns, &data) {
+                c.error = Some(e);
+            }
+        }
+        let now = self.now_ns;
+        if let Some(nic) = self.nodes[node].nic.as_mut() {
+            nic.handle_packet(now, &data);
+        }
+        // The buffer goes back to the NIC that sent it, which reuses it for its next datagram.
+        let from = node_of_ip(&data, IPV4_SRC);
+        if let Some(nic) = self.nodes.get_mut(from).and_then(|n| n.nic.as_mut()) {
+            nic.recycle(data);
+        }
+        self.flush(node);
+    }
+}
+
+/// Offsets of the source and destination addresses in an IPv4 header.
+const IPV4_SRC: usize = 12;
+const IPV4_DST: usize = 16;
+
+/// The node whose port has the IPv4 address at `at` in a datagram, or `usize::MAX` (no node)
+/// for a foreign address or a runt packet.
+fn node_of_ip(data: &[u8], at: usize) -> NodeId {
+    match data.get(at..at + 4) {
+        Some(&[a, b, c, d]) => (lid_of_ip([a, b, c, d]) as usize).wrapping_sub(1),
+        _ => usize::MAX,
+    }
+}

@@ -1,0 +1,120 @@
+//! A node of the world (a NIC, or a switch that only forwards) and how its engine's output
+//! enters the world: datagrams onto links, events into queues, its timer into the event heap.
+
+use std::collections::VecDeque;
+
+use nic_model::engine::{lid_of_ip, Nic, NicEvent};
+
+use super::event::EventKind;
+use super::trace::{TraceKind, NONE};
+use super::{NodeId, World};
+
+/// A node: a NIC, or a switch that only forwards.
+pub struct Node {
+    /// Its name (`node0`, `sw`, ...).
+    pub name: String,
+    /// The NIC, or `None` for a switch.
+    pub(crate) nic: Option<Nic>,
+    /// The engine's earliest timer as last seen.
+    timer_ns: Option<u64>,
+    /// The earliest `Timer` event in the heap for this node. A timer that moves later leaves
+    /// its event in place (it fires, finds nothing due, and schedules the real time), so a
+    /// timer re-armed on every ACK costs no event per ACK.
+    timer_event_ns: Option<u64>,
+    /// Async events the engine raised that no program has taken yet.
+    pub(crate) async_events: VecDeque<verbs_api::AsyncEvent>,
+    /// CQ notifications not yet dispatched to completion channels.
+    pub(crate) cq_events: VecDeque<u32>,
+}
+
+impl Node {
+    /// A NIC node. Its port comes up with it (IBV_EVENT_PORT_ACTIVE), as a soft device's does.
+    pub(super) fn with_nic(name: String, nic: Nic) -> Node {
+        let port_active = verbs_api::AsyncEvent {
+            event_type: verbs_api::AsyncEventType::PortActive,
+            element: verbs_api::AsyncElement::Port(1),
+        };
+        Node {
+            name,
+            nic: Some(nic),
+            timer_ns: None,
+            timer_event_ns: None,
+            async_events: VecDeque::from([port_active]),
+            cq_events: VecDeque::new(),
+        }
+    }
+
+    /// A switch: no NIC, so no timer and no events.
+    pub(super) fn switch(name: String) -> Node {
+        Node {
+            name,
+            nic: None,
+            timer_ns: None,
+            timer_event_ns: None,
+            async_events: VecDeque::new(),
+            cq_events: VecDeque::new(),
+        }
+    }
+
+    /// Whether it is a switch.
+    pub fn is_switch(&self) -> bool {
+        self.nic.is_none()
+    }
+}
+
+impl World {
+    /// Take what a node's engine produced: datagrams onto links, events into queues, and its
+    /// next timer into the heap.
+    pub(super) fn flush(&mut self, node: NodeId) {
+        loop {
+            let Some(nic) = self.nodes[node].nic.as_mut() else { return };
+            let Some(t) = nic.poll_transmit() else { break };
+            let to = (lid_of_ip(t.dst) as usize).wrapping_sub(1);
+            self.forward(node, to, t.data);
+        }
+        let n = &mut self.nodes[node];
+        let Some(nic) = n.nic.as_mut() else { return };
+        while let Some(ev) = nic.poll_event() {
+            match ev {
+                NicEvent::CqNotify(cq) => n.cq_events.push_back(cq),
+                NicEvent::Async(a) => n.async_events.push_back(a),
+            }
+        }
+        let next = nic.next_timeout();
+        n.timer_ns = next;
+        if let Some(t) = next {
+            let at = t.max(self.now_ns);
+            if n.timer_event_ns.is_none_or(|e| at < e) {
+                n.timer_event_ns = Some(at);
+                self.push(at, EventKind::Timer { node });
+            }
+        }
+        if !self.nodes[node].cq_events.is_empty() {
+            self.dispatch_cq_events(node);
+        }
+    }
+
+    fn dispatch_cq_events(&mut self, node: NodeId) {
+        while let Some(cq) = self.nodes[node].cq_events.pop_front() {
+            if let Some(&ch) = self.cq_channel.get(&(node, cq)) {
+                self.channels[ch].push_back((node, cq));
+            }
+        }
+    }
+
+    pub(super) fn fire_timer(&mut self, node: NodeId) {
+        let now = self.now_ns;
+        let n = &mut self.nodes[node];
+        if n.timer_event_ns == Some(now) {
+            n.timer_event_ns = None;
+        }
+        // Nothing due: the timer moved later or was cancelled; `flush` schedules its real time.
+        if n.timer_ns.is_some_and(|t| t <= now) {
+            n.timer_ns = None;
+            let Some(nic) = n.nic.as_mut() else { return };
+            nic.handle_timeout(now);
+            self.record(TraceKind::Timer, NONE, node as u32, &[], 0);
+        }
+        self.flush(node);
+    }
+}

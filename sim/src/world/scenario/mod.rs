@@ -1,0 +1,19 @@
+//! Scenarios: a world, a fault schedule and an RC workload described in TOML, run
+//! deterministically from a seed, with a summary of what happened. `softverbs sim FILE.toml`
+//! runs one; the tests run the samples in `sim/scenarios/`.
+//!
+//! The file's model (`spec.rs`) is read first; running it (`run.rs`) builds the world and plays
+//! the workload through the sim backend's verbs objects (PDs, CQs, QPs, MRs), exactly as a
+//! verbs program would, polling CQs between events and never reading a clock; the
+//! [`Report`] says what happened.
+
+mod report;
+mod run;
+mod spec;
+
+pub use report::{ConnReport, Report};
+pub use run::{run, RunOptions};
+pub use spec::{
+    ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec, OpSpec,
+    ParamSpec, Scenario,
+};
