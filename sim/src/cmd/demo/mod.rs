@@ -18,8 +18,8 @@ use verbs_api::{
     WcStatus, WorkCompletion, WrOpcode,
 };
 
+use crate::cmd::{self, gid_ntop, CliError};
 use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
-use crate::info::{self, gid_ntop, CliError};
 
 /// Where in the target's MR each operation lands.
 const RECV_OFF: usize = 0;
@@ -179,7 +179,7 @@ pub fn run_target(
     let ep = Endpoint::new(ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
     ep.mr.write(READ_OFF, READ_TEXT).map_err(|e| e.to_string())?;
     ep.mr.write_u64(ATOMIC_OFF, 7).map_err(|e| e.to_string())?;
-    let addr = info::port_address(ctx, gid_idx).map_err(|e| e.message)?;
+    let addr = cmd::port_address(ctx, gid_idx).map_err(|e| e.message)?;
     let info = addr.qp_info(&ep.qp, TARGET_PSN);
     let say = |out: &mut dyn Write, s: String| -> Result<(), String> {
         writeln!(out, "{s}")
@@ -266,14 +266,14 @@ fn other_soft_device(soft: &Soft, ib_dev: &str) -> Result<String, CliError> {
 pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
     let on_soft = verbs_api::backend_of(&o.ib_dev) == "soft";
     let soft =
-        if o.in_process { Soft::loopback() } else { info::shared_memory(o.fabric.as_deref())? };
-    info::register_backends(&soft);
+        if o.in_process { Soft::loopback() } else { cmd::shared_memory(o.fabric.as_deref())? };
+    cmd::register_backends(&soft);
     // Open the device first: a bad -d or -g fails here, before a target is started.
-    let ctx = info::open_device(&o.ib_dev)?;
-    let addr = info::port_address(&ctx, o.gid_idx)?;
+    let ctx = cmd::open_device(&o.ib_dev)?;
+    let addr = cmd::port_address(&ctx, o.gid_idx)?;
     let mut target = if o.in_process {
         let device = if on_soft { other_soft_device(&soft, &o.ib_dev)? } else { o.ib_dev.clone() };
-        let target_ctx = info::open_device(&device)?;
+        let target_ctx = cmd::open_device(&device)?;
         let (r1, w1) = std::io::pipe().map_err(|e| CliError::failed(e.to_string()))?;
         let (r2, w2) = std::io::pipe().map_err(|e| CliError::failed(e.to_string()))?;
         let gid_idx = o.gid_idx;

@@ -20,8 +20,8 @@ use verbs_api::{
     WorkCompletion, WrOpcode,
 };
 
+use crate::cmd::{self, CliError};
 use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
-use crate::info::{self, CliError};
 
 /// Bound on every handshake step with the peer.
 const HANDSHAKE: Duration = Duration::from_secs(20);
@@ -551,11 +551,11 @@ fn opts() -> ConnOpts {
 /// Register the backends over `fabric` and open `c.ib_dev`: a connected pair's one side, and
 /// the connection options its port needs.
 fn endpoint(c: &Common, fabric: &Path, mr_len: usize) -> Result<(Endpoint, PortAddress), CliError> {
-    info::register_fabric(Some(fabric))?;
-    let ctx = info::open_device(&c.ib_dev)?;
+    cmd::register_fabric(Some(fabric))?;
+    let ctx = cmd::open_device(&c.ib_dev)?;
     let ep = Endpoint::new(&ctx, QpType::Rc, cap(), SQ_DEPTH + 2 * RX_DEPTH as u32, mr_len)
         .map_err(|e| e.to_string())?;
-    let addr = info::port_address(&ctx, c.gid_idx)?;
+    let addr = cmd::port_address(&ctx, c.gid_idx)?;
     Ok((ep, addr))
 }
 
