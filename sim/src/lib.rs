@@ -3,4 +3,5 @@
 
 pub mod cmd;
 pub mod conn;
+pub mod peer;
 pub mod world;

@@ -496,7 +496,7 @@ fn run_test(pp: &PingpongCtx, a: &PingpongArgs, client: bool) -> Result<Duration
                 break;
             }
             // A tight loop as ibv_rc_pingpong's: the clock only now and then, no PAUSE hint
-            // (docs/performance.md, "What made the difference").
+            // (docs/decisions.md, "Benchmark poll loops without a PAUSE hint").
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(4096) && since.elapsed() >= timeout {
                 return Err(stalled(&c, a.iters, timeout));
