@@ -5,7 +5,6 @@
 //! Exit status: 0 on success, 1 when something failed (the message says what), 2 for bad
 //! arguments, including a device that does not exist.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -118,7 +117,7 @@ fn main() -> ExitCode {
             cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
         Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric } if !in_process => {
-            report("demo", demo_target(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
+            report("demo", demo::target_main(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
         }
         Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric } => {
             let opts = demo::DemoOpts {
@@ -145,21 +144,6 @@ impl FabricOpt {
     fn dir(&self) -> Option<&Path> {
         self.fabric.as_deref()
     }
-}
-
-/// The demo's target process (`demo --target`): its peer is the parent, on stdin and stdout.
-fn demo_target(
-    fabric: Option<&Path>,
-    ib_dev: &str,
-    gid_idx: Option<u32>,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
-    cmd::register_fabric(fabric)?;
-    let ctx = cmd::open_device(ib_dev)?;
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
-    demo::run_target(&ctx, gid_idx, &mut input, out)
-        .map_err(|e| CliError::failed(format!("target: {e}")))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 mod wire;
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -117,6 +117,21 @@ pub fn run_target(
     ))?;
     parent.say("BYE")?;
     Ok(())
+}
+
+/// The demo's target process (`demo --target`): its initiator is the parent, on stdin and
+/// stdout.
+pub fn target_main(
+    fabric: Option<&Path>,
+    ib_dev: &str,
+    gid_idx: Option<u32>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    cmd::register_fabric(fabric)?;
+    let ctx = cmd::open_device(ib_dev)?;
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    run_target(&ctx, gid_idx, &mut input, out).map_err(|e| CliError::failed(format!("target: {e}")))
 }
 
 fn write_pattern(i: usize) -> u8 {
