@@ -39,7 +39,7 @@ pub struct BwResult {
     pub median_gbps: f64,
 }
 
-pub(super) fn pattern(i: usize) -> u8 {
+fn pattern(i: usize) -> u8 {
     (i as u8).wrapping_mul(31).wrapping_add(7)
 }
 
@@ -109,7 +109,7 @@ pub(super) fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, CliError> {
     Ok(BwResult { median_gbps: med })
 }
 
-pub(super) fn checksum(b: &[u8]) -> u64 {
+fn checksum(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
 }
 

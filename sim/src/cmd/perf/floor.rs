@@ -32,12 +32,12 @@ pub(super) struct FloorArgs {
 }
 
 /// One shared page, mapped from a file.
-pub(super) struct SharedPage {
+struct SharedPage {
     ptr: *mut u8,
     _file: File,
 }
 
-pub(super) const PAGE: usize = 4096;
+const PAGE: usize = 4096;
 
 impl SharedPage {
     fn map(path: &Path, create: bool) -> Result<SharedPage, String> {
@@ -86,7 +86,7 @@ impl Drop for SharedPage {
 }
 
 /// Spin until the counter reaches `want` (or `stop`); bounded by `deadline`.
-pub(super) fn wait_for(c: &AtomicU64, want: u64, deadline: Instant) -> Result<u64, String> {
+fn wait_for(c: &AtomicU64, want: u64, deadline: Instant) -> Result<u64, String> {
     let mut spins = 0u32;
     loop {
         let v = c.load(Ordering::Acquire);
@@ -101,7 +101,7 @@ pub(super) fn wait_for(c: &AtomicU64, want: u64, deadline: Instant) -> Result<u6
     }
 }
 
-pub(super) const FLOOR_STOP: u64 = u64::MAX;
+const FLOOR_STOP: u64 = u64::MAX;
 
 pub(super) fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, CliError> {
     if a.iters == 0 || a.runs == 0 {

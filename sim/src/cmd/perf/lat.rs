@@ -17,7 +17,7 @@ use crate::conn::Endpoint;
 use crate::peer::Parent;
 
 /// Ping-pong sends are signaled every this many (selective signaling, as perftest does).
-pub(super) const SIGNAL_EVERY: u64 = 32;
+const SIGNAL_EVERY: u64 = 32;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(super) struct LatArgs {
@@ -41,7 +41,7 @@ pub(super) struct LatArgs {
 }
 
 /// The ping-pong loop both sides run: one SEND per received message.
-pub(super) struct PingPong<'a> {
+struct PingPong<'a> {
     ep: &'a Endpoint,
     size: u32,
     sent: u64,
@@ -89,7 +89,7 @@ impl<'a> PingPong<'a> {
     }
 }
 
-pub(super) fn post_recv(ep: &Endpoint, size: u32, wr_id: u64) -> Result<(), String> {
+fn post_recv(ep: &Endpoint, size: u32, wr_id: u64) -> Result<(), String> {
     let off = ep.mr.len() / 2;
     let sge = [ep.mr.sge(off, size)];
     ep.qp.post_recv(&[RecvWr { wr_id, sg_list: &sge }]).map_err(|e| e.to_string())
@@ -219,7 +219,7 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
 }
 
 /// Sleep `seconds` and return (CPU ns of this process, wall ns) over the sleep.
-pub(super) fn idle_window(seconds: f64) -> (u64, u64) {
+fn idle_window(seconds: f64) -> (u64, u64) {
     let c0 = process_cpu_ns();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(seconds));

@@ -21,8 +21,8 @@ pub(super) const PHASE: Duration = Duration::from_secs(120);
 pub(super) const RX_DEPTH: usize = 64;
 /// Send queue depth; large enough for the bandwidth window and for selective signaling.
 pub(super) const SQ_DEPTH: u32 = 256;
-pub(super) const CLIENT_PSN: u32 = 0x00_1000;
-pub(super) const SERVER_PSN: u32 = 0x00_8000;
+const CLIENT_PSN: u32 = 0x00_1000;
+const SERVER_PSN: u32 = 0x00_8000;
 
 /// nproc, CPU model and kernel, in one line.
 pub fn machine() -> String {
@@ -119,12 +119,12 @@ pub(super) fn run_dir(given: Option<&Path>) -> Result<FabricDir, String> {
 }
 
 /// The name of a run's own fabric directory, before the run's pid.
-pub(super) const PERF_DIR_PREFIX: &str = "softverbs-perf-";
+const PERF_DIR_PREFIX: &str = "softverbs-perf-";
 
 /// Removes the fabric directories in `base` of earlier runs whose process is gone (a run that
 /// was killed cannot remove its own), and returns them with those pids. A directory whose pid
 /// belongs to a live process, this run's or another's, is left alone, as is anything else.
-pub(super) fn remove_dead_runs(base: &Path) -> Vec<(PathBuf, u32)> {
+fn remove_dead_runs(base: &Path) -> Vec<(PathBuf, u32)> {
     let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
     let mut removed = Vec::new();
     for entry in entries.flatten() {
@@ -147,7 +147,7 @@ pub(super) fn remove_dead_runs(base: &Path) -> Vec<(PathBuf, u32)> {
     removed
 }
 
-pub(super) fn cap() -> QpCap {
+fn cap() -> QpCap {
     QpCap {
         max_send_wr: SQ_DEPTH,
         max_recv_wr: RX_DEPTH as u32 * 2,
@@ -157,17 +157,13 @@ pub(super) fn cap() -> QpCap {
     }
 }
 
-pub(super) fn opts() -> ConnOpts {
+fn opts() -> ConnOpts {
     ConnOpts { mtu: Mtu::Mtu4096, ..ConnOpts::default() }
 }
 
 /// Register the backends over `fabric` and open `c.ib_dev`: a connected pair's one side, and
 /// the connection options its port needs.
-pub(super) fn endpoint(
-    c: &Common,
-    fabric: &Path,
-    mr_len: usize,
-) -> Result<(Endpoint, PortAddress), CliError> {
+fn endpoint(c: &Common, fabric: &Path, mr_len: usize) -> Result<(Endpoint, PortAddress), CliError> {
     cmd::register_fabric(Some(fabric))?;
     let ctx = cmd::open_device(&c.ib_dev)?;
     let ep = Endpoint::new(&ctx, QpType::Rc, cap(), SQ_DEPTH + 2 * RX_DEPTH as u32, mr_len)

@@ -29,7 +29,7 @@ pub(super) struct SyscallArgs {
     pub(super) common: Common,
 }
 
-pub(super) fn strace_total(path: &Path) -> Result<u64, String> {
+fn strace_total(path: &Path) -> Result<u64, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     // The summary's last line: "100.00  secs  usecs/call  calls  [errors]  total".
@@ -45,7 +45,7 @@ pub(super) fn strace_total(path: &Path) -> Result<u64, String> {
 }
 
 /// The total of a `perf stat -x, -e raw_syscalls:sys_enter -o FILE` run.
-pub(super) fn perf_stat_total(path: &Path) -> Result<u64, String> {
+fn perf_stat_total(path: &Path) -> Result<u64, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     // CSV: "count,unit,event,...", after comment lines.
@@ -60,7 +60,7 @@ pub(super) fn perf_stat_total(path: &Path) -> Result<u64, String> {
 }
 
 /// Whether `perf stat` can count system calls here (installed, and allowed to trace).
-pub(super) fn perf_stat_works() -> bool {
+fn perf_stat_works() -> bool {
     Command::new("perf")
         .args(["stat", "-x,", "-e", "raw_syscalls:sys_enter", "--", "true"])
         .stdout(Stdio::null())
