@@ -1,7 +1,9 @@
 //! The `softverbs` commands, one file each, and what they share: the error that carries an exit
-//! status, registering the backends, and opening a device by name. The commands are programs
-//! built on the library (the NIC, the connection helpers, the peer launcher, the simulator);
-//! nothing in the library depends on them.
+//! status, registering the backends, and opening a device by name.
+//!
+//! They are programs built on this crate's library (the connection helpers in [`crate::conn`],
+//! the peer launcher in [`crate::peer`], the simulator in [`crate::world`]), which never names
+//! them; they sit in this crate because the design card puts the `softverbs` binary in `sim/`.
 
 pub mod demo;
 pub mod devinfo;
