@@ -5,14 +5,14 @@
 //! Exit status: 0 on success, 1 when something failed (the message says what), 2 for bad
 //! arguments, including a device that does not exist.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use softverbs_sim::info::{self, CliError, DevinfoArgs, FabricAction};
-use softverbs_sim::{demo, perf, pingpong, sim_cli};
+use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
+use softverbs_sim::cmd::fabric::{self, FabricAction};
+use softverbs_sim::cmd::{self, demo, perf, pingpong, sim, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -85,7 +85,7 @@ enum Cmd {
     /// Benchmarks between two processes on one device (softverbs0 unless -d).
     Perf(perf::PerfArgs),
     /// Run a scenario in the deterministic simulator.
-    Sim(sim_cli::SimArgs),
+    Sim(sim::SimArgs),
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
@@ -110,14 +110,14 @@ fn main() -> ExitCode {
     match Cli::parse().cmd {
         Cmd::Devices { fabric } => report(
             "devices",
-            info::register_fabric(fabric.dir()).and_then(|_| info::devices(&mut stdout)),
+            cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devices(&mut stdout)),
         ),
         Cmd::Devinfo { args, fabric } => report(
             "devinfo",
-            info::register_fabric(fabric.dir()).and_then(|_| info::devinfo(&args, &mut stdout)),
+            cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
         Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric } if !in_process => {
-            report("demo", demo_target(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
+            report("demo", demo::target_main(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
         }
         Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric } => {
             let opts = demo::DemoOpts {
@@ -132,10 +132,10 @@ fn main() -> ExitCode {
             report("pingpong", pingpong::run(fabric.dir(), &args, &mut stdout))
         }
         Cmd::Perf(args) => perf::main(args),
-        Cmd::Sim(args) => sim_cli::main(args),
+        Cmd::Sim(args) => sim::main(args),
         Cmd::Fabric { action, fabric } => report(
             "fabric",
-            info::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),
+            fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),
         ),
     }
 }
@@ -144,21 +144,6 @@ impl FabricOpt {
     fn dir(&self) -> Option<&Path> {
         self.fabric.as_deref()
     }
-}
-
-/// The demo's target process (`demo --target`): its peer is the parent, on stdin and stdout.
-fn demo_target(
-    fabric: Option<&Path>,
-    ib_dev: &str,
-    gid_idx: Option<u32>,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
-    info::register_fabric(fabric)?;
-    let ctx = info::open_device(ib_dev)?;
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
-    demo::run_target(&ctx, gid_idx, &mut input, out)
-        .map_err(|e| CliError::failed(format!("target: {e}")))
 }
 
 #[cfg(test)]

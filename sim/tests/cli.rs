@@ -3,55 +3,38 @@
 //! fabric directory and TCP ports, every child is killed and reaped when the test ends, and
 //! every wait has a deadline.
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use softverbs_sim::peer::{FabricDir, Peer, Stderr};
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 /// The longest any one command of these tests may take.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A fabric directory of its own, removed when the test ends.
-struct TempFabric(PathBuf);
+/// A fabric directory of its own (a [`FabricDir`]), removed when the test ends.
+struct TempFabric(FabricDir);
 
 impl TempFabric {
     fn new(name: &str) -> TempFabric {
         static SEQ: AtomicU32 = AtomicU32::new(0);
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!(
-            "softverbs-cli-test-{}-{}-{name}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        TempFabric(dir)
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("softverbs-cli-test-{}-{n}-{name}", std::process::id());
+        TempFabric(FabricDir::create(&name).expect("creating the fabric directory"))
     }
 
     fn path(&self) -> &str {
-        self.0.to_str().expect("temp paths are UTF-8")
+        self.0.path().to_str().expect("temp paths are UTF-8")
     }
 
     /// The names in the directory, sorted.
     fn entries(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+        let mut v: Vec<String> = std::fs::read_dir(self.0.path())
             .map(|rd| rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
             .unwrap_or_default();
         v.sort();
         v
-    }
-}
-
-impl Drop for TempFabric {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -61,14 +44,11 @@ fn unused_tcp_port() -> u16 {
     listener.local_addr().expect("a bound address").port()
 }
 
-/// A running `softverbs` process: stdout arrives line by line on a channel, stderr is collected.
-/// Killed and reaped when dropped.
+/// A running `softverbs` process, started as a [`Peer`]: its stdout lines arrive with a
+/// deadline, its stderr is collected, and it is killed and reaped when dropped.
 struct Proc {
-    child: Option<Child>,
-    lines: Receiver<String>,
+    peer: Peer,
     stdout: Vec<String>,
-    stdout_reader: Option<JoinHandle<()>>,
-    stderr_reader: Option<JoinHandle<String>>,
 }
 
 impl Proc {
@@ -86,35 +66,12 @@ impl Proc {
                 command.env(k, v);
             }
         }
-        let mut child = command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting softverbs");
-        let out = child.stdout.take().expect("piped");
-        let mut err = child.stderr.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        let stdout_reader = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr_reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        Proc {
-            child: Some(child),
-            lines,
-            stdout: Vec::new(),
-            stdout_reader: Some(stdout_reader),
-            stderr_reader: Some(stderr_reader),
-        }
+        command.args(args);
+        let mut peer =
+            Peer::spawn("softverbs", command, Stderr::Capture).expect("starting softverbs");
+        // The commands read nothing: their stdin is empty.
+        peer.close_stdin();
+        Proc { peer, stdout: Vec::new() }
     }
 
     /// Start a `pingpong` server on a free TCP port (`-p 0`); returns it and the port it printed.
@@ -127,7 +84,7 @@ impl Proc {
     }
 
     fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
+        self.peer.pid().expect("a process")
     }
 
     /// Wait until a stdout line contains `needle`; panics after `timeout`.
@@ -135,54 +92,33 @@ impl Proc {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
+            match self.peer.recv_line(left) {
                 Ok(line) => {
                     self.stdout.push(line.clone());
                     if line.contains(needle) {
                         return line;
                     }
                 }
-                Err(_) => {
-                    panic!("no line with {needle:?} within {timeout:?}; got {:?}", self.stdout)
+                Err(e) => {
+                    panic!("no line with {needle:?} within {timeout:?}; got {:?}: {e}", self.stdout)
                 }
             }
         }
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.peer.kill();
     }
 
     /// Wait for the process to exit, killing it (and failing the test) after `timeout`.
     fn finish(mut self, timeout: Duration) -> Finished {
-        let deadline = Instant::now() + timeout;
-        let mut child = self.child.take().expect("running");
-        let status = loop {
-            match child.try_wait().expect("waiting for softverbs") {
-                Some(st) => break st,
-                None if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("softverbs {:?} did not exit within {timeout:?}", self.stdout);
-                }
-                None => std::thread::sleep(Duration::from_millis(10)),
-            }
+        let status = match self.peer.wait_exit(timeout) {
+            Ok(st) => st,
+            Err(e) => panic!("softverbs {:?} did not exit within {timeout:?}: {e}", self.stdout),
         };
-        if let Some(t) = self.stdout_reader.take() {
-            let _ = t.join();
-        }
-        self.stdout.extend(self.lines.try_iter());
-        let stderr = self.stderr_reader.take().and_then(|t| t.join().ok()).unwrap_or_default();
+        self.stdout.extend(self.peer.remaining_lines(timeout));
+        let stderr = self.peer.stderr();
         Finished { status, stdout: std::mem::take(&mut self.stdout).join("\n"), stderr }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

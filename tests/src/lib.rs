@@ -1,25 +1,19 @@
 //! Shared helpers for the cross-crate integration tests: the deterministic data both sides of a
-//! multi-process test derive from a seed, the line protocol between a test and its `sv-peer`
-//! child, and guards that remove a test's fabric directory and kill its children even when the
-//! test panics. [`remote`] carries verbs calls to a device in a child process; [`surface`]
+//! multi-process test derive from a seed, and the test's forms (panicking, with the child's
+//! stderr in every message) of [`softverbs_sim::peer`]'s guards, which talk to an `sv-peer`
+//! child, remove a test's fabric directory and kill its children even when the test panics. [`remote`] carries verbs calls to a device in a child process; [`surface`]
 //! holds the test bodies that run on every backend.
 
 pub mod remote;
 pub mod surface;
 
-use std::fs::{self, DirBuilder};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use softverbs_sim::conn::{ConnOpts, QpInfo};
+use softverbs_sim::peer::{self, Stderr};
 use verbs_api::{AccessFlags, Mtu};
 
 // ---------------- what both processes agree on ----------------
@@ -163,330 +157,145 @@ pub fn ping_imm(i: u64) -> Option<u32> {
     (i % 4 == 1).then_some(0xABC0_0000 ^ i as u32)
 }
 
-/// The `INFO <qpinfo> [<addr> <rkey>]` line a peer sends first.
-pub fn info_line(info: &QpInfo, mr: Option<(u64, u32)>) -> String {
-    match mr {
-        Some((addr, rkey)) => format!("INFO {} {addr:x} {rkey:x}", info.to_wire()),
-        None => format!("INFO {}", info.to_wire()),
-    }
-}
-
-/// Parses [`info_line`]; the MR part is `None` when absent.
-pub fn parse_info_line(line: &str) -> Result<(QpInfo, Option<(u64, u32)>), String> {
-    let rest = line.strip_prefix("INFO ").ok_or_else(|| format!("expected INFO, got {line:?}"))?;
-    let mut it = rest.split_whitespace();
-    let info = it
-        .next()
-        .and_then(QpInfo::from_wire)
-        .ok_or_else(|| format!("malformed QP info in {line:?}"))?;
-    let mr = match (it.next(), it.next()) {
-        (None, _) => None,
-        (Some(a), Some(k)) => {
-            let addr =
-                u64::from_str_radix(a, 16).map_err(|e| format!("address in {line:?}: {e}"))?;
-            let rkey = u32::from_str_radix(k, 16).map_err(|e| format!("rkey in {line:?}: {e}"))?;
-            Some((addr, rkey))
-        }
-        (Some(_), None) => return Err(format!("address without rkey in {line:?}")),
-    };
-    Ok((info, mr))
-}
+/// The `INFO` line and its parser live with the peer launcher, [`softverbs_sim::peer`].
+pub use softverbs_sim::peer::{info_line, parse_info_line};
 
 // ---------------- the test's side: fabric directories and children ----------------
 
 static DIR_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A test's own fabric directory (under /dev/shm when it exists, like the default fabric),
-/// removed with everything in it when the guard drops, also during a panic.
+/// removed with everything in it when the guard drops, also during a panic: a
+/// [`softverbs_sim::peer::FabricDir`] with a name of the test's and assertions for tests.
 #[derive(Debug)]
-pub struct FabricDir {
-    path: PathBuf,
-}
+pub struct FabricDir(peer::FabricDir);
 
 impl FabricDir {
     /// Creates a fresh, empty directory (mode 0700) named after the test, and prints its path.
     pub fn new(test: &str) -> FabricDir {
-        let base = Path::new("/dev/shm");
-        let base = if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() };
         let n = DIR_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let path = base.join(format!("sv-test-{}-{n}-{nanos:x}-{test}", std::process::id()));
-        DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .unwrap_or_else(|e| panic!("creating fabric dir {}: {e}", path.display()));
-        println!("[{test}] fabric dir {}", path.display());
-        FabricDir { path }
+        let name = format!("sv-test-{}-{n}-{nanos:x}-{test}", std::process::id());
+        let dir = peer::FabricDir::create(&name).unwrap_or_else(|e| panic!("{e}"));
+        println!("[{test}] fabric dir {}", dir.path().display());
+        FabricDir(dir)
     }
 
     /// The directory.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.0.path()
     }
 
     /// Every file in it but the fabric's lock file, sorted.
     pub fn segment_files(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = fs::read_dir(&self.path)
-            .unwrap_or_else(|e| panic!("listing {}: {e}", self.path.display()))
-            .map(|e| e.expect("reading a directory entry").path())
-            .filter(|p| p.file_name().is_some_and(|n| n != ".lock"))
-            .collect();
-        v.sort();
-        v
+        self.0.segment_files().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits (at most `timeout`) until no segment file is left; panics naming those that are.
     /// The wait is for this process's own devices, whose NIC threads remove their inboxes
     /// after the last handle is dropped; a file left by an exited child never goes away.
     pub fn assert_empty_within(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = self.segment_files();
-            if left.is_empty() {
-                return;
-            }
-            if Instant::now() >= deadline {
-                panic!("segment files left in the fabric dir after {timeout:?}: {left:?}");
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        self.0.wait_empty(timeout).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
-impl Drop for FabricDir {
-    fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.path) {
-            eprintln!("removing fabric dir {}: {e}", self.path.display());
-        }
-    }
-}
-
-/// A child process speaking the line protocol on its stdin/stdout. Its stdout lines arrive
-/// through a reader thread so every wait has a deadline; its stderr is collected for panic
-/// messages. Dropping it kills and reaps the child.
-pub struct Peer {
-    name: String,
-    child: Option<Child>,
-    status: Option<ExitStatus>,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    stderr: Arc<Mutex<String>>,
-    stderr_thread: Option<JoinHandle<()>>,
-}
+/// A child process speaking the line protocol on its stdin/stdout: a
+/// [`softverbs_sim::peer::Peer`] whose stderr is collected for the messages, with the
+/// panicking forms a test wants. Every wait has a deadline; dropping it kills and reaps the
+/// child.
+pub struct Peer(peer::Peer);
 
 impl Peer {
     /// Starts `exe` with `args`; `name` appears in every message about it.
     pub fn spawn(name: &str, exe: &Path, args: &[String]) -> Peer {
-        let mut child = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name} ({}): {e}", exe.display()));
-        let stdin = child.stdin.take().expect("stdin is piped");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut stderr_pipe = child.stderr.take().expect("stderr is piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let stderr_thread = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            loop {
-                match stderr_pipe.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => sink
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push_str(&String::from_utf8_lossy(&buf[..n])),
-                }
-            }
-        });
-        println!("[{name}] started pid {}: {} {}", child.id(), exe.display(), args.join(" "));
-        Peer {
-            name: name.to_string(),
-            child: Some(child),
-            status: None,
-            stdin: Some(stdin),
-            lines,
-            stderr,
-            stderr_thread: Some(stderr_thread),
-        }
+        let mut cmd = Command::new(exe);
+        cmd.args(args);
+        let p = peer::Peer::spawn(name, cmd, Stderr::Capture).unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "[{name}] started pid {}: {} {}",
+            p.pid().unwrap_or(0),
+            exe.display(),
+            args.join(" ")
+        );
+        Peer(p)
     }
 
     /// The child's pid.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.0.pid().unwrap_or(0)
     }
 
     /// What the child wrote to stderr so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn state(&mut self) -> String {
-        let status = match (&self.status, self.child.as_mut()) {
-            (Some(s), _) => format!("exited: {s}"),
-            (None, Some(c)) => match c.try_wait() {
-                Ok(Some(s)) => {
-                    self.status = Some(s);
-                    format!("exited: {s}")
-                }
-                Ok(None) => "still running".to_string(),
-                Err(e) => format!("unknown ({e})"),
-            },
-            (None, None) => "gone".to_string(),
-        };
-        format!("{} (pid {}) is {status}; its stderr:\n{}", self.name, self.pid(), self.stderr())
+        self.0.stderr()
     }
 
     /// Sends one line to the child's stdin.
     pub fn send_line(&mut self, line: &str) {
-        if let Err(e) = self.try_send_line(line) {
+        if let Err(e) = self.0.send_line(line) {
             panic!("{e}");
         }
     }
 
     /// Sends one line to the child's stdin; an error says what the child did.
     pub fn try_send_line(&mut self, line: &str) -> Result<(), String> {
-        let Some(stdin) = self.stdin.as_mut() else {
-            return Err(format!("writing {line:?} to {}: its stdin is closed", self.name));
-        };
-        if let Err(e) = writeln!(stdin, "{line}").and_then(|_| stdin.flush()) {
-            let state = self.state();
-            return Err(format!("writing {line:?} to {}: {e}; {state}", self.name));
-        }
-        Ok(())
+        self.0.send_line(line)
     }
 
     /// The next line from the child's stdout, waiting at most `timeout`; an error (no line in
     /// time, or stdout closed) says what the child did.
     pub fn recv_line(&mut self, timeout: Duration) -> Result<String, String> {
-        match self.lines.recv_timeout(timeout) {
-            Ok(line) => Ok(line),
-            Err(RecvTimeoutError::Timeout) => {
-                let state = self.state();
-                Err(format!("{}: no line within {timeout:?}; {state}", self.name))
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                // The child closed stdout; give it a moment to exit so the message says how.
-                self.try_wait_for(Duration::from_secs(2));
-                let state = self.state();
-                Err(format!("{}: stdout closed; {state}", self.name))
-            }
-        }
+        self.0.recv_line(timeout)
     }
 
     /// Closes the child's stdin (what it sees when the test process dies).
     pub fn close_stdin(&mut self) {
-        self.stdin = None;
+        self.0.close_stdin();
     }
 
     /// The next line from the child's stdout, which must start with `prefix`; panics on a
     /// different line, end of output, or after `timeout`, saying what the child did.
     pub fn expect_line(&mut self, prefix: &str, timeout: Duration) -> String {
-        match self.lines.recv_timeout(timeout) {
-            Ok(line) if line.starts_with(prefix) => line,
-            Ok(line) => {
-                let state = self.state();
-                panic!("{}: expected a line starting {prefix:?}, got {line:?}; {state}", self.name)
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                let state = self.state();
-                panic!("{}: no {prefix:?} line within {timeout:?}; {state}", self.name)
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                // The child closed stdout; give it a moment to exit so the message says how.
-                self.try_wait_for(Duration::from_secs(2));
-                let state = self.state();
-                panic!("{}: stdout closed while waiting for {prefix:?}; {state}", self.name)
-            }
-        }
+        self.0.expect_line(prefix, timeout).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_wait_for(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.status {
-                return Some(s);
-            }
-            let child = self.child.as_mut()?;
-            match child.try_wait() {
-                Ok(Some(s)) => {
-                    self.status = Some(s);
-                    if let Some(t) = self.stderr_thread.take() {
-                        // The pipe is at EOF once the child is gone (it starts no processes).
-                        let _ = t.join();
-                    }
-                    return Some(s);
-                }
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(2))
-                }
-                Ok(None) => return None,
-                Err(e) => panic!("waiting for {}: {e}", self.name),
-            }
-        }
+    /// The initiator's half of the QP exchange ([`peer::Peer::swap_info`]): the child's `INFO`
+    /// line, answered with `mine`; panics as [`Peer::expect_line`] does.
+    pub fn swap_info(&mut self, mine: &QpInfo, timeout: Duration) -> (QpInfo, Option<(u64, u32)>) {
+        self.0.swap_info(mine, None, timeout).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits for the child to exit, at most `timeout`; on timeout kills it and panics.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        if let Some(s) = self.try_wait_for(timeout) {
-            return s;
-        }
-        self.kill();
-        let state = self.state();
-        panic!("{} did not exit within {timeout:?}; killed it. {state}", self.name);
+        self.0.wait_exit(timeout).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits for the child to exit with status 0 (bounded); panics with its stderr otherwise.
     pub fn wait_success(&mut self, timeout: Duration) {
         let s = self.wait_exit(timeout);
         if !s.success() {
-            let state = self.state();
-            panic!("{} failed: {state}", self.name);
+            let state = self.0.state();
+            panic!("{} failed: {state}", self.0.name());
         }
     }
 
     /// SIGKILLs the child (if still running) and reaps it.
     pub fn kill(&mut self) -> Option<ExitStatus> {
-        if self.status.is_some() {
-            return self.status;
-        }
-        let child = self.child.as_mut()?;
-        let _ = child.kill();
-        let s = child.wait().ok();
-        self.status = s;
-        s
+        self.0.kill()
     }
 
     /// Panics unless the child has exited and been reaped.
     pub fn assert_exited(&mut self) {
-        if self.child.is_some() && self.try_wait_for(Duration::ZERO).is_none() {
-            let state = self.state();
-            panic!("{} is still running at the end of the test; {state}", self.name);
+        if self.0.try_wait_for(Duration::ZERO).is_none() {
+            let state = self.0.state();
+            panic!("{} is still running at the end of the test; {state}", self.0.name());
         }
     }
 
     /// The signal that ended the child, if one did.
     pub fn signal(&self) -> Option<i32> {
-        self.status.and_then(|s| s.signal())
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.stdin = None;
-        self.kill();
+        self.0.signal()
     }
 }

@@ -319,12 +319,10 @@ fn one_sided_operations_complete_while_the_target_sleeps() {
         };
         let ep = Endpoint::new(&ctx, QpType::Rc, cap, 256, WINDOW as usize * SLOT)
             .expect("creating the initiator's endpoint");
-        let (remote, mr) = parse_info_line(&target.expect_line("INFO ", LINE_WAIT))
-            .expect("the target's INFO line");
-        let (raddr, rkey) = mr.expect("the target's INFO names its MR");
         let me = ep.info(INITIATOR_PSN).expect("the initiator's QP info");
+        let (remote, mr) = target.swap_info(&me, LINE_WAIT);
+        let (raddr, rkey) = mr.expect("the target's INFO names its MR");
         conn::connect(&ep.qp, INITIATOR_PSN, &remote, &conn_opts()).expect("connecting");
-        target.send_line(&info_line(&me, None));
         target.expect_line("READY", LINE_WAIT);
 
         let mut w = Workload {
@@ -509,12 +507,10 @@ fn a_peer_killed_mid_transfer_fails_the_transfer_fast_and_its_segment_is_cleaned
         let mut data = vec![0u8; LEN];
         Rng::new(7).fill(&mut data);
         ep.mr.write(0, &data).expect("filling the source buffer");
-        let (remote, mr) = parse_info_line(&target.expect_line("INFO ", LINE_WAIT))
-            .expect("the target's INFO line");
-        let (raddr, rkey) = mr.expect("the target's INFO names its MR");
         let me = ep.info(0x1234).expect("QP info");
+        let (remote, mr) = target.swap_info(&me, LINE_WAIT);
+        let (raddr, rkey) = mr.expect("the target's INFO names its MR");
         conn::connect(&ep.qp, 0x1234, &remote, &opts).expect("connecting");
-        target.send_line(&info_line(&me, None));
         target.expect_line("READY", LINE_WAIT);
 
         let sge = [ep.mr.sge(0, LEN as u32)];
@@ -843,11 +839,9 @@ fn send_recv_ping_pong_between_processes_checks_every_completion_field() {
             max_inline_data: PING_MAX_LEN as u32,
         };
         let ep = Endpoint::new(&ctx, QpType::Rc, cap, 32, 8192).expect("creating the endpoint");
-        let (remote, _) =
-            parse_info_line(&echo.expect_line("INFO ", LINE_WAIT)).expect("the echo's INFO");
         let me = ep.info(0x777).expect("QP info");
+        let (remote, _) = echo.swap_info(&me, LINE_WAIT);
         conn::connect(&ep.qp, 0x777, &remote, &conn_opts()).expect("connecting");
-        echo.send_line(&info_line(&me, None));
         echo.expect_line("READY", LINE_WAIT);
 
         let loop_started = Instant::now();

@@ -18,13 +18,13 @@
 //! died) ends the process; a watchdog ends it after `--deadline-secs` whatever it is doing.
 //! All verbs resources are dropped before the process exits, so its inbox segment goes away.
 
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nic_model::soft::Soft;
 use softverbs_sim::conn::{self, ConnOpts, Endpoint};
+use softverbs_sim::peer::Parent;
 use softverbs_tests::remote;
 use softverbs_tests::*;
 use verbs_api::{
@@ -149,12 +149,12 @@ fn run(o: &Opts) -> Result<(), String> {
     let (result, lid) = {
         let ctx = soft.open("softverbs0").map_err(|e| format!("opening softverbs0: {e}"))?;
         let lid = ctx.query_port(1).map_err(|e| e.to_string())?.lid;
-        let mut io = Lines { out: std::io::stdout() };
+        // Blocking reads on stdin: a closed stdin (the test died) ends the mode.
         let r = match o.mode.as_str() {
-            "target" => target(&ctx, o, &mut io),
-            "echo" => echo(&ctx, o, &mut io),
-            "hold" => hold(&ctx, &mut io),
-            "verbs" => remote::serve(&ctx, &mut std::io::stdin().lock(), &mut io.out),
+            "target" => target(&ctx, o, &mut Parent::stdio()),
+            "echo" => echo(&ctx, o, &mut Parent::stdio()),
+            "hold" => hold(&ctx, &mut Parent::stdio()),
+            "verbs" => remote::serve(&ctx, &mut std::io::stdin().lock(), &mut std::io::stdout()),
             _ => unreachable!("modes are checked when parsing"),
         };
         (r, lid)
@@ -182,43 +182,11 @@ fn wait_inbox_gone(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The line protocol: lines out on stdout, lines in from stdin (blocking reads).
-struct Lines {
-    out: std::io::Stdout,
-}
-
-impl Lines {
-    fn say(&mut self, line: &str) -> Result<(), String> {
-        let mut out = self.out.lock();
-        writeln!(out, "{line}")
-            .and_then(|_| out.flush())
-            .map_err(|e| format!("writing stdout: {e}"))
-    }
-
-    /// Blocks in `read()` on stdin for one line; a closed stdin means the test is gone.
-    fn hear(&mut self) -> Result<String, String> {
-        let mut l = String::new();
-        match std::io::stdin().lock().read_line(&mut l) {
-            Ok(0) => Err("stdin closed: the test process is gone".into()),
-            Ok(_) => Ok(l.trim_end().to_string()),
-            Err(e) => Err(format!("reading stdin: {e}")),
-        }
-    }
-
-    fn hear_exactly(&mut self, word: &str) -> Result<(), String> {
-        let l = self.hear()?;
-        if l != word {
-            return Err(format!("expected {word:?} on stdin, got {l:?}"));
-        }
-        Ok(())
-    }
-}
-
 fn err(e: verbs_api::Error) -> String {
     e.to_string()
 }
 
-fn target(ctx: &Context, o: &Opts, io: &mut Lines) -> Result<(), String> {
+fn target(ctx: &Context, o: &Opts, io: &mut Parent) -> Result<(), String> {
     let cap = QpCap {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -234,13 +202,12 @@ fn target(ctx: &Context, o: &Opts, io: &mut Lines) -> Result<(), String> {
         ep.mr.write(off, &chunk[..n]).map_err(err)?;
     }
     let info = ep.info(o.psn).map_err(err)?;
-    io.say(&info_line(&info, Some((ep.mr.addr(), ep.mr.rkey()))))?;
-    let (remote, _) = parse_info_line(&io.hear()?)?;
+    let (remote, _) = io.swap_info(&info, Some((ep.mr.addr(), ep.mr.rkey())))?;
     let opts = ConnOpts { mtu: o.mtu, ..conn_opts() };
     conn::connect(&ep.qp, o.psn, &remote, &opts).map_err(err)?;
     io.say("READY")?;
     // From here until DONE this program only sleeps in read(); the NIC thread serves the peer.
-    io.hear_exactly("DONE")?;
+    io.expect_exactly("DONE")?;
     let state = ep.qp.state().map_err(err)?;
     if state != QpState::Rts {
         return Err(format!("the target QP is in {state} after the run, expected RTS"));
@@ -286,7 +253,7 @@ const SEND_OFF: usize = 4096;
 const RECV_WR_BASE: u64 = 1 << 32;
 const SEND_WR_BASE: u64 = 2 << 32;
 
-fn echo(ctx: &Context, o: &Opts, io: &mut Lines) -> Result<(), String> {
+fn echo(ctx: &Context, o: &Opts, io: &mut Parent) -> Result<(), String> {
     let cap = QpCap {
         max_send_wr: 8,
         max_recv_wr: 8,
@@ -296,8 +263,7 @@ fn echo(ctx: &Context, o: &Opts, io: &mut Lines) -> Result<(), String> {
     };
     let ep = Endpoint::new(ctx, QpType::Rc, cap, 32, 8192).map_err(err)?;
     let me = ep.info(o.psn).map_err(err)?;
-    io.say(&info_line(&me, None))?;
-    let (remote, _) = parse_info_line(&io.hear()?)?;
+    let (remote, _) = io.swap_info(&me, None)?;
     conn::connect(&ep.qp, o.psn, &remote, &conn_opts()).map_err(err)?;
     let post_recv = |i: u64| {
         let sge = [ep.mr.sge(RECV_OFF, RECV_LEN as u32)];
@@ -363,11 +329,11 @@ fn echo(ctx: &Context, o: &Opts, io: &mut Lines) -> Result<(), String> {
         )?;
     }
     io.say(&format!("ECHOED {}", o.iters))?;
-    io.hear_exactly("DONE")?;
+    io.expect_exactly("DONE")?;
     io.say("BYE")
 }
 
-fn hold(ctx: &Context, io: &mut Lines) -> Result<(), String> {
+fn hold(ctx: &Context, io: &mut Parent) -> Result<(), String> {
     let cap = QpCap {
         max_send_wr: 4,
         max_recv_wr: 4,
@@ -378,7 +344,7 @@ fn hold(ctx: &Context, io: &mut Lines) -> Result<(), String> {
     let ep = Endpoint::new(ctx, QpType::Rc, cap, 8, 4096).map_err(err)?;
     let port = ctx.query_port(1).map_err(err)?;
     io.say(&format!("HOLD {} {}", port.lid, std::process::id()))?;
-    io.hear_exactly("EXIT")?;
+    io.expect_exactly("EXIT")?;
     drop(ep);
     Ok(())
 }

@@ -5,21 +5,25 @@
 //! the shared-memory fabric; `--in-process` runs it on a thread over the in-process wire;
 //! `-d DEV` runs it on any device, a real NIC included (whose packets this program cannot see).
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod wire;
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nic_model::packet::{self, AethKind, OpFlags};
 use nic_model::soft::{Soft, TapDir, DEFAULT_SPIN};
 use verbs_api::{
-    AtomicTarget, Context, Mtu, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcFlags,
-    WcStatus, WorkCompletion, WrOpcode,
+    AtomicTarget, Context, Mtu, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 
-use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
-use crate::info::{self, gid_ntop, CliError};
+use crate::cmd::{self, gid_ntop, CliError};
+use crate::conn::{self, ConnOpts, Endpoint, PortAddress};
+use crate::peer::{Parent, Peer, Stderr};
+pub use wire::{describe_packet, describe_wc};
+use wire::{explain_wire, printable};
 
 /// Where in the target's MR each operation lands.
 const RECV_OFF: usize = 0;
@@ -33,8 +37,10 @@ const INITIATOR_PSN: u32 = 0x00_1000;
 const TARGET_PSN: u32 = 0x00_8000;
 /// The path MTU: small enough that the 2500-byte WRITE takes several packets.
 const PATH_MTU: Mtu = Mtu::Mtu1024;
-/// Every wait in the demo is bounded by this.
+/// Every wait for a completion or for the target to end is bounded by this.
 const WAIT: Duration = Duration::from_secs(10);
+/// Bound on each line from the target (its start included, on a busy machine).
+const HANDSHAKE: Duration = Duration::from_secs(30);
 
 /// Options of `softverbs demo`.
 #[derive(Clone, Debug)]
@@ -56,87 +62,6 @@ impl Default for DemoOpts {
     }
 }
 
-/// One line of a packet, in words a learner can follow.
-pub fn describe_packet(data: &[u8]) -> String {
-    let (ip, p) = match packet::parse_datagram(data) {
-        Ok(v) => v,
-        Err(e) => return format!("malformed datagram ({e})"),
-    };
-    let name = p.bth.opcode.info().map_or("?", |i| i.name);
-    let mut s = format!(
-        "{:<34} PSN {:#08x}  to QP {:#08x}  {}.{}.{}.{} -> {}.{}.{}.{}",
-        name,
-        p.bth.psn.value(),
-        p.bth.dest_qp,
-        ip.src[0],
-        ip.src[1],
-        ip.src[2],
-        ip.src[3],
-        ip.dst[0],
-        ip.dst[1],
-        ip.dst[2],
-        ip.dst[3]
-    );
-    if p.bth.ack_req {
-        s.push_str("  AckReq");
-    }
-    if p.bth.solicited {
-        s.push_str("  SE");
-    }
-    if let Some(r) = p.reth {
-        s.push_str(&format!("  RETH va={:#x} rkey={:#x} len={}", r.va, r.rkey, r.dma_len));
-    }
-    if let Some(a) = p.atomic_eth {
-        s.push_str(&format!(
-            "  AtomicETH va={:#x} rkey={:#x} swap/add={} compare={}",
-            a.va, a.rkey, a.swap_add, a.compare
-        ));
-    }
-    if let Some(a) = p.aeth {
-        let k = match a.kind() {
-            AethKind::Ack { .. } => "ACK".to_string(),
-            AethKind::RnrNak { timer } => format!("RNR NAK (timer {timer})"),
-            AethKind::Nak(c) => format!("NAK {c:?}"),
-            AethKind::Reserved(x) => format!("reserved syndrome {x:#x}"),
-        };
-        s.push_str(&format!("  AETH {k} MSN {}", a.msn));
-    }
-    if let Some(o) = p.atomic_ack_eth {
-        s.push_str(&format!("  original={o}"));
-    }
-    if let Some(i) = p.imm {
-        s.push_str(&format!("  ImmDt={i:#x}"));
-    }
-    let has_payload = p.bth.opcode.info().is_some_and(|i| i.flags.contains(OpFlags::PAYLOAD));
-    if has_payload {
-        s.push_str(&format!("  {} B payload", p.payload.len()));
-    }
-    s
-}
-
-/// One line of a work completion, every field.
-pub fn describe_wc(wc: &WorkCompletion) -> String {
-    let mut s = format!(
-        "wr_id={} status={} opcode={} byte_len={} qp_num={:#x}",
-        wc.wr_id,
-        wc.status.name(),
-        wc.opcode.name(),
-        wc.byte_len,
-        wc.qp_num
-    );
-    if wc.opcode == verbs_api::WcOpcode::Recv || wc.opcode == verbs_api::WcOpcode::RecvRdmaWithImm {
-        s.push_str(&format!(" src_qp={:#x} slid={}", wc.src_qp, wc.slid));
-    }
-    if wc.wc_flags.contains(WcFlags::WITH_IMM) {
-        s.push_str(&format!(" imm_data={:#x}", wc.imm_data));
-    }
-    s
-}
-
-fn printable(bytes: &[u8]) -> String {
-    bytes.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect()
-}
-
 fn cap() -> QpCap {
     QpCap {
         max_send_wr: 16,
@@ -152,21 +77,6 @@ fn opts(addr: &PortAddress) -> Result<ConnOpts, String> {
     addr.conn_opts(ConnOpts { mtu: PATH_MTU, ..ConnOpts::default() }).map_err(|e| e.to_string())
 }
 
-fn line(input: &mut dyn BufRead) -> Result<String, String> {
-    let mut l = String::new();
-    match input.read_line(&mut l) {
-        Ok(0) => Err("the peer closed the connection".into()),
-        Ok(_) => Ok(l.trim_end().to_string()),
-        Err(e) => Err(format!("reading from the peer: {e}")),
-    }
-}
-
-fn expect_word<'a>(l: &'a str, word: &str) -> Result<&'a str, String> {
-    l.strip_prefix(word)
-        .map(str::trim)
-        .ok_or_else(|| format!("expected {word:?} from the peer, got {l:?}"))
-}
-
 /// The target side: set up, tell the initiator where its memory is, post one receive, then
 /// sleep in a blocking read until the initiator is done — its CPU takes no part in the WRITE,
 /// READ and atomics — and finally report what landed in its memory.
@@ -176,75 +86,62 @@ pub fn run_target(
     input: &mut dyn BufRead,
     output: &mut dyn Write,
 ) -> Result<(), String> {
+    let mut parent = Parent::new(input, output);
     let ep = Endpoint::new(ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
     ep.mr.write(READ_OFF, READ_TEXT).map_err(|e| e.to_string())?;
     ep.mr.write_u64(ATOMIC_OFF, 7).map_err(|e| e.to_string())?;
-    let addr = info::port_address(ctx, gid_idx).map_err(|e| e.message)?;
+    let addr = cmd::port_address(ctx, gid_idx).map_err(|e| e.message)?;
     let info = addr.qp_info(&ep.qp, TARGET_PSN);
-    let say = |out: &mut dyn Write, s: String| -> Result<(), String> {
-        writeln!(out, "{s}")
-            .and_then(|_| out.flush())
-            .map_err(|e| format!("writing to the initiator: {e}"))
-    };
-    say(output, format!("INFO {} {:x} {:x}", info.to_wire(), ep.mr.addr(), ep.mr.rkey()))?;
-    let remote = QpInfo::from_wire(expect_word(&line(input)?, "INFO")?)
-        .ok_or("malformed INFO from the initiator")?;
+    let (remote, _) = parent.swap_info(&info, Some((ep.mr.addr(), ep.mr.rkey())))?;
     conn::connect(&ep.qp, TARGET_PSN, &remote, &opts(&addr)?).map_err(|e| e.to_string())?;
     let sge = [ep.mr.sge(RECV_OFF, 64)];
     ep.qp.post_recv(&[RecvWr { wr_id: 100, sg_list: &sge }]).map_err(|e| e.to_string())?;
-    say(output, "READY".into())?;
+    parent.say("READY")?;
     // Block in read(): from here on the target program does nothing until DONE arrives.
-    expect_word(&line(input)?, "DONE")?;
+    parent.expect("DONE")?;
     let wcs = ep.cq.poll_n(1, WAIT).map_err(|e| e.to_string())?;
-    say(output, format!("target CQ: {}", describe_wc(&wcs[0])))?;
+    parent.say(&format!("target CQ: {}", describe_wc(&wcs[0])))?;
     let recv = ep.mr.read_vec(RECV_OFF, wcs[0].byte_len as usize).map_err(|e| e.to_string())?;
-    say(output, format!("target memory [recv buffer]: {:?}", printable(&recv)))?;
+    parent.say(&format!("target memory [recv buffer]: {:?}", printable(&recv)))?;
     let w = ep.mr.read_vec(WRITE_OFF, WRITE_LEN).map_err(|e| e.to_string())?;
     let pattern_ok = w.iter().enumerate().all(|(i, &b)| b == write_pattern(i));
-    say(
-        output,
-        format!(
-            "target memory [+{WRITE_OFF}, {WRITE_LEN} B written by RDMA WRITE]: starts {:?}, \
+    parent.say(&format!(
+        "target memory [+{WRITE_OFF}, {WRITE_LEN} B written by RDMA WRITE]: starts {:?}, \
              all {WRITE_LEN} bytes {}",
-            printable(&w[..40]),
-            if pattern_ok { "as sent" } else { "NOT as sent" }
-        ),
-    )?;
-    say(
-        output,
-        format!(
-            "target memory [atomic counter]: {}",
-            ep.mr.read_u64(ATOMIC_OFF).map_err(|e| e.to_string())?
-        ),
-    )?;
-    say(output, "BYE".into())?;
+        printable(&w[..40]),
+        if pattern_ok { "as sent" } else { "NOT as sent" }
+    ))?;
+    parent.say(&format!(
+        "target memory [atomic counter]: {}",
+        ep.mr.read_u64(ATOMIC_OFF).map_err(|e| e.to_string())?
+    ))?;
+    parent.say("BYE")?;
     Ok(())
+}
+
+/// The demo's target process (`demo --target`): its initiator is the parent, on stdin and
+/// stdout.
+pub fn target_main(
+    fabric: Option<&Path>,
+    ib_dev: &str,
+    gid_idx: Option<u32>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    cmd::register_fabric(fabric)?;
+    let ctx = cmd::open_device(ib_dev)?;
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    run_target(&ctx, gid_idx, &mut input, out).map_err(|e| CliError::failed(format!("target: {e}")))
 }
 
 fn write_pattern(i: usize) -> u8 {
     b"RDMA WRITE: zero copy, no remote CPU. "[i % 38]
 }
 
-/// Kills the target process if the demo fails before it ends.
-struct ChildGuard(Option<Child>);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The initiator's link to its target: the two directions of the line protocol, and the
-/// process or thread the target runs in.
+/// The initiator's link to its target (a process, or a thread with `--in-process`), and what
+/// the target's device is called, for the output.
 struct Target {
-    to: Box<dyn Write + Send>,
-    from: Box<dyn BufRead + Send>,
-    process: ChildGuard,
-    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-    /// What the target's device is called, for the output.
+    peer: Peer,
     device: String,
 }
 
@@ -266,22 +163,18 @@ fn other_soft_device(soft: &Soft, ib_dev: &str) -> Result<String, CliError> {
 pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
     let on_soft = verbs_api::backend_of(&o.ib_dev) == "soft";
     let soft =
-        if o.in_process { Soft::loopback() } else { info::shared_memory(o.fabric.as_deref())? };
-    info::register_backends(&soft);
+        if o.in_process { Soft::loopback() } else { cmd::shared_memory(o.fabric.as_deref())? };
+    cmd::register_backends(&soft);
     // Open the device first: a bad -d or -g fails here, before a target is started.
-    let ctx = info::open_device(&o.ib_dev)?;
-    let addr = info::port_address(&ctx, o.gid_idx)?;
+    let ctx = cmd::open_device(&o.ib_dev)?;
+    let addr = cmd::port_address(&ctx, o.gid_idx)?;
     let mut target = if o.in_process {
         let device = if on_soft { other_soft_device(&soft, &o.ib_dev)? } else { o.ib_dev.clone() };
-        let target_ctx = info::open_device(&device)?;
-        let (r1, w1) = std::io::pipe().map_err(|e| CliError::failed(e.to_string()))?;
-        let (r2, w2) = std::io::pipe().map_err(|e| CliError::failed(e.to_string()))?;
+        let target_ctx = cmd::open_device(&device)?;
         let gid_idx = o.gid_idx;
-        let thread = std::thread::spawn(move || {
-            let mut input = BufReader::new(r1);
-            let mut output = w2;
-            run_target(&target_ctx, gid_idx, &mut input, &mut output)
-        });
+        let peer = Peer::thread("target", move |input, output| {
+            run_target(&target_ctx, gid_idx, input, output)
+        })?;
         w(
             out,
             &format!(
@@ -291,13 +184,7 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
                 if on_soft { "the in-process wire" } else { "the NIC's own loopback" }
             ),
         );
-        Target {
-            to: Box::new(w1),
-            from: Box::new(BufReader::new(r2)),
-            process: ChildGuard(None),
-            thread: Some(thread),
-            device,
-        }
+        Target { peer, device }
     } else {
         let dir = soft.fabric().expect("shared-memory soft has a fabric").dir().to_path_buf();
         let exe = std::env::current_exe()
@@ -307,13 +194,7 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
         if let Some(g) = o.gid_idx {
             cmd.args(["-g", &g.to_string()]);
         }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| CliError::failed(format!("starting the target process: {e}")))?;
-        let stdin = child.stdin.take().expect("stdin is piped");
-        let stdout = child.stdout.take().expect("stdout is piped");
+        let peer = Peer::spawn("the target process", cmd, Stderr::Inherit)?;
         w(out, "softverbs demo: RDMA between two processes, packet by packet.\n");
         w(
             out,
@@ -322,7 +203,7 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
                  target,",
                 std::process::id(),
                 o.ib_dev,
-                child.id()
+                peer.pid().expect("a spawned peer is a process")
             ),
         );
         if on_soft {
@@ -341,50 +222,14 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
                 &format!("on the same device {}, reached through the NIC's loopback.", o.ib_dev),
             );
         }
-        Target {
-            to: Box::new(stdin),
-            from: Box::new(BufReader::new(stdout)),
-            process: ChildGuard(Some(child)),
-            thread: None,
-            device: o.ib_dev.clone(),
-        }
+        Target { peer, device: o.ib_dev.clone() }
     };
     let tap_soft = if on_soft { Some(&soft) } else { None };
     let result = initiator(&ctx, &addr, tap_soft, o, &mut target, out);
-    drop(target.to);
-    if let Some(mut c) = target.process.0.take() {
-        if result.is_ok() {
-            wait_for_exit(&mut c)?;
-        } else {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-    if let Some(t) = target.thread.take() {
-        let r = t.join().map_err(|_| CliError::failed("the target thread panicked"))?;
-        result.clone().map_err(CliError::failed)?;
-        r.map_err(|e| CliError::failed(format!("target: {e}")))?;
-    }
-    result.map_err(CliError::failed)
-}
-
-/// Wait (bounded) for the target process to exit successfully.
-fn wait_for_exit(c: &mut Child) -> Result<(), CliError> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match c.try_wait() {
-            Ok(Some(st)) if st.success() => return Ok(()),
-            Ok(Some(st)) => {
-                return Err(CliError::failed(format!("the target process failed: {st}")))
-            }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = c.kill();
-                let _ = c.wait();
-                return Err(CliError::failed("the target process did not exit"));
-            }
-        }
-    }
+    // On failure the target is dropped: a process is killed and reaped, a thread reads the end
+    // of its input and ends.
+    result.map_err(CliError::failed)?;
+    target.peer.finish(WAIT).map_err(CliError::failed)
 }
 
 /// The datagrams a tapped device sent and received, oldest first.
@@ -398,69 +243,6 @@ struct Measured {
     wire_bytes: usize,
     data_bytes: u32,
     took: Duration,
-}
-
-/// Print the packets of one operation and a line that sums them up; returns (packets sent,
-/// packets received, datagram bytes).
-fn explain_wire(
-    out: &mut dyn Write,
-    device: &str,
-    log: &[(TapDir, Vec<u8>)],
-) -> (usize, usize, usize) {
-    let mut psns = Vec::new();
-    let (mut acked, mut naks) = (None, 0);
-    let (mut sent, mut received, mut bytes) = (0, 0, 0);
-    for (dir, data) in log {
-        let arrow = match dir {
-            TapDir::Tx => "->",
-            TapDir::Rx => "<-",
-        };
-        w(out, &format!("  wire  {device} {arrow} {}", describe_packet(data)));
-        bytes += data.len();
-        let Ok((_, p)) = packet::parse_datagram(data) else { continue };
-        match dir {
-            TapDir::Tx => {
-                sent += 1;
-                psns.push(p.bth.psn.value());
-            }
-            TapDir::Rx => {
-                received += 1;
-                match p.aeth.map(|a| a.kind()) {
-                    Some(AethKind::Ack { .. }) => acked = Some(p.bth.psn.value()),
-                    Some(_) => naks += 1,
-                    None => {}
-                }
-            }
-        }
-    }
-    let range = match (psns.first(), psns.last()) {
-        (Some(a), Some(b)) if a != b => format!(" (PSN {a:#08x} to {b:#08x})"),
-        (Some(a), _) => format!(" (PSN {a:#08x})"),
-        _ => String::new(),
-    };
-    let mut got = format!("got {received} back");
-    if let Some(p) = acked {
-        got.push_str(&format!(", acknowledging every PSN up to {p:#08x}"));
-    }
-    if naks > 0 {
-        got.push_str(&format!(" ({naks} NAK{}: the requester sent again)", plural(naks)));
-    }
-    w(
-        out,
-        &format!(
-            "  => sent {sent} packet{}{range}, {got}; {bytes} bytes of IPv4/UDP datagrams both ways",
-            plural(sent)
-        ),
-    );
-    (sent, received, bytes)
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 fn initiator(
@@ -484,27 +266,11 @@ fn initiator(
     }
     let ep = Endpoint::new(ctx, QpType::Rc, cap(), 16, MR_LEN).map_err(|e| e.to_string())?;
     let opts = opts(addr)?;
-    let (target_info, raddr, rkey) = {
-        let l = line(&mut *target.from)?;
-        let rest = expect_word(&l, "INFO")?;
-        let mut it = rest.split_whitespace();
-        let info = it.next().and_then(QpInfo::from_wire).ok_or("malformed INFO from the target")?;
-        let addr = it
-            .next()
-            .and_then(|s| u64::from_str_radix(s, 16).ok())
-            .ok_or("malformed address from the target")?;
-        let key = it
-            .next()
-            .and_then(|s| u32::from_str_radix(s, 16).ok())
-            .ok_or("malformed rkey from the target")?;
-        (info, addr, key)
-    };
     let my = addr.qp_info(&ep.qp, INITIATOR_PSN);
-    writeln!(target.to, "INFO {}", my.to_wire())
-        .and_then(|_| target.to.flush())
-        .map_err(|e| e.to_string())?;
+    let (target_info, target_mr) = target.peer.swap_info(&my, None, HANDSHAKE)?;
+    let (raddr, rkey) = target_mr.ok_or("the target's INFO names no memory region")?;
     conn::connect(&ep.qp, INITIATOR_PSN, &target_info, &opts).map_err(|e| e.to_string())?;
-    expect_word(&line(&mut *target.from)?, "READY")?;
+    target.peer.expect("READY", HANDSHAKE)?;
 
     w(
         out,
@@ -750,10 +516,10 @@ fn initiator(
         return Err(format!("fetch-and-add returned {before}, expected 42"));
     }
 
-    writeln!(target.to, "DONE").and_then(|_| target.to.flush()).map_err(|e| e.to_string())?;
+    target.peer.send_line("DONE")?;
     w(out, "\n== What the target saw, once the initiator woke it up (its program did nothing until now):");
     loop {
-        let l = line(&mut *target.from)?;
+        let l = target.peer.recv_line(HANDSHAKE)?;
         if l == "BYE" {
             break;
         }

@@ -22,8 +22,8 @@ use verbs_api::{
     WorkCompletion, WrOpcode,
 };
 
+use crate::cmd::{self, gid_ntop, CliError};
 use crate::conn::QpInfo;
-use crate::info::{self, gid_ntop, CliError};
 
 /// `wr_id` of receives, as in `ibv_rc_pingpong`.
 const RECV_WRID: u64 = 1;
@@ -496,7 +496,7 @@ fn run_test(pp: &PingpongCtx, a: &PingpongArgs, client: bool) -> Result<Duration
                 break;
             }
             // A tight loop as ibv_rc_pingpong's: the clock only now and then, no PAUSE hint
-            // (docs/performance.md, "What made the difference").
+            // (docs/decisions.md, "Benchmark poll loops without a PAUSE hint").
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(4096) && since.elapsed() >= timeout {
                 return Err(stalled(&c, a.iters, timeout));
@@ -521,8 +521,8 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
             "-p 0 (a free port) is for the server; give the client the port the server printed",
         ));
     }
-    info::register_fabric(fabric)?;
-    let ctx = info::open_device(&a.ib_dev)?;
+    cmd::register_fabric(fabric)?;
+    let ctx = cmd::open_device(&a.ib_dev)?;
     let pp = PingpongCtx::new(ctx, a)?;
     let posted = pp.post_recv(pp.rx_depth);
     if posted < pp.rx_depth {
