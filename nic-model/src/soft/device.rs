@@ -43,27 +43,22 @@ pub enum TapDir {
     Rx,
 }
 
-/// How long the NIC thread busy-polls after its last piece of work before it parks (see
-/// docs/performance.md for how this was measured). Overridable with `SOFTVERBS_SPIN_US`.
+/// How long the NIC thread busy-polls after its last piece of work before it parks: long enough
+/// that a thread serving a sleeping target is usually still spinning when the next request
+/// comes (docs/decisions.md, "Spin window"). Overridable with `SOFTVERBS_SPIN_US`.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
-/// How long the NIC thread sleeps at a time while the program runs the engine inline; it takes
-/// over at most this long after the program stops calling in (at once when the program blocks
-/// in a verb; on a machine whose every core is busy, at the next time-slice boundary, since it
-/// stands by as a background thread: `BACKGROUND_AFTER_STANDBYS`). One wake-up (one system
-/// call) per interval is the whole cost of a busy device, but on a machine with as many busy
-/// threads as cores a wake-up that preempts a polling thread costs it a few microseconds: 1 ms
-/// keeps that out of the 99th percentile (200 µs put it at 13–19 µs; docs/performance.md)
-/// while a peer's ACK timeout (67 ms at `timeout` 14) never sees the hand-over. Overridable
-/// with `SOFTVERBS_STANDBY_US`.
+/// How long the NIC thread sleeps at a time while the program runs the engine inline, and so the
+/// longest it takes to take over after the program stops calling in (at once when the program
+/// blocks in a verb). Rare enough that its wake-ups stay out of the 99th percentile, short
+/// enough that a peer's ACK timeout never sees the hand-over (docs/decisions.md, "Standby
+/// interval"). Overridable with `SOFTVERBS_STANDBY_US`.
 pub const DEFAULT_STANDBY: Duration = Duration::from_millis(1);
 
 /// Standby intervals in a row after which the NIC thread makes itself a background thread
-/// (`SCHED_BATCH` on Linux) until it takes over again: a program that keeps calling in for this
-/// long is busy-polling, and on a machine with as many busy threads as cores the thread's
-/// wake-ups would otherwise preempt a polling thread each time (docs/performance.md). Not at
-/// once, so that a program that blocks in a verb for every message (`-e`) does not pay two
-/// system calls per message to switch.
+/// (`SCHED_BATCH` on Linux) until it takes over again, so that its wake-ups never preempt a
+/// busy-polling thread; not at once, so that a program blocking in a verb for every message
+/// pays no switch (docs/decisions.md, "Background standby").
 const BACKGROUND_AFTER_STANDBYS: u32 = 4;
 
 /// The longest the NIC thread sleeps when no timer is pending.
@@ -79,7 +74,7 @@ const RX_BURST: usize = 256;
 /// Rounds look at the timers (which needs the clock) only once in this many, whether or not
 /// they received anything: a busy-polling program's poll then costs a few loads, and the
 /// poll that receives a SEND reads no clock. Timers are tens of microseconds at the least; a
-/// check every few hundred nanoseconds is plenty.
+/// check every few hundred nanoseconds is plenty (docs/decisions.md, "Lazy clock").
 const TIMER_CHECK_EVERY: u32 = 16;
 
 /// What a progress round is for.

@@ -196,6 +196,8 @@ impl Host for Device {
         let mut st = self.lock();
         if st.cq_len(cq) < wc.len() {
             // Polling is where an application lends the NIC its CPU: run the engine inline.
+            // Under the lock even when nothing is there (docs/decisions.md, "Lock-free empty
+            // poll").
             self.progress_inline(&mut st, Round::Poll);
         }
         st.poll_cq(cq, wc)

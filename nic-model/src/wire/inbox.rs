@@ -53,7 +53,8 @@ fn bump(counter: &AtomicU64) {
 }
 
 /// Adds `n` to a counter that only the holder of the receiving role writes: a load and a
-/// store, no locked instruction on the receive path (readers see it whole, and late at worst).
+/// store, no locked instruction on the receive path (readers see it whole, and late at worst;
+/// docs/decisions.md, "Relaxed received counter").
 fn add_as_receiver(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
@@ -208,7 +209,8 @@ impl Inbox {
     pub fn recv_while(&self, max: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
         // An empty ring, the common case of a busy poll, costs two loads and no claim: the
         // head slot is free for this lap and no sender has claimed it (a claimed one goes on,
-        // so that `take` can tell a dead writer).
+        // so that `take` can tell a dead writer). docs/decisions.md, "Empty inbox without the
+        // receiving claim".
         let pos = self.seg.head().load(Ordering::Relaxed);
         let slot = self.seg.slot(pos);
         if slot.seq.load(Ordering::Acquire) == lap_seq(pos)

@@ -36,7 +36,7 @@
 //! The payload starts in the same cache line as the slot's sequence number: a consumer that
 //! sees a packet published has its first 52 bytes already (an ACK is 48, a SEND of 8 bytes
 //! 52), instead of waiting for a second line to come over from the sender's core. Layout 1
-//! put the payload on the next line.
+//! put the payload on the next line (docs/decisions.md, "Wire layout 2").
 //!
 //! Indices are `u64` and never wrap in practice (2^64 packets); a slot keeps the low 32 bits
 //! of its sequence, enough to tell this lap from the last (laps are `slots` apart and every

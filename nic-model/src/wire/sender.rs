@@ -12,7 +12,8 @@
 //! before it advances the head). It keeps the last head it read and reads the shared one
 //! again only when that says the ring is full, so a send does not wait for the cache line the
 //! consumer last wrote (the slot's sequence) to come over from the consumer's core; the head's
-//! line comes over once per lap of the ring at most.
+//! line comes over once per lap of the ring at most (docs/decisions.md, "Head-based slot
+//! claim").
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
