@@ -3,7 +3,8 @@
 //! flat as runs grow (N, 2N and 4N messages). Run in release:
 //!
 //! `cargo run -p softverbs-sim --release --example sim_speed -- [--runs R] [--quick]
-//! [--only NAME] [--verbose]`; docs/performance.md ("Simulator speed") records the results.
+//! [--only NAME] [--verbose]`; docs/performance.md ("Current figures") states the results and
+//! docs/journal/performance.md keeps the measuring rounds.
 //!
 //! A simulated packet is a datagram delivered over one link (one hop): the sum of
 //! `LinkStats::delivered` over every link. A request and its ACK are two packets between two
