@@ -107,6 +107,11 @@ pub struct NicStats {
     pub rx_bad_icrc: u64,
     /// Packets for a QP that does not exist or is not in a state to take them.
     pub rx_no_qp: u64,
+    /// RC and UC packets dropped because they do not come from the QP's connected peer: their
+    /// IPv4 source is not the destination of the QP's address vector (a stale connection's
+    /// retransmission reaching a new QP with the same number, or a stray sender). They never
+    /// touch the QP's PSN state (rxe's `check_addr`).
+    pub rx_wrong_source: u64,
     /// Duplicate requests seen by a responder.
     pub rx_duplicates: u64,
     /// Packets retransmitted by go-back-N.
