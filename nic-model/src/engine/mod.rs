@@ -154,6 +154,8 @@ pub(crate) struct Hca {
     next_srq: u32,
     next_pd: PdId,
     next_cq: CqId,
+    /// The QP number the next QP gets if it is free (`Nic::create_qp`): the sequence starts
+    /// at [`NicConfig::first_qpn`] and wraps within the 24-bit space.
     next_qpn: u32,
     tx: VecDeque<Transmit>,
     /// The QP whose ACK is the last datagram in `tx`, if it is one: a later ACK of that QP
@@ -177,6 +179,7 @@ pub(crate) struct Hca {
 impl Nic {
     /// A NIC with no resources.
     pub fn new(cfg: NicConfig) -> Nic {
+        let next_qpn = cfg.first_qpn();
         Nic {
             qps: BTreeMap::new(),
             timers: TimerIndex::default(),
@@ -189,7 +192,7 @@ impl Nic {
                 next_srq: 1,
                 next_pd: 1,
                 next_cq: 1,
-                next_qpn: 0x11,
+                next_qpn,
                 tx: VecDeque::new(),
                 last_tx_ack: None,
                 wire: None,

@@ -228,3 +228,57 @@ fn a_uc_send_from_a_third_port_is_dropped_and_the_peers_send_lands() {
     assert_eq!(poll_all(&mut p.b, b.cq), [recv_wc(40, qb, qa, 100, None)]);
     assert_eq!(read_mem(&b, 0, 100), msg);
 }
+
+// ---------------- QP numbers hard to alias ----------------
+
+/// A NIC with one PD and CQ, and the numbers of `n` RC QPs created on it.
+fn qpns(nic: &mut Nic, n: usize) -> Vec<u32> {
+    let s = side(nic, ALL);
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        ..QpCap::default()
+    };
+    let mut out = vec![s.qpn];
+    for _ in 1..n {
+        out.push(nic.create_qp(s.pd, QpType::Rc, s.cq, s.cq, cap, false).unwrap().0);
+    }
+    out
+}
+
+/// A NIC made in place of another at the same address (a process that restarted) numbers its
+/// QPs from where its own randomness says, not from a fixed number as every process did (0x11):
+/// so the first QP of each is another, and a stale packet for the old one finds no QP. The same
+/// randomness gives the same numbers (the simulator's determinism).
+#[test]
+fn qp_numbers_start_where_the_nics_randomness_says() {
+    let at = |entropy: u64| Nic::new(NicConfig { entropy, ..NicConfig::new("b", 2) });
+    let old = qpns(&mut at(0x0123_4567_89ab_cdef), 3);
+    let new = qpns(&mut at(0xfedc_ba98_7654_3210), 3);
+    assert_ne!(old[0], new[0], "a restarted NIC gave its first QP its predecessor's number");
+    assert_eq!(old, qpns(&mut at(0x0123_4567_89ab_cdef), 3));
+    for q in old.iter().chain(&new) {
+        assert!((2..0x00FF_FFFF).contains(q), "QPN {q:#x}: 24 bits, not 0, 1 or multicast");
+    }
+    assert_eq!((old[1], old[2]), (old[0] + 1, old[0] + 2));
+    // Two NICs of one fabric made with `NicConfig::new` differ too.
+    assert_ne!(qpns(&mut Nic::new(NicConfig::new("a", 1)), 1), qpns(&mut at(2 + 2), 1));
+}
+
+/// The sequence wraps from the highest number a QP gets (0xFFFFFE: 0xFFFFFF is the multicast
+/// QPN) to 2 (0 and 1 are the special QPs), and skips numbers still in use.
+#[test]
+fn qp_numbers_wrap_within_24_bits_and_are_never_given_twice() {
+    // 0xFFFFFC past the lowest number 2: the first QP gets the highest number.
+    let mut nic = Nic::new(NicConfig { entropy: 0x00FF_FFFC, ..NicConfig::new("b", 2) });
+    assert_eq!(qpns(&mut nic, 3), [0x00FF_FFFE, 2, 3]);
+    // Were the sequence to come round again to numbers in use, it steps over them.
+    nic.hca.next_qpn = 2;
+    let s = side(&mut nic, ALL);
+    assert_eq!(s.qpn, 4);
+    nic.hca.next_qpn = 0x00FF_FFFE;
+    let s = side(&mut nic, ALL);
+    assert_eq!(s.qpn, 5);
+}
