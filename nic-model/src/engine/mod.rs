@@ -11,7 +11,9 @@
 //!   doorbell.
 //! - **[`Nic::handle_packet`]** with each datagram that arrives for the NIC's address, or
 //!   [`Nic::handle_packet_at`] with a lazy clock ([`Now::Lazy`]) that is read only if the packet
-//!   arms a timer. Anything is accepted: malformed datagrams are counted and dropped.
+//!   arms a timer. Anything is accepted: malformed datagrams are counted and dropped, and
+//!   so are RC and UC packets from a port other than their QP's peer
+//!   ([`NicStats::rx_wrong_source`]).
 //! - **[`Nic::handle_timeout`]** once the time [`Nic::next_timeout`] names has come (early, it
 //!   fires nothing that is not due; late, it only delays retries).
 //! - **[`Nic::stamp_timers`]**, for a host that hands over a lazy clock: calls that did not read

@@ -11,7 +11,8 @@ use super::{comp, req, resp, Nic};
 
 impl Nic {
     /// A datagram arrived from the wire. Malformed packets (bad ICRC, truncated, foreign) are
-    /// dropped and counted, never trusted.
+    /// dropped and counted, never trusted; so are RC and UC packets that do not come from
+    /// their QP's peer.
     pub fn handle_packet(&mut self, now: Nanos, data: &[u8]) {
         self.handle_packet_at(&mut Now::At(now), data);
     }
