@@ -1,5 +1,6 @@
-//! The sim backend through the verbs API: device names, the `sim` provider, and one program
-//! that runs unchanged on `soft` and `sim` (only the way time passes differs).
+//! The sim backend through the verbs API: device names, the `sim` provider, one program that
+//! runs unchanged on `soft` and `sim` (only the way time passes differs), and a stale
+//! connection's retransmission among three nodes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +9,8 @@ use nic_model::soft::Soft;
 use softverbs_sim::conn::{connect, ConnOpts, Endpoint};
 use softverbs_sim::world::{LinkParams, SimWorld};
 use verbs_api::{
-    CompletionQueue, Context, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    CompletionQueue, Context, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 const CAP: QpCap = QpCap {
@@ -152,4 +153,104 @@ fn get_cq_event_waits_in_virtual_time() {
     let mut wc = [WorkCompletion::default(); 1];
     assert_eq!(cq.poll(&mut wc).unwrap(), 1);
     assert_eq!(wc[0].wr_id, 5);
+}
+
+/// Issue 17's stale retransmission in a world of three nodes. Node 0 still has a connection
+/// to B's QP from before (it sends to B's QP number with the first PSN B will expect) and
+/// posts a SEND while B's QP is not yet connected; B's QP is then connected to node 2, and
+/// node 0's retransmission reaches it, in sequence, from an address that is not its peer's.
+/// B must drop it (and count it), and node 2's first SEND, with that very PSN, must land in
+/// B's first receive with every completion field right; node 0's SEND, answered by nobody,
+/// fails with RETRY_EXC_ERR. Before B checked the source, the stale SEND filled B's first
+/// receive (its completion naming node 2's QP as the sender, B's ACK going to node 2), and
+/// node 2's SEND was then dropped as a duplicate.
+#[test]
+fn a_stale_retransmission_from_a_third_node_does_not_reach_a_new_connection() {
+    const PSN: u32 = 0x1000;
+    let world = SimWorld::mesh(17, 3, LinkParams::default());
+    let ctx: Vec<Context> = (0..3).map(|i| world.context(i).unwrap()).collect();
+    let [old, b, new] =
+        [0, 1, 2].map(|i| Endpoint::new(&ctx[i], QpType::Rc, CAP, 64, 8192).unwrap());
+    // ~1 ms of virtual time per try, 3 retries.
+    let old_opts = ConnOpts { timeout: 8, retry_cnt: 3, ..ConnOpts::default() };
+    connect(&old.qp, PSN, &b.info(PSN).unwrap(), &old_opts).unwrap();
+    old.mr.write(0, b"stale: from a connection B no longer has").unwrap();
+    let stale_sge = [old.mr.sge(0, 40)];
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &stale_sge,
+        send_flags: SendFlags::SIGNALED,
+        ..Default::default()
+    };
+    old.qp.post_send(&[wr]).unwrap();
+    // The first transmission finds B's QP in RESET and is dropped.
+    world.run_for(100_000);
+    assert_eq!(world.lock().nic(1).unwrap().stats().rx_no_qp, 1);
+
+    let opts = ConnOpts::default();
+    connect(&b.qp, PSN, &new.info(PSN).unwrap(), &opts).unwrap();
+    connect(&new.qp, PSN, &b.info(PSN).unwrap(), &opts).unwrap();
+    for (id, off) in [(10, 0), (11, 1024)] {
+        b.qp.post_recv(&[RecvWr { wr_id: id, sg_list: &[b.mr.sge(off, 1024)] }]).unwrap();
+    }
+    // Node 0's retransmissions (3 retries) all arrive while B's QP is connected to node 2.
+    let mut old_wc = [WorkCompletion::default(); 2];
+    let t0 = world.now_ns();
+    assert!(
+        world.run_until_pred(|| old.cq.poll(&mut old_wc[..1]).unwrap() == 1, t0 + 1_000_000_000),
+        "node 0's SEND never completed"
+    );
+    assert_eq!((old_wc[0].wr_id, old_wc[0].status), (1, WcStatus::RetryExcErr), "{:?}", old_wc[0]);
+
+    let msg: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    new.mr.write(0, &msg).unwrap();
+    let sge = [new.mr.sge(0, 300)];
+    let wr = SendWr {
+        wr_id: 2,
+        sg_list: &sge,
+        opcode: WrOpcode::SendWithImm,
+        imm_data: 0x0102_0304,
+        send_flags: SendFlags::SIGNALED,
+        ..Default::default()
+    };
+    new.qp.post_send(&[wr]).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [WorkCompletion::default(); 4];
+    let t0 = world.now_ns();
+    world.run_until_pred(
+        || {
+            let k = b.cq.poll(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..k]);
+            !got.is_empty()
+        },
+        t0 + 100_000_000,
+    );
+    // Anything else that would arrive (there must be nothing) has time to.
+    world.run_for(1_000_000);
+    let k = b.cq.poll(&mut buf).unwrap();
+    got.extend_from_slice(&buf[..k]);
+    assert_eq!(
+        got,
+        [WorkCompletion {
+            wr_id: 10,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 300,
+            imm_data: 0x0102_0304,
+            qp_num: b.qp.qp_num(),
+            src_qp: new.qp.qp_num(),
+            wc_flags: WcFlags::WITH_IMM,
+            slid: 3,
+            ..WorkCompletion::default()
+        }]
+    );
+    assert_eq!(b.mr.read_vec(0, 300).unwrap(), msg);
+    let w = new.cq.poll_n(1, Duration::ZERO).unwrap();
+    assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success));
+    let stats = world.lock().nic(1).unwrap().stats().clone();
+    assert_eq!(stats.rx_duplicates, 0, "node 2's SEND was taken for a duplicate");
+    assert_eq!(
+        stats.rx_wrong_source, 3,
+        "node 0's 3 retries all reach B's QP once it is connected"
+    );
 }

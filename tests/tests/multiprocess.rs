@@ -1,6 +1,7 @@
 //! The soft backend between processes over the shared-memory fabric: one-sided operations
 //! served by a sleeping target's NIC thread, a peer SIGKILLed mid-transfer, corrupted and
-//! foreign segments, a SEND/RECV ping-pong, and cleanup of segments when processes exit.
+//! foreign segments, a SEND/RECV ping-pong, cleanup of segments when processes exit, and a
+//! dead process's successor that a survivor's retransmissions must not reach.
 //!
 //! Each test has its own fabric directory and its own `sv-peer` children, both in guards that
 //! clean up on panic; at its end it checks that no child runs and no segment file is left. The
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use nic_model::soft::Soft;
 use nic_model::wire::{Fabric, InboxConfig, LAYOUT_VERSION};
 use softverbs_sim::conn::{self, ConnOpts, Endpoint, QpInfo};
+use softverbs_tests::remote::RemoteDevice;
 use softverbs_tests::*;
 use verbs_api::*;
 
@@ -972,4 +974,127 @@ fn a_child_that_exits_right_after_dropping_its_context_leaves_no_segment() {
     }
     let mut refs: Vec<&mut Peer> = peers.iter_mut().collect();
     finish(&dir, &mut refs);
+}
+
+// ---------------- 6. a dead process's place taken by a new one ----------------
+
+/// Issue 17's stale retransmission over shared memory. This process's `softverbs0` (the
+/// survivor) is connected to a QP of an `old` child, with the fixed first PSN that examples
+/// use; `old` is SIGKILLed, and the survivor, not knowing, posts a SEND to it and goes on
+/// retransmitting. A `new` child then opens a port and connects a QP to this process's
+/// `softverbs1` (a third party) with that same PSN. The survivor's retransmissions must not
+/// reach the new child's QP, and the third party's first SEND must land in the new QP's first
+/// receive with every completion field right.
+///
+/// Before the fix the new child got the dead one's LID (the lowest free) and its first QP the
+/// dead one's QP number (0x11 in every process), so the survivor's retransmission was taken
+/// for the third party's first SEND (it filled the first receive, labelled as from the third
+/// party), and the third party's real first SEND was dropped as a duplicate.
+#[test]
+fn a_dead_processs_successor_gets_its_peers_first_send_not_a_stale_retransmission() {
+    let _serial = serial();
+    const PSN: u32 = 0x1234;
+    let dir = FabricDir::new("stale_retransmission");
+    let cap = QpCap {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let endpoint = |ctx: &Context, who: &str| {
+        Endpoint::new(ctx, QpType::Rc, cap, 16, 4096)
+            .unwrap_or_else(|e| panic!("creating {who}'s endpoint: {e}"))
+    };
+    let verbs_peer = |name: &str| {
+        let args = ["verbs".to_string(), dir.path().display().to_string()];
+        RemoteDevice::attach(Peer::spawn(name, PEER.as_ref(), &args))
+            .unwrap_or_else(|e| panic!("starting the {name} verbs peer: {e}"))
+    };
+    {
+        let (soft, survivor_ctx) = open_soft(&dir);
+        let third_ctx = soft.open("softverbs1").expect("opening softverbs1");
+        let survivor = endpoint(&survivor_ctx, "the survivor");
+        let third = endpoint(&third_ctx, "the third party");
+
+        let old = verbs_peer("old");
+        let old_ep = endpoint(old.context(), "the old child");
+        let old_info = old_ep.info(PSN).expect("the old child's QP info");
+        // ~270 ms per try and 6 retries: the survivor retransmits for about 2 s.
+        let survivor_opts = ConnOpts { timeout: 16, retry_cnt: 6, ..conn_opts() };
+        conn::connect(&survivor.qp, PSN, &old_info, &survivor_opts).expect("connecting survivor");
+        let survivor_info = survivor.info(PSN).expect("the survivor's QP info");
+        conn::connect(&old_ep.qp, PSN, &survivor_info, &conn_opts()).expect("connecting old");
+        drop(old_ep);
+        old.kill();
+
+        // The survivor's SEND: its first transmission finds a dead port, its retries go on.
+        survivor.mr.write(0, b"stale: for the dead process").expect("writing the stale SEND");
+        let sge = [survivor.mr.sge(0, 27)];
+        let wr = SendWr {
+            wr_id: 1,
+            sg_list: &sge,
+            send_flags: SendFlags::SIGNALED,
+            ..Default::default()
+        };
+        survivor.qp.post_send(&[wr]).expect("posting the survivor's SEND");
+
+        let new = verbs_peer("new");
+        let new_ep = endpoint(new.context(), "the new child");
+        let new_info = new_ep.info(PSN).expect("the new child's QP info");
+        let third_info = third.info(PSN).expect("the third party's QP info");
+        conn::connect(&new_ep.qp, PSN, &third_info, &conn_opts()).expect("connecting new");
+        conn::connect(&third.qp, PSN, &new_info, &conn_opts()).expect("connecting third");
+        for (wr_id, off) in [(10, 0), (11, 1024)] {
+            let sge = [new_ep.mr.sge(off, 1024)];
+            new_ep.qp.post_recv(&[RecvWr { wr_id, sg_list: &sge }]).expect("posting a receive");
+        }
+        // Every retransmission of the survivor happens while the new QP waits: its SEND ends
+        // with RETRY_EXC_ERR, the dead peer having answered nothing.
+        let wc = survivor.cq.poll_n(1, Duration::from_secs(20)).expect("the survivor's SEND");
+        assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::RetryExcErr), "{wc:?}");
+
+        let msg: Vec<u8> = (0..300u32).map(|i| (i * 13) as u8).collect();
+        third.mr.write(0, &msg).expect("writing the third party's SEND");
+        let sge = [third.mr.sge(0, 300)];
+        let wr = SendWr {
+            wr_id: 2,
+            sg_list: &sge,
+            opcode: WrOpcode::SendWithImm,
+            imm_data: 0xC0FF_EE01,
+            send_flags: SendFlags::SIGNALED,
+            ..Default::default()
+        };
+        third.qp.post_send(&[wr]).expect("posting the third party's SEND");
+        let sent = third.cq.poll_n(1, Duration::from_secs(10)).expect("the third party's SEND");
+        assert_eq!((sent[0].wr_id, sent[0].status), (2, WcStatus::Success), "{sent:?}");
+        let got = new_ep.cq.poll_n(1, Duration::from_secs(10)).expect("the new QP's receive");
+        let want = WorkCompletion {
+            wr_id: 10,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 300,
+            imm_data: 0xC0FF_EE01,
+            qp_num: new_info.qpn,
+            src_qp: third_info.qpn,
+            wc_flags: WcFlags::WITH_IMM,
+            slid: third_info.lid,
+            ..WorkCompletion::default()
+        };
+        assert_eq!(got, [want], "the new QP's first receive");
+        assert_eq!(new_ep.mr.read_vec(0, 300).expect("reading the receive"), msg);
+        std::thread::sleep(Duration::from_millis(100));
+        let mut more = [WorkCompletion::default(); 2];
+        let n = new_ep.cq.poll(&mut more).expect("polling again");
+        assert_eq!(n, 0, "the new QP completed more: {:?}", &more[..n]);
+        // What kept the retransmissions away: a new LID for the new process (and a QP number
+        // of its own, which is random and so not asserted).
+        assert_ne!(new_info.lid, old_info.lid, "the new child got the dead one's LID at once");
+
+        drop(new_ep);
+        new.close(EXIT_WAIT);
+        // The dead child's segment, if the survivor's sends have not cleaned it already.
+        soft.fabric().expect("a shared-memory Soft has a fabric").clean().expect("cleaning");
+    }
+    dir.assert_empty_within(CLEANUP_WAIT);
 }

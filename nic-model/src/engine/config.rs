@@ -4,6 +4,19 @@ use verbs_api::{Gid, Mtu};
 
 use super::addr::ip_of_lid;
 
+/// The lowest QP number a QP gets: 0 and 1 name the special QPs (SMI, GSI).
+pub(crate) const MIN_QPN: u32 = 2;
+/// The highest QP number a QP gets: 0xFFFFFF is the multicast QPN.
+pub(crate) const MAX_QPN: u32 = 0x00FF_FFFE;
+
+/// SplitMix64's finaliser: well-spread bits from any word (for [`NicConfig::new`]'s entropy).
+fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Device limits (the `ibv_device_attr` a soft NIC reports and enforces).
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -71,6 +84,15 @@ pub struct NicConfig {
     pub ack_every: u32,
     /// Unacknowledged packets a QP may have in flight.
     pub window: u32,
+    /// Random bits the host draws for this NIC; the engine draws none itself. Its QP numbers
+    /// start where these say ([`first_qpn`](NicConfig::first_qpn)), as a hardware NIC's do
+    /// not start at a fixed number: a NIC made in place of another (a process that restarted
+    /// on a freed address) does not hand out the numbers of the one before, so a stale packet
+    /// for an old QP finds no QP of the same number. The soft backend draws them from the
+    /// operating system for each device it opens, the simulator from its seed;
+    /// [`NicConfig::new`] derives them from the LID, so that tests made with it are
+    /// deterministic.
+    pub entropy: u64,
 }
 
 impl NicConfig {
@@ -85,7 +107,14 @@ impl NicConfig {
             retry_cnt_7_infinite: false,
             ack_every: 64,
             window: 512,
+            entropy: mix64(u64::from(lid)),
         }
+    }
+    /// The first QP number the NIC hands out: from [`NicConfig::entropy`], anywhere in the
+    /// 24-bit space but 0 and 1 (the special QPs) and 0xFFFFFF (the multicast QPN).
+    pub fn first_qpn(&self) -> u32 {
+        let span = u64::from(MAX_QPN - MIN_QPN + 1);
+        MIN_QPN + (self.entropy % span) as u32
     }
     /// The port's IPv4 address.
     pub fn ip(&self) -> [u8; 4] {

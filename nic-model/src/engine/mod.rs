@@ -11,7 +11,9 @@
 //!   doorbell.
 //! - **[`Nic::handle_packet`]** with each datagram that arrives for the NIC's address, or
 //!   [`Nic::handle_packet_at`] with a lazy clock ([`Now::Lazy`]) that is read only if the packet
-//!   arms a timer. Anything is accepted: malformed datagrams are counted and dropped.
+//!   arms a timer. Anything is accepted: malformed datagrams are counted and dropped, and
+//!   so are RC and UC packets from a port other than their QP's peer
+//!   ([`NicStats::rx_wrong_source`]).
 //! - **[`Nic::handle_timeout`]** once the time [`Nic::next_timeout`] names has come (early, it
 //!   fires nothing that is not due; late, it only delays retries).
 //! - **[`Nic::stamp_timers`]**, for a host that hands over a lazy clock: calls that did not read
@@ -107,6 +109,11 @@ pub struct NicStats {
     pub rx_bad_icrc: u64,
     /// Packets for a QP that does not exist or is not in a state to take them.
     pub rx_no_qp: u64,
+    /// RC and UC packets dropped because they do not come from the QP's connected peer: their
+    /// IPv4 source is not the destination of the QP's address vector (a stale connection's
+    /// retransmission reaching a new QP with the same number, or a stray sender). They never
+    /// touch the QP's PSN state (rxe's `check_addr`).
+    pub rx_wrong_source: u64,
     /// Duplicate requests seen by a responder.
     pub rx_duplicates: u64,
     /// Packets retransmitted by go-back-N.
@@ -149,6 +156,8 @@ pub(crate) struct Hca {
     next_srq: u32,
     next_pd: PdId,
     next_cq: CqId,
+    /// The QP number the next QP gets if it is free (`Nic::create_qp`): the sequence starts
+    /// at [`NicConfig::first_qpn`] and wraps within the 24-bit space.
     next_qpn: u32,
     tx: VecDeque<Transmit>,
     /// The QP whose ACK is the last datagram in `tx`, if it is one: a later ACK of that QP
@@ -172,6 +181,7 @@ pub(crate) struct Hca {
 impl Nic {
     /// A NIC with no resources.
     pub fn new(cfg: NicConfig) -> Nic {
+        let next_qpn = cfg.first_qpn();
         Nic {
             qps: BTreeMap::new(),
             timers: TimerIndex::default(),
@@ -184,7 +194,7 @@ impl Nic {
                 next_srq: 1,
                 next_pd: 1,
                 next_cq: 1,
-                next_qpn: 0x11,
+                next_qpn,
                 tx: VecDeque::new(),
                 last_tx_ack: None,
                 wire: None,

@@ -438,7 +438,23 @@ impl Qp {
         self.req = ReqState::default();
         self.resp = RespState::default();
         self.ack_template = None;
+        self.dst_ip = [0; 4];
         self.ip_tos_ttl = DEFAULT_TOS_TTL;
+    }
+
+    /// Whether a packet from the IPv4 address `src` may reach this QP's transport. An RC or UC
+    /// QP is connected to one remote QP, at the port its address vector names, and takes
+    /// packets of that connection only: rxe's `check_addr` drops a packet whose source address
+    /// is not the vector's destination. A packet from any other port, such as a stale
+    /// connection's retransmission to a new QP that got the same number, is not for it. The
+    /// BTH names only the destination QP, so the address is what can be checked. UD takes
+    /// anyone's, and a QP without a path yet (RESET, INIT) turns every packet away by its
+    /// state anyway.
+    #[inline]
+    pub(crate) fn is_from_path(&self, src: [u8; 4]) -> bool {
+        src == self.dst_ip
+            || self.qp_type == QpType::Ud
+            || matches!(self.state, QpState::Reset | QpState::Init)
     }
 
     /// Whether the responder accepts this remote operation on this QP.

@@ -7,6 +7,7 @@ use verbs_api::{Error, QpAttr, QpAttrMask, QpCap, QpState, QpType, Result};
 use crate::packet::{self, IpUdp};
 
 use super::addr::av_destination;
+use super::config::{MAX_QPN, MIN_QPN};
 use super::cq::CqId;
 use super::mr::PdId;
 use super::qp::{self, Qp};
@@ -55,11 +56,13 @@ impl Nic {
                 l.max_qp
             )));
         }
-        let qpn = self.hca.next_qpn;
-        self.hca.next_qpn = (self.hca.next_qpn + 1) & 0x00FF_FFFF;
-        if self.hca.next_qpn < 0x11 {
-            self.hca.next_qpn = 0x11;
+        // The next number of the sequence that no QP of this NIC has: fewer than max_qp are
+        // in use, so at most that many are skipped.
+        let mut qpn = self.hca.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = next_qpn(qpn);
         }
+        self.hca.next_qpn = next_qpn(qpn);
         // Like real providers, grant at least one WR and SGE so the QP is usable.
         let granted = QpCap {
             max_send_wr: cap.max_send_wr.max(1),
@@ -167,5 +170,15 @@ impl Nic {
     /// The state of a QP, if it exists.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.qps.get(&qpn).map(|q| q.state)
+    }
+}
+
+/// The QP number after `qpn` in a NIC's sequence, wrapping from the highest a QP gets to the
+/// lowest.
+fn next_qpn(qpn: u32) -> u32 {
+    if qpn >= MAX_QPN {
+        MIN_QPN
+    } else {
+        qpn + 1
     }
 }

@@ -11,7 +11,8 @@ use super::{comp, req, resp, Nic};
 
 impl Nic {
     /// A datagram arrived from the wire. Malformed packets (bad ICRC, truncated, foreign) are
-    /// dropped and counted, never trusted.
+    /// dropped and counted, never trusted; so are RC and UC packets that do not come from
+    /// their QP's peer.
     pub fn handle_packet(&mut self, now: Nanos, data: &[u8]) {
         self.handle_packet_at(&mut Now::At(now), data);
     }
@@ -22,12 +23,16 @@ impl Nic {
         // `Packet`: an RC SEND ONLY in sequence with a receive posted for it (the responder's),
         // and an RC ACKNOWLEDGE (the completer's). Anything else, or anything wrong with them,
         // takes the general path, which also says what is wrong. The opcode picks the path
-        // before anything is checked, so no datagram is checked twice.
+        // before anything is checked, so no datagram is checked twice. Each path checks that
+        // an RC or UC packet comes from its QP's path (`Qp::is_from_path`) before it touches the
+        // QP; the fast paths leave a stranger's packet to the general path, which counts it.
         match packet::opcode_of(data) {
             Some(packet::Opcode::RC_SEND_ONLY | packet::Opcode::RC_SEND_ONLY_WITH_IMMEDIATE) => {
                 if let Some(send) = packet::peek_rc_send_only(data) {
                     if let Some(qp) = self.qps.get_mut(&send.bth.dest_qp) {
-                        if resp::receive_send_only(qp, &mut self.hca, &send) {
+                        if qp.is_from_path(send.src)
+                            && resp::receive_send_only(qp, &mut self.hca, &send)
+                        {
                             self.hca.stats.rx_packets += 1;
                             req::drive(qp, &mut self.hca, now);
                             refile_timer(&mut self.timers, qp);
@@ -39,7 +44,7 @@ impl Nic {
             Some(packet::Opcode::RC_ACKNOWLEDGE) => {
                 if let Some(ack) = packet::peek_rc_acknowledge(data) {
                     if let Some(qp) = self.qps.get_mut(&ack.bth.dest_qp) {
-                        if qp.qp_type == QpType::Rc {
+                        if qp.qp_type == QpType::Rc && qp.is_from_path(ack.src) {
                             self.hca.stats.rx_packets += 1;
                             comp::handle_acknowledge(qp, &mut self.hca, now, ack.bth.psn, ack.aeth);
                             req::drive(qp, &mut self.hca, now);
@@ -84,6 +89,10 @@ impl Nic {
         );
         if !transport_ok {
             self.hca.stats.rx_no_qp += 1;
+            return;
+        }
+        if !qp.is_from_path(ip.src) {
+            self.hca.stats.rx_wrong_source += 1;
             return;
         }
         if info.flags.contains(packet::OpFlags::REQUEST) {

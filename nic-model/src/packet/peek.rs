@@ -76,6 +76,8 @@ pub(crate) fn peek_rc_send_only(bytes: &[u8]) -> Option<SendOnly<'_>> {
 /// What the completer needs of an RC ACKNOWLEDGE (an ACK, an RNR NAK or a NAK).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Acknowledge {
+    /// IPv4 source address (the responder's port).
+    pub(crate) src: [u8; 4],
     /// The BTH.
     pub(crate) bth: Bth,
     /// The AETH.
@@ -84,7 +86,8 @@ pub(crate) struct Acknowledge {
 
 /// [`parse_datagram`] for the response a requester waits on: if `bytes` is a datagram that
 /// `parse_datagram` accepts and its packet is an RC ACKNOWLEDGE, its BTH and AETH, read without
-/// building a [`Packet`]; otherwise `None`, and the caller parses it in full. As for
+/// building a [`Packet`], and where it comes from; otherwise `None`, and the caller parses it
+/// in full. As for
 /// [`peek_rc_send_only`], every check is `parse_datagram`'s (a property test holds the two to
 /// that): an ACKNOWLEDGE has no payload, and what follows its AETH would have to be a whole
 /// number of 4-byte words all of them pad, of which there are at most 3 bytes, so nothing may.
@@ -93,7 +96,7 @@ pub(crate) struct Acknowledge {
 /// [`Packet`]: super::Packet
 #[inline]
 pub(crate) fn peek_rc_acknowledge(bytes: &[u8]) -> Option<Acknowledge> {
-    let Checked { transport, .. } = checked_datagram(bytes).ok()?;
+    let Checked { ipv4, transport, .. } = checked_datagram(bytes).ok()?;
     let bth = Bth::parse(transport).ok()?;
     if bth.opcode != Opcode::RC_ACKNOWLEDGE {
         return None;
@@ -103,7 +106,7 @@ pub(crate) fn peek_rc_acknowledge(bytes: &[u8]) -> Option<Acknowledge> {
         return None;
     }
     let aeth = Aeth::from_bytes(headers[ACKNOWLEDGE_AETH_AT..].try_into().ok()?);
-    Some(Acknowledge { bth, aeth })
+    Some(Acknowledge { src: [ipv4[12], ipv4[13], ipv4[14], ipv4[15]], bth, aeth })
 }
 
 /// The BTH opcode of a datagram, if it is long enough to have one: what a receiver looks at to
@@ -194,7 +197,7 @@ mod tests {
 
     proptest! {
         /// `peek_rc_acknowledge` takes exactly the datagrams `parse_datagram` accepts as RC
-        /// ACKNOWLEDGEs, and reads the same BTH and AETH from them.
+        /// ACKNOWLEDGEs, and reads the same source address, BTH and AETH from them.
         #[test]
         fn the_acknowledge_peek_accepts_what_parse_accepts(
             ip in any_ip_udp(),
@@ -220,9 +223,9 @@ mod tests {
             bytes[IPV4_UDP_LEN + 1] = (bytes[IPV4_UDP_LEN + 1] & !0x30) | (pad << 4);
             mangle(&mut bytes, damage, resize, reframe);
             match (peek_rc_acknowledge(&bytes), parse_datagram(&bytes)) {
-                (Some(a), Ok((_, p))) => {
+                (Some(a), Ok((ip, p))) => {
                     prop_assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
-                    prop_assert_eq!(Some(a), p.aeth.map(|aeth| Acknowledge { bth: p.bth, aeth }));
+                    prop_assert_eq!(Some(a), p.aeth.map(|aeth| Acknowledge { src: ip.src, bth: p.bth, aeth }));
                 }
                 (None, Ok((_, p))) => prop_assert_ne!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE, "peek refused {:?}", p),
                 (Some(a), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", a, e),

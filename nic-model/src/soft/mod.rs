@@ -140,10 +140,25 @@ impl Soft {
         cfg.name = name.to_string();
         cfg.lid = lid;
         cfg.node_guid = node_guid(index);
+        cfg.entropy = fresh_entropy();
         let dev = Device::start(name.to_string(), Nic::new(cfg), port);
         devices.insert(name.to_string(), Arc::downgrade(&dev));
         Ok(dev)
     }
+}
+
+/// Random bits for a device being opened ([`NicConfig::entropy`]), different in every process
+/// and for every open: std's `RandomState` is keyed from the operating system's randomness
+/// once per thread and changes with each one made; the clock and pid are mixed in besides.
+fn fresh_entropy() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::hash::RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    h.write_u64(nanos);
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 /// The node GUID of `softverbs<index>`, the same in `ibv_devices` (not opened) and

@@ -18,7 +18,9 @@ use crate::engine::ip_of_lid;
 /// Environment variable that overrides the default fabric directory.
 pub const FABRIC_ENV: &str = "SOFTVERBS_FABRIC";
 
-/// Name of the lock file that serialises LID allocation and cleaning.
+/// Name of the lock file that serialises LID allocation and cleaning. It holds the last LID
+/// allocated (2 bytes, big-endian; anything else reads as none), where the next allocation
+/// starts looking.
 const LOCK_NAME: &str = ".lock";
 
 /// Sizes and identity of a new inbox.
@@ -156,8 +158,11 @@ impl Fabric {
         FileLock::acquire(file).map_err(|e| WireError::io(&path, e))
     }
 
-    /// Creates this process's inbox for a new port, with the lowest free LID (>= 1). A port
-    /// file whose owner is dead counts as free: it is removed and its LID reused.
+    /// Creates this process's inbox for a new port, with the next free LID after the last one
+    /// allocated in this fabric, round the space 1..=MAX_LID: a freed LID is handed out again
+    /// only once every other has been, so that packets still on their way to a port that
+    /// went away do not reach the next process to open one. A port file whose owner is dead
+    /// counts as free: it is removed and its LID reused.
     pub fn create_inbox(&self, cfg: InboxConfig) -> Result<Inbox, WireError> {
         let geometry = Geometry::new(cfg.slots, cfg.slot_size).map_err(WireError::BadConfig)?;
         usize::try_from(geometry.total_size()).map_err(|_| {
@@ -166,8 +171,10 @@ impl Fabric {
                 cfg.slots, cfg.slot_size
             ))
         })?;
-        let _lock = self.lock()?;
-        for lid in 1..=MAX_LID {
+        let lock = self.lock()?;
+        let last = last_lid(lock.file());
+        for step in 1..=MAX_LID {
+            let lid = ((u32::from(last) + u32::from(step) - 1) % u32::from(MAX_LID) + 1) as u16;
             let path = self.inbox_path(lid);
             let file = match create_new(&path) {
                 Ok(file) => file,
@@ -187,7 +194,12 @@ impl Fabric {
             let gid = if cfg.gid == [0; 16] { Fabric::port_gid(lid) } else { cfg.gid };
             let header = Header::new(geometry, std::process::id(), os::own_start_time(), lid, gid);
             return match init_inbox(&file, &path, &header) {
-                Ok(inbox) => Ok(inbox),
+                Ok(inbox) => {
+                    // Best effort: a cursor not written only makes the next allocation start
+                    // earlier; the LID itself is this process's by the exclusive creation.
+                    let _ = lock.file().write_all_at(&lid.to_be_bytes(), 0);
+                    Ok(inbox)
+                }
                 Err(e) => {
                     // Best effort: the error that matters is the one being returned.
                     let _ = fs::remove_file(&path);
@@ -276,6 +288,15 @@ impl Fabric {
             }
         }
         Ok(removed)
+    }
+}
+
+/// The last LID allocated, as the lock file records it (0: none, or unreadable).
+fn last_lid(lock: &File) -> u16 {
+    let mut bytes = [0; 2];
+    match lock.read_exact_at(&mut bytes, 0) {
+        Ok(()) => Some(u16::from_be_bytes(bytes)).filter(|&lid| lid <= MAX_LID).unwrap_or(0),
+        Err(_) => 0,
     }
 }
 

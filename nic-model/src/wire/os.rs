@@ -63,16 +63,21 @@ pub fn process_alive(pid: u32, start: u64) -> bool {
 /// An exclusive `flock` on a file, held until drop. Serialises LID allocation and cleaning
 /// among all processes of a fabric; the kernel drops it if the holder dies.
 pub struct FileLock {
-    _file: File,
+    file: File,
 }
 
 impl FileLock {
+    /// The locked file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     pub fn acquire(file: File) -> io::Result<FileLock> {
         loop {
             // SAFETY: the descriptor belongs to `file`, which is open for the whole call.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
             if rc == 0 {
-                return Ok(FileLock { _file: file });
+                return Ok(FileLock { file });
             }
             let err = io::Error::last_os_error();
             if err.kind() != io::ErrorKind::Interrupted {

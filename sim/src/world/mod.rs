@@ -134,6 +134,10 @@ impl World {
         cfg.name = format!("sim:{name}");
         cfg.lid = lid;
         cfg.node_guid = 0x0200_5eff_fe00_0000 | lid as u64;
+        // The NIC's randomness (where its QP numbers start) from the seed, on a stream of its
+        // own so that the faults the world's generator draws stay what they were.
+        cfg.entropy =
+            Rng::new(self.seed ^ (id as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F)).next_u64();
         self.nodes.push(Node::with_nic(name, Nic::new(cfg)));
         self.routes_dirty = true;
         id

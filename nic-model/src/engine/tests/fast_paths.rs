@@ -177,7 +177,8 @@ proptest::proptest! {
 
 // ---------------- the responder's fast path ----------------
 
-/// What befalls a datagram in the fast-path properties: mostly nothing.
+/// What befalls a datagram in the fast-path properties: mostly nothing; now and then it is
+/// lost, repeated, damaged, late, or arrives from a third port (which neither path may take).
 fn gen_fate() -> impl proptest::strategy::Strategy<Value = Fate> {
     use proptest::prelude::*;
     prop_oneof![
@@ -186,6 +187,7 @@ fn gen_fate() -> impl proptest::strategy::Strategy<Value = Fate> {
         1 => Just(Fate::Duplicate),
         1 => any::<usize>().prop_map(Fate::Damage),
         1 => Just(Fate::Late),
+        1 => Just(Fate::Stranger),
     ]
 }
 
@@ -194,10 +196,10 @@ proptest::proptest! {
     /// The responder's fast path (`resp::receive_send_only`, taken by `handle_packet_at`) and
     /// the general one (`handle_packet_general`) do the same with whatever arrives: SENDs of
     /// one packet and of several, with and without immediate data, into receives big enough
-    /// and too small, or none; lost, repeated, damaged and late datagrams, and the requester's
-    /// retransmissions. Two responders, identical but for the path, see the same datagrams;
-    /// what they send back, every completion, what lands in their memory, their counters and
-    /// their responder state must be the same.
+    /// and too small, or none; lost, repeated, damaged and late datagrams, datagrams from a
+    /// third port, and the requester's retransmissions. Two responders, identical but for the
+    /// path, see the same datagrams; what they send back, every completion, what lands in
+    /// their memory, their counters and their responder state must be the same.
     #[test]
     fn the_receive_fast_path_does_what_the_general_path_does(
         steps in proptest::collection::vec(
@@ -293,10 +295,10 @@ proptest::proptest! {
     /// for an RC ACKNOWLEDGE read by `packet::peek_rc_acknowledge`) and the general one
     /// (`handle_packet_general`) do the same with whatever the responder sends back: ACKs, RNR
     /// NAKs (no receive posted), NAKs (a bad rkey), READ responses among them; lost, repeated,
-    /// damaged and late, with the ACK timer firing now and then. Two requesters, identical
-    /// but for the path, post the same WRs and get the same responses; what they send, every
-    /// completion, the bytes READs bring back, their counters, send queues, requester state
-    /// and timers must be the same.
+    /// damaged, late and from a third port, with the ACK timer firing now and then. Two
+    /// requesters, identical but for the path, post the same WRs and get the same responses;
+    /// what they send, every completion, the bytes READs bring back, their counters, send
+    /// queues, requester state and timers must be the same.
     #[test]
     fn the_acknowledge_fast_path_does_what_the_general_path_does(
         steps in proptest::collection::vec(

@@ -17,6 +17,7 @@ mod lazy_clock;
 mod mtu;
 mod rc_ops;
 mod rc_recovery;
+mod source;
 mod srq;
 mod transmit;
 mod uc;
@@ -46,6 +47,9 @@ enum Fate {
     Damage(usize),
     /// It is held back and arrives after the others of its batch (the `Pair`: of one step).
     Late,
+    /// It arrives from a third port ([`STRANGER_LID`]) instead of its sender, as a stale
+    /// connection's retransmission does: the same packet, its IPv4 source changed.
+    Stranger,
 }
 
 impl Fate {
@@ -74,6 +78,7 @@ fn befall(
                 arriving.push(d);
             }
             Fate::Damage(at) => arriving.push(damaged(d, at)),
+            Fate::Stranger => arriving.push(from_stranger(&d)),
             Fate::Late | Fate::Delay(_) => late.push(d),
         }
     }
@@ -86,6 +91,19 @@ fn damaged(mut d: Vec<u8>, at: usize) -> Vec<u8> {
     let at = at % d.len();
     d[at] ^= 0x20;
     d
+}
+
+/// The LID of the third port that [`Fate::Stranger`] packets come from: neither side's.
+const STRANGER_LID: u16 = 3;
+
+/// The datagram `d` (as the engines emit it) as it would arrive from [`STRANGER_LID`]: its
+/// IPv4 source changed, checksum and ICRC made right, so that only the address is wrong.
+fn from_stranger(d: &[u8]) -> Vec<u8> {
+    let (mut ip, pkt) = packet::parse_datagram(d).expect("engines emit valid datagrams");
+    ip.src = ip_of_lid(STRANGER_LID);
+    let mut out = Vec::new();
+    packet::emit_datagram(&ip, &pkt, &mut out).expect("a parsed datagram emits again");
+    out
 }
 
 /// A packet seen on the wire.
@@ -167,6 +185,7 @@ impl Pair {
                     }
                     Fate::Delay(d) => self.in_flight.push_back((at + d, dir, t.data)),
                     Fate::Damage(i) => self.in_flight.push_back((at, dir, damaged(t.data, i))),
+                    Fate::Stranger => self.in_flight.push_back((at, dir, from_stranger(&t.data))),
                     Fate::Late => late.push((at, dir, t.data)),
                 }
             }
