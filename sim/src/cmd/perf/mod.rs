@@ -90,7 +90,7 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
         PerfCmd::Lat(a) => lat::lat(&me, a).map(|_| ()),
         PerfCmd::Bw(a) if a.common.peer => bw::bw_peer(a),
         PerfCmd::Bw(a) => bw::bw(&me, a).map(|_| ()),
-        PerfCmd::Floor(a) if a.common.peer => floor::floor_peer(a),
+        PerfCmd::Floor(a) if a.peer => floor::floor_peer(a),
         PerfCmd::Floor(a) => floor::floor(&me, a).map(|_| ()),
         PerfCmd::Idle(a) => idle::idle(&me, a),
         PerfCmd::Syscalls(a) => syscalls::syscalls(&me, a),
@@ -98,10 +98,7 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("softverbs perf: {e}");
-            ExitCode::from(e.status)
-        }
+        Err(e) => e.report("perf"),
     }
 }
 
