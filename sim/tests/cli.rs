@@ -837,3 +837,18 @@ fn pingpong_on_two_fabrics_names_the_fabric_searched() {
         assert!(f.stderr.contains("--fabric"), "says how to fix it: {f:#?}");
     }
 }
+
+/// `perf syscalls` counts with `perf stat` where it can (`--counter auto`, the default); its
+/// help, and `perf --help`, say so rather than name strace alone.
+#[test]
+fn perf_help_names_the_syscall_counter_it_uses() {
+    let f = run(&["perf", "--help"]);
+    assert_success(&f, "perf --help");
+    let line = f.stdout.lines().find(|l| l.trim_start().starts_with("syscalls")).expect("syscalls");
+    assert!(line.contains("perf stat"), "{line:?}");
+    let f = run(&["perf", "syscalls", "--help"]);
+    assert_success(&f, "perf syscalls --help");
+    let about = f.stdout.lines().next().unwrap_or("");
+    assert!(about.contains("`perf stat`") && about.contains("strace"), "{about:?}");
+    assert!(f.stdout.contains("[default: auto]"), "{}", f.stdout);
+}

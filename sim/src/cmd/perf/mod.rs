@@ -43,7 +43,8 @@ enum PerfCmd {
     Floor(floor::FloorArgs),
     /// CPU time of a connected, idle device over a sleep.
     Idle(idle::IdleArgs),
-    /// System calls per ping-pong iteration, counted with `strace -f -c`.
+    /// System calls per ping-pong iteration, counted with `perf stat` (or `strace -f -c` where
+    /// perf cannot trace; see --counter).
     Syscalls(syscalls::SyscallArgs),
     /// Latency and idle CPU for several values of SOFTVERBS_SPIN_US.
     Spin(spin::SpinArgs),
