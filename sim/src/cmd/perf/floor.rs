@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::runner::{machine, run_dir, Launcher, HANDSHAKE, PHASE};
-use super::stats::{median, us, Dist};
+use super::stats::{iterations, median, us, Dist};
 use crate::cmd::CliError;
 use crate::peer::Parent;
 
@@ -109,8 +109,9 @@ const FLOOR_STOP: u64 = u64::MAX;
 
 pub(super) fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, CliError> {
     if a.iters == 0 || a.runs == 0 {
-        return Err("iterations and runs must be positive".into());
+        return Err(CliError::usage("iterations and runs must be positive"));
     }
+    iterations(a.iters, a.runs, a.warmup)?;
     let dir = run_dir(a.fabric.as_deref())?;
     let path = dir.path().join(format!("perf-floor-{}.page", std::process::id()));
     let page = SharedPage::map(&path, true)?;

@@ -10,7 +10,7 @@ use super::runner::{
     accept_parent, connect_to_peer, machine, poll_some, process_cpu_ns, run_dir, Launcher,
     HANDSHAKE, PHASE, RX_DEPTH,
 };
-use super::stats::{median, us, Dist};
+use super::stats::{iterations, median, us, Dist};
 use super::Common;
 use crate::cmd::CliError;
 use crate::conn::Endpoint;
@@ -108,8 +108,8 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
     if a.iters == 0 || a.runs == 0 || a.size == 0 {
         return Err(CliError::usage("size, iterations and runs must be positive"));
     }
+    let total = iterations(a.iters, a.runs, a.warmup)?;
     let dir = run_dir(a.common.fabric.as_deref())?;
-    let total = a.warmup + a.runs * a.iters;
     let extra = vec![
         "-s".into(),
         a.size.to_string(),
