@@ -655,7 +655,7 @@ fn the_fabric_comes_from_the_environment_unless_a_flag_names_one() {
 #[test]
 fn every_bad_device_port_size_or_count_is_a_usage_error_naming_the_limit() {
     let serve = ["-p", "0", "--accept-timeout", "5"];
-    let cases: [(&[&str], &[&str]); 12] = [
+    let cases: [(&[&str], &[&str]); 15] = [
         (&[&["pingpong", "-i", "2"], &serve[..]].concat(), &["-i 2", "no port 2"]),
         (
             &[&["pingpong", "-s", "2000000000"], &serve[..]].concat(),
@@ -678,6 +678,16 @@ fn every_bad_device_port_size_or_count_is_a_usage_error_naming_the_limit() {
         (&["perf", "lat", "-n", "9223372036854775807", "-r", "2"], &["-r 2", "134217728"]),
         (&["perf", "floor", "-n", "9223372036854775807", "-r", "2"], &["-r 2", "134217728"]),
         (&["perf", "lat", "-w", "18446744073709551615", "-n", "10"], &["-w 18446744073709551615"]),
+        // A wait too long to add to the clock.
+        (
+            &["pingpong", "--connect-timeout", "18446744073709551615", "localhost"],
+            &["--connect-timeout"],
+        ),
+        (
+            &["pingpong", "--accept-timeout", "18446744073709551615", "-p", "0"],
+            &["--accept-timeout"],
+        ),
+        (&["pingpong", "--timeout", "18446744073709551615", "-p", "0"], &["--timeout"]),
     ];
     let fabric = TempFabric::new("limits");
     for (args, named) in cases {

@@ -34,6 +34,10 @@ const ADDR_MSG_LEN: usize = 52;
 /// What each side sends when it is done, NUL included (`sizeof "done"`).
 const DONE: &[u8; 5] = b"done\0";
 
+/// The longest any one wait may be told to last: a day. Every wait is a deadline on the
+/// clock, and a bound keeps `now + wait` from overflowing it.
+const MAX_WAIT_SECS: u64 = 86_400;
+
 /// Options of `softverbs pingpong` (those of `ibv_rc_pingpong`, plus the bounds on waiting).
 #[derive(clap::Args, Debug, Clone)]
 pub struct PingpongArgs {
@@ -75,15 +79,18 @@ pub struct PingpongArgs {
     /// Send this GID index's GID and address the peer by GID (is_global).
     #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
     pub gid_idx: Option<u32>,
-    /// Client: keep retrying the TCP connect for this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    /// Client: keep retrying the TCP connect for this many seconds (at most a day).
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_SECS))]
     pub connect_timeout: u64,
-    /// Server: wait this many seconds for a client (0: wait as long as it takes).
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    /// Server: wait this many seconds for a client (0: wait as long as it takes; at most a day).
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_SECS))]
     pub accept_timeout: u64,
-    /// Longest wait for the peer once connected: each TCP read and each completion.
+    /// Longest wait for the peer once connected: each TCP read and each completion (at most
+    /// a day).
     #[arg(long, value_name = "SECS", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub timeout: u64,
 }
 
