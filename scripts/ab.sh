@@ -13,7 +13,8 @@
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    # The comment above, up to the first line that is not one, is the usage.
+    awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0" >&2
     exit 2
 fi
 ROUNDS=$1

@@ -4,12 +4,19 @@
 # calls per iteration, idle CPU, the spin-window sweep, and libfabric's fi_pingpong (shm) and
 # UCX's ucx_perftest (posix,cma,self) measured in the same run on the same machine.
 #
-# Usage: scripts/perf.sh [--quick]     (needs strace, libfabric-bin and ucx-utils for every row;
+# Usage: scripts/perf.sh [--quick]     (needs perf or strace, libfabric-bin and ucx-utils for every row;
 #                                       missing tools leave their rows out)
-# Environment: ITERS (latency iterations per run, default 100000), RUNS (default 5).
+# Environment: ITERS (latency iterations per run, default 100000), RUNS (default 5),
+# CARGO_TARGET_DIR (where cargo builds, as for cargo itself; default target/).
 set -euo pipefail
 
+# A relative CARGO_TARGET_DIR names a directory relative to where the script was started.
+if [[ -n ${CARGO_TARGET_DIR:-} ]]; then
+    CARGO_TARGET_DIR=$(realpath -m -- "$CARGO_TARGET_DIR")
+    export CARGO_TARGET_DIR
+fi
 cd "$(dirname "$0")/.."
+TARGET=${CARGO_TARGET_DIR:-target}
 ITERS=${ITERS:-100000}
 RUNS=${RUNS:-5}
 IDLE_S=5
@@ -20,10 +27,10 @@ fi
 
 cargo build --release -q -p softverbs-sim --bins --examples
 # `softverbs perf` once the CLI has it; the example runs the same code until then.
-if target/release/softverbs perf --help >/dev/null 2>&1; then
-    PERF=(target/release/softverbs perf)
+if "$TARGET/release/softverbs" perf --help >/dev/null 2>&1; then
+    PERF=("$TARGET/release/softverbs" perf)
 else
-    PERF=(target/release/examples/perf_run)
+    PERF=("$TARGET/release/examples/perf_run")
 fi
 LOG=$(mktemp -d "${TMPDIR:-/tmp}/softverbs-perf.XXXXXX")
 trap 'rm -rf "$LOG"' EXIT
@@ -72,7 +79,7 @@ echo "== bw"
 "${PERF[@]}" bw -s 1048576 -n 2000 -r "$RUNS" | tee "$LOG/bw"
 echo "== idle"
 "${PERF[@]}" idle --seconds "$IDLE_S" | tee "$LOG/idle"
-if command -v strace >/dev/null; then
+if command -v perf >/dev/null || command -v strace >/dev/null; then
     echo "== syscalls"
     "${PERF[@]}" syscalls -n 100000 --base 10000 --out-dir "$LOG" | tee "$LOG/sys"
 fi

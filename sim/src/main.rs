@@ -3,7 +3,15 @@
 //! fabric.
 //!
 //! Exit status: 0 on success, 1 when something failed (the message says what), 2 for bad
-//! arguments, including a device that does not exist.
+//! arguments, including a device that does not exist, a port, size or count the device cannot
+//! take, an environment value that does not parse, and a fabric directory that a command which
+//! only reads it was told to use but does not exist. A command whose output is closed early
+//! (`softverbs devinfo | head`) stops at once, quietly, with status 0.
+//!
+//! A closed output is handled where the commands write (EPIPE, [`CliError::output_closed`]),
+//! not by restoring SIGPIPE's default action: these commands also write to TCP sockets and to
+//! their peer processes' pipes, where a peer that has gone is an error to report ("is the peer
+//! still running?"), not a reason to die silently.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -98,19 +106,19 @@ enum Cmd {
 fn report(cmd: &str, r: Result<(), CliError>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("softverbs {cmd}: {e}");
-            ExitCode::from(e.status)
-        }
+        Err(e) => e.report(cmd),
     }
 }
 
 fn main() -> ExitCode {
     let mut stdout = std::io::stdout();
     match Cli::parse().cmd {
+        // Listing devices reads the fabric, so a directory the user named must exist.
         Cmd::Devices { fabric } => report(
             "devices",
-            cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devices(&mut stdout)),
+            cmd::existing_fabric(fabric.dir())
+                .and_then(|_| cmd::register_fabric(fabric.dir()))
+                .and_then(|_| devinfo::devices(&mut stdout)),
         ),
         Cmd::Devinfo { args, fabric } => report(
             "devinfo",

@@ -652,3 +652,221 @@ fn the_fabric_comes_from_the_environment_unless_a_flag_names_one() {
     assert_eq!(f.stdout.trim(), format!("fabric {}: no segments", from_flag.path()));
     server.kill();
 }
+
+/// What users of `ibv_*` tools rely on: a device, port, size or count the device cannot take
+/// is a usage error (status 2) that names the option and the limit, before anything starts,
+/// for every command; `perf floor` uses no device and refuses `-d` rather than ignore it.
+#[test]
+fn every_bad_device_port_size_or_count_is_a_usage_error_naming_the_limit() {
+    let serve = ["-p", "0", "--accept-timeout", "5"];
+    let cases: [(&[&str], &[&str]); 15] = [
+        (&[&["pingpong", "-i", "2"], &serve[..]].concat(), &["-i 2", "no port 2"]),
+        (
+            &[&["pingpong", "-s", "2000000000"], &serve[..]].concat(),
+            &["-s 2000000000", "max_msg_sz 1073741824"],
+        ),
+        (&[&["pingpong", "-r", "100000"], &serve[..]].concat(), &["-r 100000", "max_qp_wr 16384"]),
+        (
+            &["perf", "lat", "-s", "2000000000", "-n", "1", "-w", "0", "-r", "1"],
+            &["-s 2000000000", "max_msg_sz 1073741824"],
+        ),
+        (
+            &["perf", "bw", "-s", "2000000000", "-n", "1", "-r", "1"],
+            &["-s 2000000000", "max_msg_sz 1073741824"],
+        ),
+        (&["perf", "floor", "-d", "softverbs9", "-n", "10", "-w", "0", "-r", "1"], &["'-d'"]),
+        (&["perf", "floor", "-d", "mlx5_0", "-n", "10", "-w", "0", "-r", "1"], &["'-d'"]),
+        (&["perf", "idle", "-d", "softverbs9", "--seconds", "0.1"], &["softverbs9"]),
+        (&["perf", "lat", "-d", "softverbs9"], &["no soft device named \"softverbs9\""]),
+        // Counts whose samples cannot be kept, or whose sum overflows, are usage errors too.
+        (&["perf", "lat", "-n", "9223372036854775807", "-r", "2"], &["-r 2", "134217728"]),
+        (&["perf", "floor", "-n", "9223372036854775807", "-r", "2"], &["-r 2", "134217728"]),
+        (&["perf", "lat", "-w", "18446744073709551615", "-n", "10"], &["-w 18446744073709551615"]),
+        // A wait too long to add to the clock.
+        (
+            &["pingpong", "--connect-timeout", "18446744073709551615", "localhost"],
+            &["--connect-timeout"],
+        ),
+        (
+            &["pingpong", "--accept-timeout", "18446744073709551615", "-p", "0"],
+            &["--accept-timeout"],
+        ),
+        (&["pingpong", "--timeout", "18446744073709551615", "-p", "0"], &["--timeout"]),
+    ];
+    let fabric = TempFabric::new("limits");
+    for (args, named) in cases {
+        let f = Proc::spawn(&[args, &["--fabric", fabric.path()]].concat()).finish(DEADLINE);
+        assert_eq!(f.status.code(), Some(2), "{args:?}: {f:#?}");
+        for n in named {
+            assert!(f.stderr.contains(n), "{args:?} should name {n:?}: {f:#?}");
+        }
+        assert!(!f.stderr.contains("WorkCompletion {"), "no debug dump: {f:#?}");
+        assert!(!f.stdout.contains("RESULT"), "nothing was measured: {f:#?}");
+    }
+}
+
+/// Run softverbs with its stdout a pipe whose reader has gone (`| head` after head exited);
+/// with `stderr_too`, stderr goes into the same pipe (`2>&1 | head`), else it is captured.
+/// Returns the exit status and what reached stderr.
+fn run_into_closed_pipe(args: &[&str], stderr_too: bool) -> (ExitStatus, String) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut command = Command::new(BIN);
+    command.args(args).stdin(Stdio::null());
+    if stderr_too {
+        command.stderr(writer.try_clone().expect("a second write end"));
+    } else {
+        command.stderr(Stdio::piped());
+    }
+    command.stdout(writer);
+    let mut child = command.spawn().expect("starting softverbs");
+    // The command's own stdin, stdout and stderr are the child's now.
+    drop(command);
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting for softverbs") {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("softverbs {args:?} did not exit within {DEADLINE:?} with its stdout closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut stderr).expect("reading stderr");
+    }
+    (status, stderr)
+}
+
+/// `softverbs devinfo | head` and `2>&1 | head`: once the reader is gone, every command stops
+/// quietly with status 0, as ripgrep and fd do, instead of panicking (status 101).
+#[test]
+fn a_closed_stdout_ends_every_command_quietly() {
+    let fabric = TempFabric::new("epipe");
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/lossy-link.toml");
+    let commands: [&[&str]; 8] = [
+        &["devices", "--fabric", fabric.path()],
+        &["devinfo", "--fabric", fabric.path()],
+        &["devinfo", "-l", "--fabric", fabric.path()],
+        &["fabric", "--fabric", fabric.path()],
+        &["pingpong", "-p", "0", "--accept-timeout", "5", "--fabric", fabric.path()],
+        &["perf", "floor", "-n", "10", "-w", "0", "-r", "1", "--fabric", fabric.path()],
+        &["sim", scenario, "--quiet"],
+        &["--help"],
+    ];
+    for args in commands {
+        for stderr_too in [false, true] {
+            let (status, stderr) = run_into_closed_pipe(args, stderr_too);
+            assert_eq!(status.code(), Some(0), "{args:?} (stderr too: {stderr_too}): {stderr}");
+            assert!(stderr.is_empty(), "{args:?}: nothing to say on stderr: {stderr}");
+        }
+    }
+}
+
+/// A command that only reads the fabric (`devices`, `fabric`, `fabric clean`) creates no
+/// directory: a fabric named by `--fabric` or `$SOFTVERBS_FABRIC` that does not exist is a
+/// usage error naming the path and where it came from; the default one, missing, is empty.
+#[test]
+fn commands_that_only_read_do_not_create_the_fabric() {
+    let base = TempFabric::new("nocreate");
+    let parent = format!("{}/typo", base.path());
+    let missing = format!("{parent}/fabric");
+    for args in [&["devices"][..], &["fabric"], &["fabric", "clean"]] {
+        let f = run(&[args, &["--fabric", &missing]].concat());
+        assert_eq!(f.status.code(), Some(2), "{args:?}: {f:#?}");
+        assert!(f.stderr.contains(&format!("{missing} (--fabric) does not exist")), "{f:#?}");
+        assert!(f.stdout.is_empty(), "{args:?}: {f:#?}");
+        assert!(!std::path::Path::new(&parent).exists(), "{args:?} created {parent}");
+        let f = Proc::spawn_with_env(args, &[("SOFTVERBS_FABRIC", &missing)]).finish(DEADLINE);
+        assert_eq!(f.status.code(), Some(2), "{args:?}: {f:#?}");
+        assert!(f.stderr.contains(&format!("{missing} ($SOFTVERBS_FABRIC) does not exist")));
+        assert!(!std::path::Path::new(&parent).exists(), "{args:?} created {parent}");
+    }
+    // Opening a device attaches a port, which is what creates a fabric.
+    let f = run(&["devinfo", "--fabric", &missing, "-d", "softverbs0"]);
+    assert_success(&f, "devinfo on a new fabric");
+    let f = run(&["fabric", "--fabric", &missing]);
+    assert_success(&f, "fabric");
+    assert_eq!(f.stdout.trim(), format!("fabric {missing}: no segments"));
+}
+
+/// Environment values that do not parse are errors naming the variable and the value, on
+/// every path that builds soft devices (shared memory and the in-process wire).
+#[test]
+fn environment_values_that_do_not_parse_are_named() {
+    let fabric = TempFabric::new("env-values");
+    let cases = [
+        ("SOFTVERBS_DEVICES", "abc"),
+        ("SOFTVERBS_DEVICES", "-1"),
+        ("SOFTVERBS_DEVICES", "0"),
+        ("SOFTVERBS_DEVICES", "65"),
+        ("SOFTVERBS_SPIN_US", "fast"),
+        ("SOFTVERBS_STANDBY_US", "-5"),
+    ];
+    for (var, value) in cases {
+        for args in [
+            &["devices", "--fabric", fabric.path()][..],
+            &["devinfo", "--fabric", fabric.path(), "-d", "softverbs0"],
+            &["demo", "--in-process"],
+        ] {
+            let f = Proc::spawn_with_env(args, &[(var, value)]).finish(DEADLINE);
+            assert_eq!(f.status.code(), Some(2), "{var}={value} {args:?}: {f:#?}");
+            assert!(f.stderr.contains(&format!("{var}={value:?}")), "{var}={value}: {f:#?}");
+            assert!(f.stdout.is_empty(), "{var}={value} {args:?}: {f:#?}");
+        }
+    }
+    // A value that parses is used.
+    let f = Proc::spawn_with_env(
+        &["devices", "--fabric", fabric.path()],
+        &[("SOFTVERBS_DEVICES", "3")],
+    )
+    .finish(DEADLINE);
+    assert_success(&f, "devices with SOFTVERBS_DEVICES=3");
+    assert!(f.stdout.contains("softverbs2") && !f.stdout.contains("softverbs3"), "{f:#?}");
+}
+
+/// Two `pingpong`s on different fabrics: each says that the peer's port is not on the fabric
+/// it searched, and names that directory, instead of timing out without a hint.
+#[test]
+fn pingpong_on_two_fabrics_names_the_fabric_searched() {
+    let (a, b) = (TempFabric::new("fabric-a"), TempFabric::new("fabric-b"));
+    let (server, port) =
+        Proc::pingpong_server(&["--fabric", a.path(), "--timeout", "3", "--accept-timeout", "30"]);
+    let client = Proc::spawn(&[
+        "pingpong",
+        "--fabric",
+        b.path(),
+        "--timeout",
+        "3",
+        "-p",
+        &port,
+        "localhost",
+    ]);
+    let c = client.finish(DEADLINE);
+    let s = server.finish(DEADLINE);
+    for (f, dir) in [(&c, b.path()), (&s, a.path())] {
+        assert_eq!(f.status.code(), Some(1), "{f:#?}");
+        assert!(f.stderr.contains(&format!("not on the fabric {dir}")), "{f:#?}");
+        assert!(f.stderr.contains("--fabric"), "says how to fix it: {f:#?}");
+    }
+}
+
+/// `perf syscalls` counts with `perf stat` where it can (`--counter auto`, the default); its
+/// help, and `perf --help`, say so rather than name strace alone.
+#[test]
+fn perf_help_names_the_syscall_counter_it_uses() {
+    let f = run(&["perf", "--help"]);
+    assert_success(&f, "perf --help");
+    let line = f.stdout.lines().find(|l| l.trim_start().starts_with("syscalls")).expect("syscalls");
+    assert!(line.contains("perf stat"), "{line:?}");
+    let f = run(&["perf", "syscalls", "--help"]);
+    assert_success(&f, "perf syscalls --help");
+    let about = f.stdout.lines().next().unwrap_or("");
+    assert!(about.contains("`perf stat`") && about.contains("strace"), "{about:?}");
+    assert!(f.stdout.contains("[default: auto]"), "{}", f.stdout);
+}

@@ -121,7 +121,9 @@ fn loopback_av(ctx: &Context) -> AhAttr {
         return AhAttr { dlid: port.lid, port_num: 1, ..Default::default() };
     }
     let index = match std::env::var("SOFTVERBS_HW_GID_INDEX") {
-        Ok(v) => v.parse().expect("SOFTVERBS_HW_GID_INDEX is a number"),
+        Ok(v) => v.parse().unwrap_or_else(|e| {
+            panic!("SOFTVERBS_HW_GID_INDEX={v:?} is not a GID index (a number): {e}")
+        }),
         Err(_) => (0..port.gid_tbl_len)
             .find(|&i| ctx.query_gid(1, i).is_ok_and(|g| g.to_ipv4().is_some()))
             .unwrap_or(0),

@@ -35,7 +35,9 @@ const PSEUDO_LRH_CRC: u32 = !0xDEBB_20E3;
 const ONE_PASS_LEN: usize = 128;
 
 /// The longest datagram the one-block fold hashes: its multiplies run one after the other, so
-/// crc32fast's four-way fold wins beyond (docs/decisions.md, "ICRC fold").
+/// crc32fast's four-way fold wins beyond (docs/decisions.md, "ICRC fold"). Only x86-64 has
+/// the fold (`folded`), so only there does the constant exist.
+#[cfg(target_arch = "x86_64")]
 const FOLD_MAX_LEN: usize = ONE_PASS_LEN;
 
 /// ICRC over a RoCEv2 IPv4 datagram (`datagram_without_icrc` = IPv4 header .. end of pad,

@@ -207,19 +207,16 @@ impl std::ops::Deref for Device {
     }
 }
 
-fn env_micros(var: &str, default: Duration) -> Duration {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_micros)
-        .unwrap_or(default)
-}
-
 /// Devices started by this process so far (see [`Core::handle_id`]).
 static DEVICES_STARTED: AtomicU32 = AtomicU32::new(0);
 
 impl Device {
-    pub(crate) fn start(name: String, mut nic: Nic, port: Arc<dyn Port>) -> Arc<Device> {
+    pub(crate) fn start(
+        name: String,
+        mut nic: Nic,
+        port: Arc<dyn Port>,
+        env: &super::EnvConfig,
+    ) -> Arc<Device> {
         nic.set_wire(Some(PortWire::lend(&port, None)));
         let core = Arc::new(Core {
             name,
@@ -245,8 +242,8 @@ impl Device {
             inline_rounds: AtomicU64::new(0),
             takeover: AtomicBool::new(false),
             nic_thread: OnceLock::new(),
-            spin: env_micros("SOFTVERBS_SPIN_US", DEFAULT_SPIN),
-            standby: env_micros("SOFTVERBS_STANDBY_US", DEFAULT_STANDBY),
+            spin: env.spin,
+            standby: env.standby,
         });
         let for_thread = core.clone();
         let handle = std::thread::Builder::new()

@@ -7,6 +7,7 @@
 //! fabric assigns, and a NIC thread); later opens share it, as contexts of one real device do.
 
 mod device;
+mod env;
 mod port;
 
 use std::any::Any;
@@ -21,11 +22,12 @@ use verbs_api::{
 };
 
 pub use device::{DeviceStats, Tap, TapDir, WireCounters, DEFAULT_SPIN, DEFAULT_STANDBY};
+pub use env::{EnvConfig, DEFAULT_DEVICES, MAX_DEVICES};
 pub use port::{Links, LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
 use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};
-use crate::wire::{Fabric, InboxConfig};
+use crate::wire::{Fabric, InboxConfig, WireError};
 use device::{Core, CqEntry, Device, Round};
 
 enum WireKind {
@@ -44,38 +46,45 @@ struct SoftInner {
     names: Vec<String>,
     devices: Mutex<BTreeMap<String, Weak<Device>>>,
     config: Mutex<NicConfig>,
+    /// What the environment set ([`EnvConfig`]), or why it could not be read: then opening
+    /// or listing a device fails with that error.
+    env: std::result::Result<EnvConfig, Error>,
 }
 
-/// How many devices a [`Soft`] offers unless told otherwise (`SOFTVERBS_DEVICES`).
-pub const DEFAULT_DEVICES: usize = 2;
-
 impl Soft {
-    fn with_wire(wire: WireKind) -> Soft {
-        let n = std::env::var("SOFTVERBS_DEVICES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_DEVICES)
-            .clamp(1, 64);
+    fn with_wire(wire: WireKind, env: std::result::Result<EnvConfig, Error>) -> Soft {
+        let n = env.as_ref().map_or(DEFAULT_DEVICES, |e| e.devices);
         Soft {
             inner: Arc::new(SoftInner {
                 wire,
                 names: (0..n).map(|i| format!("softverbs{i}")).collect(),
                 devices: Mutex::new(BTreeMap::new()),
                 config: Mutex::new(NicConfig::new("", 0)),
+                env,
             }),
         }
     }
 
-    /// Devices joined by an in-process wire: for programs and tests that run every NIC in one process.
+    /// Devices joined by an in-process wire: for programs and tests that run every NIC in one
+    /// process. An environment variable that does not parse ([`EnvConfig`]) makes every open
+    /// of a device fail with an error naming it.
     pub fn loopback() -> Soft {
-        Soft::with_wire(WireKind::Loopback(Loopback::new()))
+        Soft::with_wire(WireKind::Loopback(Loopback::new()), EnvConfig::from_env())
     }
 
     /// Devices on the shared-memory fabric in `dir` (or `SOFTVERBS_FABRIC`, or
-    /// `/dev/shm/softverbs-<uid>`): processes on one machine talk RDMA through it.
+    /// `/dev/shm/softverbs-<uid>`): processes on one machine talk RDMA through it. The
+    /// directory is created when the first device is opened, not before, so that a program
+    /// that only lists devices leaves nothing behind. An environment variable that does not
+    /// parse ([`EnvConfig`]) is an error ([`Errno::Inval`]) naming it.
     pub fn shared_memory(dir: Option<&Path>) -> Result<Soft> {
-        let fabric = Fabric::open(dir).map_err(|e| Error::new(Errno::Io, e.to_string()))?;
-        Ok(Soft::with_wire(WireKind::Shm(fabric)))
+        let env = EnvConfig::from_env()?;
+        let fabric = match Fabric::open_existing(dir) {
+            Ok(fabric) => fabric,
+            Err(WireError::NoFabric { .. }) => Fabric::locate(dir),
+            Err(e) => return Err(Error::new(Errno::Io, e.to_string())),
+        };
+        Ok(Soft::with_wire(WireKind::Shm(fabric), Ok(env)))
     }
 
     /// Change the NIC settings (limits, retry quirks) used by devices opened from now on.
@@ -113,6 +122,7 @@ impl Soft {
     }
 
     fn device(&self, name: &str) -> Result<Arc<Device>> {
+        let env = self.inner.env.clone()?;
         let Some(index) = self.inner.names.iter().position(|n| n == name) else {
             return Err(Error::new(
                 Errno::NoDev,
@@ -130,6 +140,10 @@ impl Soft {
                 (Arc::new(p), lid)
             }
             WireKind::Shm(fabric) => {
+                // Attaching the first port is what creates the fabric directory.
+                fabric
+                    .create_dir()
+                    .map_err(|e| Error::new(Errno::Io, format!("opening {name}: {e}")))?;
                 let p = ShmPort::create(fabric.clone(), InboxConfig::default())
                     .map_err(|e| Error::new(Errno::Io, format!("opening {name}: {e}")))?;
                 let lid = p.lid();
@@ -141,7 +155,7 @@ impl Soft {
         cfg.lid = lid;
         cfg.node_guid = node_guid(index);
         cfg.entropy = fresh_entropy();
-        let dev = Device::start(name.to_string(), Nic::new(cfg), port);
+        let dev = Device::start(name.to_string(), Nic::new(cfg), port, &env);
         devices.insert(name.to_string(), Arc::downgrade(&dev));
         Ok(dev)
     }
@@ -173,6 +187,7 @@ impl Provider for Soft {
         "soft"
     }
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
+        self.inner.env.clone()?;
         Ok(self
             .inner
             .names

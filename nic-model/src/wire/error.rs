@@ -29,6 +29,8 @@ pub enum WireError {
     ForeignDir { path: PathBuf, uid: u32 },
     /// Every LID of the unicast range is taken in this fabric.
     NoFreeLid { dir: PathBuf },
+    /// The fabric directory does not exist (and was opened for reading only).
+    NoFabric { dir: PathBuf },
 }
 
 impl WireError {
@@ -73,6 +75,11 @@ impl fmt::Display for WireError {
             WireError::NoFreeLid { dir } => write!(
                 f,
                 "no free LID left in fabric {} (every unicast LID has a live inbox)",
+                dir.display()
+            ),
+            WireError::NoFabric { dir } => write!(
+                f,
+                "fabric directory {} does not exist (no process has opened a soft device on it)",
                 dir.display()
             ),
         }

@@ -100,31 +100,67 @@ impl Fabric {
     /// Opens the fabric directory: `explicit` if given, else `$SOFTVERBS_FABRIC` if set, else
     /// `/dev/shm/softverbs-<uid>` (`<temp dir>/softverbs-<uid>` without /dev/shm). A missing
     /// directory is created with mode 0700; an existing one must belong to this user
-    /// ([`WireError::ForeignDir`] otherwise) and is used with the mode it has.
+    /// ([`WireError::ForeignDir`] otherwise) and is used with the mode it has. For a program
+    /// that attaches ports; one that only looks uses [`Fabric::open_existing`].
     pub fn open(explicit: Option<&Path>) -> Result<Fabric, WireError> {
-        let uid = os::effective_uid();
-        let dir = resolve_dir(explicit, std::env::var_os(FABRIC_ENV), uid);
-        match fs::metadata(&dir) {
+        let fabric = Fabric::locate(explicit);
+        fabric.create_dir()?;
+        Ok(fabric)
+    }
+
+    /// Opens the fabric directory as [`Fabric::open`] does, but never creates it: a missing
+    /// one is [`WireError::NoFabric`]. For listing, cleaning, and a [`Soft`](crate::soft::Soft)
+    /// that creates it only when it attaches its first port.
+    pub fn open_existing(explicit: Option<&Path>) -> Result<Fabric, WireError> {
+        let fabric = Fabric::locate(explicit);
+        fabric.check_dir()?;
+        Ok(fabric)
+    }
+
+    /// The fabric directory [`Fabric::open`] would use, untouched (it may not exist).
+    pub fn locate(explicit: Option<&Path>) -> Fabric {
+        let dir = resolve_dir(explicit, std::env::var_os(FABRIC_ENV), os::effective_uid());
+        Fabric { dir }
+    }
+
+    /// Creates the directory (mode 0700, with its parents) unless it exists, then checks it
+    /// as [`Fabric::open_existing`] does.
+    pub fn create_dir(&self) -> Result<(), WireError> {
+        let dir = &self.dir;
+        match fs::metadata(dir) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 DirBuilder::new()
                     .recursive(true)
                     .mode(0o700)
-                    .create(&dir)
-                    .map_err(|e| WireError::io(&dir, e))?;
-                fs::set_permissions(&dir, Permissions::from_mode(0o700))
-                    .map_err(|e| WireError::io(&dir, e))?;
+                    .create(dir)
+                    .map_err(|e| WireError::io(dir, e))?;
+                fs::set_permissions(dir, Permissions::from_mode(0o700))
+                    .map_err(|e| WireError::io(dir, e))?;
             }
-            Err(e) => return Err(WireError::io(&dir, e)),
+            Err(e) => return Err(WireError::io(dir, e)),
         }
-        let meta = fs::metadata(&dir).map_err(|e| WireError::io(&dir, e))?;
+        self.check_dir()
+    }
+
+    /// The directory exists, is a directory and belongs to this user.
+    fn check_dir(&self) -> Result<(), WireError> {
+        let dir = &self.dir;
+        let meta = match fs::metadata(dir) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(WireError::NoFabric { dir: dir.clone() })
+            }
+            Err(e) => return Err(WireError::io(dir, e)),
+        };
         if !meta.is_dir() {
-            return Err(WireError::io(&dir, io::Error::other("not a directory")));
+            return Err(WireError::io(dir, io::Error::other("not a directory")));
         }
+        let uid = os::effective_uid();
         if meta.uid() != uid {
-            return Err(WireError::ForeignDir { path: dir, uid: meta.uid() });
+            return Err(WireError::ForeignDir { path: dir.clone(), uid: meta.uid() });
         }
-        Ok(Fabric { dir })
+        Ok(())
     }
 
     /// The GID the fabric gives the port with this LID, as a subnet manager assigns addresses:

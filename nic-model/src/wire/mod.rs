@@ -2,7 +2,8 @@
 //! one machine.
 //!
 //! A [`Fabric`] is a directory of segment files (by default `/dev/shm/softverbs-<uid>`, mode
-//! 0700; `SOFTVERBS_FABRIC` overrides it). Each port owns one **inbox** segment,
+//! 0700; `SOFTVERBS_FABRIC` overrides it), created by [`Fabric::open`] for a program that
+//! attaches ports, never by [`Fabric::open_existing`] for one that only looks. Each port owns one **inbox** segment,
 //! `port-<lid>.inbox` (mode 0600): a bounded multi-producer, single-consumer ring of
 //! fixed-size packet slots plus a doorbell word. Any process of the fabric maps another port's
 //! inbox on demand ([`Fabric::connect`]) and enqueues RoCEv2 datagrams into it

@@ -628,3 +628,22 @@ fn send_with_writes_in_place_and_a_panicking_writer_leaves_an_empty_packet() {
     assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(Vec::new()), "the failed write, empty");
     assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(b"after".to_vec()));
 }
+
+#[test]
+fn opening_a_fabric_to_look_never_creates_it() {
+    let fabric = TempFabric::new("look");
+    let missing = fabric.dir().join("typo").join("fabric");
+    match Fabric::open_existing(Some(&missing)) {
+        Err(err @ WireError::NoFabric { .. }) => {
+            assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
+        }
+        other => panic!("expected NoFabric, got {other:?}"),
+    }
+    assert!(!fabric.dir().join("typo").exists(), "looking created a directory");
+    // Attaching is what creates it, with the fabric's mode; then looking finds it.
+    Fabric::open(Some(&missing)).expect("open creates the directory");
+    let mode = fs::metadata(&missing).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let found = Fabric::open_existing(Some(&missing)).expect("the directory exists now");
+    assert_eq!(found.dir(), missing);
+}

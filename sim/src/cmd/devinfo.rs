@@ -8,9 +8,10 @@ use verbs_api::{Context, DeviceAttr, Gid, LinkLayer, PortAttr};
 use super::{find_device, output_error, CliError};
 
 /// Print provider errors as notes on stderr: one provider failing must not hide the others.
+/// A closed stderr (`2>&1 | head`) loses the note rather than panicking.
 fn note_provider_errors(errors: &[(&'static str, verbs_api::Error)]) {
     for (provider, e) in errors {
-        eprintln!("note: the {provider} provider lists no devices: {e}");
+        let _ = writeln!(std::io::stderr(), "note: the {provider} provider lists no devices: {e}");
     }
 }
 

@@ -18,11 +18,6 @@ pub enum FabricAction {
     Clean,
 }
 
-fn open_fabric(dir: Option<&Path>) -> Result<Fabric, CliError> {
-    Fabric::open(dir)
-        .map_err(|e| CliError::failed(format!("opening the shared-memory fabric: {e}")))
-}
-
 fn segment_row(s: &SegmentInfo) -> [String; 6] {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     let owner = match s.owner_pid {
@@ -49,7 +44,20 @@ pub fn fabric(
     action: FabricAction,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let fabric = open_fabric(dir)?;
+    // Looking never creates: a directory that does not exist is named, or, for the default
+    // one, an empty fabric.
+    let Some(fabric) = super::existing_fabric(dir)? else {
+        let shown = Fabric::locate(dir).dir().display().to_string();
+        let said = match action {
+            FabricAction::List => {
+                writeln!(out, "fabric {shown}: no segments (no such directory yet)")
+            }
+            FabricAction::Clean => {
+                writeln!(out, "fabric {shown}: nothing to clean (no such directory)")
+            }
+        };
+        return said.map_err(output_error);
+    };
     let shown = fabric.dir().display().to_string();
     match action {
         FabricAction::List => {

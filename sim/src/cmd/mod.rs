@@ -5,6 +5,14 @@
 //! the peer launcher in [`crate::peer`], the simulator in [`crate::world`]), which never names
 //! them; they sit in this crate because the design card puts the `softverbs` binary in `sim/`.
 
+/// `println!` for a command's report lines: a reader that has gone (EPIPE) ends the command
+/// quietly ([`CliError::output_closed`]) instead of panicking; `?` passes it up.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cmd::print_line(format_args!($($arg)*))?
+    };
+}
+
 pub mod demo;
 pub mod devinfo;
 pub mod fabric;
@@ -13,16 +21,19 @@ pub mod pingpong;
 pub mod sim;
 
 use std::fmt;
+use std::io::Write;
 use std::net::Ipv6Addr;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::conn::PortAddress;
+use crate::conn::{PortAddress, QpInfo};
 use nic_model::soft::Soft;
+use nic_model::wire::{Fabric, WireError, FABRIC_ENV};
 use verbs_api::{Context, Errno, Gid};
 
 /// A command's failure: the message to print and the exit status (1: something failed,
-/// 2: the command was asked for something that does not exist, as a bad argument).
+/// 2: the command was asked for something that does not exist, as a bad argument), or, with
+/// status 0 and no message, a command that stopped because its output was closed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CliError {
     /// The process exit status.
@@ -39,6 +50,25 @@ impl CliError {
     /// The user asked for something that does not exist (exit status 2, like a bad argument).
     pub fn usage(message: impl Into<String>) -> CliError {
         CliError { status: 2, message: message.into() }
+    }
+    /// The command's stdout was closed by its reader (`softverbs devinfo | head`): it stops at
+    /// once and exits with status 0 saying nothing, as ripgrep and fd do; nothing failed that
+    /// anyone is still listening for.
+    pub fn output_closed() -> CliError {
+        CliError { status: 0, message: String::new() }
+    }
+    /// Whether this is [`CliError::output_closed`].
+    pub fn is_output_closed(&self) -> bool {
+        self.status == 0
+    }
+    /// Print the error as `softverbs CMD: message` on stderr, unless it is
+    /// [`CliError::output_closed`]; returns the exit status. A stderr that is closed too
+    /// (`2>&1 | head`) is no reason to panic: the status says what happened.
+    pub fn report(&self, cmd: &str) -> std::process::ExitCode {
+        if !self.is_output_closed() {
+            let _ = writeln!(std::io::stderr(), "softverbs {cmd}: {}", self.message);
+        }
+        std::process::ExitCode::from(self.status)
     }
 }
 
@@ -62,16 +92,133 @@ impl fmt::Display for CliError {
     }
 }
 
-/// The error of a failed write to the command's output.
-fn output_error(e: std::io::Error) -> CliError {
+/// The error of a failed write to the command's output: [`CliError::output_closed`] when the
+/// reader has gone (EPIPE), a failure otherwise.
+pub(crate) fn output_error(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return CliError::output_closed();
+    }
     CliError::failed(format!("writing the output: {e}"))
 }
 
+/// One line on stdout, for [`outln!`].
+pub(crate) fn print_line(args: fmt::Arguments<'_>) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args).and_then(|()| out.write_all(b"\n")).map_err(output_error)
+}
+
 /// The soft devices on the shared-memory fabric in `fabric` (or `$SOFTVERBS_FABRIC`, or the
-/// per-user default directory).
+/// per-user default directory). An environment value that does not parse is a usage error
+/// naming the variable.
 pub fn shared_memory(fabric: Option<&Path>) -> Result<Soft, CliError> {
-    Soft::shared_memory(fabric)
-        .map_err(|e| CliError::failed(format!("opening the shared-memory fabric: {e}")))
+    Soft::shared_memory(fabric).map_err(|e| {
+        if e.errno == Errno::Inval {
+            CliError::usage(e.message)
+        } else {
+            CliError::failed(format!("opening the shared-memory fabric: {e}"))
+        }
+    })
+}
+
+/// Soft devices joined by the in-process wire ([`Soft::loopback`]); an environment value that
+/// does not parse is a usage error naming the variable, as with [`shared_memory`].
+pub fn loopback() -> Result<Soft, CliError> {
+    nic_model::soft::EnvConfig::from_env().map_err(|e| CliError::usage(e.message))?;
+    Ok(Soft::loopback())
+}
+
+/// Where the name of the fabric directory came from: `--fabric`, `$SOFTVERBS_FABRIC`, or
+/// neither (None: the per-user default).
+fn fabric_named_by(flag: Option<&Path>) -> Option<&'static str> {
+    if flag.is_some() {
+        Some("--fabric")
+    } else if std::env::var_os(FABRIC_ENV).is_some_and(|v| !v.is_empty()) {
+        Some("$SOFTVERBS_FABRIC")
+    } else {
+        None
+    }
+}
+
+/// The fabric a command that only reads (`devices`, `fabric`) looks at, never created: None
+/// when the default directory does not exist yet (an empty fabric), a usage error naming the
+/// path and the option or variable when a directory the user named does not exist.
+pub fn existing_fabric(flag: Option<&Path>) -> Result<Option<Fabric>, CliError> {
+    match Fabric::open_existing(flag) {
+        Ok(fabric) => Ok(Some(fabric)),
+        Err(WireError::NoFabric { dir }) => match fabric_named_by(flag) {
+            None => Ok(None),
+            Some(by) => Err(CliError::usage(format!(
+                "fabric directory {} ({by}) does not exist: no process has opened a soft \
+                 device on it (a typo? processes on one fabric must name the same directory)",
+                dir.display()
+            ))),
+        },
+        Err(e) => Err(CliError::failed(format!("opening the shared-memory fabric: {e}"))),
+    }
+}
+
+/// After the address exchange of a command whose peer was started by someone else
+/// (`pingpong`): a soft device reaches the peer's port only through this fabric, so a peer
+/// whose LID has no segment here, or whose LID is this process's own port, runs on another
+/// fabric. Say so, naming the directory searched, rather than let the first message time out.
+pub fn check_peer_on_fabric(
+    soft: &Soft,
+    ctx: &Context,
+    me: &QpInfo,
+    remote: &QpInfo,
+) -> Result<(), CliError> {
+    let Some(fabric) = soft.fabric() else { return Ok(()) };
+    if verbs_api::backend_of(&ctx.device_name()) != "soft" || remote.lid == 0 {
+        return Ok(());
+    }
+    let dir = fabric.dir().display();
+    let path = fabric.inbox_path(remote.lid);
+    let why = if remote.lid == me.lid {
+        format!("LID {} is this process's own port there", remote.lid)
+    } else if !path.exists() {
+        format!("there is no {}", path.display())
+    } else {
+        return Ok(());
+    };
+    Err(CliError::failed(format!(
+        "the peer's port (LID {}) is not on the fabric {dir} that this process searched ({why}): \
+         the peer uses another fabric directory; give both the same --fabric DIR (or \
+         SOFTVERBS_FABRIC)",
+        remote.lid
+    )))
+}
+
+/// A port number `ctx` does not have is a usage error naming the option: `-i 2: softverbs0
+/// has no port 2 (phys_port_cnt 1)`.
+pub fn check_port(ctx: &Context, opt: &str, port: u8) -> Result<(), CliError> {
+    let name = ctx.device_name();
+    let attr = ctx
+        .query_device()
+        .map_err(|e| CliError::failed(format!("ibv_query_device on {name}: {e}")))?;
+    if port == 0 || port > attr.phys_port_cnt {
+        return Err(CliError::usage(format!(
+            "{opt} {port}: {name} has no port {port} (phys_port_cnt {})",
+            attr.phys_port_cnt
+        )));
+    }
+    Ok(())
+}
+
+/// Messages of `size` bytes on `port` of `ctx`: more than the port's `max_msg_sz` is a usage
+/// error naming the option and the limit, before any memory is registered or peer started.
+pub fn check_message_size(ctx: &Context, port: u8, opt: &str, size: u64) -> Result<(), CliError> {
+    let name = ctx.device_name();
+    let pa = ctx
+        .query_port(port)
+        .map_err(|e| CliError::failed(format!("ibv_query_port on {name} port {port}: {e}")))?;
+    if size > u64::from(pa.max_msg_sz) {
+        return Err(CliError::usage(format!(
+            "{opt} {size}: larger than the largest message {name} port {port} takes \
+             (max_msg_sz {})",
+            pa.max_msg_sz
+        )));
+    }
+    Ok(())
 }
 
 /// Register `soft` and, when `verbs-api` was built with the `rdma-sys` feature, the `hw`

@@ -34,6 +34,10 @@ const ADDR_MSG_LEN: usize = 52;
 /// What each side sends when it is done, NUL included (`sizeof "done"`).
 const DONE: &[u8; 5] = b"done\0";
 
+/// The longest any one wait may be told to last: a day. Every wait is a deadline on the
+/// clock, and a bound keeps `now + wait` from overflowing it.
+const MAX_WAIT_SECS: u64 = 86_400;
+
 /// Options of `softverbs pingpong` (those of `ibv_rc_pingpong`, plus the bounds on waiting).
 #[derive(clap::Args, Debug, Clone)]
 pub struct PingpongArgs {
@@ -75,15 +79,18 @@ pub struct PingpongArgs {
     /// Send this GID index's GID and address the peer by GID (is_global).
     #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
     pub gid_idx: Option<u32>,
-    /// Client: keep retrying the TCP connect for this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    /// Client: keep retrying the TCP connect for this many seconds (at most a day).
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_SECS))]
     pub connect_timeout: u64,
-    /// Server: wait this many seconds for a client (0: wait as long as it takes).
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    /// Server: wait this many seconds for a client (0: wait as long as it takes; at most a day).
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_SECS))]
     pub accept_timeout: u64,
-    /// Longest wait for the peer once connected: each TCP read and each completion.
+    /// Longest wait for the peer once connected: each TCP read and each completion (at most
+    /// a day).
     #[arg(long, value_name = "SECS", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub timeout: u64,
 }
 
@@ -512,17 +519,16 @@ fn run_test(pp: &PingpongCtx, a: &PingpongArgs, client: bool) -> Result<Duration
 /// Run `softverbs pingpong` on the fabric in `fabric`, printing to `out`.
 pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let say = |out: &mut dyn Write, s: &str| {
-        writeln!(out, "{s}")
-            .and_then(|()| out.flush())
-            .map_err(|e| CliError::failed(format!("writing the output: {e}")))
+        writeln!(out, "{s}").and_then(|()| out.flush()).map_err(cmd::output_error)
     };
     if a.host.is_some() && a.port == 0 {
         return Err(CliError::usage(
             "-p 0 (a free port) is for the server; give the client the port the server printed",
         ));
     }
-    cmd::register_fabric(fabric)?;
+    let soft = cmd::register_fabric(fabric)?;
     let ctx = cmd::open_device(&a.ib_dev)?;
+    check_limits(&ctx, a)?;
     let pp = PingpongCtx::new(ctx, a)?;
     let posted = pp.post_recv(pp.rx_depth);
     if posted < pp.rx_depth {
@@ -566,6 +572,7 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
             set_timeouts(&sock)?;
             write_dest(&mut sock, &me).map_err(|e| tcp_error("Couldn't send local address", e))?;
             let remote = read_dest(&mut sock)?;
+            cmd::check_peer_on_fabric(&soft, &pp.ctx, &me, &remote)?;
             sock.write_all(DONE).map_err(|e| tcp_error("Couldn't write \"done\"", e))?;
             (sock, remote)
         }
@@ -582,9 +589,14 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
             let mut sock = server_accept(&listener, wait)?;
             set_timeouts(&sock)?;
             let remote = read_dest(&mut sock)?;
-            // The server is ready to receive before it tells the client where it is.
-            pp.connect(a, me.psn, &remote)?;
+            let reachable = cmd::check_peer_on_fabric(&soft, &pp.ctx, &me, &remote);
+            // The server is ready to receive before it tells the client where it is. A peer
+            // on another fabric still gets this side's address, so that it can say so too.
+            if reachable.is_ok() {
+                pp.connect(a, me.psn, &remote)?;
+            }
             write_dest(&mut sock, &me).map_err(|e| tcp_error("Couldn't send local address", e))?;
+            reachable?;
             read_done(&mut sock)?;
             (sock, remote)
         }
@@ -599,6 +611,28 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
         say(out, &line)?;
     }
     finish(&mut sock)
+}
+
+/// `-i`, `-s` and `-r` against what the device reports, before anything is allocated: a value
+/// it cannot take is a usage error naming the option and the limit, not a failed verb later.
+fn check_limits(ctx: &Context, a: &PingpongArgs) -> Result<(), CliError> {
+    cmd::check_port(ctx, "-i", a.ib_port)?;
+    cmd::check_message_size(ctx, a.ib_port, "-s", u64::from(a.size))?;
+    let attr = ctx
+        .query_device()
+        .map_err(|e| CliError::failed(format!("ibv_query_device on {}: {e}", ctx.device_name())))?;
+    // The receive queue holds rx_depth WRs; the CQ one more (the send).
+    let max = attr.max_qp_wr.min(attr.max_cqe.saturating_sub(1));
+    if a.rx_depth > max {
+        return Err(CliError::usage(format!(
+            "-r {}: more receives than {} allows (max_qp_wr {}, max_cqe {})",
+            a.rx_depth,
+            ctx.device_name(),
+            attr.max_qp_wr,
+            attr.max_cqe
+        )));
+    }
+    Ok(())
 }
 
 /// After the test: both sides finished sending and receiving, and only now may either tear

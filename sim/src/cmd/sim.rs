@@ -1,6 +1,7 @@
 //! `softverbs sim SCENARIO.toml`: run a scenario in the deterministic simulator and print what
 //! happened (see `docs/simulator.md`).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -34,12 +35,14 @@ pub fn main(args: SimArgs) -> ExitCode {
     let sc = match Scenario::load(&args.scenario) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("softverbs sim: {e}");
+            let _ = writeln!(std::io::stderr(), "softverbs sim: {e}");
             return ExitCode::from(2);
         }
     };
     let seed = args.seed.unwrap_or(sc.seed);
-    println!("seed {seed}");
+    if let Err(e) = writeln!(std::io::stdout(), "seed {seed}") {
+        return super::output_error(e).report("sim");
+    }
     let opts = RunOptions {
         seed: Some(seed),
         pcap: args.pcap.clone(),
@@ -49,11 +52,14 @@ pub fn main(args: SimArgs) -> ExitCode {
     };
     match scenario::run(&sc, &opts) {
         Ok(report) => {
-            let _ = report.write_summary(&mut std::io::stdout().lock());
+            if let Err(e) = report.write_summary(&mut std::io::stdout().lock()) {
+                return super::output_error(e).report("sim");
+            }
             if report.passed {
                 ExitCode::SUCCESS
             } else {
-                eprintln!(
+                let _ = writeln!(
+                    std::io::stderr(),
                     "softverbs sim: reproduce with: softverbs sim {} --seed {seed}",
                     args.scenario.display()
                 );
@@ -61,7 +67,7 @@ pub fn main(args: SimArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("softverbs sim: {e}");
+            let _ = writeln!(std::io::stderr(), "softverbs sim: {e}");
             ExitCode::from(2)
         }
     }

@@ -163,7 +163,7 @@ fn other_soft_device(soft: &Soft, ib_dev: &str) -> Result<String, CliError> {
 pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
     let on_soft = verbs_api::backend_of(&o.ib_dev) == "soft";
     let soft =
-        if o.in_process { Soft::loopback() } else { cmd::shared_memory(o.fabric.as_deref())? };
+        if o.in_process { cmd::loopback()? } else { cmd::shared_memory(o.fabric.as_deref())? };
     cmd::register_backends(&soft);
     // Open the device first: a bad -d or -g fails here, before a target is started.
     let ctx = cmd::open_device(&o.ib_dev)?;

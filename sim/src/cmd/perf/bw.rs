@@ -53,14 +53,16 @@ pub(super) fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, CliError> {
     let extra = vec!["-s".into(), a.size.to_string()];
     let len = a.size as usize;
     let (ep, mut peer, raddr, rkey) =
-        connect_to_peer(me, "bw", &a.common, dir.path(), &extra, len)?;
+        connect_to_peer(me, "bw", &a.common, dir.path(), &extra, (a.size, len))?;
     let data: Vec<u8> = (0..len).map(pattern).collect();
     ep.mr.write(0, &data).map_err(|e| e.to_string())?;
-    println!(
+    outln!(
         "softverbs perf bw: {} B RDMA WRITEs, window {}, between two processes on {}",
-        a.size, a.window, a.common.ib_dev
+        a.size,
+        a.window,
+        a.common.ib_dev
     );
-    println!("machine: {}", machine());
+    outln!("machine: {}", machine());
     let sge = [ep.mr.sge(0, a.size)];
     let wr = SendWr {
         wr_id: 0,
@@ -88,7 +90,7 @@ pub(super) fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, CliError> {
         let secs = t0.elapsed().as_secs_f64();
         if r > 0 {
             let gbps = n as f64 * a.size as f64 / secs / 1e9;
-            println!("  run {r}: {gbps:.3} GB/s ({:.1} us per WRITE)", secs * 1e6 / n as f64);
+            outln!("  run {r}: {gbps:.3} GB/s ({:.1} us per WRITE)", secs * 1e6 / n as f64);
             results.push(gbps);
         }
     }
@@ -100,8 +102,8 @@ pub(super) fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, CliError> {
     }
     let med = median(&results);
     let (lo, hi) = results.iter().fold((f64::MAX, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
-    println!("bandwidth (GB/s): median {med:.3}  min {lo:.3}  max {hi:.3}  (data verified at the target)");
-    println!(
+    outln!("bandwidth (GB/s): median {med:.3}  min {lo:.3}  max {hi:.3}  (data verified at the target)");
+    outln!(
         "RESULT bw size={} iters={} window={} runs={} median_gbps={med:.4} min_gbps={lo:.4} max_gbps={hi:.4}",
         a.size, a.iters, a.window, a.runs
     );
@@ -116,7 +118,7 @@ fn checksum(b: &[u8]) -> u64 {
 pub(super) fn bw_peer(a: &BwArgs) -> Result<(), CliError> {
     let mut parent = Parent::stdio();
     let fabric = a.common.fabric.clone().ok_or("the peer needs --fabric")?;
-    let ep = accept_parent(&mut parent, &a.common, &fabric, a.size as usize)?;
+    let ep = accept_parent(&mut parent, &a.common, &fabric, (a.size, a.size as usize))?;
     parent.say("READY")?;
     // The target's CPU takes no part: it sleeps in read() while the WRITEs land.
     while let Some(l) = parent.line()? {

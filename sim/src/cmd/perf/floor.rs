@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::runner::{machine, run_dir, Launcher, HANDSHAKE, PHASE};
-use super::stats::{median, us, Dist};
-use super::Common;
+use super::stats::{iterations, median, us, Dist};
 use crate::cmd::CliError;
 use crate::peer::Parent;
 
@@ -27,8 +26,13 @@ pub(super) struct FloorArgs {
     /// Internal: the shared page (peer only).
     #[arg(long, hide = true)]
     pub(super) page: Option<PathBuf>,
-    #[command(flatten)]
-    pub(super) common: Common,
+    /// Directory of the shared page [default: $SOFTVERBS_FABRIC, else a fresh one under
+    /// /dev/shm, removed at the end]. The floor opens no device, so it takes no -d or -g.
+    #[arg(long, value_name = "DIR")]
+    pub(super) fabric: Option<PathBuf>,
+    /// Internal: run as the peer process.
+    #[arg(long, hide = true)]
+    pub(super) peer: bool,
 }
 
 /// One shared page, mapped from a file.
@@ -105,20 +109,21 @@ const FLOOR_STOP: u64 = u64::MAX;
 
 pub(super) fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, CliError> {
     if a.iters == 0 || a.runs == 0 {
-        return Err("iterations and runs must be positive".into());
+        return Err(CliError::usage("iterations and runs must be positive"));
     }
-    let dir = run_dir(a.common.fabric.as_deref())?;
+    iterations(a.iters, a.runs, a.warmup)?;
+    let dir = run_dir(a.fabric.as_deref())?;
     let path = dir.path().join(format!("perf-floor-{}.page", std::process::id()));
     let page = SharedPage::map(&path, true)?;
     let c = page.counter();
     c.store(0, Ordering::Release);
     let extra = vec!["--page".into(), path.display().to_string()];
-    let mut peer = me.spawn("floor", &a.common, dir.path(), &extra)?;
+    let mut peer = me.spawn_without_device("floor", dir.path(), &extra)?;
     peer.expect("READY", HANDSHAKE)?;
-    println!(
+    outln!(
         "softverbs perf floor: two processes bounce one counter through one shared page (spinning)"
     );
-    println!("machine: {}", machine());
+    outln!("machine: {}", machine());
     let mut v = 0u64;
     let mut step = |deadline: Instant| -> Result<(), String> {
         c.store(v + 1, Ordering::Release);
@@ -144,7 +149,7 @@ pub(super) fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, CliError> {
         all.extend_from_slice(&samples);
         let d = Dist::of(&mut samples);
         run_medians.push(d.p50);
-        println!(
+        outln!(
             "  run {}: median {} us  p99 {} us  mean {} us",
             r + 1,
             us(d.p50),
@@ -155,14 +160,14 @@ pub(super) fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, CliError> {
     c.store(FLOOR_STOP, Ordering::Release);
     let d = Dist::of(&mut all);
     let med = median(&run_medians);
-    println!(
+    outln!(
         "half round trip (us): median of run medians {}  min {}  p99 {}  max {}",
         us(med),
         us(d.min),
         us(d.p99),
         us(d.max)
     );
-    println!(
+    outln!(
         "RESULT floor iters={} runs={} median_us={} p99_us={}",
         a.iters,
         a.runs,

@@ -31,7 +31,7 @@ pub(super) fn idle(me: &Launcher, a: &IdleArgs) -> Result<(), CliError> {
         idle_seconds: a.seconds,
         common: a.common.clone(),
     };
-    println!(
+    outln!(
         "softverbs perf idle: connect, 1100 ping-pongs, then sleep {:.1} s and measure CPU time",
         a.seconds
     );

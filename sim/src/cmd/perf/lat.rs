@@ -10,7 +10,7 @@ use super::runner::{
     accept_parent, connect_to_peer, machine, poll_some, process_cpu_ns, run_dir, Launcher,
     HANDSHAKE, PHASE, RX_DEPTH,
 };
-use super::stats::{median, us, Dist};
+use super::stats::{iterations, median, us, Dist};
 use super::Common;
 use crate::cmd::CliError;
 use crate::conn::Endpoint;
@@ -108,8 +108,8 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
     if a.iters == 0 || a.runs == 0 || a.size == 0 {
         return Err(CliError::usage("size, iterations and runs must be positive"));
     }
+    let total = iterations(a.iters, a.runs, a.warmup)?;
     let dir = run_dir(a.common.fabric.as_deref())?;
-    let total = a.warmup + a.runs * a.iters;
     let extra = vec![
         "-s".into(),
         a.size.to_string(),
@@ -123,16 +123,18 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
         a.idle_seconds.to_string(),
     ];
     let mr_len = (2 * a.size as usize).max(4096);
-    let (ep, mut peer, _, _) = connect_to_peer(me, "lat", &a.common, dir.path(), &extra, mr_len)?;
+    let (ep, mut peer, _, _) =
+        connect_to_peer(me, "lat", &a.common, dir.path(), &extra, (a.size, mr_len))?;
     let mut pp = PingPong::new(&ep, a.size)?;
     peer.send_line("GO")?;
-    println!(
+    outln!(
         "softverbs perf lat: {}-byte RC SEND ping-pong between two processes on {}, half round \
          trip",
-        a.size, a.common.ib_dev
+        a.size,
+        a.common.ib_dev
     );
-    println!("machine: {}", machine());
-    println!("{} runs x {} iterations after {} warm-up iterations", a.runs, a.iters, a.warmup);
+    outln!("machine: {}", machine());
+    outln!("{} runs x {} iterations after {} warm-up iterations", a.runs, a.iters, a.warmup);
     let deadline = Instant::now() + PHASE;
     for _ in 0..a.warmup {
         pp.send()?;
@@ -167,7 +169,7 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
         all.extend_from_slice(&samples);
         let d = Dist::of(&mut samples);
         run_medians.push(d.p50);
-        println!(
+        outln!(
             "  run {}: median {} us  p99 {} us  mean {} us",
             r + 1,
             us(d.p50),
@@ -178,7 +180,7 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
     let d = Dist::of(&mut all);
     let med = median(&run_medians);
     let mean = median(&run_means);
-    println!(
+    outln!(
         "half round trip (us): median of run medians {}  median of run means {}  min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
         us(med),
         us(mean),
@@ -197,13 +199,13 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
         let (pc, pw) = (it.next().unwrap_or(0.0), it.next().unwrap_or(1.0));
         let mine = cpu as f64 / wall as f64 * 100.0;
         let other = pc / pw * 100.0;
-        println!(
+        outln!(
             "idle for {:.1} s after the runs: CPU {mine:.3}% of a core (this process), {other:.3}% (peer)",
             a.idle_seconds
         );
         idle = format!(" idle_cpu_pct={mine:.4} peer_idle_cpu_pct={other:.4}");
     }
-    println!(
+    outln!(
         "RESULT lat size={} iters={} runs={} median_us={} mean_us={} p99_us={} min_us={} p999_us={}{idle}",
         a.size,
         a.iters,
@@ -231,7 +233,7 @@ pub(super) fn lat_peer(a: &LatArgs) -> Result<(), CliError> {
     let mut parent = Parent::stdio();
     let fabric = a.common.fabric.clone().ok_or("the peer needs --fabric")?;
     let mr_len = (2 * a.size as usize).max(4096);
-    let ep = accept_parent(&mut parent, &a.common, &fabric, mr_len)?;
+    let ep = accept_parent(&mut parent, &a.common, &fabric, (a.size, mr_len))?;
     // Post the receives before READY so the first SEND never meets an empty RQ.
     let mut pp = PingPong::new(&ep, a.size)?;
     parent.say("READY")?;

@@ -43,7 +43,8 @@ enum PerfCmd {
     Floor(floor::FloorArgs),
     /// CPU time of a connected, idle device over a sleep.
     Idle(idle::IdleArgs),
-    /// System calls per ping-pong iteration, counted with `strace -f -c`.
+    /// System calls per ping-pong iteration, counted with `perf stat` (or `strace -f -c` where
+    /// perf cannot trace; see --counter).
     Syscalls(syscalls::SyscallArgs),
     /// Latency and idle CPU for several values of SOFTVERBS_SPIN_US.
     Spin(spin::SpinArgs),
@@ -90,7 +91,7 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
         PerfCmd::Lat(a) => lat::lat(&me, a).map(|_| ()),
         PerfCmd::Bw(a) if a.common.peer => bw::bw_peer(a),
         PerfCmd::Bw(a) => bw::bw(&me, a).map(|_| ()),
-        PerfCmd::Floor(a) if a.common.peer => floor::floor_peer(a),
+        PerfCmd::Floor(a) if a.peer => floor::floor_peer(a),
         PerfCmd::Floor(a) => floor::floor(&me, a).map(|_| ()),
         PerfCmd::Idle(a) => idle::idle(&me, a),
         PerfCmd::Syscalls(a) => syscalls::syscalls(&me, a),
@@ -98,10 +99,7 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("softverbs perf: {e}");
-            ExitCode::from(e.status)
-        }
+        Err(e) => e.report("perf"),
     }
 }
 

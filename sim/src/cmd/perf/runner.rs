@@ -2,6 +2,7 @@
 //! line, the run's fabric directory, starting this program again as the peer process
 //! ([`crate::peer`]), connecting the two QPs, and the busy poll of the completion queue.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -96,9 +97,19 @@ impl Launcher {
         fabric: &Path,
         extra: &[String],
     ) -> Result<Peer, String> {
+        self.spawn_without_device(sub, fabric, &[device_args(common), extra.to_vec()].concat())
+    }
+
+    /// Start `<sub> --peer --fabric DIR <extra>`: [`Launcher::spawn`] for a measurement that
+    /// opens no device (`floor`).
+    pub(super) fn spawn_without_device(
+        &self,
+        sub: &str,
+        fabric: &Path,
+        extra: &[String],
+    ) -> Result<Peer, String> {
         let mut args = vec![sub.to_string(), "--peer".into(), "--fabric".into()];
         args.push(fabric.display().to_string());
-        args.extend(device_args(common));
         args.extend_from_slice(extra);
         Peer::spawn("the peer process", self.command(&args)?, Stderr::Inherit)
     }
@@ -113,7 +124,11 @@ pub(super) fn run_dir(given: Option<&Path>) -> Result<FabricDir, String> {
         return Ok(FabricDir::given(p));
     }
     for (dir, pid) in remove_dead_runs(&fabric_base()) {
-        eprintln!("softverbs perf: removed {}, left by run {pid}, which is gone", dir.display());
+        let _ = writeln!(
+            std::io::stderr(),
+            "softverbs perf: removed {}, left by run {pid}, which is gone",
+            dir.display()
+        );
     }
     FabricDir::create(&format!("{PERF_DIR_PREFIX}{}", std::process::id()))
 }
@@ -162,10 +177,17 @@ fn opts() -> ConnOpts {
 }
 
 /// Register the backends over `fabric` and open `c.ib_dev`: a connected pair's one side, and
-/// the connection options its port needs.
-fn endpoint(c: &Common, fabric: &Path, mr_len: usize) -> Result<(Endpoint, PortAddress), CliError> {
+/// the connection options its port needs. Messages of `msg_len` bytes (`-s`) must fit the
+/// port's `max_msg_sz`: a usage error otherwise, before any memory is registered.
+fn endpoint(
+    c: &Common,
+    fabric: &Path,
+    msg_len: u32,
+    mr_len: usize,
+) -> Result<(Endpoint, PortAddress), CliError> {
     cmd::register_fabric(Some(fabric))?;
     let ctx = cmd::open_device(&c.ib_dev)?;
+    cmd::check_message_size(&ctx, 1, "-s", u64::from(msg_len))?;
     let ep = Endpoint::new(&ctx, QpType::Rc, cap(), SQ_DEPTH + 2 * RX_DEPTH as u32, mr_len)
         .map_err(|e| e.to_string())?;
     let addr = cmd::port_address(&ctx, c.gid_idx)?;
@@ -184,17 +206,17 @@ pub(super) fn connect(
 }
 
 /// Initiator side: start the peer, swap QP info, connect; returns once the peer is READY, with
-/// the peer's MR address and rkey.
+/// the peer's MR address and rkey. Messages are `msg_len` bytes, the MR `mr_len`.
 pub(super) fn connect_to_peer(
     me: &Launcher,
     sub: &str,
     common: &Common,
     fabric: &Path,
     extra: &[String],
-    mr_len: usize,
+    (msg_len, mr_len): (u32, usize),
 ) -> Result<(Endpoint, Peer, u64, u32), CliError> {
-    // Open the device first: a bad -d fails here, before a peer is started.
-    let (ep, addr) = endpoint(common, fabric, mr_len)?;
+    // Open the device first: a bad -d or -s fails here, before a peer is started.
+    let (ep, addr) = endpoint(common, fabric, msg_len, mr_len)?;
     let mut peer = me.spawn(sub, common, fabric, extra)?;
     let mine = addr.qp_info(&ep.qp, CLIENT_PSN);
     let (remote, mr) = peer.swap_info(&mine, Some((ep.mr.addr(), ep.mr.rkey())), HANDSHAKE)?;
@@ -209,9 +231,9 @@ pub(super) fn accept_parent(
     parent: &mut Parent,
     common: &Common,
     fabric: &Path,
-    mr_len: usize,
+    (msg_len, mr_len): (u32, usize),
 ) -> Result<Endpoint, CliError> {
-    let (ep, addr) = endpoint(common, fabric, mr_len)?;
+    let (ep, addr) = endpoint(common, fabric, msg_len, mr_len)?;
     let mine = addr.qp_info(&ep.qp, SERVER_PSN);
     let (remote, _) = parent.swap_info(&mine, Some((ep.mr.addr(), ep.mr.rkey())))?;
     connect(&ep, &addr, SERVER_PSN, &remote)?;
@@ -232,7 +254,10 @@ pub(super) fn poll_some(
             let mut recvs = 0;
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
-                    return Err(format!("work completion failed: {wc:?}"));
+                    return Err(format!(
+                        "work completion failed: {} ({}), opcode {:?}, wr_id {}",
+                        wc.status, wc.status as u32, wc.opcode, wc.wr_id
+                    ));
                 }
                 if wc.opcode == verbs_api::WcOpcode::Recv {
                     recvs += 1;

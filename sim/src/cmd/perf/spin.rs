@@ -27,10 +27,10 @@ pub(super) struct SpinArgs {
 }
 
 pub(super) fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), CliError> {
-    println!("softverbs perf spin: SOFTVERBS_SPIN_US against 8-byte latency and idle CPU");
-    println!("machine: {}", machine());
-    println!("| SOFTVERBS_SPIN_US | median half-RTT (us) | p99 (us) | idle CPU, % of a core (initiator / peer) |");
-    println!("|---|---|---|---|");
+    outln!("softverbs perf spin: SOFTVERBS_SPIN_US against 8-byte latency and idle CPU");
+    outln!("machine: {}", machine());
+    outln!("| SOFTVERBS_SPIN_US | median half-RTT (us) | p99 (us) | idle CPU, % of a core (initiator / peer) |");
+    outln!("|---|---|---|---|");
     for &v in &a.values {
         let mut args = vec!["lat".to_string(), "-n".into(), a.iters.to_string()];
         args.extend([
@@ -53,14 +53,14 @@ pub(super) fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), CliError> {
         let kv = parse_result(&text, "lat")
             .ok_or_else(|| child_failed(&format!("lat with SOFTVERBS_SPIN_US={v}"), &out))?;
         let g = |k: &str| field(&kv, k).unwrap_or(f64::NAN);
-        println!(
+        outln!(
             "| {v} | {:.3} | {:.3} | {:.3} / {:.3} |",
             g("median_us"),
             g("p99_us"),
             g("idle_cpu_pct"),
             g("peer_idle_cpu_pct")
         );
-        println!(
+        outln!(
             "RESULT spin spin_us={v} median_us={:.3} p99_us={:.3} idle_cpu_pct={:.4} peer_idle_cpu_pct={:.4}",
             g("median_us"),
             g("p99_us"),

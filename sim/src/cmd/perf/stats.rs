@@ -1,6 +1,8 @@
 //! The statistics of `softverbs perf`: percentiles of a sample set, the median of the runs'
 //! figures, microseconds as printed, and the `RESULT` lines one run prints and another parses.
 
+use crate::cmd::CliError;
+
 /// Percentiles of a sample set, in nanoseconds.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Dist {
@@ -28,6 +30,24 @@ impl Dist {
             max: samples[samples.len() - 1],
         }
     }
+}
+
+/// The most measured iterations a run keeps (`-n` x `-r`): every one is kept, as 8 bytes, for
+/// the percentiles, so this bounds that memory at 1 GiB.
+pub(super) const MAX_SAMPLES: u64 = 1 << 27;
+
+/// `-n ITERS` x `-r RUNS` measured iterations plus `-w WARMUP`: the total, or a usage error
+/// naming the options when the samples would not fit [`MAX_SAMPLES`] or the sum overflows.
+pub(super) fn iterations(iters: u64, runs: u64, warmup: u64) -> Result<u64, CliError> {
+    let measured = iters.checked_mul(runs).filter(|&n| n <= MAX_SAMPLES).ok_or_else(|| {
+        CliError::usage(format!(
+            "-n {iters} x -r {runs}: more than {MAX_SAMPLES} measured iterations, each of which \
+             is kept for the percentiles"
+        ))
+    })?;
+    measured.checked_add(warmup).ok_or_else(|| {
+        CliError::usage(format!("-w {warmup}: too many warm-up iterations to count"))
+    })
 }
 
 pub(super) fn median(v: &[f64]) -> f64 {

@@ -82,7 +82,7 @@ pub(super) fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
         _ => perf_stat_works(),
     };
     let counter = if use_perf { "perf" } else { "strace" };
-    println!("counting with {counter}");
+    outln!("counting with {counter}");
     let keep = a.out_dir.is_some();
     let out_dir = a.out_dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut totals = Vec::new();
@@ -116,15 +116,15 @@ pub(super) fn syscalls(me: &Launcher, a: &SyscallArgs) -> Result<(), CliError> {
         }
         let total = total?;
         let kept = if keep { format!(" ({})", file.display()) } else { String::new() };
-        println!("  {n:>7} iterations: {total} system calls in the whole process tree{kept}");
+        outln!("  {n:>7} iterations: {total} system calls in the whole process tree{kept}");
         totals.push(total);
     }
     let per = (totals[1] as f64 - totals[0] as f64) / (a.iters - a.base) as f64;
-    println!(
+    outln!(
         "system calls per ping-pong iteration (both processes, all threads): {per:.5} = ({} - {}) / ({} - {})",
         totals[1], totals[0], a.iters, a.base
     );
-    println!(
+    outln!(
         "RESULT syscalls iters={} base={} total={} base_total={} per_iter={per:.6} counter={counter}",
         a.iters, a.base, totals[1], totals[0]
     );

@@ -1,0 +1,124 @@
+//! The environment variables that shape a [`Soft`](super::Soft), read once when it is built:
+//! a value that does not parse is an error naming the variable and the value, never a
+//! default in disguise.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use verbs_api::{Errno, Error};
+
+use super::device::{DEFAULT_SPIN, DEFAULT_STANDBY};
+
+/// How many devices a [`Soft`](super::Soft) offers unless told otherwise (`SOFTVERBS_DEVICES`).
+pub const DEFAULT_DEVICES: usize = 2;
+
+/// The most devices `SOFTVERBS_DEVICES` may ask for.
+pub const MAX_DEVICES: usize = 64;
+
+/// What the environment sets: `SOFTVERBS_DEVICES`, `SOFTVERBS_SPIN_US`, `SOFTVERBS_STANDBY_US`
+/// (unset or empty: the default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnvConfig {
+    /// Devices offered: `softverbs0` .. `softverbs<devices - 1>`.
+    pub devices: usize,
+    /// How long a NIC thread busy-polls after its last work ([`DEFAULT_SPIN`]).
+    pub spin: Duration,
+    /// How long a NIC thread sleeps at a time while the program runs the engine inline
+    /// ([`DEFAULT_STANDBY`]).
+    pub standby: Duration,
+}
+
+impl Default for EnvConfig {
+    fn default() -> EnvConfig {
+        EnvConfig { devices: DEFAULT_DEVICES, spin: DEFAULT_SPIN, standby: DEFAULT_STANDBY }
+    }
+}
+
+impl EnvConfig {
+    /// Read the variables of this process's environment; an error ([`Errno::Inval`]) names
+    /// the variable, its value and what it should be.
+    pub fn from_env() -> Result<EnvConfig, Error> {
+        EnvConfig::parse(|var| std::env::var_os(var))
+            .map_err(|message| Error::new(Errno::Inval, message))
+    }
+
+    /// As [`EnvConfig::from_env`], reading variables with `get`.
+    fn parse(get: impl Fn(&str) -> Option<OsString>) -> Result<EnvConfig, String> {
+        let mut c = EnvConfig::default();
+        if let Some(n) = value(&get, "SOFTVERBS_DEVICES", "a number of devices in 1..=64", |v| {
+            v.parse::<usize>().ok().filter(|n| (1..=MAX_DEVICES).contains(n))
+        })? {
+            c.devices = n;
+        }
+        for (var, slot) in
+            [("SOFTVERBS_SPIN_US", &mut c.spin), ("SOFTVERBS_STANDBY_US", &mut c.standby)]
+        {
+            if let Some(us) =
+                value(&get, var, "a whole number of microseconds", |v| v.parse::<u64>().ok())?
+            {
+                *slot = Duration::from_micros(us);
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// The value of `var` parsed by `parse`: None when unset or empty, an error naming the
+/// variable, the value and `what` it should be when it does not parse.
+fn value<T>(
+    get: &impl Fn(&str) -> Option<OsString>,
+    var: &str,
+    what: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Option<T>, String> {
+    let Some(raw) = get(var).filter(|v| !v.is_empty()) else { return Ok(None) };
+    match raw.to_str().and_then(&parse) {
+        Some(v) => Ok(Some(v)),
+        None => Err(format!("{var}={:?} is not {what}", raw.to_string_lossy())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<EnvConfig, String> {
+        EnvConfig::parse(|var| vars.iter().find(|(k, _)| *k == var).map(|(_, v)| v.into()))
+    }
+
+    #[test]
+    fn unset_and_empty_are_the_defaults() {
+        assert_eq!(parse(&[]), Ok(EnvConfig::default()));
+        assert_eq!(
+            parse(&[("SOFTVERBS_DEVICES", ""), ("SOFTVERBS_SPIN_US", "")]),
+            Ok(EnvConfig::default())
+        );
+    }
+
+    #[test]
+    fn values_that_parse_are_used() {
+        let c = parse(&[
+            ("SOFTVERBS_DEVICES", "64"),
+            ("SOFTVERBS_SPIN_US", "0"),
+            ("SOFTVERBS_STANDBY_US", "250"),
+        ])
+        .expect("valid values");
+        assert_eq!(c.devices, 64);
+        assert_eq!(c.spin, Duration::ZERO);
+        assert_eq!(c.standby, Duration::from_micros(250));
+    }
+
+    #[test]
+    fn values_that_do_not_parse_name_the_variable_and_the_value() {
+        for (var, value, what) in [
+            ("SOFTVERBS_DEVICES", "abc", "a number of devices in 1..=64"),
+            ("SOFTVERBS_DEVICES", "-1", "a number of devices in 1..=64"),
+            ("SOFTVERBS_DEVICES", "0", "a number of devices in 1..=64"),
+            ("SOFTVERBS_DEVICES", "65", "a number of devices in 1..=64"),
+            ("SOFTVERBS_SPIN_US", "50us", "a whole number of microseconds"),
+            ("SOFTVERBS_STANDBY_US", "-5", "a whole number of microseconds"),
+        ] {
+            assert_eq!(parse(&[(var, value)]), Err(format!("{var}={value:?} is not {what}")));
+        }
+    }
+}
