@@ -43,18 +43,6 @@ pub enum TapDir {
     Rx,
 }
 
-/// How long the NIC thread busy-polls after its last piece of work before it parks: long enough
-/// that a thread serving a sleeping target is usually still spinning when the next request
-/// comes (docs/decisions.md, "Spin window"). Overridable with `SOFTVERBS_SPIN_US`.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
-
-/// How long the NIC thread sleeps at a time while the program runs the engine inline, and so the
-/// longest it takes to take over after the program stops calling in (at once when the program
-/// blocks in a verb). Rare enough that its wake-ups stay out of the 99th percentile, short
-/// enough that a peer's ACK timeout never sees the hand-over (docs/decisions.md, "Standby
-/// interval"). Overridable with `SOFTVERBS_STANDBY_US`.
-pub const DEFAULT_STANDBY: Duration = Duration::from_millis(1);
-
 /// Standby intervals in a row after which the NIC thread makes itself a background thread
 /// (`SCHED_BATCH` on Linux) until it takes over again, so that its wake-ups never preempt a
 /// busy-polling thread; not at once, so that a program blocking in a verb for every message

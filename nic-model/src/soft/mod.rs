@@ -21,8 +21,8 @@ use verbs_api::{
     AsyncEvent, CompChannel, CompletionQueue, DeviceInfo, Errno, Error, Result, WorkCompletion,
 };
 
-pub use device::{DeviceStats, Tap, TapDir, WireCounters, DEFAULT_SPIN, DEFAULT_STANDBY};
-pub use env::{EnvConfig, DEFAULT_DEVICES, MAX_DEVICES};
+pub use device::{DeviceStats, Tap, TapDir, WireCounters};
+pub use env::{EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES};
 pub use port::{Links, LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
 use crate::engine::{Nic, NicConfig, Now};
