@@ -149,13 +149,7 @@ pub(super) fn floor(me: &Launcher, a: &FloorArgs) -> Result<f64, CliError> {
         all.extend_from_slice(&samples);
         let d = Dist::of(&mut samples);
         run_medians.push(d.p50);
-        outln!(
-            "  run {}: median {} us  p99 {} us  mean {} us",
-            r + 1,
-            us(d.p50),
-            us(d.p99),
-            us(mean)
-        );
+        outln!("{}", d.run_line(r + 1, mean));
     }
     c.store(FLOOR_STOP, Ordering::Release);
     let d = Dist::of(&mut all);

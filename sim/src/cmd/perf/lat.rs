@@ -169,13 +169,7 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
         all.extend_from_slice(&samples);
         let d = Dist::of(&mut samples);
         run_medians.push(d.p50);
-        outln!(
-            "  run {}: median {} us  p99 {} us  mean {} us",
-            r + 1,
-            us(d.p50),
-            us(d.p99),
-            us(mean)
-        );
+        outln!("{}", d.run_line(r + 1, mean));
     }
     let d = Dist::of(&mut all);
     let med = median(&run_medians);

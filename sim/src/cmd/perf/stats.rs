@@ -30,6 +30,17 @@ impl Dist {
             max: samples[samples.len() - 1],
         }
     }
+
+    /// The line a latency measurement prints for one run (numbered from 1) of these samples,
+    /// with the run's mean half round trip.
+    pub(super) fn run_line(&self, run: u64, mean_ns: f64) -> String {
+        format!(
+            "  run {run}: median {} us  p99 {} us  mean {} us",
+            us(self.p50),
+            us(self.p99),
+            us(mean_ns)
+        )
+    }
 }
 
 /// The most measured iterations a run keeps (`-n` x `-r`): every one is kept, as 8 bytes, for
