@@ -1,6 +1,8 @@
 //! The sample scenarios in `sim/scenarios/` run in-process through the library: each finishes
 //! as it expects, and a second run with the same seed has the same trace hash and a
 //! byte-identical capture. A different seed gives a different trace when faults are random.
+//! Every message that succeeded left exactly its seeded bytes and completions (the runner
+//! checks them; `run.rs` tests that a damaged byte fails a run).
 
 use std::path::PathBuf;
 
@@ -32,6 +34,11 @@ fn check(name: &str) -> Report {
     let pcaps = [dir.join(format!("{name}.1.pcap")), dir.join(format!("{name}.2.pcap"))];
     let first = run_capture(&sc, None, Some(pcaps[0].clone()));
     assert!(first.passed, "{name}: {:?}", first.failure);
+    for c in &first.connections {
+        let ok = c.statuses.get("success").copied().unwrap_or(0) as usize;
+        assert_eq!(c.delivered, ok, "{name}: {}: every success had its data checked", c.name);
+        assert!(c.check_failure.is_none() && (ok == 0 || c.verified_bytes > 0), "{c:?}");
+    }
     let second = run_capture(&sc, None, Some(pcaps[1].clone()));
     assert_eq!(first.trace_hash, second.trace_hash, "{name}: same seed, different trace");
     assert_eq!(first.trace_records, second.trace_records);
@@ -54,6 +61,9 @@ fn lossy_link() {
         assert!(fault(k) > 0, "no {k} fault was injected");
     }
     assert!(r.rx_bad_icrc > 0 && r.retransmits > 0);
+    assert!(r.rx_malformed > 0, "truncated packets are malformed, apart from bad ICRCs");
+    // Exactly once: each of the 150 messages delivered, its bytes and completions checked.
+    assert_eq!(r.messages_delivered, 150);
     let other = run_seed(&scenario("lossy-link.toml"), Some(2));
     assert!(other.passed);
     assert_ne!(other.trace_hash, r.trace_hash, "another seed gives other random faults");
