@@ -52,6 +52,14 @@ pub trait Host: Send + Sync + Sized + 'static {
     fn unbind_cq(&self, cq_id: u32);
     /// `ibv_get_async_event`, with every CQ and SRQ named by [`Host::handle_id`].
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent>;
+    /// The I/O virtual address (`mr->addr`, what SGEs and peers name its first byte by) of a
+    /// new MR over `memory` that the MR owns (`ibv_reg_mr` without a program address). By
+    /// default the memory's own address, as `ibv_reg_mr` gives; a host whose wire bytes must
+    /// not depend on the heap (the simulator) chooses its own, as `ibv_reg_mr_iova2` allows.
+    /// MRs over program memory (`reg_mr_raw`) always use the program's address.
+    fn owned_mr_iova(&self, memory: &MrMemory) -> u64 {
+        memory.addr()
+    }
 }
 
 fn foreign(what: &str) -> Error {
@@ -182,11 +190,17 @@ pub struct EnginePd<H: Host> {
 }
 
 impl<H: Host> EnginePd<H> {
-    fn register(&self, memory: Arc<MrMemory>, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
-        let key = self.host.with_nic(|n| n.reg_mr(self.id, memory.clone(), access))?;
+    fn register(
+        &self,
+        memory: Arc<MrMemory>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Arc<dyn MrOps>> {
+        let key = self.host.with_nic(|n| n.reg_mr(self.id, memory.clone(), iova, access))?;
         Ok(Arc::new(EngineMr {
             host: self.host.clone(),
             key,
+            iova,
             memory,
             access,
             owned: Owned::default(),
@@ -211,7 +225,9 @@ impl<H: Host> EnginePd<H> {
 
 impl<H: Host> PdOps for EnginePd<H> {
     fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
-        self.register(MrMemory::allocate(len)?, access)
+        let memory = MrMemory::allocate(len)?;
+        let iova = self.host.owned_mr_iova(&memory);
+        self.register(memory, iova, access)
     }
     unsafe fn reg_mr_raw(
         &self,
@@ -224,7 +240,7 @@ impl<H: Host> PdOps for EnginePd<H> {
         }
         // SAFETY: the caller guarantees the memory outlives the MR (PdOps::reg_mr_raw contract).
         let memory = unsafe { MrMemory::borrow_raw(addr, len) };
-        self.register(memory, access)
+        self.register(memory, addr as u64, access)
     }
     fn create_qp(&self, init: &QpInitAttr) -> Result<Arc<dyn QpOps>> {
         let cq_of = |cq: &CompletionQueue, what| {
@@ -304,10 +320,11 @@ impl<H: Host> Drop for EnginePd<H> {
     }
 }
 
-/// A memory region (`struct ibv_mr`): lkey = rkey, and memory the handle keeps alive.
+/// A memory region (`struct ibv_mr`): lkey = rkey, its iova, and memory the handle keeps alive.
 pub struct EngineMr<H: Host> {
     host: Arc<H>,
     key: u32,
+    iova: u64,
     memory: Arc<MrMemory>,
     access: AccessFlags,
     owned: Owned,
@@ -321,7 +338,7 @@ impl<H: Host> MrOps for EngineMr<H> {
         self.key
     }
     fn addr(&self) -> u64 {
-        self.memory.addr()
+        self.iova
     }
     fn len(&self) -> usize {
         self.memory.len()

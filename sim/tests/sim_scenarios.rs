@@ -1,6 +1,8 @@
 //! The sample scenarios in `sim/scenarios/` run in-process through the library: each finishes
-//! as it expects, and a second run with the same seed has the same trace hash. A different seed
-//! gives a different trace when faults are random.
+//! as it expects, and a second run with the same seed has the same trace hash and a
+//! byte-identical capture. A different seed gives a different trace when faults are random.
+//! Every message that succeeded left exactly its seeded bytes and completions (the runner
+//! checks them; `run.rs` tests that a damaged byte fails a run).
 
 use std::path::PathBuf;
 
@@ -12,9 +14,13 @@ fn scenario(name: &str) -> Scenario {
 }
 
 fn run_seed(sc: &Scenario, seed: Option<u64>) -> Report {
+    run_capture(sc, seed, None)
+}
+
+fn run_capture(sc: &Scenario, seed: Option<u64>, pcap: Option<PathBuf>) -> Report {
     // The seed first, so a run that fails in any way can be replayed.
     eprintln!("scenario {}: seed {}", sc.name, seed.unwrap_or(sc.seed));
-    let r = run(sc, &RunOptions { seed, ..RunOptions::default() }).unwrap();
+    let r = run(sc, &RunOptions { seed, pcap, ..RunOptions::default() }).unwrap();
     let mut text = Vec::new();
     r.write_summary(&mut text).unwrap();
     eprintln!("{}", String::from_utf8_lossy(&text));
@@ -23,12 +29,27 @@ fn run_seed(sc: &Scenario, seed: Option<u64>) -> Report {
 
 fn check(name: &str) -> Report {
     let sc = scenario(name);
-    let first = run_seed(&sc, None);
+    let dir = std::env::temp_dir().join(format!("softverbs-scenario-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcaps = [dir.join(format!("{name}.1.pcap")), dir.join(format!("{name}.2.pcap"))];
+    let first = run_capture(&sc, None, Some(pcaps[0].clone()));
     assert!(first.passed, "{name}: {:?}", first.failure);
-    let second = run_seed(&sc, None);
+    for c in &first.connections {
+        let ok = c.statuses.get("success").copied().unwrap_or(0) as usize;
+        assert_eq!(c.delivered, ok, "{name}: {}: every success had its data checked", c.name);
+        assert!(c.check_failure.is_none() && (ok == 0 || c.verified_bytes > 0), "{c:?}");
+    }
+    let second = run_capture(&sc, None, Some(pcaps[1].clone()));
     assert_eq!(first.trace_hash, second.trace_hash, "{name}: same seed, different trace");
     assert_eq!(first.trace_records, second.trace_records);
     assert_eq!(first.completion_ns, second.completion_ns);
+    let [a, b] = pcaps.each_ref().map(|p| std::fs::read(p).unwrap());
+    for p in &pcaps {
+        let _ = std::fs::remove_file(p);
+    }
+    assert!(a.len() > 24, "{name}: the capture holds packets");
+    let differ = a.iter().zip(&b).position(|(x, y)| x != y);
+    assert_eq!((a.len(), differ), (b.len(), None), "{name}: same seed, different capture");
     first
 }
 
@@ -40,6 +61,9 @@ fn lossy_link() {
         assert!(fault(k) > 0, "no {k} fault was injected");
     }
     assert!(r.rx_bad_icrc > 0 && r.retransmits > 0);
+    assert!(r.rx_malformed > 0, "truncated packets are malformed, apart from bad ICRCs");
+    // Exactly once: each of the 150 messages delivered, its bytes and completions checked.
+    assert_eq!(r.messages_delivered, 150);
     let other = run_seed(&scenario("lossy-link.toml"), Some(2));
     assert!(other.passed);
     assert_ne!(other.trace_hash, r.trace_hash, "another seed gives other random faults");

@@ -1,6 +1,12 @@
-//! Memory regions and the DMA step: the MR table (keys, PDs, access rights), the gather and
-//! scatter copies between MR memory and packets with key, bounds and access checks, and the PD
-//! and MR verbs (`ibv_alloc_pd`, `ibv_reg_mr` and their inverses).
+//! Memory regions and the DMA step: the MR table (keys, PDs, access rights, I/O virtual
+//! addresses), the gather and scatter copies between MR memory and packets with key, bounds and
+//! access checks, and the PD and MR verbs (`ibv_alloc_pd`, `ibv_reg_mr` and their inverses).
+//!
+//! An MR is named on the wire and in SGEs by its I/O virtual address (iova), as
+//! `ibv_reg_mr_iova2` allows: the address a program and its peers use for the MR's first byte,
+//! which need not be where its memory is. The host chooses it (the soft backend uses the
+//! memory's own address, as `ibv_reg_mr` does; the simulator gives each node's MRs addresses
+//! of its own, so the bytes on its wire do not depend on the heap).
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,7 +55,7 @@ impl MrMemory {
         Arc::new(MrMemory { ptr, len, owned: None })
     }
 
-    /// The virtual address of the first byte.
+    /// The process's address of the first byte (an MR's default iova).
     #[inline]
     pub fn addr(&self) -> u64 {
         self.ptr as u64
@@ -153,13 +159,16 @@ pub struct Mr {
     pub access: AccessFlags,
     /// `lkey` (equal to `rkey`, as rxe does).
     pub key: u32,
+    /// The I/O virtual address of its first byte: SGEs, RETHs and AtomicETHs name bytes of
+    /// the MR by addresses from here.
+    pub iova: u64,
 }
 
 impl Mr {
     /// The offset of `[va, va+len)` inside this MR, or `None` if it is not wholly inside.
     #[inline]
     pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
-        let start = va.checked_sub(self.memory.addr())?;
+        let start = va.checked_sub(self.iova)?;
         let end = start.checked_add(len)?;
         (end <= self.memory.len() as u64).then_some(start as usize)
     }
@@ -191,8 +200,14 @@ pub struct MrTable {
 }
 
 impl MrTable {
-    /// Register; returns the key.
-    pub fn insert(&mut self, pd: PdId, memory: Arc<MrMemory>, access: AccessFlags) -> u32 {
+    /// Register `memory`, named from `iova`; returns the key.
+    pub fn insert(
+        &mut self,
+        pd: PdId,
+        memory: Arc<MrMemory>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> u32 {
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -203,7 +218,7 @@ impl MrTable {
         };
         self.generations[idx] = self.generations[idx].wrapping_add(1);
         let key = ((idx as u32 + 1) << 8) | self.generations[idx] as u32;
-        self.slots[idx] = Some(Mr { pd, memory, access, key });
+        self.slots[idx] = Some(Mr { pd, memory, access, key, iova });
         self.count += 1;
         key
     }
@@ -377,8 +392,19 @@ impl Nic {
         Ok(())
     }
 
-    /// `ibv_reg_mr`: returns the key (lkey = rkey).
-    pub fn reg_mr(&mut self, pd: PdId, memory: Arc<MrMemory>, access: AccessFlags) -> Result<u32> {
+    /// `ibv_reg_mr_iova2`: register `memory`, whose first byte SGEs and peers name `iova`
+    /// (`ibv_reg_mr` is this with `iova = memory.addr()`); returns the key (lkey = rkey).
+    ///
+    /// Linux requires `iova` and the memory's address to share their offset within a page; the
+    /// engine requires what its atomics need: the same offset within 8 bytes, so that an
+    /// 8-byte-aligned iova is an 8-byte-aligned word of memory.
+    pub fn reg_mr(
+        &mut self,
+        pd: PdId,
+        memory: Arc<MrMemory>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<u32> {
         if !self.hca.pds.contains_key(&pd) {
             return Err(Error::inval(format!("ibv_reg_mr: PD {pd} does not exist")));
         }
@@ -395,13 +421,25 @@ impl Nic {
                 self.hca.cfg.limits.max_mr_size
             )));
         }
+        if iova.checked_add(memory.len() as u64).is_none() {
+            return Err(Error::inval(format!(
+                "ibv_reg_mr: iova {iova:#x} + length {} passes the end of the address space",
+                memory.len()
+            )));
+        }
+        if !(iova ^ memory.addr()).is_multiple_of(8) {
+            return Err(Error::inval(format!(
+                "ibv_reg_mr: iova {iova:#x} and the memory at {:#x} differ in their offset within 8 bytes",
+                memory.addr()
+            )));
+        }
         if self.hca.mrs.len() >= self.hca.cfg.limits.max_mr as usize {
             return Err(Error::nomem(format!(
                 "ibv_reg_mr: the device's max_mr {} is reached",
                 self.hca.cfg.limits.max_mr
             )));
         }
-        Ok(self.hca.mrs.insert(pd, memory, access))
+        Ok(self.hca.mrs.insert(pd, memory, iova, access))
     }
 
     /// `ibv_dereg_mr`.
@@ -422,10 +460,10 @@ mod tests {
     fn keys_of_deregistered_mrs_stay_dead() {
         let mut t = MrTable::default();
         let m = MrMemory::allocate(64).unwrap();
-        let k1 = t.insert(1, m.clone(), AccessFlags::LOCAL_WRITE);
+        let k1 = t.insert(1, m.clone(), m.addr(), AccessFlags::LOCAL_WRITE);
         assert!(t.get(k1).is_some());
         t.remove(k1).unwrap();
-        let k2 = t.insert(1, m, AccessFlags::LOCAL_WRITE);
+        let k2 = t.insert(1, m.clone(), m.addr(), AccessFlags::LOCAL_WRITE);
         assert_ne!(k1, k2, "a reused slot gets a new key");
         assert!(t.get(k1).is_none());
         assert!(t.remove(k1).is_none());
@@ -436,11 +474,11 @@ mod tests {
         let mut t = MrTable::default();
         let a = MrMemory::allocate(8).unwrap();
         let b = MrMemory::allocate(8).unwrap();
-        let ka = t.insert(1, a.clone(), AccessFlags::LOCAL_WRITE);
-        let kb = t.insert(1, b.clone(), AccessFlags::LOCAL_WRITE);
+        let ka = t.insert(1, a.clone(), 0x1000, AccessFlags::LOCAL_WRITE);
+        let kb = t.insert(1, b.clone(), 0x2000, AccessFlags::LOCAL_WRITE);
         let sges = [
-            Sge { addr: a.addr() + 4, length: 4, lkey: ka },
-            Sge { addr: b.addr(), length: 8, lkey: kb },
+            Sge { addr: 0x1000 + 4, length: 4, lkey: ka },
+            Sge { addr: 0x2000, length: 8, lkey: kb },
         ];
         t.scatter(1, &sges, 2, b"xyzw").unwrap();
         let mut out = [0u8; 4];
@@ -453,9 +491,25 @@ mod tests {
         assert_eq!(&g, b"xyzw");
         assert_eq!(t.scatter(1, &sges, 10, b"abc"), Err(DmaError::Length));
         assert_eq!(t.scatter(2, &sges, 0, b"a"), Err(DmaError::WrongPd));
-        let ro = t.insert(1, MrMemory::allocate(8).unwrap(), AccessFlags::empty());
-        let ro_sge = [Sge { addr: t.get(ro).unwrap().memory.addr(), length: 8, lkey: ro }];
+        let ro = t.insert(1, MrMemory::allocate(8).unwrap(), 0x3000, AccessFlags::empty());
+        let ro_sge = [Sge { addr: 0x3000, length: 8, lkey: ro }];
         assert_eq!(t.scatter(1, &ro_sge, 0, b"a"), Err(DmaError::Access));
+    }
+
+    #[test]
+    fn an_mr_is_named_by_its_iova_and_an_impossible_iova_is_refused() {
+        let mut nic = Nic::new(crate::engine::NicConfig::new("n", 1));
+        let pd = nic.alloc_pd().unwrap();
+        let m = MrMemory::allocate(64).unwrap();
+        let key = nic.reg_mr(pd, m.clone(), 0x5000, AccessFlags::LOCAL_WRITE).unwrap();
+        let mr = nic.hca.mrs.get(key).unwrap();
+        assert_eq!(mr.offset_of(0x5008, 8), Some(8), "addresses count from the iova");
+        assert_eq!(mr.offset_of(m.addr(), 8), None, "the memory's own address names nothing");
+        let e = nic.reg_mr(pd, m.clone(), u64::MAX - 8, AccessFlags::LOCAL_WRITE).unwrap_err();
+        assert_eq!(e.errno, verbs_api::Errno::Inval);
+        assert!(e.to_string().contains("0xfffffffffffffff7"), "{e}");
+        let e = nic.reg_mr(pd, m, 0x5004, AccessFlags::LOCAL_WRITE).unwrap_err();
+        assert!(e.to_string().contains("within 8 bytes"), "{e}");
     }
 
     #[test]

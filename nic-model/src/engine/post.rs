@@ -125,7 +125,7 @@ impl Hca {
                     "sg_list[{j}] [{:#x}, +{}) is outside its MR [{:#x}, +{})",
                     s.addr,
                     s.length,
-                    mr.memory.addr(),
+                    mr.iova,
                     mr.memory.len()
                 ));
             }

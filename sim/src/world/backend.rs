@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use nic_model::engine::mr::MrMemory;
 use nic_model::engine::{Nic, Now};
 use nic_model::verbs::{EngineContext, EngineCq, Host};
 use verbs_api::provider::{CompChannelOps, ContextOps, CqOps, Provider};
@@ -191,6 +192,10 @@ impl Host for SimNode {
             other => other,
         };
         Ok(AsyncEvent { element, ..ev })
+    }
+    fn owned_mr_iova(&self, memory: &MrMemory) -> u64 {
+        // Deterministic addresses: the bytes on the simulated wire follow from the seed.
+        self.world.lock().take_iova(self.node, memory.len())
     }
 }
 

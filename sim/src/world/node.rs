@@ -25,7 +25,15 @@ pub struct Node {
     pub(crate) async_events: VecDeque<verbs_api::AsyncEvent>,
     /// CQ notifications not yet dispatched to completion channels.
     pub(crate) cq_events: VecDeque<u32>,
+    /// The I/O virtual address the node's next MR gets (see [`World::take_iova`]).
+    next_iova: u64,
 }
+
+/// Where each node's MR addresses start: page aligned, and far from zero so that a stray
+/// small address names nothing.
+const IOVA_BASE: u64 = 0x1_0000_0000;
+/// MR addresses are page aligned, with a page left free after each MR.
+const IOVA_PAGE: u64 = 4096;
 
 impl Node {
     /// A NIC node. Its port comes up with it (IBV_EVENT_PORT_ACTIVE), as a soft device's does.
@@ -41,6 +49,7 @@ impl Node {
             timer_event_ns: None,
             async_events: VecDeque::from([port_active]),
             cq_events: VecDeque::new(),
+            next_iova: IOVA_BASE,
         }
     }
 
@@ -53,6 +62,7 @@ impl Node {
             timer_event_ns: None,
             async_events: VecDeque::new(),
             cq_events: VecDeque::new(),
+            next_iova: IOVA_BASE,
         }
     }
 
@@ -92,6 +102,17 @@ impl World {
         if !self.nodes[node].cq_events.is_empty() {
             self.dispatch_cq_events(node);
         }
+    }
+
+    /// The I/O virtual address of a new MR of `len` bytes on `node`: the next free page from a
+    /// fixed base, so that the addresses (and the RETHs that carry them) follow from the order
+    /// of registrations alone, never from where the heap put the memory.
+    pub(crate) fn take_iova(&mut self, node: NodeId, len: usize) -> u64 {
+        let n = &mut self.nodes[node];
+        let iova = n.next_iova;
+        let pages = (len as u64).div_ceil(IOVA_PAGE) + 1;
+        n.next_iova = iova.saturating_add(pages.saturating_mul(IOVA_PAGE));
+        iova
     }
 
     fn dispatch_cq_events(&mut self, node: NodeId) {

@@ -287,7 +287,7 @@ fn side_on_memory(
         max_inline_data,
     };
     let (qpn, _) = nic.create_qp(pd, QpType::Rc, cq, cq, cap, false).unwrap();
-    let key = nic.reg_mr(pd, mem.clone(), access).unwrap();
+    let key = nic.reg_mr(pd, mem.clone(), mem.addr(), access).unwrap();
     Side { pd, cq, qpn, mem, key }
 }
 

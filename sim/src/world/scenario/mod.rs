@@ -7,6 +7,7 @@
 //! verbs program would, polling CQs between events and never reading a clock; the
 //! [`Report`] says what happened.
 
+mod check;
 mod report;
 mod run;
 mod spec;

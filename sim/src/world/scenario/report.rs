@@ -13,9 +13,16 @@ pub struct ConnReport {
     pub posted: usize,
     /// WRs in the workload.
     pub total: usize,
+    /// Messages that completed successfully and left exactly their bytes.
+    pub delivered: usize,
+    /// Bytes checked: payloads at their targets, READ results, atomic words and results.
+    pub verified_bytes: u64,
     /// Completions by status name.
     pub statuses: BTreeMap<&'static str, u64>,
-    /// Whether the outcome is what the scenario expects.
+    /// The first completion or data check that failed: the message, and the first byte or
+    /// completion field that was wrong.
+    pub check_failure: Option<String>,
+    /// Whether the outcome is what the scenario expects (statuses, completions and data).
     pub as_expected: bool,
 }
 
@@ -36,10 +43,14 @@ pub struct Report {
     pub events: u64,
     /// Payload bytes of successful WRs.
     pub goodput_bytes: u64,
-    /// Packets offered to links / delivered to NICs.
+    /// Messages that completed successfully with their data checked (all connections).
+    pub messages_delivered: u64,
+    /// Bytes checked (see [`ConnReport::verified_bytes`]).
+    pub verified_bytes: u64,
+    /// Packets the NICs transmitted (retransmissions included; not counted per link hop).
     pub packets_sent: u64,
-    /// Packets that reached the end of a link.
-    pub packets_delivered: u64,
+    /// Packets the NICs received and parsed.
+    pub packets_received: u64,
     /// Engine retransmissions (all nodes).
     pub retransmits: u64,
     /// RNR NAKs sent (all nodes).
@@ -50,7 +61,7 @@ pub struct Report {
     pub timeouts: u64,
     /// Packets rejected for a bad ICRC.
     pub rx_bad_icrc: u64,
-    /// Packets rejected as malformed.
+    /// Packets rejected as malformed for another reason (truncated, bad headers).
     pub rx_malformed: u64,
     /// Faults injected, by kind.
     pub faults: Vec<(&'static str, u64)>,
@@ -91,12 +102,22 @@ impl Report {
             self.elapsed_ns as f64 / 1e6,
             self.events
         )?;
-        writeln!(out, "  goodput {} bytes, {gbps:.3} Gbit/s", self.goodput_bytes)?;
-        writeln!(out, "  packets sent {} delivered {}", self.packets_sent, self.packets_delivered)?;
+        let total: usize = self.connections.iter().map(|c| c.total).sum();
         writeln!(
             out,
-            "  retransmissions {}  timeouts {}  RNR NAKs {}  sequence NAKs {}  bad ICRC {}  malformed {}",
-            self.retransmits, self.timeouts, self.rnr_naks, self.seq_naks, self.rx_bad_icrc, self.rx_malformed
+            "  messages delivered {} of {total}, {} bytes verified",
+            self.messages_delivered, self.verified_bytes
+        )?;
+        writeln!(out, "  goodput {} bytes, {gbps:.3} Gbit/s", self.goodput_bytes)?;
+        writeln!(
+            out,
+            "  packets sent by NICs {}, received {}; rejected: bad ICRC {}, malformed {}",
+            self.packets_sent, self.packets_received, self.rx_bad_icrc, self.rx_malformed
+        )?;
+        writeln!(
+            out,
+            "  retransmissions {}  timeouts {}  RNR NAKs {}  sequence NAKs {}",
+            self.retransmits, self.timeouts, self.rnr_naks, self.seq_naks
         )?;
         let faults: Vec<String> =
             self.faults.iter().filter(|f| f.1 > 0).map(|(k, n)| format!("{k} {n}")).collect();
@@ -116,13 +137,18 @@ impl Report {
             let st: Vec<String> = conn.statuses.iter().map(|(k, n)| format!("{k} {n}")).collect();
             writeln!(
                 out,
-                "  {}: posted {}/{}, {} [{}]",
+                "  {}: posted {}/{}, delivered {} ({} bytes verified), {} [{}]",
                 conn.name,
                 conn.posted,
                 conn.total,
+                conn.delivered,
+                conn.verified_bytes,
                 st.join(", "),
                 if conn.as_expected { "as expected" } else { "NOT as expected" }
             )?;
+            if let Some(e) = &conn.check_failure {
+                writeln!(out, "    check failed: {e}")?;
+            }
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use serde::Deserialize;
+use verbs_api::WrOpcode;
 
 use crate::world::LinkParams;
 
@@ -321,6 +322,30 @@ impl Op {
             "fadd" => Op::Fadd,
             _ => return None,
         })
+    }
+    /// Its name in a scenario file.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Op::Send => "send",
+            Op::SendImm => "send_imm",
+            Op::Write => "write",
+            Op::WriteImm => "write_imm",
+            Op::Read => "read",
+            Op::Cas => "cas",
+            Op::Fadd => "fadd",
+        }
+    }
+    /// The `ibv_wr_opcode` it posts.
+    pub(super) fn wr_opcode(self) -> WrOpcode {
+        match self {
+            Op::Send => WrOpcode::Send,
+            Op::SendImm => WrOpcode::SendWithImm,
+            Op::Write => WrOpcode::RdmaWrite,
+            Op::WriteImm => WrOpcode::RdmaWriteWithImm,
+            Op::Read => WrOpcode::RdmaRead,
+            Op::Cas => WrOpcode::AtomicCmpAndSwp,
+            Op::Fadd => WrOpcode::AtomicFetchAndAdd,
+        }
     }
     /// Whether it consumes a receive WQE at the responder.
     pub(super) fn consumes_recv(self) -> bool {
