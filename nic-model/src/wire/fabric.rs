@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 
 use verbs_api::Gid;
 
-use super::layout::{Geometry, Header, HEADER_READ_LEN, HEADER_SIZE, MAGIC, MAX_LID};
+use super::layout::{
+    self, Geometry, Header, HEADER_READ_LEN, HEADER_SIZE, MAGIC, MAX_LID, OFF_HEAD, OFF_TAIL,
+    SLOT_OFF_SEQ,
+};
 use super::os::{self, FileLock};
 use super::segment::Segment;
 use super::{Inbox, Sender, WireError};
@@ -55,7 +58,8 @@ pub struct SegmentInfo {
     pub gid: Option<[u8; 16]>,
     pub slots: Option<u32>,
     pub slot_size: Option<u32>,
-    /// Why the file is not a usable inbox, if it is not one.
+    /// Why the file is not a usable inbox, if it is not one; a problem only a stray write into
+    /// the segment can cause starts with [`CORRUPTED`](super::CORRUPTED).
     pub problem: Option<String>,
 }
 
@@ -482,7 +486,46 @@ fn inspect_into(path: &Path, info: &mut SegmentInfo) -> Result<Verdict, String> 
         }
         Ok(_) => None,
     };
+    if let Ok(geometry) = header.check_geometry(file_len) {
+        if let Some(ring) = ring_problem(&file, geometry) {
+            info.problem = Some(match info.problem.take() {
+                Some(first) => format!("{first}; {ring}"),
+                None => ring,
+            });
+        }
+    }
     Ok(if info.alive { Verdict::Keep } else { Verdict::Reclaim })
+}
+
+/// What is impossible about the ring of a segment file (see [`layout::ring_problem`]), read
+/// without mapping it: only a reading that two snapshots in a row agree on counts, so a busy
+/// ring (whose words move between the reads) is never reported, and a wedged one always is.
+fn ring_problem(file: &File, geometry: Geometry) -> Option<String> {
+    let word = |off: usize, len: usize| -> Option<u64> {
+        let mut b = [0u8; 8];
+        file.read_exact_at(&mut b[..len], off as u64).ok()?;
+        Some(match len {
+            4 => u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+            _ => u64::from_ne_bytes(b),
+        })
+    };
+    let snapshot = || -> Option<(u64, u64, u32)> {
+        let head = word(OFF_HEAD, 8)?;
+        let tail = word(OFF_TAIL, 8)?;
+        let index = head & (u64::from(geometry.slots) - 1);
+        let seq = word(geometry.slot_offset(index) + SLOT_OFF_SEQ, 4)? as u32;
+        (word(OFF_HEAD, 8)? == head).then_some((head, tail, seq))
+    };
+    let mut last = None;
+    for _ in 0..8 {
+        let now = snapshot();
+        if now.is_some() && now == last {
+            let (head, tail, seq) = now?;
+            return layout::ring_problem(geometry.slots, head, tail, seq);
+        }
+        last = now;
+    }
+    None
 }
 
 /// Reads up to `buf.len()` bytes from the start of `file`; returns how many there were.

@@ -713,3 +713,78 @@ fn a_fabric_directory_created_under_a_wide_umask_is_still_0700() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o700);
     assert_eq!(meta.uid(), os::effective_uid());
 }
+
+/// One word of a live inbox damaged on purpose, and what each party must then say about it.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    Head,
+    Tail,
+    State,
+    SlotSeq,
+}
+
+/// A stray write to one word of a live inbox is found by its owner (which takes the port
+/// down: it stops trusting the ring and marks the segment broken), refused by its senders
+/// with an error naming the segment, and shown by the fabric listing.
+#[test]
+fn a_damaged_inbox_word_is_reported_by_owner_senders_and_listing() {
+    for damage in [Damage::Head, Damage::Tail, Damage::State, Damage::SlotSeq] {
+        let fabric = TempFabric::new("damage");
+        let inbox = fabric.create_inbox(small(4)).expect("create inbox");
+        let tx = fabric.connect(inbox.lid()).expect("connect");
+        let path = inbox.path().to_path_buf();
+        let shown = path.display().to_string();
+        // A live ring: a packet went round, and the owner finds nothing wrong.
+        tx.send(b"before").expect("send");
+        assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(b"before".to_vec()));
+        assert_eq!(inbox.check_health(), None, "{damage:?}: a sane ring");
+        let seg = inbox.segment();
+        // (what the owner says, what the listing says)
+        let (owner_says, listing_says) = match damage {
+            Damage::Head => {
+                seg.head().store(1001, Ordering::Relaxed);
+                ("sequence number 1 ", "more than a ring apart")
+            }
+            Damage::Tail => {
+                seg.tail().store(101, Ordering::Relaxed);
+                ("more than a ring apart", "more than a ring apart")
+            }
+            Damage::State => {
+                seg.state().store(77, Ordering::Relaxed);
+                ("unknown state word 77", "unknown state word 77")
+            }
+            Damage::SlotSeq => {
+                seg.slot(1).seq.store(12345, Ordering::Relaxed);
+                ("sequence number 12345 ", "sequence number 12345 ")
+            }
+        };
+        let listed_problem = || {
+            let listed = fabric.list().expect("list");
+            let info = listed.iter().find(|i| i.lid == Some(inbox.lid())).expect("listed");
+            info.problem.clone().unwrap_or_default()
+        };
+        // The listing sees it before anyone else has said anything.
+        let problem = listed_problem();
+        assert!(problem.starts_with("corrupted: "), "{damage:?}: listed {problem:?}");
+        assert!(problem.contains(listing_says), "{damage:?}: listed {problem:?}");
+        // The owner does not take garbage for packets, and says what is wrong.
+        assert_eq!(inbox.recv_with(|b| b.to_vec()), None, "{damage:?}: nothing received");
+        let said = inbox.check_health().map(str::to_string);
+        let said = said.unwrap_or_else(|| panic!("{damage:?}: the owner found nothing"));
+        assert!(said.contains(owner_says), "{damage:?}: owner said {said:?}");
+        assert_eq!(inbox.problem(), Some(said.as_str()), "{damage:?}: kept");
+        // Every sender, and every new one, is told, with the segment named.
+        let expect_refused = |what: &str, result: Result<(), WireError>| match result {
+            Err(err @ WireError::BadSegment { .. }) => {
+                let msg = err.to_string();
+                assert!(msg.contains(&shown), "{damage:?} {what}: {msg}");
+                assert!(msg.contains("corrupted"), "{damage:?} {what}: {msg}");
+            }
+            other => panic!("{damage:?} {what}: expected BadSegment, got {other:?}"),
+        };
+        expect_refused("old sender", tx.send(b"after"));
+        expect_refused("new sender", fabric.connect(inbox.lid()).map(drop));
+        let problem = listed_problem();
+        assert!(problem.starts_with("corrupted: "), "{damage:?}: listed {problem:?}");
+    }
+}
