@@ -16,8 +16,8 @@ use std::time::Duration;
 use verbs_api::provider::{AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, QpOps, SrqOps};
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, Error, Gid,
-    PortAttr, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr, SrqAttr,
-    SrqAttrMask, SrqInitAttr, WorkCompletion,
+    PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr,
+    SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
 use crate::engine::mr::MrMemory;
@@ -59,6 +59,11 @@ pub trait Host: Send + Sync + Sized + 'static {
     /// MRs over program memory (`reg_mr_raw`) always use the program's address.
     fn owned_mr_iova(&self, memory: &MrMemory) -> u64 {
         memory.addr()
+    }
+    /// Whether the host's port went down for good (the soft backend's corrupted inbox):
+    /// `ibv_query_port` then says `PORT_DOWN`. A host whose port never fails says false.
+    fn port_down(&self) -> bool {
+        false
     }
 }
 
@@ -127,7 +132,13 @@ impl<H: Host> ContextOps for EngineContext<H> {
     }
     fn query_port(&self, port_num: u8) -> Result<PortAttr> {
         only_port_1("ibv_query_port", port_num)?;
-        Ok(self.host.with_nic(|n| n.port_attr()))
+        let mut attr = self.host.with_nic(|n| n.port_attr());
+        if self.host.port_down() {
+            // As rxe reports a port whose link is down: DOWN, physical state Disabled.
+            attr.state = PortState::Down;
+            attr.phys_state = 3;
+        }
+        Ok(attr)
     }
     fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
         only_port_1("ibv_query_gid", port_num)?;

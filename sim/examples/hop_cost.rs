@@ -17,7 +17,11 @@ const MAX_POLLS: u32 = 1_000_000;
 fn main() {
     let iters: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(200_000);
     let dir = std::env::temp_dir().join(format!("softverbs-hop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("creating the fabric directory");
+    // A fabric directory must be private (mode 0700): `DirBuilder` with the mode, not the
+    // umask's default.
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&dir)
+        .expect("creating the fabric directory");
     let result = run(&dir, iters);
     let _ = std::fs::remove_dir_all(&dir);
     result.expect("hop_cost");

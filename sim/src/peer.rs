@@ -12,9 +12,7 @@
 //! ([`info_line`]), the launcher answers with its own `INFO`, both connect, and the peer says
 //! `READY`; what follows is the user's own.
 
-use std::fs::DirBuilder;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -505,17 +503,14 @@ pub struct FabricDir {
 }
 
 impl FabricDir {
-    /// Creates `name` under [`fabric_base`] (mode 0700; an existing directory is reused).
+    /// Creates `name` under [`fabric_base`] (mode 0700; an existing directory of this user
+    /// with that mode is reused), as a fabric creates its directory: a symbolic link or a
+    /// directory of another user planted at that predictable name is refused, never followed
+    /// (nor chmod'ed) and never removed.
     pub fn create(name: &str) -> Result<FabricDir, String> {
         let path = fabric_base().join(name);
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&path)
+        nic_model::wire::Fabric::open(Some(&path))
             .map_err(|e| format!("creating {}: {e}", path.display()))?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("chmod {}: {e}", path.display()))?;
         Ok(FabricDir { path, owned: true })
     }
 
@@ -591,6 +586,28 @@ mod tests {
         assert_eq!(parse_info_line(&with), Ok((info(), Some((0x7f00_1000, 0xabc)))));
         assert_eq!(parse_info_line(&info_line(&info(), None)), Ok((info(), None)));
         assert!(parse_info_line("READY").is_err());
+    }
+
+    #[test]
+    fn a_run_directory_name_taken_by_a_symbolic_link_is_refused_and_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let name = format!("softverbs-peer-test-{}", std::process::id());
+        let target = std::env::temp_dir().join(format!("{name}-target"));
+        let _ = std::fs::remove_dir_all(&target);
+        std::fs::create_dir(&target).expect("the link's target");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).expect("0755");
+        let link = fabric_base().join(&name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).expect("plant the link");
+        let result = FabricDir::create(&name);
+        let mode = std::fs::metadata(&target).expect("stat target").permissions().mode();
+        let link_kept = std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink());
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir_all(&target);
+        let err = result.expect_err("a symbolic link is not a run directory");
+        assert!(err.contains("symbolic link") && err.contains(&name), "{err}");
+        assert_eq!(mode & 0o777, 0o755, "the link's target was not chmod'ed");
+        assert!(link_kept, "the refused link was not removed either");
     }
 
     #[test]

@@ -422,6 +422,18 @@ fn fabric_lists_and_cleans_a_crashed_process() {
     // The header carries the GID of the port (LID 1), as ibv_query_gid reports it.
     assert!(line.split_whitespace().any(|w| w == "::ffff:10.0.0.1"), "{line:?}");
 
+    // A stray write into the live port's inbox (its head word, at byte 192 of layout 2): the
+    // listing says the segment is corrupted, whether or not its owner has noticed yet.
+    let segment = std::path::Path::new(fabric.path()).join("port-1.inbox");
+    let file = std::fs::OpenOptions::new().write(true).open(&segment).expect("open the inbox");
+    std::os::unix::fs::FileExt::write_all_at(&file, &1001u64.to_ne_bytes(), 192)
+        .expect("the stray write");
+    let f = run(&["fabric", "--fabric", fabric.path()]);
+    assert_success(&f, "fabric");
+    let line = segment_line(&f.stdout);
+    assert!(line.contains("corrupted: "), "{line:?}");
+    assert!(f.stdout.contains("port is down"), "{f:#?}");
+
     server.kill(); // SIGKILL: the segment stays behind
     let f = run(&["fabric", "--fabric", fabric.path()]);
     assert_success(&f, "fabric");
@@ -436,6 +448,17 @@ fn fabric_lists_and_cleans_a_crashed_process() {
     let f = run(&["fabric", "--fabric", fabric.path()]);
     assert_success(&f, "fabric");
     assert!(f.stdout.contains("no segments"), "{f:#?}");
+}
+
+#[test]
+fn a_fabric_directory_that_is_a_symbolic_link_is_refused_by_name() {
+    let fabric = TempFabric::new("symlink");
+    let link = std::path::Path::new(fabric.path()).join("link");
+    std::os::unix::fs::symlink(fabric.path(), &link).expect("symlink");
+    let link = link.to_str().expect("temp paths are UTF-8");
+    let f = run(&["fabric", "--fabric", link]);
+    assert_eq!(f.status.code(), Some(1), "{f:#?}");
+    assert!(f.stderr.contains(link) && f.stderr.contains("symbolic link"), "{f:#?}");
 }
 
 /// What the demo tells a learner, checked against what happened: the packets of each

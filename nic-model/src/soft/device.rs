@@ -130,6 +130,13 @@ pub struct DeviceStats {
     pub nic: NicStats,
     /// The port's counters.
     pub wire: WireCounters,
+    /// Why the port is down for good, naming its inbox segment, which a stray write corrupted
+    /// (`IBV_EVENT_PORT_ERR` was queued when the NIC thread found it, and `ibv_query_port`
+    /// says `PORT_DOWN`); None while the port is up.
+    pub port_error: Option<String>,
+    /// The last send that found a destination's inbox corrupted, naming that segment: its
+    /// datagrams are lost, as to a port that is down, until RC gives up (`RETRY_EXC_ERR`).
+    pub peer_problem: Option<String>,
 }
 
 // The verbs layer calls the engine through the lock (`dev.lock().alloc_pd()`); the rest of
@@ -177,6 +184,8 @@ pub(crate) struct Core {
     /// Set when the program is about to block: the NIC thread takes over at once.
     takeover: AtomicBool,
     nic_thread: OnceLock<Thread>,
+    /// Why the port went down for good (see [`Core::check_port`]).
+    port_error: OnceLock<String>,
     spin: Duration,
     standby: Duration,
 }
@@ -230,6 +239,7 @@ impl Device {
             inline_rounds: AtomicU64::new(0),
             takeover: AtomicBool::new(false),
             nic_thread: OnceLock::new(),
+            port_error: OnceLock::new(),
             spin: env.spin,
             standby: env.standby,
         });
@@ -279,7 +289,12 @@ impl Core {
 
     pub(crate) fn stats(&self) -> DeviceStats {
         let st = self.lock();
-        DeviceStats { nic: st.nic.stats().clone(), wire: st.wire }
+        DeviceStats {
+            nic: st.nic.stats().clone(),
+            wire: st.wire,
+            port_error: self.port_error.get().cloned(),
+            peer_problem: self.port.peer_problem(),
+        }
     }
 
     /// A progress round run by a verbs call on the program's thread (the caller holds the
@@ -296,6 +311,33 @@ impl Core {
     pub(crate) fn hand_over(&self) {
         self.takeover.store(true, Ordering::Release);
         self.wake_nic_thread();
+    }
+
+    /// Whether the port is down (`ibv_query_port` says `PORT_DOWN`).
+    pub(crate) fn port_down(&self) -> bool {
+        self.port_error.get().is_some()
+    }
+
+    /// Looks at the port's end of the wire ([`Port::check`]); the first time it is found
+    /// broken (a stray write corrupted the inbox), the port goes down for good, as a real
+    /// port whose link fails: `ibv_query_port` says `PORT_DOWN` and `IBV_EVENT_PORT_ERR` is
+    /// queued, with the reason, naming the segment, in [`DeviceStats::port_error`]. The inbox
+    /// no longer delivers and its senders are refused; QPs stay as they are (their peers'
+    /// retries run out). The way on is to close the device and open it again, which makes a
+    /// new inbox. The NIC thread calls this when it stands by or parks, never per round.
+    fn check_port(&self) {
+        if self.port_error.get().is_some() {
+            return;
+        }
+        let Some(why) = self.port.check() else { return };
+        if self.port_error.set(format!("{}: port 1 is down: {why}", self.name)).is_ok() {
+            let ev = AsyncEvent {
+                event_type: verbs_api::AsyncEventType::PortErr,
+                element: AsyncElement::Port(1),
+            };
+            self.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
+            self.async_ready.notify_all();
+        }
     }
 
     fn wake_nic_thread(&self) {
@@ -490,6 +532,7 @@ fn nic_thread(core: Arc<Core>) {
             if standbys == BACKGROUND_AFTER_STANDBYS {
                 background = os::set_background(true);
             }
+            core.check_port();
             std::thread::park_timeout(core.standby);
             last_work = Instant::now();
             continue;
@@ -509,6 +552,7 @@ fn nic_thread(core: Arc<Core>) {
             std::hint::spin_loop();
             continue;
         }
+        core.check_port();
         let (budget, until) = core.park_budget();
         core.parked_until_ns.store(until, Ordering::Release);
         if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {

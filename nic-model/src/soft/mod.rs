@@ -9,6 +9,8 @@
 mod device;
 mod env;
 mod port;
+#[cfg(test)]
+mod tests;
 
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
@@ -234,6 +236,9 @@ impl Host for Device {
     }
     fn handle_id(&self, engine_id: u32) -> u64 {
         Core::handle_id(self, engine_id)
+    }
+    fn port_down(&self) -> bool {
+        Core::port_down(self)
     }
     fn create_comp_channel(self: &Arc<Self>) -> Result<Arc<dyn CompChannelOps>> {
         Ok(Arc::new(SoftChannel {

@@ -41,6 +41,17 @@ pub trait Port: Send + Sync + 'static {
     fn unpark(&self);
     /// Where this port lives (for `devinfo`, errors and `fabric`).
     fn describe(&self) -> String;
+    /// Whether the port's own end of the wire is broken for good, and how (naming the file);
+    /// for the NIC thread's idle moments, not for every round. None while it works.
+    fn check(&self) -> Option<String> {
+        None
+    }
+    /// The last error a send met that names a destination's broken end of the wire (a
+    /// corrupted inbox segment), if any: the datagram was lost, as it is to a port that is
+    /// down, and this says why.
+    fn peer_problem(&self) -> Option<String> {
+        None
+    }
 }
 
 // ---------------- loopback: devices of one process ----------------
@@ -156,13 +167,15 @@ impl Port for LoopPort {
 pub struct ShmPort {
     fabric: Fabric,
     inbox: Inbox,
+    /// See [`Port::peer_problem`]; written only when a send fails that way.
+    peer_problem: Mutex<Option<String>>,
 }
 
 impl ShmPort {
     /// Create this port's inbox segment in the fabric.
     pub fn create(fabric: Fabric, cfg: InboxConfig) -> Result<ShmPort, WireError> {
         let inbox = fabric.create_inbox(cfg)?;
-        Ok(ShmPort { fabric, inbox })
+        Ok(ShmPort { fabric, inbox, peer_problem: Mutex::new(None) })
     }
 
     /// The fabric it belongs to.
@@ -173,6 +186,14 @@ impl ShmPort {
     /// Its inbox (for statistics).
     pub fn inbox(&self) -> &Inbox {
         &self.inbox
+    }
+
+    /// Remembers a send's error if it names a corrupted destination segment.
+    #[cold]
+    fn note(&self, err: &WireError) {
+        if let WireError::BadSegment { .. } = err {
+            *self.peer_problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(err.to_string());
+        }
     }
 }
 
@@ -199,7 +220,10 @@ impl Port for ShmPort {
                     let _ = self.fabric.clean();
                     return SendOutcome::Unreachable;
                 }
-                Err(_) => return SendOutcome::Unreachable,
+                Err(e) => {
+                    self.note(&e);
+                    return SendOutcome::Unreachable;
+                }
             },
         };
         let sender = &peers[at].1;
@@ -214,8 +238,9 @@ impl Port for ShmPort {
                     SendOutcome::Unreachable
                 }
             }
-            Err(_) => {
+            Err(e) => {
                 // Closed, dead or corrupted: forget the mapping; a later send reconnects.
+                self.note(&e);
                 peers.remove(at);
                 SendOutcome::Unreachable
             }
@@ -236,5 +261,14 @@ impl Port for ShmPort {
 
     fn describe(&self) -> String {
         format!("shared-memory inbox {}", self.inbox.path().display())
+    }
+
+    fn check(&self) -> Option<String> {
+        let what = self.inbox.check_health()?;
+        Some(format!("{}: {what}", self.inbox.path().display()))
+    }
+
+    fn peer_problem(&self) -> Option<String> {
+        self.peer_problem.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

@@ -27,6 +27,9 @@ pub enum WireError {
     BadConfig(String),
     /// The fabric directory exists but belongs to another user.
     ForeignDir { path: PathBuf, uid: u32 },
+    /// The fabric directory is not one this user alone controls: a symbolic link, not a
+    /// directory, or open to other users (not mode 0700). `what` says which.
+    UnsafeDir { path: PathBuf, what: String },
     /// Every LID of the unicast range is taken in this fabric.
     NoFreeLid { dir: PathBuf },
     /// The fabric directory does not exist (and was opened for reading only).
@@ -70,6 +73,13 @@ impl fmt::Display for WireError {
                 f,
                 "fabric directory {} belongs to uid {uid}, not to this user; \
                  choose another directory with SOFTVERBS_FABRIC",
+                path.display()
+            ),
+            WireError::UnsafeDir { path, what } => write!(
+                f,
+                "fabric directory {} is refused: {what}; a fabric directory must be a real \
+                 directory of this user with mode 0700 (fix it, or choose another directory \
+                 with SOFTVERBS_FABRIC)",
                 path.display()
             ),
             WireError::NoFreeLid { dir } => write!(

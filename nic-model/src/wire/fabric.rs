@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 
 use verbs_api::Gid;
 
-use super::layout::{Geometry, Header, HEADER_READ_LEN, HEADER_SIZE, MAGIC, MAX_LID};
+use super::layout::{
+    self, Geometry, Header, HEADER_READ_LEN, HEADER_SIZE, MAGIC, MAX_LID, OFF_HEAD, OFF_TAIL,
+    SLOT_OFF_SEQ,
+};
 use super::os::{self, FileLock};
 use super::segment::Segment;
 use super::{Inbox, Sender, WireError};
@@ -55,7 +58,8 @@ pub struct SegmentInfo {
     pub gid: Option<[u8; 16]>,
     pub slots: Option<u32>,
     pub slot_size: Option<u32>,
-    /// Why the file is not a usable inbox, if it is not one.
+    /// Why the file is not a usable inbox, if it is not one; a problem only a stray write into
+    /// the segment can cause starts with [`CORRUPTED`](super::CORRUPTED).
     pub problem: Option<String>,
 }
 
@@ -99,8 +103,9 @@ fn lid_of_name(name: &str) -> Option<u16> {
 impl Fabric {
     /// Opens the fabric directory: `explicit` if given, else `$SOFTVERBS_FABRIC` if set, else
     /// `/dev/shm/softverbs-<uid>` (`<temp dir>/softverbs-<uid>` without /dev/shm). A missing
-    /// directory is created with mode 0700; an existing one must belong to this user
-    /// ([`WireError::ForeignDir`] otherwise) and is used with the mode it has. For a program
+    /// directory is created with mode 0700; an existing one must be a directory, not a
+    /// symbolic link ([`WireError::UnsafeDir`]), belong to this user
+    /// ([`WireError::ForeignDir`]) and have mode 0700 ([`WireError::UnsafeDir`]). For a program
     /// that attaches ports; one that only looks uses [`Fabric::open_existing`].
     pub fn open(explicit: Option<&Path>) -> Result<Fabric, WireError> {
         let fabric = Fabric::locate(explicit);
@@ -123,44 +128,83 @@ impl Fabric {
         Fabric { dir }
     }
 
-    /// Creates the directory (mode 0700, with its parents) unless it exists, then checks it
-    /// as [`Fabric::open_existing`] does.
+    /// Creates the directory (mode 0700, its missing parents too) unless it exists, then
+    /// checks it as [`Fabric::open_existing`] does. Only the directory's own last component is
+    /// created here with `mkdir`, so a symbolic link planted in its place is found, not
+    /// followed; the mode is set on the opened directory, not through its path.
     pub fn create_dir(&self) -> Result<(), WireError> {
         let dir = &self.dir;
-        match fs::metadata(dir) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)
-                    .map_err(|e| WireError::io(dir, e))?;
-                fs::set_permissions(dir, Permissions::from_mode(0o700))
-                    .map_err(|e| WireError::io(dir, e))?;
-            }
-            Err(e) => return Err(WireError::io(dir, e)),
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| WireError::io(parent, e))?;
         }
-        self.check_dir()
+        let created = match DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(WireError::io(dir, e)),
+        };
+        self.open_dir(created).map(drop)
     }
 
-    /// The directory exists, is a directory and belongs to this user.
+    /// The directory exists, is a directory (not a symbolic link to one), belongs to this
+    /// user and has mode 0700.
     fn check_dir(&self) -> Result<(), WireError> {
+        self.open_dir(false).map(drop)
+    }
+
+    /// Opens the directory itself (`O_DIRECTORY | O_NOFOLLOW`: a symbolic link in its place
+    /// fails instead of being followed) and checks what the descriptor is, so that nothing can
+    /// be swapped in between the check and the use. `created`: this process has just made it,
+    /// so a mode the umask narrowed is set to 0700 (through the descriptor).
+    fn open_dir(&self, created: bool) -> Result<File, WireError> {
         let dir = &self.dir;
-        let meta = match fs::metadata(dir) {
-            Ok(meta) => meta,
+        let unsafe_dir = |what: String| WireError::UnsafeDir { path: dir.clone(), what };
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+        {
+            Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(WireError::NoFabric { dir: dir.clone() })
             }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                let what = match fs::symlink_metadata(dir) {
+                    Ok(meta) if meta.file_type().is_symlink() => match fs::read_link(dir) {
+                        Ok(to) => format!("it is a symbolic link (to {})", to.display()),
+                        Err(_) => "it is a symbolic link".to_string(),
+                    },
+                    _ => "it is not a directory".to_string(),
+                };
+                return Err(unsafe_dir(what));
+            }
             Err(e) => return Err(WireError::io(dir, e)),
         };
+        let meta = file.metadata().map_err(|e| WireError::io(dir, e))?;
         if !meta.is_dir() {
-            return Err(WireError::io(dir, io::Error::other("not a directory")));
+            return Err(unsafe_dir("it is not a directory".to_string()));
         }
         let uid = os::effective_uid();
         if meta.uid() != uid {
             return Err(WireError::ForeignDir { path: dir.clone(), uid: meta.uid() });
         }
-        Ok(())
+        let mut mode = meta.mode() & 0o7777;
+        if created && mode != 0o700 {
+            file.set_permissions(Permissions::from_mode(0o700))
+                .map_err(|e| WireError::io(dir, e))?;
+            mode = 0o700;
+        }
+        if mode != 0o700 {
+            return Err(unsafe_dir(format!(
+                "it has mode {mode:04o}, so other users can reach its segments \
+                 (`chmod 700 {}` makes it private)",
+                dir.display()
+            )));
+        }
+        Ok(file)
     }
 
     /// The GID the fabric gives the port with this LID, as a subnet manager assigns addresses:
@@ -180,7 +224,10 @@ impl Fabric {
         self.dir.join(format!("port-{lid}.inbox"))
     }
 
+    /// Takes the fabric lock, after checking the directory again: every file of the fabric
+    /// is created under it, so none is created in a directory that was swapped meanwhile.
     fn lock(&self) -> Result<FileLock, WireError> {
+        self.check_dir()?;
         let path = self.dir.join(LOCK_NAME);
         let file = OpenOptions::new()
             .read(true)
@@ -191,6 +238,16 @@ impl Fabric {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| WireError::io(&path, e))?;
+        let meta = file.metadata().map_err(|e| WireError::io(&path, e))?;
+        let uid = os::effective_uid();
+        if !meta.is_file() || meta.uid() != uid {
+            return Err(WireError::io(
+                &path,
+                io::Error::other(format!(
+                    "the fabric's lock file is not a regular file owned by this user (uid {uid})"
+                )),
+            ));
+        }
         FileLock::acquire(file).map_err(|e| WireError::io(&path, e))
     }
 
@@ -429,7 +486,46 @@ fn inspect_into(path: &Path, info: &mut SegmentInfo) -> Result<Verdict, String> 
         }
         Ok(_) => None,
     };
+    if let Ok(geometry) = header.check_geometry(file_len) {
+        if let Some(ring) = ring_problem(&file, geometry) {
+            info.problem = Some(match info.problem.take() {
+                Some(first) => format!("{first}; {ring}"),
+                None => ring,
+            });
+        }
+    }
     Ok(if info.alive { Verdict::Keep } else { Verdict::Reclaim })
+}
+
+/// What is impossible about the ring of a segment file (see [`layout::ring_problem`]), read
+/// without mapping it: only a reading that two snapshots in a row agree on counts, so a busy
+/// ring (whose words move between the reads) is never reported, and a wedged one always is.
+fn ring_problem(file: &File, geometry: Geometry) -> Option<String> {
+    let word = |off: usize, len: usize| -> Option<u64> {
+        let mut b = [0u8; 8];
+        file.read_exact_at(&mut b[..len], off as u64).ok()?;
+        Some(match len {
+            4 => u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+            _ => u64::from_ne_bytes(b),
+        })
+    };
+    let snapshot = || -> Option<(u64, u64, u32)> {
+        let head = word(OFF_HEAD, 8)?;
+        let tail = word(OFF_TAIL, 8)?;
+        let index = head & (u64::from(geometry.slots) - 1);
+        let seq = word(geometry.slot_offset(index) + SLOT_OFF_SEQ, 4)? as u32;
+        (word(OFF_HEAD, 8)? == head).then_some((head, tail, seq))
+    };
+    let mut last = None;
+    for _ in 0..8 {
+        let now = snapshot();
+        if now.is_some() && now == last {
+            let (head, tail, seq) = now?;
+            return layout::ring_problem(geometry.slots, head, tail, seq);
+        }
+        last = now;
+    }
+    None
 }
 
 /// Reads up to `buf.len()` bytes from the start of `file`; returns how many there were.

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::layout::{lap_seq, STATE_CLOSED};
+use super::layout::{self, lap_seq, CORRUPTED, STATE_BROKEN, STATE_CLOSED, STATE_READY};
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::sender::wake_if_parked;
@@ -75,6 +76,18 @@ fn add_as_receiver(counter: &AtomicU64, n: u64) {
 /// slot does not name its writer yet), the consumer keeps returning `None` for that slot:
 /// a sender that dies exactly there wedges the inbox until its owner recreates the port.
 /// Recovery also needs `recv` to be called; a parked owner notices at its next park timeout.
+///
+/// # A stray write into the ring
+/// Another process of the same user can write anywhere in the segment. Values that cannot
+/// occur are found where the ring is looked at anyway, at no cost to a sane ring: `recv`
+/// finds a head slot whose sequence number is neither free nor published for this lap, a
+/// sender finds head and tail more than a ring apart or an unknown state word, and
+/// [`check_health`](Inbox::check_health) (for the owner's idle moments) looks at all three.
+/// The first one found makes the inbox **broken**, for good: [`problem`](Inbox::problem) says
+/// what was wrong, `recv` delivers nothing more, and the segment's state word says so, so
+/// that every sender and `softverbs fabric` report it, naming the file. The owner's port is
+/// down; a new port (a new inbox) is the way on. A value that a sane ring can hold (a tail
+/// moved by less than a ring, a length word within the slot) cannot be told from traffic.
 pub struct Inbox {
     seg: Segment,
     lid: u16,
@@ -89,6 +102,8 @@ pub struct Inbox {
     stall_since_ns: AtomicU64,
     epoch: Instant,
     counters: Counters,
+    /// What made the inbox broken (see "A stray write into the ring").
+    broken: OnceLock<String>,
 }
 
 /// Holds the single-consumer role for the duration of one `recv`.
@@ -141,6 +156,7 @@ impl Inbox {
             stall_since_ns: AtomicU64::new(0),
             epoch: Instant::now(),
             counters: Counters::default(),
+            broken: OnceLock::new(),
         }
     }
 
@@ -245,14 +261,20 @@ impl Inbox {
             let slot = self.seg.slot(pos);
             let seq = slot.seq.load(Ordering::Acquire);
             if seq != lap_seq(pos.wrapping_add(1)) {
+                if seq != lap_seq(pos) {
+                    // Neither free nor published: the ring was written over. Leave it as it
+                    // is and say so.
+                    let slots = self.slots();
+                    self.set_broken(|| layout::ring_problem(slots, pos, pos, seq));
+                    return None;
+                }
                 // An empty slot names no writer: the common case costs no call and no clock.
-                if seq == lap_seq(pos) && slot.writer.load(Ordering::Relaxed) != 0 {
+                if slot.writer.load(Ordering::Relaxed) != 0 {
                     if let Stall::Retry = self.check_stall(pos, &slot) {
                         continue;
                     }
                 }
-                // Empty, still being written, or (any other sequence number) corrupt: leave
-                // the ring as it is.
+                // Empty, or still being written.
                 return None;
             }
             let len = slot.len.load(Ordering::Relaxed) as usize;
@@ -368,6 +390,52 @@ impl Inbox {
     pub fn unpark(&self) {
         self.unpark_token.store(true, Ordering::SeqCst);
         wake_if_parked(&self.seg);
+    }
+
+    /// Looks for values a sane ring cannot hold (see "A stray write into the ring"): a state
+    /// word other than ready, head and tail more than a ring apart, an impossible sequence
+    /// number in the head slot. Returns what made the inbox broken, now or before; None while
+    /// it is sane. A few loads, no system call; meant for the owner's idle moments (before it
+    /// parks), not for every receive. Skips the ring check while another thread is receiving.
+    pub fn check_health(&self) -> Option<&str> {
+        if self.broken.get().is_none() {
+            let state = self.seg.state().load(Ordering::Acquire);
+            if state != STATE_READY {
+                // Only the owner closes its inbox, and it has not: any other value is damage.
+                self.set_broken(|| match state {
+                    STATE_CLOSED => Some(format!(
+                        "{CORRUPTED}the state word says closed, but its owner has it open"
+                    )),
+                    other => layout::check_state(other).err(),
+                });
+            } else if let Some(_receiving) = Receiving::claim(&self.receiving) {
+                // Holding the receiving role, the head cannot move under the reads.
+                let head = self.seg.head().load(Ordering::Relaxed);
+                let tail = self.seg.tail().load(Ordering::Acquire);
+                let seq = self.seg.slot(head).seq.load(Ordering::Acquire);
+                self.set_broken(|| layout::ring_problem(self.slots(), head, tail, seq));
+            }
+        }
+        self.problem()
+    }
+
+    /// What made this inbox broken, if it is (see "A stray write into the ring"): starts with
+    /// "corrupted: " and says which word holds what.
+    pub fn problem(&self) -> Option<&str> {
+        self.broken.get().map(String::as_str)
+    }
+
+    /// Makes the inbox broken with the problem `find` names, if it names one and the inbox
+    /// is not broken already; marks the segment so, for its senders and the listing.
+    fn set_broken(&self, find: impl FnOnce() -> Option<String>) {
+        if self.broken.get().is_some() {
+            return;
+        }
+        if let Some(what) = find() {
+            if self.broken.set(what).is_ok() {
+                self.seg.state().store(STATE_BROKEN, Ordering::Release);
+            }
+        }
     }
 
     /// A snapshot of this inbox's counters.

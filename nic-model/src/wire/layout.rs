@@ -19,7 +19,8 @@
 //!     40     8  owner_start      owner's start time (Linux /proc/<pid>/stat field 22), 0 if unknown
 //!     48    16  gid              the port's GID
 //! ------  ----  ------------------------------------------------ line 1: lifecycle
-//!     64     4  state            0 initialising, 1 ready (stored last, Release), 2 closed
+//!     64     4  state            0 initialising, 1 ready (stored last, Release), 2 closed,
+//!                                3 broken (its owner found the ring corrupted)
 //! ------  ----  ------------------------------------------------ lines 2..5: one word per line
 //!    128     8  tail             producers' claim index (CAS by any sender)
 //!    192     8  head             consumer's index (written only by the owner)
@@ -94,6 +95,12 @@ pub const SLOT_OFF_PAYLOAD: usize = 12;
 pub const STATE_INITIALISING: u32 = 0;
 pub const STATE_READY: u32 = 1;
 pub const STATE_CLOSED: u32 = 2;
+/// The owner found the ring corrupted and took its port down: nobody uses the ring again.
+pub const STATE_BROKEN: u32 = 3;
+
+/// How every problem that can only come from a stray write into a live segment begins, in
+/// errors and in `softverbs fabric`.
+pub const CORRUPTED: &str = "corrupted: ";
 
 /// Bytes of the header that [`Header::parse`] needs: the identity line plus the state word.
 pub const HEADER_READ_LEN: usize = OFF_STATE + 4;
@@ -319,8 +326,34 @@ pub fn check_state(state: u32) -> Result<(), String> {
                 .to_string())
         }
         STATE_CLOSED => Err("closed by its owner".to_string()),
-        other => Err(format!("unknown state word {other}")),
+        STATE_BROKEN => {
+            Err(format!("{CORRUPTED}its owner found the ring damaged and took its port down"))
+        }
+        other => Err(format!("{CORRUPTED}unknown state word {other}")),
     }
+}
+
+/// What is impossible about a ring whose consumer index is `head`, producers' index `tail`
+/// and head slot's sequence number `head_seq`, read while `head` did not move: the tail is
+/// never behind the head nor more than a ring ahead of it, and the head slot is either free
+/// for this lap (`head`) or published (`head + 1`). None for a sane ring.
+pub fn ring_problem(slots: u32, head: u64, tail: u64, head_seq: u32) -> Option<String> {
+    if tail.wrapping_sub(head) > u64::from(slots) {
+        return Some(format!(
+            "{CORRUPTED}the ring's head {head} and tail {tail} are more than a ring \
+             apart (a ring is {slots} slots)"
+        ));
+    }
+    if head_seq != lap_seq(head) && head_seq != lap_seq(head.wrapping_add(1)) {
+        return Some(format!(
+            "{CORRUPTED}slot {}'s sequence number {head_seq} is impossible at head {head} \
+             (expected {} or {}): the head word or the slot was overwritten",
+            head & (u64::from(slots) - 1),
+            lap_seq(head),
+            lap_seq(head.wrapping_add(1))
+        ));
+    }
+    None
 }
 
 #[cfg(test)]

@@ -17,6 +17,9 @@
 //! [`Fabric::create_inbox`] and removed by [`Fabric::clean`]. What happens when a *sender*
 //! dies halfway through writing a packet is described on [`Inbox`].
 //!
+//! A stray write into a live segment's ring is found where the ring is read anyway and makes
+//! the segment broken for its owner, its senders and [`Fabric::list`] alike (see [`Inbox`]).
+//!
 //! Limits: a process that truncates a segment file under a live mapping makes its users
 //! fault (SIGBUS); only processes of the same user can, since files are 0600 in a 0700
 //! directory and files owned by anyone else are refused.
@@ -24,7 +27,7 @@
 mod error;
 mod fabric;
 mod inbox;
-mod layout;
+pub(crate) mod layout;
 pub(crate) mod os;
 mod segment;
 mod sender;
@@ -34,7 +37,7 @@ mod tests;
 pub use error::WireError;
 pub use fabric::{Fabric, InboxConfig, SegmentInfo, FABRIC_ENV};
 pub use inbox::{Inbox, InboxStats, MAX_PARK, WRITER_STALL_CHECK};
-pub use layout::{LAYOUT_VERSION, MAX_LID};
+pub use layout::{CORRUPTED, LAYOUT_VERSION, MAX_LID};
 pub use sender::Sender;
 
 /// Whether process `pid` exists and is not a zombie (`kill(pid, 0)` and `/proc`): how the

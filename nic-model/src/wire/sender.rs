@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::layout::{lap_seq, Header, STATE_CLOSED};
+use super::layout::{self, lap_seq, Header, CORRUPTED, STATE_CLOSED, STATE_READY};
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::WireError;
@@ -93,8 +93,9 @@ impl Sender {
 
     /// Enqueues a copy of `pkt`. Errors: [`WireError::TooLarge`] if it does not fit in a slot,
     /// [`WireError::Full`] if every slot holds an unread packet (backpressure: retry later or
-    /// drop), [`WireError::Closed`] if the owner closed the inbox. Makes a system call only to
-    /// wake an owner that is parked on its doorbell.
+    /// drop), [`WireError::Closed`] if the owner closed the inbox, [`WireError::BadSegment`]
+    /// naming the file if the ring is corrupted (see [`Inbox`](super::Inbox)). Makes a system
+    /// call only to wake an owner that is parked on its doorbell.
     pub fn send(&self, pkt: &[u8]) -> Result<(), WireError> {
         self.send_with(pkt.len(), |slot| small_copy::copy_from_slice(slot, pkt))
     }
@@ -109,8 +110,9 @@ impl Sender {
         if len > max {
             return Err(WireError::TooLarge { len, max });
         }
-        if self.seg.state().load(Ordering::Relaxed) == STATE_CLOSED {
-            return Err(WireError::Closed { path: self.path().to_path_buf() });
+        let state = self.seg.state().load(Ordering::Relaxed);
+        if state != STATE_READY {
+            return Err(self.not_ready(state));
         }
         let tail = self.seg.tail();
         let slots = u64::from(self.slots());
@@ -121,7 +123,7 @@ impl Sender {
             if attempts > MAX_CLAIM_ATTEMPTS {
                 return Err(WireError::bad_segment(
                     self.path(),
-                    "the ring's tail never settles (corrupted segment?)",
+                    format!("{CORRUPTED}the ring's tail never settles"),
                 ));
             }
             if pos.wrapping_sub(self.known_head.load(Ordering::Relaxed)) >= slots {
@@ -134,9 +136,13 @@ impl Sender {
                     // The tail is more than a ring ahead of the head, or behind it.
                     let now = tail.load(Ordering::Relaxed);
                     if now == pos {
+                        let slots = self.slots();
                         return Err(WireError::bad_segment(
                             self.path(),
-                            "the ring's head and tail are more than a ring apart (corrupted segment?)",
+                            format!(
+                                "{CORRUPTED}the ring's head {head} and tail {pos} are more \
+                                 than a ring apart (a ring is {slots} slots)"
+                            ),
                         ));
                     }
                     pos = now;
@@ -170,6 +176,23 @@ impl Sender {
         drop(publish);
         wake_if_parked(&self.seg);
         Ok(())
+    }
+
+    /// The error for a state word other than ready: closed by its owner, or (broken or an
+    /// unknown value) a corrupted segment.
+    #[cold]
+    fn not_ready(&self, state: u32) -> WireError {
+        match state {
+            STATE_CLOSED => WireError::Closed { path: self.path().to_path_buf() },
+            layout::STATE_INITIALISING => WireError::bad_segment(
+                self.path(),
+                format!("{CORRUPTED}the state word went back to initialising"),
+            ),
+            other => WireError::bad_segment(
+                self.path(),
+                layout::check_state(other).err().unwrap_or_default(),
+            ),
+        }
     }
 
     /// Whether the owner still has this inbox open: false once it closed it or exited (a

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use nic_model::wire::{Fabric, SegmentInfo};
+use nic_model::wire::{Fabric, SegmentInfo, CORRUPTED};
 use verbs_api::Gid;
 
 use super::{gid_ntop, output_error, CliError};
@@ -115,6 +115,14 @@ fn fabric_list(shown: &str, segments: &[SegmentInfo], out: &mut dyn Write) -> st
             }
         }
         writeln!(out, "  {}", line.trim_end())?;
+    }
+    if segments.iter().any(|s| s.problem.as_deref().is_some_and(|p| p.starts_with(CORRUPTED))) {
+        writeln!(
+            out,
+            "A corrupted segment was written over by a stray write: its ring cannot be trusted, \
+             so its port is down (its owner got IBV_EVENT_PORT_ERR and sends to it fail); the \
+             owner closes and reopens its device to get a new port."
+        )?;
     }
     if segments.iter().any(|s| s.owner_pid.is_some() && !s.alive) {
         writeln!(out, "Segments of dead owners can be removed with `softverbs fabric clean`.")?;
