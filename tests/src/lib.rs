@@ -4,6 +4,8 @@
 //! child, remove a test's fabric directory and kill its children even when the test panics. [`remote`] carries verbs calls to a device in a child process; [`surface`]
 //! holds the test bodies that run on every backend.
 
+#[cfg(doctest)]
+mod docs;
 pub mod remote;
 pub mod surface;
 

@@ -1,0 +1,425 @@
+//! The documentation keeps its promises: every scenario (```toml block) in the README, the
+//! guide and the simulator page loads and its run passes, and every command line the README
+//! and the guide show — in a shell block, in a `softverbs ...` code span, or in a table of
+//! commands — is run here on the debug binary with a private fabric (exit status 0 and a line
+//! of the output it promises), or is listed in [`PLANS`] as deliberately not run, with the
+//! reason. A command added to those pages and not to [`PLANS`] fails
+//! `every_command_in_the_readme_and_guide_is_planned`. (The Rust examples of the pages are
+//! doctests of the `softverbs-tests` crate: `tests/src/docs.rs`.)
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use softverbs_sim::peer::{Peer, Stderr};
+use softverbs_sim::world::scenario::{run, RunOptions, Scenario};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
+/// The longest any one command of these tests may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The pages whose scenarios are run.
+const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
+/// The pages whose command lines are run.
+const COMMAND_PAGES: [&str; 2] = ["README.md", "docs/guide.md"];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+}
+
+fn page(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e}"))
+}
+
+/// A fenced block: where it starts (`page:line` of its first content line), its info string
+/// (`toml`, `sh`, ...) and its lines.
+struct Block {
+    at: String,
+    info: String,
+    lines: Vec<String>,
+}
+
+/// The fenced blocks of a page, and the lines outside them (numbered from 1).
+fn split_page(rel: &str, text: &str) -> (Vec<Block>, Vec<(usize, String)>) {
+    let (mut blocks, mut prose) = (Vec::new(), Vec::new());
+    let mut open: Option<Block> = None;
+    for (i, line) in text.lines().enumerate() {
+        match (open.take(), line.trim_start().strip_prefix("```")) {
+            (None, Some(info)) => {
+                let at = format!("{rel}:{}", i + 2);
+                open = Some(Block { at, info: info.trim().to_string(), lines: Vec::new() });
+            }
+            (Some(block), Some(_)) => blocks.push(block),
+            (Some(mut block), None) => {
+                block.lines.push(line.to_string());
+                open = Some(block);
+            }
+            (None, None) => prose.push((i + 1, line.to_string())),
+        }
+    }
+    assert!(open.is_none(), "{rel}: a fenced block is not closed");
+    (blocks, prose)
+}
+
+/// The code spans (`...`) of a piece of prose.
+fn code_spans(text: &str) -> Vec<String> {
+    text.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// The first cell of a table row, split at `|` that is not escaped (`\|`), unescaped.
+fn first_cell(row: &str) -> Option<String> {
+    let body = row.trim().strip_prefix('|')?;
+    let mut cell = String::new();
+    let mut chars = body.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => cell.push(chars.next().expect("peeked")),
+            '|' => return Some(cell),
+            c => cell.push(c),
+        }
+    }
+    None
+}
+
+/// Every command line of a page, with where it is: each line of a shell block (comments
+/// removed), each code span of the prose that starts with `softverbs `, and each code span in
+/// the first column of a table headed `command` (a `softverbs` subcommand when it does not say
+/// `softverbs` itself).
+fn commands(rel: &str, text: &str) -> Vec<(String, String)> {
+    let (blocks, prose) = split_page(rel, text);
+    let mut out = Vec::new();
+    for b in blocks.iter().filter(|b| matches!(b.info.as_str(), "sh" | "shell" | "console")) {
+        for line in &b.lines {
+            let cmd = line.split(" #").next().unwrap_or_default().trim();
+            if !cmd.is_empty() && !cmd.starts_with('#') {
+                out.push((b.at.clone(), cmd.to_string()));
+            }
+        }
+    }
+    // Units of prose: a table row, or a paragraph (a code span may go on to the next line).
+    let mut units: Vec<(usize, String, bool)> = Vec::new();
+    let mut last = 0;
+    for (n, line) in &prose {
+        let row = line.trim_start().starts_with('|');
+        match units.last_mut() {
+            Some((_, text, false)) if !row && !line.trim().is_empty() && *n == last + 1 => {
+                text.push('\n');
+                text.push_str(line);
+            }
+            _ if line.trim().is_empty() => {}
+            _ => units.push((*n, line.clone(), row)),
+        }
+        last = *n;
+    }
+    let mut in_command_table = false;
+    for (n, text, row) in &units {
+        let at = format!("{rel}:{n}");
+        if !row {
+            in_command_table = false;
+        } else if first_cell(text).is_some_and(|c| c.trim() == "command") {
+            in_command_table = true;
+            continue;
+        }
+        let cell = first_cell(text).filter(|_| in_command_table);
+        for span in code_spans(cell.as_deref().unwrap_or(text)) {
+            let span = span.split_whitespace().collect::<Vec<_>>().join(" ");
+            if span.starts_with("softverbs ") {
+                out.push((at.clone(), span));
+            } else if cell.is_some() && !span.starts_with("---") {
+                out.push((at.clone(), format!("softverbs {span}")));
+            }
+        }
+    }
+    out
+}
+
+// ---------------- scenarios ----------------
+
+#[test]
+fn every_scenario_in_the_docs_loads_and_its_run_passes() {
+    let mut ran = 0;
+    for rel in SCENARIO_PAGES {
+        let (blocks, _) = split_page(rel, &page(rel));
+        for b in blocks.iter().filter(|b| b.info == "toml") {
+            let text = b.lines.join("\n");
+            let sc = Scenario::from_toml(&text)
+                .unwrap_or_else(|e| panic!("{}: the scenario does not load: {e}", b.at));
+            eprintln!("{}: scenario {:?}, seed {}", b.at, sc.name, sc.seed);
+            let report = run(&sc, &RunOptions::default())
+                .unwrap_or_else(|e| panic!("{}: the scenario does not run: {e}", b.at));
+            let mut summary = Vec::new();
+            report.write_summary(&mut summary).expect("writing to a Vec");
+            let summary = String::from_utf8_lossy(&summary);
+            eprintln!("{summary}");
+            assert!(report.passed, "{}: {:?}\n{summary}", b.at, report.failure);
+            assert!(!report.connections.is_empty(), "{}: no connection ran\n{summary}", b.at);
+            ran += 1;
+        }
+    }
+    assert!(ran >= 1, "docs/simulator.md shows a scenario");
+}
+
+// ---------------- command lines ----------------
+
+/// What the test does with a command line of the docs.
+enum Plan {
+    /// Run these concrete forms of it; each must exit 0 and print a line containing its text.
+    Run(&'static [Form]),
+    /// A `pingpong` server and a client that connects to it (each with these extra arguments).
+    Pingpong(&'static [&'static str]),
+    /// Not run, for this reason.
+    NotRun(&'static str),
+}
+
+/// One run: the arguments after `softverbs`, a text one stdout line must contain, and the
+/// programs one of which it needs on `PATH` (none: it needs none; not run, and said so, when
+/// none of them is there).
+struct Form(&'static [&'static str], &'static str, &'static [&'static str]);
+
+/// Every command line of [`COMMAND_PAGES`], as written, and what is done with it. The debug
+/// binary stands for `cargo run --release`, and concrete forms keep the test quick: fewer
+/// iterations, shorter sleeps, a free TCP port for `pingpong`. Every command runs on the
+/// test's own fabric (`SOFTVERBS_FABRIC`).
+const PLANS: &[(&str, Plan)] = &[
+    ("cargo run --release -p softverbs-sim --bin softverbs -- demo", Plan::Run(DEMO)),
+    ("cargo test --workspace", Plan::NotRun("it is the command that runs this test")),
+    ("softverbs --help", Plan::Run(&[Form(&["--help"], "Usage: softverbs <COMMAND>", &[])])),
+    ("softverbs demo [-d DEV] [--in-process]", Plan::Run(DEMO_FORMS)),
+    ("softverbs demo [-d DEV] [-g GID_INDEX] [--in-process]", Plan::Run(DEMO_FORMS)),
+    ("softverbs demo", Plan::Run(DEMO)),
+    ("softverbs devices", Plan::Run(DEVICES)),
+    ("softverbs devinfo [-d DEV] [-v]", Plan::Run(DEVINFO)),
+    ("softverbs devinfo [-d DEV] [-i PORT] [-l] [-v]", Plan::Run(DEVINFO)),
+    (
+        "softverbs devinfo | head",
+        Plan::NotRun("a pipe of the shell; sim/tests/cli.rs closes stdout early on every command"),
+    ),
+    ("softverbs pingpong [-d DEV] [-p PORT] [HOST]", Plan::Pingpong(&["-d", "softverbs1"])),
+    ("softverbs pingpong [OPTIONS]", Plan::Pingpong(&["-s", "8192", "-m", "2048", "-e"])),
+    ("softverbs pingpong [OPTIONS] HOST", Plan::Pingpong(&["-g", "0", "-n", "200"])),
+    ("softverbs pingpong", Plan::Pingpong(&[])),
+    ("softverbs pingpong localhost", Plan::Pingpong(&[])),
+    ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV]", Plan::Run(PERF)),
+    ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV] [-g N]", Plan::Run(PERF)),
+    ("softverbs perf floor", Plan::Run(PERF_FLOOR)),
+    ("softverbs perf", Plan::Run(PERF)),
+    ("softverbs fabric [clean]", Plan::Run(FABRIC)),
+    ("softverbs fabric [list]", Plan::Run(FABRIC)),
+    ("softverbs fabric clean", Plan::Run(FABRIC)),
+    ("softverbs sim SCENARIO.toml", Plan::Run(SIM)),
+    ("softverbs sim", Plan::Run(SIM)),
+];
+
+const DEMO: &[Form] = &[Form(&["demo"], "RDMA WRITE", &[])];
+const DEMO_FORMS: &[Form] = &[
+    Form(&["demo", "-d", "softverbs1"], "RDMA WRITE", &[]),
+    Form(&["demo", "--in-process"], "RDMA WRITE", &[]),
+    Form(&["demo", "-g", "0"], "RDMA WRITE", &[]),
+];
+const DEVICES: &[Form] = &[Form(&["devices"], "softverbs1", &[])];
+const DEVINFO: &[Form] = &[
+    Form(&["devinfo"], "PORT_ACTIVE", &[]),
+    Form(&["devinfo", "-d", "softverbs1", "-i", "1", "-v"], "max_qp", &[]),
+    Form(&["devinfo", "-l"], "softverbs0", &[]),
+];
+const PERF: &[Form] = &[
+    Form(&["perf", "lat", "-n", "200", "-w", "10", "-r", "1"], "RESULT lat size=8 iters=200", &[]),
+    Form(&["perf", "bw", "-d", "softverbs1", "-n", "8", "-r", "1"], "RESULT bw", &[]),
+    Form(&["perf", "idle", "--seconds", "0.2"], "idle for 0.2 s", &[]),
+    Form(
+        &["perf", "syscalls", "-n", "200", "--base", "100"],
+        "RESULT syscalls",
+        &["perf", "strace"],
+    ),
+    Form(
+        &["perf", "spin", "--values", "0", "-n", "100", "-r", "1", "--seconds", "0.2"],
+        "RESULT spin spin_us=0",
+        &[],
+    ),
+];
+const PERF_FLOOR: &[Form] =
+    &[Form(&["perf", "floor", "-n", "1000", "-w", "100", "-r", "1"], "RESULT floor", &[])];
+const FABRIC: &[Form] = &[
+    Form(&["fabric"], "no segments", &[]),
+    Form(&["fabric", "list"], "no segments", &[]),
+    Form(&["fabric", "clean"], "nothing to clean", &[]),
+];
+const SIM: &[Form] = &[
+    Form(&["sim", "sim/scenarios/lossy-link.toml", "-q"], "PASSED", &[]),
+    Form(&["sim", "sim/scenarios/rnr-storm.toml", "-q"], "PASSED", &[]),
+    Form(&["sim", "sim/scenarios/incast.toml", "-q"], "PASSED", &[]),
+    Form(&["sim", "sim/scenarios/partition-heals.toml", "-q"], "PASSED", &[]),
+];
+
+fn plan(cmd: &str) -> Option<&'static Plan> {
+    PLANS.iter().find(|(c, _)| *c == cmd).map(|(_, p)| p)
+}
+
+/// Every command line of the pages, each once, with the first place it appears.
+fn documented_commands() -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = Vec::new();
+    for rel in COMMAND_PAGES {
+        for (at, cmd) in commands(rel, &page(rel)) {
+            if !all.iter().any(|(_, c)| *c == cmd) {
+                all.push((at, cmd));
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn every_command_in_the_readme_and_guide_is_planned() {
+    let all = documented_commands();
+    let unplanned: Vec<String> =
+        all.iter().filter(|(_, c)| plan(c).is_none()).map(|(at, c)| format!("{at}: {c}")).collect();
+    assert!(
+        unplanned.is_empty(),
+        "commands the docs show that sim/tests/docs.rs neither runs nor lists as not run \
+         (add each to PLANS):\n{}",
+        unplanned.join("\n")
+    );
+    let stale: Vec<&str> =
+        PLANS.iter().map(|(c, _)| *c).filter(|c| !all.iter().any(|(_, d)| d == c)).collect();
+    assert!(stale.is_empty(), "PLANS names commands the docs no longer show: {stale:?}");
+    let ungrouped: Vec<&str> = all
+        .iter()
+        .map(|(_, c)| c.as_str())
+        .filter(|c| !GROUPS.iter().flat_map(|g| g.iter()).any(|g| c.starts_with(g)))
+        .collect();
+    assert!(ungrouped.is_empty(), "no test of GROUPS runs these: {ungrouped:?}");
+    for must in ["softverbs demo", "softverbs devices", "softverbs pingpong localhost"] {
+        assert!(all.iter().any(|(_, c)| c == must), "{must:?} is not found in the pages");
+    }
+}
+
+/// A fabric directory of the test's own, removed at the end; every command gets it as
+/// `SOFTVERBS_FABRIC`.
+fn fabric() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("softverbs-docs-test-")
+        .tempdir()
+        .expect("a temporary directory")
+}
+
+fn spawn(args: &[&str], fabric: &Path) -> Peer {
+    let mut command = Command::new(BIN);
+    command.args(args).env("SOFTVERBS_FABRIC", fabric).current_dir(root());
+    let mut peer = Peer::spawn("softverbs", command, Stderr::Capture).expect("starting softverbs");
+    peer.close_stdin();
+    peer
+}
+
+/// Wait for a line containing `needle`, keeping every line read in `seen`.
+fn wait_for(peer: &mut Peer, needle: &str, seen: &mut Vec<String>) -> Result<String, String> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let line = peer.recv_line(deadline.saturating_duration_since(Instant::now()))?;
+        seen.push(line.clone());
+        if line.contains(needle) {
+            return Ok(line);
+        }
+    }
+}
+
+/// Run to the end: the exit status, stdout and stderr.
+fn finish(mut peer: Peer, mut seen: Vec<String>) -> (ExitStatus, String, String) {
+    let status = peer.wait_exit(DEADLINE).unwrap_or_else(|e| {
+        panic!("softverbs did not exit within {DEADLINE:?}: {e}; stdout {seen:?}")
+    });
+    seen.extend(peer.remaining_lines(DEADLINE));
+    (status, seen.join("\n"), peer.stderr())
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+fn run_form(cmd: &str, Form(args, expect, needs): &Form, fabric: &Path) {
+    if !needs.is_empty() && !needs.iter().any(|p| on_path(p)) {
+        eprintln!("{cmd}: softverbs {args:?} not run: none of {needs:?} is on PATH");
+        return;
+    }
+    let started = Instant::now();
+    let (status, stdout, stderr) = finish(spawn(args, fabric), Vec::new());
+    eprintln!("{cmd}: softverbs {args:?}: {status} in {:?}", started.elapsed());
+    assert!(status.success(), "{cmd}: softverbs {args:?}: {status}\n{stdout}\n{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.contains(expect)),
+        "{cmd}: softverbs {args:?} printed no line with {expect:?}:\n{stdout}\n{stderr}"
+    );
+}
+
+fn run_pingpong(cmd: &str, extra: &[&str], fabric: &Path) {
+    let mut seen = Vec::new();
+    let mut server = spawn(&[&["pingpong", "-p", "0"], extra].concat(), fabric);
+    let line = wait_for(&mut server, "listening on TCP port", &mut seen)
+        .unwrap_or_else(|e| panic!("{cmd}: the server did not listen: {e}; {}", server.stderr()));
+    let port = line.rsplit(' ').next().expect("a port").to_string();
+    let client = spawn(&[&["pingpong", "-p", &port], extra, &["localhost"]].concat(), fabric);
+    for (who, peer, seen) in [("client", client, Vec::new()), ("server", server, seen)] {
+        let (status, stdout, stderr) = finish(peer, seen);
+        assert!(status.success(), "{cmd}: the {who}: {status}\n{stdout}\n{stderr}");
+        assert!(stdout.contains(" usec/iter"), "{cmd}: the {who} printed no rate:\n{stdout}");
+    }
+}
+
+/// The commands of one kind (those whose text starts with `prefix`), each run as planned; a
+/// form two lines of the docs share runs once.
+fn run_commands(prefix: &str) {
+    let fabric = fabric();
+    let all = documented_commands();
+    let (mut ran, mut done): (usize, Vec<Vec<&str>>) = (0, Vec::new());
+    for (at, cmd) in all.iter().filter(|(_, c)| c.starts_with(prefix)) {
+        match plan(cmd) {
+            Some(Plan::Run(forms)) => {
+                for form in forms.iter() {
+                    if !done.contains(&form.0.to_vec()) {
+                        run_form(cmd, form, fabric.path());
+                        done.push(form.0.to_vec());
+                    }
+                }
+            }
+            Some(Plan::Pingpong(extra)) => {
+                let key = [&["pingpong"], *extra].concat();
+                if !done.contains(&key) {
+                    run_pingpong(cmd, extra, fabric.path());
+                    done.push(key);
+                }
+            }
+            Some(Plan::NotRun(why)) => eprintln!("{at}: {cmd}: not run: {why}"),
+            None => panic!("{at}: {cmd} is not planned"),
+        }
+        ran += 1;
+    }
+    assert!(ran > 0, "no documented command starts with {prefix:?}");
+}
+
+/// The commands each test below runs, by how their text starts (tests run in parallel).
+const GROUPS: [&[&str]; 4] = [
+    &["cargo ", "softverbs d", "softverbs --help"],
+    &["softverbs pingpong"],
+    &["softverbs perf"],
+    &["softverbs fabric", "softverbs sim"],
+];
+
+#[test]
+fn the_documented_demo_and_device_commands_run() {
+    GROUPS[0].iter().for_each(|p| run_commands(p));
+}
+
+#[test]
+fn the_documented_pingpong_commands_run() {
+    GROUPS[1].iter().for_each(|p| run_commands(p));
+}
+
+#[test]
+fn the_documented_perf_commands_run() {
+    GROUPS[2].iter().for_each(|p| run_commands(p));
+}
+
+#[test]
+fn the_documented_fabric_and_sim_commands_run() {
+    GROUPS[3].iter().for_each(|p| run_commands(p));
+}
