@@ -203,6 +203,7 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV] [-g N]", Plan::Run(PERF)),
     ("softverbs perf floor", Plan::Run(PERF_FLOOR)),
     ("softverbs perf", Plan::Run(PERF)),
+    ("softverbs fabric", Plan::Run(FABRIC)),
     ("softverbs fabric [clean]", Plan::Run(FABRIC)),
     ("softverbs fabric [list]", Plan::Run(FABRIC)),
     ("softverbs fabric clean", Plan::Run(FABRIC)),
@@ -296,10 +297,15 @@ fn every_command_in_the_readme_and_guide_is_planned() {
 /// A fabric directory of the test's own, removed at the end; every command gets it as
 /// `SOFTVERBS_FABRIC`.
 fn fabric() -> tempfile::TempDir {
-    tempfile::Builder::new()
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
         .prefix("softverbs-docs-test-")
         .tempdir()
-        .expect("a temporary directory")
+        .expect("a temporary directory");
+    // A fabric directory must be private to its user (softverbs refuses any other mode).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("making the fabric directory private");
+    dir
 }
 
 fn spawn(args: &[&str], fabric: &Path) -> Peer {
