@@ -323,3 +323,88 @@ fn retry_exhausted_gives_retry_exc_err_then_flush() {
         vec![(3, WcStatus::WrFlushErr)]
     );
 }
+
+// ---------------- READ responses past a bounded queue ----------------
+
+/// A READ whose response burst is longer than a queue on its path: a queue of `queue` packets
+/// between B and A tail-drops every response after the first `queue` of each burst (a burst
+/// being what one READ request, first or retried, calls for). Each retry must ask only for what
+/// has not arrived, so that every retry moves `queue` packets further; a retry of the whole
+/// READ would lose the same tail every time.
+fn read_through_bounded_queue(len: usize, queue: usize, retry_cnt: u8) -> (Pair, Side, Side) {
+    let (mut p, a, b) = setup(ConnOpts { retry_cnt, timeout: 8, ..Default::default() });
+    let data = pattern(len, 41);
+    b.mem.write(0, &data).unwrap();
+    let mut in_burst = 0usize;
+    p.filter = Box::new(move |d, pkt, _| {
+        if d == Dir::AtoB && pkt.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+            in_burst = 0;
+        }
+        if d == Dir::BtoA
+            && pkt.bth.opcode.info().is_some_and(|i| i.flags.contains(packet::OpFlags::READ))
+        {
+            in_burst += 1;
+            if in_burst > queue {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 9,
+            sg_list: &[sge(&a, 100, len as u32)],
+            opcode: WrOpcode::RdmaRead,
+            send_flags: signaled(),
+            rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+            ..Default::default()
+        },
+    );
+    p.drive();
+    (p, a, b)
+}
+
+#[test]
+fn read_longer_than_a_queue_resumes_where_its_responses_stopped() {
+    // 4,865 bytes at MTU 256: 20 responses through a queue of 8 take three requests.
+    let len = 4865;
+    let (mut p, a, _b) = read_through_bounded_queue(len, 8, 3);
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len, wc[0].qp_num),
+        (9, WcStatus::Success, WcOpcode::RdmaRead, len as u32, a.qpn)
+    );
+    assert_eq!(read_mem(&a, 100, len), pattern(len, 41), "every byte landed once, in place");
+    assert_eq!(read_mem(&a, 0, 100), vec![0; 100], "nothing before the buffer");
+    assert_eq!(read_mem(&a, 100 + len, 64), vec![0; 64], "nothing after it");
+    // Each retry asks from the first response PSN not yet received: 0xFFFFF0, then 8 and 16
+    // packets on (crossing the PSN wrap).
+    let requests: Vec<u32> = p
+        .log
+        .iter()
+        .filter(|s| s.dir == Dir::AtoB && s.opcode == Opcode::RC_RDMA_READ_REQUEST)
+        .map(|s| s.psn)
+        .collect();
+    assert_eq!(requests, vec![0xFFFFF0, 0xFFFFF8, 0x000000]);
+    assert_eq!(p.a.qp_state(a.qpn), Some(QpState::Rts));
+}
+
+#[test]
+fn read_retry_resumes_even_with_one_retry_per_queue_length() {
+    // 20 responses through a queue of 2 need ten requests: nine retries, each making progress,
+    // so the retry counter (1) is reset by every burst that moves the READ on.
+    let len = 4865;
+    let (mut p, a, _b) = read_through_bounded_queue(len, 2, 1);
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        vec![(9, WcStatus::Success, len as u32)]
+    );
+    assert_eq!(read_mem(&a, 100, len), pattern(len, 41));
+    let requests =
+        p.log.iter().filter(|s| s.dir == Dir::AtoB && s.opcode == Opcode::RC_RDMA_READ_REQUEST);
+    assert_eq!(requests.count(), 10);
+}
