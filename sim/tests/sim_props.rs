@@ -71,6 +71,7 @@ fn rc_bounded_faults_with_retries_left_complete_exactly_once() {
     let runs = suite(bounded_case(), check_case);
     exercised(&runs, 4, "faults injected", |_, o| o.faults_injected > 0);
     exercised(&runs, 8, "retransmissions", |_, o| o.nics[0].retransmits > 0);
+    exercised(&runs, 12, "tail drops at a full queue", |_, o| o.queue_drops > 0);
 }
 
 #[test]

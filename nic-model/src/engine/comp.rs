@@ -287,7 +287,13 @@ fn fail_front(qp: &mut Qp, hca: &mut Hca, status: WcStatus) {
 pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
     if let Some(t) = qp.req.rnr_timer_ns {
         if now >= t {
+            // The RNR wait is over: go back and send again. The local ACK timer measures a
+            // request's wait for its response, so it starts again with the retransmission
+            // (`req::step` arms it) rather than running on from before the wait: one armed by a
+            // sequence NAK that followed the RNR NAK would otherwise fire early and spend a
+            // retry on nothing lost.
             qp.req.rnr_timer_ns = None;
+            qp.req.timer_ns = None;
             go_back(qp);
         }
     }

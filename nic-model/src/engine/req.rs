@@ -211,11 +211,20 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
     let mut done_wqe = true;
     match w.opcode {
         WrOpcode::RdmaRead => {
+            // A READ asks for its responses from packet `pkt` on: 0 the first time; on a
+            // retry, the first response not yet received (`go_back`), with the remote address
+            // and length advanced past what arrived, as the IBA allows and rxe's requester does.
+            let skip = qp.req.pkt.min(w.npsn.saturating_sub(1));
+            let done = (skip * mtu).min(w.len);
             bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
             bth.ack_req = true;
             pkt = Packet::new(bth, &[]);
-            pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: w.len });
-            advance = w.npsn;
+            pkt.reth = Some(Reth {
+                va: w.rdma.remote_addr.wrapping_add(done as u64),
+                rkey: w.rdma.rkey,
+                dma_len: w.len - done,
+            });
+            advance = w.npsn - skip;
         }
         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
             bth.opcode = if w.opcode == WrOpcode::AtomicCmpAndSwp {
@@ -348,9 +357,14 @@ pub(crate) fn go_back(qp: &mut Qp) {
         return;
     }
     if w.is_rd_atomic() {
-        // A READ or atomic is asked for again as a whole; the responder re-executes the READ
-        // or replays the saved atomic result, and the completer drops responses it already has.
-        qp.req.psn = w.first_psn;
+        // An atomic is asked for again (the responder replays its saved result). A READ is
+        // asked for again from its first response not yet received, `comp_psn` (the completer
+        // takes responses in order only): the responses that arrived are not asked for twice,
+        // so a burst longer than a queue on the path moves on with every retry instead of
+        // losing the same tail each time.
+        let got = qp.req.comp_psn.diff(w.first_psn).max(0) as u32;
+        qp.req.pkt = got.min(w.npsn.saturating_sub(1));
+        qp.req.psn = w.first_psn.add(qp.req.pkt);
     } else {
         let sent = qp.req.comp_psn.diff(w.first_psn).max(0) as u32;
         qp.req.pkt = sent.min(w.npsn.saturating_sub(1));

@@ -454,10 +454,18 @@ fn save_resource(qp: &mut Qp, res: RdResource) {
 fn duplicate(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags) {
     let psn = pkt.bth.psn;
     if flags.contains(OpFlags::READ) {
-        // Re-execute the READ from memory, from the packet the request's PSN names.
+        // Re-execute the READ from memory, from the packet the request's PSN names: a retry
+        // asks from its first response not yet received, its RETH advanced to match. As rxe
+        // does, a request that asks for more than the saved READ (another R_Key, or bytes
+        // outside it) is not answered.
+        let Some(asked) = pkt.reth else { return };
         let found = qp.resp.resources.iter().find_map(|r| match *r {
             RdResource::Read { psn: first, npkts, rkey, va, len, msn }
-                if psn.diff(first) >= 0 && psn.diff(first.add(npkts)) < 0 =>
+                if psn.diff(first) >= 0
+                    && psn.diff(first.add(npkts)) < 0
+                    && asked.rkey == rkey
+                    && asked.va >= va
+                    && (asked.va - va).saturating_add(asked.dma_len as u64) <= len as u64 =>
             {
                 Some((first, npkts, rkey, va, len, msn))
             }

@@ -304,3 +304,71 @@ fn packets_arrive_in_time_order_whether_they_keep_their_place_or_overtake() {
     assert!(!sent_order, "jitter and the latency change reordered some packets");
     assert_eq!(w.nic(b).unwrap().stats().rx_malformed, 200);
 }
+
+/// Node 0 READs `len` bytes (a pattern) from node 1 at `mtu` over `world`, then runs the world
+/// until it is idle; the READ's completions and the bytes that landed.
+fn read_across(world: &SimWorld, mtu: verbs_api::Mtu, len: usize) -> (Vec<WorkCompletion>, bool) {
+    let opts = ConnOpts { mtu, timeout: 8, retry_cnt: 3, ..ConnOpts::default() };
+    let (a, b) = connect_rc(world, 0, 1, CAP, 64, len + 4096, &opts, (0xFFFF00, 200)).unwrap();
+    let data: Vec<u8> =
+        (0..len as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    b.mr.write(0, &data).unwrap();
+    let sge = [a.mr.sge(7, len as u32)];
+    let wr = SendWr {
+        wr_id: 77,
+        sg_list: &sge,
+        opcode: WrOpcode::RdmaRead,
+        send_flags: SendFlags::SIGNALED,
+        rdma: verbs_api::RdmaTarget { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+        ..Default::default()
+    };
+    a.qp.post_send(&[wr]).unwrap();
+    assert!(world.run_until_idle(50_000_000));
+    let landed = a.mr.read_vec(7, len).unwrap() == data
+        && a.mr.read_vec(0, 7).unwrap() == [0; 7]
+        && a.mr.read_vec(7 + len, 64).unwrap() == [0; 64];
+    (drain(&a.cq), landed)
+}
+
+/// Whether `wc` is the one work completion of a successful READ of `len` bytes.
+fn read_succeeded(wc: &[WorkCompletion], len: usize) -> bool {
+    matches!(wc, [w] if (w.wr_id, w.status, w.opcode, w.byte_len)
+        == (77, WcStatus::Success, verbs_api::WcOpcode::RdmaRead, len as u32))
+}
+
+#[test]
+fn a_read_longer_than_its_link_queue_completes() {
+    // 4,865 bytes at MTU 256 is 20 responses, sent as one burst onto a link that queues 8: each
+    // retry asks only for what has not arrived, so the READ moves on by a queue's worth a try.
+    let params = LinkParams { queue_limit: 8, ..LinkParams::default() };
+    let world = SimWorld::mesh(1, 2, params);
+    let (wc, landed) = read_across(&world, verbs_api::Mtu::Mtu256, 4865);
+    assert!(read_succeeded(&wc, 4865), "{wc:?}");
+    assert!(landed, "the bytes of the READ landed in place, and no others");
+}
+
+#[test]
+fn a_2_mib_read_completes_through_the_default_link_queue() {
+    // 2,048 responses at MTU 1024 against the default queue of 1,024 packets.
+    let world = SimWorld::mesh(1, 2, LinkParams::default());
+    let (wc, landed) = read_across(&world, verbs_api::Mtu::Mtu1024, 2 << 20);
+    assert!(read_succeeded(&wc, 2 << 20), "{wc:?}");
+    assert!(landed);
+}
+
+#[test]
+fn a_read_burst_tail_dropped_at_a_switch_completes() {
+    // The responder's burst crosses a switch onto a slower link with a queue of 8: the switch
+    // drops the tail of every burst, and every retry still moves the READ on.
+    let mut w = World::new(5);
+    let (rq, rs) = (w.add_node("requester"), w.add_node("responder"));
+    let sw = w.add_switch("sw");
+    w.add_duplex(rs, sw, LinkParams::default());
+    let slow = LinkParams { bandwidth_gbps: 10.0, queue_limit: 8, ..LinkParams::default() };
+    let (to_requester, _) = w.add_duplex(sw, rq, slow);
+    let world = SimWorld::new(w);
+    let (wc, landed) = read_across(&world, verbs_api::Mtu::Mtu256, 4865);
+    assert!(read_succeeded(&wc, 4865), "{wc:?}");
+    assert!(landed);
+    assert!(world.lock().links()[to_requester].stats.queue_drops > 0, "the switch dropped tails");
+}

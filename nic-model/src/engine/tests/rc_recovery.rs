@@ -323,3 +323,199 @@ fn retry_exhausted_gives_retry_exc_err_then_flush() {
         vec![(3, WcStatus::WrFlushErr)]
     );
 }
+
+// ---------------- READ responses past a bounded queue ----------------
+
+/// A READ whose response burst is longer than a queue on its path: a queue of `queue` packets
+/// between B and A tail-drops every response after the first `queue` of each burst (a burst
+/// being what one READ request, first or retried, calls for). Each retry must ask only for what
+/// has not arrived, so that every retry moves `queue` packets further; a retry of the whole
+/// READ would lose the same tail every time.
+fn read_through_bounded_queue(len: usize, queue: usize, retry_cnt: u8) -> (Pair, Side, Side) {
+    let (mut p, a, b) = setup(ConnOpts { retry_cnt, timeout: 8, ..Default::default() });
+    let data = pattern(len, 41);
+    b.mem.write(0, &data).unwrap();
+    let mut in_burst = 0usize;
+    p.filter = Box::new(move |d, pkt, _| {
+        if d == Dir::AtoB && pkt.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+            in_burst = 0;
+        }
+        if d == Dir::BtoA
+            && pkt.bth.opcode.info().is_some_and(|i| i.flags.contains(packet::OpFlags::READ))
+        {
+            in_burst += 1;
+            if in_burst > queue {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    post_send(
+        &mut p,
+        &a,
+        SendWr {
+            wr_id: 9,
+            sg_list: &[sge(&a, 100, len as u32)],
+            opcode: WrOpcode::RdmaRead,
+            send_flags: signaled(),
+            rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+            ..Default::default()
+        },
+    );
+    p.drive();
+    (p, a, b)
+}
+
+#[test]
+fn read_longer_than_a_queue_resumes_where_its_responses_stopped() {
+    // 4,865 bytes at MTU 256: 20 responses through a queue of 8 take three requests.
+    let len = 4865;
+    let (mut p, a, _b) = read_through_bounded_queue(len, 8, 3);
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len, wc[0].qp_num),
+        (9, WcStatus::Success, WcOpcode::RdmaRead, len as u32, a.qpn)
+    );
+    assert_eq!(read_mem(&a, 100, len), pattern(len, 41), "every byte landed once, in place");
+    assert_eq!(read_mem(&a, 0, 100), vec![0; 100], "nothing before the buffer");
+    assert_eq!(read_mem(&a, 100 + len, 64), vec![0; 64], "nothing after it");
+    // Each retry asks from the first response PSN not yet received: 0xFFFFF0, then 8 and 16
+    // packets on (crossing the PSN wrap).
+    let requests: Vec<u32> = p
+        .log
+        .iter()
+        .filter(|s| s.dir == Dir::AtoB && s.opcode == Opcode::RC_RDMA_READ_REQUEST)
+        .map(|s| s.psn)
+        .collect();
+    assert_eq!(requests, vec![0xFFFFF0, 0xFFFFF8, 0x000000]);
+    assert_eq!(p.a.qp_state(a.qpn), Some(QpState::Rts));
+}
+
+#[test]
+fn read_retry_resumes_even_with_one_retry_per_queue_length() {
+    // 20 responses through a queue of 2 need ten requests: nine retries, each making progress,
+    // so the retry counter (1) is reset by every burst that moves the READ on.
+    let len = 4865;
+    let (mut p, a, _b) = read_through_bounded_queue(len, 2, 1);
+    let wc = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect::<Vec<_>>(),
+        vec![(9, WcStatus::Success, len as u32)]
+    );
+    assert_eq!(read_mem(&a, 100, len), pattern(len, 41));
+    let requests =
+        p.log.iter().filter(|s| s.dir == Dir::AtoB && s.opcode == Opcode::RC_RDMA_READ_REQUEST);
+    assert_eq!(requests.count(), 10);
+}
+
+// ---------------- an RNR NAK, then the next request's sequence NAK ----------------
+
+/// A send completion's (wr_id, status, opcode, byte_len, qp_num).
+type SendWc = (u64, WcStatus, WcOpcode, u32, u32);
+
+/// Two pipelined SENDs to a receiver with no receive posted, on a link that loses nothing: the
+/// first is RNR NAKed (`min_rnr_timer` code `rnr_code`), and the second, arriving while the
+/// responder still expects the first, is answered with a PSN sequence error NAK for the
+/// first's PSN. The receives are posted `post_after_ns` after the SENDs; `delay` says what
+/// extra delay (ns) each packet the responder sends meets. Returns the requester's completions
+/// (wr_id, status, opcode, byte_len, qp_num), the NAKs the responder sent (RNR, sequence) and
+/// the requester's counters; when both SENDs succeed, checks that they were delivered once, in
+/// order, with their bytes.
+fn rnr_then_sequence_nak(
+    retry_cnt: u8,
+    rnr_code: u8,
+    post_after_ns: u64,
+    delay: fn(&packet::Packet<'_>) -> u64,
+) -> (Vec<SendWc>, (usize, usize), NicStats) {
+    let opts = ConnOpts {
+        retry_cnt,
+        timeout: 6,
+        rnr_retry: 7,
+        min_rnr_timer: rnr_code,
+        ..Default::default()
+    };
+    let (mut p, a, b) = setup(opts);
+    p.filter = Box::new(move |d, pkt, _| match delay(pkt) {
+        ns if d == Dir::BtoA && ns > 0 => Fate::Delay(ns),
+        _ => Fate::Deliver,
+    });
+    a.mem.write(0, b"first!second").unwrap();
+    let now = p.now;
+    let (s1, s2) = ([sge(&a, 0, 6)], [sge(&a, 6, 6)]);
+    let wr1 = SendWr { wr_id: 1, sg_list: &s1, send_flags: signaled(), ..Default::default() };
+    let wr2 = SendWr { wr_id: 2, sg_list: &s2, send_flags: signaled(), ..Default::default() };
+    p.a.post_send(now, a.qpn, &[wr1, wr2]).unwrap();
+    p.drive_until(now + post_after_ns);
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 10, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 11, sg_list: &[sge(&b, 64, 64)] }]).unwrap();
+    p.drive();
+    let naks = |code: u8, mask: u8| {
+        let nak = |s: &&Seen| s.dir == Dir::BtoA && s.aeth.is_some_and(|x| x & mask == code);
+        p.log.iter().filter(nak).count()
+    };
+    let counts = (naks(0x20, 0xE0), naks(0x60, 0xFF));
+    let got: Vec<_> = poll_all(&mut p.a, a.cq)
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.qp_num))
+        .collect();
+    if got.iter().all(|w| w.1 == WcStatus::Success) {
+        let recv: Vec<_> =
+            poll_all(&mut p.b, b.cq).iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect();
+        assert_eq!(recv, vec![(10, WcStatus::Success, 6), (11, WcStatus::Success, 6)]);
+        assert_eq!(
+            (read_mem(&b, 0, 6), read_mem(&b, 64, 6)),
+            (b"first!".to_vec(), b"second".to_vec())
+        );
+    }
+    (got, counts, p.a.stats().clone())
+}
+
+/// Both SENDs of [`rnr_then_sequence_nak`] completed successfully, in order (QP 17 is `a`'s).
+const BOTH_SENT: [SendWc; 2] =
+    [(1, WcStatus::Success, WcOpcode::Send, 6, 17), (2, WcStatus::Success, WcOpcode::Send, 6, 17)];
+
+fn no_delay(_: &packet::Packet<'_>) -> u64 {
+    0
+}
+
+#[test]
+fn a_sequence_nak_behind_an_rnr_nak_spends_one_transport_retry() {
+    // The IBA counts a PSN sequence error NAK against retry_cnt whatever caused it, and so does
+    // rxe (its completer takes the NAK once the RNR wait is over and spends a retry): with
+    // retry_cnt 0 the first SEND ends in RETRY_EXC_ERR on a link that loses nothing.
+    let (got, (rnr, seq), p) = rnr_then_sequence_nak(0, 16, 1_000_000, no_delay);
+    assert_eq!((rnr, seq), (1, 1), "one RNR NAK, then one sequence NAK");
+    let st: Vec<_> = got.iter().map(|w| (w.0, w.1, w.4)).collect();
+    assert_eq!(st, vec![(1, WcStatus::RetryExcErr, 17), (2, WcStatus::WrFlushErr, 17)]);
+    assert_eq!(p.timeouts, 0);
+    // With a retry left, the same sequence completes: the NAK spends it, and the local ACK
+    // timer, which would spend more, does not run out while the RNR NAK is waited out.
+    for retry_cnt in 1..=3 {
+        let (got, (rnr, seq), p) = rnr_then_sequence_nak(retry_cnt, 16, 6_000_000, no_delay);
+        assert!(rnr >= 2 && seq >= 1, "retry_cnt {retry_cnt}: {rnr} RNR, {seq} sequence NAKs");
+        assert_eq!(got, BOTH_SENT, "retry_cnt {retry_cnt}");
+        assert_eq!(p.timeouts, 0, "retry_cnt {retry_cnt}");
+    }
+}
+
+#[test]
+fn the_ack_timer_restarts_when_the_rnr_wait_ends() {
+    // The RNR wait (0.24 ms) is shorter than the local ACK timeout (0.26 ms), and the ACK of
+    // the retransmission comes 50 µs late (a queue on the way). The ACK timer measures a
+    // request's wait for its response: it starts again with the retransmission, so it does
+    // not fire before that ACK and spend a retry on nothing lost.
+    fn late_ack(pkt: &packet::Packet<'_>) -> u64 {
+        if pkt.bth.opcode == Opcode::RC_ACKNOWLEDGE && pkt.aeth.is_some_and(|a| a.syndrome < 0x20) {
+            50_000
+        } else {
+            0
+        }
+    }
+    for retry_cnt in 1..=3 {
+        let (got, (rnr, seq), p) = rnr_then_sequence_nak(retry_cnt, 9, 100_000, late_ack);
+        assert_eq!((rnr, seq), (1, 1), "retry_cnt {retry_cnt}");
+        assert_eq!(got, BOTH_SENT, "retry_cnt {retry_cnt}");
+        assert_eq!(p.timeouts, 0, "retry_cnt {retry_cnt}: no ACK timeout fired");
+    }
+}

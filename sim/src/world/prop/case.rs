@@ -198,11 +198,15 @@ pub struct Case {
     pub window: u32,
     /// The first PSNs of `a` and `b` (24 bits).
     pub psns: (u32, u32),
+    /// Packets each direction's link may queue; more are tail-dropped (0: unbounded). Bursts
+    /// longer than this lose their tails, as at a real port's queue.
+    pub queue_limit: usize,
 }
 
 impl Case {
     /// An RC case on a clean link with `workload`: `retry_cnt` 7, `timeout` 10 (4 ms),
-    /// `rnr_retry` 7, receives posted first, MTU 1024, the engine's window, PSNs from the seed.
+    /// `rnr_retry` 7, receives posted first, MTU 1024, the engine's window, PSNs from the seed,
+    /// the simulator's default link queue (1,024 packets).
     pub fn new(seed: u64, workload: Vec<WorkItem>) -> Case {
         Case {
             seed,
@@ -217,6 +221,7 @@ impl Case {
             mtu: Mtu::Mtu1024,
             window: engine_window(),
             psns: ((seed & 0xFF_FFFF) as u32, ((seed >> 24) & 0xFF_FFFF) as u32),
+            queue_limit: crate::world::LinkParams::default().queue_limit,
         }
     }
 }
@@ -237,4 +242,6 @@ pub struct ContentionCase {
     pub per_qp: Vec<Vec<AtomicOp>>,
     /// Faults, applied to every requester's pair of links.
     pub faults: Vec<FaultEvent>,
+    /// Packets each link may queue (0: unbounded), as [`Case::queue_limit`].
+    pub queue_limit: usize,
 }

@@ -26,7 +26,7 @@ fn contention_inner(case: &ContentionCase) -> Result<Outcome, String> {
     if case.per_qp.is_empty() {
         return Err("the case has no requesters".into());
     }
-    let base = LinkParams { queue_limit: 0, ..LinkParams::default() };
+    let base = LinkParams { queue_limit: case.queue_limit, ..LinkParams::default() };
     let mut w = World::new(case.seed);
     let target = w.add_node("target");
     let mut links = Vec::new();
@@ -175,11 +175,13 @@ fn contention_inner(case: &ContentionCase) -> Result<Outcome, String> {
 
     let w = world.lock();
     let nics = (0..w.nodes().len()).filter_map(|i| w.nic(i).map(|n| n.stats().clone())).collect();
+    let t = w.total_stats();
     Ok(Outcome {
         send_wcs: wcs.concat(),
         recv_wcs: Vec::new(),
         trace_hash: w.trace().hash(),
-        faults_injected: w.total_stats().faults(),
+        faults_injected: t.faults(),
+        queue_drops: t.queue_drops,
         nics,
     })
 }

@@ -5,7 +5,8 @@
 //! A [`Case`] is everything a run depends on: the world's seed, the QP type, the WRs posted on
 //! `a`'s QP towards `b`, the faults (a loss window, the k-th packet dropped, a partition that
 //! heals, ...), the QP's retry attributes, a late receiver, a cut that outlasts the retries,
-//! the path MTU, the NICs' send window and the first PSNs. [`run_case`] plays it and checks
+//! the path MTU, the NICs' send window, the first PSNs and the links' queue limit (finite in
+//! most cases, small in some, so bursts lose their tails). [`run_case`] plays it and checks
 //! every oracle; [`check_case`] does the same inside a proptest body, printing the seed first.
 //! What is checked (each item names the oracle; `docs/simulator.md` has the table):
 //! - RC: every message is delivered exactly once and in order — receive completions match the
@@ -17,8 +18,9 @@
 //!   from 1–3 SGEs or inline, scattered into 1–3 SGEs) and no other byte of either MR changed;
 //!   a READ returns the target's bytes; atomics behave as if executed one at a time
 //!   ([`oracle::check_atomics_serial`], also across several QPs: [`run_contention`]);
-//! - RC with bounded faults and retries left: everything completes successfully; on a clean
-//!   link nothing is retransmitted and no timer fires;
+//! - RC with bounded faults, finite queues and retries left: everything completes successfully
+//!   (the conditions are in `docs/simulator.md`); on a clean link (no fault, no tail dropped)
+//!   nothing is retransmitted and no timer fires;
 //! - RC with a cut that outlasts the retries: the first unfinished WR completes with
 //!   `RETRY_EXC_ERR`, every later one with `WR_FLUSH_ERR`, and once the cut heals nothing more is
 //!   sent or delivered;
@@ -56,17 +58,18 @@ pub use oracle::{AtomicOp, AtomicResult, ExpectedWc};
 pub use run::{run_case, Outcome, RUN_LIMIT_NS};
 pub use strategy::{
     bounded_case, bounded_fault, contention_case, datagram_fault_schedule, fault_schedule, mtu,
-    partition_case, psns, rnr_case, size, uc_case, uc_workload, ud_case, ud_workload, window,
-    work_item, workload,
+    partition_case, psns, queue_limit, rnr_case, size, uc_case, uc_workload, ud_case, ud_workload,
+    window, work_item, workload,
 };
 
 fn describe(case: &Case) -> String {
     format!(
-        "case: seed {} ({:?}, {} WRs, {} fault events{}{})",
+        "case: seed {} ({:?}, {} WRs, {} fault events, queue {}{}{})",
         case.seed,
         case.qp_type,
         case.workload.len(),
         case.faults.len(),
+        case.queue_limit,
         case.cut_at_ns.map(|c| format!(", cut at {c} ns")).unwrap_or_default(),
         if case.recv_delay_ns > 0 {
             format!(", receives after {} ns", case.recv_delay_ns)

@@ -33,8 +33,10 @@ pub struct Outcome {
     pub recv_wcs: Vec<WorkCompletion>,
     /// The trace hash.
     pub trace_hash: u64,
-    /// Faults injected.
+    /// Faults injected (tail drops at a full queue included).
     pub faults_injected: u64,
+    /// Of those, packets a full link queue dropped.
+    pub queue_drops: u64,
     /// Each NIC's counters, by node: `a` then `b` (a contention case: the target, then the
     /// requesters).
     pub nics: Vec<NicStats>,
@@ -139,7 +141,7 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
     // The last WR is signaled so the run has an end every program can observe.
     last.signaled = true;
     let n = work.len();
-    let base = LinkParams { queue_limit: 0, ..LinkParams::default() };
+    let base = LinkParams { queue_limit: case.queue_limit, ..LinkParams::default() };
     let world = {
         let mut w = World::new(case.seed);
         w.configure_nics(|c| c.window = case.window);
@@ -292,9 +294,10 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
         format!("the world was still busy {SETTLE_EVENTS} events after the last completion")
     })?;
 
-    let (trace_hash, faults_injected) = {
+    let (trace_hash, faults_injected, queue_drops) = {
         let w = world.lock();
-        (w.trace().hash(), w.total_stats().faults())
+        let t = w.total_stats();
+        (w.trace().hash(), t.faults(), t.queue_drops)
     };
     let run = Run {
         case,
@@ -311,6 +314,7 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
         send_wcs: &send_wcs,
         recv_wcs: &recv_wcs,
         nics: [nic_stats(&world, 0), nic_stats(&world, 1)],
+        queue_drops,
     };
     match case.qp_type {
         QpType::Rc => run.check_rc()?,
@@ -318,5 +322,5 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
         QpType::Ud => run.check_ud()?,
     }
     let nics = run.nics.to_vec();
-    Ok(Outcome { send_wcs, recv_wcs, trace_hash, faults_injected, nics })
+    Ok(Outcome { send_wcs, recv_wcs, trace_hash, faults_injected, queue_drops, nics })
 }

@@ -104,6 +104,34 @@ pub fn psns() -> impl Strategy<Value = (u32, u32)> {
     (psn.clone(), psn)
 }
 
+/// Link queues in packets: mostly the simulator's default (1,024), often a shorter one, a
+/// small one (`smallest`..64) that a burst of a message or of READ responses overflows, and
+/// sometimes unbounded (0). A tail dropped at a full queue is a fault like any loss: RC
+/// recovers from it, at worst one local ACK timeout for every queue's worth of a burst's tail
+/// (`docs/simulator.md`), which is what `smallest` keeps inside the run limit.
+pub fn queue_limit(smallest: usize) -> BoxedStrategy<usize> {
+    let default = Just(crate::world::LinkParams::default().queue_limit);
+    let smallest = smallest.max(1);
+    if smallest >= 64 {
+        return prop_oneof![3 => default, 4 => smallest..1024, 1 => Just(0usize)].boxed();
+    }
+    prop_oneof![
+        3 => default,
+        2 => 64usize..1024,
+        2 => smallest..64,
+        1 => Just(0usize),
+    ]
+    .boxed()
+}
+
+/// The smallest queue for RC cases whose local ACK timeout is 4 ms (timeout 10): a 1 MiB READ
+/// at MTU 256 (4,096 responses) then needs at most 1,024 timeouts, about 4.3 s of the 10 s.
+const SMALLEST_QUEUE: usize = 4;
+
+/// The smallest queue for RNR cases, whose local ACK timeout is 67 ms (timeout 14): the same
+/// READ then needs at most 64 timeouts, about 4.3 s.
+const SMALLEST_QUEUE_RNR: usize = 64;
+
 fn dir() -> impl Strategy<Value = Dir> {
     prop_oneof![Just(Dir::Forward), Just(Dir::Backward)]
 }
@@ -180,30 +208,40 @@ pub fn datagram_fault_schedule(max: usize) -> impl Strategy<Value = Vec<FaultEve
     schedule_of(fault_kind(false), max, 2_000)
 }
 
-/// An RC case with bounded faults and retries left (it must complete successfully).
+/// An RC case with bounded faults, finite queues and retries left (it must complete
+/// successfully).
 pub fn bounded_case() -> impl Strategy<Value = Case> {
-    (any::<u64>(), workload(8), fault_schedule(4), mtu(), window(), psns()).prop_map(
-        |(seed, workload, faults, mtu, window, psns)| Case {
+    (
+        any::<u64>(),
+        workload(8),
+        fault_schedule(4),
+        mtu(),
+        window(),
+        psns(),
+        queue_limit(SMALLEST_QUEUE),
+    )
+        .prop_map(|(seed, workload, faults, mtu, window, psns, queue_limit)| Case {
             faults,
             mtu,
             window,
             psns,
+            queue_limit,
             ..Case::new(seed, workload)
-        },
-    )
+        })
 }
 
 /// An RC case cut partway, until the requester gives up (it must end in `RETRY_EXC_ERR`, then
 /// flushes, then silence). The cut comes early enough that most cases are still running.
 pub fn partition_case() -> impl Strategy<Value = Case> {
     let cut = prop_oneof![2 => 0u64..2_000, 2 => 0u64..20_000, 1 => 0u64..200_000];
-    (any::<u64>(), workload(8), cut, 0u8..=3, mtu(), psns()).prop_map(
-        |(seed, workload, cut, retry_cnt, mtu, psns)| Case {
+    (any::<u64>(), workload(8), cut, 0u8..=3, mtu(), psns(), queue_limit(SMALLEST_QUEUE)).prop_map(
+        |(seed, workload, cut, retry_cnt, mtu, psns, queue_limit)| Case {
             retry_cnt,
             timeout: 5,
             cut_at_ns: Some(cut),
             mtu,
             psns,
+            queue_limit,
             ..Case::new(seed, workload)
         },
     )
@@ -214,25 +252,41 @@ pub fn partition_case() -> impl Strategy<Value = Case> {
 /// RNR NAK.
 pub fn rnr_case() -> impl Strategy<Value = Case> {
     let first = item_of(Just(OpKind::Send), size().boxed());
-    (any::<u64>(), first, workload(5), 5_000u64..3_000_000, mtu(), fault_schedule(3)).prop_map(
-        |(seed, first, rest, delay, mtu, faults)| {
+    let delay = 5_000u64..3_000_000;
+    (
+        any::<u64>(),
+        first,
+        workload(5),
+        delay,
+        mtu(),
+        fault_schedule(3),
+        queue_limit(SMALLEST_QUEUE_RNR),
+    )
+        .prop_map(|(seed, first, rest, delay, mtu, faults, queue_limit)| {
             let mut workload = vec![first];
             workload.extend(rest);
-            Case { timeout: 14, recv_delay_ns: delay, mtu, faults, ..Case::new(seed, workload) }
-        },
-    )
+            Case {
+                timeout: 14,
+                recv_delay_ns: delay,
+                mtu,
+                faults,
+                queue_limit,
+                ..Case::new(seed, workload)
+            }
+        })
 }
 
 /// A UC case with faults, most in the first 2 µs where its burst of packets is on the wire
 /// (none of them may deliver a message twice, out of order or in part).
 pub fn uc_case() -> impl Strategy<Value = Case> {
     let faults = schedule_of(fault_kind(true), 3, 2_000);
-    (any::<u64>(), uc_workload(8), faults, mtu(), psns()).prop_map(
-        |(seed, workload, faults, mtu, psns)| Case {
+    (any::<u64>(), uc_workload(8), faults, mtu(), psns(), queue_limit(2)).prop_map(
+        |(seed, workload, faults, mtu, psns, queue_limit)| Case {
             qp_type: QpType::Uc,
             faults,
             mtu,
             psns,
+            queue_limit,
             ..Case::new(seed, workload)
         },
     )
@@ -240,14 +294,14 @@ pub fn uc_case() -> impl Strategy<Value = Case> {
 
 /// A UD case with faults other than duplication (see [`datagram_fault_schedule`]).
 pub fn ud_case() -> impl Strategy<Value = Case> {
-    (any::<u64>(), ud_workload(12, Mtu::Mtu4096), datagram_fault_schedule(3)).prop_map(
-        |(seed, workload, faults)| Case {
+    (any::<u64>(), ud_workload(12, Mtu::Mtu4096), datagram_fault_schedule(3), queue_limit(2))
+        .prop_map(|(seed, workload, faults, queue_limit)| Case {
             qp_type: QpType::Ud,
             faults,
             mtu: Mtu::Mtu4096,
+            queue_limit,
             ..Case::new(seed, workload)
-        },
-    )
+        })
 }
 /// 2–4 requesters with 1–6 atomics each (CAS with small values so some succeed, FADD),
 /// with bounded faults.
@@ -257,9 +311,7 @@ pub fn contention_case() -> impl Strategy<Value = ContentionCase> {
         (0u64..4).prop_map(|add| AtomicOp::FetchAdd { add }),
     ];
     let per_qp = prop::collection::vec(prop::collection::vec(op, 1..=6), 2..=4);
-    (any::<u64>(), per_qp, fault_schedule(3)).prop_map(|(seed, per_qp, faults)| ContentionCase {
-        seed,
-        per_qp,
-        faults,
-    })
+    (any::<u64>(), per_qp, fault_schedule(3), queue_limit(SMALLEST_QUEUE)).prop_map(
+        |(seed, per_qp, faults, queue_limit)| ContentionCase { seed, per_qp, faults, queue_limit },
+    )
 }

@@ -28,6 +28,8 @@ pub(super) struct Run<'a> {
     pub(super) recv_wcs: &'a [WorkCompletion],
     /// Requester, responder.
     pub(super) nics: [NicStats; 2],
+    /// Packets a full link queue dropped.
+    pub(super) queue_drops: u64,
 }
 
 impl Run<'_> {
@@ -67,7 +69,7 @@ impl Run<'_> {
     }
 
     fn clean_link(&self) -> bool {
-        self.case.faults.is_empty() && self.case.cut_at_ns.is_none()
+        self.case.faults.is_empty() && self.case.cut_at_ns.is_none() && self.queue_drops == 0
     }
 
     fn check_images(&self, a_img: &Image, b_img: &Image) -> Result<(), String> {
