@@ -412,14 +412,15 @@ fn read_retry_resumes_even_with_one_retry_per_queue_length() {
 // ---------------- an RNR NAK, then the next request's sequence NAK ----------------
 
 /// A send completion's (wr_id, status, opcode, byte_len, qp_num).
-type SendWc = (u64, WcStatus, WcOpcode, u32, u32);
+/// A requester completion: (wr_id, status, opcode, byte_len, whether qp_num names `a`'s QP).
+type SendWc = (u64, WcStatus, WcOpcode, u32, bool);
 
 /// Two pipelined SENDs to a receiver with no receive posted, on a link that loses nothing: the
 /// first is RNR NAKed (`min_rnr_timer` code `rnr_code`), and the second, arriving while the
 /// responder still expects the first, is answered with a PSN sequence error NAK for the
 /// first's PSN. The receives are posted `post_after_ns` after the SENDs; `delay` says what
 /// extra delay (ns) each packet the responder sends meets. Returns the requester's completions
-/// (wr_id, status, opcode, byte_len, qp_num), the NAKs the responder sent (RNR, sequence) and
+/// (wr_id, status, opcode, byte_len, qp_num is `a`'s), the NAKs the responder sent (RNR, sequence) and
 /// the requester's counters; when both SENDs succeed, checks that they were delivered once, in
 /// order, with their bytes.
 fn rnr_then_sequence_nak(
@@ -457,7 +458,7 @@ fn rnr_then_sequence_nak(
     let counts = (naks(0x20, 0xE0), naks(0x60, 0xFF));
     let got: Vec<_> = poll_all(&mut p.a, a.cq)
         .iter()
-        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.qp_num))
+        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.qp_num == a.qpn))
         .collect();
     if got.iter().all(|w| w.1 == WcStatus::Success) {
         let recv: Vec<_> =
@@ -471,9 +472,11 @@ fn rnr_then_sequence_nak(
     (got, counts, p.a.stats().clone())
 }
 
-/// Both SENDs of [`rnr_then_sequence_nak`] completed successfully, in order (QP 17 is `a`'s).
-const BOTH_SENT: [SendWc; 2] =
-    [(1, WcStatus::Success, WcOpcode::Send, 6, 17), (2, WcStatus::Success, WcOpcode::Send, 6, 17)];
+/// Both SENDs of [`rnr_then_sequence_nak`] completed successfully, in order, on `a`'s QP.
+const BOTH_SENT: [SendWc; 2] = [
+    (1, WcStatus::Success, WcOpcode::Send, 6, true),
+    (2, WcStatus::Success, WcOpcode::Send, 6, true),
+];
 
 fn no_delay(_: &packet::Packet<'_>) -> u64 {
     0
@@ -487,7 +490,7 @@ fn a_sequence_nak_behind_an_rnr_nak_spends_one_transport_retry() {
     let (got, (rnr, seq), p) = rnr_then_sequence_nak(0, 16, 1_000_000, no_delay);
     assert_eq!((rnr, seq), (1, 1), "one RNR NAK, then one sequence NAK");
     let st: Vec<_> = got.iter().map(|w| (w.0, w.1, w.4)).collect();
-    assert_eq!(st, vec![(1, WcStatus::RetryExcErr, 17), (2, WcStatus::WrFlushErr, 17)]);
+    assert_eq!(st, vec![(1, WcStatus::RetryExcErr, true), (2, WcStatus::WrFlushErr, true)]);
     assert_eq!(p.timeouts, 0);
     // With a retry left, the same sequence completes: the NAK spends it, and the local ACK
     // timer, which would spend more, does not run out while the RNR NAK is waited out.
