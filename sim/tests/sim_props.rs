@@ -71,7 +71,10 @@ fn rc_bounded_faults_with_retries_left_complete_exactly_once() {
     let runs = suite(bounded_case(), check_case);
     exercised(&runs, 4, "faults injected", |_, o| o.faults_injected > 0);
     exercised(&runs, 8, "retransmissions", |_, o| o.nics[0].retransmits > 0);
-    exercised(&runs, 12, "tail drops at a full queue", |_, o| o.queue_drops > 0);
+    // About 13 % of cases meet a tail drop (4 to 11 of 64 in twelve runs); one in 64 leaves a
+    // margin that a fresh seed per run does not cross by chance (p ≈ 1e-4), and still fails
+    // if the strategy stops drawing small queues.
+    exercised(&runs, 64, "tail drops at a full queue", |_, o| o.queue_drops > 0);
 }
 
 #[test]
