@@ -786,7 +786,13 @@ fn a_closed_stdout_ends_every_command_quietly() {
         for stderr_too in [false, true] {
             let (status, stderr) = run_into_closed_pipe(args, stderr_too);
             assert_eq!(status.code(), Some(0), "{args:?} (stderr too: {stderr_too}): {stderr}");
-            assert!(stderr.is_empty(), "{args:?}: nothing to say on stderr: {stderr}");
+            // Built with `rdma-sys` on a machine without kernel RDMA, `devices` notes that the hw
+            // provider found nothing; that note is the only line stderr may hold.
+            let complaints: Vec<&str> = stderr
+                .lines()
+                .filter(|l| !l.starts_with("note: the hw provider lists no devices"))
+                .collect();
+            assert!(complaints.is_empty(), "{args:?}: nothing to say on stderr: {stderr}");
         }
     }
 }
