@@ -88,14 +88,15 @@ fn the_same_program_runs_on_soft_and_sim() {
         let mut got = Vec::new();
         let mut buf = [WorkCompletion::default(); 8];
         let t0 = w2.now_ns();
-        assert!(w2.run_until_pred(
+        let outcome = w2.run_until_pred(
             || {
                 let k = cq.poll(&mut buf).unwrap();
                 got.extend_from_slice(&buf[..k]);
                 got.len() >= n
             },
-            t0 + 1_000_000_000
-        ));
+            t0 + 1_000_000_000,
+        );
+        assert_eq!(outcome, softverbs_sim::world::RunOutcome::Satisfied);
         got
     });
 }

@@ -35,6 +35,37 @@ pub(super) const SOURCE_WIRE: u64 = 1 << 24;
 /// Slots the slab may hold at once, and links a world may have (24 bits of the source).
 pub(super) const MAX_SLOTS: usize = 1 << 24;
 
+/// How a run towards a condition ended ([`World::run_until_pred`],
+/// [`SimWorld::run_until_pred`](super::SimWorld::run_until_pred)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The condition held.
+    Satisfied,
+    /// No event was left before the condition held: nothing will ever change again unless
+    /// the program posts more work (a lost completion or a protocol waiting for itself).
+    Idle,
+    /// Events were still pending, but the next one is after the deadline: the condition did
+    /// not hold in time.
+    Deadline,
+}
+
+impl RunOutcome {
+    /// True if the condition held.
+    pub fn is_satisfied(self) -> bool {
+        self == RunOutcome::Satisfied
+    }
+
+    /// Why a run must stop before the next event (at `next`, if any), or `None` if that
+    /// event is due by `deadline_ns`.
+    pub(super) fn stop(next: Option<u64>, deadline_ns: u64) -> Option<RunOutcome> {
+        match next {
+            None => Some(RunOutcome::Idle),
+            Some(t) if t > deadline_ns => Some(RunOutcome::Deadline),
+            Some(_) => None,
+        }
+    }
+}
+
 impl World {
     /// The time of the next event, if any.
     pub fn next_event_ns(&self) -> Option<u64> {
@@ -96,23 +127,25 @@ impl World {
     }
 
     /// Run until `pred` holds (checked before each event), or until the next event would be
-    /// after `deadline_ns` or none is left; true if `pred` held. The clock stops at the event
-    /// after which `pred` became true.
+    /// after `deadline_ns` or none is left; says which of the three ended the run. The clock
+    /// stops at the event after which `pred` became true, or at the last event run (it does
+    /// not move to the deadline).
     pub fn run_until_pred(
         &mut self,
         mut pred: impl FnMut(&World) -> bool,
         deadline_ns: u64,
-    ) -> bool {
+    ) -> RunOutcome {
         loop {
             if pred(self) {
-                return true;
+                return RunOutcome::Satisfied;
             }
-            if self.next_event_ns().is_none_or(|t| t > deadline_ns) {
-                return pred(self);
+            if let Some(end) = RunOutcome::stop(self.next_event_ns(), deadline_ns) {
+                return if pred(self) { RunOutcome::Satisfied } else { end };
             }
             self.step();
         }
     }
+
     /// The sequence number of the next event.
     pub(super) fn next_seq(&mut self) -> u64 {
         self.seq += 1;

@@ -14,7 +14,8 @@
 //! and how its engine's output enters the world; `fabric.rs` the packet path (routing, link
 //! faults, delivery); `link.rs` a link's parameters and counters; `shared.rs` the [`SimWorld`]
 //! handle and `backend.rs` the verbs device over it; `trace.rs` and `rng.rs` what makes a run
-//! reproducible; `scenario` and `prop` are the two ways to drive a world.
+//! reproducible; `scenario` and `prop` are two ways to drive a world, and `proto` the run loop, timers and
+//! connect helpers for a user protocol written on verbs.
 
 mod backend;
 mod event;
@@ -22,6 +23,7 @@ mod fabric;
 mod link;
 mod node;
 pub mod prop;
+pub mod proto;
 mod rng;
 pub mod scenario;
 mod shared;
@@ -34,6 +36,7 @@ use nic_model::engine::{Nic, NicConfig};
 use nic_model::packet::PcapWriter;
 
 pub use backend::{connect_rc, SimProvider};
+pub use event::RunOutcome;
 use event::{EventKey, EventKind, MAX_SLOTS};
 pub use link::{Link, LinkChange, LinkParams, LinkStats};
 pub use node::Node;

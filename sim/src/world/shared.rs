@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{LinkParams, NodeId, World};
+use super::{LinkParams, NodeId, RunOutcome, World};
 
 /// A world shared by verbs handles (`Arc<Mutex<World>>`). Cloning it is cheap; every clone is
 /// the same world. Polling a CQ never advances time: the program does, with the run helpers.
@@ -64,17 +64,18 @@ impl SimWorld {
     }
 
     /// Run until `pred` holds, checked before each event with the world unlocked (so it may
-    /// poll CQs through verbs handles), or until no event is due by `deadline_ns`; true if
-    /// `pred` held.
-    pub fn run_until_pred(&self, mut pred: impl FnMut() -> bool, deadline_ns: u64) -> bool {
+    /// poll CQs through verbs handles), or until no event is left ([`RunOutcome::Idle`]) or
+    /// none is due by `deadline_ns` ([`RunOutcome::Deadline`]). For a loop over several CQs
+    /// with timers, see [`super::proto::RunLoop`].
+    pub fn run_until_pred(&self, mut pred: impl FnMut() -> bool, deadline_ns: u64) -> RunOutcome {
         loop {
             if pred() {
-                return true;
+                return RunOutcome::Satisfied;
             }
             let mut w = self.lock();
-            if w.next_event_ns().is_none_or(|t| t > deadline_ns) {
+            if let Some(end) = RunOutcome::stop(w.next_event_ns(), deadline_ns) {
                 drop(w);
-                return pred();
+                return if pred() { RunOutcome::Satisfied } else { end };
             }
             w.step();
         }

@@ -72,13 +72,14 @@ fn bandwidth_and_latency_set_the_completion_time() {
     write(&a, &b, 1, 0, 64 * 1024);
     let cq = a.cq.clone();
     let mut done = Vec::new();
-    assert!(world.run_until_pred(
+    let outcome = world.run_until_pred(
         || {
             done.extend(drain(&cq));
             !done.is_empty()
         },
-        u64::MAX
-    ));
+        u64::MAX,
+    );
+    assert_eq!(outcome, RunOutcome::Satisfied);
     let dt = world.now_ns() - t0;
     // 64 KiB at 1 byte/ns is at least 65.5 µs of serialisation plus 2 × 10 µs of latency.
     assert!(dt >= 65_536 + 20_000, "{dt}");

@@ -229,8 +229,8 @@ impl Backend for SimPair {
             panic!("[sim] waiting for {n} completions: {e}; got {got:?}");
         }
         assert!(
-            done,
-            "[sim] {} of {n} completions within {WAIT:?} of virtual time: {got:?}",
+            done.is_satisfied(),
+            "[sim] {} of {n} completions within {WAIT:?} of virtual time ({done:?}): {got:?}",
             got.len()
         );
         got

@@ -274,7 +274,7 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
         let b_after = b.mr.read_vec(0, lay.mr_len).map_err(e)?;
         let a_tx_after = nic_stats(&world, 0).tx_packets;
         let quiet = idle && a_tx_after == a_tx && b_after == b_mem;
-        oracle_ok(quiet || !finished, || {
+        oracle_ok(quiet || !finished.is_satisfied(), || {
             format!(
                 "after the requester's last completion and the heal, something happened: \
                  idle {idle}, requester sent {} more packets, responder memory changed: {}",
@@ -287,8 +287,11 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
     let idle = world.run_until_idle(SETTLE_EVENTS);
     drain(&a.cq, &mut send_wcs).map_err(e)?;
     drain(&b.cq, &mut recv_wcs).map_err(e)?;
-    oracle_ok(finished, || {
-        format!("the last WR did not complete within {RUN_LIMIT_NS} ns; completions {send_wcs:?}")
+    oracle_ok(finished.is_satisfied(), || {
+        format!(
+            "the last WR did not complete ({finished:?}, limit {RUN_LIMIT_NS} ns); \
+             completions {send_wcs:?}"
+        )
     })?;
     oracle_ok(idle, || {
         format!("the world was still busy {SETTLE_EVENTS} events after the last completion")
