@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nic_model::soft::Soft;
 use softverbs_sim::conn::{connect, ConnOpts, Endpoint};
-use softverbs_sim::world::{LinkParams, SimWorld};
+use softverbs_sim::world::{LinkParams, RunOutcome, SimWorld};
 use verbs_api::{
     CompletionQueue, Context, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcFlags,
     WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -96,7 +96,7 @@ fn the_same_program_runs_on_soft_and_sim() {
             },
             t0 + 1_000_000_000,
         );
-        assert_eq!(outcome, softverbs_sim::world::RunOutcome::Satisfied);
+        assert_eq!(outcome, RunOutcome::Satisfied);
         got
     });
 }
@@ -197,8 +197,9 @@ fn a_stale_retransmission_from_a_third_node_does_not_reach_a_new_connection() {
     // Node 0's retransmissions (3 retries) all arrive while B's QP is connected to node 2.
     let mut old_wc = [WorkCompletion::default(); 2];
     let t0 = world.now_ns();
-    assert!(
+    assert_eq!(
         world.run_until_pred(|| old.cq.poll(&mut old_wc[..1]).unwrap() == 1, t0 + 1_000_000_000),
+        RunOutcome::Satisfied,
         "node 0's SEND never completed"
     );
     assert_eq!((old_wc[0].wr_id, old_wc[0].status), (1, WcStatus::RetryExcErr), "{:?}", old_wc[0]);
@@ -218,7 +219,7 @@ fn a_stale_retransmission_from_a_third_node_does_not_reach_a_new_connection() {
     let mut got = Vec::new();
     let mut buf = [WorkCompletion::default(); 4];
     let t0 = world.now_ns();
-    world.run_until_pred(
+    let outcome = world.run_until_pred(
         || {
             let k = b.cq.poll(&mut buf).unwrap();
             got.extend_from_slice(&buf[..k]);
@@ -226,6 +227,7 @@ fn a_stale_retransmission_from_a_third_node_does_not_reach_a_new_connection() {
         },
         t0 + 100_000_000,
     );
+    assert_eq!(outcome, RunOutcome::Satisfied, "node 2's SEND never arrived");
     // Anything else that would arrive (there must be nothing) has time to.
     world.run_for(1_000_000);
     let k = b.cq.poll(&mut buf).unwrap();
