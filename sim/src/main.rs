@@ -2,6 +2,12 @@
 //! ping-pong test between processes, benchmark, simulate, and look after the shared-memory
 //! fabric.
 //!
+//! Logs: `-v` (info: devices opened and closed, ports attached to and detached from the fabric,
+//! dead owners' segments removed), `-vv` (debug: QP state changes, retransmissions and their
+//! cause, NAKs, RNR waits), `-vvv` (trace), on stderr; `RUST_LOG` overrides them. Silent
+//! without either. `devinfo`'s own `-v` is `ibv_devinfo`'s (every attribute): there the log's
+//! flag goes before the command, `softverbs -v devinfo`.
+//!
 //! Exit status: 0 on success, 1 when something failed (the message says what), 2 for bad
 //! arguments, including a device that does not exist, a port, size or count the device cannot
 //! take, an environment value that does not parse, and a fabric directory that a command which
@@ -20,6 +26,7 @@ use clap::{Parser, Subcommand};
 
 use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
 use softverbs_sim::cmd::fabric::{self, FabricAction};
+use softverbs_sim::cmd::logs::{self, LogOpt};
 use softverbs_sim::cmd::{self, demo, perf, pingpong, sim, CliError};
 
 #[derive(Parser)]
@@ -29,6 +36,11 @@ use softverbs_sim::cmd::{self, demo, perf, pingpong, sim, CliError};
     about = "A userspace RDMA NIC emulator: verbs, RC transport and shared-memory wires"
 )]
 struct Cli {
+    /// Log to stderr: -v lifecycle (info), -vv protocol events (debug), -vvv per packet (trace).
+    /// RUST_LOG, if set, overrides it. Also after each command but devinfo (whose -v is
+    /// ibv_devinfo's).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -49,6 +61,8 @@ enum Cmd {
     Devices {
         #[command(flatten)]
         fabric: FabricOpt,
+        #[command(flatten)]
+        log: LogOpt,
     },
     /// Show the devices' attributes and ports (like ibv_devinfo).
     Devinfo {
@@ -79,6 +93,8 @@ enum Cmd {
         target: bool,
         #[command(flatten)]
         fabric: FabricOpt,
+        #[command(flatten)]
+        log: LogOpt,
     },
     /// The RC ping-pong test between two processes (like ibv_rc_pingpong).
     ///
@@ -89,18 +105,59 @@ enum Cmd {
         args: pingpong::PingpongArgs,
         #[command(flatten)]
         fabric: FabricOpt,
+        #[command(flatten)]
+        log: LogOpt,
     },
     /// Benchmarks between two processes on one device (softverbs0 unless -d).
-    Perf(perf::PerfArgs),
+    Perf {
+        #[command(flatten)]
+        args: perf::PerfArgs,
+        #[command(flatten)]
+        log: LogOpt,
+    },
     /// Run a scenario in the deterministic simulator.
-    Sim(sim::SimArgs),
+    Sim {
+        #[command(flatten)]
+        args: sim::SimArgs,
+        #[command(flatten)]
+        log: LogOpt,
+    },
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
         action: Option<FabricAction>,
         #[command(flatten)]
         fabric: FabricOpt,
+        #[command(flatten)]
+        log: LogOpt,
     },
+}
+
+impl Cmd {
+    /// How many times `-v` was given after the command (devinfo's `-v` is not the log's).
+    fn verbose(&self) -> u8 {
+        match self {
+            Cmd::Devices { log, .. }
+            | Cmd::Demo { log, .. }
+            | Cmd::Pingpong { log, .. }
+            | Cmd::Perf { log, .. }
+            | Cmd::Sim { log, .. }
+            | Cmd::Fabric { log, .. } => log.verbose,
+            Cmd::Devinfo { .. } => 0,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Cmd::Devices { .. } => "devices",
+            Cmd::Devinfo { .. } => "devinfo",
+            Cmd::Demo { .. } => "demo",
+            Cmd::Pingpong { .. } => "pingpong",
+            Cmd::Perf { .. } => "perf",
+            Cmd::Sim { .. } => "sim",
+            Cmd::Fabric { .. } => "fabric",
+        }
+    }
 }
 
 fn report(cmd: &str, r: Result<(), CliError>) -> ExitCode {
@@ -112,9 +169,13 @@ fn report(cmd: &str, r: Result<(), CliError>) -> ExitCode {
 
 fn main() -> ExitCode {
     let mut stdout = std::io::stdout();
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    if let Err(e) = logs::init(cli.verbose.saturating_add(cli.cmd.verbose())) {
+        return e.report(cli.cmd.name());
+    }
+    match cli.cmd {
         // Listing devices reads the fabric, so a directory the user named must exist.
-        Cmd::Devices { fabric } => report(
+        Cmd::Devices { fabric, log: _ } => report(
             "devices",
             cmd::existing_fabric(fabric.dir())
                 .and_then(|_| cmd::register_fabric(fabric.dir()))
@@ -124,10 +185,10 @@ fn main() -> ExitCode {
             "devinfo",
             cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric } if !in_process => {
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, log: _ } if !in_process => {
             report("demo", demo::target_main(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
         }
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric } => {
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _ } => {
             let opts = demo::DemoOpts {
                 in_process,
                 fabric: fabric.dir().map(PathBuf::from),
@@ -136,12 +197,12 @@ fn main() -> ExitCode {
             };
             report("demo", demo::run(&opts, &mut stdout))
         }
-        Cmd::Pingpong { args, fabric } => {
+        Cmd::Pingpong { args, fabric, log: _ } => {
             report("pingpong", pingpong::run(fabric.dir(), &args, &mut stdout))
         }
-        Cmd::Perf(args) => perf::main(args),
-        Cmd::Sim(args) => sim::main(args),
-        Cmd::Fabric { action, fabric } => report(
+        Cmd::Perf { args, log: _ } => perf::main(args),
+        Cmd::Sim { args, log: _ } => sim::main(args),
+        Cmd::Fabric { action, fabric, log: _ } => report(
             "fabric",
             fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),
         ),

@@ -899,3 +899,57 @@ fn perf_help_names_the_syscall_counter_it_uses() {
     assert!(about.contains("`perf stat`") && about.contains("strace"), "{about:?}");
     assert!(f.stdout.contains("[default: auto]"), "{}", f.stdout);
 }
+
+/// `-v` logs the lifecycle (ports attached to and detached from the fabric, devices opened and
+/// closed) on stderr; without it, and without `RUST_LOG`, stderr stays empty. `-v` goes before
+/// `devinfo` (whose own `-v` is ibv_devinfo's) and after the other commands; `RUST_LOG`
+/// overrides it, and one that does not parse is a usage error naming it.
+#[test]
+fn logs_are_silent_by_default_and_verbose_shows_the_lifecycle() {
+    let fabric = TempFabric::new("logs");
+    let no_log = [("RUST_LOG", "")];
+    let quiet = Proc::spawn_with_env(&["devinfo", "--fabric", fabric.path(), "-v"], &no_log)
+        .finish(DEADLINE);
+    assert_success(&quiet, "devinfo -v");
+    assert_eq!(quiet.stderr, "", "devinfo's -v is ibv_devinfo's, not the log's");
+    let loud = Proc::spawn_with_env(&["-v", "devinfo", "--fabric", fabric.path()], &no_log)
+        .finish(DEADLINE);
+    assert_success(&loud, "-v devinfo");
+    assert!(loud.stdout.starts_with("hca_id:") && !loud.stdout.contains("INFO"), "{loud:#?}");
+    for line in [
+        "INFO nic_model::wire::fabric: attached a port to the fabric",
+        "INFO nic_model::soft::device: device opened device=softverbs0",
+        "INFO nic_model::soft::device: device closed device=softverbs0",
+        "INFO nic_model::wire::inbox: detached a port from the fabric",
+    ] {
+        assert!(loud.stderr.contains(line), "no {line:?} in {}", loud.stderr);
+    }
+    assert!(!loud.stderr.contains("DEBUG"), "-v is info: {}", loud.stderr);
+
+    let demo = Proc::spawn_with_env(&["demo", "--in-process"], &no_log).finish(DEADLINE);
+    assert_success(&demo, "demo --in-process");
+    assert_eq!(demo.stderr, "", "silent by default");
+    let demo = Proc::spawn_with_env(&["demo", "--in-process", "-vv"], &no_log).finish(DEADLINE);
+    assert_success(&demo, "demo --in-process -vv");
+    assert!(demo.stderr.contains("device opened device=softverbs0"), "{}", demo.stderr);
+    assert!(
+        demo.stderr.contains("DEBUG nic_model::engine::qp_verbs: QP state change"),
+        "{}",
+        demo.stderr
+    );
+    assert!(demo.stderr.contains("from=Rtr to=Rts"), "{}", demo.stderr);
+
+    // RUST_LOG overrides -v: only the engine's debug events, and no lifecycle lines.
+    let demo = Proc::spawn_with_env(
+        &["demo", "--in-process", "-v"],
+        &[("RUST_LOG", "nic_model::engine=debug")],
+    )
+    .finish(DEADLINE);
+    assert_success(&demo, "RUST_LOG=nic_model::engine=debug demo --in-process");
+    assert!(demo.stderr.contains("QP state change"), "{}", demo.stderr);
+    assert!(!demo.stderr.contains("device opened"), "{}", demo.stderr);
+
+    let bad = Proc::spawn_with_env(&["devices"], &[("RUST_LOG", "[")]).finish(DEADLINE);
+    assert_eq!(bad.status.code(), Some(2), "{bad:#?}");
+    assert!(bad.stderr.starts_with("softverbs devices: RUST_LOG=\"[\" does not parse"), "{bad:#?}");
+}

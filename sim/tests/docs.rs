@@ -183,7 +183,7 @@ struct Form(&'static [&'static str], &'static str, &'static [&'static str]);
 const PLANS: &[(&str, Plan)] = &[
     ("cargo run --release -p softverbs-sim --bin softverbs -- demo", Plan::Run(DEMO)),
     ("cargo test --workspace", Plan::NotRun("it is the command that runs this test")),
-    ("softverbs --help", Plan::Run(&[Form(&["--help"], "Usage: softverbs <COMMAND>", &[])])),
+    ("softverbs --help", Plan::Run(&[Form(&["--help"], "Usage: softverbs [OPTIONS] <COMMAND>", &[])])),
     ("softverbs demo [-d DEV] [--in-process]", Plan::Run(DEMO_FORMS)),
     ("softverbs demo [-d DEV] [-g GID_INDEX] [--in-process]", Plan::Run(DEMO_FORMS)),
     ("softverbs demo", Plan::Run(DEMO)),
@@ -209,6 +209,28 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs fabric clean", Plan::Run(FABRIC)),
     ("softverbs sim SCENARIO.toml", Plan::Run(SIM)),
     ("softverbs sim", Plan::Run(SIM)),
+    ("softverbs -v devinfo", Plan::Run(&[Form(&["-v", "devinfo"], "PORT_ACTIVE", &[])])),
+    ("softverbs demo --in-process -vv", Plan::Run(&[Form(&["demo", "--in-process", "-vv"], "RDMA WRITE", &[])])),
+    (
+        "softverbs sim sim/scenarios/lossy-link.toml -q -vv",
+        Plan::Run(&[Form(&["sim", "sim/scenarios/lossy-link.toml", "-q", "-vv"], "PASSED", &[])]),
+    ),
+    (
+        "RUST_LOG=nic_model::engine::comp=debug softverbs sim sim/scenarios/partition-heals.toml -q",
+        Plan::NotRun(
+            "a Form sets no environment; sim/tests/cli.rs runs RUST_LOG overriding -v, and \
+             sim/tests/sim_logs.rs checks the events of partition-heals.toml this shows",
+        ),
+    ),
+    ("softverbs pingpong -v", Plan::Pingpong(&["-v"])),
+    (
+        "softverbs perf lat -vv",
+        Plan::Run(&[Form(
+            &["perf", "lat", "-n", "200", "-w", "10", "-r", "1", "-vv"],
+            "RESULT lat size=8 iters=200",
+            &[],
+        )]),
+    ),
 ];
 
 const DEMO: &[Form] = &[Form(&["demo"], "RDMA WRITE", &[])];
@@ -404,7 +426,7 @@ fn run_commands(prefix: &str) {
 
 /// The commands each test below runs, by how their text starts (tests run in parallel).
 const GROUPS: [&[&str]; 4] = [
-    &["cargo ", "softverbs d", "softverbs --help"],
+    &["cargo ", "softverbs d", "softverbs --help", "softverbs -v", "RUST_LOG="],
     &["softverbs pingpong"],
     &["softverbs perf"],
     &["softverbs fabric", "softverbs sim"],

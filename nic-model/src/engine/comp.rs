@@ -6,7 +6,7 @@ use verbs_api::{AccessFlags, Sge, WcStatus};
 use super::qp::Qp;
 use super::req::{ack_timeout_ns, go_back};
 use super::time::{Nanos, Now};
-use super::Hca;
+use super::{Hca, Hex};
 use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Packet, Psn};
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
@@ -70,6 +70,8 @@ fn on_aeth(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, aeth: Aeth) 
         }
         AethKind::RnrNak { timer } => {
             hca.stats.rnr_naks_received += 1;
+            tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+                timer, "RNR NAK received");
             if psn.diff(qp.req.comp_psn) < 0 {
                 return;
             }
@@ -78,6 +80,8 @@ fn on_aeth(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, aeth: Aeth) 
                 return;
             }
             if qp.req.rnr_left == 0 {
+                tracing::warn!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+                    rnr_retry = qp.attr.rnr_retry, "RNR retries exhausted");
                 fail_front(qp, hca, WcStatus::RnrRetryExcErr);
                 return;
             }
@@ -86,8 +90,13 @@ fn on_aeth(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, aeth: Aeth) 
             }
             qp.req.timer_ns = None;
             qp.req.rnr_timer_ns = Some(now.get() + rnr_timer_ns(timer));
+            tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+                wait_ns = rnr_timer_ns(timer), rnr_left = qp.req.rnr_left,
+                "RNR wait: resending after the responder's timer");
         }
         AethKind::Nak(code) => {
+            tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+                code = ?code, "NAK received");
             if psn.diff(qp.req.comp_psn) < 0 {
                 return;
             }
@@ -104,7 +113,11 @@ fn on_aeth(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, aeth: Aeth) 
                 }
             }
         }
-        AethKind::Reserved(_) => fail_front(qp, hca, WcStatus::RemOpErr),
+        AethKind::Reserved(code) => {
+            tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+                code, "acknowledge with a reserved AETH code received");
+            fail_front(qp, hca, WcStatus::RemOpErr)
+        }
     }
 }
 
@@ -263,7 +276,11 @@ fn start_retry(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, timeout: bool) {
     if !timeout && qp.req.retrying_from == Some(qp.req.comp_psn) {
         return;
     }
+    let cause = if timeout { "timeout" } else { "sequence" };
     if qp.req.retry_left == 0 {
+        tracing::warn!(device = %hca.cfg.name, qpn = %Hex(qp.qpn),
+            psn = %Hex(qp.req.comp_psn.value()), cause, retry_cnt = qp.attr.retry_cnt,
+            "transport retries exhausted");
         fail_front(qp, hca, WcStatus::RetryExcErr);
         return;
     }
@@ -271,6 +288,8 @@ fn start_retry(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, timeout: bool) {
         qp.req.retry_left -= 1;
     }
     qp.req.retrying_from = Some(qp.req.comp_psn);
+    tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(qp.req.comp_psn.value()),
+        cause, retry_left = qp.req.retry_left, "retransmitting from the oldest unacknowledged PSN");
     go_back(qp);
     qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t);
 }
@@ -294,6 +313,8 @@ pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
             // retry on nothing lost.
             qp.req.rnr_timer_ns = None;
             qp.req.timer_ns = None;
+            tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn),
+                psn = %Hex(qp.req.comp_psn.value()), "RNR wait over: resending");
             go_back(qp);
         }
     }

@@ -7,11 +7,15 @@ use verbs_api::{
 
 use super::cq::CqId;
 use super::qp::{Qp, SendWqe};
-use super::{Hca, NicEvent};
+use super::{Hca, Hex, NicEvent};
 
 impl Hca {
     /// Push a completion; fires the CQ's armed event, or records an overrun (and its async event).
     pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) {
+        if wc.status != WcStatus::Success && wc.status != WcStatus::WrFlushErr {
+            tracing::warn!(device = %self.cfg.name, qpn = %Hex(wc.qp_num), cq, wr_id = wc.wr_id,
+                status = ?wc.status, opcode = ?wc.opcode, "error completion");
+        }
         let Some(c) = self.cqs.get_mut(&cq) else { return };
         let had_overrun = c.overrun > 0;
         let (added, fire) = c.push(wc, solicited);
@@ -23,6 +27,7 @@ impl Hca {
             self.events.push_back(NicEvent::CqNotify(cq));
         }
         if !added && !had_overrun {
+            tracing::warn!(device = %self.cfg.name, cq, "CQ overrun: a completion found it full");
             self.events.push_back(NicEvent::Async(AsyncEvent {
                 event_type: AsyncEventType::CqErr,
                 element: AsyncElement::Cq(cq as u64),

@@ -55,6 +55,17 @@
 //! QPs by deadline. Each object's verbs sit beside it (`mr`, `cq`, `srq`; the QP's in
 //! `qp_verbs`, above the transport they start), and `completion` turns finished WQEs into work
 //! completions. The NIC-wide state every transport step borrows beside its QP is `Hca`.
+//!
+//! # Log events
+//!
+//! The engine emits `tracing` events (it does no I/O itself: whether and where they go is the
+//! host's subscriber's business, and with none installed they cost a static level check). Each
+//! names the device (`device`) and QP (`qpn`, hex) and, where there is one, the PSN (`psn`,
+//! hex) and status. `warn`: error completions, transport and RNR retries exhausted, a QP
+//! forced into the error state. `debug`: QP state changes by `ibv_modify_qp`, retransmissions
+//! with their `cause` (`timeout`, or `sequence`: a sequence-error NAK or a response showing an
+//! earlier one was lost), NAKs and RNR NAKs sent and received, RNR waits, flushes. No event
+//! sits on the per-packet fast paths (`receive`'s, the post path, the common ACK).
 
 mod addr;
 mod comp;
@@ -74,6 +85,7 @@ mod timers;
 mod transmit;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
 
 use verbs_api::{AsyncEvent, DeviceAttr, LinkLayer, PortAttr, PortState};
 
@@ -86,6 +98,16 @@ use cq::{Cq, CqId};
 use mr::{MrTable, PdId};
 use qp::Qp;
 use timers::TimerIndex;
+
+/// A QP number or PSN as log events show it: hex, as `ibv_rc_pingpong` prints QPNs and PSNs.
+#[derive(Clone, Copy)]
+pub(crate) struct Hex(pub(crate) u32);
+
+impl fmt::Display for Hex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
 
 /// Something the program may want to be woken for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use verbs_api::{
 
 use super::cq::CqId;
 use super::mr::PdId;
-use super::{Hca, NicEvent};
+use super::{Hca, Hex, NicEvent};
 use crate::packet::Psn;
 
 /// A WQE's scatter/gather list as posted. A single SGE, the common case, is kept inline so that
@@ -483,6 +483,8 @@ impl Hca {
     /// other outstanding send and receive WQE completes with `WR_FLUSH_ERR`.
     pub(crate) fn enter_error(&mut self, qp: &mut Qp) {
         if qp.state != QpState::Err {
+            tracing::warn!(device = %self.cfg.name, qpn = %Hex(qp.qpn), from = ?qp.state,
+                to = ?QpState::Err, "QP state change: a fatal error moves it to ERR");
             qp.state = QpState::Err;
             self.events.push_back(NicEvent::Async(AsyncEvent {
                 event_type: AsyncEventType::QpFatal,
@@ -494,6 +496,9 @@ impl Hca {
 
     /// Flush every WQE of a QP in the error state.
     pub(crate) fn flush(&mut self, qp: &mut Qp) {
+        tracing::debug!(device = %self.cfg.name, qpn = %Hex(qp.qpn), send_wqes = qp.sq.len(),
+            recv_wqes = qp.rq.len() + usize::from(qp.resp.recv.is_some()),
+            "flushing the QP's work requests with WR_FLUSH_ERR");
         qp.req.timer_ns = None;
         qp.req.rnr_timer_ns = None;
         qp.req.next = 0;

@@ -14,7 +14,7 @@ use super::qp::{self, Qp};
 use super::req;
 use super::time::{Nanos, Now};
 use super::timers::refile_timer;
-use super::Nic;
+use super::{Hex, Nic};
 
 impl Nic {
     /// `ibv_create_qp`: returns the QP number and the capabilities granted.
@@ -123,6 +123,8 @@ impl Nic {
             qp.ip_tos_ttl = qp::ip_tos_ttl(&attr.ah_attr);
         }
         if next == QpState::Reset {
+            tracing::debug!(device = %self.hca.cfg.name, qpn = %Hex(qpn), from = ?qp.state,
+                to = ?next, "QP state change");
             qp.reset();
             refile_timer(&mut self.timers, qp);
             return Ok(());
@@ -130,6 +132,11 @@ impl Nic {
         qp.apply_attrs(attr, mask);
         let was = qp.state;
         qp.state = next;
+        if was != next {
+            tracing::debug!(device = %self.hca.cfg.name, qpn = %Hex(qpn), from = ?was, to = ?next,
+                sq_psn = %Hex(qp.req.psn.value()), rq_psn = %Hex(qp.resp.epsn.value()),
+                "QP state change");
+        }
         if qp.qp_type == QpType::Rc && matches!(next, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             // The path (address, destination QP) is fixed from RTR on; build the ACK once.
             let ip = IpUdp {

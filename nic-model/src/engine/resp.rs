@@ -7,7 +7,7 @@ use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_L
 use super::addr::lid_of_ip;
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
-use super::Hca;
+use super::{Hca, Hex};
 use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 
 /// A request packet arrived for this QP.
@@ -36,6 +36,9 @@ pub(crate) fn handle_request(
             qp.resp.nak_sent = true;
             hca.stats.seq_naks_sent += 1;
             let epsn = qp.resp.epsn;
+            tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+                epsn = %Hex(epsn.value()), opcode = %pkt.bth.opcode,
+                "sequence error NAK sent: a request arrived ahead of the expected PSN");
             hca.transmit_aeth(qp, epsn, Aeth::nak(NakCode::PsnSequenceError, qp.resp.msn));
         }
         return;
@@ -93,12 +96,16 @@ fn ack(qp: &Qp, hca: &mut Hca, psn: Psn) {
 /// NAK a request with an error code and move this QP to the error state, as rxe does for
 /// class C/D errors: the requester gets the matching remote error status.
 fn nak_error(qp: &mut Qp, hca: &mut Hca, psn: Psn, code: NakCode) {
+    tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+        code = ?code, "NAK sent");
     hca.transmit_aeth(qp, psn, Aeth::nak(code, qp.resp.msn));
     hca.enter_error(qp);
 }
 
 fn rnr_nak(qp: &mut Qp, hca: &mut Hca, psn: Psn) {
     hca.stats.rnr_naks_sent += 1;
+    tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
+        min_rnr_timer = qp.attr.min_rnr_timer, "RNR NAK sent: no receive WQE posted");
     hca.transmit_aeth(qp, psn, Aeth::rnr_nak(qp.attr.min_rnr_timer, qp.resp.msn));
 }
 

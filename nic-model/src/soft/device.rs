@@ -249,6 +249,8 @@ impl Device {
             .spawn(move || nic_thread(for_thread))
             .expect("spawning the NIC thread");
         let _ = core.nic_thread.set(handle.thread().clone());
+        tracing::info!(device = %core.name, lid = core.state.lock().map_or(0, |s| s.nic.config().lid),
+            "device opened");
         Arc::new(Device { core, thread: Some(handle) })
     }
 }
@@ -260,6 +262,7 @@ impl Drop for Device {
         if let Some(h) = self.thread.take() {
             // Only program threads hold a Device, so this never runs on the NIC thread.
             let _ = h.join();
+            tracing::info!(device = %self.core.name, "device closed");
         }
     }
 }
@@ -331,6 +334,7 @@ impl Core {
         }
         let Some(why) = self.port.check() else { return };
         if self.port_error.set(format!("{}: port 1 is down: {why}", self.name)).is_ok() {
+            tracing::warn!(device = %self.name, port = 1, reason = %why, "port error: the port is down");
             let ev = AsyncEvent {
                 event_type: verbs_api::AsyncEventType::PortErr,
                 element: AsyncElement::Port(1),
@@ -531,11 +535,16 @@ fn nic_thread(core: Arc<Core>) {
             standbys = standbys.saturating_add(1);
             if standbys == BACKGROUND_AFTER_STANDBYS {
                 background = os::set_background(true);
+                tracing::debug!(device = %core.name, background,
+                    "NIC thread: standing by while the program drives the engine");
             }
             core.check_port();
             std::thread::park_timeout(core.standby);
             last_work = Instant::now();
             continue;
+        }
+        if standbys != 0 || handed_over {
+            tracing::trace!(device = %core.name, handed_over, "NIC thread takes over");
         }
         standbys = 0;
         if background {
@@ -556,6 +565,8 @@ fn nic_thread(core: Arc<Core>) {
         let (budget, until) = core.park_budget();
         core.parked_until_ns.store(until, Ordering::Release);
         if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {
+            tracing::trace!(device = %core.name, budget_ns = budget.as_nanos() as u64,
+                "NIC thread parks on the doorbell");
             core.port.park(budget);
         }
         core.parked_until_ns.store(u64::MAX, Ordering::Release);

@@ -272,10 +272,14 @@ impl Fabric {
             let file = match create_new(&path) {
                 Ok(file) => file,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    if inspect(&path).1 != Verdict::Reclaim {
+                    let (info, verdict) = inspect(&path);
+                    if verdict != Verdict::Reclaim {
                         continue;
                     }
                     remove_if_present(&path)?;
+                    tracing::info!(path = %path.display(), lid, owner_pid = info.owner_pid,
+                        problem = info.problem.as_deref(),
+                        "removed a dead owner's segment to reuse its LID");
                     match create_new(&path) {
                         Ok(file) => file,
                         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -288,6 +292,8 @@ impl Fabric {
             let header = Header::new(geometry, std::process::id(), os::own_start_time(), lid, gid);
             return match init_inbox(&file, &path, &header) {
                 Ok(inbox) => {
+                    tracing::info!(fabric = %self.dir.display(), lid, path = %path.display(),
+                        slots = cfg.slots, slot_size = cfg.slot_size, "attached a port to the fabric");
                     // Best effort: a cursor not written only makes the next allocation start
                     // earlier; the LID itself is this process's by the exclusive creation.
                     let _ = lock.file().write_all_at(&lid.to_be_bytes(), 0);
@@ -377,6 +383,9 @@ impl Fabric {
         for (info, verdict) in self.inspect_all()? {
             if verdict == Verdict::Reclaim {
                 remove_if_present(&info.path)?;
+                tracing::info!(path = %info.path.display(), lid = info.lid,
+                    owner_pid = info.owner_pid, problem = info.problem.as_deref(),
+                    "removed a dead owner's segment");
                 removed.push(info);
             }
         }

@@ -463,6 +463,7 @@ impl Drop for Inbox {
     fn drop(&mut self) {
         self.seg.state().store(STATE_CLOSED, Ordering::Release);
         let path: PathBuf = self.path().to_path_buf();
+        tracing::info!(lid = self.lid, path = %path.display(), "detached a port from the fabric");
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             use std::os::unix::fs::MetadataExt;
             if (meta.dev(), meta.ino()) == self.file_id {
