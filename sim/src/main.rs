@@ -88,6 +88,10 @@ enum Cmd {
         /// The GID index both sides send from (default: 0, or on RoCE the first IPv4-mapped GID).
         #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
         gid_idx: Option<u32>,
+        /// Write a pcap capture of this process's devices (both directions of every datagram;
+        /// with --in-process both NICs) to FILE (docs/guide.md, "Captures").
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
@@ -185,15 +189,18 @@ fn main() -> ExitCode {
             "devinfo",
             cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, log: _ } if !in_process => {
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, log: _, pcap: _ }
+            if !in_process =>
+        {
             report("demo", demo::target_main(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
         }
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _ } => {
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _, pcap } => {
             let opts = demo::DemoOpts {
                 in_process,
                 fabric: fabric.dir().map(PathBuf::from),
                 ib_dev,
                 gid_idx,
+                pcap,
             };
             report("demo", demo::run(&opts, &mut stdout))
         }

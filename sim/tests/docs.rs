@@ -208,6 +208,18 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs fabric [list]", Plan::Run(FABRIC)),
     ("softverbs fabric clean", Plan::Run(FABRIC)),
     ("softverbs sim SCENARIO.toml", Plan::Run(SIM)),
+    (
+        "softverbs demo --in-process --pcap /tmp/demo.pcap",
+        Plan::NotRun("sim/tests/pcap_real.rs runs it on a private path and checks the file with tshark"),
+    ),
+    (
+        "SOFTVERBS_PCAP=/tmp/pp-{pid}.pcap softverbs pingpong",
+        Plan::NotRun("sim/tests/pcap_real.rs runs a pingpong pair so and checks the files with tshark"),
+    ),
+    (
+        "tshark -r /tmp/demo.pcap -d udp.port==4791,infiniband -T fields -e infiniband.bth.opcode -e infiniband.bth.psn -e infiniband.invariant.crc",
+        Plan::NotRun("sim/tests/pcap_real.rs runs tshark with these fields on the files it makes"),
+    ),
     ("softverbs sim", Plan::Run(SIM)),
     ("softverbs -v devinfo", Plan::Run(&[Form(&["-v", "devinfo"], "PORT_ACTIVE", &[])])),
     ("softverbs demo --in-process -vv", Plan::Run(&[Form(&["demo", "--in-process", "-vv"], "RDMA WRITE", &[])])),
@@ -426,7 +438,15 @@ fn run_commands(prefix: &str) {
 
 /// The commands each test below runs, by how their text starts (tests run in parallel).
 const GROUPS: [&[&str]; 4] = [
-    &["cargo ", "softverbs d", "softverbs --help", "softverbs -v", "RUST_LOG="],
+    &[
+        "cargo ",
+        "softverbs d",
+        "softverbs --help",
+        "softverbs -v",
+        "RUST_LOG=",
+        "SOFTVERBS_PCAP=",
+        "tshark ",
+    ],
     &["softverbs pingpong"],
     &["softverbs perf"],
     &["softverbs fabric", "softverbs sim"],

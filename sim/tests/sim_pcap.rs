@@ -3,8 +3,10 @@
 //! Wireshark's dissector: same opcodes, same PSNs, nothing malformed.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
+
+mod pcap_check;
+use pcap_check::{num, read_pcap, tshark_fields};
 
 use nic_model::packet::{parse_datagram, AethKind, Opcode};
 use softverbs_sim::conn::{ConnOpts, Endpoint};
@@ -115,25 +117,6 @@ fn run(pcap: &Path) -> Vec<(u8, u32)> {
         .collect()
 }
 
-/// The datagrams of a pcap file this crate wrote (nanosecond pcap, Ethernet framing).
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let file = std::fs::read(path).unwrap();
-    assert_eq!(&file[0..4], &0xa1b2_3c4du32.to_le_bytes());
-    let mut at = 24;
-    let mut out = Vec::new();
-    while at < file.len() {
-        let incl = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap()) as usize;
-        out.push(file[at + 16 + 14..at + 16 + incl].to_vec());
-        at += 16 + incl;
-    }
-    out
-}
-
-fn tshark() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join("tshark")).find(|p| p.is_file())
-}
-
 #[test]
 fn capture_holds_every_rc_opcode_and_wireshark_agrees() {
     let dir = std::env::temp_dir().join(format!("softverbs-sim-pcap-{}", std::process::id()));
@@ -185,38 +168,10 @@ fn capture_holds_every_rc_opcode_and_wireshark_agrees() {
     let missing: Vec<_> = want.difference(&kinds).collect();
     assert!(missing.is_empty(), "opcodes missing from the capture: {missing:?}");
 
-    let Some(tshark) = tshark() else {
-        if std::env::var("SOFTVERBS_REQUIRE_TSHARK").as_deref() == Ok("1") {
-            panic!("SOFTVERBS_REQUIRE_TSHARK=1 but tshark is not on PATH: install it (apt-get install tshark)");
-        }
-        eprintln!("sim_pcap: skipped the tshark check: tshark is not on PATH (set SOFTVERBS_REQUIRE_TSHARK=1 to make this an error)");
-        return;
-    };
-    let out = Command::new(tshark)
-        .arg("-r")
-        .arg(&pcap)
-        .args(["--disable-protocol", "rpcordma", "--disable-protocol", "nvme-rdma"])
-        .args(["--disable-protocol", "smb_direct", "--disable-protocol", "iser"])
-        .args(["-T", "fields", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.psn"])
-        .output()
-        .expect("tshark runs");
-    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!text.contains("Malformed"), "tshark found malformed packets:\n{text}");
-    let num = |s: &str| -> u32 {
-        let s = s.trim();
-        match s.strip_prefix("0x") {
-            Some(h) => u32::from_str_radix(h, 16).unwrap(),
-            None => s.parse().unwrap_or_else(|_| panic!("not a number: {s:?}")),
-        }
-    };
-    let seen: Vec<(u8, u32)> = text
-        .lines()
-        .map(|l| {
-            let mut f = l.split('\t');
-            (num(f.next().unwrap()) as u8, num(f.next().unwrap_or("")))
-        })
-        .collect();
+    let fields = ["infiniband.bth.opcode", "infiniband.bth.psn"];
+    let Some(rows) = tshark_fields("sim_pcap", &pcap, &fields) else { return };
+    let seen: Vec<(u8, u32)> =
+        rows.iter().map(|r| (num(&r[0]) as u8, num(r.get(1).map_or("", |s| s)) as u32)).collect();
     assert_eq!(seen, delivered, "tshark's opcodes and PSNs differ from the simulator's");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,6 +62,11 @@ impl<W: Write> PcapWriter<W> {
         self.out.write_all(datagram.get(..kept).unwrap_or(datagram))
     }
 
+    /// Flush the underlying writer (records written so far reach the file).
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     /// Flush and return the underlying writer.
     pub fn into_inner(mut self) -> io::Result<W> {
         self.out.flush()?;

@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{AsyncElement, AsyncEvent};
 
+use super::capture::Capture;
 use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
 use crate::engine::Wire;
-use crate::engine::{Nic, NicEvent, NicStats, Now, Transmit};
+use crate::engine::{ip_of_lid, Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 use crate::wire::os;
 
@@ -33,6 +34,12 @@ use crate::wire::os;
 /// device locked: it must be quick, must not call verbs of the same device, and must not hold
 /// the device's handles (that would keep the device alive forever).
 pub type Tap = Arc<dyn Fn(TapDir, &[u8]) + Send + Sync>;
+
+/// The tap that records a device's datagrams into `capture`.
+fn capture_tap(capture: &Arc<Capture>) -> Tap {
+    let c = capture.clone();
+    Arc::new(move |dir, datagram| c.record(dir == TapDir::Rx, datagram))
+}
 
 /// Direction of a tapped datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,6 +195,9 @@ pub(crate) struct Core {
     port_error: OnceLock<String>,
     spin: Duration,
     standby: Duration,
+    /// The capture file this device writes to (`SOFTVERBS_PCAP`, `--pcap`): its tap is part of
+    /// every tap the device has.
+    capture: Option<Arc<Capture>>,
 }
 
 /// A started device: the shared core plus the NIC thread, joined on drop so that the port (and
@@ -213,15 +223,20 @@ impl Device {
         mut nic: Nic,
         port: Arc<dyn Port>,
         env: &super::EnvConfig,
+        capture: Option<Arc<Capture>>,
     ) -> Arc<Device> {
-        nic.set_wire(Some(PortWire::lend(&port, None)));
+        if let Some(c) = &capture {
+            c.join(ip_of_lid(port.lid()));
+        }
+        let tap = capture.as_ref().map(capture_tap);
+        nic.set_wire(Some(PortWire::lend(&port, tap.clone())));
         let core = Arc::new(Core {
             name,
             serial: DEVICES_STARTED.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State {
                 nic,
                 backlog: VecDeque::new(),
-                tap: None,
+                tap,
                 rounds_since_clock: 0,
                 wire: WireCounters::default(),
             }),
@@ -242,6 +257,7 @@ impl Device {
             port_error: OnceLock::new(),
             spin: env.spin,
             standby: env.standby,
+            capture,
         });
         let for_thread = core.clone();
         let handle = std::thread::Builder::new()
@@ -264,6 +280,9 @@ impl Drop for Device {
             let _ = h.join();
             tracing::info!(device = %self.core.name, "device closed");
         }
+        if let Some(c) = &self.core.capture {
+            c.leave(ip_of_lid(self.core.port.lid()));
+        }
     }
 }
 
@@ -277,7 +296,16 @@ impl Core {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Copy datagrams to `tap` (replacing the last one set), and to the capture file if the
+    /// device writes one.
     pub(crate) fn set_tap(&self, tap: Option<Tap>) {
+        let tap = match (self.capture.as_ref().map(capture_tap), tap) {
+            (Some(c), Some(t)) => Some(Arc::new(move |dir: TapDir, d: &[u8]| {
+                c(dir, d);
+                t(dir, d);
+            }) as Tap),
+            (c, t) => c.or(t),
+        };
         let mut st = self.lock();
         // A fresh wire with the tap on its sends (it reconnects to peers on demand).
         st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone())));
@@ -562,6 +590,10 @@ fn nic_thread(core: Arc<Core>) {
             continue;
         }
         core.check_port();
+        if let Some(c) = &core.capture {
+            // Idle: a killed program's capture holds everything up to here.
+            c.flush();
+        }
         let (budget, until) = core.park_budget();
         core.parked_until_ns.store(until, Ordering::Release);
         if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {

@@ -3,6 +3,7 @@
 //! default in disguise.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use verbs_api::{Errno, Error};
@@ -25,9 +26,9 @@ pub const DEFAULT_DEVICES: usize = 2;
 /// The most devices `SOFTVERBS_DEVICES` may ask for.
 pub const MAX_DEVICES: usize = 64;
 
-/// What the environment sets: `SOFTVERBS_DEVICES`, `SOFTVERBS_SPIN_US`, `SOFTVERBS_STANDBY_US`
-/// (unset or empty: the default).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the environment sets: `SOFTVERBS_DEVICES`, `SOFTVERBS_SPIN_US`, `SOFTVERBS_STANDBY_US`,
+/// `SOFTVERBS_PCAP` (unset or empty: the default).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnvConfig {
     /// Devices offered: `softverbs0` .. `softverbs<devices - 1>`.
     pub devices: usize,
@@ -36,11 +37,20 @@ pub struct EnvConfig {
     /// How long a NIC thread sleeps at a time while the program runs the engine inline
     /// ([`DEFAULT_STANDBY`]).
     pub standby: Duration,
+    /// The pcap file every device of the process writes its datagrams to (`SOFTVERBS_PCAP`;
+    /// `{pid}` in it stands for the process id); None: no capture. See docs/guide.md,
+    /// "Captures".
+    pub pcap: Option<PathBuf>,
 }
 
 impl Default for EnvConfig {
     fn default() -> EnvConfig {
-        EnvConfig { devices: DEFAULT_DEVICES, spin: DEFAULT_SPIN, standby: DEFAULT_STANDBY }
+        EnvConfig {
+            devices: DEFAULT_DEVICES,
+            spin: DEFAULT_SPIN,
+            standby: DEFAULT_STANDBY,
+            pcap: None,
+        }
     }
 }
 
@@ -69,8 +79,25 @@ impl EnvConfig {
                 *slot = Duration::from_micros(us);
             }
         }
+        c.pcap = value(&get, "SOFTVERBS_PCAP", PCAP_WHAT, parse_pcap)?;
         Ok(c)
     }
+}
+
+/// The placeholder in a capture file name (`SOFTVERBS_PCAP`, `--pcap`) that stands for the
+/// process id.
+pub const PID_PLACEHOLDER: &str = "{pid}";
+
+/// What `SOFTVERBS_PCAP` must be.
+const PCAP_WHAT: &str = "a file name (UTF-8, not a directory; `{pid}` is the only placeholder)";
+
+/// A capture file name: UTF-8 (so `{pid}` can be found), not naming a directory, and with no
+/// brace other than those of `{pid}` (a mistyped placeholder would otherwise become part of
+/// the name).
+fn parse_pcap(v: &str) -> Option<PathBuf> {
+    let rest = v.replace(PID_PLACEHOLDER, "");
+    let dir = v.ends_with('/') || v == "." || v == ".." || v.ends_with("/.") || v.ends_with("/..");
+    (!rest.contains(['{', '}']) && !dir).then(|| PathBuf::from(v))
 }
 
 /// The value of `var` parsed by `parse`: None when unset or empty, an error naming the
@@ -116,6 +143,9 @@ mod tests {
         assert_eq!(c.devices, 64);
         assert_eq!(c.spin, Duration::ZERO);
         assert_eq!(c.standby, Duration::from_micros(250));
+        assert_eq!(c.pcap, None);
+        let c = parse(&[("SOFTVERBS_PCAP", "/tmp/run-{pid}.pcap")]).expect("a file name");
+        assert_eq!(c.pcap, Some(PathBuf::from("/tmp/run-{pid}.pcap")));
     }
 
     #[test]
@@ -127,6 +157,9 @@ mod tests {
             ("SOFTVERBS_DEVICES", "65", "a number of devices in 1..=64"),
             ("SOFTVERBS_SPIN_US", "50us", "a whole number of microseconds"),
             ("SOFTVERBS_STANDBY_US", "-5", "a whole number of microseconds"),
+            ("SOFTVERBS_PCAP", "/tmp/run-{pdi}.pcap", PCAP_WHAT),
+            ("SOFTVERBS_PCAP", "/tmp/", PCAP_WHAT),
+            ("SOFTVERBS_PCAP", ".", PCAP_WHAT),
         ] {
             assert_eq!(parse(&[(var, value)]), Err(format!("{var}={value:?} is not {what}")));
         }

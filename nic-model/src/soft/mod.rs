@@ -6,6 +6,7 @@
 //! starts that device's NIC the first time (a NIC engine, a port on the wire with a LID the
 //! fabric assigns, and a NIC thread); later opens share it, as contexts of one real device do.
 
+mod capture;
 mod device;
 mod env;
 mod port;
@@ -14,7 +15,7 @@ mod tests;
 
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,9 @@ use verbs_api::{
 };
 
 pub use device::{DeviceStats, Tap, TapDir, WireCounters};
-pub use env::{EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES};
+pub use env::{
+    EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES, PID_PLACEHOLDER,
+};
 pub use port::{Links, LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
 use crate::engine::{Nic, NicConfig, Now};
@@ -51,11 +54,15 @@ struct SoftInner {
     /// What the environment set ([`EnvConfig`]), or why it could not be read: then opening
     /// or listing a device fails with that error.
     env: std::result::Result<EnvConfig, Error>,
+    /// The capture file of devices opened from now on and what named it (see
+    /// [`Soft::capture_to`]).
+    pcap: Mutex<Option<(PathBuf, String)>>,
 }
 
 impl Soft {
     fn with_wire(wire: WireKind, env: std::result::Result<EnvConfig, Error>) -> Soft {
         let n = env.as_ref().map_or(DEFAULT_DEVICES, |e| e.devices);
+        let pcap = env.as_ref().ok().and_then(|e| e.pcap.clone());
         Soft {
             inner: Arc::new(SoftInner {
                 wire,
@@ -63,6 +70,7 @@ impl Soft {
                 devices: Mutex::new(BTreeMap::new()),
                 config: Mutex::new(NicConfig::new("", 0)),
                 env,
+                pcap: Mutex::new(pcap.map(|p| (p, "SOFTVERBS_PCAP".to_string()))),
             }),
         }
     }
@@ -92,6 +100,16 @@ impl Soft {
     /// Change the NIC settings (limits, retry quirks) used by devices opened from now on.
     pub fn configure(&self, f: impl FnOnce(&mut NicConfig)) {
         f(&mut self.inner.config.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Devices opened from now on write every datagram they send and receive to the pcap file
+    /// `file` (None: no capture), in place of `SOFTVERBS_PCAP`; `origin` names where the name
+    /// came from (`--pcap`) in errors. `{pid}` in the name stands for the process id. All
+    /// devices of a process that name one file share it; another process writing the file
+    /// makes the open fail (docs/guide.md, "Captures").
+    pub fn capture_to(&self, file: Option<&Path>, origin: &str) {
+        *self.inner.pcap.lock().unwrap_or_else(|e| e.into_inner()) =
+            file.map(|f| (f.to_path_buf(), origin.to_string()));
     }
 
     /// The fabric directory, for a shared-memory `Soft`.
@@ -157,7 +175,12 @@ impl Soft {
         cfg.lid = lid;
         cfg.node_guid = node_guid(index);
         cfg.entropy = fresh_entropy();
-        let dev = Device::start(name.to_string(), Nic::new(cfg), port, &env);
+        let pcap = self.inner.pcap.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let capture = match pcap {
+            Some((file, origin)) => Some(capture::Capture::open(&file, &origin)?),
+            None => None,
+        };
+        let dev = Device::start(name.to_string(), Nic::new(cfg), port, &env, capture);
         devices.insert(name.to_string(), Arc::downgrade(&dev));
         Ok(dev)
     }

@@ -13,7 +13,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use verbs_api::{
@@ -92,6 +92,10 @@ pub struct PingpongArgs {
     #[arg(long, value_name = "SECS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub timeout: u64,
+    /// Write a pcap capture of this process's device (both directions of every datagram) to
+    /// FILE; `{pid}` in the name stands for the process id (docs/guide.md, "Captures").
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
 }
 
 fn parse_mtu(s: &str) -> Result<Mtu, String> {
@@ -527,6 +531,9 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
         ));
     }
     let soft = cmd::register_fabric(fabric)?;
+    if let Some(file) = &a.pcap {
+        soft.capture_to(Some(file), "--pcap");
+    }
     let ctx = cmd::open_device(&a.ib_dev)?;
     check_limits(&ctx, a)?;
     let pp = PingpongCtx::new(ctx, a)?;

@@ -54,11 +54,19 @@ pub struct DemoOpts {
     pub ib_dev: String,
     /// The GID index both sides send from (default: see [`PortAddress::of`]).
     pub gid_idx: Option<u32>,
+    /// Write a pcap capture of this process's devices to this file (`--pcap`).
+    pub pcap: Option<PathBuf>,
 }
 
 impl Default for DemoOpts {
     fn default() -> DemoOpts {
-        DemoOpts { in_process: false, fabric: None, ib_dev: "softverbs0".into(), gid_idx: None }
+        DemoOpts {
+            in_process: false,
+            fabric: None,
+            ib_dev: "softverbs0".into(),
+            gid_idx: None,
+            pcap: None,
+        }
     }
 }
 
@@ -165,6 +173,9 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
     let soft =
         if o.in_process { cmd::loopback()? } else { cmd::shared_memory(o.fabric.as_deref())? };
     cmd::register_backends(&soft);
+    if let Some(file) = &o.pcap {
+        soft.capture_to(Some(file), "--pcap");
+    }
     // Open the device first: a bad -d or -g fails here, before a target is started.
     let ctx = cmd::open_device(&o.ib_dev)?;
     let addr = cmd::port_address(&ctx, o.gid_idx)?;

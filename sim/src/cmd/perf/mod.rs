@@ -63,6 +63,10 @@ struct Common {
     /// The GID index both sides send from (default: 0, or on RoCE the first IPv4-mapped GID).
     #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
     gid_idx: Option<u32>,
+    /// Write a pcap capture of this process's device (both directions of every datagram) to
+    /// FILE; `{pid}` in the name stands for the process id (docs/guide.md, "Captures").
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
     /// Internal: run as the peer process.
     #[arg(long, hide = true)]
     peer: bool,
@@ -107,7 +111,13 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
 /// whose own arguments are [`PerfArgs`]; `peer_prefix` as in [`run`]).
 pub fn bench(peer_prefix: &[&str]) -> Result<(LatResult, BwResult), String> {
     let me = Launcher { prefix: peer_prefix.iter().map(|s| s.to_string()).collect() };
-    let common = Common { fabric: None, ib_dev: "softverbs0".into(), gid_idx: None, peer: false };
+    let common = Common {
+        fabric: None,
+        ib_dev: "softverbs0".into(),
+        gid_idx: None,
+        pcap: None,
+        peer: false,
+    };
     let l = lat::lat(
         &me,
         &lat::LatArgs {

@@ -185,7 +185,10 @@ fn endpoint(
     msg_len: u32,
     mr_len: usize,
 ) -> Result<(Endpoint, PortAddress), CliError> {
-    cmd::register_fabric(Some(fabric))?;
+    let soft = cmd::register_fabric(Some(fabric))?;
+    if let (Some(file), false) = (&c.pcap, c.peer) {
+        soft.capture_to(Some(file), "--pcap");
+    }
     let ctx = cmd::open_device(&c.ib_dev)?;
     cmd::check_message_size(&ctx, 1, "-s", u64::from(msg_len))?;
     let ep = Endpoint::new(&ctx, QpType::Rc, cap(), SQ_DEPTH + 2 * RX_DEPTH as u32, mr_len)

@@ -27,6 +27,11 @@ pub(super) struct SpinArgs {
 }
 
 pub(super) fn spin(me: &Launcher, a: &SpinArgs) -> Result<(), CliError> {
+    if a.common.pcap.is_some() {
+        return Err(CliError::usage(
+            "--pcap: perf spin runs perf lat many times; capture one run with perf lat --pcap FILE",
+        ));
+    }
     outln!("softverbs perf spin: SOFTVERBS_SPIN_US against 8-byte latency and idle CPU");
     outln!("machine: {}", machine());
     outln!("| SOFTVERBS_SPIN_US | median half-RTT (us) | p99 (us) | idle CPU, % of a core (initiator / peer) |");

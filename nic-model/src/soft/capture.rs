@@ -1,0 +1,237 @@
+//! Captures of real runs (`SOFTVERBS_PCAP=FILE`, `--pcap FILE`): every datagram a process's
+//! soft devices send and receive, in one pcap file per process that Wireshark decodes as
+//! RoCEv2 (the writer is [`crate::packet::PcapWriter`]).
+//!
+//! - **Several devices in one process** share one file (a device opened with the same file
+//!   name joins the capture already open). A datagram between two devices of the process is
+//!   recorded once, when it is sent: receptions from the process's own devices are skipped.
+//! - **Several processes**: `{pid}` in the name is replaced by the process id, so each process
+//!   writes its own file (merge them with `mergecap`). A process that finds the file being
+//!   written by another (an exclusive `flock`) fails to open its device with an error naming
+//!   the variable, rather than interleaving records into a file nobody can read.
+//! - **Timestamps** are the wall clock (nanoseconds), so the files of two processes merge in
+//!   order.
+//! - **Cost**: nothing when no capture is asked for (the device's tap is `None`, a branch that
+//!   was already there); otherwise a lock and a copy into a 64 KiB buffer per datagram. The
+//!   buffer is written out when full, when a device's NIC thread goes idle, and when the last
+//!   device using the file closes.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use verbs_api::{Errno, Error, Result};
+
+use super::env::PID_PLACEHOLDER;
+use crate::packet::PcapWriter;
+
+/// Bytes buffered before a write to the file.
+const BUFFER: usize = 64 * 1024;
+
+/// The captures this process has open, by file name, so that devices asking for the same file
+/// share it.
+static OPEN: Mutex<BTreeMap<PathBuf, Weak<Capture>>> = Mutex::new(BTreeMap::new());
+
+/// One open capture file and what it needs to tell the process's own datagrams apart.
+pub(crate) struct Capture {
+    path: PathBuf,
+    /// Where the wall clock was when `epoch` was taken (nanoseconds since 1970).
+    wall_at_epoch: u64,
+    epoch: Instant,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// None once a write failed (reported once on stderr): the capture stops there.
+    out: Option<PcapWriter<BufWriter<File>>>,
+    /// The IPv4 addresses of the devices writing here: their datagrams are recorded when sent.
+    local: Vec<[u8; 4]>,
+}
+
+/// `name` with `{pid}` replaced by this process's id.
+pub(crate) fn expand(name: &Path) -> PathBuf {
+    match name.to_str() {
+        Some(s) if s.contains(PID_PLACEHOLDER) => {
+            PathBuf::from(s.replace(PID_PLACEHOLDER, &std::process::id().to_string()))
+        }
+        _ => name.to_path_buf(),
+    }
+}
+
+impl Capture {
+    /// The capture of `name` (`{pid}` expanded): the one this process has open, or a new file
+    /// (truncated, locked against other processes). `origin` names where the name came from
+    /// (`SOFTVERBS_PCAP`, `--pcap`) in errors.
+    pub(crate) fn open(name: &Path, origin: &str) -> Result<Arc<Capture>> {
+        let path = expand(name);
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = open.get(&path).and_then(Weak::upgrade) {
+            return Ok(c);
+        }
+        let fail =
+            |what: String| Error::new(Errno::Io, format!("{origin}={}: {what}", name.display()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| fail(format!("cannot create {}: {e}", path.display())))?;
+        lock_exclusive(&file).map_err(|e| {
+            fail(format!(
+                "{} is being written by another process ({e}); put {PID_PLACEHOLDER} in the \
+                 name to give each process its own file",
+                path.display()
+            ))
+        })?;
+        file.set_len(0).map_err(|e| fail(format!("cannot truncate {}: {e}", path.display())))?;
+        let out = PcapWriter::new(BufWriter::with_capacity(BUFFER, file))
+            .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))?;
+        let wall_at_epoch =
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let c = Arc::new(Capture {
+            path: path.clone(),
+            wall_at_epoch,
+            epoch: Instant::now(),
+            inner: Mutex::new(Inner { out: Some(out), local: Vec::new() }),
+        });
+        open.retain(|_, w| w.strong_count() > 0);
+        open.insert(path, Arc::downgrade(&c));
+        Ok(c)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A device with IPv4 address `ip` writes here from now on.
+    pub(crate) fn join(&self, ip: [u8; 4]) {
+        self.lock().local.push(ip);
+    }
+
+    /// The device with address `ip` closed: write out what is buffered.
+    pub(crate) fn leave(&self, ip: [u8; 4]) {
+        let mut inner = self.lock();
+        if let Some(i) = inner.local.iter().position(|&l| l == ip) {
+            inner.local.swap_remove(i);
+        }
+        self.flush_locked(&mut inner);
+    }
+
+    /// Write out what is buffered (a device went idle).
+    pub(crate) fn flush(&self) {
+        self.flush_locked(&mut self.lock());
+    }
+
+    fn flush_locked(&self, inner: &mut Inner) {
+        if let Some(Err(e)) = inner.out.as_mut().map(PcapWriter::flush) {
+            self.failed(inner, e);
+        }
+    }
+
+    fn failed(&self, inner: &mut Inner, e: std::io::Error) {
+        inner.out = None;
+        eprintln!(
+            "softverbs: writing the capture {} failed: {e}; it stops here",
+            self.path.display()
+        );
+    }
+
+    /// Record one datagram (the device's tap calls this): every one sent, and those
+    /// `received` from outside the process.
+    pub(crate) fn record(&self, received: bool, datagram: &[u8]) {
+        let time = self.wall_at_epoch + self.epoch.elapsed().as_nanos() as u64;
+        let mut inner = self.lock();
+        if received {
+            let src = datagram.get(12..16).unwrap_or(&[]);
+            if inner.local.iter().any(|l| l[..] == *src) {
+                return;
+            }
+        }
+        if let Some(Err(e)) = inner.out.as_mut().map(|w| w.write_datagram(time, datagram)) {
+            self.failed(&mut inner, e);
+        }
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(Err(e)) = inner.out.take().map(|w| w.into_inner()) {
+            eprintln!("softverbs: writing the capture {} failed: {e}", self.path.display());
+        }
+    }
+}
+
+/// Take an exclusive advisory lock on `file` without waiting (held until it is closed).
+#[cfg(unix)]
+fn lock_exclusive(file: &File) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on a descriptor this function borrows open; no memory is passed.
+    match unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+#[cfg(not(unix))]
+fn lock_exclusive(_file: &File) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("softverbs-capture-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn pid_in_the_name_is_this_process_and_one_file_is_shared() {
+        let name = temp("run-{pid}.pcap");
+        let a = Capture::open(&name, "SOFTVERBS_PCAP").unwrap();
+        let b = Capture::open(&name, "SOFTVERBS_PCAP").unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "devices of one process share the file");
+        let path = name.with_file_name(format!("run-{}.pcap", std::process::id()));
+        assert_eq!(a.path, path);
+        // Sent datagrams are recorded; received ones from a device of the process are not.
+        a.join([10, 0, 0, 1]);
+        let mut d = [0u8; 40];
+        d[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        a.record(false, &d);
+        a.record(true, &d);
+        d[12..16].copy_from_slice(&[10, 0, 0, 9]);
+        a.record(true, &d);
+        drop((a, b));
+        assert_eq!(std::fs::read(&path).unwrap().len(), 24 + 2 * (16 + 14 + 40));
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_file_another_writer_holds_is_refused_naming_the_variable() {
+        let path = temp("held.pcap");
+        let held = File::create(&path).unwrap();
+        lock_exclusive(&held).unwrap();
+        let e = Capture::open(&path, "SOFTVERBS_PCAP").err().expect("refused");
+        assert_eq!(e.errno, Errno::Io);
+        assert!(
+            e.message.starts_with(&format!("SOFTVERBS_PCAP={}: ", path.display()))
+                && e.message.contains("being written by another process")
+                && e.message.contains("{pid}"),
+            "{}",
+            e.message
+        );
+        let e = Capture::open(Path::new("/nonexistent-dir/x.pcap"), "--pcap").err().unwrap();
+        assert!(
+            e.message.starts_with("--pcap=/nonexistent-dir/x.pcap: cannot create"),
+            "{}",
+            e.message
+        );
+        let _ = std::fs::remove_file(path);
+    }
+}

@@ -1,0 +1,186 @@
+//! Captures of real runs: two `softverbs pingpong` processes over a shared-memory fabric, one
+//! capturing with `SOFTVERBS_PCAP` (a name with `{pid}`), the other with `--pcap`. Each file
+//! holds both directions of every datagram of its process, valid (ICRC included); both files
+//! hold the same datagrams; and Wireshark decodes them as RoCEv2 with the opcodes and PSNs
+//! the run used.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nic_model::packet::{parse_datagram, Opcode};
+use softverbs_sim::peer::{FabricDir, Peer, Stderr};
+
+mod pcap_check;
+use pcap_check::{num, read_pcap, tshark_fields};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
+const DEADLINE: Duration = Duration::from_secs(60);
+const ITERS: u32 = 5;
+
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> Peer {
+    let mut command = Command::new(BIN);
+    command.args(args).env_remove("SOFTVERBS_PCAP");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut peer = Peer::spawn("softverbs", command, Stderr::Capture).expect("starting softverbs");
+    peer.close_stdin();
+    peer
+}
+
+/// Stdout lines of `peer` until it ends (bounded); asserts it succeeded.
+fn finish(mut peer: Peer, what: &str) -> Vec<String> {
+    let deadline = Instant::now() + DEADLINE;
+    let mut lines = Vec::new();
+    while let Ok(l) = peer.recv_line(deadline.saturating_duration_since(Instant::now())) {
+        lines.push(l);
+    }
+    let status = peer.wait_exit(deadline.saturating_duration_since(Instant::now()));
+    assert!(
+        status.as_ref().is_ok_and(|s| s.success()),
+        "{what}: {status:?}\nstdout: {lines:?}\nstderr: {}",
+        peer.stderr()
+    );
+    lines
+}
+
+/// The PSN of `  local address:  LID 0x0001, QPN 0x000123, PSN 0x1a2b3c, GID ::`.
+fn local_psn(lines: &[String]) -> u32 {
+    let l = lines.iter().find(|l| l.starts_with("  local address:")).expect("a local address");
+    let psn = l.split("PSN ").nth(1).and_then(|r| r.split(',').next()).expect("a PSN");
+    num(psn) as u32
+}
+
+/// The (opcode, PSN, ICRC) of every datagram in `pcap`, each checked to parse (ICRC included).
+fn datagrams(pcap: &Path) -> Vec<(u8, u32, u32, Vec<u8>)> {
+    read_pcap(pcap)
+        .into_iter()
+        .map(|d| {
+            let (_, p) = parse_datagram(&d)
+                .unwrap_or_else(|e| panic!("{}: a datagram does not parse: {e}", pcap.display()));
+            // As Wireshark shows it: the four bytes on the wire, most significant first.
+            let icrc = u32::from_be_bytes(d[d.len() - 4..].try_into().unwrap());
+            (p.bth.opcode.0, p.bth.psn.value(), icrc, d.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn pingpong_processes_capture_both_directions_and_wireshark_decodes_them() {
+    let fabric = FabricDir::create(&format!("softverbs-pcap-real-{}", std::process::id()))
+        .expect("creating the fabric directory");
+    let dir = fabric.path().join("captures");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fabric_arg = fabric.path().to_str().unwrap().to_string();
+    let common = ["--fabric", &fabric_arg, "--timeout", "20", "-n", "5", "-s", "64"];
+
+    let server_template = dir.join("server-{pid}.pcap");
+    let mut server = spawn(
+        &[&["pingpong", "-p", "0", "--accept-timeout", "60"], &common[..]].concat(),
+        &[("SOFTVERBS_PCAP", server_template.to_str().unwrap())],
+    );
+    let server_pid = server.pid().expect("a process");
+    let mut s_early = Vec::new();
+    let line = loop {
+        let l = server.recv_line(DEADLINE).expect("the server listens");
+        if l.trim_start().starts_with("listening on TCP port") {
+            break l;
+        }
+        s_early.push(l);
+    };
+    let port = line.rsplit(' ').next().unwrap().to_string();
+    let client_pcap = dir.join("client.pcap");
+    let client = spawn(
+        &[
+            &["pingpong", "-p", &port, "localhost", "--connect-timeout", "30"][..],
+            &common[..],
+            &["--pcap", client_pcap.to_str().unwrap()],
+        ]
+        .concat(),
+        &[],
+    );
+    let c_out = finish(client, "the pingpong client");
+    let s_out = [s_early, finish(server, "the pingpong server")].concat();
+    let (c_psn, s_psn) = (local_psn(&c_out), local_psn(&s_out));
+
+    let server_pcap = dir.join(format!("server-{server_pid}.pcap"));
+    let c = datagrams(&client_pcap);
+    let s = datagrams(&server_pcap);
+    // Each process saw both directions: the same datagrams, byte for byte.
+    let bag = |v: &[(u8, u32, u32, Vec<u8>)]| {
+        let mut m = BTreeMap::new();
+        for d in v {
+            *m.entry(d.3.clone()).or_insert(0) += 1;
+        }
+        m
+    };
+    assert_eq!(bag(&c), bag(&s), "the two captures hold different datagrams");
+    // Each side's SENDs, in PSN order from the PSN it announced; ACKs for them.
+    let sends_from = |psn: u32| -> Vec<u32> {
+        c.iter()
+            .filter(|d| d.0 == Opcode::RC_SEND_ONLY.0 && d.1.wrapping_sub(psn) & 0xff_ffff < 1000)
+            .map(|d| d.1)
+            .collect()
+    };
+    let want = |psn: u32| (0..ITERS).map(|i| (psn + i) & 0xff_ffff).collect::<Vec<_>>();
+    assert_eq!(sends_from(c_psn), want(c_psn), "the client's SENDs");
+    assert_eq!(sends_from(s_psn), want(s_psn), "the server's SENDs");
+    assert!(c.iter().any(|d| d.0 == Opcode::RC_ACKNOWLEDGE.0), "no ACK captured");
+    // Opcodes are SEND ONLY and ACKNOWLEDGE only (pingpong's exchange of small messages).
+    let ops: Vec<u8> = c.iter().map(|d| d.0).collect();
+    assert!(
+        ops.iter().all(|&o| o == Opcode::RC_SEND_ONLY.0 || o == Opcode::RC_ACKNOWLEDGE.0),
+        "{ops:?}"
+    );
+
+    // Wireshark sees the same opcodes, PSNs and ICRCs.
+    let fields = ["infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.invariant.crc"];
+    for (pcap, ours) in [(&client_pcap, &c), (&server_pcap, &s)] {
+        let Some(rows) = tshark_fields("pcap_real", pcap, &fields) else { return };
+        let seen: Vec<(u8, u32, u32)> = rows
+            .iter()
+            .map(|r| {
+                assert_eq!(r.len(), 3, "{}: not decoded as RoCEv2: {r:?}", pcap.display());
+                (num(&r[0]) as u8, num(&r[1]) as u32, num(&r[2]) as u32)
+            })
+            .collect();
+        let want: Vec<(u8, u32, u32)> = ours.iter().map(|d| (d.0, d.1, d.2)).collect();
+        assert_eq!(seen, want, "{}: tshark disagrees", pcap.display());
+    }
+}
+
+#[test]
+fn demo_in_process_captures_each_datagram_of_its_two_nics_once() {
+    let fabric = FabricDir::create(&format!("softverbs-pcap-demo-{}", std::process::id()))
+        .expect("creating the fabric directory");
+    let pcap = fabric.path().join("demo.pcap");
+    let demo = spawn(
+        &["demo", "--in-process", "--pcap", pcap.to_str().unwrap()],
+        &[("SOFTVERBS_FABRIC", fabric.path().to_str().unwrap())],
+    );
+    finish(demo, "the demo");
+    let d = datagrams(&pcap);
+    let mut bytes: Vec<&Vec<u8>> = d.iter().map(|d| &d.3).collect();
+    bytes.sort();
+    bytes.dedup();
+    assert_eq!(bytes.len(), d.len(), "a datagram between the process's own NICs recorded twice");
+    let ops: std::collections::BTreeSet<u8> = d.iter().map(|d| d.0).collect();
+    for op in [
+        Opcode::RC_SEND_ONLY,
+        Opcode::RC_RDMA_WRITE_FIRST,
+        Opcode::RC_RDMA_READ_REQUEST,
+        Opcode::RC_COMPARE_SWAP,
+        Opcode::RC_FETCH_ADD,
+        Opcode::RC_ATOMIC_ACKNOWLEDGE,
+        Opcode::RC_ACKNOWLEDGE,
+    ] {
+        assert!(ops.contains(&op.0), "opcode {:#04x} missing from {ops:?}", op.0);
+    }
+    let fields = ["infiniband.bth.opcode", "infiniband.bth.psn"];
+    let Some(rows) = tshark_fields("pcap_real", &pcap, &fields) else { return };
+    let seen: Vec<(u8, u32)> = rows.iter().map(|r| (num(&r[0]) as u8, num(&r[1]) as u32)).collect();
+    let want: Vec<(u8, u32)> = d.iter().map(|d| (d.0, d.1)).collect();
+    assert_eq!(seen, want, "tshark disagrees");
+}
