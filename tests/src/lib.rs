@@ -46,13 +46,8 @@ pub fn conn_opts() -> ConnOpts {
     }
 }
 
-/// SplitMix64: one well-mixed word per input word.
-pub fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+/// SplitMix64: one well-mixed word per input word (the engine's one copy).
+pub use nic_model::engine::splitmix64;
 
 /// A small seeded PRNG (xorshift64*): the workloads are reproducible from their seed.
 #[derive(Clone, Debug)]

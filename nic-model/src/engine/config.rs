@@ -9,8 +9,10 @@ pub(crate) const MIN_QPN: u32 = 2;
 /// The highest QP number a QP gets: 0xFFFFFF is the multicast QPN.
 pub(crate) const MAX_QPN: u32 = 0x00FF_FFFE;
 
-/// SplitMix64's finaliser: well-spread bits from any word (for [`NicConfig::new`]'s entropy).
-fn mix64(x: u64) -> u64 {
+/// One SplitMix64 output for the state word `x` (the state advanced by the golden gamma, then
+/// mixed): well-spread bits from any word. The one copy in the workspace: [`NicConfig::new`]'s
+/// entropy, the simulator's generator seeding and the tests' data patterns all use it.
+pub fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -107,7 +109,7 @@ impl NicConfig {
             retry_cnt_7_infinite: false,
             ack_every: 64,
             window: 512,
-            entropy: mix64(u64::from(lid)),
+            entropy: splitmix64(u64::from(lid)),
         }
     }
     /// The first QP number the NIC hands out: from [`NicConfig::entropy`], anywhere in the

@@ -90,7 +90,7 @@ use std::fmt;
 use verbs_api::{AsyncEvent, DeviceAttr, LinkLayer, PortAttr, PortState};
 
 pub use addr::{check_ah, ip_of_lid, lid_of_ip};
-pub use config::{Limits, NicConfig};
+pub use config::{splitmix64, Limits, NicConfig};
 pub use time::{Nanos, Now};
 pub use transmit::{Transmit, Wire, WireOutcome, SPARE_BUFFERS};
 

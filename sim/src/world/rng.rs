@@ -9,11 +9,9 @@ pub struct Rng {
 
 /// One SplitMix64 step: expands a seed into well-mixed state words.
 fn splitmix64(x: &mut u64) -> u64 {
+    let out = nic_model::engine::splitmix64(*x);
     *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    out
 }
 
 impl Rng {
