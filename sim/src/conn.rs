@@ -235,6 +235,24 @@ pub struct Endpoint {
     pub mr: MemoryRegion,
 }
 
+/// A QP of `qp_type` with `cap` in `pd` whose send and receive queues both complete into `cq`,
+/// no SRQ, signaling chosen per WR: the QP of an [`Endpoint`] and of each of a server's clients.
+pub fn create_qp_on(
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    qp_type: QpType,
+    cap: QpCap,
+) -> Result<QueuePair> {
+    pd.create_qp(&QpInitAttr {
+        qp_type,
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        srq: None,
+        cap,
+        sq_sig_all: false,
+    })
+}
+
 impl Endpoint {
     /// Allocate a PD, a CQ of `cq_depth`, a QP of `qp_type` with `cap`, and an MR of `mr_len` bytes.
     pub fn new(
@@ -246,14 +264,7 @@ impl Endpoint {
     ) -> Result<Endpoint> {
         let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq(cq_depth, None, 0)?;
-        let qp = pd.create_qp(&QpInitAttr {
-            qp_type,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            srq: None,
-            cap,
-            sq_sig_all: false,
-        })?;
+        let qp = create_qp_on(&pd, &cq, qp_type, cap)?;
         let mr = pd.reg_mr(mr_len, AccessFlags::all())?;
         Ok(Endpoint { ctx: ctx.clone(), pd, cq, qp, mr })
     }

@@ -49,12 +49,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use verbs_api::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr,
-    QpType, QueuePair, Result, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpType,
+    QueuePair, Result, WcStatus, WorkCompletion,
 };
 
 use super::{NodeId, SimWorld};
-use crate::conn::{connect, ConnOpts, Endpoint};
+use crate::conn::{connect, create_qp_on, ConnOpts, Endpoint};
 
 /// Which of a [`RunLoop`]'s CQs a completion came from: the index [`RunLoop::add_cq`] gave.
 pub type CqIndex = usize;
@@ -275,14 +275,7 @@ pub fn connect_rc_server(
     let mut ends = Vec::with_capacity(clients.len());
     for (i, &node) in clients.iter().enumerate() {
         let (client_psn, server_psn) = (2 * i as u32 + 1, 2 * i as u32 + 2);
-        let qp = pd.create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            srq: None,
-            cap,
-            sq_sig_all: false,
-        })?;
+        let qp = create_qp_on(&pd, &cq, QpType::Rc, cap)?;
         let end = Endpoint::new(&world.context(node)?, QpType::Rc, cap, cq_depth, mr_len)?;
         let server_info =
             crate::conn::QpInfo { lid: port.lid, qpn: qp.qp_num(), psn: server_psn, gid };
