@@ -302,6 +302,22 @@ fn perftests_flags_shape_the_run() {
     assert!(row[1] > 0.0 && row[3] > 0.0, "{row:?}");
     assert_eq!(row[2], 0.0, "no peak in a duration run, as perftest");
 
+    // UD: one packet per message, so an -a sweep stops at the path MTU; each QP of -q gets
+    // an address line and a GID line.
+    let r = perf(&["send_bw", "-c", "UD", "-a", "-n", "20", "-q", "2", "-m", "2048"]);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains(" Connection type : UD"));
+    assert_eq!(r.stdout.matches(" GID: ").count(), 4, "{}", r.stdout);
+    let ud_rows = rows(&r.stdout);
+    let sizes: Vec<f64> = ud_rows.iter().map(|r| r[0]).collect();
+    assert_eq!(sizes, (1..=11).map(|e| f64::from(1u32 << e)).collect::<Vec<_>>());
+    for row in &ud_rows {
+        check_bw_row(row, row[0], 40.0);
+    }
+    let r = perf(&["send_lat", "-c", "UD", "-n", "20", "-s", "1024"]);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    check_lat_row(&rows(&r.stdout)[0], 1024.0, 20.0);
+
     let r = perf(&["read_lat", "-D", "0.5"]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains(" #bytes        #iterations       t_avg[usec]    tps average"));
@@ -316,6 +332,7 @@ fn bad_flags_exit_2_naming_the_flag() {
     let cases: &[(&[&str], &str)] = &[
         (&["read_bw", "-c", "UC"], "-c UC"),
         (&["write_lat", "-c", "UD"], "-c UD"),
+        (&["send_bw", "-c", "UD", "-s", "8192"], "path MTU (4096 bytes"),
         (&["atomic_lat", "-s", "16"], "-s 16"),
         (&["write_bw", "-e"], "-e"),
         (&["send_lat", "-q", "2"], "-q 2"),

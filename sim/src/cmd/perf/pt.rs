@@ -8,7 +8,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use verbs_api::{CompChannel, Context, LinkLayer, Mtu, QpCap, QpType};
+use verbs_api::{
+    AhAttr, CompChannel, Context, LinkLayer, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
+    UdTarget,
+};
 
 use super::pt_out::{self, AddrLine, BwRow, LatDurRow, LatRow, Progress, RULE};
 use super::pt_run::{self, AtomicType, Kind, Plan, Remote, Side, Verb};
@@ -182,9 +185,6 @@ fn check_flags(t: Test, a: &PtArgs) -> Result<(), CliError> {
             ))
         }
     }
-    if a.conn == ConnType::Ud {
-        return bad("-c UD: UD is not supported by softverbs perf yet (RC and UC are)".into());
-    }
     if a.kind_lat(t) && a.qps > 1 {
         return bad(format!("-q {}: latency tests use one QP, as perftest's", a.qps));
     }
@@ -234,7 +234,10 @@ fn setup(t: Test, a: &PtArgs, ctx: &Context, addr: &PortAddress) -> Result<Setup
     let sizes: Vec<u32> = match (t.verb, a.all, a.size) {
         (Verb::Atomic, _, _) => vec![8],
         (_, true, _) => {
-            let top = MAX_SIZE.min(port.max_msg_sz);
+            let mut top = MAX_SIZE.min(port.max_msg_sz);
+            if a.conn == ConnType::Ud {
+                top = top.min(a.mtu.unwrap_or(port.active_mtu.bytes()));
+            }
             (1..=23).map(|e| 1u32 << e).filter(|&s| s <= top).collect()
         }
         (_, false, Some(s)) => vec![s],
@@ -253,6 +256,12 @@ fn setup(t: Test, a: &PtArgs, ctx: &Context, addr: &PortAddress) -> Result<Setup
         Some(m) => m,
         None => port.active_mtu,
     };
+    if a.conn == ConnType::Ud && largest > mtu.bytes() {
+        return Err(CliError::usage(format!(
+            "-s {largest}: a UD message is at most one packet, the path MTU ({} bytes; -m)",
+            mtu.bytes()
+        )));
+    }
     let inline = match (t.verb, a.inline) {
         (Verb::Read | Verb::Atomic, Some(i)) if i > 0 => {
             return Err(CliError::usage(format!("-I {i}: READ and atomics carry no inline data")))
@@ -270,8 +279,9 @@ fn setup(t: Test, a: &PtArgs, ctx: &Context, addr: &PortAddress) -> Result<Setup
     let tx_depth = a.tx_depth.unwrap_or(if t.kind == Kind::Lat { 1 } else { 128 });
     let iters =
         a.iters.unwrap_or(if t.verb == Verb::Write && t.kind == Kind::Bw { 5000 } else { 1000 });
-    // Both halves must hold the largest message; atomics need 8 aligned bytes.
-    let mr_len = (2 * largest as usize).max(4096);
+    // Both halves must hold the largest message (and a UD receive's GRH); atomics need 8
+    // aligned bytes.
+    let mr_len = (2 * (largest as usize + 64)).max(4096);
     if mr_len as u64 > dev.max_mr_size {
         return Err(CliError::usage(format!(
             "-s {largest}: two messages do not fit {name}'s max_mr_size ({})",
@@ -314,18 +324,26 @@ fn open_side(
         max_recv_sge: 1,
         max_inline_data: s.inline,
     };
-    let qp_type = if a.conn == ConnType::Uc { QpType::Uc } else { QpType::Rc };
+    let qp_type = match a.conn {
+        ConnType::Rc => QpType::Rc,
+        ConnType::Uc => QpType::Uc,
+        ConnType::Ud => QpType::Ud,
+    };
     let mut qps = Vec::new();
     for _ in 0..a.qps {
         qps.push(conn::create_qp_on(&pd, &cq, qp_type, cap).map_err(|x| e("ibv_create_qp", x))?);
     }
     let mr = pd.reg_mr(s.mr_len, verbs_api::AccessFlags::all()).map_err(|x| e("ibv_reg_mr", x))?;
-    Ok((ctx, addr, s, Side { cq, channel, qps, mr }))
+    Ok((ctx, addr, s, Side { pd, cq, channel, qps, mr, ud: Vec::new() }))
 }
 
-/// Connect QP `q` of `side` towards `remote`, with the path MTU of `-m`.
+/// perftest's Q_Key for UD (`DEF_QKEY`).
+const QKEY: u32 = 0x1111_1111;
+
+/// Connect QP `q` of `side` towards `remote`, with the path MTU of `-m`; a UD QP instead goes
+/// to RTS with perftest's Q_Key and gets an address handle for `remote`.
 fn connect(
-    side: &Side,
+    side: &mut Side,
     q: usize,
     addr: &PortAddress,
     mtu: Mtu,
@@ -334,7 +352,38 @@ fn connect(
 ) -> Result<(), String> {
     let opts =
         addr.conn_opts(ConnOpts { mtu, ..ConnOpts::default() }).map_err(|e| e.to_string())?;
-    conn::connect(&side.qps[q], psn, remote, &opts).map_err(|e| e.to_string())
+    let qp = &side.qps[q];
+    if qp.qp_type() != QpType::Ud {
+        return conn::connect(qp, psn, remote, &opts).map_err(|e| e.to_string());
+    }
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        pkey_index: 0,
+        qkey: QKEY,
+        ..Default::default()
+    };
+    let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+    qp.modify(&init, mask).map_err(|e| format!("UD QP to INIT: {e}"))?;
+    let rtr = QpAttr { qp_state: QpState::Rtr, ..Default::default() };
+    qp.modify(&rtr, QpAttrMask::STATE).map_err(|e| format!("UD QP to RTR: {e}"))?;
+    let rts = QpAttr { qp_state: QpState::Rts, sq_psn: psn, ..Default::default() };
+    qp.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+        .map_err(|e| format!("UD QP to RTS: {e}"))?;
+    let ah = side
+        .pd
+        .create_ah(&AhAttr {
+            dlid: remote.lid,
+            port_num: 1,
+            is_global: opts.use_gid,
+            dgid: remote.gid,
+            sgid_index: opts.sgid_index,
+            hop_limit: 1,
+            ..Default::default()
+        })
+        .map_err(|e| format!("ibv_create_ah: {e}"))?;
+    side.ud.push(UdTarget { ah, remote_qpn: remote.qpn, remote_qkey: QKEY });
+    Ok(())
 }
 
 /// The flags the server process gets: the same test, device and QP shape.
@@ -390,7 +439,7 @@ pub(super) fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError>
     check_flags(t, a)?;
     let dir = run_dir(a.fabric.as_deref())?;
     // Open the device first: a bad -d, -x, -s, -m or -I fails here, before a peer is started.
-    let (ctx, addr, s, side) = open_side(t, a, dir.path())?;
+    let (ctx, addr, s, mut side) = open_side(t, a, dir.path())?;
     let mut args =
         vec![t.sub(), "--peer".into(), "--fabric".into(), dir.path().display().to_string()];
     args.extend(peer_args(a));
@@ -406,7 +455,7 @@ pub(super) fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError>
         let (remote, mr) =
             peer.swap_info(&info, Some((side.mr.addr(), side.mr.rkey())), HANDSHAKE)?;
         let (raddr, rkey) = mr.ok_or("the server's INFO names no memory region")?;
-        connect(&side, q, &addr, s.mtu, info.psn, &remote)?;
+        connect(&mut side, q, &addr, s.mtu, info.psn, &remote)?;
         mine.push(info);
         theirs.push((remote, raddr, rkey));
     }
@@ -414,18 +463,18 @@ pub(super) fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError>
     let port = ctx.query_port(1).map_err(|e| e.to_string())?;
     if !a.json {
         banner(t, a, &s, &ctx, &addr, port.link_layer)?;
-        for (q, info) in mine.iter().enumerate() {
-            addr_lines(t, "local", info, side.mr.rkey(), side.mr.addr(), q == 0)?;
+        for info in &mine {
+            addr_lines(t, "local", info, side.mr.rkey(), side.mr.addr())?;
         }
         for (remote, raddr, rkey) in &theirs {
-            addr_lines(t, "remote", remote, *rkey, *raddr, true)?;
+            addr_lines(t, "remote", remote, *rkey, *raddr)?;
         }
         outln!("{RULE}");
         outln!("{}", header(t, a));
     }
     let remote = Remote { addr: theirs[0].1, rkey: theirs[0].2, half: (s.mr_len / 2) as u64 };
     if t.verb == Verb::Send && t.kind == Kind::Lat {
-        pt_run::post_receives(&side, *s.sizes.iter().max().unwrap_or(&8))?;
+        pt_run::post_receives(&side)?;
     }
     let mut progress = Progress::new();
     let mut plot = Vec::new();
@@ -562,15 +611,8 @@ fn banner(
     Ok(())
 }
 
-/// One side's address line and (once per side) GID line.
-fn addr_lines(
-    t: Test,
-    side: &str,
-    info: &QpInfo,
-    rkey: u32,
-    vaddr: u64,
-    gid: bool,
-) -> Result<(), CliError> {
+/// One QP's address line and its GID line, as perftest prints each QP's.
+fn addr_lines(t: Test, side: &str, info: &QpInfo, rkey: u32, vaddr: u64) -> Result<(), CliError> {
     let line = AddrLine {
         side,
         lid: info.lid,
@@ -580,9 +622,7 @@ fn addr_lines(
         rdma: matches!(t.verb, Verb::Read | Verb::Write).then_some((rkey, vaddr)),
     };
     outln!("{}", line.render());
-    if gid {
-        outln!("{}", pt_out::gid_line(&info.gid));
-    }
+    outln!("{}", pt_out::gid_line(&info.gid));
     Ok(())
 }
 
@@ -590,18 +630,18 @@ fn addr_lines(
 pub(super) fn server(t: Test, a: &PtArgs) -> Result<(), CliError> {
     let mut parent = Parent::stdio();
     let fabric = a.fabric.clone().ok_or("the server needs --fabric")?;
-    let (_ctx, addr, s, side) = open_side(t, a, &fabric)?;
+    let (_ctx, addr, s, mut side) = open_side(t, a, &fabric)?;
     let mut remote = None;
     for q in 0..side.qps.len() {
         let info = addr.qp_info(&side.qps[q], SERVER_PSN + q as u32);
         let (theirs, mr) = parent.swap_info(&info, Some((side.mr.addr(), side.mr.rkey())))?;
         let (raddr, rkey) = mr.ok_or("the client's INFO names no memory region")?;
-        connect(&side, q, &addr, s.mtu, info.psn, &theirs)?;
+        connect(&mut side, q, &addr, s.mtu, info.psn, &theirs)?;
         remote.get_or_insert(Remote { addr: raddr, rkey, half: (s.mr_len / 2) as u64 });
     }
     let remote = remote.ok_or("no QP")?;
     if t.verb == Verb::Send {
-        pt_run::post_receives(&side, *s.sizes.iter().max().unwrap_or(&8))?;
+        pt_run::post_receives(&side)?;
     }
     parent.say("READY")?;
     while let Some(line) = parent.line()? {
@@ -623,7 +663,7 @@ pub(super) fn server(t: Test, a: &PtArgs) -> Result<(), CliError> {
                 pt_run::peer_pingpong(&side, p, remote, first)?
             }
             (Verb::Send, Kind::Bw) => {
-                // UC may lose messages: count until the sender goes quiet.
+                // UC and UD may lose messages: count until the sender goes quiet.
                 let expect = if a.conn == ConnType::Rc { iters * u64::from(a.qps) } else { 0 };
                 pt_run::peer_receive(&side, p, expect, first)?
             }

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use verbs_api::{
-    AtomicTarget, CompChannel, CompletionQueue, MemoryRegion, QueuePair, RdmaTarget, RecvWr,
-    SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AtomicTarget, CompChannel, CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair,
+    RdmaTarget, RecvWr, SendFlags, SendWr, UdTarget, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// Which verb a test measures (perftest's `verb`).
@@ -57,6 +57,8 @@ pub(super) const PHASE: Duration = Duration::from_secs(120);
 /// One side's verbs objects: every QP completes into the one CQ; one MR whose first half is
 /// the send (or READ destination) area and second half the receive (or WRITE target) area.
 pub(super) struct Side {
+    /// The PD of the QPs, the MR and (UD) the address handles.
+    pub(super) pd: ProtectionDomain,
     /// The CQ of every QP's send and receive queue.
     pub(super) cq: CompletionQueue,
     /// The CQ's completion channel with `-e`.
@@ -65,6 +67,8 @@ pub(super) struct Side {
     pub(super) qps: Vec<QueuePair>,
     /// The registered buffer.
     pub(super) mr: MemoryRegion,
+    /// On UD, where each QP's SENDs go (the peer's QP of the same index); empty otherwise.
+    pub(super) ud: Vec<UdTarget>,
 }
 
 impl Side {
@@ -180,24 +184,32 @@ impl<'a> Poller<'a> {
     }
 }
 
-/// Post one receive of `size` bytes into `side`'s receive area on QP `q`.
-fn post_recv(side: &Side, q: usize, size: u32) -> Result<(), String> {
-    let sge = [side.mr.sge(side.half(), size)];
+/// Post one receive on QP `q` spanning `side`'s whole receive area: a message of any size of
+/// an `-a` sweep fits, and on UD the 40-byte GRH a UD receive puts in front of it too.
+fn post_recv(side: &Side, q: usize) -> Result<(), String> {
+    let len = u32::try_from(side.mr.len() - side.half()).map_err(|_| "receive area too large")?;
+    let sge = [side.mr.sge(side.half(), len)];
     side.qps[q].post_recv(&[RecvWr { wr_id: q as u64, sg_list: &sge }]).map_err(|e| e.to_string())
 }
 
 /// Fill every QP's receive queue (the SEND tests' receiving side, before it says GO).
-pub(super) fn post_receives(side: &Side, size: u32) -> Result<(), String> {
+pub(super) fn post_receives(side: &Side) -> Result<(), String> {
     for q in 0..side.qps.len() {
         for _ in 0..RX_DEPTH {
-            post_recv(side, q, size)?;
+            post_recv(side, q)?;
         }
     }
     Ok(())
 }
 
-/// The work request of `plan` on this side towards `remote`.
-fn work_request<'s>(plan: &Plan, sge: &'s [verbs_api::Sge], remote: Remote) -> SendWr<'s> {
+/// The work request of `plan` on QP `q` of `side` towards `remote`.
+fn work_request<'s>(
+    side: &Side,
+    q: usize,
+    plan: &Plan,
+    sge: &'s [verbs_api::Sge],
+    remote: Remote,
+) -> SendWr<'s> {
     let mut flags = SendFlags::empty();
     if plan.size <= plan.inline && matches!(plan.verb, Verb::Send | Verb::Write) {
         flags |= SendFlags::INLINE;
@@ -226,7 +238,17 @@ fn work_request<'s>(plan: &Plan, sge: &'s [verbs_api::Sge], remote: Remote) -> S
             (op, RdmaTarget::default(), target)
         }
     };
-    SendWr { wr_id: 0, sg_list: sge, opcode, send_flags: flags, rdma, atomic, ..Default::default() }
+    let ud = side.ud.get(q).cloned();
+    SendWr {
+        wr_id: 0,
+        sg_list: sge,
+        opcode,
+        send_flags: flags,
+        rdma,
+        atomic,
+        ud,
+        ..Default::default()
+    }
 }
 
 /// The SGE a client posts from: the send area, except READ and atomics, which land their
@@ -293,7 +315,7 @@ impl<'a> PingPong<'a> {
             self.side.mr.write(at, &[mark(self.sent)]).map_err(|e| e.to_string())?;
         }
         let sge = [local_sge(self.side, &self.plan)];
-        let mut wr = work_request(&self.plan, &sge, self.remote);
+        let mut wr = work_request(self.side, 0, &self.plan, &sge, self.remote);
         wr.wr_id = self.sent;
         if signal {
             wr.send_flags |= SendFlags::SIGNALED;
@@ -338,7 +360,7 @@ impl<'a> PingPong<'a> {
                 }
             }
             for _ in 0..recvs {
-                post_recv(self.side, 0, self.plan.size)?;
+                post_recv(self.side, 0)?;
             }
             match recvs {
                 0 => {}
@@ -387,7 +409,7 @@ pub(super) fn client_lat(
             }
             Verb::Read | Verb::Atomic => {
                 let sge = [local_sge(side, &plan)];
-                let mut wr = work_request(&plan, &sge, remote);
+                let mut wr = work_request(side, 0, &plan, &sge, remote);
                 wr.wr_id = i;
                 wr.send_flags |= SendFlags::SIGNALED;
                 side.qps[0].post_send(&[wr]).map_err(|e| e.to_string())?;
@@ -456,7 +478,10 @@ pub(super) fn client_bw(
     // Each QP's count the run ends at; a duration run sets them when the time is up.
     let mut limit = vec![if timed { plan.iters } else { u64::MAX }; nq];
     let sge = [local_sge(side, &plan)];
-    let base = work_request(&plan, &sge, remote);
+    // One work request per QP, built once: a post changes only its wr_id and flags.
+    let mut wrs: Vec<SendWr> =
+        (0..nq).map(|q| work_request(side, q, &plan, &sge, remote)).collect();
+    let flags = wrs.first().map_or(SendFlags::empty(), |w| w.send_flags);
     let mut poll = Poller::new(side);
     let t0 = Instant::now();
     let end = plan.duration.map(|d| t0 + d);
@@ -467,15 +492,16 @@ pub(super) fn client_bw(
         for q in 0..nq {
             while posted[q] < limit[q] && posted[q] - done[q] < u64::from(plan.tx_depth) {
                 let k = posted[q];
-                let mut wr = base.clone();
+                let wr = &mut wrs[q];
                 wr.wr_id = ((q as u64) << 48) | k;
+                wr.send_flags = flags;
                 if (k + 1).is_multiple_of(u64::from(plan.cq_mod)) || k + 1 == limit[q] {
                     wr.send_flags |= SendFlags::SIGNALED;
                 }
                 if timed {
                     raw.posted.push(t0.elapsed().as_nanos() as u64);
                 }
-                side.qps[q].post_send(std::slice::from_ref(&wr)).map_err(|e| e.to_string())?;
+                side.qps[q].post_send(std::slice::from_ref(wr)).map_err(|e| e.to_string())?;
                 posted[q] += 1;
             }
         }
@@ -533,7 +559,7 @@ pub(super) fn peer_receive(
         for wc in &poll.wcs[..n] {
             if wc.opcode == WcOpcode::Recv {
                 got += 1;
-                post_recv(side, wc.wr_id as usize, plan.size)?;
+                post_recv(side, wc.wr_id as usize)?;
             }
         }
         if n > 0 {
