@@ -220,7 +220,7 @@ fn the_xml_check_rejects_what_is_not_xml() {
 fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let svg = dir.path().join("write_bw.svg");
-    let r = perf(&["write_bw", "-a", "-n", "20", "--plot", svg.to_str().unwrap()]);
+    let r = perf(&["write-bw", "-a", "-n", "20", "--plot", svg.to_str().unwrap()]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let rows = rows(&r.stdout);
     let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();

@@ -2,7 +2,10 @@
 //! shared-memory fabric, one file per measurement — SEND ping-pong latency (`lat.rs`), RDMA WRITE
 //! bandwidth (`bw.rs`), the raw shared-memory floor (`floor.rs`), idle CPU (`idle.rs`), system
 //! calls per iteration (`syscalls.rs`) and the NIC thread's spin window (`spin.rs`) — with their
-//! statistics in `stats.rs` and the plumbing they share in `runner.rs`.
+//! statistics in `stats.rs` and the plumbing they share in `runner.rs`; and perftest's eight
+//! verbs tests (`send_lat` … `atomic_bw`: flags and set-up in `pt.rs`, the measured loops in
+//! `pt_run.rs`, banner, tables, JSON and plot in `pt_out.rs`), which print perftest's table
+//! rather than a `RESULT` line.
 //!
 //! Every measurement spawns its peer as a second process of the same binary (hidden `--peer`),
 //! exchanges QP information over the child's stdin/stdout, bounds every wait, and ends with
@@ -38,9 +41,9 @@ pub struct PerfArgs {
 
 #[derive(clap::Subcommand, Debug, Clone)]
 enum PerfCmd {
-    /// RC SEND ping-pong: half round trip (median, percentiles).
+    /// RC SEND ping-pong: half round trip, median of runs (perftest's layout: send_lat).
     Lat(lat::LatArgs),
-    /// RDMA WRITE bandwidth with a window of outstanding WRITEs.
+    /// RDMA WRITE bandwidth in GB/s, data checked (perftest's layout: write_bw).
     Bw(bw::BwArgs),
     /// Raw shared-memory ping-pong of one counter: the floor of any shm transport here.
     Floor(floor::FloorArgs),
@@ -51,49 +54,10 @@ enum PerfCmd {
     Syscalls(syscalls::SyscallArgs),
     /// Latency and idle CPU for several values of SOFTVERBS_SPIN_US.
     Spin(spin::SpinArgs),
-    /// perftest's ib_send_lat: SEND ping-pong, half round trip.
-    #[command(name = "send_lat", alias = "send-lat")]
-    SendLat(pt::PtArgs),
-    /// perftest's ib_send_bw: SEND bandwidth, the server receiving.
-    #[command(name = "send_bw", alias = "send-bw")]
-    SendBw(pt::PtArgs),
-    /// perftest's ib_write_lat: RDMA WRITE ping-pong, each side polling its memory.
-    #[command(name = "write_lat", alias = "write-lat")]
-    WriteLat(pt::PtArgs),
-    /// perftest's ib_write_bw: RDMA WRITE bandwidth.
-    #[command(name = "write_bw", alias = "write-bw")]
-    WriteBw(pt::PtArgs),
-    /// perftest's ib_read_lat: one RDMA READ at a time, full round trip.
-    #[command(name = "read_lat", alias = "read-lat")]
-    ReadLat(pt::PtArgs),
-    /// perftest's ib_read_bw: RDMA READ bandwidth.
-    #[command(name = "read_bw", alias = "read-bw")]
-    ReadBw(pt::PtArgs),
-    /// perftest's ib_atomic_lat: one atomic at a time, full round trip.
-    #[command(name = "atomic_lat", alias = "atomic-lat")]
-    AtomicLat(pt::PtArgs),
-    /// perftest's ib_atomic_bw: atomic operations a second.
-    #[command(name = "atomic_bw", alias = "atomic-bw")]
-    AtomicBw(pt::PtArgs),
-}
-
-impl PerfCmd {
-    /// The perftest-style test of this subcommand, if it is one, with its arguments.
-    fn perftest(&self) -> Option<(pt::Test, &pt::PtArgs)> {
-        use pt_run::{Kind, Verb};
-        let (verb, kind, a) = match self {
-            PerfCmd::SendLat(a) => (Verb::Send, Kind::Lat, a),
-            PerfCmd::SendBw(a) => (Verb::Send, Kind::Bw, a),
-            PerfCmd::WriteLat(a) => (Verb::Write, Kind::Lat, a),
-            PerfCmd::WriteBw(a) => (Verb::Write, Kind::Bw, a),
-            PerfCmd::ReadLat(a) => (Verb::Read, Kind::Lat, a),
-            PerfCmd::ReadBw(a) => (Verb::Read, Kind::Bw, a),
-            PerfCmd::AtomicLat(a) => (Verb::Atomic, Kind::Lat, a),
-            PerfCmd::AtomicBw(a) => (Verb::Atomic, Kind::Bw, a),
-            _ => return None,
-        };
-        Some((pt::Test { verb, kind }, a))
-    }
+    /// perftest's eight tests: send_lat, send_bw, write_lat, write_bw, read_lat, read_bw,
+    /// atomic_lat, atomic_bw.
+    #[command(flatten)]
+    Perftest(pt::PtCmd),
 }
 
 /// Options every subcommand shares.
@@ -136,13 +100,6 @@ pub fn main(args: PerfArgs) -> ExitCode {
 /// arguments are [`PerfArgs`] directly, like the benches).
 pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
     let me = Launcher { prefix: peer_prefix.iter().map(|s| s.to_string()).collect() };
-    if let Some((t, a)) = args.cmd.perftest() {
-        let r = if a.is_peer() { pt::server(t, a) } else { pt::client(&me, t, a) };
-        return match r {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => e.report("perf"),
-        };
-    }
     let r = match &args.cmd {
         PerfCmd::Lat(a) if a.common.peer => lat::lat_peer(a),
         PerfCmd::Lat(a) => lat::lat(&me, a).map(|_| ()),
@@ -153,7 +110,7 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
         PerfCmd::Idle(a) => idle::idle(&me, a),
         PerfCmd::Syscalls(a) => syscalls::syscalls(&me, a),
         PerfCmd::Spin(a) => spin::spin(&me, a),
-        _ => unreachable!("the perftest-style tests return above"),
+        PerfCmd::Perftest(c) => c.run(&me),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

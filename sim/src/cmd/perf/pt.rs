@@ -118,6 +118,60 @@ pub(super) struct PtArgs {
     peer: bool,
 }
 
+/// perftest's eight tests, each a subcommand of `softverbs perf`.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub(super) enum PtCmd {
+    /// perftest's ib_send_lat: SEND ping-pong, half round trip.
+    #[command(name = "send_lat", alias = "send-lat")]
+    SendLat(PtArgs),
+    /// perftest's ib_send_bw: SEND bandwidth, the server receiving.
+    #[command(name = "send_bw", alias = "send-bw")]
+    SendBw(PtArgs),
+    /// perftest's ib_write_lat: RDMA WRITE ping-pong, each side polling its memory.
+    #[command(name = "write_lat", alias = "write-lat")]
+    WriteLat(PtArgs),
+    /// perftest's ib_write_bw: RDMA WRITE bandwidth.
+    #[command(name = "write_bw", alias = "write-bw")]
+    WriteBw(PtArgs),
+    /// perftest's ib_read_lat: one RDMA READ at a time, full round trip.
+    #[command(name = "read_lat", alias = "read-lat")]
+    ReadLat(PtArgs),
+    /// perftest's ib_read_bw: RDMA READ bandwidth.
+    #[command(name = "read_bw", alias = "read-bw")]
+    ReadBw(PtArgs),
+    /// perftest's ib_atomic_lat: one atomic at a time, full round trip.
+    #[command(name = "atomic_lat", alias = "atomic-lat")]
+    AtomicLat(PtArgs),
+    /// perftest's ib_atomic_bw: atomic operations a second.
+    #[command(name = "atomic_bw", alias = "atomic-bw")]
+    AtomicBw(PtArgs),
+}
+
+impl PtCmd {
+    /// The test and its arguments.
+    fn test(&self) -> (Test, &PtArgs) {
+        let (verb, kind, a) = match self {
+            PtCmd::SendLat(a) => (Verb::Send, Kind::Lat, a),
+            PtCmd::SendBw(a) => (Verb::Send, Kind::Bw, a),
+            PtCmd::WriteLat(a) => (Verb::Write, Kind::Lat, a),
+            PtCmd::WriteBw(a) => (Verb::Write, Kind::Bw, a),
+            PtCmd::ReadLat(a) => (Verb::Read, Kind::Lat, a),
+            PtCmd::ReadBw(a) => (Verb::Read, Kind::Bw, a),
+            PtCmd::AtomicLat(a) => (Verb::Atomic, Kind::Lat, a),
+            PtCmd::AtomicBw(a) => (Verb::Atomic, Kind::Bw, a),
+        };
+        (Test { verb, kind }, a)
+    }
+
+    /// Run the test: as the client, or with the hidden `--peer` as the server.
+    pub(super) fn run(&self, me: &Launcher) -> Result<(), CliError> {
+        match self.test() {
+            (t, a) if a.peer => server(t, a),
+            (t, a) => client(me, t, a),
+        }
+    }
+}
+
 /// The test: its verb and kind, and its names.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Test {
@@ -216,11 +270,6 @@ fn check_flags(t: Test, a: &PtArgs) -> Result<(), CliError> {
 }
 
 impl PtArgs {
-    /// This process is the server (peer).
-    pub(super) fn is_peer(&self) -> bool {
-        self.peer
-    }
-
     fn kind_lat(&self, t: Test) -> bool {
         t.kind == Kind::Lat
     }
@@ -435,7 +484,7 @@ enum Row {
 }
 
 /// Run test `t` as the client: start the server, print the banner, one row per size.
-pub(super) fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
+fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
     check_flags(t, a)?;
     let dir = run_dir(a.fabric.as_deref())?;
     // Open the device first: a bad -d, -x, -s, -m or -I fails here, before a peer is started.
@@ -627,7 +676,7 @@ fn addr_lines(t: Test, side: &str, info: &QpInfo, rkey: u32, vaddr: u64) -> Resu
 }
 
 /// Run test `t` as the server (the peer process): connect, then per `RUN` line serve one size.
-pub(super) fn server(t: Test, a: &PtArgs) -> Result<(), CliError> {
+fn server(t: Test, a: &PtArgs) -> Result<(), CliError> {
     let mut parent = Parent::stdio();
     let fabric = a.fabric.clone().ok_or("the server needs --fabric")?;
     let (_ctx, addr, s, mut side) = open_side(t, a, &fabric)?;
