@@ -113,6 +113,9 @@ pub(super) struct PtArgs {
     /// Fabric directory [default: $SOFTVERBS_FABRIC, else a fresh one under /dev/shm].
     #[arg(long, value_name = "DIR")]
     fabric: Option<PathBuf>,
+    /// Write a pcap capture of the client's device to FILE (docs/guide.md, "Captures").
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
     /// Internal: run as the server (peer) process.
     #[arg(long, hide = true)]
     peer: bool,
@@ -348,7 +351,10 @@ fn open_side(
     a: &PtArgs,
     fabric: &std::path::Path,
 ) -> Result<(Context, PortAddress, Setup, Side), CliError> {
-    cmd::register_fabric(Some(fabric))?;
+    let soft = cmd::register_fabric(Some(fabric))?;
+    if let (Some(file), false) = (&a.pcap, a.peer) {
+        soft.capture_to(Some(file), "--pcap");
+    }
     let ctx = cmd::open_device(&a.ib_dev)?;
     let addr = PortAddress::of(&ctx, a.gid_index).map_err(|e| match a.gid_index {
         Some(i) if e.errno == verbs_api::Errno::Inval => {
