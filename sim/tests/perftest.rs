@@ -294,7 +294,7 @@ fn perftests_flags_shape_the_run() {
     assert!(r.stdout.contains(" Test with events. Using softverbs0_comp0"));
     check_lat_row(&rows(&r.stdout)[0], 8.0, 20.0);
 
-    let r = perf(&["send_bw", "-D", "0.5", "-s", "64", "-I", "0"]);
+    let r = perf(&["send_bw", "-D", "0.5", "-s", "64", "-I", "0", "-e"]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains(" Max inline data : 0[B]"));
     let row = &rows(&r.stdout)[0];
@@ -343,6 +343,7 @@ fn bad_flags_exit_2_naming_the_flag() {
         (&["write_bw", "-s", "2000000000"], "max_msg_sz"),
         (&["send_bw", "--plot", "x.svg"], "--plot"),
         (&["send_bw", "-n", "2"], "--iters"),
+        (&["write_bw", "-n", "100000000", "-q", "2"], "-n 100000000"),
         (&["send_bw", "-A", "SWAP"], "--atomic_type"),
         (&["write_bw", "--bogus"], "--bogus"),
     ];

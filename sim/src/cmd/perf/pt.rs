@@ -24,6 +24,8 @@ use crate::peer::Parent;
 const MAX_SIZE: u32 = 1 << 23;
 /// perftest's default CQ moderation (`DEF_CQ_MOD`): one signaled WR in this many.
 const DEF_CQ_MOD: u32 = 100;
+/// The most operations a run times one by one (`-n` x `-q`): 1 GiB of timestamps.
+const MAX_KEPT: u64 = 1 << 27;
 /// The most QPs `-q` takes here.
 const MAX_QPS: u32 = 16;
 const CLIENT_PSN: u32 = 0x00_1000;
@@ -329,8 +331,16 @@ fn setup(t: Test, a: &PtArgs, ctx: &Context, addr: &PortAddress) -> Result<Setup
         _ => 0,
     };
     let tx_depth = a.tx_depth.unwrap_or(if t.kind == Kind::Lat { 1 } else { 128 });
-    let iters =
+    let iters: u64 =
         a.iters.unwrap_or(if t.verb == Verb::Write && t.kind == Kind::Bw { 5000 } else { 1000 });
+    // Every post's time is kept (8 bytes each) for the statistics: bound that memory.
+    if iters.saturating_mul(u64::from(a.qps)) > MAX_KEPT {
+        return Err(CliError::usage(format!(
+            "-n {iters}: more than {MAX_KEPT} operations (x -q {}), each of whose times is kept \
+             for the statistics; use -D for long runs",
+            a.qps
+        )));
+    }
     // Both halves must hold the largest message (and a UD receive's GRH); atomics need 8
     // aligned bytes.
     let mr_len = (2 * (largest as usize + 64)).max(4096);
