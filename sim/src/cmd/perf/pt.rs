@@ -476,6 +476,10 @@ fn peer_args(a: &PtArgs) -> Vec<String> {
     if a.events {
         v.push("-e".into());
     }
+    // The server's own bounds on a size's run grow with the duration.
+    if let Some(d) = a.duration {
+        v.extend(["-D".into(), d.to_string()]);
+    }
     v
 }
 
