@@ -249,7 +249,8 @@ fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
     assert!(text.contains("BW average [MiB/sec]"), "y axis labelled with its unit");
     assert_eq!(text.matches("<circle").count(), 23, "one point per size");
 
-    let r = perf(&["send_lat", "-a", "-n", "10", "--json"]);
+    let lat_svg = dir.path().join("send_lat.svg");
+    let r = perf(&["send_lat", "-a", "-n", "10", "--json", "--plot", lat_svg.to_str().unwrap()]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(lines.len(), 23, "one JSON object per size and nothing else: {}", r.stdout);
@@ -270,6 +271,22 @@ fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
             assert!(num(k) >= 0.0, "{l}");
         }
     }
+    let text = std::fs::read_to_string(&lat_svg).expect("the latency plot was written");
+    assert_eq!(xml_root(&text), Ok("svg".to_string()), "{text}");
+    assert!(text.contains("t_typical [usec]"), "a latency test plots latency");
+
+    let r = perf(&["read_bw", "-s", "4096", "-n", "20", "--json", "--report_gbits"]);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let l = r.stdout.trim();
+    assert!(
+        l.starts_with("{\"test\":\"read_bw\",\"connection\":\"RC\",\"bytes\":4096,\"iterations\":20,\"bw_peak_gbit_per_sec\":"),
+        "{l}"
+    );
+    assert!(
+        l.contains(",\"bw_average_gbit_per_sec\":") && l.contains(",\"msg_rate_mpps\":"),
+        "{l}"
+    );
+    assert_eq!(l.lines().count(), 1, "{l}");
 }
 
 /// The flags that change the run: `-q` QPs, `-c UC`, `--report_gbits`, `-A`, `-D`, `-e`,
@@ -331,6 +348,17 @@ fn perftests_flags_shape_the_run() {
     let r = perf(&["send_lat", "-c", "UD", "-n", "20", "-s", "1024"]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     check_lat_row(&rows(&r.stdout)[0], 1024.0, 20.0);
+
+    // Ping-pongs for a duration: the server answers until the client stops.
+    for test in ["send_lat", "write_lat"] {
+        let r = perf(&[test, "-D", "0.5", "-c", "UC"]);
+        assert!(r.status.success(), "{test}: {}\n{}", r.stdout, r.stderr);
+        let row = &rows(&r.stdout)[0];
+        assert!(row.len() == 4 && row[1] > 0.0 && row[2] > 0.0 && row[3] > 0.0, "{row:?}");
+        // tps counts round trips; t_avg is half of one.
+        let rtt_us = 1e6 / row[3];
+        assert!((row[2] * 2.0 - rtt_us).abs() <= rtt_us * 0.05 + 0.02, "{test}: {row:?}");
+    }
 
     let r = perf(&["read_lat", "-D", "0.5"]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
