@@ -234,7 +234,9 @@ fn the_xml_check_rejects_what_is_not_xml() {
 fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let svg = dir.path().join("write_bw.svg");
-    let r = perf(&["write-bw", "-a", "-n", "20", "--plot", svg.to_str().unwrap()]);
+    // -u 20: a debug build moving 8 MiB on a loaded machine can take longer than perftest's
+    // default ACK timeout (67 ms).
+    let r = perf(&["write-bw", "-a", "-n", "20", "-u", "20", "--plot", svg.to_str().unwrap()]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let rows = rows(&r.stdout);
     let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
@@ -250,7 +252,17 @@ fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
     assert_eq!(text.matches("<circle").count(), 23, "one point per size");
 
     let lat_svg = dir.path().join("send_lat.svg");
-    let r = perf(&["send_lat", "-a", "-n", "10", "--json", "--plot", lat_svg.to_str().unwrap()]);
+    let r = perf(&[
+        "send_lat",
+        "-a",
+        "-n",
+        "10",
+        "-u",
+        "20",
+        "--json",
+        "--plot",
+        lat_svg.to_str().unwrap(),
+    ]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(lines.len(), 23, "one JSON object per size and nothing else: {}", r.stdout);
@@ -388,6 +400,7 @@ fn bad_flags_exit_2_naming_the_flag() {
         (&["write_bw", "-n", "100000000", "-q", "2"], "-n 100000000"),
         (&["send_bw", "-A", "SWAP"], "--atomic_type"),
         (&["write_bw", "--bogus"], "--bogus"),
+        (&["write_bw", "-u", "40"], "--qp-timeout"),
     ];
     for (args, needle) in cases {
         let r = perf(args);

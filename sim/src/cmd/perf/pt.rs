@@ -102,6 +102,11 @@ pub(super) struct PtArgs {
     /// device's max_inline_data].
     #[arg(short = 'I', long = "inline_size")]
     inline: Option<u32>,
+    /// QP timeout: an RC request unacknowledged for 4.096 us x 2^N is sent again (perftest's
+    /// -u; its default, 14, is 67 ms: a debug build moving megabytes on a busy machine may
+    /// need more).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    qp_timeout: u8,
     /// Sleep on a completion channel instead of busy polling (not with write tests, as
     /// perftest).
     #[arg(short = 'e', long = "events")]
@@ -405,18 +410,20 @@ fn open_side(
 /// perftest's Q_Key for UD (`DEF_QKEY`).
 const QKEY: u32 = 0x1111_1111;
 
-/// Connect QP `q` of `side` towards `remote`, with the path MTU of `-m`; a UD QP instead goes
+/// Connect QP `q` of `side` towards `remote`, with the path MTU of `-m` and the timeout of `-u`
+/// (`(mtu, timeout)`); a UD QP instead goes
 /// to RTS with perftest's Q_Key and gets an address handle for `remote`.
 fn connect(
     side: &mut Side,
     q: usize,
     addr: &PortAddress,
-    mtu: Mtu,
+    (mtu, timeout): (Mtu, u8),
     psn: u32,
     remote: &QpInfo,
 ) -> Result<(), String> {
-    let opts =
-        addr.conn_opts(ConnOpts { mtu, ..ConnOpts::default() }).map_err(|e| e.to_string())?;
+    let opts = addr
+        .conn_opts(ConnOpts { mtu, timeout, ..ConnOpts::default() })
+        .map_err(|e| e.to_string())?;
     let qp = &side.qps[q];
     if qp.qp_type() != QpType::Ud {
         return conn::connect(qp, psn, remote, &opts).map_err(|e| e.to_string());
@@ -476,6 +483,7 @@ fn peer_args(a: &PtArgs) -> Vec<String> {
     if a.events {
         v.push("-e".into());
     }
+    v.extend(["-u".into(), a.qp_timeout.to_string()]);
     // The server's own bounds on a size's run grow with the duration.
     if let Some(d) = a.duration {
         v.extend(["-D".into(), d.to_string()]);
@@ -524,7 +532,7 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
         let (remote, mr) =
             peer.swap_info(&info, Some((side.mr.addr(), side.mr.rkey())), HANDSHAKE)?;
         let (raddr, rkey) = mr.ok_or("the server's INFO names no memory region")?;
-        connect(&mut side, q, &addr, s.mtu, info.psn, &remote)?;
+        connect(&mut side, q, &addr, (s.mtu, a.qp_timeout), info.psn, &remote)?;
         mine.push(info);
         theirs.push((remote, raddr, rkey));
     }
@@ -705,7 +713,7 @@ fn server(t: Test, a: &PtArgs) -> Result<(), CliError> {
         let info = addr.qp_info(&side.qps[q], SERVER_PSN + q as u32);
         let (theirs, mr) = parent.swap_info(&info, Some((side.mr.addr(), side.mr.rkey())))?;
         let (raddr, rkey) = mr.ok_or("the client's INFO names no memory region")?;
-        connect(&mut side, q, &addr, s.mtu, info.psn, &theirs)?;
+        connect(&mut side, q, &addr, (s.mtu, a.qp_timeout), info.psn, &theirs)?;
         remote.get_or_insert(Remote { addr: raddr, rkey, half: (s.mr_len / 2) as u64 });
     }
     let remote = remote.ok_or("no QP")?;

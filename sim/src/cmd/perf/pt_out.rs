@@ -277,8 +277,11 @@ pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> Str
     const B: f64 = 70.0;
     let x0 = points.iter().map(|p| p.0.max(1).ilog2()).min().unwrap_or(0);
     let x1 = points.iter().map(|p| p.0.max(1).ilog2()).max().unwrap_or(1).max(x0 + 1);
-    let ymax = points.iter().map(|p| p.1).fold(0.0f64, f64::max);
-    let ymax = if ymax > 0.0 { ymax * 1.1 } else { 1.0 };
+    let top = points.iter().map(|p| p.1).fold(0.0f64, f64::max);
+    // y ticks at a round step (1, 2 or 5 times a power of ten), five or so of them.
+    let ystep = nice_step(if top > 0.0 { top * 1.05 / 5.0 } else { 0.2 });
+    let ticks = (top * 1.05 / ystep).ceil().max(1.0) as u32;
+    let ymax = ystep * f64::from(ticks);
     let px = |b: u32| {
         L + (f64::from(b.max(1)).log2() - f64::from(x0)) / f64::from(x1 - x0) * (W - L - R)
     };
@@ -319,9 +322,8 @@ pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> Str
             );
         }
     }
-    // y ticks: five steps.
-    for k in 0..=5 {
-        let v = ymax * f64::from(k) / 5.0;
+    for k in 0..=ticks {
+        let v = ystep * f64::from(k);
         let y = py(v);
         s += &format!(
             "<line x1=\"{}\" y1=\"{y:.1}\" x2=\"{L}\" y2=\"{y:.1}\" stroke=\"black\"/>\n",
@@ -335,7 +337,7 @@ pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> Str
             "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
             L - 8.0,
             y + 4.0,
-            tick(v)
+            tick(v, ystep)
         );
     }
     s += &format!(
@@ -375,14 +377,16 @@ fn size_label(b: u64) -> String {
     }
 }
 
-fn tick(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 1.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.3}")
-    }
+/// The round step (1, 2 or 5 times a power of ten) at or above `raw`.
+fn nice_step(raw: f64) -> f64 {
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * p).find(|&s| s >= raw * 0.999).unwrap_or(10.0 * p)
+}
+
+/// A y tick's label, with as many decimals as its step needs.
+fn tick(v: f64, step: f64) -> String {
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    format!("{v:.decimals$}")
 }
 
 /// A one-line progress display on stderr: only when stderr is a terminal, and only once a
@@ -475,6 +479,19 @@ mod tests {
         let p = bw_row(1000, 4, 2500, &posted, &completed, false);
         // Fastest stretch: post 2 (at 2000) to completion 4 (2500): 250 ns a message.
         assert!((p.peak - 1000.0 / 250e-9 / 1_048_576.0).abs() < 1e-6, "{p:?}");
+    }
+
+    #[test]
+    fn plot_ticks_are_round() {
+        assert_eq!(nice_step(0.63), 1.0);
+        assert_eq!(nice_step(1.5), 2.0);
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(nice_step(0.042), 0.05);
+        assert_eq!(nice_step(700.0), 1000.0);
+        assert_eq!(
+            (tick(0.05, 0.05), tick(1.0, 0.5), tick(2000.0, 1000.0)),
+            ("0.05".into(), "1.0".into(), "2000".into())
+        );
     }
 
     #[test]
