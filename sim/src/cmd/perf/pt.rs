@@ -249,7 +249,7 @@ fn check_flags(t: Test, a: &PtArgs) -> Result<(), CliError> {
             ))
         }
     }
-    if a.kind_lat(t) && a.qps > 1 {
+    if t.kind == Kind::Lat && a.qps > 1 {
         return bad(format!("-q {}: latency tests use one QP, as perftest's", a.qps));
     }
     if a.events && t.verb == Verb::Write {
@@ -279,14 +279,8 @@ fn check_flags(t: Test, a: &PtArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-impl PtArgs {
-    fn kind_lat(&self, t: Test) -> bool {
-        t.kind == Kind::Lat
-    }
-}
-
-/// The flags checked against the device (message size, inline size, MTU, GID index).
-fn setup(t: Test, a: &PtArgs, ctx: &Context, addr: &PortAddress) -> Result<Setup, CliError> {
+/// The flags checked against the device (message size, inline size, MTU).
+fn setup(t: Test, a: &PtArgs, ctx: &Context) -> Result<Setup, CliError> {
     let name = ctx.device_name();
     let dev = ctx.query_device().map_err(|e| CliError::failed(format!("ibv_query_device: {e}")))?;
     let port = ctx.query_port(1).map_err(|e| CliError::failed(format!("ibv_query_port: {e}")))?;
@@ -355,7 +349,6 @@ fn setup(t: Test, a: &PtArgs, ctx: &Context, addr: &PortAddress) -> Result<Setup
             dev.max_mr_size
         )));
     }
-    let _ = addr;
     Ok(Setup { sizes, iters, tx_depth, cq_mod: DEF_CQ_MOD.min(tx_depth), inline, mtu, mr_len })
 }
 
@@ -377,7 +370,7 @@ fn open_side(
         }
         _ => CliError::failed(format!("querying port 1 of {}: {e}", ctx.device_name())),
     })?;
-    let s = setup(t, a, &ctx, &addr)?;
+    let s = setup(t, a, &ctx)?;
     let e = |what: &str, err: verbs_api::Error| CliError::failed(format!("{what}: {err}"));
     let pd = ctx.alloc_pd().map_err(|x| e("ibv_alloc_pd", x))?;
     let channel: Option<CompChannel> = if a.events {
