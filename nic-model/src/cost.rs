@@ -3,10 +3,13 @@
 //! system calls the soft backend issues, split by whether a NIC thread or a program's thread
 //! made them.
 //!
-//! Every counter is one relaxed atomic add beside work that costs far more: a copy of the
-//! bytes it counts, or the system call itself. Nothing here is on a path that did not already
-//! copy or enter the kernel. The counters only grow; a reader takes two [`snapshot`]s and
-//! subtracts ([`Cost::since`]).
+//! A byte counter is a relaxed load and store beside the copy it counts, no locked
+//! instruction, as the inbox's received counter (docs/decisions.md, "Relaxed received
+//! counter"): the copies of one device are made under its device lock, so its counts are
+//! exact; two devices of one process copying at the same instant may lose an increment. A
+//! system-call counter is an atomic add beside the system call itself. Nothing here is on a
+//! path that did not already copy or enter the kernel. The counters only grow; a reader takes
+//! two [`snapshot`]s and subtracts ([`Cost::since`]).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,7 +65,8 @@ pub(crate) fn mark_nic_thread() {
 /// Counts `n` bytes copied at `at`.
 #[inline]
 pub(crate) fn copied(at: CopyAt, n: usize) {
-    COPIED[at as usize].fetch_add(n as u64, Ordering::Relaxed);
+    let c = &COPIED[at as usize];
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n as u64), Ordering::Relaxed);
 }
 
 /// Counts `n` system calls of `kind` made by the calling thread.
@@ -163,10 +167,11 @@ pub fn snapshot() -> Cost {
 mod tests {
     use super::*;
 
+    // The byte counters are checked exactly end to end, one device per process
+    // (sim/tests/learn.rs, zero-copy): here other tests copy at the same time.
     #[test]
-    fn counts_split_by_thread_and_subtract() {
+    fn system_calls_count_by_thread_and_subtract() {
         let before = snapshot();
-        copied(CopyAt::Scatter, 100);
         syscalls(Syscall::FutexWake, 1);
         std::thread::spawn(|| {
             mark_nic_thread();
@@ -176,7 +181,6 @@ mod tests {
         .unwrap();
         let d = snapshot().since(&before);
         // Other tests in this process may count too: at least ours are there.
-        assert!(d.scattered >= 100);
         assert!(d.program_calls.futex_wake >= 1);
         assert!(d.nic_calls.park >= 2);
     }
