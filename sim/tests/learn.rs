@@ -172,8 +172,15 @@ fn zero_copy_the_program_copies_nothing_and_the_kernel_copies_tcp_twice() {
     assert_eq!(r.num("tcp_bytes"), bytes);
     assert_eq!(r.num("rdma_program"), 0, "the programs copied nothing");
     assert_eq!(r.num("tcp_kernel"), 2 * bytes, "TCP: the kernel copied each byte in and out");
-    assert_eq!(r.num("rdma_gathered"), bytes, "the emulated NIC read each byte once");
-    assert_eq!(r.num("rdma_scattered"), bytes, "and wrote it once");
+    // Each byte once, unless a packet had to be sent again (a loaded machine can delay an ACK
+    // past the QP's timeout): then the counts show that too.
+    let (gathered, scattered) = (r.num("rdma_gathered"), r.num("rdma_scattered"));
+    if r.num("rdma_retransmits") == 0 {
+        assert_eq!(gathered, bytes, "the emulated NIC read each byte once");
+        assert_eq!(scattered, bytes, "and wrote it once");
+    } else {
+        assert!(gathered > bytes && scattered >= bytes, "{gathered} {scattered} of {bytes}");
+    }
     assert!(r.num("rdma_packet") >= bytes, "and copied it into the ring");
 }
 

@@ -76,6 +76,8 @@ pub struct Session {
     pub tcp: Tcp,
     /// The target process.
     pub peer: Peer,
+    soft: nic_model::soft::Soft,
+    ib_dev: String,
     _dir: FabricDir,
 }
 
@@ -87,7 +89,7 @@ impl Session {
             Some(p) => FabricDir::given(p),
             None => FabricDir::create(&format!("softverbs-learn-{}", std::process::id()))?,
         };
-        cmd::register_fabric(Some(dir.path()))?;
+        let soft = cmd::register_fabric(Some(dir.path()))?;
         let (ep, addr, max_sge) = endpoint(&w.ib_dev, w.mr_len)?;
         let exe = std::env::current_exe()
             .map_err(|e| CliError::failed(format!("finding this program: {e}")))?;
@@ -105,7 +107,14 @@ impl Session {
             .map_err(|e| CliError::failed(format!("the target's TCP port: {e}")))?;
         let tcp = tcp::connect(port)?;
         peer.expect("READY", WAIT)?;
-        Ok(Session { ep, remote, max_sge, tcp, peer, _dir: dir })
+        let ib_dev = w.ib_dev.clone();
+        Ok(Session { ep, remote, max_sge, tcp, peer, soft, ib_dev, _dir: dir })
+    }
+
+    /// Packets this side's NIC has retransmitted so far (go-back-N after a timeout or a NAK);
+    /// 0 on a device that is not soft.
+    pub fn retransmits(&self) -> u64 {
+        self.soft.stats(&self.ib_dev).map_or(0, |st| st.nic.retransmits)
     }
 
     /// Sends a command and returns the rest of the reply line that starts with `answer`.

@@ -40,7 +40,10 @@ pub fn run(s: &mut Session, out: &mut dyn Write, size: u32, count: u64) -> Resul
     let window = (s.ep.mr.len() as u64).min(total);
     runs::rdma_stream(s, Way::ToTarget, window, size)?;
     runs::tcp_stream(s, Way::ToTarget, window, size as usize)?;
+    let resent = s.retransmits();
     let rdma = runs::rdma_stream(s, Way::ToTarget, total, size)?;
+    // A packet sent again is gathered and copied again: counted, and said.
+    let resent = s.retransmits() - resent;
     table::lines(
         out,
         "  ",
@@ -76,6 +79,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, size: u32, count: u64) -> Resul
     );
     tb.num("copied by the kernel for the programs (rchar+wchar)", per(rk), per(tk), 0);
     tb.num("read/written by the kernel for the NIC threads", per(rw(&r.nic)), per(rw(&t.nic)), 0);
+    tb.num("packets the NIC sent again (go-back-N)", resent as f64, 0.0, 0);
     tb.num("CPU of the program threads (ms)", ms(r.program.cpu_ns), ms(t.program.cpu_ns), 2);
     tb.num("  of which in the kernel (ms)", ms(r.program.sys_ns), ms(t.program.sys_ns), 2);
     tb.num("CPU of the emulated NIC threads (ms)", ms(r.nic.cpu_ns), ms(t.nic.cpu_ns), 2);
@@ -97,7 +101,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, size: u32, count: u64) -> Resul
     )?;
     writeln!(
         out,
-        "\nRESULT learn=zero-copy size={size} count={count} rdma_program={} rdma_gathered={} rdma_packet={} rdma_scattered={} rdma_kernel={rk} tcp_program={} tcp_kernel={tk} tcp_bytes={}",
+        "\nRESULT learn=zero-copy size={size} count={count} rdma_program={} rdma_gathered={} rdma_packet={} rdma_scattered={} rdma_kernel={rk} rdma_retransmits={resent} tcp_program={} tcp_kernel={tk} tcp_bytes={}",
         r.cost.program, r.cost.gathered, r.cost.packet, r.cost.scattered, t.cost.program, tcp.bytes
     )
     .map_err(crate::cmd::output_error)
