@@ -256,3 +256,55 @@ fn the_demo_measures_the_target_threads_and_tells_cold_from_warm() {
     );
     assert!(number_after(&out, "the RDMA READ again took ", ' ') > 0.0, "{out}");
 }
+
+/// The pids of `pid`'s children (`/proc/<pid>/task/<pid>/children`).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_killed_lesson_leaves_no_process_and_the_next_run_removes_its_directory() {
+    let _turn = turn();
+    let mut cmd = Command::new(BIN);
+    // The default fabric directory of a run: /dev/shm/softverbs-learn-<pid>.
+    cmd.args(["learn", "one-sided", "--size", "1G"]).env_remove("SOFTVERBS_FABRIC");
+    let mut p = Peer::spawn("softverbs learn", cmd, Stderr::Capture).expect("spawn softverbs");
+    let pid = p.pid().expect("a process");
+    // Wait until the target is running and the RDMA phase has begun.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let line = p.recv_line(DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+        if line.starts_with("The live run") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no live run");
+    }
+    let targets = children(pid);
+    assert_eq!(targets.len(), 1, "one target process: {targets:?}");
+    let dir = softverbs_sim::peer::fabric_base().join(format!("softverbs-learn-{pid}"));
+    assert!(dir.is_dir(), "{} exists while the run runs", dir.display());
+    p.kill();
+    // The target sees its input close and ends; nothing is left running.
+    let gone = std::time::Instant::now() + Duration::from_secs(30);
+    while nic_model::wire::process_alive(targets[0]) {
+        assert!(std::time::Instant::now() < gone, "the target {} outlived its lesson", targets[0]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The next run that makes its own directory removes the dead run's.
+    let mut cmd = Command::new(BIN);
+    cmd.args(["learn", "messages"]).env_remove("SOFTVERBS_FABRIC");
+    let mut next = Peer::spawn("softverbs learn", cmd, Stderr::Capture).expect("spawn softverbs");
+    next.remaining_lines(DEADLINE);
+    let status = next.wait_exit(DEADLINE).expect("the next run ends");
+    assert!(status.success(), "{}", next.stderr());
+    assert!(!dir.exists(), "{} removed", dir.display());
+    assert!(
+        next.stderr().contains(&format!("left by run {pid}, which is gone")),
+        "{}",
+        next.stderr()
+    );
+}

@@ -19,12 +19,14 @@ use super::measure::{self, Snap};
 use super::tcp::{self, Tcp, TcpCount};
 use crate::cmd::{self, CliError};
 use crate::conn::{self, ConnOpts, Endpoint, PortAddress};
-use crate::peer::{FabricDir, Parent, Peer, Stderr};
+use crate::peer::{fabric_base, remove_dead_runs, FabricDir, Parent, Peer, Stderr};
 
 /// Bound on each handshake step and each command's reply.
 pub const WAIT: Duration = Duration::from_secs(120);
 const INITIATOR_PSN: u32 = 0x00_1000;
 const TARGET_PSN: u32 = 0x00_8000;
+/// A run's own fabric directory (when none is given) is this and the run's pid.
+const RUN_DIR_PREFIX: &str = "softverbs-learn-";
 /// Work requests kept in each queue.
 pub const DEPTH: u32 = 64;
 
@@ -87,7 +89,16 @@ impl Session {
         let env = std::env::var_os(nic_model::wire::FABRIC_ENV).filter(|d| !d.is_empty());
         let dir = match w.fabric.clone().or(env.map(PathBuf::from)) {
             Some(p) => FabricDir::given(p),
-            None => FabricDir::create(&format!("softverbs-learn-{}", std::process::id()))?,
+            None => {
+                // Runs that were killed could not remove their own directories.
+                for (dir, pid) in remove_dead_runs(&fabric_base(), RUN_DIR_PREFIX) {
+                    eprintln!(
+                        "softverbs learn: removed {}, left by run {pid}, which is gone",
+                        dir.display()
+                    );
+                }
+                FabricDir::create(&format!("{RUN_DIR_PREFIX}{}", std::process::id()))?
+            }
         };
         let soft = cmd::register_fabric(Some(dir.path()))?;
         let (ep, addr, max_sge) = endpoint(&w.ib_dev, w.mr_len)?;
