@@ -38,11 +38,13 @@ pub(crate) enum Syscall {
     FutexWait,
     /// `futex(FUTEX_WAKE)` on an inbox doorbell: a sender waking a parked receiver.
     FutexWake,
-    /// The NIC thread's own parker (`park_timeout`, one futex wait) while it stands by.
+    /// The NIC thread's own parker (`park_timeout`: one futex wait, none if a wake-up was
+    /// already pending) while it stands by.
     Park,
     /// Waking the NIC thread's parker (`unpark`; at most one futex wake, only when it sleeps).
     Unpark,
-    /// `sched_getscheduler`/`sched_setscheduler` of a NIC thread going to the background.
+    /// `sched_getscheduler`/`sched_setscheduler` of a NIC thread going to the background or
+    /// back, each counted.
     Sched,
 }
 
@@ -83,7 +85,7 @@ pub struct Syscalls {
     pub futex_wait: u64,
     /// `futex` wakes of a parked peer's doorbell.
     pub futex_wake: u64,
-    /// Parks of the NIC thread's own parker while standing by.
+    /// Parks of the NIC thread's own parker while standing by (each at most one system call).
     pub park: u64,
     /// Wakes of a NIC thread's parker (each at most one system call).
     pub unpark: u64,

@@ -189,14 +189,14 @@ pub fn set_background(background: bool) -> bool {
         false => (libc::SCHED_BATCH, libc::SCHED_OTHER),
     };
     let param = libc::sched_param { sched_priority: 0 };
-    // Two or three calls: get, maybe set, get.
-    cost::syscalls(Syscall::Sched, 2);
     // SAFETY: pid 0 names the calling thread; `param` is a valid sched_param for both
     // policies (priority 0), and the calls have no other preconditions.
     unsafe {
         if libc::sched_getscheduler(0) == from {
             libc::sched_setscheduler(0, to, &param);
+            cost::syscalls(Syscall::Sched, 1);
         }
+        cost::syscalls(Syscall::Sched, 2);
         libc::sched_getscheduler(0) == libc::SCHED_BATCH
     }
 }
