@@ -112,6 +112,9 @@ fn an_unknown_lesson_or_a_bad_size_is_a_usage_error() {
     let r = learn(&["messages", "--size", "4K"]);
     assert_eq!(r.code, Some(2));
     assert!(r.stderr.contains("fixed sizes"), "{}", r.stderr);
+    let r = learn(&["sge", "-n", "5"]);
+    assert_eq!(r.code, Some(2));
+    assert!(r.stderr.contains("-n: the sge lesson has a fixed count"), "{}", r.stderr);
     let r = learn(&["bypass", "--size", "1Q"]);
     assert_eq!(r.code, Some(2));
     assert!(r.stderr.contains("\"1Q\" is not a size"), "{}", r.stderr);
@@ -121,9 +124,10 @@ fn an_unknown_lesson_or_a_bad_size_is_a_usage_error() {
 fn messages_keep_their_lengths_and_tcp_bytes_total_3210() {
     let r = ok(&["messages"]);
     let res = r.result();
-    assert_eq!(res["rdma_lens"], "10,200,3000", "one completion per SEND, its exact length");
+    assert_eq!(res["rdma_lens"], "[10,200,3000]", "one completion per SEND, its exact length");
     assert_eq!(r.num("tcp_bytes"), 3210);
-    let reads: u64 = res["tcp_reads"].split(',').map(|v| v.parse::<u64>().expect("a size")).sum();
+    let reads = res["tcp_reads"].trim_start_matches('[').trim_end_matches(']');
+    let reads: u64 = reads.split(',').map(|v| v.parse::<u64>().expect("a size")).sum();
     assert_eq!(reads, 3210, "the printed read() sizes add up to what was sent");
     for (i, len) in [10, 200, 3000].iter().enumerate() {
         let line = format!("target CQ: receive completion {}: byte_len {len}", i + 1);
@@ -307,4 +311,20 @@ fn a_killed_lesson_leaves_no_process_and_the_next_run_removes_its_directory() {
         "{}",
         next.stderr()
     );
+}
+
+#[test]
+fn json_is_one_object_with_the_measurements_and_the_text() {
+    let r = ok(&["messages", "--json"]);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {}", r.stdout);
+    let j = lines[0];
+    assert!(j.starts_with("{\"lesson\":\"messages\",\"result\":{\"learn\":\"messages\","), "{j}");
+    assert!(
+        j.contains("\"rdma_lens\":[10,200,3000],\"tcp_reads\":[")
+            && j.contains("\"tcp_bytes\":3210}"),
+        "{j}"
+    );
+    assert!(j.contains("\"text\":\"softverbs learn messages\\n\\nWhat to watch:"), "{j}");
+    assert!(j.ends_with("\"}"), "{j}");
 }

@@ -78,7 +78,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     )?;
     writeln!(
         out,
-        "\nRESULT learn=messages rdma_lens={} tcp_reads={} tcp_bytes={}",
+        "\nRESULT learn=messages rdma_lens=[{}] tcp_reads=[{}] tcp_bytes={}",
         rdma_sizes.join(","),
         tcp_sizes.join(","),
         count.read_bytes

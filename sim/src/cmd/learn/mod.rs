@@ -55,6 +55,10 @@ pub struct LearnArgs {
     /// at the end]
     #[arg(long, value_name = "DIR")]
     pub fabric: Option<PathBuf>,
+    /// Print one JSON object instead of the text: the lesson, its measurements (the RESULT
+    /// line's pairs) and the text it would have printed.
+    #[arg(long)]
+    pub json: bool,
     /// Internal: run as a lesson's target process.
     #[arg(long, hide = true)]
     pub target: bool,
@@ -97,11 +101,11 @@ fn u32_size(v: u64, what: &str) -> Result<u32, CliError> {
 }
 
 /// Runs `softverbs learn` (or its target process), printing to `out`.
-pub fn run(a: &LearnArgs, out: &mut dyn Write) -> Result<(), CliError> {
+pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
     if a.target {
         return session::target_main(a.fabric.as_deref(), &a.ib_dev, a.mr);
     }
-    let Some(concept) = a.concept.as_deref() else { return list(out) };
+    let Some(concept) = a.concept.as_deref() else { return list(outer) };
     if !LESSONS.iter().any(|(n, _)| *n == concept) {
         let names: Vec<&str> = LESSONS.iter().map(|l| l.0).collect();
         return Err(CliError::usage(format!(
@@ -123,8 +127,13 @@ pub fn run(a: &LearnArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if a.iters == Some(0) {
         return Err(CliError::usage("-n 0: at least one"));
     }
+    if a.iters.is_some() && matches!(concept, "one-sided" | "messages" | "sge") {
+        return Err(CliError::usage(format!("-n: the {concept} lesson has a fixed count")));
+    }
     let w = session::Where { ib_dev: a.ib_dev.clone(), fabric: a.fabric.clone(), mr_len: MR_LEN };
     let mut s = session::Session::start(&w)?;
+    let mut text = Vec::new();
+    let out: &mut dyn Write = if a.json { &mut text } else { &mut *outer };
     let r = match concept {
         "zero-copy" => zero_copy::run(&mut s, out, size as u32, a.iters.unwrap_or(256) as u64),
         "bypass" => bypass::run(&mut s, out, a.iters.unwrap_or(10_000), size as u32),
@@ -134,7 +143,66 @@ pub fn run(a: &LearnArgs, out: &mut dyn Write) -> Result<(), CliError> {
         _ => vs_tcp::run(&mut s, out, size as u32, a.iters.unwrap_or(2000)),
     };
     r?;
-    s.finish().map_err(CliError::failed)
+    s.finish().map_err(CliError::failed)?;
+    if a.json {
+        let text = String::from_utf8_lossy(&text);
+        table::lines(outer, "", &[json(concept, &text)])?;
+    }
+    Ok(())
+}
+
+/// A JSON string literal of `s`.
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// The `--json` object of a lesson whose text output is `text`: `lesson`, `result` (the
+/// `RESULT` line's pairs: numbers as numbers, `[n,n]` as lists of them, anything else as a
+/// string), `text`.
+fn json(concept: &str, text: &str) -> String {
+    let mut pairs = Vec::new();
+    let line = text.lines().find_map(|l| l.strip_prefix("RESULT ")).unwrap_or("");
+    let mut rest = line.trim();
+    while let Some((key, after)) = rest.split_once('=') {
+        let (value, next, quoted) = match after.strip_prefix('"') {
+            Some(q) => {
+                let end = q.find('"').unwrap_or(q.len());
+                (&q[..end], q.get(end + 1..).unwrap_or("").trim_start(), true)
+            }
+            None => {
+                let (v, n) = after.split_once(' ').unwrap_or((after, ""));
+                (v, n, false)
+            }
+        };
+        let is_number = |v: &str| !v.is_empty() && v.parse::<f64>().is_ok_and(f64::is_finite);
+        let list = value.strip_prefix('[').and_then(|v| v.strip_suffix(']'));
+        let v = match list {
+            // `[1,2,3]`: a list of numbers.
+            Some(items) if !quoted && items.split(',').all(is_number) => format!("[{items}]"),
+            _ if !quoted && is_number(value) => value.to_string(),
+            _ => json_str(value),
+        };
+        pairs.push(format!("{}:{v}", json_str(key.trim())));
+        rest = next;
+    }
+    format!(
+        "{{\"lesson\":{},\"result\":{{{}}},\"text\":{}}}",
+        json_str(concept),
+        pairs.join(","),
+        json_str(text)
+    )
 }
 
 #[cfg(test)]
