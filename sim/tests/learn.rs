@@ -125,6 +125,7 @@ fn messages_keep_their_lengths_and_tcp_bytes_total_3210() {
     let r = ok(&["messages"]);
     let res = r.result();
     assert_eq!(res["rdma_lens"], "[10,200,3000]", "one completion per SEND, its exact length");
+    assert_eq!(r.num("rdma_as_sent"), 3, "each receive buffer holds its message's bytes");
     assert_eq!(r.num("tcp_bytes"), 3210);
     let reads = res["tcp_reads"].trim_start_matches('[').trim_end_matches(']');
     let reads: u64 = reads.split(',').map(|v| v.parse::<u64>().expect("a size")).sum();

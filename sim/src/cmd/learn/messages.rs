@@ -13,6 +13,11 @@ pub const SIZES: [u32; 3] = [10, 200, 3000];
 /// Each receive buffer (and the spacing of the messages in the MRs).
 const SLOT: u32 = 4096;
 
+/// Message `i`'s bytes: letters, starting at a different one for each message.
+fn pattern(i: usize, len: u32) -> Vec<u8> {
+    (0..len).map(|j| b'a' + ((i as u32 + j) % 26) as u8).collect()
+}
+
 /// Runs the lesson.
 pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     table::heading(
@@ -28,8 +33,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
         s.ask(&format!("POSTRECV {} {SLOT}", i as u32 * SLOT), "OK")?;
     }
     for (i, &len) in SIZES.iter().enumerate() {
-        let pattern: Vec<u8> = (0..len).map(|j| b'a' + ((i as u32 + j) % 26) as u8).collect();
-        s.ep.mr.write(i * SLOT as usize, &pattern).map_err(|e| e.to_string())?;
+        s.ep.mr.write(i * SLOT as usize, &pattern(i, len)).map_err(|e| e.to_string())?;
     }
     table::lines(out, "  ", &["RDMA: the target posted three receives of 4096 bytes; we post three SENDs of 10, 200 and 3000 bytes."])?;
     for (i, &len) in SIZES.iter().enumerate() {
@@ -38,11 +42,21 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     session::poll(&s.ep, 3)?;
     let wcs = s.ask("POLL 3", "WCS")?;
     let lens: Vec<u32> = wcs.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    // Each message's bytes, read back from the receive buffer its completion names.
+    let mut landed = 0;
     for (i, l) in lens.iter().enumerate() {
+        let got = s.ask(&format!("READ {} {l}", i as u32 * SLOT), "BYTES")?;
+        let want: String = pattern(i, *l).iter().map(|b| format!("{b:02x}")).collect();
+        let same = got == want && *l == SIZES[i];
+        landed += usize::from(same);
         table::lines(
             out,
             "  ",
-            &[format!("  target CQ: receive completion {}: byte_len {l}", i + 1)],
+            &[format!(
+                "  target CQ: receive completion {}: byte_len {l}; its buffer holds {}",
+                i + 1,
+                if same { "that message's bytes, as sent" } else { "OTHER bytes" }
+            )],
         )?;
     }
     table::lines(out, "  ", &["TCP: we call write() three times, with 10, 200 and 3000 bytes; then the target reads with a 4096-byte buffer."])?;
@@ -78,7 +92,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     )?;
     writeln!(
         out,
-        "\nRESULT learn=messages rdma_lens=[{}] tcp_reads=[{}] tcp_bytes={}",
+        "\nRESULT learn=messages rdma_lens=[{}] rdma_as_sent={landed} tcp_reads=[{}] tcp_bytes={}",
         rdma_sizes.join(","),
         tcp_sizes.join(","),
         count.read_bytes
