@@ -322,7 +322,7 @@ fn json_is_one_object_with_the_measurements_and_the_text() {
     let j = lines[0];
     assert!(j.starts_with("{\"lesson\":\"messages\",\"result\":{\"learn\":\"messages\","), "{j}");
     assert!(
-        j.contains("\"rdma_lens\":[10,200,3000],\"tcp_reads\":[")
+        j.contains("\"rdma_lens\":[10,200,3000],\"rdma_as_sent\":3,\"tcp_reads\":[")
             && j.contains("\"tcp_bytes\":3210}"),
         "{j}"
     );
