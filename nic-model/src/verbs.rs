@@ -20,6 +20,7 @@ use verbs_api::{
     SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
+use crate::cost::{self, CopyAt};
 use crate::engine::mr::MrMemory;
 use crate::engine::{check_ah, Nic, Now};
 
@@ -358,10 +359,14 @@ impl<H: Host> MrOps for EngineMr<H> {
         self.access
     }
     fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        self.memory.read(offset, buf)
+        self.memory.read(offset, buf)?;
+        cost::copied(CopyAt::Program, buf.len());
+        Ok(())
     }
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.memory.write(offset, data)
+        self.memory.write(offset, data)?;
+        cost::copied(CopyAt::Program, data.len());
+        Ok(())
     }
     fn dereg(&self) -> Result<()> {
         self.owned.destroy("ibv_dereg_mr", "MR", || self.host.with_nic(|n| n.dereg_mr(self.key)))

@@ -1,6 +1,6 @@
 //! The documentation keeps its promises: every scenario (```toml block) in the README, the
-//! guide and the simulator page loads and its run passes, and every command line the README
-//! and the guide show — in a shell block, in a `softverbs ...` code span, or in a table of
+//! guide and the simulator page loads and its run passes, and every command line the README,
+//! the guide and the lessons' pages (docs/learn/) show — in a shell block, in a `softverbs ...` code span, or in a table of
 //! commands — is run here on the debug binary with a private fabric (exit status 0 and a line
 //! of the output it promises), or is listed in [`PLANS`] as deliberately not run, with the
 //! reason. A command added to those pages and not to [`PLANS`] fails
@@ -21,7 +21,17 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 2] = ["README.md", "docs/guide.md"];
+const COMMAND_PAGES: [&str; 9] = [
+    "README.md",
+    "docs/guide.md",
+    "docs/learn/README.md",
+    "docs/learn/zero-copy.md",
+    "docs/learn/bypass.md",
+    "docs/learn/one-sided.md",
+    "docs/learn/messages.md",
+    "docs/learn/sge.md",
+    "docs/learn/vs-tcp.md",
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
@@ -235,6 +245,20 @@ const PLANS: &[(&str, Plan)] = &[
         ),
     ),
     ("softverbs pingpong -v", Plan::Pingpong(&["-v"])),
+    // The lessons (docs/learn/), in smaller sizes: sim/tests/learn.rs checks their numbers.
+    ("softverbs learn [CONCEPT]", Plan::Run(LEARN)),
+    ("softverbs learn", Plan::Run(LEARN)),
+    ("softverbs learn zero-copy", Plan::Run(ZERO_COPY)),
+    ("softverbs learn zero-copy --size 1M -n 64", Plan::Run(ZERO_COPY)),
+    ("softverbs learn bypass", Plan::Run(BYPASS)),
+    ("softverbs learn bypass -n 100000", Plan::Run(BYPASS)),
+    ("softverbs learn one-sided", Plan::Run(ONE_SIDED)),
+    ("softverbs learn one-sided --size 64M", Plan::Run(ONE_SIDED)),
+    ("softverbs learn messages", Plan::Run(&[Form(&["learn", "messages"], "rdma_lens=[10,200,3000]", &[])])),
+    ("softverbs learn sge", Plan::Run(&[Form(&["learn", "sge"], "verified=31 of=31", &[])])),
+    ("softverbs learn vs-tcp", Plan::Run(VS_TCP)),
+    ("softverbs learn vs-tcp --size 64K -n 2000", Plan::Run(VS_TCP)),
+    ("softverbs devinfo -v", Plan::Run(DEVINFO)),
     (
         "softverbs perf lat -vv",
         Plan::Run(&[Form(
@@ -245,6 +269,14 @@ const PLANS: &[(&str, Plan)] = &[
     ),
 ];
 
+const LEARN: &[Form] = &[Form(&["learn"], "zero-copy", &[])];
+const ZERO_COPY: &[Form] =
+    &[Form(&["learn", "zero-copy", "--size", "4K", "-n", "16"], "RESULT learn=zero-copy", &[])];
+const BYPASS: &[Form] = &[Form(&["learn", "bypass", "-n", "200"], "RESULT learn=bypass", &[])];
+const ONE_SIDED: &[Form] =
+    &[Form(&["learn", "one-sided", "--size", "4M"], "RESULT learn=one-sided", &[])];
+const VS_TCP: &[Form] =
+    &[Form(&["learn", "vs-tcp", "--size", "4K", "-n", "20"], "RESULT learn=vs-tcp", &[])];
 const DEMO: &[Form] = &[Form(&["demo"], "RDMA WRITE", &[])];
 const DEMO_FORMS: &[Form] = &[
     Form(&["demo", "-d", "softverbs1"], "RDMA WRITE", &[]),
@@ -437,7 +469,7 @@ fn run_commands(prefix: &str) {
 }
 
 /// The commands each test below runs, by how their text starts (tests run in parallel).
-const GROUPS: [&[&str]; 4] = [
+const GROUPS: [&[&str]; 5] = [
     &[
         "cargo ",
         "softverbs d",
@@ -450,6 +482,7 @@ const GROUPS: [&[&str]; 4] = [
     &["softverbs pingpong"],
     &["softverbs perf"],
     &["softverbs fabric", "softverbs sim"],
+    &["softverbs learn"],
 ];
 
 #[test]
@@ -470,4 +503,9 @@ fn the_documented_perf_commands_run() {
 #[test]
 fn the_documented_fabric_and_sim_commands_run() {
     GROUPS[3].iter().for_each(|p| run_commands(p));
+}
+
+#[test]
+fn the_documented_learn_commands_run() {
+    GROUPS[4].iter().for_each(|p| run_commands(p));
 }

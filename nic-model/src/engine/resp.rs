@@ -8,6 +8,7 @@ use super::addr::lid_of_ip;
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
 use super::{Hca, Hex};
+use crate::cost::{self, CopyAt};
 use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 
 /// A request packet arrived for this QP.
@@ -276,6 +277,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
             nak_error(qp, hca, psn, NakCode::RemoteAccessError); // deregistered mid-message
             return;
         }
+        cost::copied(CopyAt::Scatter, n as usize);
     }
     ctx.va += n as u64;
     ctx.remaining -= n;
@@ -375,6 +377,7 @@ fn send_read_responses(
                 nak_error(qp, hca, first.add(i), NakCode::RemoteAccessError);
                 return;
             }
+            cost::copied(CopyAt::Gather, n);
         }
         let opcode = match (i == 0, i + 1 == npkts) {
             (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
@@ -622,6 +625,9 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, pkt: &Packet<'_>) {
                 .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
                 .map(|(mr, off)| mr.memory.write(off, pkt.payload).is_ok())
                 .unwrap_or(false));
+    if placed {
+        cost::copied(CopyAt::Scatter, n as usize);
+    }
     if !placed {
         qp.resp.write = None;
         hca.stats.dropped_messages += 1;

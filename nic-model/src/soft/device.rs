@@ -24,6 +24,7 @@ use verbs_api::{AsyncElement, AsyncEvent};
 use super::capture::Capture;
 use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
+use crate::cost::{self, Syscall};
 use crate::engine::Wire;
 use crate::engine::{ip_of_lid, Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
@@ -375,6 +376,7 @@ impl Core {
     fn wake_nic_thread(&self) {
         self.port.unpark();
         if let Some(t) = self.nic_thread.get() {
+            cost::syscalls(Syscall::Unpark, 1);
             t.unpark();
         }
     }
@@ -549,6 +551,7 @@ fn is_ud(datagram: &[u8]) -> bool {
 /// The NIC thread: stand by while the program runs the engine inline; otherwise progress while
 /// there is work, spin a while, then park on the doorbell.
 fn nic_thread(core: Arc<Core>) {
+    cost::mark_nic_thread();
     let mut last_work = Instant::now();
     let mut seen_rounds = core.inline_rounds.load(Ordering::Relaxed);
     // Standby intervals in a row, and whether the thread has made itself a background thread.
@@ -567,6 +570,7 @@ fn nic_thread(core: Arc<Core>) {
                     "NIC thread: standing by while the program drives the engine");
             }
             core.check_port();
+            cost::syscalls(Syscall::Park, 1);
             std::thread::park_timeout(core.standby);
             last_work = Instant::now();
             continue;

@@ -16,6 +16,7 @@ macro_rules! outln {
 pub mod demo;
 pub mod devinfo;
 pub mod fabric;
+pub mod learn;
 pub mod logs;
 pub mod perf;
 pub mod pingpong;
