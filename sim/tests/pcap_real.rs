@@ -74,7 +74,7 @@ fn pingpong_processes_capture_both_directions_and_wireshark_decodes_them() {
     let dir = fabric.path().join("captures");
     std::fs::create_dir_all(&dir).unwrap();
     let fabric_arg = fabric.path().to_str().unwrap().to_string();
-    let common = ["--fabric", &fabric_arg, "--timeout", "20", "-n", "5", "-s", "64"];
+    let common = ["--fabric", &fabric_arg, "--timeout", "20", "-n", "5", "-s", "64", "-g", "1"];
 
     let server_template = dir.join("server-{pid}.pcap");
     let mut server = spawn(

@@ -113,7 +113,9 @@ fn the_sim_provider_lists_and_opens_devices() {
         .collect();
     assert_eq!(names, ["sim:node0", "sim:node1", "sim:node2"]);
     let ctx = Context::open("sim:node2").unwrap();
-    assert_eq!(ctx.query_port(1).unwrap().lid, 3);
+    // A RoCE port with LID 0; node 2 holds slot 3, so its IPv4 GID is ::ffff:10.0.0.3.
+    assert_eq!(ctx.query_port(1).unwrap().lid, 0);
+    assert_eq!(ctx.query_gid(1, 1).unwrap(), verbs_api::Gid::from_ipv4([10, 0, 0, 3]));
     assert!(world.open("sim:nobody").is_err());
 }
 
@@ -243,7 +245,8 @@ fn a_stale_retransmission_from_a_third_node_does_not_reach_a_new_connection() {
             qp_num: b.qp.qp_num(),
             src_qp: new.qp.qp_num(),
             wc_flags: WcFlags::WITH_IMM,
-            slid: 3,
+            // A RoCE completion names no source LID: the sender is its src_qp alone.
+            slid: 0,
             ..WorkCompletion::default()
         }]
     );

@@ -109,6 +109,7 @@ impl Nic {
         let limits = verbs_api::qp_state::ModifyLimits {
             port_count: 1,
             pkey_tbl_len: 1,
+            gid_tbl_len: super::addr::GID_TBL_LEN,
             max_mtu: self.hca.cfg.max_mtu,
             max_rd_atomic: self.hca.cfg.limits.max_rd_atom,
             max_dest_rd_atomic: self.hca.cfg.limits.max_rd_atom,
@@ -118,8 +119,10 @@ impl Nic {
         };
         let next = verbs_api::qp_state::check_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(QpAttrMask::AV) {
-            qp.dst_ip = av_destination(&attr.ah_attr)
-                .map_err(|why| Error::inval(format!("ibv_modify_qp: IBV_QP_AV: {why}")))?;
+            qp.dst_ip =
+                av_destination(self.hca.cfg.ip(), &attr.ah_attr).map_err(|(errno, why)| {
+                    Error::new(errno, format!("ibv_modify_qp: IBV_QP_AV: {why}"))
+                })?;
             qp.ip_tos_ttl = qp::ip_tos_ttl(&attr.ah_attr);
         }
         if next == QpState::Reset {

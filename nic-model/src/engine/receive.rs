@@ -98,7 +98,7 @@ impl Nic {
         if info.flags.contains(packet::OpFlags::REQUEST) {
             let ip_header: &[u8; 20] =
                 data[..20].try_into().expect("a parsed datagram has an IPv4 header");
-            resp::handle_request(qp, &mut self.hca, &ip, ip_header, &pkt);
+            resp::handle_request(qp, &mut self.hca, ip_header, &pkt);
         } else {
             comp::handle_response(qp, &mut self.hca, now, &pkt);
         }

@@ -22,7 +22,7 @@ const SPARE_MAX_BYTES: usize = 1 << 16;
 /// A datagram to put on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
-    /// Destination IPv4 address (a port: see [`lid_of_ip`](super::lid_of_ip)).
+    /// Destination IPv4 address (a port: see [`slot_of_ip`](super::slot_of_ip)).
     pub dst: [u8; 4],
     /// The IPv4/UDP/RoCEv2 datagram.
     pub data: Vec<u8>,

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use nic_model::engine::lid_of_ip;
+use nic_model::engine::slot_of_ip;
 
 use super::event::{EventKind, SOURCE_BITS, SOURCE_WIRE};
 use super::link::InFlight;
@@ -206,7 +206,7 @@ const IPV4_DST: usize = 16;
 /// for a foreign address or a runt packet.
 fn node_of_ip(data: &[u8], at: usize) -> NodeId {
     match data.get(at..at + 4) {
-        Some(&[a, b, c, d]) => (lid_of_ip([a, b, c, d]) as usize).wrapping_sub(1),
+        Some(&[a, b, c, d]) => (slot_of_ip([a, b, c, d]) as usize).wrapping_sub(1),
         _ => usize::MAX,
     }
 }

@@ -100,7 +100,7 @@ const STRANGER_LID: u16 = 3;
 /// IPv4 source changed, checksum and ICRC made right, so that only the address is wrong.
 fn from_stranger(d: &[u8]) -> Vec<u8> {
     let (mut ip, pkt) = packet::parse_datagram(d).expect("engines emit valid datagrams");
-    ip.src = ip_of_lid(STRANGER_LID);
+    ip.src = ip_of_slot(STRANGER_LID);
     let mut out = Vec::new();
     packet::emit_datagram(&ip, &pkt, &mut out).expect("a parsed datagram emits again");
     out
@@ -321,6 +321,19 @@ impl Default for ConnOpts {
     }
 }
 
+/// A RoCE address vector to the port in fabric slot `slot`: its IPv4 GID, from this port's
+/// IPv4 GID (index 1), TTL 64.
+pub(super) fn roce_av(slot: u16) -> AhAttr {
+    AhAttr {
+        is_global: true,
+        dgid: Gid::from_ipv4(ip_of_slot(slot)),
+        sgid_index: GID_INDEX_IPV4 as u8,
+        hop_limit: 64,
+        port_num: 1,
+        ..Default::default()
+    }
+}
+
 fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
     let m =
         QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
@@ -340,16 +353,10 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
         | QpAttrMask::MIN_RNR_TIMER;
     let a = QpAttr {
         qp_state: QpState::Rtr,
-        ah_attr: match o.grh {
-            None => AhAttr { dlid, port_num: 1, ..Default::default() },
-            Some((hop_limit, traffic_class)) => AhAttr {
-                is_global: true,
-                dgid: Gid::from_ipv4(ip_of_lid(dlid)),
-                hop_limit,
-                traffic_class,
-                port_num: 1,
-                ..Default::default()
-            },
+        ah_attr: {
+            // Without a chosen GRH, the TTL and TOS most stacks send (64, 0).
+            let (hop_limit, traffic_class) = o.grh.unwrap_or((64, 0));
+            AhAttr { hop_limit, traffic_class, ..roce_av(dlid) }
         },
         path_mtu: o.mtu,
         dest_qp_num: dqpn,
@@ -468,7 +475,7 @@ fn uc_pair_with(srq_b: bool) -> (Pair, Side, Side, u32, u32, Option<u32>) {
             | QpAttrMask::RQ_PSN;
         let a = QpAttr {
             qp_state: QpState::Rtr,
-            ah_attr: AhAttr { dlid, ..Default::default() },
+            ah_attr: roce_av(dlid),
             path_mtu: Mtu::Mtu256,
             dest_qp_num: dq,
             rq_psn: 5,
@@ -559,7 +566,7 @@ struct FakeWire {
 
 impl Wire for FakeWire {
     fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
-        assert_eq!(lid_of_ip(dst), self.to, "every datagram here goes to the other side");
+        assert_eq!(slot_of_ip(dst), self.to, "every datagram here goes to the other side");
         if self.full.load(std::sync::atomic::Ordering::Relaxed) {
             return WireOutcome::Full;
         }
