@@ -112,9 +112,9 @@ pub fn devinfo(args: &DevinfoArgs, out: &mut dyn Write) -> Result<(), CliError> 
     if any_soft {
         writeln!(
             out,
-            "\n# softverbs: a port gets its LID (and its GID ::ffff:10.0.<LID>) from the fabric \
-             when a process opens the device;\n# port_lid above is what this process got. \
-             Every process has its own ports and LIDs."
+            "\n# softverbs: a port gets its slot N on the fabric, and with it its IPv4 address \
+             10.0.0.N and GIDs, when a process opens\n# the device; the GIDs above (-v) are what \
+             this process got. Every process has its own ports and addresses."
         )
         .map_err(output_error)?;
     }

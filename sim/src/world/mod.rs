@@ -1,8 +1,8 @@
 //! The deterministic simulator: NIC engines in a discrete-event world of directed links with
 //! latency, bandwidth, queue limits and faults, one virtual clock and one seeded RNG.
 //!
-//! A [`World`] owns everything that happens: nodes (each a [`Nic`] with one port, LID = node
-//! index + 1, or a switch that forwards), links, events ordered by (time, sequence number), the
+//! A [`World`] owns everything that happens: nodes (each a [`Nic`] with one RoCE port in
+//! fabric slot node index + 1, IPv4 address 10.0.0.<index + 1>, or a switch that forwards), links, events ordered by (time, sequence number), the
 //! RNG, the [`trace::Trace`] and an optional pcap capture. Nothing reads a wall clock, spawns a
 //! thread or iterates a hash map, so a seed and the inputs fix the whole run.
 //!
@@ -44,7 +44,7 @@ pub use rng::Rng;
 pub use shared::SimWorld;
 use trace::{peek_bth, Trace, TraceKind, TraceRecord, NONE};
 
-/// A node, by index (its port's LID is the index + 1).
+/// A node, by index (its port holds fabric slot index + 1: IPv4 10.0.0.<index + 1>).
 pub type NodeId = usize;
 /// A directed link, by index.
 pub type LinkId = usize;
