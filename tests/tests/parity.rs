@@ -131,6 +131,12 @@ fn serial() -> MutexGuard<'static, ()> {
 fn parity_on_soft_between_processes() {
     let _serial = serial();
     let be = SoftProcesses::new(PEER.as_ref(), "parity");
+    // The two processes' ports are RoCE ports: no LID, each its own IPv4 GID, which is what
+    // the body addresses the other by.
+    let gid = |ctx: &Context| conn::PortAddress::of(ctx, None).unwrap();
+    let (a, b) = (gid(be.a()), gid(be.b()));
+    assert_eq!((a.lid, b.lid, a.gid_index, b.gid_index), (0, 0, 1, 1));
+    assert!(a.gid.to_ipv4().is_some() && b.gid.to_ipv4().is_some() && a.gid != b.gid);
     body(&be);
     be.finish();
 }
