@@ -601,10 +601,25 @@ fn demo_on_another_soft_device() {
     assert_success(&f, "demo --in-process -g 1");
     assert!(f.stdout.contains("the entry -g asked for"), "{}", f.stdout);
     check_demo_story(&f.stdout);
-    // Index 0 is the IPv6 link-local GID: RoCE v2 over IPv6, which the soft wire does not carry.
+    // Index 0 is the IPv6 link-local GID: RoCE v2 over IPv6, as -g 0 gives on rxe.
     let f = run(&["demo", "--in-process", "-g", "0"]);
-    assert_eq!(f.status.code(), Some(1), "{f:#?}");
-    assert!(f.stderr.contains("use GID index 1"), "{f:#?}");
+    assert_success(&f, "demo --in-process -g 0");
+    assert!(f.stdout.contains("GID index 0: fe80::aff:fe00:"), "{}", f.stdout);
+    assert!(
+        f.stdout.contains("wire  softverbs0 -> RC SEND ONLY")
+            && f.stdout.contains(" fe80::aff:fe00:"),
+        "the wire lines show IPv6 addresses: {}",
+        f.stdout
+    );
+    // The WRITE's three packets and its ACK, each 20 bytes longer than over IPv4.
+    assert!(
+        f.stdout.contains(
+            "=> sent 3 packets (PSN 0x001001 to 0x001003), got 1 back, acknowledging every PSN \
+             up to 0x001003; 2776 bytes of IPv6/UDP datagrams both ways"
+        ),
+        "{}",
+        f.stdout
+    );
     let f = run(&["demo", "--in-process", "-g", "5"]);
     assert_eq!(f.status.code(), Some(2), "{f:#?}");
     assert!(f.stderr.contains("-g 5: GID index 5 of port 1 is empty"), "{f:#?}");

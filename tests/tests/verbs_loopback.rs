@@ -900,12 +900,70 @@ fn a_lid_only_address_vector_is_refused_on_a_roce_port() {
     let e = a.pd.create_ah(&lid_only).unwrap_err();
     assert_eq!(e.errno, Errno::Inval);
     assert!(e.message.contains(why), "{}", e.message);
-    // Sending from the IPv6 link-local GID (index 0) is RoCE v2 over IPv6: not carried.
+    // Both ends of a path speak one IP version: from the IPv6 link-local GID (index 0) to the
+    // peer's IPv4 GID is refused, naming the index that reaches it.
     let v6 = AhAttr { sgid_index: 0, ..conn::av_to(remote.gid, &opts) };
     let e = a.qp.modify(&rtr(v6), mask).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    assert!(e.message.contains("is an IPv4 GID but sgid_index 0 is the IPv6 GID fe80"), "{e}");
+    assert!(e.message.contains("send from GID index 1"), "{}", e.message);
+    // A UD address handle does not send from an IPv6 GID yet, and says which index does.
+    let peer_ll = c1.query_gid(1, 0).unwrap();
+    let e = a.pd.create_ah(&AhAttr { dgid: peer_ll, ..v6 }).unwrap_err();
     assert_eq!(e.errno, Errno::NotSup);
-    assert!(e.message.contains("sgid_index 0 is the IPv6 GID fe80"), "{}", e.message);
     assert!(e.message.contains("use GID index 1"), "{}", e.message);
     // With the IPv4 GID the same QP connects.
     a.qp.modify(&rtr(conn::av_to(remote.gid, &opts)), mask).unwrap();
+}
+
+/// RoCE v2 over IPv6, as `-g 0` gives it on rxe: two QPs connected from their ports'
+/// link-local GIDs (index 0) to each other's move a SEND and an RDMA WRITE.
+#[test]
+fn an_rc_connection_over_the_link_local_gids_moves_data() {
+    let soft = Soft::loopback();
+    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
+    let a = Endpoint::new(&c0, QpType::Rc, cap(), 16, 4096).unwrap();
+    let b = Endpoint::new(&c1, QpType::Rc, cap(), 16, 4096).unwrap();
+    let (pa, pb) = (
+        conn::PortAddress::of(&c0, Some(0)).unwrap(),
+        conn::PortAddress::of(&c1, Some(0)).unwrap(),
+    );
+    assert_eq!(pa.gid.0[..2], [0xfe, 0x80], "index 0 is the link-local GID");
+    let (oa, ob) =
+        (pa.conn_opts(ConnOpts::default()).unwrap(), pb.conn_opts(ConnOpts::default()).unwrap());
+    conn::connect(&a.qp, 1, &pb.qp_info(&b.qp, 2), &oa).unwrap();
+    conn::connect(&b.qp, 2, &pa.qp_info(&a.qp, 1), &ob).unwrap();
+    b.qp.post_recv(&[RecvWr { wr_id: 7, sg_list: &[b.mr.sge(0, 64)] }]).unwrap();
+    a.mr.write(0, b"over IPv6").unwrap();
+    let sig = SendFlags::SIGNALED;
+    a.qp.post_send(&[SendWr {
+        wr_id: 1,
+        sg_list: &[a.mr.sge(0, 9)],
+        send_flags: sig,
+        ..Default::default()
+    }])
+    .unwrap();
+    let rdma = RdmaTarget { remote_addr: b.mr.addr() + 1024, rkey: b.mr.rkey() };
+    a.qp.post_send(&[SendWr {
+        wr_id: 2,
+        sg_list: &[a.mr.sge(0, 9)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: sig,
+        rdma,
+        ..Default::default()
+    }])
+    .unwrap();
+    let wcs = a.cq.poll_n(2, Duration::from_secs(5)).unwrap();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        [(1, WcStatus::Success, WcOpcode::Send), (2, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    let r = b.cq.poll_n(1, Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        (r[0].wr_id, r[0].status, r[0].byte_len, r[0].src_qp),
+        (7, WcStatus::Success, 9, a.qp.qp_num())
+    );
+    assert_eq!(b.mr.read_vec(0, 9).unwrap(), b"over IPv6");
+    assert_eq!(b.mr.read_vec(1024, 9).unwrap(), b"over IPv6");
 }

@@ -42,6 +42,27 @@ pub fn slot_of_gid(gid: &Gid) -> Option<u16> {
     gid.to_ipv4().map(slot_of_ip).filter(|&s| s != 0)
 }
 
+/// The fabric slot of the port a datagram comes from (`dst` false) or goes to (`dst` true),
+/// read from its IP header: an IPv4 address `10.0.x.y`, or an IPv6 link-local address made
+/// from a softverbs MAC; 0 for a foreign address or a runt. For a router that forwards by
+/// the datagram alone (the simulator's switches).
+pub fn slot_of_datagram_addr(datagram: &[u8], dst: bool) -> u16 {
+    if datagram.first().is_some_and(|b| b >> 4 == 6) {
+        let at = if dst { 24 } else { 8 };
+        datagram
+            .get(at..at + 16)
+            .and_then(|a| <[u8; 16]>::try_from(a).ok())
+            .and_then(|a| ip_of_link_local(&Gid(a)))
+            .map_or(0, slot_of_ip)
+    } else {
+        let at = if dst { 16 } else { 12 };
+        match datagram.get(at..at + 4) {
+            Some(&[a, b, c, d]) => slot_of_ip([a, b, c, d]),
+            _ => 0,
+        }
+    }
+}
+
 /// The MAC address of the port with IPv4 address `ip`: `02:00:a:b:c:d`, locally administered
 /// (bit 1 of the first octet) and unicast, so that every port's MAC differs as its address does.
 pub fn mac_of_ip(ip: [u8; 4]) -> [u8; 6] {
@@ -72,16 +93,53 @@ pub fn gid_entry(ip: [u8; 4], index: u32) -> Option<(Gid, GidType)> {
     }
 }
 
-/// Where an address vector (`ibv_ah_attr`) of a port with IPv4 address `ip` points: the IPv4
-/// address of the destination port; otherwise the errno and what is wrong with it. On a RoCE
-/// port the vector must carry a GRH (`is_global`): the LID is 0 and means nothing there, as
-/// hardware and rxe refuse a vector without one. The source is the `sgid_index` entry of the
-/// port's GID table, so that entry must hold a GID; an IPv6 one (the link-local entry) would
-/// make the packets RoCE v2 over IPv6, which the soft wire does not carry.
-pub(super) fn av_destination(
+/// The IPv4 address of the softverbs port whose IPv6 link-local GID is `gid` (`fe80::` and
+/// the EUI-64 of its MAC `02:00:a:b:c:d`, inverse of [`gid_entry`]'s index 0); `None` for
+/// any other GID.
+fn ip_of_link_local(gid: &Gid) -> Option<[u8; 4]> {
+    let g = &gid.0;
+    if g[..8] != [0xfe, 0x80, 0, 0, 0, 0, 0, 0] || g[11..13] != [0xff, 0xfe] {
+        return None;
+    }
+    let mac = [g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]];
+    let ip = [mac[2], mac[3], mac[4], mac[5]];
+    (mac == mac_of_ip(ip) && slot_of_ip(ip) != 0).then_some(ip)
+}
+
+/// The IPv6 side of a connected QP's path when it sends from an IPv6 GID (RoCE v2 over IPv6):
+/// its source and destination GIDs, the datagrams' addresses, and the flow label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ip6Path {
+    /// The IPv6 source address: this port's GID at `sgid_index`.
+    pub(crate) src: [u8; 16],
+    /// The IPv6 destination address: the vector's `dgid`.
+    pub(crate) dst: [u8; 16],
+    /// The vector's `grh.flow_label` (20 bits).
+    pub(crate) flow_label: u32,
+}
+
+/// Where an address vector (`ibv_ah_attr`) leads: the IPv4 address of the destination port
+/// (what the wires route by) and, when the vector sends from an IPv6 GID, its IPv6 path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AvPath {
+    /// The destination port's IPv4 address.
+    pub(crate) ip: [u8; 4],
+    /// RoCE v2 over IPv6: the addresses the datagrams carry instead of IPv4 ones.
+    pub(crate) ip6: Option<Ip6Path>,
+}
+
+/// Where an address vector (`ibv_ah_attr`) of a port with IPv4 address `ip` leads; otherwise
+/// the errno and what is wrong with it. On a RoCE port the vector must carry a GRH
+/// (`is_global`): the LID is 0 and means nothing there, as hardware and rxe refuse a vector
+/// without one. The source is the `sgid_index` entry of the port's GID table, so that entry
+/// must hold a GID, and `dgid` must be of the same IP version: the IPv4 GID of a softverbs port
+/// (RoCE v2 over IPv4) or, from the link-local entry, a port's link-local GID (RoCE v2 over
+/// IPv6, which connected QPs send — `ipv6_ok` — and UD address handles do not yet).
+pub(super) fn av_path(
     ip: [u8; 4],
     av: &verbs_api::AhAttr,
-) -> std::result::Result<[u8; 4], (Errno, String)> {
+    ipv6_ok: bool,
+) -> std::result::Result<AvPath, (Errno, String)> {
     if !av.is_global {
         return Err((
             Errno::Inval,
@@ -91,38 +149,80 @@ pub(super) fn av_destination(
         ));
     }
     let sgid_index = u32::from(av.sgid_index);
-    match gid_entry(ip, sgid_index) {
-        Some((gid, _)) if gid.to_ipv4().is_none() => {
-            return Err((
-                Errno::NotSup,
-                format!(
-                    "sgid_index {sgid_index} is the IPv6 GID {}: RoCE v2 over IPv6 is not \
-                     carried by softverbs; use GID index {GID_INDEX_IPV4} ({}), the port's IPv4 GID",
-                    Ipv6Addr::from(gid.0),
-                    Ipv6Addr::from(Gid::from_ipv4(ip).0)
-                ),
-            ))
-        }
-        Some(_) => {}
-        None => {
-            return Err((
+    let Some((sgid, _)) = gid_entry(ip, sgid_index) else {
+        return Err((
+            Errno::Inval,
+            format!(
+                "sgid_index {sgid_index} is an empty entry of port 1's GID table (entries \
+                 {GID_INDEX_LINK_LOCAL} and {GID_INDEX_IPV4} hold GIDs)"
+            ),
+        ));
+    };
+    let dgid = Ipv6Addr::from(av.dgid.0);
+    if sgid.to_ipv4().is_some() {
+        return match av.dgid.to_ipv4() {
+            Some(dst) => Ok(AvPath { ip: dst, ip6: None }),
+            None if ip_of_link_local(&av.dgid).is_some() => Err((
                 Errno::Inval,
                 format!(
-                    "sgid_index {sgid_index} is an empty entry of port 1's GID table (entries \
-                     {GID_INDEX_LINK_LOCAL} and {GID_INDEX_IPV4} hold GIDs)"
+                    "dgid {dgid} is an IPv6 GID but sgid_index {sgid_index} is the IPv4 GID \
+                     {}: both ends of a path speak one IP version (send from GID index \
+                     {GID_INDEX_LINK_LOCAL} to reach an IPv6 GID, or use the peer's IPv4 GID)",
+                    Ipv6Addr::from(sgid.0)
                 ),
-            ))
-        }
-    }
-    av.dgid.to_ipv4().ok_or_else(|| {
-        let why = if av.dgid.0[..2] == [0xfe, 0x80] {
-            "is an IPv6 link-local GID: RoCE v2 over IPv6 is not carried by softverbs; use the \
-             peer's IPv4 GID (::ffff:a.b.c.d, its GID index 1)"
-        } else {
-            "is not the IPv4 GID (::ffff:a.b.c.d) of a softverbs port"
+            )),
+            None => Err((
+                Errno::Inval,
+                format!("dgid {dgid} is not the IPv4 GID (::ffff:a.b.c.d) of a softverbs port"),
+            )),
         };
-        (Errno::Inval, format!("dgid {} {why}", Ipv6Addr::from(av.dgid.0)))
-    })
+    }
+    if !ipv6_ok {
+        return Err((
+            Errno::NotSup,
+            format!(
+                "sgid_index {sgid_index} is the IPv6 GID {}: softverbs carries RoCE v2 over \
+                 IPv6 for RC and UC QPs, not yet for UD address handles; use GID index \
+                 {GID_INDEX_IPV4} ({}), the port's IPv4 GID",
+                Ipv6Addr::from(sgid.0),
+                Ipv6Addr::from(Gid::from_ipv4(ip).0)
+            ),
+        ));
+    }
+    match ip_of_link_local(&av.dgid) {
+        Some(dst) => Ok(AvPath {
+            ip: dst,
+            ip6: Some(Ip6Path {
+                src: sgid.0,
+                dst: av.dgid.0,
+                flow_label: av.flow_label & 0x000F_FFFF,
+            }),
+        }),
+        None if av.dgid.to_ipv4().is_some() => Err((
+            Errno::Inval,
+            format!(
+                "dgid {dgid} is an IPv4 GID but sgid_index {sgid_index} is the IPv6 GID {}: \
+                 both ends of a path speak one IP version (send from GID index \
+                 {GID_INDEX_IPV4} to reach an IPv4 GID)",
+                Ipv6Addr::from(sgid.0)
+            ),
+        )),
+        None => Err((
+            Errno::Inval,
+            format!(
+                "dgid {dgid} is not the link-local GID (fe80::<EUI-64 of 02:00:a:b:c:d>) of a \
+                 softverbs port"
+            ),
+        )),
+    }
+}
+
+/// [`av_path`] for a UD address handle: the destination port's IPv4 address.
+pub(super) fn av_destination(
+    ip: [u8; 4],
+    av: &verbs_api::AhAttr,
+) -> std::result::Result<[u8; 4], (Errno, String)> {
+    av_path(ip, av, false).map(|p| p.ip)
 }
 
 /// `ibv_create_ah`'s checks for a port with IPv4 address `ip`: the vector must carry a GRH
@@ -142,6 +242,14 @@ pub fn check_ah(ip: [u8; 4], attr: &verbs_api::AhAttr) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_local_gid_names_its_port() {
+        let (g0, _) = gid_entry([10, 0, 1, 7], 0).expect("entry 0");
+        assert_eq!(ip_of_link_local(&g0), Some([10, 0, 1, 7]));
+        assert_eq!(ip_of_link_local(&Gid::link_local(1)), None, "fe80::1 is no port of ours");
+        assert_eq!(ip_of_link_local(&Gid::from_ipv4([10, 0, 0, 1])), None);
+    }
 
     #[test]
     fn identity_follows_the_address_as_rxe_derives_it() {

@@ -90,8 +90,8 @@ use std::fmt;
 use verbs_api::{AsyncEvent, DeviceAttr, LinkLayer, PortAttr, PortState};
 
 pub use addr::{
-    check_ah, eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip, slot_of_gid, slot_of_ip,
-    GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
+    check_ah, eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip, slot_of_datagram_addr, slot_of_gid,
+    slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
 pub use config::{splitmix64, Limits, NicConfig};
 pub use time::{Nanos, Now};

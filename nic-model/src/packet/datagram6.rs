@@ -2,10 +2,12 @@
 //! port 4791, checksum 0) ‖ transport packet ‖ ICRC (4 B): what a QP sends from an IPv6 GID
 //! (a RoCE port's link-local GID at index 0). The IPv6 sibling of `datagram.rs`.
 //!
-//! The packet layer speaks it; the engine and the wires do not carry it yet: an address
-//! vector whose `sgid_index` names an IPv6 GID is refused with `EOPNOTSUPP`.
+//! The engine sends it for an RC or UC QP whose address vector's `sgid_index` names the
+//! port's link-local GID, and receives it in its general path.
 
-use super::datagram::ICRC_LEN;
+use std::net::IpAddr;
+
+use super::datagram::{parse_datagram, ICRC_LEN};
 use super::icrc::icrc_ipv6;
 use super::ipv6_udp::{check_ip6_udp, write_ip6_udp, Ip6Udp, IPV6_LEN, IPV6_UDP_LEN};
 use super::transport::Packet;
@@ -58,6 +60,18 @@ pub fn parse_datagram6(bytes: &[u8]) -> Result<(Ip6Udp, Packet<'_>), PacketError
     }
     let pkt = Packet::parse(covered.get(IPV6_UDP_LEN..).unwrap_or(&[]))?;
     Ok((ip, pkt))
+}
+
+/// Parse a datagram of either IP version, by its first nibble ([`parse_datagram`] or
+/// [`parse_datagram6`]): its source and destination addresses and its transport packet. For
+/// tools that show any datagram (the demo's wire lines).
+pub fn parse_any_datagram(bytes: &[u8]) -> Result<(IpAddr, IpAddr, Packet<'_>), PacketError> {
+    match bytes.first() {
+        Some(b) if b >> 4 == 6 => {
+            parse_datagram6(bytes).map(|(ip, p)| (ip.src.into(), ip.dst.into(), p))
+        }
+        _ => parse_datagram(bytes).map(|(ip, p)| (ip.src.into(), ip.dst.into(), p)),
+    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@
 //! numbers) and `opcode` (the table: headers, lengths, offsets, flags); `headers` (the BTH and
 //! extension-header codecs); `transport` ([`Packet`], the headers stacked per the table);
 //! `ipv4_udp`, `ipv6_udp` and `icrc` (the encapsulations and their CRC); `datagram` (a whole
-//! RoCEv2 datagram, built and checked) and `datagram6` (the same over IPv6, which the packet
-//! layer speaks but the engine does not send yet); then `ack` (the per-QP ACK template) and
+//! RoCEv2 datagram, built and checked) and `datagram6` (the same over IPv6, for QPs that send
+//! from a link-local GID); then `ack` (the per-QP ACK template) and
 //! `peek` (the receive fast paths).
 //! `pcap` writes capture files.
 
@@ -42,7 +42,7 @@ pub use datagram::{datagram_len, emit_datagram, parse_datagram, ICRC_LEN};
 pub(crate) use datagram::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
 };
-pub use datagram6::{datagram6_len, emit_datagram6, parse_datagram6};
+pub use datagram6::{datagram6_len, emit_datagram6, parse_any_datagram, parse_datagram6};
 pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Reth};
 pub use icrc::{icrc_ipv4, icrc_ipv6};
 pub use ipv4_udp::{IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};

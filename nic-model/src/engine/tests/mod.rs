@@ -13,6 +13,7 @@ use crate::packet::{self, Opcode};
 
 mod errors;
 mod fast_paths;
+mod ipv6;
 mod lazy_clock;
 mod mtu;
 mod rc_ops;
@@ -164,7 +165,8 @@ impl Pair {
                 };
                 let Some(t) = t else { break };
                 any = true;
-                let (_, p) = packet::parse_datagram(&t.data).expect("engines emit valid datagrams");
+                let (_, _, p) =
+                    packet::parse_any_datagram(&t.data).expect("engines emit valid datagrams");
                 let fate = (self.filter)(dir, &p, self.counter);
                 self.counter += 1;
                 self.log.push(Seen {
@@ -302,6 +304,8 @@ struct ConnOpts {
     access: AccessFlags,
     /// Address by GRH (`is_global`) with this (hop_limit, traffic_class), instead of by LID.
     grh: Option<(u8, u8)>,
+    /// Send from the link-local GID (index 0) to the peer's: RoCE v2 over IPv6.
+    ipv6: bool,
 }
 
 impl Default for ConnOpts {
@@ -317,6 +321,7 @@ impl Default for ConnOpts {
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
             grh: None,
+            ipv6: false,
         }
     }
 }
@@ -356,7 +361,15 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
         ah_attr: {
             // Without a chosen GRH, the TTL and TOS most stacks send (64, 0).
             let (hop_limit, traffic_class) = o.grh.unwrap_or((64, 0));
-            AhAttr { hop_limit, traffic_class, ..roce_av(dlid) }
+            let av = AhAttr { hop_limit, traffic_class, ..roce_av(dlid) };
+            match o.ipv6 {
+                false => av,
+                true => AhAttr {
+                    sgid_index: GID_INDEX_LINK_LOCAL as u8,
+                    dgid: gid_entry(ip_of_slot(dlid), GID_INDEX_LINK_LOCAL).expect("entry 0").0,
+                    ..av
+                },
+            }
         },
         path_mtu: o.mtu,
         dest_qp_num: dqpn,
@@ -551,7 +564,7 @@ fn ud_pair() -> (Pair, Side, Side, u32, u32) {
 
 /// Parse a datagram the engine emitted.
 fn parsed(t: &Transmit) -> (Opcode, u32, Option<packet::Aeth>) {
-    let (_, p) = packet::parse_datagram(&t.data).expect("engines emit valid datagrams");
+    let (_, _, p) = packet::parse_any_datagram(&t.data).expect("engines emit valid datagrams");
     (p.bth.opcode, p.bth.psn.value(), p.aeth)
 }
 
