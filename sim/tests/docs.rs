@@ -204,11 +204,12 @@ const PLANS: &[(&str, Plan)] = &[
         "softverbs devinfo | head",
         Plan::NotRun("a pipe of the shell; sim/tests/cli.rs closes stdout early on every command"),
     ),
-    ("softverbs pingpong [-d DEV] [-p PORT] [HOST]", Plan::Pingpong(&["-d", "softverbs1"])),
-    ("softverbs pingpong [OPTIONS]", Plan::Pingpong(&["-s", "8192", "-m", "2048", "-e"])),
-    ("softverbs pingpong [OPTIONS] HOST", Plan::Pingpong(&["-g", "0", "-n", "200"])),
-    ("softverbs pingpong", Plan::Pingpong(&[])),
-    ("softverbs pingpong localhost", Plan::Pingpong(&[])),
+    ("softverbs pingpong [-d DEV] [-g N] [-p PORT] [HOST]", Plan::Pingpong(&["-d", "softverbs1", "-g", "1"])),
+    ("softverbs pingpong [OPTIONS]", Plan::Pingpong(&["-s", "8192", "-m", "2048", "-e", "-g", "1"])),
+    ("softverbs pingpong [OPTIONS] HOST", Plan::Pingpong(&["-g", "1", "-n", "200"])),
+    ("softverbs pingpong", Plan::Pingpong(&["-g", "1"])),
+    ("softverbs pingpong -g 1", Plan::Pingpong(&["-g", "1"])),
+    ("softverbs pingpong -g 1 localhost", Plan::Pingpong(&["-g", "1"])),
     ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV]", Plan::Run(PERF)),
     ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV] [-g N]", Plan::Run(PERF)),
     ("softverbs perf floor", Plan::Run(PERF_FLOOR)),
@@ -223,7 +224,7 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::NotRun("sim/tests/pcap_real.rs runs it on a private path and checks the file with tshark"),
     ),
     (
-        "SOFTVERBS_PCAP=/tmp/pp-{pid}.pcap softverbs pingpong",
+        "SOFTVERBS_PCAP=/tmp/pp-{pid}.pcap softverbs pingpong -g 1",
         Plan::NotRun("sim/tests/pcap_real.rs runs a pingpong pair so and checks the files with tshark"),
     ),
     (
@@ -244,7 +245,7 @@ const PLANS: &[(&str, Plan)] = &[
              sim/tests/sim_logs.rs checks the events of partition-heals.toml this shows",
         ),
     ),
-    ("softverbs pingpong -v", Plan::Pingpong(&["-v"])),
+    ("softverbs pingpong -g 1 -v", Plan::Pingpong(&["-g", "1", "-v"])),
     // The lessons (docs/learn/), in smaller sizes: sim/tests/learn.rs checks their numbers.
     ("softverbs learn [CONCEPT]", Plan::Run(LEARN)),
     ("softverbs learn", Plan::Run(LEARN)),
@@ -281,12 +282,12 @@ const DEMO: &[Form] = &[Form(&["demo"], "RDMA WRITE", &[])];
 const DEMO_FORMS: &[Form] = &[
     Form(&["demo", "-d", "softverbs1"], "RDMA WRITE", &[]),
     Form(&["demo", "--in-process"], "RDMA WRITE", &[]),
-    Form(&["demo", "-g", "0"], "RDMA WRITE", &[]),
+    Form(&["demo", "-g", "1"], "RDMA WRITE", &[]),
 ];
 const DEVICES: &[Form] = &[Form(&["devices"], "softverbs1", &[])];
 const DEVINFO: &[Form] = &[
     Form(&["devinfo"], "PORT_ACTIVE", &[]),
-    Form(&["devinfo", "-d", "softverbs1", "-i", "1", "-v"], "max_qp", &[]),
+    Form(&["devinfo", "-d", "softverbs1", "-i", "1", "-v"], "RoCE v2", &[]),
     Form(&["devinfo", "-l"], "softverbs0", &[]),
 ];
 const PERF: &[Form] = &[
@@ -355,7 +356,7 @@ fn every_command_in_the_readme_and_guide_is_planned() {
         .filter(|c| !GROUPS.iter().flat_map(|g| g.iter()).any(|g| c.starts_with(g)))
         .collect();
     assert!(ungrouped.is_empty(), "no test of GROUPS runs these: {ungrouped:?}");
-    for must in ["softverbs demo", "softverbs devices", "softverbs pingpong localhost"] {
+    for must in ["softverbs demo", "softverbs devices", "softverbs pingpong -g 1 localhost"] {
         assert!(all.iter().any(|(_, c)| c == must), "{must:?} is not found in the pages");
     }
 }

@@ -26,7 +26,7 @@ use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
 use crate::engine::Wire;
-use crate::engine::{ip_of_lid, Nic, NicEvent, NicStats, Now, Transmit};
+use crate::engine::{ip_of_slot, Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 use crate::wire::os;
 
@@ -227,7 +227,7 @@ impl Device {
         capture: Option<Arc<Capture>>,
     ) -> Arc<Device> {
         if let Some(c) = &capture {
-            c.join(ip_of_lid(port.lid()));
+            c.join(ip_of_slot(port.lid()));
         }
         let tap = capture.as_ref().map(capture_tap);
         nic.set_wire(Some(PortWire::lend(&port, tap.clone())));
@@ -266,7 +266,7 @@ impl Device {
             .spawn(move || nic_thread(for_thread))
             .expect("spawning the NIC thread");
         let _ = core.nic_thread.set(handle.thread().clone());
-        tracing::info!(device = %core.name, lid = core.state.lock().map_or(0, |s| s.nic.config().lid),
+        tracing::info!(device = %core.name, slot = core.state.lock().map_or(0, |s| s.nic.config().slot),
             "device opened");
         Arc::new(Device { core, thread: Some(handle) })
     }
@@ -282,7 +282,7 @@ impl Drop for Device {
             tracing::info!(device = %self.core.name, "device closed");
         }
         if let Some(c) = &self.core.capture {
-            c.leave(ip_of_lid(self.core.port.lid()));
+            c.leave(ip_of_slot(self.core.port.lid()));
         }
     }
 }

@@ -346,6 +346,9 @@ fn initiator(
              READ, WRITE and atomics"
         ),
     );
+    for line in cmd::gid_choice_lines(ctx, addr, o.gid_idx) {
+        w(out, &line);
+    }
     w(
         out,
         "The two sides exchanged these over a pipe (ibv_rc_pingpong uses TCP), and each QP went",
@@ -353,9 +356,10 @@ fn initiator(
     w(
         out,
         &format!(
-            "RESET -> INIT -> RTR -> RTS towards the other, with path MTU {} bytes{}.",
+            "RESET -> INIT -> RTR -> RTS towards the other, with path MTU {} bytes, addressed by \
+             GID (sgid_index {}).",
             opts.mtu.bytes(),
-            if opts.use_gid { ", addressed by GID" } else { ", addressed by LID" }
+            opts.sgid_index
         ),
     );
     w(out, "From now on the target program sleeps in a blocking read(): its NIC works alone.");
