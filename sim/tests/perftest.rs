@@ -110,7 +110,8 @@ fn all_eight_tests_print_perftests_banner_and_a_sane_row() {
             " TX depth        : ",
             " Mtu             : 4096[B]",
             " Link type       : Ethernet",
-            " GID index       : 0",
+            // By default the port's first IPv4 GID (`::ffff:10.0.0.N`), as perftest picks one.
+            " GID index       : 1",
         ] {
             assert!(
                 lines.iter().any(|l| l.starts_with(field)),
@@ -137,7 +138,11 @@ fn all_eight_tests_print_perftests_banner_and_a_sane_row() {
             "{local}"
         );
         assert_eq!(local.contains(" OUT 0x04"), test.starts_with("read"), "{local}");
-        assert_eq!(lines.iter().filter(|l| l.starts_with(" GID: ")).count(), 2, "{test}");
+        let gids: Vec<&&str> = lines.iter().filter(|l| l.starts_with(" GID: ")).collect();
+        assert_eq!(gids.len(), 2, "{test}");
+        for g in gids {
+            assert!(g.starts_with(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:00:00:"), "{g}");
+        }
         let rows = rows(&r.stdout);
         assert_eq!(rows.len(), 1, "{test}: {}", r.stdout);
         if test.ends_with("_bw") {
@@ -331,8 +336,15 @@ fn perftests_flags_shape_the_run() {
     // perftest counts every QP's iterations.
     check_bw_row_in(&rows(&r.stdout)[0], 4096.0, 60.0, 125_000_000.0);
 
+    // -x 0: the port's IPv6 link-local GID (fe80::…), shown as perftest shows GIDs.
     let r = perf(&["atomic_lat", "-A", "CMP_AND_SWAP", "-n", "20", "-e", "-x", "0"]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains(" GID index       : 0\n"), "{}", r.stdout);
+    let gids: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with(" GID: ")).collect();
+    assert_eq!(gids.len(), 2, "{}", r.stdout);
+    for g in gids {
+        assert!(g.starts_with(" GID: 254:128:00:00:00:00:00:00:"), "{g}");
+    }
     assert!(r.stdout.contains("Atomic CMP_AND_SWAP Latency Test"));
     assert!(r.stdout.contains(" Test with events. Using softverbs0_comp0"));
     check_lat_row(&rows(&r.stdout)[0], 8.0, 20.0);
@@ -392,6 +404,7 @@ fn bad_flags_exit_2_naming_the_flag() {
         (&["send_lat", "-q", "2"], "-q 2"),
         (&["write_bw", "-m", "1000"], "-m 1000"),
         (&["write_bw", "-x", "99"], "-x 99"),
+        (&["write_bw", "-x", "2"], "-x 2: GID index 2 of port 1 is empty"),
         (&["write_bw", "-I", "100000"], "max_inline_data"),
         (&["read_lat", "-I", "8"], "-I 8"),
         (&["write_bw", "-s", "2000000000"], "max_msg_sz"),

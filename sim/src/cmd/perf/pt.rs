@@ -437,15 +437,7 @@ fn connect(
         .map_err(|e| format!("UD QP to RTS: {e}"))?;
     let ah = side
         .pd
-        .create_ah(&AhAttr {
-            dlid: remote.lid,
-            port_num: 1,
-            is_global: opts.use_gid,
-            dgid: remote.gid,
-            sgid_index: opts.sgid_index,
-            hop_limit: 1,
-            ..Default::default()
-        })
+        .create_ah(&AhAttr { dlid: remote.lid, ..conn::av_to(remote.gid, &opts) })
         .map_err(|e| format!("ibv_create_ah: {e}"))?;
     side.ud.push(UdTarget { ah, remote_qpn: remote.qpn, remote_qkey: QKEY });
     Ok(())
