@@ -213,6 +213,20 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV]", Plan::Run(PERF)),
     ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV] [-g N]", Plan::Run(PERF)),
     ("softverbs perf floor", Plan::Run(PERF_FLOOR)),
+    ("softverbs perf lat", Plan::Run(std::slice::from_ref(&PERF[0]))),
+    ("softverbs perf bw", Plan::Run(std::slice::from_ref(&PERF[1]))),
+    (
+        "softverbs perf send_lat|send_bw|write_lat|write_bw|read_lat|read_bw|atomic_lat|atomic_bw [OPTIONS]",
+        Plan::Run(PERFTEST_OPTIONS),
+    ),
+    ("softverbs perf send_lat", Plan::Run(std::slice::from_ref(&PERFTEST[0]))),
+    ("softverbs perf send_bw", Plan::Run(std::slice::from_ref(&PERFTEST[1]))),
+    ("softverbs perf write_lat", Plan::Run(std::slice::from_ref(&PERFTEST[2]))),
+    ("softverbs perf write_bw", Plan::Run(std::slice::from_ref(&PERFTEST[3]))),
+    ("softverbs perf read_lat", Plan::Run(std::slice::from_ref(&PERFTEST[4]))),
+    ("softverbs perf read_bw", Plan::Run(std::slice::from_ref(&PERFTEST[5]))),
+    ("softverbs perf atomic_lat", Plan::Run(std::slice::from_ref(&PERFTEST[6]))),
+    ("softverbs perf atomic_bw", Plan::Run(std::slice::from_ref(&PERFTEST[7]))),
     ("softverbs perf", Plan::Run(PERF)),
     ("softverbs fabric", Plan::Run(FABRIC)),
     ("softverbs fabric [clean]", Plan::Run(FABRIC)),
@@ -304,6 +318,27 @@ const PERF: &[Form] = &[
         "RESULT spin spin_us=0",
         &[],
     ),
+];
+/// perftest's eight tests, quick (`-n 20`), each printing its banner's title.
+const PERFTEST: [Form; 8] = [
+    Form(&["perf", "send_lat", "-n", "20"], "Send Latency Test", &[]),
+    Form(&["perf", "send_bw", "-n", "20"], "Send BW Test", &[]),
+    Form(&["perf", "write_lat", "-n", "20"], "RDMA_Write Latency Test", &[]),
+    Form(&["perf", "write_bw", "-n", "20"], "RDMA_Write BW Test", &[]),
+    Form(&["perf", "read_lat", "-n", "20"], "RDMA_Read Latency Test", &[]),
+    Form(&["perf", "read_bw", "-n", "20"], "RDMA_Read BW Test", &[]),
+    Form(&["perf", "atomic_lat", "-n", "20"], "Atomic FETCH_AND_ADD Latency Test", &[]),
+    Form(&["perf", "atomic_bw", "-n", "20"], "Atomic FETCH_AND_ADD BW Test", &[]),
+];
+/// The same tests with options: a hyphenated name, QPs, UC, Gb/sec, JSON, UD, events, `-A`.
+const PERFTEST_OPTIONS: &[Form] = &[
+    Form(
+        &["perf", "write-bw", "-q", "2", "-c", "UC", "--report_gbits", "-n", "20"],
+        "BW peak[Gb/sec]",
+        &[],
+    ),
+    Form(&["perf", "send_lat", "-c", "UD", "-n", "20", "--json"], "\"t_typical_usec\":", &[]),
+    Form(&["perf", "atomic_lat", "-A", "CMP_AND_SWAP", "-e", "-n", "20"], "CMP_AND_SWAP", &[]),
 ];
 const PERF_FLOOR: &[Form] =
     &[Form(&["perf", "floor", "-n", "1000", "-w", "100", "-r", "1"], "RESULT floor", &[])];

@@ -2,7 +2,10 @@
 //! shared-memory fabric, one file per measurement — SEND ping-pong latency (`lat.rs`), RDMA WRITE
 //! bandwidth (`bw.rs`), the raw shared-memory floor (`floor.rs`), idle CPU (`idle.rs`), system
 //! calls per iteration (`syscalls.rs`) and the NIC thread's spin window (`spin.rs`) — with their
-//! statistics in `stats.rs` and the plumbing they share in `runner.rs`.
+//! statistics in `stats.rs` and the plumbing they share in `runner.rs`; and perftest's eight
+//! verbs tests (`send_lat` … `atomic_bw`: flags and set-up in `pt.rs`, the measured loops in
+//! `pt_run.rs`, banner, tables, JSON and plot in `pt_out.rs`), which print perftest's table
+//! rather than a `RESULT` line.
 //!
 //! Every measurement spawns its peer as a second process of the same binary (hidden `--peer`),
 //! exchanges QP information over the child's stdin/stdout, bounds every wait, and ends with
@@ -12,6 +15,9 @@ mod bw;
 mod floor;
 mod idle;
 mod lat;
+mod pt;
+mod pt_out;
+mod pt_run;
 mod runner;
 mod spin;
 mod stats;
@@ -35,9 +41,9 @@ pub struct PerfArgs {
 
 #[derive(clap::Subcommand, Debug, Clone)]
 enum PerfCmd {
-    /// RC SEND ping-pong: half round trip (median, percentiles).
+    /// RC SEND ping-pong: half round trip, median of runs (perftest's layout: send_lat).
     Lat(lat::LatArgs),
-    /// RDMA WRITE bandwidth with a window of outstanding WRITEs.
+    /// RDMA WRITE bandwidth in GB/s, data checked (perftest's layout: write_bw).
     Bw(bw::BwArgs),
     /// Raw shared-memory ping-pong of one counter: the floor of any shm transport here.
     Floor(floor::FloorArgs),
@@ -48,6 +54,10 @@ enum PerfCmd {
     Syscalls(syscalls::SyscallArgs),
     /// Latency and idle CPU for several values of SOFTVERBS_SPIN_US.
     Spin(spin::SpinArgs),
+    /// perftest's eight tests: send_lat, send_bw, write_lat, write_bw, read_lat, read_bw,
+    /// atomic_lat, atomic_bw.
+    #[command(flatten)]
+    Perftest(pt::PtCmd),
 }
 
 /// Options every subcommand shares.
@@ -100,6 +110,7 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
         PerfCmd::Idle(a) => idle::idle(&me, a),
         PerfCmd::Syscalls(a) => syscalls::syscalls(&me, a),
         PerfCmd::Spin(a) => spin::spin(&me, a),
+        PerfCmd::Perftest(c) => c.run(&me),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
