@@ -208,6 +208,16 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs fabric [list]", Plan::Run(FABRIC)),
     ("softverbs fabric clean", Plan::Run(FABRIC)),
     ("softverbs sim SCENARIO.toml", Plan::Run(SIM)),
+    ("softverbs counters", Plan::Run(&[Form(&["counters"], "live port", &[])])),
+    ("softverbs counters --json", Plan::Run(&[Form(&["counters", "--json"], "\"ports\":[", &[])])),
+    (
+        "softverbs counters -d softverbs0 --watch 1",
+        Plan::NotRun("-d needs a live port; sim/tests/counters_real.rs runs -d and --watch against a real peer"),
+    ),
+    (
+        "softverbs counters [-d DEV] [--watch [SECS]] [--count N] [--json]",
+        Plan::Run(&[Form(&["counters", "--watch", "0.05", "--count", "2"], "live port", &[])]),
+    ),
     (
         "softverbs demo --in-process --pcap /tmp/demo.pcap",
         Plan::NotRun("sim/tests/pcap_real.rs runs it on a private path and checks the file with tshark"),
@@ -449,7 +459,7 @@ const GROUPS: [&[&str]; 4] = [
     ],
     &["softverbs pingpong"],
     &["softverbs perf"],
-    &["softverbs fabric", "softverbs sim"],
+    &["softverbs fabric", "softverbs sim", "softverbs counters"],
 ];
 
 #[test]

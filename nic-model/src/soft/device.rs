@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use verbs_api::{AsyncElement, AsyncEvent};
 
 use super::capture::Capture;
+use super::counters::{self, PortCounters, Tally, WireCounters};
 use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
 use crate::engine::Wire;
@@ -90,19 +91,33 @@ pub(crate) struct PortWire {
     /// The port's connections to the inboxes this device sends to.
     links: Links,
     tap: Option<Tap>,
+    /// The device's port counters (what went into a peer's inbox, and what was unreachable).
+    tally: Arc<Tally>,
 }
 
 impl PortWire {
-    fn lend(port: &Arc<dyn Port>, tap: Option<Tap>) -> Box<dyn Wire> {
-        Box::new(PortWire { port: port.clone(), links: Links::default(), tap })
+    fn lend(port: &Arc<dyn Port>, tap: Option<Tap>, tally: &Arc<Tally>) -> Box<dyn Wire> {
+        Box::new(PortWire {
+            port: port.clone(),
+            links: Links::default(),
+            tap,
+            tally: tally.clone(),
+        })
     }
 }
 
 impl Wire for PortWire {
     fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         let outcome = self.port.send(&mut self.links, dst, datagram);
-        if let (Some(tap), SendOutcome::Sent) = (&self.tap, outcome) {
-            tap(TapDir::Tx, datagram);
+        match outcome {
+            SendOutcome::Sent => {
+                self.tally.sent(datagram.len());
+                if let Some(tap) = &self.tap {
+                    tap(TapDir::Tx, datagram);
+                }
+            }
+            SendOutcome::Unreachable => counters::add(&self.tally.unreachable, 1),
+            SendOutcome::Full => {}
         }
         outcome
     }
@@ -119,24 +134,15 @@ pub(crate) struct State {
     wire: WireCounters,
 }
 
-/// What the device's port did with datagrams the wire refused.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WireCounters {
-    /// RC and UC datagrams that found the destination inbox full and waited in the backlog
-    /// (backpressure: they are sent later, in order, nothing is lost).
-    pub backpressured: u64,
-    /// UD datagrams dropped because the destination inbox was full, as a congested switch
-    /// drops datagrams: UD never retransmits, so this is loss the program sees.
-    pub ud_dropped_inbox_full: u64,
-}
-
 /// A snapshot of a soft device's counters ([`crate::soft::Soft::stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceStats {
     /// The engine's counters.
     pub nic: NicStats,
-    /// The port's counters.
+    /// The port's counters of the wire's backpressure.
     pub wire: WireCounters,
+    /// The port's packet and byte counts.
+    pub port: PortCounters,
     /// Why the port is down for good, naming its inbox segment, which a stray write corrupted
     /// (`IBV_EVENT_PORT_ERR` was queued when the NIC thread found it, and `ibv_query_port`
     /// says `PORT_DOWN`); None while the port is up.
@@ -198,6 +204,8 @@ pub(crate) struct Core {
     /// The capture file this device writes to (`SOFTVERBS_PCAP`, `--pcap`): its tap is part of
     /// every tap the device has.
     capture: Option<Arc<Capture>>,
+    /// The port's own counters ([`DeviceStats::port`]); the engine's wire adds to them too.
+    tally: Arc<Tally>,
 }
 
 /// A started device: the shared core plus the NIC thread, joined on drop so that the port (and
@@ -229,7 +237,9 @@ impl Device {
             c.join(ip_of_lid(port.lid()));
         }
         let tap = capture.as_ref().map(capture_tap);
-        nic.set_wire(Some(PortWire::lend(&port, tap.clone())));
+        let tally = Arc::new(Tally::default());
+        nic.set_wire(Some(PortWire::lend(&port, tap.clone(), &tally)));
+        port.set_label(&name);
         let core = Arc::new(Core {
             name,
             serial: DEVICES_STARTED.fetch_add(1, Ordering::Relaxed),
@@ -258,7 +268,13 @@ impl Device {
             spin: env.spin,
             standby: env.standby,
             capture,
+            tally,
         });
+        {
+            // Readers see every counter from the start, zero until the port does something.
+            let st = core.lock();
+            core.publish_counters(&st.nic, &st.wire);
+        }
         let for_thread = core.clone();
         let handle = std::thread::Builder::new()
             .name(format!("{}-nic", core.name))
@@ -308,7 +324,7 @@ impl Core {
         };
         let mut st = self.lock();
         // A fresh wire with the tap on its sends (it reconnects to peers on demand).
-        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone())));
+        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone(), &self.tally)));
         st.tap = tap;
     }
 
@@ -323,9 +339,19 @@ impl Core {
         DeviceStats {
             nic: st.nic.stats().clone(),
             wire: st.wire,
+            port: self.tally.snapshot(),
             port_error: self.port_error.get().cloned(),
             peer_problem: self.port.peer_problem(),
         }
+    }
+
+    /// Publishes the port's counters where other processes read them (the inbox segment's
+    /// counters block, for `softverbs counters`): a few dozen relaxed stores, no system call.
+    /// Called once per [`TIMER_CHECK_EVERY`] rounds and before the NIC thread parks, never
+    /// per packet.
+    fn publish_counters(&self, nic: &Nic, wire: &WireCounters) {
+        let values = counters::values(nic.stats(), wire, &self.tally.snapshot(), self.port_down());
+        self.port.publish(&values);
     }
 
     /// A progress round run by a verbs call on the program's thread (the caller holds the
@@ -403,7 +429,9 @@ impl Core {
         };
         let mut clock = || self.now();
         let mut now = Now::Lazy(&mut clock);
+        let tally = &self.tally;
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
+            tally.received(pkt.len());
             if let Some(t) = tap {
                 t(TapDir::Rx, pkt);
             }
@@ -414,6 +442,7 @@ impl Core {
         *rounds_since_clock += 1;
         if *rounds_since_clock >= TIMER_CHECK_EVERY {
             *rounds_since_clock = 0;
+            self.publish_counters(nic, wire);
             if let Some(due) = nic.next_timeout() {
                 let now = now.get();
                 if due <= now {
@@ -527,6 +556,8 @@ impl Core {
     fn park_budget(&self) -> (Duration, u64) {
         let now = self.now();
         let mut st = self.lock();
+        // Idle: what the port did so far is what another process reads while it sleeps.
+        self.publish_counters(&st.nic, &st.wire);
         // Timers that posts armed without the clock start now, at the latest.
         st.nic.stamp_timers(now);
         let latest = match st.backlog.is_empty() {

@@ -7,6 +7,7 @@
 //! fabric assigns, and a NIC thread); later opens share it, as contexts of one real device do.
 
 mod capture;
+pub mod counters;
 mod device;
 mod env;
 mod port;
@@ -24,7 +25,8 @@ use verbs_api::{
     AsyncEvent, CompChannel, CompletionQueue, DeviceInfo, Errno, Error, Result, WorkCompletion,
 };
 
-pub use device::{DeviceStats, Tap, TapDir, WireCounters};
+pub use counters::WireCounters;
+pub use device::{DeviceStats, Tap, TapDir};
 pub use env::{
     EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES, PID_PLACEHOLDER,
 };
