@@ -8,6 +8,7 @@
 //! - [`soft`]: the `soft` backend, which drives engines over a wire with real time.
 
 pub mod engine;
+pub mod fault;
 pub mod packet;
 mod small_copy;
 pub mod soft;
