@@ -208,6 +208,22 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs fabric [list]", Plan::Run(FABRIC)),
     ("softverbs fabric clean", Plan::Run(FABRIC)),
     ("softverbs sim SCENARIO.toml", Plan::Run(SIM)),
+    (
+        "SOFTVERBS_FAULTS='seed=7 loss=5%' softverbs pingpong",
+        Plan::NotRun("a Form sets no environment; sim/tests/faults_real.rs runs a pingpong pair under this plan"),
+    ),
+    (
+        "SOFTVERBS_FAULTS='tx:dup=1% rx:corrupt=0.1% reorder=50us drop=ack#3' softverbs demo",
+        Plan::NotRun("a Form sets no environment; sim/tests/faults_real.rs runs the demo under this plan"),
+    ),
+    (
+        "SOFTVERBS_FAULTS='softverbs0:fail@2s' softverbs pingpong localhost",
+        Plan::NotRun("sim/tests/faults_real.rs fails a port with fail@ and checks PORT_ERR and RETRY_EXC_ERR"),
+    ),
+    (
+        "SOFTVERBS_FAULTS=@plan.toml softverbs pingpong",
+        Plan::NotRun("the plan file is the reader's; nic-model's soft::faults tests parse a TOML plan"),
+    ),
     ("softverbs counters", Plan::Run(&[Form(&["counters"], "live port", &[])])),
     ("softverbs counters --json", Plan::Run(&[Form(&["counters", "--json"], "\"ports\":[", &[])])),
     (
@@ -455,6 +471,7 @@ const GROUPS: [&[&str]; 4] = [
         "softverbs -v",
         "RUST_LOG=",
         "SOFTVERBS_PCAP=",
+        "SOFTVERBS_FAULTS=",
         "tshark ",
     ],
     &["softverbs pingpong"],

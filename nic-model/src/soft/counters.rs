@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::faults::FaultCounters;
 use crate::engine::NicStats;
 
 /// One counter: its name as `softverbs counters` shows it, and what it counts.
@@ -53,6 +54,15 @@ counters! {
     "drop_ud_inbox_full": "UD datagrams dropped: the peer's inbox was full",
     "drop_unreachable": "datagrams for no live port (lost, as on a dead link)",
     "backpressured": "RC/UC datagrams that waited for room in a full inbox",
+    "fault_loss_tx": "SOFTVERBS_FAULTS: packets lost on the way out",
+    "fault_loss_rx": "SOFTVERBS_FAULTS: packets lost on the way in",
+    "fault_duplicate": "SOFTVERBS_FAULTS: copies made",
+    "fault_reorder": "SOFTVERBS_FAULTS: packets held for a reorder jitter",
+    "fault_corrupt": "SOFTVERBS_FAULTS: bits flipped",
+    "fault_truncate": "SOFTVERBS_FAULTS: packets cut short",
+    "fault_drop_nth": "SOFTVERBS_FAULTS: packets dropped by drop=KIND#K",
+    "fault_pause": "SOFTVERBS_FAULTS: packets dropped while the port was paused",
+    "fault_port_failed": "SOFTVERBS_FAULTS: packets dropped after fail@",
 }
 
 /// The index of the counter named `name` in [`COUNTERS`].
@@ -143,6 +153,7 @@ pub fn values(
     nic: &NicStats,
     wire: &WireCounters,
     port: &PortCounters,
+    faults: &FaultCounters,
     link_downed: bool,
 ) -> [u64; COUNT] {
     [
@@ -173,6 +184,15 @@ pub fn values(
         wire.ud_dropped_inbox_full,
         port.unreachable,
         wire.backpressured,
+        faults.loss_tx,
+        faults.loss_rx,
+        faults.duplicate,
+        faults.reorder,
+        faults.corrupt,
+        faults.truncate,
+        faults.drop_nth,
+        faults.pause,
+        faults.port_failed,
     ]
 }
 
@@ -194,7 +214,8 @@ mod tests {
             unreachable: 4,
             ..PortCounters::default()
         };
-        let v = values(&nic, &wire, &port, true);
+        let faults = FaultCounters { loss_rx: 6, port_failed: 2, ..FaultCounters::default() };
+        let v = values(&nic, &wire, &port, &faults, true);
         let at = |n: &str| v[index_of(n).expect(n)];
         assert_eq!(at("sent_pkts"), 5);
         assert_eq!(at("rcvd_bad_icrc"), 2);
@@ -205,5 +226,6 @@ mod tests {
         assert_eq!(at("port_rcv_packets"), 9);
         assert_eq!(at("drop_unreachable"), 4);
         assert_eq!(at("link_downed"), 1);
+        assert_eq!((at("fault_loss_rx"), at("fault_port_failed")), (6, 2));
     }
 }

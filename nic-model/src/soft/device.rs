@@ -23,6 +23,7 @@ use verbs_api::{AsyncElement, AsyncEvent};
 
 use super::capture::Capture;
 use super::counters::{self, PortCounters, Tally, WireCounters};
+use super::faults::{Dir, FaultCounters, PortFaults, Verdict};
 use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
 use crate::engine::Wire;
@@ -93,21 +94,28 @@ pub(crate) struct PortWire {
     tap: Option<Tap>,
     /// The device's port counters (what went into a peer's inbox, and what was unreachable).
     tally: Arc<Tally>,
+    /// The port's faults (`SOFTVERBS_FAULTS`), if it has a plan.
+    faults: Option<Arc<Mutex<PortFaults>>>,
 }
 
 impl PortWire {
-    fn lend(port: &Arc<dyn Port>, tap: Option<Tap>, tally: &Arc<Tally>) -> Box<dyn Wire> {
+    fn lend(
+        port: &Arc<dyn Port>,
+        tap: Option<Tap>,
+        tally: &Arc<Tally>,
+        faults: &Option<Arc<Mutex<PortFaults>>>,
+    ) -> Box<dyn Wire> {
         Box::new(PortWire {
             port: port.clone(),
             links: Links::default(),
             tap,
             tally: tally.clone(),
+            faults: faults.clone(),
         })
     }
-}
 
-impl Wire for PortWire {
-    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+    #[inline]
+    fn send_clean(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         let outcome = self.port.send(&mut self.links, dst, datagram);
         match outcome {
             SendOutcome::Sent => {
@@ -120,6 +128,39 @@ impl Wire for PortWire {
             SendOutcome::Full => {}
         }
         outcome
+    }
+
+    /// A send under a fault plan: lost (as on a link, the sender does not know), held for
+    /// its jitter, or sent (changed, and copied, as the plan's dice say).
+    #[cold]
+    fn send_faulted(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let Some(f) = &self.faults else { return self.send_clean(dst, datagram) };
+        let verdict = lock_faults(f).judge(Dir::Tx, dst, datagram);
+        match verdict {
+            Verdict::Drop | Verdict::Held => SendOutcome::Sent,
+            Verdict::Pass { altered, dup } => {
+                let bytes = altered.as_deref().unwrap_or(datagram);
+                let outcome = self.send_clean(dst, bytes);
+                if dup && outcome == SendOutcome::Sent {
+                    let _ = self.send_clean(dst, bytes);
+                }
+                outcome
+            }
+        }
+    }
+}
+
+fn lock_faults(f: &Mutex<PortFaults>) -> MutexGuard<'_, PortFaults> {
+    f.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Wire for PortWire {
+    #[inline]
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        if self.faults.is_some() {
+            return self.send_faulted(dst, datagram);
+        }
+        self.send_clean(dst, datagram)
     }
 }
 
@@ -143,6 +184,8 @@ pub struct DeviceStats {
     pub wire: WireCounters,
     /// The port's packet and byte counts.
     pub port: PortCounters,
+    /// The faults its plan injected (`SOFTVERBS_FAULTS`); zero without one.
+    pub faults: FaultCounters,
     /// Why the port is down for good, naming its inbox segment, which a stray write corrupted
     /// (`IBV_EVENT_PORT_ERR` was queued when the NIC thread found it, and `ibv_query_port`
     /// says `PORT_DOWN`); None while the port is up.
@@ -206,6 +249,9 @@ pub(crate) struct Core {
     capture: Option<Arc<Capture>>,
     /// The port's own counters ([`DeviceStats::port`]); the engine's wire adds to them too.
     tally: Arc<Tally>,
+    /// The port's faults (`SOFTVERBS_FAULTS`), shared with the wire lent to the engine; None
+    /// without a plan, and then the packet paths never look further.
+    faults: Option<Arc<Mutex<PortFaults>>>,
 }
 
 /// A started device: the shared core plus the NIC thread, joined on drop so that the port (and
@@ -232,13 +278,15 @@ impl Device {
         port: Arc<dyn Port>,
         env: &super::EnvConfig,
         capture: Option<Arc<Capture>>,
+        faults: Option<PortFaults>,
     ) -> Arc<Device> {
+        let faults = faults.map(|f| Arc::new(Mutex::new(f)));
         if let Some(c) = &capture {
             c.join(ip_of_lid(port.lid()));
         }
         let tap = capture.as_ref().map(capture_tap);
         let tally = Arc::new(Tally::default());
-        nic.set_wire(Some(PortWire::lend(&port, tap.clone(), &tally)));
+        nic.set_wire(Some(PortWire::lend(&port, tap.clone(), &tally, &faults)));
         port.set_label(&name);
         let core = Arc::new(Core {
             name,
@@ -269,6 +317,7 @@ impl Device {
             standby: env.standby,
             capture,
             tally,
+            faults,
         });
         {
             // Readers see every counter from the start, zero until the port does something.
@@ -324,7 +373,7 @@ impl Core {
         };
         let mut st = self.lock();
         // A fresh wire with the tap on its sends (it reconnects to peers on demand).
-        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone(), &self.tally)));
+        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone(), &self.tally, &self.faults)));
         st.tap = tap;
     }
 
@@ -340,6 +389,7 @@ impl Core {
             nic: st.nic.stats().clone(),
             wire: st.wire,
             port: self.tally.snapshot(),
+            faults: self.fault_counts(),
             port_error: self.port_error.get().cloned(),
             peer_problem: self.port.peer_problem(),
         }
@@ -350,8 +400,81 @@ impl Core {
     /// Called once per [`TIMER_CHECK_EVERY`] rounds and before the NIC thread parks, never
     /// per packet.
     fn publish_counters(&self, nic: &Nic, wire: &WireCounters) {
-        let values = counters::values(nic.stats(), wire, &self.tally.snapshot(), self.port_down());
+        let values = counters::values(
+            nic.stats(),
+            wire,
+            &self.tally.snapshot(),
+            &self.fault_counts(),
+            self.port_down(),
+        );
         self.port.publish(&values);
+    }
+
+    /// What the port's fault plan did so far (zero without one).
+    fn fault_counts(&self) -> FaultCounters {
+        self.faults.as_deref().map_or_else(FaultCounters::default, |f| lock_faults(f).counts)
+    }
+
+    /// A received datagram under a fault plan: lost, held for its jitter, or handed to the
+    /// engine (changed, and twice, as the plan's dice say).
+    #[cold]
+    fn receive_faulted(
+        &self,
+        f: &Mutex<PortFaults>,
+        nic: &mut Nic,
+        now: &mut Now<'_>,
+        tap: &Option<Tap>,
+        pkt: &[u8],
+    ) {
+        let verdict = lock_faults(f).judge(Dir::Rx, [0; 4], pkt);
+        if let Verdict::Pass { altered, dup } = verdict {
+            let bytes = altered.as_deref().unwrap_or(pkt);
+            for _ in 0..1 + usize::from(dup) {
+                self.tally.received(bytes.len());
+                if let Some(t) = tap {
+                    t(TapDir::Rx, bytes);
+                }
+                nic.handle_packet_at(now, bytes);
+            }
+        }
+    }
+
+    /// Sends or hands to the engine the packets the fault plan held for their reorder jitter
+    /// whose time has come; whether there were any.
+    #[cold]
+    fn release_held(
+        &self,
+        f: &Mutex<PortFaults>,
+        nic: &mut Nic,
+        now: &mut Now<'_>,
+        tap: &Option<Tap>,
+    ) -> bool {
+        let mut did = false;
+        loop {
+            let mut g = lock_faults(f);
+            let Some(h) = g.take_due() else { break };
+            did = true;
+            match h.dir {
+                Dir::Tx => {
+                    let faults = &mut *g;
+                    if self.port.send(&mut faults.links, h.dst, &h.data) == SendOutcome::Sent {
+                        self.tally.sent(h.data.len());
+                        if let Some(t) = tap {
+                            t(TapDir::Tx, &h.data);
+                        }
+                    }
+                }
+                Dir::Rx => {
+                    drop(g);
+                    self.tally.received(h.data.len());
+                    if let Some(t) = tap {
+                        t(TapDir::Rx, &h.data);
+                    }
+                    nic.handle_packet_at(now, &h.data);
+                }
+            }
+        }
+        did
     }
 
     /// A progress round run by a verbs call on the program's thread (the caller holds the
@@ -386,7 +509,18 @@ impl Core {
         if self.port_error.get().is_some() {
             return;
         }
-        let Some(why) = self.port.check() else { return };
+        let why = match (self.port.check(), &self.faults) {
+            (Some(why), _) => why,
+            (None, Some(f)) if lock_faults(f).fail_due() => {
+                let at = lock_faults(f).fail_at().unwrap_or(0);
+                format!(
+                    "failed by the fault plan (SOFTVERBS_FAULTS fail@{} ms): nothing goes in \
+                     or out any more",
+                    at / 1_000_000
+                )
+            }
+            _ => return,
+        };
         if self.port_error.set(format!("{}: port 1 is down: {why}", self.name)).is_ok() {
             tracing::warn!(device = %self.name, port = 1, reason = %why, "port error: the port is down");
             let ev = AsyncEvent {
@@ -430,15 +564,23 @@ impl Core {
         let mut clock = || self.now();
         let mut now = Now::Lazy(&mut clock);
         let tally = &self.tally;
+        let faults = self.faults.as_deref();
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
-            tally.received(pkt.len());
-            if let Some(t) = tap {
-                t(TapDir::Rx, pkt);
+            if let Some(f) = faults {
+                self.receive_faulted(f, nic, &mut now, tap, pkt);
+            } else {
+                tally.received(pkt.len());
+                if let Some(t) = tap {
+                    t(TapDir::Rx, pkt);
+                }
+                nic.handle_packet_at(&mut now, pkt);
             }
-            nic.handle_packet_at(&mut now, pkt);
             completions_before.is_none_or(|before| nic.completions_pending() == before)
         });
         did |= received > 0;
+        if let Some(f) = faults {
+            did |= self.release_held(f, nic, &mut now, tap);
+        }
         *rounds_since_clock += 1;
         if *rounds_since_clock >= TIMER_CHECK_EVERY {
             *rounds_since_clock = 0;
@@ -564,7 +706,14 @@ impl Core {
             true => now + MAX_PARK.as_nanos() as u64,
             false => now + BACKLOG_RETRY.as_nanos() as u64,
         };
-        let until = st.nic.next_timeout().map_or(latest, |t| t.min(latest));
+        let mut until = st.nic.next_timeout().map_or(latest, |t| t.min(latest));
+        if let Some(f) = &self.faults {
+            // Held packets and the fail time wake the thread too.
+            let g = lock_faults(f);
+            if let Some(d) = g.next_deadline() {
+                until = until.min(now + d.saturating_sub(g.elapsed_ns()));
+            }
+        }
         (Duration::from_nanos(until.saturating_sub(now)), until)
     }
 }
