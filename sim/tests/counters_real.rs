@@ -184,3 +184,37 @@ fn counters_of_another_process_match_the_engines_counts_exactly() {
     }
     dir.wait_empty(Duration::from_secs(5)).expect("no segment left");
 }
+
+#[test]
+fn a_dead_owners_segment_is_not_shown_and_says_why() {
+    let dir = FabricDir::create(&format!("softverbs-counters-dead-{}", std::process::id()))
+        .expect("creating the fabric directory");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["demo", "--target", "-d", "softverbs0", "--fabric"]).arg(dir.path());
+    let mut target = Peer::spawn("the target", cmd, Stderr::Capture).expect("starting the target");
+    let pid = target.pid().expect("a process");
+    // Its INFO line comes once its device, and so its segment, exists.
+    target.expect_line("INFO ", WAIT).expect("the target's INFO");
+    target.kill();
+    let (status, out, err) = counters(&dir, &[]);
+    assert_eq!(status, 0, "{err}");
+    assert!(out.contains(": no live ports\n"), "{out}");
+    let note =
+        out.lines().find(|l| l.starts_with("not shown: ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        note.ends_with(&format!(
+            "port-1.inbox: owner pid {pid} is dead (`softverbs fabric clean` removes it)"
+        )),
+        "{note}"
+    );
+    let (status, json, err) = counters(&dir, &["--json"]);
+    assert_eq!(status, 0, "{err}");
+    assert!(json.contains("\"ports\":[],\"not_shown\":[{\"path\":"), "{json}");
+    let clean = Command::new(BIN)
+        .args(["fabric", "clean", "--fabric"])
+        .arg(dir.path())
+        .output()
+        .expect("running softverbs fabric clean");
+    assert!(clean.status.success());
+    dir.wait_empty(Duration::from_secs(5)).expect("no segment left");
+}

@@ -150,6 +150,12 @@ fn rc_moves_a_pattern_through_five_percent_loss_each_way() {
         let mine = soft.stats("softverbs0").unwrap();
         assert!(mine.nic.retransmits > 0, "losses were recovered by retransmission: {mine:?}");
         assert_eq!(mine.faults, Default::default(), "this process has no plan");
+        // What another process sees: this port's retransmissions, the target's injected drops.
+        let deadline = Instant::now() + WAIT;
+        while counters_of(&dir, std::process::id())["retransmitted_pkts"] != mine.nic.retransmits {
+            assert!(Instant::now() < deadline, "the counters never showed the retransmissions");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let theirs = counters_of(&dir, target_pid);
         assert!(theirs["fault_loss_tx"] > 0 && theirs["fault_loss_rx"] > 0, "{theirs:?}");
         assert_eq!(theirs["fault_duplicate"] + theirs["fault_corrupt"], 0, "{theirs:?}");

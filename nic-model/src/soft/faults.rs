@@ -548,6 +548,26 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_port_drops_both_ways_and_a_failed_one_for_good() {
+        let mut f =
+            FaultPlan::parse("pause=3600s@0s").unwrap().for_device("softverbs0", 1).unwrap();
+        assert!(matches!(f.judge(Dir::Tx, [0; 4], &[0; 48]), Verdict::Drop));
+        assert!(matches!(f.judge(Dir::Rx, [0; 4], &[0; 48]), Verdict::Drop));
+        assert_eq!(f.counts.pause, 2);
+        assert!(!f.fail_due());
+        let mut f = FaultPlan::parse("fail@0s").unwrap().for_device("softverbs0", 1).unwrap();
+        assert!(f.fail_due());
+        assert!(matches!(f.judge(Dir::Tx, [0; 4], &[0; 48]), Verdict::Drop));
+        assert_eq!((f.counts.port_failed, f.next_deadline()), (1, None));
+        let mut f =
+            FaultPlan::parse("pause=1ms@3600s").unwrap().for_device("softverbs0", 1).unwrap();
+        assert!(matches!(
+            f.judge(Dir::Tx, [0; 4], &[0; 48]),
+            Verdict::Pass { altered: None, dup: false }
+        ));
+    }
+
+    #[test]
     fn the_kth_packet_of_a_kind_is_dropped_once_and_counted() {
         let p = FaultPlan::parse("drop=ack#2").unwrap();
         let mut f = p.for_device("softverbs0", 1).unwrap();
