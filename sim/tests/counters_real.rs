@@ -218,3 +218,17 @@ fn a_dead_owners_segment_is_not_shown_and_says_why() {
     assert!(clean.status.success());
     dir.wait_empty(Duration::from_secs(5)).expect("no segment left");
 }
+
+#[test]
+fn the_guide_names_every_counter() {
+    let guide = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide.md");
+    let text = std::fs::read_to_string(&guide).expect("reading docs/guide.md");
+    for c in COUNTERS {
+        assert!(
+            text.contains(&format!("| `{}` | {} |", c.name, c.what.replace('|', "\\|"))),
+            "docs/guide.md's counter table lacks {} ({})",
+            c.name,
+            c.what
+        );
+    }
+}
