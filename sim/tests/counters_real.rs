@@ -133,6 +133,8 @@ fn counters_of_another_process_match_the_engines_counts_exactly() {
             assert_eq!(mine.get(c.name), Some(&v), "{}: {json}", c.name);
         }
         assert!(json.contains("\"device\":\"softverbs0\",\"port\":1"), "{json}");
+        let gid = softverbs_sim::cmd::gid_ntop(&ctx.query_gid(1, 0).expect("the port's GID"));
+        assert!(json.contains(&format!("\"gid\":\"{gid}\",\"pid\":{me},")), "{gid}: {json}");
         assert_eq!(mine["sent_pkts"], WRITES + 1);
         assert_eq!(mine["retransmitted_pkts"], 0);
         // The target saw the mirror image: every packet sent arrived, every ACK came back.

@@ -69,6 +69,8 @@ pub struct SegmentInfo {
 pub struct PublishedCounters {
     pub lid: u16,
     pub owner_pid: u32,
+    /// The port's GID, as its segment header carries it.
+    pub gid: [u8; 16],
     /// The owner's device name (`softverbs0`), empty if it has not written one yet.
     pub label: String,
     /// The counter words, in the owner's order (`soft::counters::COUNTERS`).
@@ -345,6 +347,7 @@ impl Fabric {
         Ok(PublishedCounters {
             lid,
             owner_pid: header.owner_pid,
+            gid: header.gid,
             label: String::from_utf8_lossy(&label[..end]).into_owned(),
             values,
         })

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use nic_model::soft::counters::{COUNT, COUNTERS};
 use nic_model::wire::{Fabric, PublishedCounters};
 
-use super::{output_error, CliError};
+use verbs_api::Gid;
+
+use super::{gid_ntop, output_error, CliError};
 
 /// `softverbs counters`'s options.
 #[derive(clap::Args, Debug, Clone)]
@@ -191,6 +193,7 @@ fn show(
         };
         head("device", &|p| format!("{}/1", p.device()));
         head("LID", &|p| p.c.lid.to_string());
+        head("GID", &|p| gid_ntop(&Gid(p.c.gid)));
         head("pid", &|p| p.c.owner_pid.to_string());
         for (i, c) in COUNTERS.iter().enumerate() {
             let mut r = vec![c.name.to_string()];
@@ -259,9 +262,10 @@ fn to_json(shown: &str, s: &Sample, prev: Option<&Sample>, secs: Option<f64>) ->
         }
         let _ = write!(
             o,
-            "{{\"device\":{},\"port\":1,\"lid\":{},\"pid\":{},\"counters\":{{",
+            "{{\"device\":{},\"port\":1,\"lid\":{},\"gid\":{},\"pid\":{},\"counters\":{{",
             json_str(&p.c.label),
             p.c.lid,
+            json_str(&gid_ntop(&Gid(p.c.gid))),
             p.c.owner_pid
         );
         let fields: Vec<String> = (0..COUNT)
