@@ -207,7 +207,15 @@ fn a_failed_port_gets_port_err_and_its_sends_retry_exc_err() {
             stats.port_error.as_deref().is_some_and(|e| e.contains("fail@1500 ms")),
             "{stats:?}"
         );
-        let mine = counters_of(&dir, std::process::id());
+        // The owner publishes when its NIC thread idles: wait (bounded) until it has.
+        let deadline = Instant::now() + WAIT;
+        let mine = loop {
+            let mine = counters_of(&dir, std::process::id());
+            if mine["retry_exceeded_err"] == 1 || Instant::now() > deadline {
+                break mine;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         assert_eq!((mine["link_downed"], mine["retry_exceeded_err"]), (1, 1), "{mine:?}");
         assert!(mine["fault_port_failed"] >= 3, "{mine:?}");
         // The target's receive was never used: finish it with the SEND from a fresh run is not
@@ -272,7 +280,8 @@ fn the_guides_plans_run_the_demo_and_a_pingpong_pair_to_the_end() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port().to_string()
     };
-    let common = ["pingpong", "-p", &port, "-n", "200", "-s", "256", "--timeout", "30"];
+    // -g 0: address the peer by GID, as a RoCE port needs.
+    let common = ["pingpong", "-p", &port, "-g", "0", "-n", "200", "-s", "256", "--timeout", "30"];
     let fabric = dir.path().to_str().unwrap().to_string();
     let spawn = |extra: &[&str]| {
         let mut cmd = Command::new(BIN);
