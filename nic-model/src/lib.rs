@@ -10,6 +10,7 @@
 
 pub mod cost;
 pub mod engine;
+pub mod fault;
 pub mod packet;
 mod small_copy;
 pub mod soft;

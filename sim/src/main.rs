@@ -24,6 +24,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use softverbs_sim::cmd::counters::{self, CountersArgs};
 use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
 use softverbs_sim::cmd::fabric::{self, FabricAction};
 use softverbs_sim::cmd::logs::{self, LogOpt};
@@ -135,6 +136,19 @@ enum Cmd {
         #[command(flatten)]
         log: LogOpt,
     },
+    /// Show every live port's counters on the fabric (like perfquery / rdma statistic).
+    ///
+    /// Packets and bytes each way, retransmissions, timeouts, NAKs, duplicates and drops by
+    /// cause, named as rdma-core's port counters and rxe's and mlx5's hardware counters name
+    /// them; each port's owner publishes them in its inbox segment.
+    Counters {
+        #[command(flatten)]
+        args: CountersArgs,
+        #[command(flatten)]
+        fabric: FabricOpt,
+        #[command(flatten)]
+        log: LogOpt,
+    },
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
@@ -156,6 +170,7 @@ impl Cmd {
             | Cmd::Learn { log, .. }
             | Cmd::Perf { log, .. }
             | Cmd::Sim { log, .. }
+            | Cmd::Counters { log, .. }
             | Cmd::Fabric { log, .. } => log.verbose,
             Cmd::Devinfo { .. } => 0,
         }
@@ -170,6 +185,7 @@ impl Cmd {
             Cmd::Learn { .. } => "learn",
             Cmd::Perf { .. } => "perf",
             Cmd::Sim { .. } => "sim",
+            Cmd::Counters { .. } => "counters",
             Cmd::Fabric { .. } => "fabric",
         }
     }
@@ -221,6 +237,9 @@ fn main() -> ExitCode {
         Cmd::Learn { args, log: _ } => report("learn", learn::run(&args, &mut stdout)),
         Cmd::Perf { args, log: _ } => perf::main(args),
         Cmd::Sim { args, log: _ } => sim::main(args),
+        Cmd::Counters { args, fabric, log: _ } => {
+            report("counters", counters::counters(fabric.dir(), &args, &mut stdout))
+        }
         Cmd::Fabric { action, fabric, log: _ } => report(
             "fabric",
             fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),

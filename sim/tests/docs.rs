@@ -234,6 +234,32 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs fabric clean", Plan::Run(FABRIC)),
     ("softverbs sim SCENARIO.toml", Plan::Run(SIM)),
     (
+        "SOFTVERBS_FAULTS='seed=7 loss=5%' softverbs pingpong -g 1",
+        Plan::NotRun("a Form sets no environment; sim/tests/faults_real.rs runs a pingpong pair under this plan"),
+    ),
+    (
+        "SOFTVERBS_FAULTS='tx:dup=1% rx:corrupt=0.1% reorder=50us drop=ack#3' softverbs demo",
+        Plan::NotRun("a Form sets no environment; sim/tests/faults_real.rs runs the demo under this plan"),
+    ),
+    (
+        "SOFTVERBS_FAULTS='softverbs0:fail@2s' softverbs pingpong -g 1 localhost",
+        Plan::NotRun("sim/tests/faults_real.rs fails a port with fail@ and checks PORT_ERR and RETRY_EXC_ERR"),
+    ),
+    (
+        "SOFTVERBS_FAULTS=@plan.toml softverbs pingpong -g 1",
+        Plan::NotRun("the plan file is the reader's; nic-model's soft::faults tests parse a TOML plan"),
+    ),
+    ("softverbs counters", Plan::Run(&[Form(&["counters"], "live port", &[])])),
+    ("softverbs counters --json", Plan::Run(&[Form(&["counters", "--json"], "\"ports\":[", &[])])),
+    (
+        "softverbs counters -d softverbs0 --watch 1",
+        Plan::NotRun("-d needs a live port; sim/tests/counters_real.rs runs -d and --watch against a real peer"),
+    ),
+    (
+        "softverbs counters [-d DEV] [--watch [SECS]] [--count N] [--json]",
+        Plan::Run(&[Form(&["counters", "--watch", "0.05", "--count", "2"], "live port", &[])]),
+    ),
+    (
         "softverbs demo --in-process --pcap /tmp/demo.pcap",
         Plan::NotRun("sim/tests/pcap_real.rs runs it on a private path and checks the file with tshark"),
     ),
@@ -513,11 +539,12 @@ const GROUPS: [&[&str]; 5] = [
         "softverbs -v",
         "RUST_LOG=",
         "SOFTVERBS_PCAP=",
+        "SOFTVERBS_FAULTS=",
         "tshark ",
     ],
     &["softverbs pingpong"],
     &["softverbs perf"],
-    &["softverbs fabric", "softverbs sim"],
+    &["softverbs fabric", "softverbs sim", "softverbs counters"],
     &["softverbs learn"],
 ];
 

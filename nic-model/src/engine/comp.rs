@@ -82,6 +82,7 @@ fn on_aeth(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, aeth: Aeth) 
             if qp.req.rnr_left == 0 {
                 tracing::warn!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
                     rnr_retry = qp.attr.rnr_retry, "RNR retries exhausted");
+                hca.stats.rnr_retry_exceeded += 1;
                 fail_front(qp, hca, WcStatus::RnrRetryExcErr);
                 return;
             }
@@ -105,7 +106,10 @@ fn on_aeth(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, aeth: Aeth) 
                 return;
             }
             match code {
-                NakCode::PsnSequenceError => start_retry(qp, hca, now, false),
+                NakCode::PsnSequenceError => {
+                    hca.stats.seq_naks_received += 1;
+                    start_retry(qp, hca, now, false)
+                }
                 NakCode::InvalidRequest => fail_front(qp, hca, WcStatus::RemInvReqErr),
                 NakCode::RemoteAccessError => fail_front(qp, hca, WcStatus::RemAccessErr),
                 NakCode::RemoteOperationalError | NakCode::InvalidRdRequest => {
@@ -281,6 +285,7 @@ fn start_retry(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, timeout: bool) {
         tracing::warn!(device = %hca.cfg.name, qpn = %Hex(qp.qpn),
             psn = %Hex(qp.req.comp_psn.value()), cause, retry_cnt = qp.attr.retry_cnt,
             "transport retries exhausted");
+        hca.stats.retry_exceeded += 1;
         fail_front(qp, hca, WcStatus::RetryExcErr);
         return;
     }
@@ -288,6 +293,7 @@ fn start_retry(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, timeout: bool) {
         qp.req.retry_left -= 1;
     }
     qp.req.retrying_from = Some(qp.req.comp_psn);
+    hca.stats.retries += 1;
     tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(qp.req.comp_psn.value()),
         cause, retry_left = qp.req.retry_left, "retransmitting from the oldest unacknowledged PSN");
     go_back(qp);

@@ -145,8 +145,20 @@ pub struct NicStats {
     pub retransmits: u64,
     /// Local ACK timeouts that fired.
     pub timeouts: u64,
+    /// Go-back-N restarts, each spending one of the QP's `retry_cnt` (after a timeout, a
+    /// sequence-error NAK or a response showing a loss); rxe's `completer_retry_err`.
+    pub retries: u64,
+    /// Send WQEs failed with `IBV_WC_RETRY_EXC_ERR` (rxe's `retry_exceeded_err`).
+    pub retry_exceeded: u64,
+    /// Send WQEs failed with `IBV_WC_RNR_RETRY_EXC_ERR` (rxe's `retry_rnr_exceeded_err`).
+    pub rnr_retry_exceeded: u64,
+    /// RC requests that arrived ahead of the expected PSN, each one (rxe's
+    /// `out_of_seq_request`); one sequence-error NAK answers a run of them.
+    pub rx_out_of_sequence: u64,
     /// PSN-sequence-error NAKs sent.
     pub seq_naks_sent: u64,
+    /// PSN-sequence-error NAKs received (rxe's `rcvd_seq_err`).
+    pub seq_naks_received: u64,
     /// RNR NAKs sent.
     pub rnr_naks_sent: u64,
     /// RNR NAKs received.

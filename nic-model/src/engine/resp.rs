@@ -30,6 +30,7 @@ pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], p
     let psn = pkt.bth.psn;
     let d = psn.diff(qp.resp.epsn);
     if d > 0 {
+        hca.stats.rx_out_of_sequence += 1;
         if !qp.resp.nak_sent {
             qp.resp.nak_sent = true;
             hca.stats.seq_naks_sent += 1;

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use verbs_api::{AsyncElement, AsyncEvent};
 
 use super::capture::Capture;
+use super::counters::{self, PortCounters, Tally, WireCounters};
+use super::faults::{Dir, FaultCounters, PortFaults, Verdict};
 use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
@@ -91,21 +93,75 @@ pub(crate) struct PortWire {
     /// The port's connections to the inboxes this device sends to.
     links: Links,
     tap: Option<Tap>,
+    /// The device's port counters (what went into a peer's inbox, and what was unreachable).
+    tally: Arc<Tally>,
+    /// The port's faults (`SOFTVERBS_FAULTS`), if it has a plan.
+    faults: Option<Arc<Mutex<PortFaults>>>,
 }
 
 impl PortWire {
-    fn lend(port: &Arc<dyn Port>, tap: Option<Tap>) -> Box<dyn Wire> {
-        Box::new(PortWire { port: port.clone(), links: Links::default(), tap })
+    fn lend(
+        port: &Arc<dyn Port>,
+        tap: Option<Tap>,
+        tally: &Arc<Tally>,
+        faults: &Option<Arc<Mutex<PortFaults>>>,
+    ) -> Box<dyn Wire> {
+        Box::new(PortWire {
+            port: port.clone(),
+            links: Links::default(),
+            tap,
+            tally: tally.clone(),
+            faults: faults.clone(),
+        })
+    }
+
+    #[inline]
+    fn send_clean(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let outcome = self.port.send(&mut self.links, dst, datagram);
+        match outcome {
+            SendOutcome::Sent => {
+                self.tally.sent(datagram.len());
+                if let Some(tap) = &self.tap {
+                    tap(TapDir::Tx, datagram);
+                }
+            }
+            SendOutcome::Unreachable => counters::add(&self.tally.unreachable, 1),
+            SendOutcome::Full => {}
+        }
+        outcome
+    }
+
+    /// A send under a fault plan: lost (as on a link, the sender does not know), held for
+    /// its jitter, or sent (changed, and copied, as the plan's dice say).
+    #[cold]
+    fn send_faulted(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let Some(f) = &self.faults else { return self.send_clean(dst, datagram) };
+        let verdict = lock_faults(f).judge(Dir::Tx, dst, datagram);
+        match verdict {
+            Verdict::Drop | Verdict::Held => SendOutcome::Sent,
+            Verdict::Pass { altered, dup } => {
+                let bytes = altered.as_deref().unwrap_or(datagram);
+                let outcome = self.send_clean(dst, bytes);
+                if dup && outcome == SendOutcome::Sent {
+                    let _ = self.send_clean(dst, bytes);
+                }
+                outcome
+            }
+        }
     }
 }
 
+fn lock_faults(f: &Mutex<PortFaults>) -> MutexGuard<'_, PortFaults> {
+    f.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Wire for PortWire {
+    #[inline]
     fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        let outcome = self.port.send(&mut self.links, dst, datagram);
-        if let (Some(tap), SendOutcome::Sent) = (&self.tap, outcome) {
-            tap(TapDir::Tx, datagram);
+        if self.faults.is_some() {
+            return self.send_faulted(dst, datagram);
         }
-        outcome
+        self.send_clean(dst, datagram)
     }
 }
 
@@ -120,24 +176,17 @@ pub(crate) struct State {
     wire: WireCounters,
 }
 
-/// What the device's port did with datagrams the wire refused.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WireCounters {
-    /// RC and UC datagrams that found the destination inbox full and waited in the backlog
-    /// (backpressure: they are sent later, in order, nothing is lost).
-    pub backpressured: u64,
-    /// UD datagrams dropped because the destination inbox was full, as a congested switch
-    /// drops datagrams: UD never retransmits, so this is loss the program sees.
-    pub ud_dropped_inbox_full: u64,
-}
-
 /// A snapshot of a soft device's counters ([`crate::soft::Soft::stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceStats {
     /// The engine's counters.
     pub nic: NicStats,
-    /// The port's counters.
+    /// The port's counters of the wire's backpressure.
     pub wire: WireCounters,
+    /// The port's packet and byte counts.
+    pub port: PortCounters,
+    /// The faults its plan injected (`SOFTVERBS_FAULTS`); zero without one.
+    pub faults: FaultCounters,
     /// Why the port is down for good, naming its inbox segment, which a stray write corrupted
     /// (`IBV_EVENT_PORT_ERR` was queued when the NIC thread found it, and `ibv_query_port`
     /// says `PORT_DOWN`); None while the port is up.
@@ -199,6 +248,11 @@ pub(crate) struct Core {
     /// The capture file this device writes to (`SOFTVERBS_PCAP`, `--pcap`): its tap is part of
     /// every tap the device has.
     capture: Option<Arc<Capture>>,
+    /// The port's own counters ([`DeviceStats::port`]); the engine's wire adds to them too.
+    tally: Arc<Tally>,
+    /// The port's faults (`SOFTVERBS_FAULTS`), shared with the wire lent to the engine; None
+    /// without a plan, and then the packet paths never look further.
+    faults: Option<Arc<Mutex<PortFaults>>>,
 }
 
 /// A started device: the shared core plus the NIC thread, joined on drop so that the port (and
@@ -225,12 +279,16 @@ impl Device {
         port: Arc<dyn Port>,
         env: &super::EnvConfig,
         capture: Option<Arc<Capture>>,
+        faults: Option<PortFaults>,
     ) -> Arc<Device> {
+        let faults = faults.map(|f| Arc::new(Mutex::new(f)));
         if let Some(c) = &capture {
             c.join(ip_of_slot(port.lid()));
         }
         let tap = capture.as_ref().map(capture_tap);
-        nic.set_wire(Some(PortWire::lend(&port, tap.clone())));
+        let tally = Arc::new(Tally::default());
+        nic.set_wire(Some(PortWire::lend(&port, tap.clone(), &tally, &faults)));
+        port.set_label(&name);
         let core = Arc::new(Core {
             name,
             serial: DEVICES_STARTED.fetch_add(1, Ordering::Relaxed),
@@ -259,7 +317,14 @@ impl Device {
             spin: env.spin,
             standby: env.standby,
             capture,
+            tally,
+            faults,
         });
+        {
+            // Readers see every counter from the start, zero until the port does something.
+            let st = core.lock();
+            core.publish_counters(&st.nic, &st.wire);
+        }
         let for_thread = core.clone();
         let handle = std::thread::Builder::new()
             .name(format!("{}-nic", core.name))
@@ -309,7 +374,7 @@ impl Core {
         };
         let mut st = self.lock();
         // A fresh wire with the tap on its sends (it reconnects to peers on demand).
-        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone())));
+        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone(), &self.tally, &self.faults)));
         st.tap = tap;
     }
 
@@ -324,9 +389,93 @@ impl Core {
         DeviceStats {
             nic: st.nic.stats().clone(),
             wire: st.wire,
+            port: self.tally.snapshot(),
+            faults: self.fault_counts(),
             port_error: self.port_error.get().cloned(),
             peer_problem: self.port.peer_problem(),
         }
+    }
+
+    /// Publishes the port's counters where other processes read them (the inbox segment's
+    /// counters block, for `softverbs counters`): a few dozen relaxed stores, no system call.
+    /// Called once per [`TIMER_CHECK_EVERY`] rounds and before the NIC thread parks, never
+    /// per packet.
+    fn publish_counters(&self, nic: &Nic, wire: &WireCounters) {
+        let values = counters::values(
+            nic.stats(),
+            wire,
+            &self.tally.snapshot(),
+            &self.fault_counts(),
+            self.port_down(),
+        );
+        self.port.publish(&values);
+    }
+
+    /// What the port's fault plan did so far (zero without one).
+    fn fault_counts(&self) -> FaultCounters {
+        self.faults.as_deref().map_or_else(FaultCounters::default, |f| lock_faults(f).counts)
+    }
+
+    /// A received datagram under a fault plan: lost, held for its jitter, or handed to the
+    /// engine (changed, and twice, as the plan's dice say).
+    #[cold]
+    fn receive_faulted(
+        &self,
+        f: &Mutex<PortFaults>,
+        nic: &mut Nic,
+        now: &mut Now<'_>,
+        tap: &Option<Tap>,
+        pkt: &[u8],
+    ) {
+        let verdict = lock_faults(f).judge(Dir::Rx, [0; 4], pkt);
+        if let Verdict::Pass { altered, dup } = verdict {
+            let bytes = altered.as_deref().unwrap_or(pkt);
+            for _ in 0..1 + usize::from(dup) {
+                self.tally.received(bytes.len());
+                if let Some(t) = tap {
+                    t(TapDir::Rx, bytes);
+                }
+                nic.handle_packet_at(now, bytes);
+            }
+        }
+    }
+
+    /// Sends or hands to the engine the packets the fault plan held for their reorder jitter
+    /// whose time has come; whether there were any.
+    #[cold]
+    fn release_held(
+        &self,
+        f: &Mutex<PortFaults>,
+        nic: &mut Nic,
+        now: &mut Now<'_>,
+        tap: &Option<Tap>,
+    ) -> bool {
+        let mut did = false;
+        loop {
+            let mut g = lock_faults(f);
+            let Some(h) = g.take_due() else { break };
+            did = true;
+            match h.dir {
+                Dir::Tx => {
+                    let faults = &mut *g;
+                    if self.port.send(&mut faults.links, h.dst, &h.data) == SendOutcome::Sent {
+                        self.tally.sent(h.data.len());
+                        if let Some(t) = tap {
+                            t(TapDir::Tx, &h.data);
+                        }
+                    }
+                }
+                Dir::Rx => {
+                    drop(g);
+                    self.tally.received(h.data.len());
+                    if let Some(t) = tap {
+                        t(TapDir::Rx, &h.data);
+                    }
+                    nic.handle_packet_at(now, &h.data);
+                }
+            }
+        }
+        did
     }
 
     /// A progress round run by a verbs call on the program's thread (the caller holds the
@@ -361,7 +510,18 @@ impl Core {
         if self.port_error.get().is_some() {
             return;
         }
-        let Some(why) = self.port.check() else { return };
+        let why = match (self.port.check(), &self.faults) {
+            (Some(why), _) => why,
+            (None, Some(f)) if lock_faults(f).fail_due() => {
+                let at = lock_faults(f).fail_at().unwrap_or(0);
+                format!(
+                    "failed by the fault plan (SOFTVERBS_FAULTS fail@{} ms): nothing goes in \
+                     or out any more",
+                    at / 1_000_000
+                )
+            }
+            _ => return,
+        };
         if self.port_error.set(format!("{}: port 1 is down: {why}", self.name)).is_ok() {
             tracing::warn!(device = %self.name, port = 1, reason = %why, "port error: the port is down");
             let ev = AsyncEvent {
@@ -405,17 +565,28 @@ impl Core {
         };
         let mut clock = || self.now();
         let mut now = Now::Lazy(&mut clock);
+        let tally = &self.tally;
+        let faults = self.faults.as_deref();
         let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
-            if let Some(t) = tap {
-                t(TapDir::Rx, pkt);
+            if let Some(f) = faults {
+                self.receive_faulted(f, nic, &mut now, tap, pkt);
+            } else {
+                tally.received(pkt.len());
+                if let Some(t) = tap {
+                    t(TapDir::Rx, pkt);
+                }
+                nic.handle_packet_at(&mut now, pkt);
             }
-            nic.handle_packet_at(&mut now, pkt);
             completions_before.is_none_or(|before| nic.completions_pending() == before)
         });
         did |= received > 0;
+        if let Some(f) = faults {
+            did |= self.release_held(f, nic, &mut now, tap);
+        }
         *rounds_since_clock += 1;
         if *rounds_since_clock >= TIMER_CHECK_EVERY {
             *rounds_since_clock = 0;
+            self.publish_counters(nic, wire);
             if let Some(due) = nic.next_timeout() {
                 let now = now.get();
                 if due <= now {
@@ -529,13 +700,22 @@ impl Core {
     fn park_budget(&self) -> (Duration, u64) {
         let now = self.now();
         let mut st = self.lock();
+        // Idle: what the port did so far is what another process reads while it sleeps.
+        self.publish_counters(&st.nic, &st.wire);
         // Timers that posts armed without the clock start now, at the latest.
         st.nic.stamp_timers(now);
         let latest = match st.backlog.is_empty() {
             true => now + MAX_PARK.as_nanos() as u64,
             false => now + BACKLOG_RETRY.as_nanos() as u64,
         };
-        let until = st.nic.next_timeout().map_or(latest, |t| t.min(latest));
+        let mut until = st.nic.next_timeout().map_or(latest, |t| t.min(latest));
+        if let Some(f) = &self.faults {
+            // Held packets and the fail time wake the thread too.
+            let g = lock_faults(f);
+            if let Some(d) = g.next_deadline() {
+                until = until.min(now + d.saturating_sub(g.elapsed_ns()));
+            }
+        }
         (Duration::from_nanos(until.saturating_sub(now)), until)
     }
 }

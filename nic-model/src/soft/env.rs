@@ -41,6 +41,9 @@ pub struct EnvConfig {
     /// `{pid}` in it stands for the process id); None: no capture. See docs/guide.md,
     /// "Captures".
     pub pcap: Option<PathBuf>,
+    /// The fault plan every device of the process applies (`SOFTVERBS_FAULTS`, checked to
+    /// parse; see [`super::faults`] and docs/guide.md, "Faults in real runs"); None: none.
+    pub faults: Option<String>,
 }
 
 impl Default for EnvConfig {
@@ -50,6 +53,7 @@ impl Default for EnvConfig {
             spin: DEFAULT_SPIN,
             standby: DEFAULT_STANDBY,
             pcap: None,
+            faults: None,
         }
     }
 }
@@ -80,6 +84,13 @@ impl EnvConfig {
             }
         }
         c.pcap = value(&get, "SOFTVERBS_PCAP", PCAP_WHAT, parse_pcap)?;
+        if let Some(raw) = get("SOFTVERBS_FAULTS").filter(|v| !v.is_empty()) {
+            let text = raw.to_str().ok_or_else(|| {
+                format!("SOFTVERBS_FAULTS={:?} is not UTF-8", raw.to_string_lossy())
+            })?;
+            super::faults::FaultPlan::parse(text).map_err(|e| format!("SOFTVERBS_FAULTS: {e}"))?;
+            c.faults = Some(text.to_string());
+        }
         Ok(c)
     }
 }

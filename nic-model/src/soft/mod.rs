@@ -7,8 +7,10 @@
 //! fabric assigns, and a NIC thread); later opens share it, as contexts of one real device do.
 
 mod capture;
+pub mod counters;
 mod device;
 mod env;
+pub mod faults;
 mod port;
 #[cfg(test)]
 mod tests;
@@ -24,10 +26,12 @@ use verbs_api::{
     AsyncEvent, CompChannel, CompletionQueue, DeviceInfo, Errno, Error, Result, WorkCompletion,
 };
 
-pub use device::{DeviceStats, Tap, TapDir, WireCounters};
+pub use counters::WireCounters;
+pub use device::{DeviceStats, Tap, TapDir};
 pub use env::{
     EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES, PID_PLACEHOLDER,
 };
+pub use faults::{FaultCounters, FaultPlan};
 pub use port::{Links, LoopPort, Loopback, Port, SendOutcome, ShmPort};
 
 use crate::engine::{Nic, NicConfig, Now};
@@ -57,12 +61,20 @@ struct SoftInner {
     /// The capture file of devices opened from now on and what named it (see
     /// [`Soft::capture_to`]).
     pcap: Mutex<Option<(PathBuf, String)>>,
+    /// The fault plan of devices opened from now on, and its seed (see [`Soft::fault_plan`]).
+    faults: Mutex<Option<(FaultPlan, u64)>>,
 }
 
 impl Soft {
     fn with_wire(wire: WireKind, env: std::result::Result<EnvConfig, Error>) -> Soft {
         let n = env.as_ref().map_or(DEFAULT_DEVICES, |e| e.devices);
         let pcap = env.as_ref().ok().and_then(|e| e.pcap.clone());
+        // Checked when the environment was read: it parses.
+        let faults = env.as_ref().ok().and_then(|e| e.faults.as_deref()).and_then(|t| {
+            let plan = FaultPlan::parse(t).ok()?;
+            let seed = plan.seed().unwrap_or_else(|| fresh_entropy() & 0xffff_ffff);
+            Some((plan, seed))
+        });
         Soft {
             inner: Arc::new(SoftInner {
                 wire,
@@ -71,6 +83,7 @@ impl Soft {
                 config: Mutex::new(NicConfig::new("", 0)),
                 env,
                 pcap: Mutex::new(pcap.map(|p| (p, "SOFTVERBS_PCAP".to_string()))),
+                faults: Mutex::new(faults),
             }),
         }
     }
@@ -110,6 +123,22 @@ impl Soft {
     pub fn capture_to(&self, file: Option<&Path>, origin: &str) {
         *self.inner.pcap.lock().unwrap_or_else(|e| e.into_inner()) =
             file.map(|f| (f.to_path_buf(), origin.to_string()));
+    }
+
+    /// Devices opened from now on apply the fault plan `plan` (None: none), in place of
+    /// `SOFTVERBS_FAULTS`: the same words (docs/guide.md, "Faults in real runs"). A plan that
+    /// does not parse is an error ([`Errno::Inval`]) naming the bad word.
+    pub fn fault_plan(&self, plan: Option<&str>) -> Result<()> {
+        let parsed = match plan {
+            Some(text) => {
+                let p = FaultPlan::parse(text).map_err(|e| Error::new(Errno::Inval, e))?;
+                let seed = p.seed().unwrap_or_else(|| fresh_entropy() & 0xffff_ffff);
+                Some((p, seed))
+            }
+            None => None,
+        };
+        *self.inner.faults.lock().unwrap_or_else(|e| e.into_inner()) = parsed;
+        Ok(())
     }
 
     /// The fabric directory, for a shared-memory `Soft`.
@@ -180,7 +209,21 @@ impl Soft {
             Some((file, origin)) => Some(capture::Capture::open(&file, &origin)?),
             None => None,
         };
-        let dev = Device::start(name.to_string(), Nic::new(cfg), port, &env, capture);
+        let faults = self.inner.faults.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(
+            |(plan, seed)| {
+                let f = plan.for_device(name, *seed)?;
+                let again = plan.with_seed(*seed);
+                // Once, at open, so that a run can be repeated (a library prints nothing
+                // else; this is what the user asked for by setting the plan).
+                eprintln!(
+                    "softverbs: fault plan for {name}: {} — set SOFTVERBS_FAULTS='{again}' to repeat",
+                    f.description
+                );
+                tracing::info!(device = name, plan = %f.description, repeat = %again, "fault plan");
+                Some(f)
+            },
+        );
+        let dev = Device::start(name.to_string(), Nic::new(cfg), port, &env, capture, faults);
         devices.insert(name.to_string(), Arc::downgrade(&dev));
         Ok(dev)
     }

@@ -52,6 +52,12 @@ pub trait Port: Send + Sync + 'static {
     fn peer_problem(&self) -> Option<String> {
         None
     }
+    /// Names the port's owner (the device) where other processes can read it; a port whose
+    /// counters nobody else can read ignores it.
+    fn set_label(&self, _name: &str) {}
+    /// Publishes the port's counters ([`crate::soft::counters::COUNTERS`], in order) where
+    /// other processes read them; cheap (no system call), called once per batch of rounds.
+    fn publish(&self, _values: &[u64]) {}
 }
 
 // ---------------- loopback: devices of one process ----------------
@@ -270,5 +276,13 @@ impl Port for ShmPort {
 
     fn peer_problem(&self) -> Option<String> {
         self.peer_problem.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_label(&self, name: &str) {
+        self.inbox.set_label(name);
+    }
+
+    fn publish(&self, values: &[u64]) {
+        self.inbox.publish_counters(values);
     }
 }

@@ -6,6 +6,7 @@ use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use verbs_api::Gid;
 
@@ -61,6 +62,19 @@ pub struct SegmentInfo {
     /// Why the file is not a usable inbox, if it is not one; a problem only a stray write into
     /// the segment can cause starts with [`CORRUPTED`](super::CORRUPTED).
     pub problem: Option<String>,
+}
+
+/// A port's counters as its owner last published them ([`Fabric::read_counters`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishedCounters {
+    pub lid: u16,
+    pub owner_pid: u32,
+    /// The port's GID, as its segment header carries it.
+    pub gid: [u8; 16],
+    /// The owner's device name (`softverbs0`), empty if it has not written one yet.
+    pub label: String,
+    /// The counter words, in the owner's order (`soft::counters::COUNTERS`).
+    pub values: Vec<u64>,
 }
 
 /// What may be done with an existing port file, judged under the fabric lock.
@@ -312,6 +326,35 @@ impl Fabric {
     /// Maps the inbox of the port with this LID for sending. Checks owner, magic, layout
     /// version, sizes against the file length, LID and state; every error names the file.
     pub fn connect(&self, lid: u16) -> Result<Sender, WireError> {
+        let (seg, header) = self.open_segment(lid)?;
+        Ok(Sender::new(seg, &header))
+    }
+
+    /// What the owner of the port with this LID last published in its segment's counters
+    /// block (the soft backend's port counters, for `softverbs counters`): the same checks
+    /// as [`Fabric::connect`], so a foreign, corrupted, closed or dead owner's segment is an
+    /// error naming the file.
+    pub fn read_counters(&self, lid: u16) -> Result<PublishedCounters, WireError> {
+        let (seg, header) = self.open_segment(lid)?;
+        let mut label = Vec::with_capacity(layout::LABEL_LEN);
+        for i in 0..layout::LABEL_LEN / 8 {
+            label.extend_from_slice(&seg.label_word(i).load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let end = label.iter().position(|&b| b == 0).unwrap_or(label.len());
+        let n = (seg.counter_count().load(Ordering::Relaxed) as usize).min(layout::COUNTER_WORDS);
+        let values =
+            (0..n).filter_map(|i| seg.counter(i).map(|w| w.load(Ordering::Relaxed))).collect();
+        Ok(PublishedCounters {
+            lid,
+            owner_pid: header.owner_pid,
+            gid: header.gid,
+            label: String::from_utf8_lossy(&label[..end]).into_owned(),
+            values,
+        })
+    }
+
+    /// Opens, maps and checks the inbox of the port with this LID (see [`Fabric::connect`]).
+    fn open_segment(&self, lid: u16) -> Result<(Segment, Header), WireError> {
         let path = self.inbox_path(lid);
         let file = match OpenOptions::new()
             .read(true)
@@ -350,7 +393,7 @@ impl Fabric {
         if !os::process_alive(header.owner_pid, header.owner_start) {
             return Err(WireError::OwnerDead { path, pid: header.owner_pid });
         }
-        Ok(Sender::new(seg, &header))
+        Ok((seg, header))
     }
 
     /// Every file of the fabric directory (but its lock file), sorted by path, with what its

@@ -438,6 +438,36 @@ impl Inbox {
         }
     }
 
+    /// Writes the owning device's name into the segment's counters block, for
+    /// `softverbs counters` (cut to 32 bytes at a
+    /// character boundary).
+    pub fn set_label(&self, name: &str) {
+        let mut bytes = [0u8; super::layout::LABEL_LEN];
+        let mut end = name.len().min(bytes.len());
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        bytes[..end].copy_from_slice(&name.as_bytes()[..end]);
+        for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+            let word = u64::from_ne_bytes(chunk.try_into().expect("8-byte chunk"));
+            self.seg.label_word(i).store(word, Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes the port's counters into the segment for readers in other processes
+    /// ([`Fabric::read_counters`](super::Fabric::read_counters)): relaxed stores only, no
+    /// system call; words past the block's 56 are left out.
+    /// Only the owner's progress loop calls it.
+    pub fn publish_counters(&self, values: &[u64]) {
+        let mut n = 0;
+        for (i, &v) in values.iter().enumerate() {
+            let Some(word) = self.seg.counter(i) else { break };
+            word.store(v, Ordering::Relaxed);
+            n += 1;
+        }
+        self.seg.counter_count().store(n, Ordering::Relaxed);
+    }
+
     /// A snapshot of this inbox's counters.
     pub fn stats(&self) -> InboxStats {
         let c = &self.counters;

@@ -8,8 +8,8 @@
 //! offset  size  field
 //! ------  ----  ------------------------------------------------ line 0: identity, never changes
 //!      0     8  magic            b"SVWIRE\0\x01"
-//!      8     4  version          layout version, LAYOUT_VERSION (2)
-//!     12     4  header_size      bytes before slot 0, HEADER_SIZE (384)
+//!      8     4  version          layout version, LAYOUT_VERSION (3)
+//!     12     4  header_size      bytes before slot 0, HEADER_SIZE (896)
 //!     16     4  slots            slot count, a power of two in 2..=65536
 //!     20     4  slot_size        payload bytes per slot, a multiple of 64 in 64..=65536
 //!     24     8  total_size       header_size + slots * (SLOT_HEADER_SIZE + slot_size) = file length
@@ -26,8 +26,12 @@
 //!    192     8  head             consumer's index (written only by the owner)
 //!    256     4  doorbell         futex word; bumped by whoever wakes a parked owner
 //!    320     4  parked           1 while the owner is (about to be) asleep on the doorbell
+//! ------  ----  ------------------------------------------------ lines 6..13: the port's counters
+//!    384    32  label            the owning device's name, UTF-8, zero-padded (4 words)
+//!    416     4  counter_count    how many counter words the owner publishes
+//!    448   448  counters         COUNTER_WORDS u64 words, written only by the owner
 //! ------  ----  ------------------------------------------------ slots, each 64 + slot_size bytes
-//!    384        slot i at HEADER_SIZE + i * (64 + slot_size), line-aligned:
+//!    896        slot i at HEADER_SIZE + i * (64 + slot_size), line-aligned:
 //!                 +0  4  seq         Vyukov sequence mod 2^32: i + k*slots free, + 1 full
 //!                 +4  4  len         payload length in bytes
 //!                 +8  4  writer_pid  pid of the sender that claimed the slot, 0 when free
@@ -39,6 +43,13 @@
 //! 52), instead of waiting for a second line to come over from the sender's core. Layout 1
 //! put the payload on the next line (docs/decisions.md, "Wire layout 2").
 //!
+//! The counters block is the owner's port counters for `softverbs counters` in another
+//! process: the owner's NIC thread stores them with relaxed atomic stores once per batch of
+//! progress rounds, readers load them the same way (each word whole, the set not a snapshot).
+//! Which word means what is the soft backend's business (`soft::counters`); the wire only
+//! carries them. Layout 2 had no counters block (docs/decisions.md, "Port counters in the
+//! inbox header").
+//!
 //! Indices are `u64` and never wrap in practice (2^64 packets); a slot keeps the low 32 bits
 //! of its sequence, enough to tell this lap from the last (laps are `slots` apart and every
 //! lap rewrites every slot). The header's identity line is written before `state` becomes
@@ -48,11 +59,11 @@
 /// The first eight bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"SVWIRE\0\x01";
 /// The layout described in this module; bump it for any incompatible change.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Cache line size the layout is padded to.
 pub const CACHE_LINE: usize = 64;
 /// Bytes before slot 0.
-pub const HEADER_SIZE: usize = 6 * CACHE_LINE;
+pub const HEADER_SIZE: usize = 14 * CACHE_LINE;
 /// Bytes each slot has beyond its payload: its words, and padding that keeps every slot
 /// cache-line aligned (the payload starts at [`SLOT_OFF_PAYLOAD`], in the same line as them).
 pub const SLOT_HEADER_SIZE: usize = CACHE_LINE;
@@ -85,6 +96,16 @@ pub const OFF_TAIL: usize = 2 * CACHE_LINE;
 pub const OFF_HEAD: usize = 3 * CACHE_LINE;
 pub const OFF_DOORBELL: usize = 4 * CACHE_LINE;
 pub const OFF_PARKED: usize = 5 * CACHE_LINE;
+/// The owning device's name ([`LABEL_LEN`] bytes, zero-padded), in the counters block.
+pub const OFF_LABEL: usize = 6 * CACHE_LINE;
+/// Bytes of [`OFF_LABEL`]: a device name longer than this is cut.
+pub const LABEL_LEN: usize = 32;
+/// How many of the [`COUNTER_WORDS`] words the owner fills.
+pub const OFF_COUNTER_COUNT: usize = OFF_LABEL + LABEL_LEN;
+/// The first counter word.
+pub const OFF_COUNTERS: usize = 7 * CACHE_LINE;
+/// Room for counters: seven lines of `u64` words.
+pub const COUNTER_WORDS: usize = 7 * CACHE_LINE / 8;
 
 pub const SLOT_OFF_SEQ: usize = 0;
 pub const SLOT_OFF_LEN: usize = 4;
@@ -112,7 +133,9 @@ const _: () = {
     assert!(OFF_HEAD == OFF_TAIL + CACHE_LINE);
     assert!(OFF_DOORBELL == OFF_HEAD + CACHE_LINE);
     assert!(OFF_PARKED == OFF_DOORBELL + CACHE_LINE);
-    assert!(HEADER_SIZE == OFF_PARKED + CACHE_LINE);
+    assert!(OFF_LABEL == OFF_PARKED + CACHE_LINE && LABEL_LEN & 7 == 0);
+    assert!(OFF_COUNTER_COUNT + 4 <= OFF_COUNTERS && OFF_COUNTERS == OFF_LABEL + CACHE_LINE);
+    assert!(HEADER_SIZE == OFF_COUNTERS + COUNTER_WORDS * 8);
     assert!(OFF_TAIL & 7 == 0 && OFF_HEAD & 7 == 0 && OFF_TOTAL_SIZE & 7 == 0);
     assert!(SLOT_OFF_WRITER + 4 == SLOT_OFF_PAYLOAD && SLOT_OFF_PAYLOAD <= SLOT_HEADER_SIZE);
     assert!(
@@ -387,7 +410,10 @@ mod tests {
         let mut b = h.encode();
         // A segment of the previous layout (a process of an older softverbs on the fabric).
         b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&1u32.to_ne_bytes());
-        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 1, expected 2");
+        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 1, expected 3");
+        // Layout 2 had no counters block: its slots start where layout 3's counters are.
+        b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&2u32.to_ne_bytes());
+        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 2, expected 3");
 
         assert!(Header::parse(&h.encode()[..50], 50).unwrap_err().contains("truncated"));
         assert!(h.check(100).unwrap_err().contains("truncated"));

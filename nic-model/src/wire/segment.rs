@@ -139,6 +139,22 @@ impl Segment {
         self.word32(OFF_PARKED)
     }
 
+    /// Word `i` of the counters block; None past [`layout::COUNTER_WORDS`].
+    pub fn counter(&self, i: usize) -> Option<&AtomicU64> {
+        (i < layout::COUNTER_WORDS).then(|| self.word64(layout::OFF_COUNTERS + 8 * i))
+    }
+
+    /// How many counter words the owner fills.
+    pub fn counter_count(&self) -> &AtomicU32 {
+        self.word32(layout::OFF_COUNTER_COUNT)
+    }
+
+    /// Word `i` (of `LABEL_LEN / 8`) of the owner's device name.
+    pub fn label_word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < layout::LABEL_LEN / 8, "label word {i} in the label");
+        self.word64(layout::OFF_LABEL + 8 * i)
+    }
+
     /// The bookkeeping words of the slot that ring position `pos` maps to.
     pub fn slot(&self, pos: u64) -> SlotWords<'_> {
         // Below `slots` after the mask, so the slot lies inside the checked geometry.

@@ -297,9 +297,9 @@ fn corrupted_segments_are_refused_with_the_file_named() {
     expect_bad_segment(fabric.connect(1), &p, "bad magic");
 
     let p = write_segment(&fabric, 2, me, |b| {
-        b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&3u32.to_ne_bytes())
+        b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&2u32.to_ne_bytes())
     });
-    expect_bad_segment(fabric.connect(2), &p, "layout version 3, expected 2");
+    expect_bad_segment(fabric.connect(2), &p, "layout version 2, expected 3");
 
     let p = write_segment(&fabric, 3, me, |b| b.truncate(100));
     expect_bad_segment(fabric.connect(3), &p, "truncated");

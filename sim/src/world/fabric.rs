@@ -90,45 +90,32 @@ impl World {
         if l.partitioned {
             return self.drop_packet(link, TraceKind::DropPartition, &data, len);
         }
-        if !l.drop_nth.is_empty() && l.drop_nth.remove(&index) {
+        if l.drop_nth.take(index) {
             return self.drop_packet(link, TraceKind::DropNth, &data, index);
         }
-        let p = &self.links[link].params;
-        let (loss, dup, corrupt, truncate) = (p.loss, p.dup, p.corrupt, p.truncate);
-        let (limit, jitter_max) = (p.queue_limit, p.reorder_jitter_ns);
-        if self.rng.chance(loss) {
+        let (faults, limit) = (l.params.faults(), l.params.queue_limit);
+        if faults.lose(&mut self.rng) {
             return self.drop_packet(link, TraceKind::DropLoss, &data, len);
         }
         if limit > 0 && self.links[link].queue_len(now) >= limit {
             return self.drop_packet(link, TraceKind::DropQueue, &data, len);
         }
-        let duplicate = self.rng.chance(dup);
-        if self.rng.chance(corrupt) && data.len() > 28 {
-            // Flip a bit the ICRC covers: anywhere from the BTH on, except BTH byte 4 (the
-            // FECN/BECN byte, which the ICRC masks because switches may change it).
-            let span = (data.len() - 29) as u64;
-            let mut at = 28 + self.rng.below(span) as usize;
-            if at >= 32 {
-                at += 1;
-            }
-            let bit = self.rng.below(8) as u8;
+        let fate = faults.decide(&mut self.rng, data.len());
+        let duplicate = fate.duplicate;
+        if let Some((at, bit)) = fate.flip {
             data[at] ^= 1 << bit;
             self.links[link].stats.corrupted += 1;
             self.record(TraceKind::Corrupt, lid, NONE, &data, (at as u64) << 3 | bit as u64);
         }
-        if self.rng.chance(truncate) && !data.is_empty() {
-            let keep = self.rng.below(data.len() as u64) as usize;
+        if let Some(keep) = fate.keep {
             data.truncate(keep);
             self.links[link].stats.truncated += 1;
             self.record(TraceKind::Truncate, lid, NONE, &data, keep as u64);
         }
-        let mut extra_ns = 0;
-        if jitter_max > 0 {
-            extra_ns = self.rng.below(jitter_max + 1);
-            if extra_ns > 0 {
-                self.links[link].stats.jittered += 1;
-                self.record(TraceKind::Jitter, lid, NONE, &data, extra_ns);
-            }
+        let extra_ns = fate.jitter_ns;
+        if extra_ns > 0 {
+            self.links[link].stats.jittered += 1;
+            self.record(TraceKind::Jitter, lid, NONE, &data, extra_ns);
         }
         self.record(TraceKind::Send, lid, NONE, &data, data.len() as u64);
         let copy = duplicate.then(|| data.clone());

@@ -1,7 +1,9 @@
 //! Directed links: their parameters (latency, bandwidth, queue limit, fault probabilities), the
 //! FIFO that serialises packets onto them, and the per-link counters of what they did.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
+
+use nic_model::fault::DropNth;
 
 /// What a link is like. Probabilities are per packet, in [0, 1].
 #[derive(Clone, Debug, PartialEq)]
@@ -42,6 +44,17 @@ impl Default for LinkParams {
 }
 
 impl LinkParams {
+    /// The link's per-packet faults, in the vocabulary the soft backend's fault plans share.
+    pub fn faults(&self) -> nic_model::fault::FaultParams {
+        nic_model::fault::FaultParams {
+            loss: self.loss,
+            dup: self.dup,
+            reorder_jitter_ns: self.reorder_jitter_ns,
+            corrupt: self.corrupt,
+            truncate: self.truncate,
+        }
+    }
+
     /// Serialisation time of `bytes` on this link.
     pub fn serialisation_ns(&self, bytes: usize) -> u64 {
         if self.bandwidth_gbps <= 0.0 {
@@ -155,7 +168,7 @@ pub struct Link {
     /// When the line is free again.
     pub(crate) busy_until_ns: u64,
     /// Indices of offered packets to drop.
-    pub(crate) drop_nth: BTreeSet<u64>,
+    pub(crate) drop_nth: DropNth,
 }
 
 impl Link {
@@ -169,7 +182,7 @@ impl Link {
             queue: VecDeque::new(),
             wire: VecDeque::new(),
             busy_until_ns: 0,
-            drop_nth: BTreeSet::new(),
+            drop_nth: DropNth::default(),
         }
     }
 
@@ -178,9 +191,7 @@ impl Link {
             LinkChange::Params(p) => self.params = p.clone(),
             LinkChange::Partition => self.partitioned = true,
             LinkChange::Heal => self.partitioned = false,
-            LinkChange::DropNth(n) => {
-                self.drop_nth.insert(*n);
-            }
+            LinkChange::DropNth(n) => self.drop_nth.add(*n),
         }
     }
 
