@@ -70,6 +70,27 @@ fn lossy_link() {
 }
 
 #[test]
+fn lossy_link_topology_without_faults_streams_at_the_line_rate() {
+    // The same link and workload with the faults taken away: the sender's NIC is paced by its
+    // own link, so nothing is dropped anywhere, nothing is sent twice, and the goodput is
+    // that of a 25 Gbit/s link.
+    let mut sc = scenario("lossy-link.toml");
+    for l in &mut sc.links {
+        let p = &mut l.params;
+        (p.loss, p.dup, p.reorder_jitter_ns) = (Some(0.0), Some(0.0), Some(0));
+        (p.corrupt, p.truncate) = (Some(0.0), Some(0.0));
+        assert_eq!(p.queue_limit, Some(512), "the sample keeps its finite queue");
+    }
+    let r = run_seed(&sc, None);
+    assert!(r.passed, "{:?}", r.failure);
+    assert_eq!(r.messages_delivered, 150);
+    assert!(r.faults.iter().all(|f| f.1 == 0), "no drop, no fault: {:?}", r.faults);
+    assert_eq!((r.retransmits, r.timeouts, r.seq_naks), (0, 0, 0));
+    let gbps = r.goodput_bytes as f64 * 8.0 / r.elapsed_ns as f64;
+    assert!(gbps > 20.0, "goodput {gbps:.2} Gbit/s on a 25 Gbit/s link");
+}
+
+#[test]
 fn rnr_storm() {
     let r = check("rnr-storm.toml");
     assert!(r.rnr_naks > 0);

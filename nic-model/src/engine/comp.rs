@@ -290,7 +290,7 @@ fn start_retry(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, timeout: bool) {
     qp.req.retrying_from = Some(qp.req.comp_psn);
     tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(qp.req.comp_psn.value()),
         cause, retry_left = qp.req.retry_left, "retransmitting from the oldest unacknowledged PSN");
-    go_back(qp);
+    go_back(qp, hca);
     qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t);
 }
 
@@ -315,7 +315,7 @@ pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
             qp.req.timer_ns = None;
             tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn),
                 psn = %Hex(qp.req.comp_psn.value()), "RNR wait over: resending");
-            go_back(qp);
+            go_back(qp, hca);
         }
     }
     if let Some(t) = qp.req.timer_ns {
