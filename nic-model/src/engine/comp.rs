@@ -296,7 +296,7 @@ fn start_retry(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, timeout: bool) {
     hca.stats.retries += 1;
     tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(qp.req.comp_psn.value()),
         cause, retry_left = qp.req.retry_left, "retransmitting from the oldest unacknowledged PSN");
-    go_back(qp);
+    go_back(qp, hca);
     qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.get() + t);
 }
 
@@ -321,7 +321,7 @@ pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
             qp.req.timer_ns = None;
             tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn),
                 psn = %Hex(qp.req.comp_psn.value()), "RNR wait over: resending");
-            go_back(qp);
+            go_back(qp, hca);
         }
     }
     if let Some(t) = qp.req.timer_ns {

@@ -351,8 +351,15 @@ fn segment_opcode(is_send: bool, with_imm: bool, first: bool, last: bool) -> Opc
     }
 }
 
-/// Go back to the oldest unacknowledged PSN and send again from there (go-back-N).
-pub(crate) fn go_back(qp: &mut Qp) {
+/// Go back to the oldest unacknowledged PSN and send again from there (go-back-N). Requests
+/// still in the transmit queue are taken back first (they would go again anyway): they were
+/// never sent, so sending them now is not a retransmission.
+pub(crate) fn go_back(qp: &mut Qp, hca: &mut Hca) {
+    if let Some(unsent) = hca.unqueue_requests(qp) {
+        if unsent.diff(qp.req.high_psn) < 0 {
+            qp.req.high_psn = unsent;
+        }
+    }
     qp.req.next = 0;
     qp.req.pkt = 0;
     let Some(w) = qp.sq.front() else {

@@ -146,6 +146,47 @@ impl Hca {
         }
     }
 
+    /// Take back the requests of `qp` still waiting in the transmit queue, because a go-back-N
+    /// retry is about to make them again from the PSN it goes back to: a NIC rewinds its send
+    /// queue, and what had not left its port yet then goes once, from there, rather than once
+    /// stale and once again. A host that paces its NIC by its line rate (the simulator) leaves
+    /// a window's worth here; one that drains the queue at once leaves nothing. Returns the
+    /// PSN of the first request taken back, which had never been sent. Runs on a retry only.
+    pub(crate) fn unqueue_requests(&mut self, qp: &Qp) -> Option<packet::Psn> {
+        const BTH: usize = packet::IPV4_UDP_LEN;
+        let (dst, dest_qp) = (qp.dst_ip, qp.attr.dest_qp_num);
+        let mut first = None;
+        let mut kept = 0;
+        for i in 0..self.tx.len() {
+            let d = &self.tx[i].data;
+            let request = self.tx[i].dst == dst
+                && d.len() >= BTH + packet::Bth::LEN
+                && u32::from_be_bytes([0, d[BTH + 5], d[BTH + 6], d[BTH + 7]]) == dest_qp
+                && packet::Opcode(d[BTH])
+                    .info()
+                    .is_some_and(|o| o.flags.contains(packet::OpFlags::REQUEST));
+            if !request {
+                self.tx.swap(kept, i);
+                kept += 1;
+                continue;
+            }
+            if first.is_none() {
+                let psn = u32::from_be_bytes([0, d[BTH + 9], d[BTH + 10], d[BTH + 11]]);
+                first = Some(packet::Psn::new(psn));
+            }
+        }
+        while self.tx.len() > kept {
+            let t = self.tx.pop_back().expect("more than `kept` datagrams are queued");
+            self.stats.tx_packets -= 1;
+            self.recycle(t.data);
+        }
+        if first.is_some() {
+            // The last queued datagram may no longer be the ACK `retract_ack` would replace.
+            self.last_tx_ack = None;
+        }
+        first
+    }
+
     fn recycle(&mut self, mut buf: Vec<u8>) {
         if self.spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX_BYTES {
             buf.clear();

@@ -18,6 +18,8 @@ pub(super) enum EventKind {
     Arrive { link: LinkId, data: Vec<u8> },
     /// A node's engine timer may be due.
     Timer { node: NodeId },
+    /// The line of a link a NIC waits to transmit on is free (see `World::transmit`).
+    Transmit { node: NodeId },
     /// A scheduled link change.
     Change { link: LinkId, change: LinkChange },
 }
@@ -103,6 +105,7 @@ impl World {
         match kind {
             EventKind::Arrive { link, data } => self.arrive(link, data),
             EventKind::Timer { node } => self.fire_timer(node),
+            EventKind::Transmit { node } => self.wake_transmit(node),
             EventKind::Change { link, change } => self.change_link(link, change),
         }
         true

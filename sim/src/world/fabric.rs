@@ -19,7 +19,7 @@ impl World {
             }
         }
     }
-    fn route(&mut self, from: NodeId, to: NodeId) -> Option<LinkId> {
+    pub(super) fn route(&mut self, from: NodeId, to: NodeId) -> Option<LinkId> {
         if self.routes_dirty {
             self.compute_routes();
         }
@@ -53,16 +53,19 @@ impl World {
         self.routes_dirty = false;
     }
 
-    /// Put a packet at `at` bound for node `to` onto the next link of its path.
-    pub(super) fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>) {
+    /// Put a packet at switch `at` bound for node `to` onto the next link of its path.
+    fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>) {
         match self.route(at, to) {
             Some(link) => self.offer(link, data),
-            None => {
-                self.no_route_drops += 1;
-                self.record(TraceKind::DropNoRoute, NONE, at as u32, &data, data.len() as u64);
-                self.capture_drop(&data);
-            }
+            None => self.no_route(at, data),
         }
+    }
+
+    /// Count, trace and capture a packet at `at` that no path leads from.
+    pub(super) fn no_route(&mut self, at: NodeId, data: Vec<u8>) {
+        self.no_route_drops += 1;
+        self.record(TraceKind::DropNoRoute, NONE, at as u32, &data, data.len() as u64);
+        self.capture_drop(&data);
     }
 
     /// Count and trace a dropped packet, and capture it if asked.

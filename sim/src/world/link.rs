@@ -12,8 +12,10 @@ pub struct LinkParams {
     pub latency_ns: u64,
     /// Line rate in Gbit/s (bits per ns); 0 means infinitely fast (no serialisation delay).
     pub bandwidth_gbps: f64,
-    /// Packets the link may hold waiting for or in serialisation; more are tail-dropped. 0 means
-    /// unbounded.
+    /// Packets a switch's link may hold waiting for or in serialisation; more are tail-dropped.
+    /// 0 means unbounded. A NIC's own link never tail-drops: it paces its NIC, whose send queue
+    /// holds what waits (see `World::transmit`), so there the limit only caps how many
+    /// datagrams the NIC commits to the serialiser at once.
     pub queue_limit: usize,
     /// Probability a packet is lost.
     pub loss: f64,
@@ -73,9 +75,9 @@ pub struct LinkStats {
     pub delivered: u64,
     /// Bytes that reached the far end.
     pub delivered_bytes: u64,
-    /// Random losses.
+    /// Random losses (a lossy cable).
     pub lost: u64,
-    /// Tail drops at a full queue.
+    /// Tail drops at a full queue: only on a switch's link (its egress queue).
     pub queue_drops: u64,
     /// Drops because the link was partitioned when the packet was sent or arrived.
     pub partition_drops: u64,

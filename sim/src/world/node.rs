@@ -1,9 +1,10 @@
 //! A node of the world (a NIC, or a switch that only forwards) and how its engine's output
-//! enters the world: datagrams onto links, events into queues, its timer into the event heap.
+//! enters the world: datagrams onto links at the pace the links serialise them, events into
+//! queues, its timer into the event heap.
 
 use std::collections::VecDeque;
 
-use nic_model::engine::{slot_of_ip, Nic, NicEvent};
+use nic_model::engine::{slot_of_ip, Nic, NicEvent, Transmit};
 
 use super::event::EventKind;
 use super::trace::{TraceKind, NONE};
@@ -27,7 +28,19 @@ pub struct Node {
     pub(crate) cq_events: VecDeque<u32>,
     /// The I/O virtual address the node's next MR gets (see [`World::take_iova`]).
     next_iova: u64,
+    /// A datagram taken from the engine whose link had no room yet: it goes first when the
+    /// link frees up, so the NIC's datagrams keep their order.
+    held: Option<Transmit>,
+    /// The earliest `Transmit` event in the heap for this node (at most one is needed).
+    tx_event_ns: Option<u64>,
 }
+
+/// Datagrams a NIC puts into its own link's serialiser at once (fewer if the link's
+/// `queue_limit` is smaller). The rest wait in the engine's send queue, as on a real port, so
+/// its own link never tail-drops them; the node takes the next ones when the line is free. A
+/// few rather than one: one wake-up event per few packets, and still no more than a few
+/// datagrams committed to the wire when a go-back-N retry makes them stale.
+pub const NIC_TX_DEPTH: usize = 4;
 
 /// Where each node's MR addresses start: page aligned, and far from zero so that a stray
 /// small address names nothing.
@@ -50,6 +63,8 @@ impl Node {
             async_events: VecDeque::from([port_active]),
             cq_events: VecDeque::new(),
             next_iova: IOVA_BASE,
+            held: None,
+            tx_event_ns: None,
         }
     }
 
@@ -63,6 +78,8 @@ impl Node {
             async_events: VecDeque::new(),
             cq_events: VecDeque::new(),
             next_iova: IOVA_BASE,
+            held: None,
+            tx_event_ns: None,
         }
     }
 
@@ -73,15 +90,10 @@ impl Node {
 }
 
 impl World {
-    /// Take what a node's engine produced: datagrams onto links, events into queues, and its
-    /// next timer into the heap.
+    /// Take what a node's engine produced: datagrams onto links (as many as they have room
+    /// for), events into queues, and its next timer into the heap.
     pub(super) fn flush(&mut self, node: NodeId) {
-        loop {
-            let Some(nic) = self.nodes[node].nic.as_mut() else { return };
-            let Some(t) = nic.poll_transmit() else { break };
-            let to = (slot_of_ip(t.dst) as usize).wrapping_sub(1);
-            self.forward(node, to, t.data);
-        }
+        self.transmit(node);
         let n = &mut self.nodes[node];
         let Some(nic) = n.nic.as_mut() else { return };
         while let Some(ev) = nic.poll_event() {
@@ -102,6 +114,56 @@ impl World {
         if !self.nodes[node].cq_events.is_empty() {
             self.dispatch_cq_events(node);
         }
+    }
+
+    /// Move a NIC's datagrams onto its links while they have room: up to [`NIC_TX_DEPTH`]
+    /// datagrams waiting or serialising on a link (as a real port's serialiser paces its NIC).
+    /// When the next datagram's link is full, the node keeps it and wakes when that link's line
+    /// is free; datagrams the engine made meanwhile stay in its send queue behind it.
+    pub(super) fn transmit(&mut self, node: NodeId) {
+        let now = self.now_ns;
+        loop {
+            let n = &mut self.nodes[node];
+            let t = match n.held.take() {
+                Some(t) => t,
+                None => match n.nic.as_mut().and_then(Nic::poll_transmit) {
+                    Some(t) => t,
+                    None => return,
+                },
+            };
+            let to = (slot_of_ip(t.dst) as usize).wrapping_sub(1);
+            let Some(link) = self.route(node, to) else {
+                self.no_route(node, t.data);
+                continue;
+            };
+            let l = &mut self.links[link];
+            let depth = match l.params.queue_limit {
+                0 => NIC_TX_DEPTH,
+                q => q.min(NIC_TX_DEPTH),
+            };
+            if l.queue_len(now) < depth {
+                self.offer(link, t.data);
+                continue;
+            }
+            // The line is busy until the datagrams in its serialiser are out: wake then.
+            let at = l.busy_until_ns;
+            let n = &mut self.nodes[node];
+            n.held = Some(t);
+            if n.tx_event_ns.is_none_or(|e| at < e) {
+                n.tx_event_ns = Some(at);
+                self.push(at, EventKind::Transmit { node });
+            }
+            return;
+        }
+    }
+
+    /// A `Transmit` event: the line of a link this node waits for may be free.
+    pub(super) fn wake_transmit(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node];
+        if n.tx_event_ns == Some(self.now_ns) {
+            n.tx_event_ns = None;
+        }
+        self.transmit(node);
     }
 
     /// The I/O virtual address of a new MR of `len` bytes on `node`: the next free page from a

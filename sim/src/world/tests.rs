@@ -338,38 +338,89 @@ fn read_succeeded(wc: &[WorkCompletion], len: usize) -> bool {
 }
 
 #[test]
-fn a_read_longer_than_its_link_queue_completes() {
-    // 4,865 bytes at MTU 256 is 20 responses, sent as one burst onto a link that queues 8: each
-    // retry asks only for what has not arrived, so the READ moves on by a queue's worth a try.
+fn a_read_burst_longer_than_the_responders_own_link_queue_is_paced_not_dropped() {
+    // 4,865 bytes at MTU 256 is 20 responses made as one burst, onto the responder's own link
+    // that queues 8: the link paces its NIC, so nothing is dropped and nothing is asked twice.
     let params = LinkParams { queue_limit: 8, ..LinkParams::default() };
     let world = SimWorld::mesh(1, 2, params);
     let (wc, landed) = read_across(&world, verbs_api::Mtu::Mtu256, 4865);
     assert!(read_succeeded(&wc, 4865), "{wc:?}");
     assert!(landed, "the bytes of the READ landed in place, and no others");
+    let w = world.lock();
+    assert_eq!(w.total_stats().queue_drops, 0);
+    assert_eq!(w.nic(0).unwrap().stats().retransmits, 0, "the READ was asked for once");
+}
+
+/// Node 0 (the requester) and node 1 (the responder) joined through a switch whose link to
+/// the requester runs at `gbps` with `queue_limit`; the responder's own link runs at 100 Gbit/s.
+fn through_a_bottleneck(seed: u64, gbps: f64, queue_limit: usize) -> (SimWorld, LinkId) {
+    let mut w = World::new(seed);
+    let (rq, rs) = (w.add_node("requester"), w.add_node("responder"));
+    let sw = w.add_switch("sw");
+    w.add_duplex(rs, sw, LinkParams::default());
+    let slow = LinkParams { bandwidth_gbps: gbps, queue_limit, ..LinkParams::default() };
+    let (to_requester, _) = w.add_duplex(sw, rq, slow);
+    (SimWorld::new(w), to_requester)
 }
 
 #[test]
-fn a_2_mib_read_completes_through_the_default_link_queue() {
-    // 2,048 responses at MTU 1024 against the default queue of 1,024 packets.
-    let world = SimWorld::mesh(1, 2, LinkParams::default());
+fn a_2_mib_read_completes_through_the_default_switch_queue() {
+    // 2,048 responses at MTU 1024 from a 100 Gbit/s port into a 25 Gbit/s one whose switch
+    // queue is the default 1,024 packets: the switch drops the burst's tail, and each retry
+    // asks only for what has not arrived.
+    let (world, to_requester) = through_a_bottleneck(1, 25.0, LinkParams::default().queue_limit);
     let (wc, landed) = read_across(&world, verbs_api::Mtu::Mtu1024, 2 << 20);
     assert!(read_succeeded(&wc, 2 << 20), "{wc:?}");
     assert!(landed);
+    assert!(world.lock().links()[to_requester].stats.queue_drops > 0, "the switch dropped tails");
 }
 
 #[test]
 fn a_read_burst_tail_dropped_at_a_switch_completes() {
     // The responder's burst crosses a switch onto a slower link with a queue of 8: the switch
     // drops the tail of every burst, and every retry still moves the READ on.
-    let mut w = World::new(5);
-    let (rq, rs) = (w.add_node("requester"), w.add_node("responder"));
-    let sw = w.add_switch("sw");
-    w.add_duplex(rs, sw, LinkParams::default());
-    let slow = LinkParams { bandwidth_gbps: 10.0, queue_limit: 8, ..LinkParams::default() };
-    let (to_requester, _) = w.add_duplex(sw, rq, slow);
-    let world = SimWorld::new(w);
+    let (world, to_requester) = through_a_bottleneck(5, 10.0, 8);
     let (wc, landed) = read_across(&world, verbs_api::Mtu::Mtu256, 4865);
     assert!(read_succeeded(&wc, 4865), "{wc:?}");
     assert!(landed);
     assert!(world.lock().links()[to_requester].stats.queue_drops > 0, "the switch dropped tails");
+}
+
+#[test]
+fn a_nic_is_paced_by_its_own_link_and_never_tail_drops_there() {
+    // A clean 25 Gbit/s link whose queue holds 16 packets, and 1 MiB of WRITEs posted at once
+    // (256 packets at MTU 4096): the NIC sends at the line rate, its send queue holds the rest.
+    let params = LinkParams { bandwidth_gbps: 25.0, queue_limit: 16, ..LinkParams::default() };
+    let world = SimWorld::mesh(1, 2, params);
+    let (a, b) = pair(&world, ConnOpts { mtu: verbs_api::Mtu::Mtu4096, ..ConnOpts::default() });
+    let pattern: Vec<u8> =
+        (0..1u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    a.mr.write(0, &pattern).unwrap();
+    let t0 = world.now_ns();
+    for i in 0..8 {
+        write(&a, &b, i, i as usize * 131_072, 131_072);
+    }
+    let cq = a.cq.clone();
+    let mut done = Vec::new();
+    let outcome = world.run_until_pred(
+        || {
+            done.extend(drain(&cq));
+            done.len() == 8
+        },
+        u64::MAX,
+    );
+    assert_eq!(outcome, RunOutcome::Satisfied);
+    let dt = world.now_ns() - t0;
+    assert!(done.iter().all(|w| w.status == WcStatus::Success), "{done:?}");
+    assert_eq!(b.mr.read_vec(0, pattern.len()).unwrap(), pattern);
+    let w = world.lock();
+    for (i, l) in w.links().iter().enumerate() {
+        assert_eq!(l.stats.queue_drops, 0, "link {i} tail-dropped its own NIC's packets");
+    }
+    let s = w.nic(0).unwrap().stats();
+    assert_eq!((s.retransmits, s.timeouts), (0, 0), "a clean link needs no recovery");
+    // 1 MiB in 256 datagrams of 4,154 bytes is 340.3 µs at 25 Gbit/s, plus 2 µs of latency
+    // and the last ACK's way back.
+    let gbps = (1u64 << 20) as f64 * 8.0 / dt as f64;
+    assert!(gbps > 24.0 && gbps <= 25.0, "goodput {gbps:.2} Gbit/s on a 25 Gbit/s link ({dt} ns)");
 }

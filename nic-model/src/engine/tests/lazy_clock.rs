@@ -16,6 +16,8 @@ fn post_with_lazy_clock_arms_an_unstamped_timer_that_the_host_stamps() {
     p.a.post_send_at(&mut Now::Lazy(&mut clock), a.qpn, &[wr]).unwrap();
     let sent = p.a.stats().tx_packets;
     assert_eq!(sent, 1, "the SEND went out");
+    // The host takes it onto the wire, where it is lost: the retry below sends it again.
+    assert!(p.a.poll_transmit().is_some());
     assert_eq!(p.a.next_timeout(), Some(0), "an unstamped timer is due at once");
 
     // The host's next look at the clock: stamping gives the deadline, firing nothing.

@@ -244,3 +244,38 @@ fn acks_on_a_lent_wire_go_one_by_one_and_a_large_datagram_takes_the_queue() {
     let big = p.b.poll_transmit().expect("queued");
     assert_eq!(big.data.len(), 20 + 8 + 12 + 1000 + 4);
 }
+
+// ---------------- a retry and the requests still queued ----------------
+
+#[test]
+fn a_retry_takes_back_the_requests_still_queued_and_sends_each_once() {
+    // A host that paces its NIC (the simulator) leaves requests in the transmit queue: a retry
+    // goes back to the oldest unacknowledged PSN and makes them again, so the queued copies are
+    // taken back rather than sent stale before their own retransmissions.
+    let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu256, timeout: 8, ..ConnOpts::default() });
+    a.mem.write(0, &pattern(1024, 3)).unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 1024)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    p.a.post_send(p.now, a.qpn, &[wr]).unwrap();
+    assert_eq!(p.a.stats().tx_packets, 4, "four packets at MTU 256");
+    // The host takes the first onto the wire, where it is lost; three wait in the queue.
+    let first = p.a.poll_transmit().expect("the first packet");
+    let psn0 = parsed(&first).1;
+    let deadline = p.a.next_timeout().expect("the ACK timer is armed");
+    p.a.handle_timeout(deadline);
+    assert_eq!(p.a.stats().timeouts, 1);
+    let mut again = Vec::new();
+    while let Some(t) = p.a.poll_transmit() {
+        again.push(parsed(&t).1);
+    }
+    let psns: Vec<u32> = (0..4).map(|i| (psn0 + i) & 0xFF_FFFF).collect();
+    assert_eq!(again, psns, "each PSN once, in order, from the one the retry went back to");
+    assert_eq!(p.a.stats().retransmits, 1, "only the packet that had left was sent again");
+    assert_eq!(p.a.stats().tx_packets, 5, "4 sent, 1 of them twice");
+}

@@ -198,8 +198,9 @@ pub struct Case {
     pub window: u32,
     /// The first PSNs of `a` and `b` (24 bits).
     pub psns: (u32, u32),
-    /// Packets each direction's link may queue; more are tail-dropped (0: unbounded). Bursts
-    /// longer than this lose their tails, as at a real port's queue.
+    /// Packets the switch's link in each direction may queue; more are tail-dropped (0:
+    /// unbounded). Bursts longer than this lose their tails, as at a real switch's egress
+    /// queue (a NIC's own link paces it and never drops).
     pub queue_limit: usize,
 }
 
@@ -242,6 +243,6 @@ pub struct ContentionCase {
     pub per_qp: Vec<Vec<AtomicOp>>,
     /// Faults, applied to every requester's pair of links.
     pub faults: Vec<FaultEvent>,
-    /// Packets each link may queue (0: unbounded), as [`Case::queue_limit`].
+    /// Packets each of the switch's links may queue (0: unbounded), as [`Case::queue_limit`].
     pub queue_limit: usize,
 }

@@ -6,12 +6,12 @@ use verbs_api::{
     WorkCompletion, WrOpcode,
 };
 
-use super::faults::schedule_faults;
+use super::faults::{attach, schedule_faults, switch_egress};
 use super::oracle::{self, oracle_ok, AtomicResult, ExpectedWc};
 use super::run::{drain, Outcome, RUN_LIMIT_NS, SETTLE_EVENTS};
 use super::ContentionCase;
 use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
-use crate::world::{LinkParams, SimWorld, World};
+use crate::world::{SimWorld, World};
 
 /// Run a contention case: requesters `r0..` each connected by RC to one target, every atomic
 /// on the same word of one MR, posted round-robin at once; checks that every atomic completes
@@ -26,13 +26,17 @@ fn contention_inner(case: &ContentionCase) -> Result<Outcome, String> {
     if case.per_qp.is_empty() {
         return Err("the case has no requesters".into());
     }
-    let base = LinkParams { queue_limit: case.queue_limit, ..LinkParams::default() };
+    // Every requester reaches the target through one switch, whose one link to the target
+    // all their requests share (fan-in, where a real network's queues fill).
+    let base = switch_egress(case.queue_limit);
     let mut w = World::new(case.seed);
     let target = w.add_node("target");
+    let sw = w.add_switch("sw");
+    let to_target = attach(&mut w, target, sw, &base);
     let mut links = Vec::new();
     for i in 0..case.per_qp.len() {
         let r = w.add_node(format!("r{i}"));
-        links.push(w.add_duplex(r, target, base.clone()));
+        links.push((to_target, attach(&mut w, r, sw, &base)));
     }
     let world = SimWorld::new(w);
 
@@ -58,7 +62,7 @@ fn contention_inner(case: &ContentionCase) -> Result<Outcome, String> {
             max_inline_data: 0,
         };
         let r = Endpoint::new(
-            &world.context(1 + i).map_err(e)?,
+            &world.context(2 + i).map_err(e)?,
             QpType::Rc,
             cap,
             n + 4,

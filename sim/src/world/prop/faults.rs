@@ -2,10 +2,25 @@
 //! scheduled in virtual time.
 
 use super::{Dir, FaultEvent, FaultKind};
-use crate::world::{LinkChange, LinkId, LinkParams, SimWorld, World};
+use crate::world::{LinkChange, LinkId, LinkParams, NodeId, SimWorld, World};
 
-/// Turn fault values into link changes on the link pair `forward` (requests) and `backward`
-/// (responses), relative to `start`: at each boundary, each direction's parameters are `base`
+/// The links a switch sends on towards a case's nodes: a quarter of the hosts' 100 Gbit/s, with
+/// the case's queue limit. The NICs are paced by their own links and never drop there (as on a
+/// real port); a burst meets a finite queue where a real network has one, at the switch
+/// between a fast port and a slower one, which tail-drops what does not fit.
+pub fn switch_egress(queue_limit: usize) -> LinkParams {
+    LinkParams { bandwidth_gbps: 25.0, queue_limit, ..LinkParams::default() }
+}
+
+/// Join `node` to switch `sw`: its own link in (the default 100 Gbit/s) and the switch's
+/// egress link out to it (`egress`), which carries the faults. Returns the egress link.
+pub fn attach(w: &mut World, node: NodeId, sw: NodeId, egress: &LinkParams) -> LinkId {
+    w.add_link(node, sw, LinkParams::default());
+    w.add_link(sw, node, egress.clone())
+}
+
+/// Turn fault values into link changes on the link pair `forward` (requests, the switch's link
+/// to the responder) and `backward` (responses, its link to the requester), relative to `start`: at each boundary, each direction's parameters are `base`
 /// plus every fault active then (so overlapping faults combine); `DropNth` counts from the
 /// packets the link has carried so far; a partition cuts and heals both. Changes due by now
 /// apply at once (faults at 0 ns act on the WRs posted next), later ones are scheduled.

@@ -1,11 +1,12 @@
 //! Property testing the transports on the simulator: proptest strategies for workloads and
 //! fault schedules (plain values, so failures shrink), a runner that plays a [`Case`] in a
-//! two-node world, and the oracles (in [`oracle`]) every outcome must satisfy.
+//! two-node world (the nodes meet at a switch), and the oracles (in [`oracle`]) every outcome
+//! must satisfy.
 //!
 //! A [`Case`] is everything a run depends on: the world's seed, the QP type, the WRs posted on
 //! `a`'s QP towards `b`, the faults (a loss window, the k-th packet dropped, a partition that
 //! heals, ...), the QP's retry attributes, a late receiver, a cut that outlasts the retries,
-//! the path MTU, the NICs' send window, the first PSNs and the links' queue limit (finite in
+//! the path MTU, the NICs' send window, the first PSNs and the switch's queue limit (finite in
 //! most cases, small in some, so bursts lose their tails). [`run_case`] plays it and checks
 //! every oracle; [`check_case`] does the same inside a proptest body, printing the seed first.
 //! What is checked (each item names the oracle; `docs/simulator.md` has the table):

@@ -8,13 +8,13 @@ use verbs_api::{
     QpType, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, UdTarget, WorkCompletion,
 };
 
-use super::faults::schedule_faults;
+use super::faults::{attach, schedule_faults, switch_egress};
 use super::layout::{layout, scatter, ATOMIC_WORD};
 use super::oracle::oracle_ok;
 use super::verdict::Run;
 use super::{Case, OpKind, MAX_INLINE};
 use crate::conn::{self, av_to, ConnOpts, Endpoint, PortAddress};
-use crate::world::{connect_rc, LinkChange, LinkParams, Rng, SimWorld, World};
+use crate::world::{connect_rc, LinkChange, Rng, SimWorld, World};
 
 /// Virtual time a case may take before its last WR must have completed.
 pub const RUN_LIMIT_NS: u64 = 10_000_000_000;
@@ -141,13 +141,15 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
     // The last WR is signaled so the run has an end every program can observe.
     last.signaled = true;
     let n = work.len();
-    let base = LinkParams { queue_limit: case.queue_limit, ..LinkParams::default() };
-    let world = {
+    // a and b meet at a switch whose links towards them are slower and have the case's queue.
+    let base = switch_egress(case.queue_limit);
+    let (world, forward, backward) = {
         let mut w = World::new(case.seed);
         w.configure_nics(|c| c.window = case.window);
-        let (a, b) = (w.add_node("a"), w.add_node("b"));
-        w.add_duplex(a, b, base.clone());
-        SimWorld::new(w)
+        let (a, b, sw) = (w.add_node("a"), w.add_node("b"), w.add_switch("sw"));
+        let backward = attach(&mut w, a, sw, &base);
+        let forward = attach(&mut w, b, sw, &base);
+        (SimWorld::new(w), forward, backward)
     };
     let lay = layout(case.qp_type, &work);
     let (a, b, ah) = connect_pair(&world, case, n as u32, lay.mr_len).map_err(e)?;
@@ -195,10 +197,10 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
     }
 
     let start = world.now_ns();
-    schedule_faults(&world, start, &case.faults, &base, 0, 1);
+    schedule_faults(&world, start, &case.faults, &base, forward, backward);
     if let Some(cut) = case.cut_at_ns {
         let mut w = world.lock();
-        for l in 0..2 {
+        for l in [forward, backward] {
             w.schedule(start + cut, l, LinkChange::Partition);
         }
     }
@@ -265,7 +267,7 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
         let b_mem = b.mr.read_vec(0, lay.mr_len).map_err(e)?;
         let a_tx = nic_stats(&world, 0).tx_packets;
         let mut w = world.lock();
-        for l in 0..2 {
+        for l in [forward, backward] {
             w.change_link(l, LinkChange::Heal);
         }
         let idle = w.run_until_idle(SETTLE_EVENTS);

@@ -104,7 +104,8 @@ pub fn psns() -> impl Strategy<Value = (u32, u32)> {
     (psn.clone(), psn)
 }
 
-/// Link queues in packets: mostly the simulator's default (1,024), often a shorter one, a
+/// Switch queues in packets (between the cases' 100 Gbit/s ports and the switch's 25 Gbit/s
+/// links towards them): mostly the simulator's default (1,024), often a shorter one, a
 /// small one (`smallest`..64) that a burst of a message or of READ responses overflows, and
 /// sometimes unbounded (0). A tail dropped at a full queue is a fault like any loss: RC
 /// recovers from it, at worst one local ACK timeout for every queue's worth of a burst's tail

@@ -16,5 +16,5 @@ pub use report::{ConnReport, Report};
 pub use run::{run, RunOptions};
 pub use spec::{
     ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec, OpSpec,
-    ParamSpec, Scenario,
+    ParamSpec, RunBounds, Scenario,
 };

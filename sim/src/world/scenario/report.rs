@@ -74,6 +74,55 @@ pub struct Report {
     /// Why not, if not.
     pub failure: Option<String>,
 }
+impl Report {
+    /// Goodput over the run's virtual time, Gbit/s.
+    pub fn goodput_gbps(&self) -> f64 {
+        match self.elapsed_ns {
+            0 => 0.0,
+            ns => self.goodput_bytes as f64 * 8.0 / ns as f64,
+        }
+    }
+
+    /// Share of the packets the NICs sent that were retransmissions.
+    pub fn retransmit_share(&self) -> f64 {
+        match self.packets_sent {
+            0 => 0.0,
+            n => self.retransmits as f64 / n as f64,
+        }
+    }
+
+    /// A fault counter by its kind's name (`loss`, `queue-drop`, ...), 0 if it has none.
+    pub fn fault(&self, kind: &str) -> u64 {
+        self.faults.iter().find(|f| f.0 == kind).map_or(0, |f| f.1)
+    }
+
+    /// The first of `b` the run is outside of, said in words.
+    pub fn outside(&self, b: &super::RunBounds) -> Option<String> {
+        let (gbps, share, drops) =
+            (self.goodput_gbps(), self.retransmit_share(), self.fault("queue-drop"));
+        if let Some(min) = b.min_goodput_gbps.filter(|&m| gbps < m) {
+            return Some(format!("goodput {gbps:.3} Gbit/s is below min_goodput_gbps {min}"));
+        }
+        if let Some(max) = b.max_retransmit_share.filter(|&m| share > m) {
+            return Some(format!(
+                "{:.1} % of the packets sent were retransmissions, above max_retransmit_share {max}",
+                share * 100.0
+            ));
+        }
+        if let Some(max) = b.max_queue_drops.filter(|&m| drops > m) {
+            return Some(format!(
+                "{drops} tail drops at switch queues, above max_queue_drops {max}"
+            ));
+        }
+        if let Some(min) = b.min_queue_drops.filter(|&m| drops < m) {
+            return Some(format!(
+                "{drops} tail drops at switch queues, below min_queue_drops {min}"
+            ));
+        }
+        None
+    }
+}
+
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
@@ -85,8 +134,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 impl Report {
     /// The summary `softverbs sim` prints.
     pub fn write_summary(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let secs = self.elapsed_ns as f64 / 1e9;
-        let gbps = if secs > 0.0 { self.goodput_bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 };
+        let gbps = self.goodput_gbps();
         writeln!(out, "scenario {}: {}", self.name, if self.passed { "PASSED" } else { "FAILED" })?;
         if let Some(f) = &self.failure {
             writeln!(out, "  why: {f}")?;
@@ -119,10 +167,27 @@ impl Report {
             "  retransmissions {}  timeouts {}  RNR NAKs {}  sequence NAKs {}",
             self.retransmits, self.timeouts, self.rnr_naks, self.seq_naks
         )?;
-        let faults: Vec<String> =
-            self.faults.iter().filter(|f| f.1 > 0).map(|(k, n)| format!("{k} {n}")).collect();
-        let faults = if faults.is_empty() { "none".to_string() } else { faults.join(", ") };
-        writeln!(out, "  faults injected: {faults}")?;
+        writeln!(
+            out,
+            "  retransmitted {:.1} % of the packets sent",
+            self.retransmit_share() * 100.0
+        )?;
+        // Where packets were dropped: at switches (a full egress queue, no route) or on cables
+        // (the faults a link injects). A NIC's own link paces it and never drops for a full queue.
+        writeln!(
+            out,
+            "  dropped at switches: full egress queue {}, no route {}",
+            self.fault("queue-drop"),
+            self.fault("no-route")
+        )?;
+        let cable: Vec<String> = self
+            .faults
+            .iter()
+            .filter(|f| f.1 > 0 && f.0 != "queue-drop" && f.0 != "no-route")
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let cable = if cable.is_empty() { "none".to_string() } else { cable.join(", ") };
+        writeln!(out, "  faults on cables: {cable}")?;
         let c = &self.completion_ns;
         writeln!(
             out,

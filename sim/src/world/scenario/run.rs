@@ -469,6 +469,12 @@ fn run_inner(
     }
     r.faults.push(("no-route", w.no_route_drops()));
     r.passed = failure.is_none() && r.connections.iter().all(|c| c.as_expected);
+    if r.passed {
+        if let Some(why) = r.outside(&sc.expect) {
+            r.passed = false;
+            r.failure = Some(why);
+        }
+    }
     if r.failure.is_none() && !r.passed {
         let bad: Vec<String> = r
             .connections

@@ -42,6 +42,24 @@ pub struct Scenario {
     /// RC connections and what each does.
     #[serde(rename = "connection")]
     pub connections: Vec<ConnSpec>,
+    /// Bounds on what the whole run achieved (its `[expect]` table); a run outside them fails.
+    #[serde(default)]
+    pub expect: RunBounds,
+}
+
+/// Bounds on a whole run, checked after every connection's own expectation: they make a
+/// scenario fail when the network, not only a status, behaves other than it should.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunBounds {
+    /// Least goodput (payload bytes of successful WRs over the run's virtual time), Gbit/s.
+    pub min_goodput_gbps: Option<f64>,
+    /// Largest share of the packets the NICs sent that were retransmissions (0..=1).
+    pub max_retransmit_share: Option<f64>,
+    /// Most tail drops at switch egress queues (0: the run must never overflow a queue).
+    pub max_queue_drops: Option<u64>,
+    /// Fewest tail drops at switch egress queues (a scenario about congestion needs some).
+    pub min_queue_drops: Option<u64>,
 }
 
 fn default_seed() -> u64 {
