@@ -11,7 +11,7 @@ use verbs_api::provider::Provider;
 use verbs_api::{Context, DeviceAttr, LinkLayer, PortAttr};
 
 use crate::abi::*;
-use crate::{qp, refuse, refuse_err, refuse_null, set_errno, soft, verbs, Magic};
+use crate::{qp, refuse, refuse_err, refuse_null, set_errno, soft, srq_ah, verbs, Magic};
 
 /// One listed device: the C struct, then what softverbs knows of it.
 #[repr(C)]
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     let mut cops: ibv_context_ops = unsafe { std::mem::zeroed() };
     cops.poll_cq = Some(verbs::poll_cq);
     cops.req_notify_cq = Some(verbs::req_notify_cq);
-    cops.post_srq_recv = Some(verbs::post_srq_recv);
+    cops.post_srq_recv = Some(srq_ah::post_srq_recv);
     cops.post_send = Some(qp::post_send);
     cops.post_recv = Some(qp::post_recv);
     // An eventfd nobody signals stands for the async event fd: `ibv_get_async_event` blocks on

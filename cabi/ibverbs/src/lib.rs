@@ -12,6 +12,8 @@
 pub mod abi;
 mod device;
 mod qp;
+mod srq_ah;
+mod strs;
 mod stubs;
 mod verbs;
 

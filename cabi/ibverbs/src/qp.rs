@@ -11,10 +11,8 @@ use verbs_api::{
 };
 
 use crate::abi::*;
-use crate::verbs::{
-    access, ah_attr, ah_attr_c, ah_of, lookup, obj, post_recv_chain, sges, srq_of, track, Cq, Pd,
-    MAX_SGE, QPS,
-};
+use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
+use crate::verbs::{access, lookup, obj, post_recv_chain, sges, track, Cq, Pd, MAX_SGE, QPS};
 use crate::{refuse, refuse_err, refuse_null, Magic};
 
 /// A queue pair.
