@@ -51,7 +51,7 @@ fn perf(program: &str, args: &[&str]) -> Vec<Vec<f64>> {
         let zero = if small {
             r[0] == 0.0 || r[1] == 0.0 || r[r.len() - 1] == 0.0
         } else {
-            r.iter().any(|v| *v == 0.0)
+            r.contains(&0.0)
         };
         assert!(!zero, "{program}: a zero figure in {r:?}");
     }
