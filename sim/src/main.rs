@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand};
 use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
 use softverbs_sim::cmd::fabric::{self, FabricAction};
 use softverbs_sim::cmd::logs::{self, LogOpt};
-use softverbs_sim::cmd::{self, demo, perf, pingpong, sim, CliError};
+use softverbs_sim::cmd::{self, demo, perf, pingpong, run, sim, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -126,6 +126,16 @@ enum Cmd {
         #[command(flatten)]
         log: LogOpt,
     },
+    /// Run a C verbs program (ibv_rc_pingpong, ib_write_bw, your own) on the soft devices.
+    ///
+    /// Puts softverbs' libibverbs.so.1 first on the program's library search path (build it
+    /// with `cargo build -p softverbs-ibverbs`) and hands it the fabric (docs/c.md).
+    Run {
+        #[command(flatten)]
+        args: run::RunArgs,
+        #[command(flatten)]
+        fabric: FabricOpt,
+    },
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
@@ -147,7 +157,7 @@ impl Cmd {
             | Cmd::Perf { log, .. }
             | Cmd::Sim { log, .. }
             | Cmd::Fabric { log, .. } => log.verbose,
-            Cmd::Devinfo { .. } => 0,
+            Cmd::Devinfo { .. } | Cmd::Run { .. } => 0,
         }
     }
 
@@ -160,6 +170,7 @@ impl Cmd {
             Cmd::Perf { .. } => "perf",
             Cmd::Sim { .. } => "sim",
             Cmd::Fabric { .. } => "fabric",
+            Cmd::Run { .. } => "run",
         }
     }
 }
@@ -209,6 +220,7 @@ fn main() -> ExitCode {
         }
         Cmd::Perf { args, log: _ } => perf::main(args),
         Cmd::Sim { args, log: _ } => sim::main(args),
+        Cmd::Run { args, fabric } => report("run", run::run(fabric.dir(), &args)),
         Cmd::Fabric { action, fabric, log: _ } => report(
             "fabric",
             fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),

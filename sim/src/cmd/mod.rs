@@ -19,6 +19,7 @@ pub mod fabric;
 pub mod logs;
 pub mod perf;
 pub mod pingpong;
+pub mod run;
 pub mod sim;
 
 use std::fmt;
