@@ -221,6 +221,20 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::NotRun("sim/tests/pcap_real.rs runs tshark with these fields on the files it makes"),
     ),
     ("softverbs sim", Plan::Run(SIM)),
+    (
+        "softverbs run -- PROGRAM ARGS...",
+        Plan::NotRun(
+            "needs the softverbs-ibverbs library and a C program: \
+             cabi/ibverbs/tests/example.rs runs `softverbs run` on examples/c/rdma_basics.c",
+        ),
+    ),
+    (
+        "softverbs run",
+        Plan::NotRun(
+            "needs the softverbs-ibverbs library and a C program: \
+             cabi/ibverbs/tests/example.rs runs `softverbs run` on examples/c/rdma_basics.c",
+        ),
+    ),
     ("softverbs -v devinfo", Plan::Run(&[Form(&["-v", "devinfo"], "PORT_ACTIVE", &[])])),
     ("softverbs demo --in-process -vv", Plan::Run(&[Form(&["demo", "--in-process", "-vv"], "RDMA WRITE", &[])])),
     (
@@ -449,7 +463,7 @@ const GROUPS: [&[&str]; 4] = [
     ],
     &["softverbs pingpong"],
     &["softverbs perf"],
-    &["softverbs fabric", "softverbs sim"],
+    &["softverbs fabric", "softverbs sim", "softverbs run"],
 ];
 
 #[test]
