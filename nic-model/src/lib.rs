@@ -5,8 +5,10 @@
 //! - [`packet`]: the RoCEv2 transport headers and ICRC, parsed and emitted from one opcode table;
 //! - [`engine`]: the sans-IO transport (requester, responder, completer, QP state, CQs, MRs);
 //! - [`wire`]: shared-memory inbox segments that carry packets between processes;
-//! - [`soft`]: the `soft` backend, which drives engines over a wire with real time.
+//! - [`soft`]: the `soft` backend, which drives engines over a wire with real time;
+//! - [`cost`]: process-wide counters of the emulation's own copies and system calls.
 
+pub mod cost;
 pub mod engine;
 pub mod packet;
 mod small_copy;

@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use verbs_api::provider::{AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, QpOps, SrqOps};
 use verbs_api::{
-    AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, Error, Gid,
-    PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr,
-    SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, Errno, Error, Gid,
+    GidEntry, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result,
+    SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
+use crate::cost::{self, CopyAt};
 use crate::engine::mr::MrMemory;
-use crate::engine::{check_ah, Nic, Now};
+use crate::engine::{check_ah, Nic, Now, GID_TBL_LEN};
 
 /// What a backend provides so that the objects of this module can run its devices.
 pub trait Host: Send + Sync + Sized + 'static {
@@ -123,6 +124,16 @@ fn only_port_1(verb: &str, port_num: u8) -> Result<()> {
     }
 }
 
+/// An index past the GID table is `EINVAL`, as on rxe (the kernel's table ends there).
+fn gid_index_in_table(verb: &str, index: u32) -> Result<()> {
+    if index >= GID_TBL_LEN {
+        return Err(Error::inval(format!(
+            "{verb}: GID index {index} is past port 1's GID table (gid_tbl_len {GID_TBL_LEN})"
+        )));
+    }
+    Ok(())
+}
+
 impl<H: Host> ContextOps for EngineContext<H> {
     fn device_name(&self) -> String {
         self.host.device_name()
@@ -142,12 +153,19 @@ impl<H: Host> ContextOps for EngineContext<H> {
     }
     fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
         only_port_1("ibv_query_gid", port_num)?;
-        if index != 0 {
-            return Err(Error::inval(format!(
-                "ibv_query_gid: GID index {index} does not exist (port 1 has GID index 0)"
-            )));
-        }
-        Ok(self.host.with_nic(|n| n.config().gid()))
+        gid_index_in_table("ibv_query_gid", index)?;
+        Ok(self.host.with_nic(|n| n.config().gid_entry(index)).map_or(Gid::default(), |e| e.0))
+    }
+    fn query_gid_entry(&self, port_num: u8, index: u32) -> Result<GidEntry> {
+        only_port_1("ibv_query_gid_ex", port_num)?;
+        gid_index_in_table("ibv_query_gid_ex", index)?;
+        let Some((gid, gid_type)) = self.host.with_nic(|n| n.config().gid_entry(index)) else {
+            return Err(Error::new(
+                Errno::NoData,
+                format!("ibv_query_gid_ex: GID index {index} of port 1 is empty"),
+            ));
+        };
+        Ok(GidEntry { gid, gid_index: index, port_num: 1, gid_type, ndev_ifindex: 0 })
     }
     fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
         let id = self.host.with_nic(|n| n.alloc_pd())?;
@@ -303,7 +321,7 @@ impl<H: Host> PdOps for EnginePd<H> {
         Ok(Arc::new(EngineSrq { host: self.host.clone(), id, owned: Owned::default() }))
     }
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
-        check_ah(attr)?;
+        check_ah(self.host.with_nic(|n| n.config().ip()), attr)?;
         Ok(Arc::new(EngineAh { attr: *attr, _pd: self.ahs.clone() }))
     }
     fn dealloc(&self) -> Result<()> {
@@ -358,10 +376,14 @@ impl<H: Host> MrOps for EngineMr<H> {
         self.access
     }
     fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        self.memory.read(offset, buf)
+        self.memory.read(offset, buf)?;
+        cost::copied(CopyAt::Program, buf.len());
+        Ok(())
     }
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.memory.write(offset, data)
+        self.memory.write(offset, data)?;
+        cost::copied(CopyAt::Program, data.len());
+        Ok(())
     }
     fn dereg(&self) -> Result<()> {
         self.owned.destroy("ibv_dereg_mr", "MR", || self.host.with_nic(|n| n.dereg_mr(self.key)))

@@ -1,22 +1,28 @@
-//! Connecting RC/UC QPs the way verbs programs do: exchange each side's LID, QPN, PSN and GID
-//! (what `ibv_rc_pingpong` sends over TCP), then walk each QP through INIT, RTR and RTS with
-//! the attribute masks the IBA state table requires.
+//! Connecting RC/UC QPs the way verbs programs do on RoCE: exchange each side's LID (0 on
+//! RoCE), QPN, PSN and GID (what `ibv_rc_pingpong` sends over TCP), then walk each QP through
+//! INIT, RTR and RTS with the attribute masks the IBA state table requires, addressing the
+//! peer by its GID from a GID index of this port.
 
 use verbs_api::{
     AccessFlags, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Mtu, ProtectionDomain,
     QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, Result,
 };
 
+/// The GID index of a softverbs port's IPv4 GID (`::ffff:10.0.x.y`, RoCE v2), the one it
+/// sends from by default; rxe's table has its netdev's IPv4 address there too.
+pub const DEFAULT_GID_INDEX: u8 = 1;
+
 /// What each side tells the other before connecting (`struct pingpong_dest`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInfo {
-    /// The port's LID.
+    /// The port's LID: 0 on RoCE ports, which are addressed by `gid`.
     pub lid: u16,
     /// The QP number.
     pub qpn: u32,
     /// The first PSN this side will send.
     pub psn: u32,
-    /// The port's GID.
+    /// The GID the peer addresses this side by (the one at the GID index this side sends
+    /// from).
     pub gid: Gid,
 }
 
@@ -61,9 +67,9 @@ pub struct ConnOpts {
     pub max_rd_atomic: u8,
     /// `qp_access_flags`: the remote operations this QP accepts.
     pub access: AccessFlags,
-    /// Address the peer by GID (`is_global`, as RoCE needs) rather than LID.
-    pub use_gid: bool,
-    /// With `use_gid`: the index of this side's GID (`sgid_index` of the address vector).
+    /// The GID table index this side sends from (`grh.sgid_index` of the address vector; the
+    /// address vector always carries a GRH, as RoCE needs). By default
+    /// [`DEFAULT_GID_INDEX`]; [`PortAddress::conn_opts`] sets the index a port was asked for.
     pub sgid_index: u8,
 }
 
@@ -80,8 +86,7 @@ impl Default for ConnOpts {
             access: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
-            use_gid: false,
-            sgid_index: 0,
+            sgid_index: DEFAULT_GID_INDEX,
         }
     }
 }
@@ -98,19 +103,15 @@ pub struct PortAddress {
     pub gid_index: u32,
     /// The port's active MTU: no path MTU may exceed it.
     pub active_mtu: Mtu,
-    /// Peers address this port by GID (with a GRH): it has no LID, as on RoCE, or a GID index
-    /// was asked for (as `ibv_rc_pingpong -g` does).
-    pub use_grh: bool,
 }
 
 impl PortAddress {
-    /// Port 1 of `ctx`, with the GID at `gid_index`; by default index 0, or on a port without
-    /// a LID (RoCE) the first IPv4-mapped GID (`::ffff:a.b.c.d`, the GID of the port's IPv4
-    /// address; index 0 there is usually the IPv6 link-local one). `EINVAL` for an index
-    /// beyond the port's GID table.
+    /// Port 1 of `ctx`, with the GID at `gid_index`; by default the first IPv4 GID of the
+    /// table (`::ffff:a.b.c.d`, index 1 on softverbs and on rxe over a netdev with an IPv4
+    /// address; index 0 there is the IPv6 link-local one), else index 0. `EINVAL` for an
+    /// index beyond the port's GID table or an empty entry.
     pub fn of(ctx: &Context, gid_index: Option<u32>) -> Result<PortAddress> {
         let port = ctx.query_port(1)?;
-        let use_grh = port.lid == 0 || gid_index.is_some();
         let gid_index = match gid_index {
             Some(i) if i >= port.gid_tbl_len.max(1) => {
                 return Err(verbs_api::Error::inval(format!(
@@ -120,33 +121,36 @@ impl PortAddress {
                 )))
             }
             Some(i) => i,
-            None if port.lid == 0 => (0..port.gid_tbl_len)
-                .find(|&i| ctx.query_gid(1, i).is_ok_and(|g| g.to_ipv4().is_some()))
-                .unwrap_or(0),
-            None => 0,
+            None => first_ipv4_gid(ctx, port.gid_tbl_len).unwrap_or(0),
         };
         let gid = ctx.query_gid(1, gid_index)?;
-        Ok(PortAddress { lid: port.lid, gid, gid_index, active_mtu: port.active_mtu, use_grh })
+        if gid.is_zero() {
+            return Err(verbs_api::Error::inval(format!(
+                "GID index {gid_index} of port 1 is empty (see `softverbs devinfo -v` or \
+                 `ibv_devinfo -v` for the GIDs the port has)"
+            )));
+        }
+        Ok(PortAddress { lid: port.lid, gid, gid_index, active_mtu: port.active_mtu })
     }
 
-    /// `opts` adjusted to this port: the path MTU at most the active MTU, and GID addressing
-    /// from this port's GID index when [`PortAddress::use_grh`] or `opts.use_gid` asks for it.
+    /// `opts` adjusted to this port: the path MTU at most the active MTU, and sending from
+    /// this port's GID index.
     pub fn conn_opts(&self, opts: ConnOpts) -> Result<ConnOpts> {
         let sgid_index = u8::try_from(self.gid_index).map_err(|_| {
             verbs_api::Error::inval(format!("GID index {} is larger than 255", self.gid_index))
         })?;
-        Ok(ConnOpts {
-            mtu: opts.mtu.min(self.active_mtu),
-            use_gid: opts.use_gid || self.use_grh,
-            sgid_index,
-            ..opts
-        })
+        Ok(ConnOpts { mtu: opts.mtu.min(self.active_mtu), sgid_index, ..opts })
     }
 
     /// What to tell the peer about a QP on this port whose first PSN is `psn`.
     pub fn qp_info(&self, qp: &QueuePair, psn: u32) -> QpInfo {
         QpInfo { lid: self.lid, qpn: qp.qp_num(), psn, gid: self.gid }
     }
+}
+
+/// The index of the first IPv4 GID (`::ffff:a.b.c.d`) of port 1, as perftest picks one.
+fn first_ipv4_gid(ctx: &Context, gid_tbl_len: u32) -> Option<u32> {
+    (0..gid_tbl_len).find(|&i| ctx.query_gid(1, i).is_ok_and(|g| g.to_ipv4().is_some()))
 }
 
 /// RESET → INIT (port 1, P_Key index 0, the access flags).
@@ -163,20 +167,25 @@ pub fn to_init(qp: &QueuePair, opts: &ConnOpts) -> Result<()> {
     qp.modify(&attr, mask)
 }
 
-/// INIT → RTR towards `remote`.
-pub fn to_rtr(qp: &QueuePair, remote: &QpInfo, opts: &ConnOpts) -> Result<()> {
-    let ah_attr = AhAttr {
-        dlid: remote.lid,
+/// The address vector towards the port whose GID is `dgid` from port 1, as RoCE needs it: a
+/// GRH (`is_global`) with the peer's GID and this side's GID index `opts.sgid_index`, hop
+/// limit 1 as `ibv_rc_pingpong` sets it. For an RC/UC QP's RTR and for `ibv_create_ah`.
+pub fn av_to(dgid: Gid, opts: &ConnOpts) -> AhAttr {
+    AhAttr {
         port_num: 1,
-        is_global: opts.use_gid,
-        dgid: remote.gid,
+        is_global: true,
+        dgid,
         sgid_index: opts.sgid_index,
         hop_limit: 1,
         ..Default::default()
-    };
+    }
+}
+
+/// INIT → RTR towards `remote`.
+pub fn to_rtr(qp: &QueuePair, remote: &QpInfo, opts: &ConnOpts) -> Result<()> {
     let mut attr = QpAttr {
         qp_state: QpState::Rtr,
-        ah_attr,
+        ah_attr: AhAttr { dlid: remote.lid, ..av_to(remote.gid, opts) },
         path_mtu: opts.mtu,
         dest_qp_num: remote.qpn,
         rq_psn: remote.psn,
@@ -269,10 +278,11 @@ impl Endpoint {
         Ok(Endpoint { ctx: ctx.clone(), pd, cq, qp, mr })
     }
 
-    /// What to tell the peer, with `psn` as this side's first PSN.
+    /// What to tell the peer, with `psn` as this side's first PSN: the GID is the one at the
+    /// port's default GID index ([`PortAddress::of`] with none asked for), which
+    /// [`ConnOpts::default`]'s `sgid_index` names on softverbs ports.
     pub fn info(&self, psn: u32) -> Result<QpInfo> {
-        let port = self.ctx.query_port(1)?;
-        Ok(QpInfo { lid: port.lid, qpn: self.qp.qp_num(), psn, gid: self.ctx.query_gid(1, 0)? })
+        Ok(PortAddress::of(&self.ctx, None)?.qp_info(&self.qp, psn))
     }
 }
 
@@ -282,9 +292,10 @@ mod tests {
 
     #[test]
     fn qp_info_wire_form_round_trips() {
-        let i = QpInfo { lid: 3, qpn: 0x11, psn: 0xabcdef, gid: Gid::from_ipv4([10, 0, 0, 3]) };
+        let i = QpInfo { lid: 0, qpn: 0x11, psn: 0xabcdef, gid: Gid::from_ipv4([10, 0, 0, 3]) };
         let w = i.to_wire();
-        assert_eq!(w, "0003:000011:abcdef:00000000000000000000ffff0a000003");
+        // As ibv_rc_pingpong's "%04x:%06x:%06x:%s" with gid_to_wire_gid: the GID's bytes in order.
+        assert_eq!(w, "0000:000011:abcdef:00000000000000000000ffff0a000003");
         assert_eq!(QpInfo::from_wire(&w), Some(i));
         assert_eq!(QpInfo::from_wire("0003:000011"), None);
         assert_eq!(QpInfo::from_wire("zz:1:1:00"), None);

@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand};
 use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
 use softverbs_sim::cmd::fabric::{self, FabricAction};
 use softverbs_sim::cmd::logs::{self, LogOpt};
-use softverbs_sim::cmd::{self, demo, perf, pingpong, run, sim, CliError};
+use softverbs_sim::cmd::{self, demo, learn, perf, pingpong, run, sim, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -100,6 +100,15 @@ enum Cmd {
         #[command(flatten)]
         log: LogOpt,
     },
+    /// The primer's RDMA concepts, each shown live and measured against TCP in the same run.
+    ///
+    /// Without CONCEPT, the list of lessons: zero-copy, bypass, one-sided, messages, sge, vs-tcp.
+    Learn {
+        #[command(flatten)]
+        args: learn::LearnArgs,
+        #[command(flatten)]
+        log: LogOpt,
+    },
     /// The RC ping-pong test between two processes (like ibv_rc_pingpong).
     ///
     /// Run it without HOST to serve, then with HOST (e.g. localhost) in a second process on
@@ -154,6 +163,7 @@ impl Cmd {
             Cmd::Devices { log, .. }
             | Cmd::Demo { log, .. }
             | Cmd::Pingpong { log, .. }
+            | Cmd::Learn { log, .. }
             | Cmd::Perf { log, .. }
             | Cmd::Sim { log, .. }
             | Cmd::Fabric { log, .. } => log.verbose,
@@ -167,6 +177,7 @@ impl Cmd {
             Cmd::Devinfo { .. } => "devinfo",
             Cmd::Demo { .. } => "demo",
             Cmd::Pingpong { .. } => "pingpong",
+            Cmd::Learn { .. } => "learn",
             Cmd::Perf { .. } => "perf",
             Cmd::Sim { .. } => "sim",
             Cmd::Fabric { .. } => "fabric",
@@ -218,6 +229,7 @@ fn main() -> ExitCode {
         Cmd::Pingpong { args, fabric, log: _ } => {
             report("pingpong", pingpong::run(fabric.dir(), &args, &mut stdout))
         }
+        Cmd::Learn { args, log: _ } => report("learn", learn::run(&args, &mut stdout)),
         Cmd::Perf { args, log: _ } => perf::main(args),
         Cmd::Sim { args, log: _ } => sim::main(args),
         Cmd::Run { args, fabric } => report("run", run::run(fabric.dir(), &args)),

@@ -494,6 +494,31 @@ pub fn fabric_base() -> PathBuf {
     }
 }
 
+/// Removes the fabric directories `<prefix><pid>` in `base` of earlier runs whose process is
+/// gone (a run that was killed cannot remove its own), and returns them with those pids. A
+/// directory whose pid belongs to a live process, this run's or another's, is left alone, as
+/// is anything else.
+pub fn remove_dead_runs(base: &Path, prefix: &str) -> Vec<(PathBuf, u32)> {
+    let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) =
+            name.to_str().and_then(|n| n.strip_prefix(prefix)).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        if !path.is_dir() || pid == std::process::id() || nic_model::wire::process_alive(pid) {
+            continue;
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            removed.push((path, pid));
+        }
+    }
+    removed
+}
+
 /// A fabric directory for one run: one this process created (mode 0700), removed with
 /// everything in it when dropped, also during a panic; or one it was given, left alone.
 #[derive(Debug)]

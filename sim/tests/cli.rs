@@ -199,11 +199,16 @@ fn check_pingpong_output(out: &str, size: u64, iters: u64) -> ([String; 4], [Str
 }
 
 /// `softverbs pingpong` serving on a free port and `softverbs pingpong localhost` connecting
-/// to it, on one fabric, both with `extra`: both must succeed, print ibv_rc_pingpong's lines,
-/// and each must have received exactly the address the other sent. Returns both outputs.
+/// to it, on one fabric, both with `extra` (and `-g 1`, the port's IPv4 GID, as a RoCE port
+/// needs, unless `extra` names a GID index): both must succeed, print ibv_rc_pingpong's
+/// lines, and each must have received exactly the address the other sent. Returns both
+/// outputs.
 fn pingpong_pair(name: &str, extra: &[&str], size: u64, iters: u64) -> (Finished, Finished) {
     let fabric = TempFabric::new(name);
     let mut args = vec!["--fabric", fabric.path(), "--timeout", "20"];
+    if !extra.contains(&"-g") {
+        args.extend_from_slice(&["-g", "1"]);
+    }
     args.extend_from_slice(extra);
     let (server, port) = Proc::pingpong_server(&[&args[..], &["--accept-timeout", "60"]].concat());
     let client = Proc::spawn(
@@ -218,7 +223,8 @@ fn pingpong_pair(name: &str, extra: &[&str], size: u64, iters: u64) -> (Finished
     let (s_local, s_remote) = check_pingpong_output(&s.stdout, size, iters);
     assert_eq!(c_remote, s_local, "the client got the server's LID, QPN, PSN and GID");
     assert_eq!(s_remote, c_local, "the server got the client's LID, QPN, PSN and GID");
-    assert_ne!(c_local[0], s_local[0], "two processes, two ports, two LIDs");
+    assert_eq!((c_local[0].as_str(), s_local[0].as_str()), ("0x0000", "0x0000"), "RoCE: LID 0");
+    assert_ne!(c_local[3], s_local[3], "two processes, two ports, two GIDs");
     // Each process removed its inbox as it closed its device, before it exited.
     assert_eq!(fabric.entries(), [".lock"], "segments left behind");
     (c, s)
@@ -273,7 +279,7 @@ fn devices_and_devinfo_agree_on_node_guids() {
 }
 
 #[test]
-fn devinfo_shows_an_active_port_with_a_lid_and_gid() {
+fn devinfo_shows_an_active_roce_port_and_its_gid_table() {
     let fabric = TempFabric::new("devinfo");
     let f = run(&["devinfo", "--fabric", fabric.path(), "-d", "softverbs0", "-v"]);
     assert_success(&f, "devinfo");
@@ -288,12 +294,20 @@ fn devinfo_shows_an_active_port_with_a_lid_and_gid() {
             .unwrap_or_else(|| panic!("no {label} in {out}"))
             .trim()
     };
-    let lid: u16 = value("port_lid:").parse().expect("a decimal LID");
-    assert_ne!(lid, 0);
-    // The IPv4-mapped GID ::ffff:10.0.x.y as eight groups, with the LID in the last one.
-    let gid = value("GID[  0]:");
-    let expect = format!("0000:0000:0000:0000:0000:ffff:0a00:{lid:04x}");
-    assert!(gid.starts_with(&expect), "GID {gid:?}, expected {expect}");
+    // A RoCE v2 port as rxe presents one: no LID, no SM, rxe's capability flags and table.
+    assert_eq!(value("port_lid:"), "0");
+    assert_eq!(value("sm_lid:"), "0");
+    assert_eq!(value("link_layer:"), "Ethernet");
+    assert_eq!(value("port_cap_flags:"), "0x00010000");
+    assert_eq!(value("gid_tbl_len:"), "1024");
+    // Its GID table as ibv_devinfo -v prints rxe's: the link-local GID from the MAC
+    // 02:00:0a:00:00:01 (the first port takes 10.0.0.1), then the IPv4 GID; nothing more.
+    let gids: Vec<&str> = out.lines().filter(|l| l.contains("GID[")).map(str::trim).collect();
+    assert_eq!(
+        gids,
+        ["GID[  0]:\t\tfe80::aff:fe00:1, RoCE v2", "GID[  1]:\t\t::ffff:10.0.0.1, RoCE v2"],
+        "{out}"
+    );
 }
 
 #[test]
@@ -306,11 +320,32 @@ fn devinfo_of_an_unknown_device_is_a_usage_error() {
 
 #[test]
 fn pingpong_polling() {
-    let (c, s) = pingpong_pair("pp-poll", &["-n", "200", "-s", "64"], 64, 200);
-    // Without -g, ibv_rc_pingpong sends the zero GID and addresses the peer by LID.
-    for out in [&c.stdout, &s.stdout] {
-        assert!(out.lines().filter(|l| l.contains("address:")).all(|l| l.ends_with("GID ::")));
+    pingpong_pair("pp-poll", &["-n", "200", "-s", "64"], 64, 200);
+}
+
+/// Without -g, ibv_rc_pingpong sends the zero GID and addresses the peer by LID alone, which
+/// a RoCE port refuses: as on rxe, the pair fails at RTR, and the message says what to give.
+#[test]
+fn pingpong_without_a_gid_index_is_refused_as_on_roce() {
+    let fabric = TempFabric::new("pp-nogid");
+    let args = ["--fabric", fabric.path(), "--timeout", "5", "-n", "10"];
+    let (server, port) = Proc::pingpong_server(&[&args[..], &["--accept-timeout", "60"]].concat());
+    let client = Proc::spawn(&[&["pingpong"], &args[..], &["-p", &port, "localhost"]].concat());
+    let c = client.finish(DEADLINE);
+    let s = server.finish(DEADLINE);
+    for f in [&c, &s] {
+        assert_eq!(f.status.code(), Some(1), "{f:#?}");
+        assert!(f.stdout.lines().any(|l| l.contains("local address:") && l.ends_with("GID ::")));
     }
+    for f in [&c, &s] {
+        let e = &f.stderr;
+        if e.contains("Failed to modify QP to RTR") {
+            assert!(e.contains("port 1 is RoCE (Ethernet link layer)"), "{f:#?}");
+            assert!(e.contains("give -g GID_INDEX"), "{f:#?}");
+            return;
+        }
+    }
+    panic!("neither side said why: {c:#?} {s:#?}");
 }
 
 #[test]
@@ -325,13 +360,13 @@ fn pingpong_multi_packet_messages() {
 
 #[test]
 fn pingpong_by_gid() {
-    let (c, s) = pingpong_pair("pp-gid", &["-n", "50", "-s", "64", "-g", "0"], 64, 50);
-    // With -g 0 each side sends its port's GID (::ffff:10.0.0.<LID>) and uses a GRH.
+    let (c, s) = pingpong_pair("pp-gid", &["-n", "50", "-s", "64", "-g", "1"], 64, 50);
+    // With -g 1 each side sends its port's IPv4 GID (::ffff:10.0.0.N) and uses a GRH.
     for out in [&c.stdout, &s.stdout] {
         for line in out.lines().filter(|l| l.contains("address:")) {
-            let lid = u16::from_str_radix(&line[line.find("LID 0x").expect("LID") + 6..][..4], 16)
-                .expect("a hex LID");
-            assert!(line.ends_with(&format!("GID ::ffff:10.0.0.{lid}")), "{line:?}");
+            assert!(line.contains("LID 0x0000,"), "{line:?}");
+            let gid = line.rsplit(' ').next().expect("a GID");
+            assert!(gid.starts_with("::ffff:10.0."), "{line:?}");
         }
     }
 }
@@ -386,7 +421,7 @@ fn pingpong_client_without_server_fails_in_time() {
 #[test]
 fn pingpong_server_notices_a_dead_client() {
     let fabric = TempFabric::new("pp-dead");
-    let common = ["--fabric", fabric.path(), "-n", "100000000", "-s", "64"];
+    let common = ["--fabric", fabric.path(), "-n", "100000000", "-s", "64", "-g", "1"];
     let (server, port) = Proc::pingpong_server(&[&common[..], &["--timeout", "3"]].concat());
     let mut client =
         Proc::spawn(&[&["pingpong"], &common[..], &["-p", &port, "127.0.0.1"]].concat());
@@ -419,7 +454,7 @@ fn fabric_lists_and_cleans_a_crashed_process() {
     let line = segment_line(&f.stdout);
     assert!(line.contains(&format!("{pid} alive")), "{line:?}");
     assert!(line.contains("1024 x 4352 B"), "{line:?}");
-    // The header carries the GID of the port (LID 1), as ibv_query_gid reports it.
+    // The header carries the IPv4 GID of the port (slot 1), as ibv_query_gid(1, 1) reports it.
     assert!(line.split_whitespace().any(|w| w == "::ffff:10.0.0.1"), "{line:?}");
 
     // A stray write into the live port's inbox (its head word, at byte 192 of layout 2): the
@@ -550,15 +585,44 @@ fn demo_on_another_soft_device() {
     assert_success(&f, "demo --in-process -d softverbs1");
     assert!(f.stdout.contains("initiator: softverbs1 port 1"), "{}", f.stdout);
     assert!(f.stdout.contains("target:    softverbs0 port 1"), "{}", f.stdout);
-    assert!(f.stdout.contains("addressed by LID"), "{}", f.stdout);
-    // -g addresses the peer by GID, as ibv_rc_pingpong -g does, and changes nothing else.
+    assert!(f.stdout.contains("addressed by GID (sgid_index 1)"), "{}", f.stdout);
+    // The demo teaches the GID index: the table it chose from, and why.
+    assert!(
+        f.stdout.contains(
+            "GID index 1: ::ffff:10.0.0.1, RoCE v2, IPv4 — the entry ib_write_bw would pick \
+             (the first IPv4 GID)."
+        ),
+        "{}",
+        f.stdout
+    );
+    assert!(f.stdout.contains("  GID[  0]: fe80::aff:fe00:1, RoCE v2, IPv6\n"), "{}", f.stdout);
+    // -g names the index, and changes nothing else.
+    let f = run(&["demo", "--in-process", "-g", "1"]);
+    assert_success(&f, "demo --in-process -g 1");
+    assert!(f.stdout.contains("the entry -g asked for"), "{}", f.stdout);
+    check_demo_story(&f.stdout);
+    // Index 0 is the IPv6 link-local GID: RoCE v2 over IPv6, as -g 0 gives on rxe.
     let f = run(&["demo", "--in-process", "-g", "0"]);
     assert_success(&f, "demo --in-process -g 0");
-    assert!(f.stdout.contains("addressed by GID"), "{}", f.stdout);
-    check_demo_story(&f.stdout);
+    assert!(f.stdout.contains("GID index 0: fe80::aff:fe00:"), "{}", f.stdout);
+    assert!(
+        f.stdout.contains("wire  softverbs0 -> RC SEND ONLY")
+            && f.stdout.contains(" fe80::aff:fe00:"),
+        "the wire lines show IPv6 addresses: {}",
+        f.stdout
+    );
+    // The WRITE's three packets and its ACK, each 20 bytes longer than over IPv4.
+    assert!(
+        f.stdout.contains(
+            "=> sent 3 packets (PSN 0x001001 to 0x001003), got 1 back, acknowledging every PSN \
+             up to 0x001003; 2776 bytes of IPv6/UDP datagrams both ways"
+        ),
+        "{}",
+        f.stdout
+    );
     let f = run(&["demo", "--in-process", "-g", "5"]);
     assert_eq!(f.status.code(), Some(2), "{f:#?}");
-    assert!(f.stderr.contains("-g 5: GID index 5 does not exist"), "{f:#?}");
+    assert!(f.stderr.contains("-g 5: GID index 5 of port 1 is empty"), "{f:#?}");
     assert!(f.stdout.is_empty(), "nothing started: {f:#?}");
 }
 
@@ -621,7 +685,7 @@ fn bad_option_values_are_usage_errors() {
         (&["perf", "lat", "-n", "0"], "--iters"),
         (&["perf", "idle", "--seconds", "0"], "--seconds"),
         (&["perf", "lat", "-g", "3"], "-g 3"),
-        (&["pingpong", "-g", "3", "-p", "0"], "sgid of index 3"),
+        (&["pingpong", "-g", "1024", "-p", "0"], "sgid of index 1024"),
     ];
     let fabric = TempFabric::new("badopts");
     for (args, named) in cases {
@@ -858,10 +922,20 @@ fn environment_values_that_do_not_parse_are_named() {
 #[test]
 fn pingpong_on_two_fabrics_names_the_fabric_searched() {
     let (a, b) = (TempFabric::new("fabric-a"), TempFabric::new("fabric-b"));
-    let (server, port) =
-        Proc::pingpong_server(&["--fabric", a.path(), "--timeout", "3", "--accept-timeout", "30"]);
+    let (server, port) = Proc::pingpong_server(&[
+        "--fabric",
+        a.path(),
+        "-g",
+        "1",
+        "--timeout",
+        "3",
+        "--accept-timeout",
+        "30",
+    ]);
     let client = Proc::spawn(&[
         "pingpong",
+        "-g",
+        "1",
         "--fabric",
         b.path(),
         "--timeout",

@@ -1,6 +1,6 @@
 //! The documentation keeps its promises: every scenario (```toml block) in the README, the
-//! guide and the simulator page loads and its run passes, and every command line the README
-//! and the guide show — in a shell block, in a `softverbs ...` code span, or in a table of
+//! guide and the simulator page loads and its run passes, and every command line the README,
+//! the guide and the lessons' pages (docs/learn/) show — in a shell block, in a `softverbs ...` code span, or in a table of
 //! commands — is run here on the debug binary with a private fabric (exit status 0 and a line
 //! of the output it promises), or is listed in [`PLANS`] as deliberately not run, with the
 //! reason. A command added to those pages and not to [`PLANS`] fails
@@ -21,7 +21,17 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 2] = ["README.md", "docs/guide.md"];
+const COMMAND_PAGES: [&str; 9] = [
+    "README.md",
+    "docs/guide.md",
+    "docs/learn/README.md",
+    "docs/learn/zero-copy.md",
+    "docs/learn/bypass.md",
+    "docs/learn/one-sided.md",
+    "docs/learn/messages.md",
+    "docs/learn/sge.md",
+    "docs/learn/vs-tcp.md",
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
@@ -194,11 +204,12 @@ const PLANS: &[(&str, Plan)] = &[
         "softverbs devinfo | head",
         Plan::NotRun("a pipe of the shell; sim/tests/cli.rs closes stdout early on every command"),
     ),
-    ("softverbs pingpong [-d DEV] [-p PORT] [HOST]", Plan::Pingpong(&["-d", "softverbs1"])),
-    ("softverbs pingpong [OPTIONS]", Plan::Pingpong(&["-s", "8192", "-m", "2048", "-e"])),
-    ("softverbs pingpong [OPTIONS] HOST", Plan::Pingpong(&["-g", "0", "-n", "200"])),
-    ("softverbs pingpong", Plan::Pingpong(&[])),
-    ("softverbs pingpong localhost", Plan::Pingpong(&[])),
+    ("softverbs pingpong [-d DEV] [-g N] [-p PORT] [HOST]", Plan::Pingpong(&["-d", "softverbs1", "-g", "1"])),
+    ("softverbs pingpong [OPTIONS]", Plan::Pingpong(&["-s", "8192", "-m", "2048", "-e", "-g", "1"])),
+    ("softverbs pingpong [OPTIONS] HOST", Plan::Pingpong(&["-g", "1", "-n", "200"])),
+    ("softverbs pingpong", Plan::Pingpong(&["-g", "1"])),
+    ("softverbs pingpong -g 1", Plan::Pingpong(&["-g", "1"])),
+    ("softverbs pingpong -g 1 localhost", Plan::Pingpong(&["-g", "1"])),
     ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV]", Plan::Run(PERF)),
     ("softverbs perf lat|bw|idle|syscalls|spin [-d DEV] [-g N]", Plan::Run(PERF)),
     ("softverbs perf floor", Plan::Run(PERF_FLOOR)),
@@ -213,7 +224,7 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::NotRun("sim/tests/pcap_real.rs runs it on a private path and checks the file with tshark"),
     ),
     (
-        "SOFTVERBS_PCAP=/tmp/pp-{pid}.pcap softverbs pingpong",
+        "SOFTVERBS_PCAP=/tmp/pp-{pid}.pcap softverbs pingpong -g 1",
         Plan::NotRun("sim/tests/pcap_real.rs runs a pingpong pair so and checks the files with tshark"),
     ),
     (
@@ -248,7 +259,21 @@ const PLANS: &[(&str, Plan)] = &[
              sim/tests/sim_logs.rs checks the events of partition-heals.toml this shows",
         ),
     ),
-    ("softverbs pingpong -v", Plan::Pingpong(&["-v"])),
+    ("softverbs pingpong -g 1 -v", Plan::Pingpong(&["-g", "1", "-v"])),
+    // The lessons (docs/learn/), in smaller sizes: sim/tests/learn.rs checks their numbers.
+    ("softverbs learn [CONCEPT]", Plan::Run(LEARN)),
+    ("softverbs learn", Plan::Run(LEARN)),
+    ("softverbs learn zero-copy", Plan::Run(ZERO_COPY)),
+    ("softverbs learn zero-copy --size 1M -n 64", Plan::Run(ZERO_COPY)),
+    ("softverbs learn bypass", Plan::Run(BYPASS)),
+    ("softverbs learn bypass -n 100000", Plan::Run(BYPASS)),
+    ("softverbs learn one-sided", Plan::Run(ONE_SIDED)),
+    ("softverbs learn one-sided --size 64M", Plan::Run(ONE_SIDED)),
+    ("softverbs learn messages", Plan::Run(&[Form(&["learn", "messages"], "rdma_lens=[10,200,3000]", &[])])),
+    ("softverbs learn sge", Plan::Run(&[Form(&["learn", "sge"], "verified=31 of=31", &[])])),
+    ("softverbs learn vs-tcp", Plan::Run(VS_TCP)),
+    ("softverbs learn vs-tcp --size 64K -n 2000", Plan::Run(VS_TCP)),
+    ("softverbs devinfo -v", Plan::Run(DEVINFO)),
     (
         "softverbs perf lat -vv",
         Plan::Run(&[Form(
@@ -259,16 +284,24 @@ const PLANS: &[(&str, Plan)] = &[
     ),
 ];
 
+const LEARN: &[Form] = &[Form(&["learn"], "zero-copy", &[])];
+const ZERO_COPY: &[Form] =
+    &[Form(&["learn", "zero-copy", "--size", "4K", "-n", "16"], "RESULT learn=zero-copy", &[])];
+const BYPASS: &[Form] = &[Form(&["learn", "bypass", "-n", "200"], "RESULT learn=bypass", &[])];
+const ONE_SIDED: &[Form] =
+    &[Form(&["learn", "one-sided", "--size", "4M"], "RESULT learn=one-sided", &[])];
+const VS_TCP: &[Form] =
+    &[Form(&["learn", "vs-tcp", "--size", "4K", "-n", "20"], "RESULT learn=vs-tcp", &[])];
 const DEMO: &[Form] = &[Form(&["demo"], "RDMA WRITE", &[])];
 const DEMO_FORMS: &[Form] = &[
     Form(&["demo", "-d", "softverbs1"], "RDMA WRITE", &[]),
     Form(&["demo", "--in-process"], "RDMA WRITE", &[]),
-    Form(&["demo", "-g", "0"], "RDMA WRITE", &[]),
+    Form(&["demo", "-g", "1"], "RDMA WRITE", &[]),
 ];
 const DEVICES: &[Form] = &[Form(&["devices"], "softverbs1", &[])];
 const DEVINFO: &[Form] = &[
     Form(&["devinfo"], "PORT_ACTIVE", &[]),
-    Form(&["devinfo", "-d", "softverbs1", "-i", "1", "-v"], "max_qp", &[]),
+    Form(&["devinfo", "-d", "softverbs1", "-i", "1", "-v"], "RoCE v2", &[]),
     Form(&["devinfo", "-l"], "softverbs0", &[]),
 ];
 const PERF: &[Form] = &[
@@ -337,7 +370,7 @@ fn every_command_in_the_readme_and_guide_is_planned() {
         .filter(|c| !GROUPS.iter().flat_map(|g| g.iter()).any(|g| c.starts_with(g)))
         .collect();
     assert!(ungrouped.is_empty(), "no test of GROUPS runs these: {ungrouped:?}");
-    for must in ["softverbs demo", "softverbs devices", "softverbs pingpong localhost"] {
+    for must in ["softverbs demo", "softverbs devices", "softverbs pingpong -g 1 localhost"] {
         assert!(all.iter().any(|(_, c)| c == must), "{must:?} is not found in the pages");
     }
 }
@@ -451,7 +484,7 @@ fn run_commands(prefix: &str) {
 }
 
 /// The commands each test below runs, by how their text starts (tests run in parallel).
-const GROUPS: [&[&str]; 4] = [
+const GROUPS: [&[&str]; 5] = [
     &[
         "cargo ",
         "softverbs d",
@@ -464,6 +497,7 @@ const GROUPS: [&[&str]; 4] = [
     &["softverbs pingpong"],
     &["softverbs perf"],
     &["softverbs fabric", "softverbs sim", "softverbs run"],
+    &["softverbs learn"],
 ];
 
 #[test]
@@ -484,4 +518,9 @@ fn the_documented_perf_commands_run() {
 #[test]
 fn the_documented_fabric_and_sim_commands_run() {
     GROUPS[3].iter().for_each(|p| run_commands(p));
+}
+
+#[test]
+fn the_documented_learn_commands_run() {
+    GROUPS[4].iter().for_each(|p| run_commands(p));
 }

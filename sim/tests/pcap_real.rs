@@ -74,7 +74,7 @@ fn pingpong_processes_capture_both_directions_and_wireshark_decodes_them() {
     let dir = fabric.path().join("captures");
     std::fs::create_dir_all(&dir).unwrap();
     let fabric_arg = fabric.path().to_str().unwrap().to_string();
-    let common = ["--fabric", &fabric_arg, "--timeout", "20", "-n", "5", "-s", "64"];
+    let common = ["--fabric", &fabric_arg, "--timeout", "20", "-n", "5", "-s", "64", "-g", "1"];
 
     let server_template = dir.join("server-{pid}.pcap");
     let mut server = spawn(
@@ -183,4 +183,74 @@ fn demo_in_process_captures_each_datagram_of_its_two_nics_once() {
     let seen: Vec<(u8, u32)> = rows.iter().map(|r| (num(&r[0]) as u8, num(&r[1]) as u32)).collect();
     let want: Vec<(u8, u32)> = d.iter().map(|d| (d.0, d.1)).collect();
     assert_eq!(seen, want, "tshark disagrees");
+}
+
+/// RoCE v2 over IPv6, as `ibv_rc_pingpong -g 0` runs it on rxe: two `pingpong` processes
+/// address each other by their link-local GIDs (index 0). The capture holds IPv6 frames
+/// (EtherType 0x86dd) only, from one link-local GID to the other, each whose ICRC checks as
+/// the golden IPv6 frame's does in the packet tests (`parse_datagram6`); and Wireshark
+/// decodes them as RoCEv2 over IPv6.
+#[test]
+fn pingpong_over_the_link_local_gids_sends_ipv6_frames() {
+    let fabric = FabricDir::create(&format!("softverbs-pcap-v6-{}", std::process::id()))
+        .expect("creating the fabric directory");
+    let fabric_arg = fabric.path().to_str().unwrap().to_string();
+    let common = ["--fabric", &fabric_arg, "--timeout", "20", "-n", "5", "-s", "64", "-g", "0"];
+    let mut server =
+        spawn(&[&["pingpong", "-p", "0", "--accept-timeout", "60"], &common[..]].concat(), &[]);
+    let mut s_early = Vec::new();
+    let line = loop {
+        let l = server.recv_line(DEADLINE).expect("the server listens");
+        if l.trim_start().starts_with("listening on TCP port") {
+            break l;
+        }
+        s_early.push(l);
+    };
+    let port = line.rsplit(' ').next().unwrap().to_string();
+    let pcap = fabric.path().join("client-v6.pcap");
+    let client = spawn(
+        &[
+            &["pingpong", "-p", &port, "localhost", "--connect-timeout", "30"][..],
+            &common[..],
+            &["--pcap", pcap.to_str().unwrap()],
+        ]
+        .concat(),
+        &[],
+    );
+    let c_out = finish(client, "the pingpong client");
+    let s_out = [s_early, finish(server, "the pingpong server")].concat();
+    // Each side announced its link-local GID.
+    let gid_of = |out: &[String]| -> std::net::Ipv6Addr {
+        let l = out.iter().find(|l| l.starts_with("  local address:")).expect("an address");
+        l.rsplit(' ').next().unwrap().parse().expect("a GID")
+    };
+    let (c_gid, s_gid) = (gid_of(&c_out), gid_of(&s_out));
+    assert!(c_gid.segments()[0] == 0xfe80 && s_gid.segments()[0] == 0xfe80, "{c_gid} {s_gid}");
+
+    let file = std::fs::read(&pcap).expect("the capture");
+    let frames = read_pcap(&pcap);
+    assert!(frames.len() >= 2 * ITERS as usize, "{} frames", frames.len());
+    // EtherType of each record (the 2 bytes before its datagram).
+    let mut at = 24;
+    while at < file.len() {
+        let incl = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap()) as usize;
+        assert_eq!(file[at + 16 + 12..at + 16 + 14], [0x86, 0xdd], "an IPv6 frame");
+        at += 16 + incl;
+    }
+    let mut sends = 0;
+    for d in &frames {
+        let (ip, p) = nic_model::packet::parse_datagram6(d).expect("a valid RoCEv2 IPv6 datagram");
+        let (src, dst) = (std::net::Ipv6Addr::from(ip.src), std::net::Ipv6Addr::from(ip.dst));
+        assert!((src, dst) == (c_gid, s_gid) || (src, dst) == (s_gid, c_gid), "{src} -> {dst}");
+        sends += usize::from(p.bth.opcode == Opcode::RC_SEND_ONLY);
+    }
+    assert_eq!(sends, 2 * ITERS as usize, "each side's SENDs");
+    let fields = ["ipv6.src", "ipv6.dst", "infiniband.bth.opcode", "infiniband.invariant.crc"];
+    let Some(rows) = tshark_fields("pcap_real", &pcap, &fields) else { return };
+    assert_eq!(rows.len(), frames.len());
+    for (r, d) in rows.iter().zip(&frames) {
+        assert_eq!(r.len(), 4, "not decoded as RoCEv2 over IPv6: {r:?}");
+        let icrc = u32::from_be_bytes(d[d.len() - 4..].try_into().unwrap());
+        assert_eq!((num(&r[2]) as u8, num(&r[3]) as u32), (d[48], icrc), "{r:?}");
+    }
 }

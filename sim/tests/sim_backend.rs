@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nic_model::soft::Soft;
-use softverbs_sim::conn::{connect, ConnOpts, Endpoint};
-use softverbs_sim::world::{LinkParams, RunOutcome, SimWorld};
+use softverbs_sim::conn::{connect, ConnOpts, Endpoint, PortAddress};
+use softverbs_sim::world::trace::TraceKind;
+use softverbs_sim::world::{LinkParams, RunOutcome, SimWorld, World};
 use verbs_api::{
     CompletionQueue, Context, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcFlags,
     WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -28,11 +29,24 @@ fn program(
     b: &Context,
     wait: &dyn Fn(&CompletionQueue, usize) -> Vec<WorkCompletion>,
 ) {
+    program_from(a, b, None, wait)
+}
+
+/// [`program`] with both sides sending from GID index `gid_index` (by default the first IPv4
+/// GID; 0 is the link-local one: RoCE v2 over IPv6).
+fn program_from(
+    a: &Context,
+    b: &Context,
+    gid_index: Option<u32>,
+    wait: &dyn Fn(&CompletionQueue, usize) -> Vec<WorkCompletion>,
+) {
     let ea = Endpoint::new(a, QpType::Rc, CAP, 64, 8192).unwrap();
     let eb = Endpoint::new(b, QpType::Rc, CAP, 64, 8192).unwrap();
-    let opts = ConnOpts::default();
-    connect(&ea.qp, 1, &eb.info(2).unwrap(), &opts).unwrap();
-    connect(&eb.qp, 2, &ea.info(1).unwrap(), &opts).unwrap();
+    let (pa, pb) = (PortAddress::of(a, gid_index).unwrap(), PortAddress::of(b, gid_index).unwrap());
+    let (oa, ob) =
+        (pa.conn_opts(ConnOpts::default()).unwrap(), pb.conn_opts(ConnOpts::default()).unwrap());
+    connect(&ea.qp, 1, &pb.qp_info(&eb.qp, 2), &oa).unwrap();
+    connect(&eb.qp, 2, &pa.qp_info(&ea.qp, 1), &ob).unwrap();
     eb.qp.post_recv(&[RecvWr { wr_id: 9, sg_list: &[eb.mr.sge(0, 64)] }]).unwrap();
     ea.mr.write(0, b"hi there").unwrap();
     ea.mr.write(1024, &[0xab; 1000]).unwrap();
@@ -101,6 +115,41 @@ fn the_same_program_runs_on_soft_and_sim() {
     });
 }
 
+/// RoCE v2 over IPv6 in the simulator: two nodes behind a switch, each QP sending from its
+/// port's link-local GID. The switch forwards the IPv6 datagrams by the link-local address
+/// they carry, and the capture holds IPv6 datagrams only.
+#[test]
+fn the_program_runs_over_ipv6_through_a_simulated_switch() {
+    let mut w = World::new(7);
+    w.trace_mut().set_keep(true);
+    let (a, b) = (w.add_node("a"), w.add_node("b"));
+    let sw = w.add_switch("sw");
+    w.add_duplex(a, sw, LinkParams::default());
+    w.add_duplex(sw, b, LinkParams::default());
+    let world = SimWorld::new(w);
+    let (ca, cb) = (world.context(a).unwrap(), world.context(b).unwrap());
+    let w2 = world.clone();
+    program_from(&ca, &cb, Some(0), &move |cq, n| {
+        let mut got = Vec::new();
+        let mut buf = [WorkCompletion::default(); 8];
+        let t0 = w2.now_ns();
+        let outcome = w2.run_until_pred(
+            || {
+                let k = cq.poll(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..k]);
+                got.len() >= n
+            },
+            t0 + 1_000_000_000,
+        );
+        assert_eq!(outcome, RunOutcome::Satisfied);
+        got
+    });
+    let w = world.lock();
+    let forwarded = w.trace().records().iter().filter(|r| r.kind == TraceKind::Forward).count();
+    // At least the SEND, the WRITE, the READ request and its response went through it.
+    assert!(forwarded >= 4, "the switch forwarded the IPv6 datagrams: {forwarded}");
+}
+
 #[test]
 fn the_sim_provider_lists_and_opens_devices() {
     let world = SimWorld::mesh(1, 3, LinkParams::default());
@@ -113,7 +162,9 @@ fn the_sim_provider_lists_and_opens_devices() {
         .collect();
     assert_eq!(names, ["sim:node0", "sim:node1", "sim:node2"]);
     let ctx = Context::open("sim:node2").unwrap();
-    assert_eq!(ctx.query_port(1).unwrap().lid, 3);
+    // A RoCE port with LID 0; node 2 holds slot 3, so its IPv4 GID is ::ffff:10.0.0.3.
+    assert_eq!(ctx.query_port(1).unwrap().lid, 0);
+    assert_eq!(ctx.query_gid(1, 1).unwrap(), verbs_api::Gid::from_ipv4([10, 0, 0, 3]));
     assert!(world.open("sim:nobody").is_err());
 }
 
@@ -243,7 +294,8 @@ fn a_stale_retransmission_from_a_third_node_does_not_reach_a_new_connection() {
             qp_num: b.qp.qp_num(),
             src_qp: new.qp.qp_num(),
             wc_flags: WcFlags::WITH_IMM,
-            slid: 3,
+            // A RoCE completion names no source LID: the sender is its src_qp alone.
+            slid: 0,
             ..WorkCompletion::default()
         }]
     );

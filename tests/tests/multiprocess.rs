@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use nic_model::engine::{ip_of_slot, slot_of_gid, GID_INDEX_IPV4};
 use nic_model::soft::Soft;
 use nic_model::wire::{Fabric, InboxConfig, LAYOUT_VERSION};
 use softverbs_sim::conn::{self, ConnOpts, Endpoint, QpInfo};
@@ -600,9 +601,11 @@ fn a_peer_killed_mid_transfer_fails_the_transfer_fast_and_its_segment_is_cleaned
         );
 
         let fabric = soft.fabric().expect("a shared-memory fabric");
-        let own_lid = ctx.query_port(1).expect("query_port").lid;
+        let slot = |gid: &Gid| slot_of_gid(gid).expect("a softverbs port's IPv4 GID");
+        let own_slot = slot(&ctx.query_gid(1, GID_INDEX_IPV4).expect("query_gid"));
+        let remote_slot = slot(&remote.gid);
         let listed = fabric.list().expect("listing the fabric");
-        let dead = listed.iter().find(|s| s.lid == Some(remote.lid));
+        let dead = listed.iter().find(|s| s.lid == Some(remote_slot));
         assert!(
             dead.is_none_or(|s| !s.alive && s.owner_pid == Some(target.pid())),
             "the killed target's segment must be gone or listed dead: {listed:?}"
@@ -614,11 +617,11 @@ fn a_peer_killed_mid_transfer_fails_the_transfer_fast_and_its_segment_is_cleaned
         fabric.clean().expect("cleaning the fabric");
         let listed = fabric.list().expect("listing the fabric");
         assert!(
-            !listed.iter().any(|s| s.lid == Some(remote.lid)),
+            !listed.iter().any(|s| s.lid == Some(remote_slot)),
             "clean removes the dead segment: {listed:?}"
         );
         assert!(
-            listed.iter().any(|s| s.lid == Some(own_lid) && s.alive),
+            listed.iter().any(|s| s.lid == Some(own_slot) && s.alive),
             "our own segment stays: {listed:?}"
         );
     }
@@ -766,7 +769,8 @@ fn corrupted_and_foreign_segments_are_refused_and_sends_to_them_fail_cleanly() {
                         sq_sig_all: true,
                     })
                     .expect("create_qp");
-                let remote = QpInfo { lid: c.lid, qpn: 0x11, psn: 0, gid: Gid::default() };
+                let gid = Gid::from_ipv4(ip_of_slot(c.lid));
+                let remote = QpInfo { lid: 0, qpn: 0x11, psn: 0, gid };
                 conn::connect(&qp, 0, &remote, &opts).expect("connecting to a bad LID");
                 qp
             })
@@ -917,10 +921,10 @@ fn hold(dir: &FabricDir, fabric: &Fabric, name: &str, extra: &[&str]) -> (Peer, 
     let mut p = spawn_peer(name, "hold", dir, extra);
     let line = p.expect_line("HOLD ", LINE_WAIT);
     let mut it = line.split_whitespace().skip(1);
-    let lid: u16 = it.next().and_then(|v| v.parse().ok()).expect("HOLD <lid> <pid>");
-    let pid: u32 = it.next().and_then(|v| v.parse().ok()).expect("HOLD <lid> <pid>");
+    let slot: u16 = it.next().and_then(|v| v.parse().ok()).expect("HOLD <slot> <pid>");
+    let pid: u32 = it.next().and_then(|v| v.parse().ok()).expect("HOLD <slot> <pid>");
     assert_eq!(pid, p.pid());
-    let path = fabric.inbox_path(lid);
+    let path = fabric.inbox_path(slot);
     let listed = fabric.list().expect("listing the fabric");
     let info = listed.iter().find(|s| s.path == path).expect("the child's segment is listed");
     assert!(info.alive && info.owner_pid == Some(pid) && info.problem.is_none(), "{info:?}");
@@ -1087,9 +1091,9 @@ fn a_dead_processs_successor_gets_its_peers_first_send_not_a_stale_retransmissio
         let mut more = [WorkCompletion::default(); 2];
         let n = new_ep.cq.poll(&mut more).expect("polling again");
         assert_eq!(n, 0, "the new QP completed more: {:?}", &more[..n]);
-        // What kept the retransmissions away: a new LID for the new process (and a QP number
+        // What kept the retransmissions away: a new address for the new process (and a QP number
         // of its own, which is random and so not asserted).
-        assert_ne!(new_info.lid, old_info.lid, "the new child got the dead one's LID at once");
+        assert_ne!(new_info.gid, old_info.gid, "the new child got the dead one's address at once");
 
         drop(new_ep);
         new.close(EXIT_WAIT);

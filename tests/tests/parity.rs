@@ -13,8 +13,9 @@ use verbs_api::*;
 const PEER: &str = env!("CARGO_BIN_EXE_sv-peer");
 
 /// SEND, RDMA WRITE, RDMA READ, CAS and FETCH_ADD between two endpoints, checking data and
-/// completions. `use_gid` addresses peers by GID, as RoCE requires.
-fn body(be: &dyn Backend, use_gid: bool) {
+/// completions, each side addressing the other by GID from its port's first IPv4 GID, as
+/// RoCE requires.
+fn body(be: &dyn Backend) {
     let (c0, c1) = (be.a(), be.b());
     let cap = QpCap {
         max_send_wr: 16,
@@ -25,7 +26,7 @@ fn body(be: &dyn Backend, use_gid: bool) {
     };
     let a = Endpoint::new(c0, QpType::Rc, cap, 16, 1 << 16).unwrap();
     let b = Endpoint::new(c1, QpType::Rc, cap, 16, 1 << 16).unwrap();
-    let opts = ConnOpts { use_gid, ..ConnOpts::default() };
+    let opts = conn::PortAddress::of(c0, None).unwrap().conn_opts(ConnOpts::default()).unwrap();
     conn::connect(&a.qp, 0x10, &b.info(0x20).unwrap(), &opts).unwrap();
     conn::connect(&b.qp, 0x20, &a.info(0x10).unwrap(), &opts).unwrap();
     let sig = SendFlags::SIGNALED;
@@ -117,12 +118,7 @@ fn body(be: &dyn Backend, use_gid: bool) {
 
 #[test]
 fn parity_on_soft_loopback() {
-    body(&RealTimePair::soft_loopback(), false);
-}
-
-#[test]
-fn parity_on_soft_addressed_by_gid() {
-    body(&RealTimePair::soft_loopback(), true);
+    body(&RealTimePair::soft_loopback());
 }
 
 /// The multi-process runs take turns, so their processes do not compete for the CPUs.
@@ -135,7 +131,13 @@ fn serial() -> MutexGuard<'static, ()> {
 fn parity_on_soft_between_processes() {
     let _serial = serial();
     let be = SoftProcesses::new(PEER.as_ref(), "parity");
-    body(&be, true);
+    // The two processes' ports are RoCE ports: no LID, each its own IPv4 GID, which is what
+    // the body addresses the other by.
+    let gid = |ctx: &Context| conn::PortAddress::of(ctx, None).unwrap();
+    let (a, b) = (gid(be.a()), gid(be.b()));
+    assert_eq!((a.lid, b.lid, a.gid_index, b.gid_index), (0, 0, 1, 1));
+    assert!(a.gid.to_ipv4().is_some() && b.gid.to_ipv4().is_some() && a.gid != b.gid);
+    body(&be);
     be.finish();
 }
 
@@ -143,7 +145,7 @@ fn parity_on_soft_between_processes() {
 fn parity_in_the_simulator() {
     let seed = 0x5EED_0006;
     println!("[sim] seed {seed:#x}");
-    body(&SimPair::new(seed), false);
+    body(&SimPair::new(seed));
 }
 
 #[test]
@@ -160,5 +162,5 @@ fn parity_on_hardware() {
     register_provider(hw);
     let open =
         |what| Context::open(&name).unwrap_or_else(|e| panic!("opening {name} ({what}): {e}"));
-    body(&RealTimePair::of("hardware", open("a"), open("b")), true);
+    body(&RealTimePair::of("hardware", open("a"), open("b")));
 }

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use nic_model::engine::ip_of_slot;
 use nic_model::packet::{parse_datagram, Opcode};
 use nic_model::soft::Soft;
 use nic_model::wire::{Fabric, Inbox, InboxConfig};
@@ -51,6 +52,11 @@ fn message(i: u64) -> [u8; 16] {
 
 /// softverbs0 on a fabric of its own, with a PD, a CQ, a 4 KiB MR and a QP of `qp_type`
 /// (RESET), and a raw inbox of [`SLOTS`] slots beside it.
+/// The GID of the port whose inbox is `inbox`: the IPv4 GID of its slot's address.
+fn inbox_gid(inbox: &Inbox) -> Gid {
+    Gid::from_ipv4(ip_of_slot(inbox.lid()))
+}
+
 struct Setup {
     _dir: FabricDir,
     inbox: Inbox,
@@ -99,7 +105,7 @@ fn ud_datagrams_that_meet_a_full_inbox_are_dropped_and_counted() {
     )
     .expect("RTS");
     let ah = pd
-        .create_ah(&AhAttr { dlid: inbox.lid(), port_num: 1, ..Default::default() })
+        .create_ah(&conn::av_to(inbox_gid(&inbox), &ConnOpts::default()))
         .expect("address handle");
     for i in 0..MESSAGES {
         mr.write(16 * i as usize, &message(i)).expect("filling the MR");
@@ -141,7 +147,7 @@ fn rc_packets_that_meet_a_full_inbox_wait_and_arrive_in_order() {
     // The "peer" is the raw inbox: it never answers, so keep the ACK timer (4.3 s) out of the
     // way and nothing is retransmitted while the test runs.
     let opts = ConnOpts { timeout: 20, ..ConnOpts::default() };
-    let peer = QpInfo { lid: inbox.lid(), qpn: 0x99, psn: 0, gid: Gid::default() };
+    let peer = QpInfo { lid: 0, qpn: 0x99, psn: 0, gid: inbox_gid(&inbox) };
     conn::connect(&qp, 100, &peer, &opts).expect("connecting to the raw inbox");
     for i in 0..MESSAGES {
         mr.write(16 * i as usize, &message(i)).expect("filling the MR");

@@ -56,14 +56,22 @@ fn devices_are_listed_opened_and_queried() {
     );
     let port = ctx.query_port(1).unwrap();
     assert_eq!(port.state, PortState::Active);
-    assert_ne!(port.lid, 0, "softverbs ports get a LID from the fabric");
+    // A RoCE v2 port as rxe presents one: no LID, no subnet manager, rxe's GID table length
+    // and capability flags (IB_PORT_CM_SUP).
+    assert_eq!((port.lid, port.sm_lid, port.lmc), (0, 0, 0));
+    assert_eq!(port.link_layer, LinkLayer::Ethernet);
+    assert_eq!(port.gid_tbl_len, 1024);
+    assert_eq!(port.port_cap_flags, PORT_CAP_CM_SUP);
     assert_eq!(port.active_mtu, Mtu::Mtu4096);
-    let gid = ctx.query_gid(1, 0).unwrap();
-    assert_eq!(gid.to_ipv4(), Some([10, 0, (port.lid >> 8) as u8, port.lid as u8]));
     let e = ctx.query_port(2).unwrap_err();
     assert_eq!(e.errno, Errno::Inval);
     assert!(e.message.contains("port 2"), "{}", e.message);
-    assert_eq!(ctx.query_gid(1, 1).unwrap_err().errno, Errno::Inval);
+    // Entries past the two a port fills read as zero; past the table they do not exist.
+    assert_eq!(ctx.query_gid(1, 2).unwrap(), Gid::default());
+    assert_eq!(ctx.query_gid(1, 1023).unwrap(), Gid::default());
+    assert_eq!(ctx.query_gid(1, 1024).unwrap_err().errno, Errno::Inval);
+    assert_eq!(ctx.query_gid_entry(1, 2).unwrap_err().errno, Errno::NoData);
+    assert_eq!(ctx.query_gid_entry(1, 1024).unwrap_err().errno, Errno::Inval);
     let e = soft.open("softverbs9").unwrap_err();
     assert_eq!(e.errno, Errno::NoDev);
     assert!(e.message.contains("softverbs9"), "{}", e.message);
@@ -576,8 +584,8 @@ fn rc_uc_and_ud_on_one_device_at_once() {
     conn::connect(&uc_b.qp, 20, &uc_a.info(10).unwrap(), &uc_opts).unwrap();
     let ud_a = ud_endpoint(&c0, 0x11);
     let ud_b = ud_endpoint(&c1, 0x22);
-    let b_lid = c1.query_port(1).unwrap().lid;
-    let ah = ud_a.pd.create_ah(&AhAttr { dlid: b_lid, port_num: 1, ..Default::default() }).unwrap();
+    let b_gid = conn::PortAddress::of(&c1, None).unwrap().gid;
+    let ah = ud_a.pd.create_ah(&conn::av_to(b_gid, &ConnOpts::default())).unwrap();
     // Receives on all three.
     rc_b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: &[rc_b.mr.sge(0, 64)] }]).unwrap();
     uc_b.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: &[uc_b.mr.sge(0, 64)] }]).unwrap();
@@ -689,10 +697,9 @@ fn srq_is_shared_and_reports_its_limit() {
     let (r1, r2) = (mk(&srq), mk(&srq));
     let s1 = Endpoint::new(&c0, QpType::Rc, cap(), 32, 4096).unwrap();
     let s2 = Endpoint::new(&c0, QpType::Rc, cap(), 32, 4096).unwrap();
-    let lid1 = c1.query_port(1).unwrap().lid;
-    let gid1 = c1.query_gid(1, 0).unwrap();
+    let port1 = conn::PortAddress::of(&c1, None).unwrap();
     for (s, r) in [(&s1, &r1), (&s2, &r2)] {
-        let rinfo = conn::QpInfo { lid: lid1, qpn: r.qp_num(), psn: 9, gid: gid1 };
+        let rinfo = port1.qp_info(r, 9);
         conn::connect(&s.qp, 5, &rinfo, &ConnOpts::default()).unwrap();
         conn::connect(r, 9, &s.info(5).unwrap(), &ConnOpts::default()).unwrap();
     }
@@ -805,5 +812,158 @@ fn device_limits_are_enforced_and_cqs_resize() {
     assert_eq!(cq.cqe(), 16);
     assert_eq!(cq.resize(0).unwrap_err().errno, Errno::Inval);
     let e = pd.create_ah(&AhAttr::default()).unwrap_err();
-    assert!(e.message.contains("dlid 0"), "{}", e.message);
+    assert!(e.message.contains("needs a GRH with a GID"), "{}", e.message);
+}
+
+/// Two ports of one process are two RoCE v2 ports with identities of their own, each GID table
+/// exactly as rxe's for a netdev with one IPv4 address: index 0 the IPv6 link-local GID from
+/// the MAC's EUI-64, index 1 the IPv4 GID, both RoCE v2, nothing else.
+#[test]
+fn two_ports_of_one_process_have_distinct_rxe_gid_tables() {
+    let soft = Soft::loopback();
+    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
+    let table = |ctx: &Context| {
+        let entries = ctx.query_gid_table().unwrap();
+        let ip = entries[1].gid.to_ipv4().expect("index 1 is the port's IPv4 GID");
+        (entries, ip)
+    };
+    let (t0, ip0) = table(&c0);
+    let (t1, ip1) = table(&c1);
+    assert_ne!(ip0, ip1, "each port has its own IPv4 address");
+    for (t, ip) in [(&t0, ip0), (&t1, ip1)] {
+        assert_eq!(ip[..2], [10, 0]);
+        // MAC 02:00:a.b.c.d → EUI-64 00:00:a.b:ff:fe:c.d... with the U/L bit flipped.
+        let eui = [0x00, 0x00, ip[0], 0xff, 0xfe, ip[1], ip[2], ip[3]];
+        let mut ll = [0u8; 16];
+        ll[..2].copy_from_slice(&[0xfe, 0x80]);
+        ll[8..].copy_from_slice(&eui);
+        let expect = vec![
+            GidEntry {
+                gid: Gid(ll),
+                gid_index: 0,
+                port_num: 1,
+                gid_type: GidType::RoceV2,
+                ndev_ifindex: 0,
+            },
+            GidEntry {
+                gid: Gid::from_ipv4(ip),
+                gid_index: 1,
+                port_num: 1,
+                gid_type: GidType::RoceV2,
+                ndev_ifindex: 0,
+            },
+        ];
+        assert_eq!(t, &expect);
+    }
+    assert_ne!(t0[0].gid, t1[0].gid, "the link-local GIDs differ too");
+    for ctx in [&c0, &c1] {
+        assert_eq!(ctx.query_gid(1, 0).unwrap(), ctx.query_gid_entry(1, 0).unwrap().gid);
+        assert_eq!(ctx.query_port(1).unwrap().lid, 0);
+    }
+}
+
+/// A LID-only address vector on a RoCE port is refused with EINVAL naming why, in
+/// `ibv_modify_qp` as in `ibv_create_ah`; an IPv6 source GID is refused naming the index to
+/// use instead.
+#[test]
+fn a_lid_only_address_vector_is_refused_on_a_roce_port() {
+    let soft = Soft::loopback();
+    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
+    let a = Endpoint::new(&c0, QpType::Rc, cap(), 16, 4096).unwrap();
+    let b = Endpoint::new(&c1, QpType::Rc, cap(), 16, 4096).unwrap();
+    let opts = ConnOpts::default();
+    conn::to_init(&a.qp, &opts).unwrap();
+    let remote = b.info(0).unwrap();
+    let rtr = |ah_attr: AhAttr| QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: remote.qpn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..Default::default()
+    };
+    let mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    let why = "port 1 is RoCE (Ethernet link layer): an address vector needs a GRH with a GID";
+    let lid_only = AhAttr { dlid: 1, port_num: 1, ..Default::default() };
+    let e = a.qp.modify(&rtr(lid_only), mask).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    assert!(e.message.starts_with("ibv_modify_qp: IBV_QP_AV: "), "{}", e.message);
+    assert!(e.message.contains(why), "{}", e.message);
+    assert_eq!(a.qp.query().unwrap().0.qp_state, QpState::Init, "the QP stays in INIT");
+    let e = a.pd.create_ah(&lid_only).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    assert!(e.message.contains(why), "{}", e.message);
+    // Both ends of a path speak one IP version: from the IPv6 link-local GID (index 0) to the
+    // peer's IPv4 GID is refused, naming the index that reaches it.
+    let v6 = AhAttr { sgid_index: 0, ..conn::av_to(remote.gid, &opts) };
+    let e = a.qp.modify(&rtr(v6), mask).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval);
+    assert!(e.message.contains("is an IPv4 GID but sgid_index 0 is the IPv6 GID fe80"), "{e}");
+    assert!(e.message.contains("send from GID index 1"), "{}", e.message);
+    // A UD address handle does not send from an IPv6 GID yet, and says which index does.
+    let peer_ll = c1.query_gid(1, 0).unwrap();
+    let e = a.pd.create_ah(&AhAttr { dgid: peer_ll, ..v6 }).unwrap_err();
+    assert_eq!(e.errno, Errno::NotSup);
+    assert!(e.message.contains("use GID index 1"), "{}", e.message);
+    // With the IPv4 GID the same QP connects.
+    a.qp.modify(&rtr(conn::av_to(remote.gid, &opts)), mask).unwrap();
+}
+
+/// RoCE v2 over IPv6, as `-g 0` gives it on rxe: two QPs connected from their ports'
+/// link-local GIDs (index 0) to each other's move a SEND and an RDMA WRITE.
+#[test]
+fn an_rc_connection_over_the_link_local_gids_moves_data() {
+    let soft = Soft::loopback();
+    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
+    let a = Endpoint::new(&c0, QpType::Rc, cap(), 16, 4096).unwrap();
+    let b = Endpoint::new(&c1, QpType::Rc, cap(), 16, 4096).unwrap();
+    let (pa, pb) = (
+        conn::PortAddress::of(&c0, Some(0)).unwrap(),
+        conn::PortAddress::of(&c1, Some(0)).unwrap(),
+    );
+    assert_eq!(pa.gid.0[..2], [0xfe, 0x80], "index 0 is the link-local GID");
+    let (oa, ob) =
+        (pa.conn_opts(ConnOpts::default()).unwrap(), pb.conn_opts(ConnOpts::default()).unwrap());
+    conn::connect(&a.qp, 1, &pb.qp_info(&b.qp, 2), &oa).unwrap();
+    conn::connect(&b.qp, 2, &pa.qp_info(&a.qp, 1), &ob).unwrap();
+    b.qp.post_recv(&[RecvWr { wr_id: 7, sg_list: &[b.mr.sge(0, 64)] }]).unwrap();
+    a.mr.write(0, b"over IPv6").unwrap();
+    let sig = SendFlags::SIGNALED;
+    a.qp.post_send(&[SendWr {
+        wr_id: 1,
+        sg_list: &[a.mr.sge(0, 9)],
+        send_flags: sig,
+        ..Default::default()
+    }])
+    .unwrap();
+    let rdma = RdmaTarget { remote_addr: b.mr.addr() + 1024, rkey: b.mr.rkey() };
+    a.qp.post_send(&[SendWr {
+        wr_id: 2,
+        sg_list: &[a.mr.sge(0, 9)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: sig,
+        rdma,
+        ..Default::default()
+    }])
+    .unwrap();
+    let wcs = a.cq.poll_n(2, Duration::from_secs(5)).unwrap();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        [(1, WcStatus::Success, WcOpcode::Send), (2, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    let r = b.cq.poll_n(1, Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        (r[0].wr_id, r[0].status, r[0].byte_len, r[0].src_qp),
+        (7, WcStatus::Success, 9, a.qp.qp_num())
+    );
+    assert_eq!(b.mr.read_vec(0, 9).unwrap(), b"over IPv6");
+    assert_eq!(b.mr.read_vec(1024, 9).unwrap(), b"over IPv6");
 }

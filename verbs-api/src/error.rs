@@ -25,6 +25,9 @@ pub enum Errno {
     Io,
     /// `EOPNOTSUPP`: the operation is not supported by this device.
     NotSup,
+    /// `ENODATA`: a table entry within the table's size holds nothing (`ibv_query_gid_ex` on
+    /// an empty GID table entry).
+    NoData,
 }
 
 impl Errno {
@@ -41,6 +44,7 @@ impl Errno {
             Errno::Perm => 1,
             Errno::Io => 5,
             Errno::NotSup => 95,
+            Errno::NoData => 61,
         }
     }
 
@@ -57,6 +61,7 @@ impl Errno {
             Errno::Perm => "EPERM",
             Errno::Io => "EIO",
             Errno::NotSup => "EOPNOTSUPP",
+            Errno::NoData => "ENODATA",
         }
     }
 
@@ -72,6 +77,7 @@ impl Errno {
             110 => Errno::TimedOut,
             1 | 13 => Errno::Perm,
             95 => Errno::NotSup,
+            61 => Errno::NoData,
             _ => Errno::Io,
         }
     }

@@ -128,6 +128,8 @@ pub struct ModifyLimits {
     pub port_count: u8,
     /// The P_Key table length.
     pub pkey_tbl_len: u16,
+    /// The GID table length (`gid_tbl_len`): an address vector's `sgid_index` lies below it.
+    pub gid_tbl_len: u32,
     /// The port's largest MTU.
     pub max_mtu: Mtu,
     /// `max_qp_init_rd_atom`.
@@ -251,11 +253,16 @@ fn check_ranges(attr: &QpAttr, mask: QpAttrMask, limits: &ModifyLimits) -> Resul
     if mask.contains(M::SQ_PSN) && attr.sq_psn > 0x00FF_FFFF {
         return bad("IBV_QP_SQ_PSN", format!("{:#x} is wider than 24 bits", attr.sq_psn));
     }
-    if mask.contains(M::AV) && attr.ah_attr.is_global && attr.ah_attr.sgid_index != 0 {
-        // softverbs ports have one GID; a real RoCE port has several (see docs/hardware.md).
+    if mask.contains(M::AV)
+        && attr.ah_attr.is_global
+        && u32::from(attr.ah_attr.sgid_index) >= limits.gid_tbl_len
+    {
         return bad(
             "IBV_QP_AV",
-            format!("sgid_index {} does not exist (the port has 1 GID)", attr.ah_attr.sgid_index),
+            format!(
+                "sgid_index {} is past the port's GID table (gid_tbl_len {})",
+                attr.ah_attr.sgid_index, limits.gid_tbl_len
+            ),
         );
     }
     Ok(())
@@ -268,6 +275,7 @@ mod tests {
     const LIMITS: ModifyLimits = ModifyLimits {
         port_count: 1,
         pkey_tbl_len: 1,
+        gid_tbl_len: 1024,
         max_mtu: Mtu::Mtu4096,
         max_rd_atomic: 16,
         max_dest_rd_atomic: 16,

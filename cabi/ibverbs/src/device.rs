@@ -8,7 +8,7 @@ use std::ptr::null_mut;
 use std::sync::OnceLock;
 
 use verbs_api::provider::Provider;
-use verbs_api::{Context, DeviceAttr, LinkLayer, PortAttr};
+use verbs_api::{Context, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr};
 
 use crate::abi::*;
 use crate::{qp, refuse, refuse_err, refuse_null, set_errno, soft, srq_ah, verbs, Magic};
@@ -309,8 +309,7 @@ fn port_attr(p: &PortAttr) -> ibv_port_attr {
         max_mtu: p.max_mtu as c_int,
         active_mtu: p.active_mtu as c_int,
         gid_tbl_len: p.gid_tbl_len as c_int,
-        // IBV_PORT_CM_SUP (1<<16) | IBV_PORT_IP_BASED_GIDS (1<<26), as rxe reports.
-        port_cap_flags: (1 << 16) | (1 << 26),
+        port_cap_flags: p.port_cap_flags,
         max_msg_sz: p.max_msg_sz,
         pkey_tbl_len: p.pkey_tbl_len,
         lid: p.lid,
@@ -391,7 +390,23 @@ pub unsafe extern "C" fn ibv_query_gid(
     }
 }
 
-/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): the GID and its type (RoCE v2).
+/// `struct ibv_gid_entry` of softverbs' entry.
+fn gid_entry_c(e: &GidEntry) -> ibv_gid_entry {
+    ibv_gid_entry {
+        gid: ibv_gid { raw: e.gid.0 },
+        gid_index: e.gid_index,
+        port_num: e.port_num,
+        gid_type: match e.gid_type {
+            GidType::Ib => 0,
+            GidType::RoceV1 => 1,
+            GidType::RoceV2 => 2,
+        },
+        ndev_ifindex: e.ndev_ifindex,
+    }
+}
+
+/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): the entry and its type; 0, or
+/// `ENODATA` for an empty entry and `EINVAL` past the table.
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_ex(
     c: *mut ibv_context,
@@ -405,26 +420,63 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     if entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() || port > 255 {
         return refuse("ibv_query_gid_ex", libc::EINVAL, "entry NULL or too small, or flags set");
     }
-    match ctx.ctx.query_gid(port as u8, index) {
-        Ok(g) => {
-            let e = ibv_gid_entry {
-                gid: ibv_gid { raw: g.0 },
-                gid_index: index,
-                port_num: port,
-                gid_type: 2, // IBV_GID_TYPE_ROCE_V2
-                ndev_ifindex: 0,
-            };
+    match ctx.ctx.query_gid_entry(port as u8, index) {
+        Ok(e) => {
             // SAFETY: checked non-NULL and large enough.
-            unsafe { entry.write(e) };
+            unsafe { entry.write(gid_entry_c(&e)) };
             0
         }
-        // libibverbs says ENODATA for an empty GID slot.
-        Err(e) => refuse("ibv_query_gid_ex", libc::ENODATA, &e.message),
+        Err(e) => {
+            tracing::debug!("ibv_query_gid_ex: {}", e.message);
+            e.errno.code()
+        }
     }
 }
 
-/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, imported by `ibv_devinfo`): every soft GID is
-/// RoCE v2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`).
+/// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`): every valid entry of
+/// every port; the count, or a negative errno (`EINVAL` when `max_entries` is too small).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    c: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    const W: &str = "ibv_query_gid_table";
+    let Some(ctx) = ctx_of(W, c) else { return -(libc::EINVAL as isize) };
+    if flags != 0
+        || entry_size < size_of::<ibv_gid_entry>()
+        || (entries.is_null() && max_entries > 0)
+    {
+        return -(refuse(W, libc::EINVAL, "flags set, entry_size too small or entries NULL")
+            as isize);
+    }
+    let table = match ctx.ctx.query_gid_table() {
+        Ok(t) => t,
+        Err(e) => return -(refuse_err(W, &e) as isize),
+    };
+    if table.len() > max_entries {
+        return -(refuse(
+            W,
+            libc::EINVAL,
+            &format!("{} entries do not fit in {max_entries}", table.len()),
+        ) as isize);
+    }
+    for (i, e) in table.iter().enumerate() {
+        // SAFETY: the caller gave max_entries entries of entry_size bytes.
+        unsafe {
+            (entries as *mut u8)
+                .add(i * entry_size)
+                .cast::<ibv_gid_entry>()
+                .write_unaligned(gid_entry_c(e))
+        };
+    }
+    table.len() as isize
+}
+
+/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, imported by `ibv_devinfo`): the sysfs form of the
+/// entry's type (`IBV_GID_TYPE_SYSFS_IB_ROCE_V1` 0, `IBV_GID_TYPE_SYSFS_ROCE_V2` 1).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_gid_type(
     c: *mut ibv_context,
@@ -433,12 +485,15 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     ty: *mut c_int,
 ) -> c_int {
     let Some(ctx) = ctx_of("ibv_query_gid_type", c) else { return -1 };
-    if ty.is_null() || ctx.ctx.query_gid(port, index).is_err() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
+    let entry = match ctx.ctx.query_gid_entry(port, index) {
+        Ok(e) if !ty.is_null() => e,
+        _ => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+    };
     // SAFETY: checked non-NULL.
-    unsafe { *ty = 1 };
+    unsafe { *ty = if entry.gid_type == GidType::RoceV2 { 1 } else { 0 } };
     0
 }
 

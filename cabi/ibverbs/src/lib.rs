@@ -58,7 +58,11 @@ fn set_errno(e: c_int) {
 /// Log a refused call (`what`: the verb, `why`: the reason) and return `errno` (also set as the
 /// thread's `errno`), for the verbs that return an error number.
 fn refuse(what: &str, errno: c_int, why: &str) -> c_int {
-    tracing::warn!(verb = what, errno, "{what}: {why}");
+    // The backend's messages mostly begin with the verb already.
+    match why.starts_with(what) {
+        true => tracing::warn!(verb = what, errno, "{why}"),
+        false => tracing::warn!(verb = what, errno, "{what}: {why}"),
+    }
     set_errno(errno);
     errno
 }

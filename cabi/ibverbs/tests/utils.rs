@@ -1,6 +1,8 @@
 //! rdma-core's ibverbs-utils, unmodified, on softverbs' libibverbs.so.1: `ibv_devices`,
 //! `ibv_devinfo -v`, and the pingpongs as two real processes (RC plain, with completion events
-//! and 4 KiB messages; UC; UD; SRQ), each exchanging GIDs (`-g 0`) over its own TCP port.
+//! and 4 KiB messages; UC; UD; SRQ), each exchanging GIDs over its own TCP port: GID index 1
+//! (the IPv4-mapped RoCE v2 GID, which every QP type takes) and, for RC and UC, index 0 (the
+//! link-local IPv6 GID).
 
 mod common;
 
@@ -45,20 +47,24 @@ fn ibv_devinfo_shows_the_device_its_port_and_gid() {
     assert_eq!(field("state:"), "PORT_ACTIVE (4)");
     assert_eq!(field("active_mtu:"), "4096 (5)");
     assert_eq!(field("link_layer:"), "Ethernet");
-    assert_eq!(field("gid_tbl_len:"), "1");
-    let gid = field("GID[  0]:");
-    assert!(gid.starts_with("::ffff:10.") && gid.ends_with(", RoCE v2"), "{gid}");
+    assert_eq!(field("port_lid:"), "0");
+    assert_eq!(field("sm_lid:"), "0");
+    // rxe's GID table: the link-local GID from the port's MAC, then the IPv4-mapped address.
+    let gid0 = field("GID[  0]:");
+    assert!(gid0.starts_with("fe80::") && gid0.ends_with(", RoCE v2"), "{gid0}");
+    let gid1 = field("GID[  1]:");
+    assert!(gid1.starts_with("::ffff:10.0.0.") && gid1.ends_with(", RoCE v2"), "{gid1}");
     assert_eq!(e, "");
 }
 
-/// Run a pingpong tool between softverbs0 (server) and softverbs1 (client) and check both
-/// report `iters` iterations of `size` bytes.
-fn pingpong(tool_name: &str, extra: &[&str], size: usize, iters: usize) {
+/// Run a pingpong tool between softverbs0 (server) and softverbs1 (client) from GID index
+/// `gid`, and check both report `iters` iterations of `size` bytes and the GIDs they used.
+fn pingpong(tool_name: &str, gid: &str, extra: &[&str], size: usize, iters: usize) {
     let Some(t) = tool(tool_name, tool_name, "ibverbs-utils") else { return };
     let env = Env::new();
     let port = common::free_port().to_string();
     let (s, n) = (size.to_string(), iters.to_string());
-    let mut server = vec!["-d", "softverbs0", "-g", "0", "-p", &port, "-s", &s, "-n", &n];
+    let mut server = vec!["-d", "softverbs0", "-g", gid, "-p", &port, "-s", &s, "-n", &n];
     server.extend_from_slice(extra);
     let mut client = server.clone();
     client[1] = "softverbs1";
@@ -76,37 +82,53 @@ fn pingpong(tool_name: &str, extra: &[&str], size: usize, iters: usize) {
             o.lines().any(|l| l.starts_with(&its)),
             "{tool_name} {who}: no `{its}` line:\n{o}{e}"
         );
-        assert!(o.contains("local address:  LID") && o.contains("GID ::ffff:10."), "{o}");
+        let prefix = if gid == "0" { "GID fe80::" } else { "GID ::ffff:10.0.0." };
+        let addrs: Vec<&str> =
+            o.lines().filter(|l| l.contains("address:") && l.contains("LID 0x0000")).collect();
+        assert!(
+            addrs.len() >= 2 && addrs.iter().all(|l| l.contains(prefix)),
+            "{tool_name} {who}: {prefix}\n{o}"
+        );
         assert_eq!(e, "", "{tool_name} {who}: stderr");
     }
 }
 
 #[test]
 fn ibv_rc_pingpong_runs() {
-    pingpong("ibv_rc_pingpong", &[], 4096, 200);
+    pingpong("ibv_rc_pingpong", "1", &[], 4096, 200);
+}
+
+#[test]
+fn ibv_rc_pingpong_over_ipv6_link_local_gids() {
+    pingpong("ibv_rc_pingpong", "0", &[], 4096, 200);
 }
 
 #[test]
 fn ibv_rc_pingpong_with_completion_events() {
-    pingpong("ibv_rc_pingpong", &["-e"], 4096, 200);
+    pingpong("ibv_rc_pingpong", "1", &["-e"], 4096, 200);
 }
 
 #[test]
 fn ibv_rc_pingpong_4k_messages_1000_iterations() {
-    pingpong("ibv_rc_pingpong", &["-c"], 4096, 1000);
+    pingpong("ibv_rc_pingpong", "1", &["-c"], 4096, 1000);
 }
 
 #[test]
 fn ibv_uc_pingpong_runs() {
-    pingpong("ibv_uc_pingpong", &[], 4096, 200);
+    pingpong("ibv_uc_pingpong", "1", &[], 4096, 200);
+}
+
+#[test]
+fn ibv_uc_pingpong_over_ipv6_link_local_gids() {
+    pingpong("ibv_uc_pingpong", "0", &[], 4096, 200);
 }
 
 #[test]
 fn ibv_ud_pingpong_runs() {
-    pingpong("ibv_ud_pingpong", &[], 1024, 200);
+    pingpong("ibv_ud_pingpong", "1", &[], 1024, 200);
 }
 
 #[test]
 fn ibv_srq_pingpong_runs() {
-    pingpong("ibv_srq_pingpong", &[], 4096, 200);
+    pingpong("ibv_srq_pingpong", "1", &[], 4096, 200);
 }

@@ -1,15 +1,33 @@
-//! Addressing: how softverbs maps a port's LID to its IPv4 address and back, and where an
-//! address vector (`ibv_ah_attr`) points.
+//! Addressing: a port's identity as rxe presents a RoCE port (an IPv4 address from its fabric
+//! slot, a MAC made from that, the EUI-64 from the MAC), its GID table, and where an address
+//! vector (`ibv_ah_attr`) points.
 
-use verbs_api::{Error, Result};
+use std::net::Ipv6Addr;
 
-/// The IPv4 address softverbs gives the port with this LID (`10.0.x.y`, `x.y` = the LID).
-pub fn ip_of_lid(lid: u16) -> [u8; 4] {
-    [10, 0, (lid >> 8) as u8, lid as u8]
+use verbs_api::{Errno, Error, Gid, GidType, Result};
+
+/// `gid_tbl_len` of a port: rxe's `RXE_PORT_GID_TBL_LEN`. Entries past the two a port fills
+/// read as zero, as on rxe.
+pub const GID_TBL_LEN: u32 = 1024;
+
+/// The GID index of a port's IPv6 link-local GID `fe80::<EUI-64>`: the default GID the kernel
+/// puts first for every GID type the port supports (rxe: RoCE v2 only).
+pub const GID_INDEX_LINK_LOCAL: u32 = 0;
+
+/// The GID index of a port's IPv4 address as the GID `::ffff:a.b.c.d` (RoCE v2): the first
+/// IP-based GID after the default one, as rxe's table has it for a netdev with one IPv4
+/// address. `ib_write_bw` and `ibv_rc_pingpong -g 1` send from it.
+pub const GID_INDEX_IPV4: u32 = 1;
+
+/// The IPv4 address of the port in fabric slot `slot` (`10.0.x.y`, `x.y` = the slot). The
+/// wire delivers by this address.
+pub fn ip_of_slot(slot: u16) -> [u8; 4] {
+    [10, 0, (slot >> 8) as u8, slot as u8]
 }
 
-/// The LID of a softverbs port address (inverse of [`ip_of_lid`]; 0 for foreign addresses).
-pub fn lid_of_ip(ip: [u8; 4]) -> u16 {
+/// The fabric slot of a softverbs port address (inverse of [`ip_of_slot`]; 0 for foreign
+/// addresses).
+pub fn slot_of_ip(ip: [u8; 4]) -> u16 {
     if ip[0] == 10 && ip[1] == 0 {
         u16::from_be_bytes([ip[2], ip[3]])
     } else {
@@ -17,29 +35,235 @@ pub fn lid_of_ip(ip: [u8; 4]) -> u16 {
     }
 }
 
-/// Where an address vector (`ibv_ah_attr`) points: the IPv4 address of a softverbs port, from
-/// its GID when `is_global`, else from its LID; otherwise what is wrong with it.
-pub(super) fn av_destination(av: &verbs_api::AhAttr) -> std::result::Result<[u8; 4], String> {
-    if av.is_global {
-        av.dgid.to_ipv4().ok_or_else(|| {
-            format!("dgid {} is not an IPv4-mapped GID of a softverbs port", av.dgid)
-        })
-    } else if av.dlid == 0 {
-        Err("dlid 0 without a GRH (is_global) names no port".into())
+/// The fabric slot of the softverbs port whose IPv4 GID (index [`GID_INDEX_IPV4`]) is `gid`:
+/// where its inbox is in the fabric (`softverbs fabric` lists slots). `None` for a GID that
+/// is not a softverbs port's IPv4 GID.
+pub fn slot_of_gid(gid: &Gid) -> Option<u16> {
+    gid.to_ipv4().map(slot_of_ip).filter(|&s| s != 0)
+}
+
+/// The fabric slot of the port a datagram comes from (`dst` false) or goes to (`dst` true),
+/// read from its IP header: an IPv4 address `10.0.x.y`, or an IPv6 link-local address made
+/// from a softverbs MAC; 0 for a foreign address or a runt. For a router that forwards by
+/// the datagram alone (the simulator's switches).
+pub fn slot_of_datagram_addr(datagram: &[u8], dst: bool) -> u16 {
+    if datagram.first().is_some_and(|b| b >> 4 == 6) {
+        let at = if dst { 24 } else { 8 };
+        datagram
+            .get(at..at + 16)
+            .and_then(|a| <[u8; 16]>::try_from(a).ok())
+            .and_then(|a| ip_of_link_local(&Gid(a)))
+            .map_or(0, slot_of_ip)
     } else {
-        Ok(ip_of_lid(av.dlid))
+        let at = if dst { 16 } else { 12 };
+        match datagram.get(at..at + 4) {
+            Some(&[a, b, c, d]) => slot_of_ip([a, b, c, d]),
+            _ => 0,
+        }
     }
 }
 
-/// `ibv_create_ah`'s checks, for backends whose address handles live outside the engine: the
-/// vector must name a softverbs port, on port 1.
-pub fn check_ah(attr: &verbs_api::AhAttr) -> Result<()> {
-    av_destination(attr).map_err(|why| Error::inval(format!("ibv_create_ah: {why}")))?;
+/// The MAC address of the port with IPv4 address `ip`: `02:00:a:b:c:d`, locally administered
+/// (bit 1 of the first octet) and unicast, so that every port's MAC differs as its address does.
+pub fn mac_of_ip(ip: [u8; 4]) -> [u8; 6] {
+    [0x02, 0x00, ip[0], ip[1], ip[2], ip[3]]
+}
+
+/// The modified EUI-64 of a MAC, as the kernel's `addrconf_addr_eui48` makes it (and rxe its
+/// node GUID and the interface id of its link-local GID): `ff:fe` inserted in the middle and
+/// the universal/local bit flipped.
+pub fn eui64_of_mac(mac: [u8; 6]) -> u64 {
+    let eui = [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]];
+    u64::from_be_bytes(eui)
+}
+
+/// Entry `index` of the GID table of the port with IPv4 address `ip`, as rxe's is for a
+/// netdev with that one IPv4 address and its link-local IPv6 address: the core puts the
+/// default GID (`fe80::` + the MAC's EUI-64) first for each GID type the port supports —
+/// rxe's `core_cap_flags` are `RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP`, RoCE v2 alone, so no
+/// RoCE v1 entries — then one entry per IP address; the link-local IPv6 address equals the
+/// default GID and is not added twice. `None` for an empty entry.
+pub fn gid_entry(ip: [u8; 4], index: u32) -> Option<(Gid, GidType)> {
+    match index {
+        GID_INDEX_LINK_LOCAL => {
+            Some((Gid::link_local(eui64_of_mac(mac_of_ip(ip))), GidType::RoceV2))
+        }
+        GID_INDEX_IPV4 => Some((Gid::from_ipv4(ip), GidType::RoceV2)),
+        _ => None,
+    }
+}
+
+/// The IPv4 address of the softverbs port whose IPv6 link-local GID is `gid` (`fe80::` and
+/// the EUI-64 of its MAC `02:00:a:b:c:d`, inverse of [`gid_entry`]'s index 0); `None` for
+/// any other GID.
+fn ip_of_link_local(gid: &Gid) -> Option<[u8; 4]> {
+    let g = &gid.0;
+    if g[..8] != [0xfe, 0x80, 0, 0, 0, 0, 0, 0] || g[11..13] != [0xff, 0xfe] {
+        return None;
+    }
+    let mac = [g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]];
+    let ip = [mac[2], mac[3], mac[4], mac[5]];
+    (mac == mac_of_ip(ip) && slot_of_ip(ip) != 0).then_some(ip)
+}
+
+/// The IPv6 side of a connected QP's path when it sends from an IPv6 GID (RoCE v2 over IPv6):
+/// its source and destination GIDs, the datagrams' addresses, and the flow label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ip6Path {
+    /// The IPv6 source address: this port's GID at `sgid_index`.
+    pub(crate) src: [u8; 16],
+    /// The IPv6 destination address: the vector's `dgid`.
+    pub(crate) dst: [u8; 16],
+    /// The vector's `grh.flow_label` (20 bits).
+    pub(crate) flow_label: u32,
+}
+
+/// Where an address vector (`ibv_ah_attr`) leads: the IPv4 address of the destination port
+/// (what the wires route by) and, when the vector sends from an IPv6 GID, its IPv6 path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AvPath {
+    /// The destination port's IPv4 address.
+    pub(crate) ip: [u8; 4],
+    /// RoCE v2 over IPv6: the addresses the datagrams carry instead of IPv4 ones.
+    pub(crate) ip6: Option<Ip6Path>,
+}
+
+/// Where an address vector (`ibv_ah_attr`) of a port with IPv4 address `ip` leads; otherwise
+/// the errno and what is wrong with it. On a RoCE port the vector must carry a GRH
+/// (`is_global`): the LID is 0 and means nothing there, as hardware and rxe refuse a vector
+/// without one. The source is the `sgid_index` entry of the port's GID table, so that entry
+/// must hold a GID, and `dgid` must be of the same IP version: the IPv4 GID of a softverbs port
+/// (RoCE v2 over IPv4) or, from the link-local entry, a port's link-local GID (RoCE v2 over
+/// IPv6, which connected QPs send — `ipv6_ok` — and UD address handles do not yet).
+pub(super) fn av_path(
+    ip: [u8; 4],
+    av: &verbs_api::AhAttr,
+    ipv6_ok: bool,
+) -> std::result::Result<AvPath, (Errno, String)> {
+    if !av.is_global {
+        return Err((
+            Errno::Inval,
+            "port 1 is RoCE (Ethernet link layer): an address vector needs a GRH with a GID \
+             (is_global, dgid, sgid_index); a LID names no port there"
+                .into(),
+        ));
+    }
+    let sgid_index = u32::from(av.sgid_index);
+    let Some((sgid, _)) = gid_entry(ip, sgid_index) else {
+        return Err((
+            Errno::Inval,
+            format!(
+                "sgid_index {sgid_index} is an empty entry of port 1's GID table (entries \
+                 {GID_INDEX_LINK_LOCAL} and {GID_INDEX_IPV4} hold GIDs)"
+            ),
+        ));
+    };
+    let dgid = Ipv6Addr::from(av.dgid.0);
+    if sgid.to_ipv4().is_some() {
+        return match av.dgid.to_ipv4() {
+            Some(dst) => Ok(AvPath { ip: dst, ip6: None }),
+            None if ip_of_link_local(&av.dgid).is_some() => Err((
+                Errno::Inval,
+                format!(
+                    "dgid {dgid} is an IPv6 GID but sgid_index {sgid_index} is the IPv4 GID \
+                     {}: both ends of a path speak one IP version (send from GID index \
+                     {GID_INDEX_LINK_LOCAL} to reach an IPv6 GID, or use the peer's IPv4 GID)",
+                    Ipv6Addr::from(sgid.0)
+                ),
+            )),
+            None => Err((
+                Errno::Inval,
+                format!("dgid {dgid} is not the IPv4 GID (::ffff:a.b.c.d) of a softverbs port"),
+            )),
+        };
+    }
+    if !ipv6_ok {
+        return Err((
+            Errno::NotSup,
+            format!(
+                "sgid_index {sgid_index} is the IPv6 GID {}: softverbs carries RoCE v2 over \
+                 IPv6 for RC and UC QPs, not yet for UD address handles; use GID index \
+                 {GID_INDEX_IPV4} ({}), the port's IPv4 GID",
+                Ipv6Addr::from(sgid.0),
+                Ipv6Addr::from(Gid::from_ipv4(ip).0)
+            ),
+        ));
+    }
+    match ip_of_link_local(&av.dgid) {
+        Some(dst) => Ok(AvPath {
+            ip: dst,
+            ip6: Some(Ip6Path {
+                src: sgid.0,
+                dst: av.dgid.0,
+                flow_label: av.flow_label & 0x000F_FFFF,
+            }),
+        }),
+        None if av.dgid.to_ipv4().is_some() => Err((
+            Errno::Inval,
+            format!(
+                "dgid {dgid} is an IPv4 GID but sgid_index {sgid_index} is the IPv6 GID {}: \
+                 both ends of a path speak one IP version (send from GID index \
+                 {GID_INDEX_IPV4} to reach an IPv4 GID)",
+                Ipv6Addr::from(sgid.0)
+            ),
+        )),
+        None => Err((
+            Errno::Inval,
+            format!(
+                "dgid {dgid} is not the link-local GID (fe80::<EUI-64 of 02:00:a:b:c:d>) of a \
+                 softverbs port"
+            ),
+        )),
+    }
+}
+
+/// [`av_path`] for a UD address handle: the destination port's IPv4 address.
+pub(super) fn av_destination(
+    ip: [u8; 4],
+    av: &verbs_api::AhAttr,
+) -> std::result::Result<[u8; 4], (Errno, String)> {
+    av_path(ip, av, false).map(|p| p.ip)
+}
+
+/// `ibv_create_ah`'s checks for a port with IPv4 address `ip`: the vector must carry a GRH
+/// naming a softverbs port from a GID this port has, on port 1.
+pub fn check_ah(ip: [u8; 4], attr: &verbs_api::AhAttr) -> Result<()> {
     if attr.port_num > 1 {
         return Err(Error::inval(format!(
             "ibv_create_ah: port_num {} does not exist (the device has port 1)",
             attr.port_num
         )));
     }
-    Ok(())
+    av_destination(ip, attr)
+        .map(drop)
+        .map_err(|(errno, why)| Error::new(errno, format!("ibv_create_ah: {why}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_local_gid_names_its_port() {
+        let (g0, _) = gid_entry([10, 0, 1, 7], 0).expect("entry 0");
+        assert_eq!(ip_of_link_local(&g0), Some([10, 0, 1, 7]));
+        assert_eq!(ip_of_link_local(&Gid::link_local(1)), None, "fe80::1 is no port of ours");
+        assert_eq!(ip_of_link_local(&Gid::from_ipv4([10, 0, 0, 1])), None);
+    }
+
+    #[test]
+    fn identity_follows_the_address_as_rxe_derives_it() {
+        let ip = [10, 0, 0, 3];
+        assert_eq!(mac_of_ip(ip), [0x02, 0x00, 10, 0, 0, 3]);
+        // 02:00:0a:00:00:03 → 00:00:0a:ff:fe:00:00:03 (U/L bit flipped, ff:fe inserted).
+        assert_eq!(eui64_of_mac(mac_of_ip(ip)), 0x0000_0aff_fe00_0003);
+        let (g0, t0) = gid_entry(ip, 0).expect("entry 0");
+        assert_eq!(g0.to_string(), "fe80:0000:0000:0000:0000:0aff:fe00:0003");
+        assert_eq!(t0, GidType::RoceV2);
+        let (g1, t1) = gid_entry(ip, 1).expect("entry 1");
+        assert_eq!(g1.to_string(), "0000:0000:0000:0000:0000:ffff:0a00:0003");
+        assert_eq!(t1, GidType::RoceV2);
+        assert_eq!(gid_entry(ip, 2), None);
+        assert_eq!(slot_of_ip(ip_of_slot(0x0102)), 0x0102);
+    }
 }

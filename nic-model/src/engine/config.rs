@@ -1,8 +1,8 @@
 //! What a NIC is: its name, identity, address and the device limits it reports and enforces.
 
-use verbs_api::{Gid, Mtu};
+use verbs_api::{Gid, GidType, Mtu};
 
-use super::addr::ip_of_lid;
+use super::addr::{eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip};
 
 /// The lowest QP number a QP gets: 0 and 1 name the special QPs (SMI, GSI).
 pub(crate) const MIN_QPN: u32 = 2;
@@ -72,10 +72,14 @@ impl Default for Limits {
 pub struct NicConfig {
     /// Device name (`softverbs0`).
     pub name: String,
-    /// Node GUID.
+    /// Node GUID. [`NicConfig::new`] makes it the EUI-64 of the port's MAC, as rxe does; the
+    /// soft backend gives each device name one of its own instead, which `ibv_devices` shows
+    /// before the port (and so its address) exists.
     pub node_guid: u64,
-    /// Port 1's LID, assigned by the fabric.
-    pub lid: u16,
+    /// Port 1's slot in its fabric, which gives it its IPv4 address `10.0.x.y`
+    /// ([`NicConfig::ip`]) and with that its MAC and GIDs. The port's LID is 0: it is a RoCE
+    /// port.
+    pub slot: u16,
     /// Largest path MTU.
     pub max_mtu: Mtu,
     /// Limits.
@@ -92,24 +96,24 @@ pub struct NicConfig {
     /// on a freed address) does not hand out the numbers of the one before, so a stale packet
     /// for an old QP finds no QP of the same number. The soft backend draws them from the
     /// operating system for each device it opens, the simulator from its seed;
-    /// [`NicConfig::new`] derives them from the LID, so that tests made with it are
+    /// [`NicConfig::new`] derives them from the slot, so that tests made with it are
     /// deterministic.
     pub entropy: u64,
 }
 
 impl NicConfig {
-    /// A NIC with default limits on the port with this LID.
-    pub fn new(name: impl Into<String>, lid: u16) -> NicConfig {
+    /// A NIC with default limits on the port in fabric slot `slot`.
+    pub fn new(name: impl Into<String>, slot: u16) -> NicConfig {
         NicConfig {
             name: name.into(),
-            node_guid: 0x0200_5eff_fe00_0000 | lid as u64,
-            lid,
+            node_guid: eui64_of_mac(mac_of_ip(ip_of_slot(slot))),
+            slot,
             max_mtu: Mtu::Mtu4096,
             limits: Limits::default(),
             retry_cnt_7_infinite: false,
             ack_every: 64,
             window: 512,
-            entropy: splitmix64(u64::from(lid)),
+            entropy: splitmix64(u64::from(slot)),
         }
     }
     /// The first QP number the NIC hands out: from [`NicConfig::entropy`], anywhere in the
@@ -118,12 +122,16 @@ impl NicConfig {
         let span = u64::from(MAX_QPN - MIN_QPN + 1);
         MIN_QPN + (self.entropy % span) as u32
     }
-    /// The port's IPv4 address.
+    /// The port's IPv4 address, from its slot: the address the wire delivers to.
     pub fn ip(&self) -> [u8; 4] {
-        ip_of_lid(self.lid)
+        ip_of_slot(self.slot)
     }
-    /// The port's GID (IPv4-mapped).
-    pub fn gid(&self) -> Gid {
-        Gid::from_ipv4(self.ip())
+    /// The port's MAC address, made from its IPv4 address (locally administered).
+    pub fn mac(&self) -> [u8; 6] {
+        mac_of_ip(self.ip())
+    }
+    /// Entry `index` of the port's GID table, as rxe's is (see [`gid_entry`]); `None` if empty.
+    pub fn gid_entry(&self, index: u32) -> Option<(Gid, GidType)> {
+        gid_entry(self.ip(), index)
     }
 }

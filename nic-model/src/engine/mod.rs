@@ -89,7 +89,10 @@ use std::fmt;
 
 use verbs_api::{AsyncEvent, DeviceAttr, LinkLayer, PortAttr, PortState};
 
-pub use addr::{check_ah, ip_of_lid, lid_of_ip};
+pub use addr::{
+    check_ah, eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip, slot_of_datagram_addr, slot_of_gid,
+    slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
+};
 pub use config::{splitmix64, Limits, NicConfig};
 pub use time::{Nanos, Now};
 pub use transmit::{Transmit, Wire, WireOutcome, SPARE_BUFFERS};
@@ -273,17 +276,21 @@ impl Nic {
         }
     }
 
-    /// `ibv_query_port` for port 1.
+    /// `ibv_query_port` for port 1: a RoCE v2 port as rxe presents one (LID 0, no SM).
     pub fn port_attr(&self) -> PortAttr {
         PortAttr {
             state: PortState::Active,
             max_mtu: self.hca.cfg.max_mtu,
             active_mtu: self.hca.cfg.max_mtu,
-            gid_tbl_len: 1,
+            gid_tbl_len: GID_TBL_LEN,
+            // What rxe reports: IB_PORT_CM_SUP alone (RXE_PORT_PORT_CAP_FLAGS; rxe does not
+            // set `ip_gids`, so IP_BASED_GIDS is not reported).
+            port_cap_flags: verbs_api::PORT_CAP_CM_SUP,
             max_msg_sz: self.hca.cfg.limits.max_msg_sz,
             pkey_tbl_len: 1,
-            lid: self.hca.cfg.lid,
-            sm_lid: 1,
+            // A RoCE port has no LID and no subnet manager.
+            lid: 0,
+            sm_lid: 0,
             lmc: 0,
             active_width: 2,
             active_speed: 32,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use verbs_api::{AccessFlags, Error, Result, Sge};
 
+use crate::cost::{self, CopyAt};
 use crate::small_copy;
 
 use super::Nic;
@@ -319,6 +320,7 @@ impl MrTable {
             mr.memory
                 .read(base + msg_off, &mut out[done..done + n])
                 .map_err(|_| DmaError::Bounds)?;
+            cost::copied(CopyAt::Gather, n);
             done += n;
             msg_off = 0;
         }
@@ -350,6 +352,7 @@ impl MrTable {
             let (mr, base) = self.resolve_local(pd, sge, AccessFlags::LOCAL_WRITE)?;
             let n = (len - msg_off).min(data.len() - done);
             mr.memory.write(base + msg_off, &data[done..done + n]).map_err(|_| DmaError::Bounds)?;
+            cost::copied(CopyAt::Scatter, n);
             done += n;
             msg_off = 0;
         }

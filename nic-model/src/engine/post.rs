@@ -242,9 +242,9 @@ impl Hca {
                 return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
             };
             let ah = wr_ud.ah.attr();
-            let dst_ip = match av_destination(&ah) {
+            let dst_ip = match av_destination(self.cfg.ip(), &ah) {
                 Ok(ip) => ip,
-                Err(why) => return inval(format!("the address handle: {why}")),
+                Err((_, why)) => return inval(format!("the address handle: {why}")),
             };
             ud = Some(qp::UdDest {
                 dst_ip,

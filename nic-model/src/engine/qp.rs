@@ -10,6 +10,7 @@ use verbs_api::{
     QpState, QpType, RdmaTarget, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
+use super::addr::Ip6Path;
 use super::cq::CqId;
 use super::mr::PdId;
 use super::{Hca, Hex, NicEvent};
@@ -311,8 +312,11 @@ pub struct Qp {
     pub state: QpState,
     /// Attributes as last modified.
     pub attr: QpAttr,
-    /// Destination IPv4 address (from the address vector).
+    /// Destination IPv4 address (from the address vector): the port the wires deliver to.
     pub dst_ip: [u8; 4],
+    /// An RC/UC QP that sends from an IPv6 GID: its datagrams' IPv6 addresses and flow label
+    /// (RoCE v2 over IPv6); `None` for RoCE v2 over IPv4.
+    pub(crate) ip6: Option<Ip6Path>,
     /// IPv4 TOS and TTL of its packets: the address vector's GRH `traffic_class` and
     /// `hop_limit` (as rxe maps them), or 0 and 64 for a vector without a GRH.
     pub ip_tos_ttl: (u8, u8),
@@ -357,6 +361,7 @@ impl Qp {
             state: QpState::Reset,
             attr: QpAttr::default(),
             dst_ip: [0; 4],
+            ip6: None,
             ip_tos_ttl: DEFAULT_TOS_TTL,
             sport: 0xC000 | (qpn.wrapping_mul(0x9E37_79B1) >> 18) as u16,
             ack_template: None,
@@ -439,6 +444,7 @@ impl Qp {
         self.resp = RespState::default();
         self.ack_template = None;
         self.dst_ip = [0; 4];
+        self.ip6 = None;
         self.ip_tos_ttl = DEFAULT_TOS_TTL;
     }
 
@@ -450,11 +456,21 @@ impl Qp {
     /// BTH names only the destination QP, so the address is what can be checked. UD takes
     /// anyone's, and a QP without a path yet (RESET, INIT) turns every packet away by its
     /// state anyway.
+    /// A QP whose path is IPv6 takes no IPv4 packet from it: each path speaks one version.
     #[inline]
     pub(crate) fn is_from_path(&self, src: [u8; 4]) -> bool {
-        src == self.dst_ip
+        (src == self.dst_ip && self.ip6.is_none())
             || self.qp_type == QpType::Ud
             || matches!(self.state, QpState::Reset | QpState::Init)
+    }
+
+    /// [`Qp::is_from_path`] for an IPv6 packet from `src`: an RC or UC QP whose path is IPv6
+    /// takes it from its `dgid` only. UD QPs take none: the soft NIC sends UD over IPv4 only,
+    /// and a receive's GRH area is laid out for IPv4.
+    pub(crate) fn is_from_path6(&self, src: &[u8; 16]) -> bool {
+        self.qp_type != QpType::Ud
+            && (self.ip6.is_some_and(|p| p.dst == *src)
+                || matches!(self.state, QpState::Reset | QpState::Init))
     }
 
     /// Whether the responder accepts this remote operation on this QP.

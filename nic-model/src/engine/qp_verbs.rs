@@ -6,7 +6,7 @@ use verbs_api::{Error, QpAttr, QpAttrMask, QpCap, QpState, QpType, Result};
 
 use crate::packet::{self, IpUdp};
 
-use super::addr::av_destination;
+use super::addr::av_path;
 use super::config::{MAX_QPN, MIN_QPN};
 use super::cq::CqId;
 use super::mr::PdId;
@@ -109,6 +109,7 @@ impl Nic {
         let limits = verbs_api::qp_state::ModifyLimits {
             port_count: 1,
             pkey_tbl_len: 1,
+            gid_tbl_len: super::addr::GID_TBL_LEN,
             max_mtu: self.hca.cfg.max_mtu,
             max_rd_atomic: self.hca.cfg.limits.max_rd_atom,
             max_dest_rd_atomic: self.hca.cfg.limits.max_rd_atom,
@@ -118,8 +119,13 @@ impl Nic {
         };
         let next = verbs_api::qp_state::check_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(QpAttrMask::AV) {
-            qp.dst_ip = av_destination(&attr.ah_attr)
-                .map_err(|why| Error::inval(format!("ibv_modify_qp: IBV_QP_AV: {why}")))?;
+            // Only connected QPs take a vector here (the state table refuses one for UD).
+            let path =
+                av_path(self.hca.cfg.ip(), &attr.ah_attr, true).map_err(|(errno, why)| {
+                    Error::new(errno, format!("ibv_modify_qp: IBV_QP_AV: {why}"))
+                })?;
+            qp.dst_ip = path.ip;
+            qp.ip6 = path.ip6;
             qp.ip_tos_ttl = qp::ip_tos_ttl(&attr.ah_attr);
         }
         if next == QpState::Reset {
@@ -137,7 +143,12 @@ impl Nic {
                 sq_psn = %Hex(qp.req.psn.value()), rq_psn = %Hex(qp.resp.epsn.value()),
                 "QP state change");
         }
-        if qp.qp_type == QpType::Rc && matches!(next, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        // Over IPv6 an ACK is built as any packet is: the template is an IPv4 datagram.
+        if qp.ip6.is_some() {
+            qp.ack_template = None;
+        } else if qp.qp_type == QpType::Rc
+            && matches!(next, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        {
             // The path (address, destination QP) is fixed from RTR on; build the ACK once.
             let ip = IpUdp {
                 src: self.hca.cfg.ip(),

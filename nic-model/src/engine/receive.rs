@@ -62,7 +62,14 @@ impl Nic {
     /// [`Nic::handle_packet_at`] without the responder's fast path: every packet parsed in
     /// full (the fast path's tests compare the two).
     pub(super) fn handle_packet_general(&mut self, now: &mut Now<'_>, data: &[u8]) {
-        let (ip, pkt) = match packet::parse_datagram(data) {
+        // RoCE v2 over IPv6 (a QP sending from a link-local GID), else over IPv4.
+        let parsed = match data.first() {
+            Some(b) if b >> 4 == 6 => {
+                packet::parse_datagram6(data).map(|(ip, p)| (Src::V6(ip.src), p))
+            }
+            _ => packet::parse_datagram(data).map(|(ip, p)| (Src::V4(ip.src), p)),
+        };
+        let (src, pkt) = match parsed {
             Ok(v) => v,
             Err(e) => {
                 self.hca.stats.rx_malformed += 1;
@@ -91,18 +98,34 @@ impl Nic {
             self.hca.stats.rx_no_qp += 1;
             return;
         }
-        if !qp.is_from_path(ip.src) {
+        let from_path = match &src {
+            Src::V4(ip) => qp.is_from_path(*ip),
+            Src::V6(ip) => qp.is_from_path6(ip),
+        };
+        if !from_path {
             self.hca.stats.rx_wrong_source += 1;
             return;
         }
         if info.flags.contains(packet::OpFlags::REQUEST) {
-            let ip_header: &[u8; 20] =
-                data[..20].try_into().expect("a parsed datagram has an IPv4 header");
-            resp::handle_request(qp, &mut self.hca, &ip, ip_header, &pkt);
+            // The IPv4 header a UD receive's GRH area holds; no IPv6 packet reaches a UD QP
+            // (`Qp::is_from_path6`), so the zeros given for one are never written anywhere.
+            let ip_header: &[u8; 20] = match src {
+                Src::V4(_) => data[..20].try_into().expect("a parsed datagram has an IPv4 header"),
+                Src::V6(_) => &[0; 20],
+            };
+            resp::handle_request(qp, &mut self.hca, ip_header, &pkt);
         } else {
             comp::handle_response(qp, &mut self.hca, now, &pkt);
         }
         req::drive(qp, &mut self.hca, now);
         refile_timer(&mut self.timers, qp);
     }
+}
+
+/// Where a parsed datagram came from: the source address of its IP header.
+enum Src {
+    /// RoCE v2 over IPv4.
+    V4([u8; 4]),
+    /// RoCE v2 over IPv6.
+    V6([u8; 16]),
 }

@@ -51,6 +51,7 @@ pub(crate) fn post_now(
         || req.psn.diff(req.comp_psn) >= hca.cfg.window as i32
         || qp.sq.len() >= qp.cap.max_send_wr as usize
         || wr.send_flags.contains(SendFlags::FENCE)
+        || qp.ip6.is_some()
         || !hca.may_send_direct()
     {
         return false;
@@ -287,7 +288,12 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
         }
     }
     let retransmit = qp.req.psn.diff(qp.req.high_psn) < 0;
-    hca.transmit_to(dst_ip, tos_ttl, qp.sport, &pkt);
+    if deth.is_none() && qp.ip6.is_some() {
+        // A connected QP on an IPv6 path.
+        hca.transmit(qp, &pkt);
+    } else {
+        hca.transmit_to(dst_ip, tos_ttl, qp.sport, &pkt);
+    }
     if retransmit {
         hca.stats.retransmits += 1;
     }

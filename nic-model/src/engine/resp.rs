@@ -4,28 +4,26 @@
 
 use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_LEN};
 
-use super::addr::lid_of_ip;
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
 use super::{Hca, Hex};
-use crate::packet::{Aeth, Bth, IpUdp, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
+use crate::cost::{self, CopyAt};
+use crate::packet::{Aeth, Bth, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
+
+/// The `slid` of a receive completion: a RoCE sender has no LID (rxe leaves the field 0); a UD
+/// receiver finds the sender's address in the GRH area instead.
+const ROCE_SLID: u16 = 0;
 
 /// A request packet arrived for this QP.
-pub(crate) fn handle_request(
-    qp: &mut Qp,
-    hca: &mut Hca,
-    ip: &IpUdp,
-    ip_header: &[u8; 20],
-    pkt: &Packet<'_>,
-) {
+pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>) {
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         hca.stats.rx_no_qp += 1;
         return;
     }
     match qp.qp_type {
         QpType::Rc => {}
-        QpType::Uc => return uc_request(qp, hca, ip, pkt),
-        QpType::Ud => return ud_request(qp, hca, ip, ip_header, pkt),
+        QpType::Uc => return uc_request(qp, hca, pkt),
+        QpType::Ud => return ud_request(qp, hca, ip_header, pkt),
     }
     let Some(info) = pkt.bth.opcode.info() else { return };
     let flags = info.flags;
@@ -55,7 +53,7 @@ pub(crate) fn handle_request(
         nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     }
-    let src_lid = lid_of_ip(ip.src);
+    let src_lid = ROCE_SLID;
     if flags.contains(OpFlags::SEND) {
         on_send(qp, hca, pkt, flags, src_lid);
     } else if flags.contains(OpFlags::WRITE) {
@@ -210,7 +208,7 @@ pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>)
         send.payload.len() as u32,
         send.imm,
         qp.attr.dest_qp_num,
-        lid_of_ip(send.src),
+        ROCE_SLID,
         send.bth.solicited,
     );
     if send.bth.ack_req {
@@ -276,6 +274,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
             nak_error(qp, hca, psn, NakCode::RemoteAccessError); // deregistered mid-message
             return;
         }
+        cost::copied(CopyAt::Scatter, n as usize);
     }
     ctx.va += n as u64;
     ctx.remaining -= n;
@@ -375,6 +374,7 @@ fn send_read_responses(
                 nak_error(qp, hca, first.add(i), NakCode::RemoteAccessError);
                 return;
             }
+            cost::copied(CopyAt::Gather, n);
         }
         let opcode = match (i == 0, i + 1 == npkts) {
             (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
@@ -506,7 +506,7 @@ fn duplicate(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags) {
 /// packets until the next FIRST/ONLY, and the message in progress is silently lost; a receive
 /// WQE it had started to fill is put back for the next message. Packets behind the expected
 /// PSN (duplicates, stragglers) are dropped.
-fn uc_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, pkt: &Packet<'_>) {
+fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     let Some(info) = pkt.bth.opcode.info() else { return };
     let flags = info.flags;
     let psn = pkt.bth.psn;
@@ -534,7 +534,7 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, pkt: &Packet<'_>) {
         }
         qp.resp.drop_msg = false;
     }
-    let src_lid = lid_of_ip(ip.src);
+    let src_lid = ROCE_SLID;
     if flags.contains(OpFlags::SEND) {
         if flags.contains(OpFlags::START) {
             if qp.resp.recv.is_some() {
@@ -622,6 +622,9 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, pkt: &Packet<'_>) {
                 .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
                 .map(|(mr, off)| mr.memory.write(off, pkt.payload).is_ok())
                 .unwrap_or(false));
+    if placed {
+        cost::copied(CopyAt::Scatter, n as usize);
+    }
     if !placed {
         qp.resp.write = None;
         hca.stats.dropped_messages += 1;
@@ -667,7 +670,7 @@ fn uc_abandon(qp: &mut Qp, hca: &mut Hca) {
 /// UD: one packet per message. The Q_Key must match; the first [`GRH_LEN`] bytes of the
 /// receive buffer get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header), the payload
 /// follows. No receive posted, or a Q_Key mismatch: the datagram is dropped and counted.
-fn ud_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, ip_header: &[u8; 20], pkt: &Packet<'_>) {
+fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>) {
     let Some(deth) = pkt.deth else { return };
     if deth.qkey != qp.attr.qkey {
         hca.stats.dropped_messages += 1;
@@ -679,7 +682,7 @@ fn ud_request(qp: &mut Qp, hca: &mut Hca, ip: &IpUdp, ip_header: &[u8; 20], pkt:
     };
     let mut grh = [0u8; GRH_LEN];
     grh[GRH_LEN - ip_header.len()..].copy_from_slice(ip_header);
-    let src_lid = lid_of_ip(ip.src);
+    let src_lid = ROCE_SLID;
     let placed = hca
         .mrs
         .scatter(qp.pd, &w.sges, 0, &grh)

@@ -2,8 +2,9 @@
 //! host's wire when they may go now, else into the transmit queue the host polls; and the
 //! buffers the host gives back for reuse.
 
-use crate::packet::{self, IpUdp, Packet};
+use crate::packet::{self, Ip6Udp, IpUdp, Packet};
 
+use super::addr::Ip6Path;
 use super::qp::Qp;
 use super::{Hca, Nic};
 
@@ -22,7 +23,7 @@ const SPARE_MAX_BYTES: usize = 1 << 16;
 /// A datagram to put on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
-    /// Destination IPv4 address (a port: see [`lid_of_ip`](super::lid_of_ip)).
+    /// Destination IPv4 address (a port: see [`slot_of_ip`](super::slot_of_ip)).
     pub dst: [u8; 4],
     /// The IPv4/UDP/RoCEv2 datagram.
     pub data: Vec<u8>,
@@ -95,7 +96,44 @@ impl Hca {
     /// Emit one packet of `qp` to its destination; whether it was queued (see
     /// [`Hca::transmit_to`]).
     pub(crate) fn transmit(&mut self, qp: &Qp, pkt: &Packet<'_>) -> bool {
-        self.transmit_to(qp.dst_ip, qp.ip_tos_ttl, qp.sport, pkt)
+        match &qp.ip6 {
+            None => self.transmit_to(qp.dst_ip, qp.ip_tos_ttl, qp.sport, pkt),
+            Some(path) => self.transmit6(qp.dst_ip, path, qp.ip_tos_ttl, qp.sport, pkt),
+        }
+    }
+
+    /// Emit one packet of a QP whose path is IPv6 (RoCE v2 over IPv6) to the port at `dst`:
+    /// into a buffer of the spare pool, then straight onto the host's wire if it may go now,
+    /// else into the transmit queue. Returns whether it was queued. The GRH's traffic class
+    /// and hop limit are the IPv6 header's, as the IPv4 TOS and TTL are over IPv4.
+    fn transmit6(
+        &mut self,
+        dst: [u8; 4],
+        path: &Ip6Path,
+        (traffic_class, hop_limit): (u8, u8),
+        src_port: u16,
+        pkt: &Packet<'_>,
+    ) -> bool {
+        self.next_datagram();
+        let ip = Ip6Udp {
+            src: path.src,
+            dst: path.dst,
+            src_port,
+            traffic_class,
+            flow_label: path.flow_label,
+            hop_limit,
+        };
+        let mut data = self.spare.pop().unwrap_or_default();
+        packet::emit_datagram6(&ip, pkt, &mut data)
+            .expect("the engine builds only packets its opcode table allows, at most an MTU long");
+        if let Some(wire) = self.direct_wire() {
+            if wire.send(dst, &data) != WireOutcome::Full {
+                self.recycle(data);
+                return false;
+            }
+        }
+        self.tx.push_back(Transmit { dst, data });
+        true
     }
 
     /// Take back the last queued datagram if it is an ACK of `qpn` (see `resp::ack`).

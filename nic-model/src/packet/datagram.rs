@@ -15,6 +15,7 @@ use super::ipv4_udp::{
 use super::opcode::{OpcodeInfo, MAX_HEADER_LEN};
 use super::transport::Packet;
 use super::PacketError;
+use crate::cost::{self, CopyAt};
 use crate::small_copy;
 
 /// Bytes of the ICRC that ends every datagram.
@@ -143,6 +144,7 @@ fn write_body_into(out: &mut [u8], head_len: usize, payload: &[u8]) {
     let covered_len = out.len() - ICRC_LEN;
     let (body, pad) = out[head_len..covered_len].split_at_mut(payload.len());
     small_copy::copy_from_slice(body, payload);
+    cost::copied(CopyAt::Packet, payload.len());
     pad.fill(0);
     let icrc = icrc_ipv4(&out[..covered_len]);
     out[covered_len..].copy_from_slice(&icrc.to_le_bytes());
@@ -166,6 +168,7 @@ fn write_datagram(
     out.extend_from_slice(&head);
     out.truncate(IPV4_UDP_LEN + info.header_len);
     out.extend_from_slice(pkt.payload);
+    cost::copied(CopyAt::Packet, pkt.payload.len());
     out.extend_from_slice(&[0; 3]);
     out.truncate(covered_len);
     let icrc = icrc_ipv4(out);

@@ -91,6 +91,34 @@ fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
     hasher.finalize()
 }
 
+/// Bytes at the start of an IPv6 datagram that contain masked fields: IPv6 (40) + UDP (8) +
+/// BTH (12).
+const MASKED_LEN_IPV6: usize = 60;
+
+/// ICRC over a RoCEv2 IPv6 datagram (`datagram_without_icrc` = IPv6 header .. end of pad,
+/// assuming no extension headers), masked as the specification requires: 8 × 0xFF
+/// pseudo-LRH, IPv6 traffic class, flow label and hop limit all ones, UDP checksum 0xFFFF,
+/// BTH byte 4 0xFF. Returns the CRC-32 value, stored least-significant byte first. IPv6
+/// datagrams are rare enough (a QP sending from an IPv6 GID) to take crc32fast over a masked
+/// copy of the headers rather than the fold.
+pub fn icrc_ipv6(datagram_without_icrc: &[u8]) -> u32 {
+    let head_len = datagram_without_icrc.len().min(MASKED_LEN_IPV6);
+    let (head, tail) = datagram_without_icrc.split_at(head_len);
+    let mut masked = [0u8; MASKED_LEN_IPV6];
+    masked[..head_len].copy_from_slice(head);
+    // Version stays; traffic class and flow label (the rest of the first word) and the hop
+    // limit become ones; then the UDP checksum and the BTH's FECN/BECN/reserved byte.
+    let ones: [(usize, u8); 7] =
+        [(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF), (46, 0xFF), (47, 0xFF)];
+    for (at, bits) in ones.into_iter().chain([(52, 0xFF)]).filter(|&(at, _)| at < head_len) {
+        masked[at] |= bits;
+    }
+    let mut hasher = Hasher::new_with_initial(PSEUDO_LRH_CRC);
+    hasher.update(&masked[..head_len]);
+    hasher.update(tail);
+    hasher.finalize()
+}
+
 /// The ICRCs of datagrams that differ from one base datagram of the same length only in the
 /// bytes at a few fixed offsets, each from the base's ICRC with one table load per such byte
 /// instead of hashing the datagram: how an RC QP's ACKs get theirs (`ack::AckTemplate`, whose

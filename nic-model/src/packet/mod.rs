@@ -12,17 +12,21 @@
 //! The files stack in one direction, each naming only those before it: `psn` (24-bit serial
 //! numbers) and `opcode` (the table: headers, lengths, offsets, flags); `headers` (the BTH and
 //! extension-header codecs); `transport` ([`Packet`], the headers stacked per the table);
-//! `ipv4_udp` and `icrc` (the encapsulation and its CRC); `datagram` (a whole RoCEv2 datagram,
-//! built and checked); then `ack` (the per-QP ACK template) and `peek` (the receive fast paths).
+//! `ipv4_udp`, `ipv6_udp` and `icrc` (the encapsulations and their CRC); `datagram` (a whole
+//! RoCEv2 datagram, built and checked) and `datagram6` (the same over IPv6, for QPs that send
+//! from a link-local GID); then `ack` (the per-QP ACK template) and
+//! `peek` (the receive fast paths).
 //! `pcap` writes capture files.
 
 use core::fmt;
 
 mod ack;
 mod datagram;
+mod datagram6;
 mod headers;
 mod icrc;
 mod ipv4_udp;
+mod ipv6_udp;
 mod opcode;
 #[cfg(test)]
 mod oracle;
@@ -38,9 +42,11 @@ pub use datagram::{datagram_len, emit_datagram, parse_datagram, ICRC_LEN};
 pub(crate) use datagram::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
 };
+pub use datagram6::{datagram6_len, emit_datagram6, parse_any_datagram, parse_datagram6};
 pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Reth};
-pub use icrc::icrc_ipv4;
+pub use icrc::{icrc_ipv4, icrc_ipv6};
 pub use ipv4_udp::{IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};
+pub use ipv6_udp::{Ip6Udp, IPV6_UDP_LEN};
 pub use opcode::{
     opcode_table, OpFlags, Opcode, OpcodeInfo, Transport, ATOMIC_ACK_ETH_LEN, CNP_RESERVED_LEN,
     IETH_LEN, IMMDT_LEN,
@@ -69,6 +75,8 @@ pub enum PacketError {
     NotIpv4,
     /// The IPv4 header is unusable (options, fragmentation, not UDP, bad checksum).
     BadIpHeader(&'static str),
+    /// The IPv6 header is unusable (not version 6, extension headers, not UDP).
+    BadIpv6Header(&'static str),
     /// The UDP destination port is not the RoCEv2 port, 4791.
     NotRoce {
         /// The port found.
@@ -107,6 +115,7 @@ impl fmt::Display for PacketError {
             }
             PacketError::NotIpv4 => f.write_str("not an IPv4 packet"),
             PacketError::BadIpHeader(what) => write!(f, "bad IPv4 header: {what}"),
+            PacketError::BadIpv6Header(what) => write!(f, "bad IPv6 header: {what}"),
             PacketError::NotRoce { dst_port } => {
                 write!(f, "UDP destination port {dst_port} is not the RoCEv2 port {ROCE_UDP_PORT}")
             }

@@ -13,6 +13,8 @@ const SNAPLEN: u32 = 65535;
 const ETHERNET_LEN: usize = 14;
 /// EtherType of IPv4.
 const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
+/// EtherType of IPv6.
+const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
 
 /// Writes a pcap file: one Ethernet-framed record per RoCEv2 datagram.
 pub struct PcapWriter<W: Write> {
@@ -34,9 +36,11 @@ impl<W: Write> PcapWriter<W> {
         Ok(PcapWriter { out: w })
     }
 
-    /// Append one IPv4 datagram seen at `time_ns` (nanoseconds since the epoch of the run),
-    /// wrapped in Ethernet II (EtherType 0x0800). MACs are 02:00:a:b:c:d for IPv4 address
-    /// a.b.c.d (locally administered), so flows are readable at the link layer too.
+    /// Append one IPv4 or IPv6 datagram seen at `time_ns` (nanoseconds since the epoch of the
+    /// run), wrapped in Ethernet II (EtherType 0x0800 or 0x86dd). MACs are 02:00:a:b:c:d for
+    /// IPv4 address a.b.c.d (locally administered), and over IPv6 the MACs whose EUI-64 the
+    /// addresses end with (the same ones for softverbs' link-local GIDs), so flows are
+    /// readable at the link layer too.
     pub fn write_datagram(&mut self, time_ns: u64, datagram: &[u8]) -> io::Result<()> {
         let frame_len = ETHERNET_LEN + datagram.len();
         let orig_len = u32::try_from(frame_len).unwrap_or(u32::MAX);
@@ -50,12 +54,23 @@ impl<W: Write> PcapWriter<W> {
         record[4..8].copy_from_slice(&nanos.to_le_bytes());
         record[8..12].copy_from_slice(&incl_len.to_le_bytes());
         record[12..16].copy_from_slice(&orig_len.to_le_bytes());
-        let ip_addr = |at: usize| datagram.get(at..at + 4).unwrap_or(&[0; 4]);
-        record[16..18].copy_from_slice(&[0x02, 0x00]);
-        record[18..22].copy_from_slice(ip_addr(16));
-        record[22..24].copy_from_slice(&[0x02, 0x00]);
-        record[24..28].copy_from_slice(ip_addr(12));
-        record[28..30].copy_from_slice(&ETHERTYPE_IPV4);
+        if datagram.first().is_some_and(|b| b >> 4 == 6) {
+            // The MAC whose EUI-64 is an address's interface id (its last 8 bytes).
+            let mac = |at: usize| {
+                let i = datagram.get(at..at + 8).unwrap_or(&[0; 8]);
+                [i[0] ^ 0x02, i[1], i[2], i[5], i[6], i[7]]
+            };
+            record[16..22].copy_from_slice(&mac(32));
+            record[22..28].copy_from_slice(&mac(16));
+            record[28..30].copy_from_slice(&ETHERTYPE_IPV6);
+        } else {
+            let ip_addr = |at: usize| datagram.get(at..at + 4).unwrap_or(&[0; 4]);
+            record[16..18].copy_from_slice(&[0x02, 0x00]);
+            record[18..22].copy_from_slice(ip_addr(16));
+            record[22..24].copy_from_slice(&[0x02, 0x00]);
+            record[24..28].copy_from_slice(ip_addr(12));
+            record[28..30].copy_from_slice(&ETHERTYPE_IPV4);
+        }
         self.out.write_all(&record)?;
 
         let kept = (incl_len as usize).saturating_sub(ETHERNET_LEN).min(datagram.len());

@@ -24,8 +24,9 @@ use verbs_api::{AsyncElement, AsyncEvent};
 use super::capture::Capture;
 use super::port::{Links, Port, SendOutcome};
 use super::{ChannelInner, SoftCq};
+use crate::cost::{self, Syscall};
 use crate::engine::Wire;
-use crate::engine::{ip_of_lid, Nic, NicEvent, NicStats, Now, Transmit};
+use crate::engine::{ip_of_slot, Nic, NicEvent, NicStats, Now, Transmit};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 use crate::wire::os;
 
@@ -226,7 +227,7 @@ impl Device {
         capture: Option<Arc<Capture>>,
     ) -> Arc<Device> {
         if let Some(c) = &capture {
-            c.join(ip_of_lid(port.lid()));
+            c.join(ip_of_slot(port.lid()));
         }
         let tap = capture.as_ref().map(capture_tap);
         nic.set_wire(Some(PortWire::lend(&port, tap.clone())));
@@ -265,7 +266,7 @@ impl Device {
             .spawn(move || nic_thread(for_thread))
             .expect("spawning the NIC thread");
         let _ = core.nic_thread.set(handle.thread().clone());
-        tracing::info!(device = %core.name, lid = core.state.lock().map_or(0, |s| s.nic.config().lid),
+        tracing::info!(device = %core.name, slot = core.state.lock().map_or(0, |s| s.nic.config().slot),
             "device opened");
         Arc::new(Device { core, thread: Some(handle) })
     }
@@ -281,7 +282,7 @@ impl Drop for Device {
             tracing::info!(device = %self.core.name, "device closed");
         }
         if let Some(c) = &self.core.capture {
-            c.leave(ip_of_lid(self.core.port.lid()));
+            c.leave(ip_of_slot(self.core.port.lid()));
         }
     }
 }
@@ -375,6 +376,7 @@ impl Core {
     fn wake_nic_thread(&self) {
         self.port.unpark();
         if let Some(t) = self.nic_thread.get() {
+            cost::syscalls(Syscall::Unpark, 1);
             t.unpark();
         }
     }
@@ -549,6 +551,7 @@ fn is_ud(datagram: &[u8]) -> bool {
 /// The NIC thread: stand by while the program runs the engine inline; otherwise progress while
 /// there is work, spin a while, then park on the doorbell.
 fn nic_thread(core: Arc<Core>) {
+    cost::mark_nic_thread();
     let mut last_work = Instant::now();
     let mut seen_rounds = core.inline_rounds.load(Ordering::Relaxed);
     // Standby intervals in a row, and whether the thread has made itself a background thread.
@@ -567,6 +570,7 @@ fn nic_thread(core: Arc<Core>) {
                     "NIC thread: standing by while the program drives the engine");
             }
             core.check_port();
+            cost::syscalls(Syscall::Park, 1);
             std::thread::park_timeout(core.standby);
             last_work = Instant::now();
             continue;

@@ -172,7 +172,7 @@ impl Soft {
         };
         let mut cfg = self.inner.config.lock().unwrap_or_else(|e| e.into_inner()).clone();
         cfg.name = name.to_string();
-        cfg.lid = lid;
+        cfg.slot = lid;
         cfg.node_guid = node_guid(index);
         cfg.entropy = fresh_entropy();
         let pcap = self.inner.pcap.lock().unwrap_or_else(|e| e.into_inner()).clone();

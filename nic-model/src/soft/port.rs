@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::engine::{ip_of_lid, lid_of_ip};
+use crate::engine::{ip_of_slot, slot_of_ip};
 use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
 
 /// What became of a datagram handed to the wire: `Sent` (in the destination's inbox), `Full`
@@ -92,14 +92,14 @@ impl Loopback {
             parked: AtomicBool::new(false),
             capacity,
         });
-        self.ports.lock().unwrap_or_else(|e| e.into_inner()).insert(ip_of_lid(lid), inbox.clone());
+        self.ports.lock().unwrap_or_else(|e| e.into_inner()).insert(ip_of_slot(lid), inbox.clone());
         LoopPort { fabric: self.clone(), lid, inbox }
     }
 }
 
 impl Drop for LoopPort {
     fn drop(&mut self) {
-        self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ip_of_lid(self.lid));
+        self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ip_of_slot(self.lid));
     }
 }
 
@@ -203,7 +203,7 @@ impl Port for ShmPort {
     }
 
     fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        let lid = lid_of_ip(dst);
+        let lid = slot_of_ip(dst);
         if lid == 0 {
             return SendOutcome::Unreachable;
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use verbs_api::{AsyncElement, AsyncEventType, PortState};
 
 use super::{Links, Port, SendOutcome, ShmPort, Soft};
-use crate::engine::ip_of_lid;
+use crate::engine::{ip_of_slot, slot_of_gid, GID_INDEX_IPV4};
 use crate::wire::layout::{HEADER_SIZE, OFF_HEAD, OFF_STATE, OFF_TAIL, SLOT_OFF_SEQ};
 use crate::wire::{Fabric, InboxConfig};
 
@@ -53,7 +53,9 @@ fn a_damaged_inbox_takes_the_port_down_with_an_event_naming_the_segment() {
         assert_eq!(first.event_type, AsyncEventType::PortActive, "{word}");
 
         let fabric = Fabric::open_existing(Some(&dir.0)).expect("the fabric");
-        let path = fabric.inbox_path(port.lid);
+        let slot = slot_of_gid(&ctx.query_gid(1, GID_INDEX_IPV4).expect("query_gid"))
+            .expect("a softverbs port's IPv4 GID");
+        let path = fabric.inbox_path(slot);
         let shown = path.display().to_string();
         let file = fs::OpenOptions::new().write(true).open(&path).expect("open the segment");
         file.write_all_at(bytes, offset as u64).expect("the stray write");
@@ -75,7 +77,7 @@ fn a_damaged_inbox_takes_the_port_down_with_an_event_naming_the_segment() {
         assert!(said.contains(says), "{word}: {said:?}");
 
         // Whoever connects to send to it meets an error naming the segment, not silence.
-        match fabric.connect(port.lid) {
+        match fabric.connect(slot) {
             Err(e) => {
                 let msg = e.to_string();
                 assert!(msg.contains(&shown) && msg.contains("corrupted"), "{word}: {msg}");
@@ -86,13 +88,13 @@ fn a_damaged_inbox_takes_the_port_down_with_an_event_naming_the_segment() {
         // down, and the port says why, naming the segment.
         let cfg = InboxConfig { slots: 4, slot_size: 64, gid: [0; 16] };
         let sender = ShmPort::create(fabric.clone(), cfg).expect("a sending port");
-        let outcome = sender.send(&mut Links::default(), ip_of_lid(port.lid), &[0; 60]);
+        let outcome = sender.send(&mut Links::default(), ip_of_slot(slot), &[0; 60]);
         assert_eq!(outcome, SendOutcome::Unreachable, "{word}");
         let why = sender.peer_problem().unwrap_or_default();
         assert!(why.contains(&shown) && why.contains("corrupted: "), "{word}: {why:?}");
         drop(sender);
         let listed = fabric.list().expect("list");
-        let info = listed.iter().find(|i| i.lid == Some(port.lid)).expect("listed");
+        let info = listed.iter().find(|i| i.lid == Some(slot)).expect("listed");
         let problem = info.problem.clone().unwrap_or_default();
         assert!(problem.starts_with("corrupted: "), "{word}: listed {problem:?}");
         // Bounded: the device closes, and its segment goes with it.

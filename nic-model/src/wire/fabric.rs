@@ -16,7 +16,7 @@ use super::layout::{
 use super::os::{self, FileLock};
 use super::segment::Segment;
 use super::{Inbox, Sender, WireError};
-use crate::engine::ip_of_lid;
+use crate::engine::ip_of_slot;
 
 /// Environment variable that overrides the default fabric directory.
 pub const FABRIC_ENV: &str = "SOFTVERBS_FABRIC";
@@ -209,9 +209,9 @@ impl Fabric {
 
     /// The GID the fabric gives the port with this LID, as a subnet manager assigns addresses:
     /// the IPv4-mapped form (`::ffff:10.0.x.y`) of the port's IPv4 address
-    /// ([`ip_of_lid`](crate::engine::ip_of_lid)), which the port reports at GID index 0.
+    /// ([`ip_of_slot`](crate::engine::ip_of_slot)), which the port reports at GID index 1.
     pub fn port_gid(lid: u16) -> [u8; 16] {
-        Gid::from_ipv4(ip_of_lid(lid)).0
+        Gid::from_ipv4(ip_of_slot(lid)).0
     }
 
     /// The fabric directory.
@@ -585,7 +585,8 @@ mod tests {
         let listed = fabric.list().expect("list");
         for inbox in [&first, &second] {
             // The GID a port reports (ibv_query_gid) is the one in its segment header.
-            let gid = crate::engine::NicConfig::new("x", inbox.lid()).gid().0;
+            let gid =
+                verbs_api::Gid::from_ipv4(crate::engine::NicConfig::new("x", inbox.lid()).ip()).0;
             assert_eq!(inbox.gid(), gid);
             let info = listed.iter().find(|i| i.lid == Some(inbox.lid())).expect("listed");
             assert_eq!(info.gid, Some(gid));

@@ -9,6 +9,9 @@ use std::os::unix::io::AsRawFd;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
+#[cfg(target_os = "linux")]
+use crate::cost::{self, Syscall};
+
 /// The effective uid of this process (the owner of the files it creates).
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -119,6 +122,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
         // Below 10^9, so it fits in every platform's c_long.
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
+    cost::syscalls(Syscall::FutexWait, 1);
     // SAFETY: `word` is a live, 4-byte aligned u32 in a mapping that outlives the call;
     // FUTEX_WAIT only reads it, and `ts` is a valid timespec on our stack.
     unsafe {
@@ -137,6 +141,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 /// Wakes every process sleeping in [`futex_wait`] on `word`.
 #[cfg(target_os = "linux")]
 pub fn futex_wake(word: &AtomicU32) {
+    cost::syscalls(Syscall::FutexWake, 1);
     // SAFETY: `word` is a live, 4-byte aligned u32 in a mapping that outlives the call;
     // FUTEX_WAKE does not touch memory.
     unsafe {
@@ -189,7 +194,9 @@ pub fn set_background(background: bool) -> bool {
     unsafe {
         if libc::sched_getscheduler(0) == from {
             libc::sched_setscheduler(0, to, &param);
+            cost::syscalls(Syscall::Sched, 1);
         }
+        cost::syscalls(Syscall::Sched, 2);
         libc::sched_getscheduler(0) == libc::SCHED_BATCH
     }
 }

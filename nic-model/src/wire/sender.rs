@@ -23,6 +23,7 @@ use super::layout::{self, lap_seq, Header, CORRUPTED, STATE_CLOSED, STATE_READY}
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::WireError;
+use crate::cost::{self, CopyAt};
 use crate::small_copy;
 
 /// Upper bound on claim attempts in one `send`. Every failed attempt means another producer
@@ -97,7 +98,10 @@ impl Sender {
     /// naming the file if the ring is corrupted (see [`Inbox`](super::Inbox)). Makes a system
     /// call only to wake an owner that is parked on its doorbell.
     pub fn send(&self, pkt: &[u8]) -> Result<(), WireError> {
-        self.send_with(pkt.len(), |slot| small_copy::copy_from_slice(slot, pkt))
+        self.send_with(pkt.len(), |slot| {
+            small_copy::copy_from_slice(slot, pkt);
+            cost::copied(CopyAt::Packet, pkt.len());
+        })
     }
 
     /// Enqueues a packet of `len` bytes that `fill` writes in place, into the slot itself:

@@ -3,9 +3,9 @@
 
 use std::io::Write;
 
-use verbs_api::{Context, DeviceAttr, Gid, LinkLayer, PortAttr};
+use verbs_api::{Context, DeviceAttr, Errno, GidEntry, GidType, LinkLayer, PortAttr};
 
-use super::{find_device, output_error, CliError};
+use super::{find_device, gid_ntop, output_error, CliError};
 
 /// Print provider errors as notes on stderr: one provider failing must not hide the others.
 /// A closed stderr (`2>&1 | head`) loses the note rather than panicking.
@@ -112,9 +112,9 @@ pub fn devinfo(args: &DevinfoArgs, out: &mut dyn Write) -> Result<(), CliError> 
     if any_soft {
         writeln!(
             out,
-            "\n# softverbs: a port gets its LID (and its GID ::ffff:10.0.<LID>) from the fabric \
-             when a process opens the device;\n# port_lid above is what this process got. \
-             Every process has its own ports and LIDs."
+            "\n# softverbs: a port gets its slot N on the fabric, and with it its IPv4 address \
+             10.0.0.N and GIDs, when a process opens\n# the device; the GIDs above (-v) are what \
+             this process got. Every process has its own ports and addresses."
         )
         .map_err(output_error)?;
     }
@@ -168,14 +168,30 @@ fn print_device(
         let pa = ctx
             .query_port(port)
             .map_err(|e| CliError::failed(format!("ibv_query_port on {name} port {port}: {e}")))?;
-        // GID index 0 always; every index with -v.
-        let gid_count = if args.verbose { pa.gid_tbl_len.max(1) } else { 1 };
+        // The GID table with -v, as `ibv_devinfo -v` prints it: every entry that holds a GID
+        // (`ibv_query_gid_ex`; an empty one is ENODATA and left out).
         let mut gids = Vec::new();
-        for index in 0..gid_count {
-            let gid = ctx.query_gid(port, index).map_err(|e| {
-                CliError::failed(format!("ibv_query_gid on {name} port {port} index {index}: {e}"))
-            })?;
-            gids.push(gid);
+        for index in 0..if args.verbose { pa.gid_tbl_len } else { 0 } {
+            match ctx.query_gid_entry(port, index) {
+                Ok(entry) => gids.push(entry),
+                Err(e) if e.errno == Errno::NoData => {}
+                // A provider without ibv_query_gid_ex: the GID alone, untyped.
+                Err(e) if e.errno == Errno::NotSup => {
+                    let gid = ctx.query_gid(port, index).map_err(|e| {
+                        CliError::failed(format!(
+                            "ibv_query_gid on {name} port {port} index {index}: {e}"
+                        ))
+                    })?;
+                    if !gid.is_zero() {
+                        gids.push(GidEntry { gid, gid_index: index, ..GidEntry::default() });
+                    }
+                }
+                Err(e) => {
+                    return Err(CliError::failed(format!(
+                        "ibv_query_gid_ex on {name} port {port} index {index}: {e}"
+                    )))
+                }
+            }
         }
         print_port(port, &pa, &gids, args.verbose, out).map_err(output_error)?;
     }
@@ -246,7 +262,7 @@ fn phys_state_str(s: u8) -> String {
 fn print_port(
     port: u8,
     pa: &PortAttr,
-    gids: &[Gid],
+    gids: &[GidEntry],
     verbose: bool,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
@@ -264,23 +280,38 @@ fn print_port(
     field(out, 3, "link_layer:", link)?;
     if verbose {
         field(out, 3, "max_msg_sz:", &format!("0x{:x}", pa.max_msg_sz))?;
+        field(out, 3, "port_cap_flags:", &format!("0x{:08x}", pa.port_cap_flags))?;
         field(out, 3, "pkey_tbl_len:", &pa.pkey_tbl_len.to_string())?;
         field(out, 3, "gid_tbl_len:", &pa.gid_tbl_len.to_string())?;
         field(out, 3, "active_width:", &width_str(pa.active_width))?;
         field(out, 3, "active_speed:", &speed_str(pa.active_speed))?;
         field(out, 3, "phys_state:", &phys_state_str(pa.phys_state))?;
     }
-    let kind = if pa.link_layer == LinkLayer::Ethernet { ", RoCE v2" } else { "" };
-    for (i, gid) in gids.iter().enumerate() {
-        field(out, 3, &format!("GID[{i:3}]:"), &format!("{gid}{kind}"))?;
+    for entry in gids {
+        field(out, 3, &format!("GID[{:3}]:", entry.gid_index), &gid_line(entry, pa.link_layer))?;
     }
     Ok(())
+}
+
+/// A GID table entry as `ibv_devinfo -v` prints it: a RoCE v2 GID as an IP address
+/// (`inet_ntop`: `fe80::aff:fe00:3`, `::ffff:10.0.0.3`), any other as eight groups of four
+/// hex digits; on an Ethernet port followed by its type (`, RoCE v2`).
+fn gid_line(entry: &GidEntry, link_layer: LinkLayer) -> String {
+    let gid = if entry.gid_type == GidType::RoceV2 {
+        gid_ntop(&entry.gid)
+    } else {
+        entry.gid.to_string()
+    };
+    match link_layer {
+        LinkLayer::Ethernet => format!("{gid}, {}", entry.gid_type.as_str()),
+        LinkLayer::InfiniBand => gid,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::gid_ntop;
+    use verbs_api::Gid;
 
     #[test]
     fn fields_line_up_as_ibv_devinfo_does() {
@@ -304,5 +335,22 @@ mod tests {
         assert_eq!(guid_str(0x0200_5eff_fe00_0001), "0200:5eff:fe00:0001");
         assert_eq!(gid_ntop(&Gid([0; 16])), "::");
         assert_eq!(gid_ntop(&Gid::from_ipv4([10, 0, 0, 1])), "::ffff:10.0.0.1");
+    }
+
+    #[test]
+    fn gid_lines_are_ibv_devinfos() {
+        let v2 = GidEntry {
+            gid: Gid::link_local(0x0000_0aff_fe00_0003),
+            gid_type: GidType::RoceV2,
+            ..GidEntry::default()
+        };
+        assert_eq!(gid_line(&v2, LinkLayer::Ethernet), "fe80::aff:fe00:3, RoCE v2");
+        let v1 = GidEntry { gid_type: GidType::RoceV1, ..v2 };
+        assert_eq!(
+            gid_line(&v1, LinkLayer::Ethernet),
+            "fe80:0000:0000:0000:0000:0aff:fe00:0003, RoCE v1"
+        );
+        let ib = GidEntry { gid_type: GidType::Ib, ..v2 };
+        assert_eq!(gid_line(&ib, LinkLayer::InfiniBand), "fe80:0000:0000:0000:0000:0aff:fe00:0003");
     }
 }

@@ -80,7 +80,7 @@ pub fn fabric(
                         (None, Some(p)) => p.clone(),
                         (None, None) => "left by a creator that died".to_string(),
                     };
-                    let lid = s.lid.map(|l| format!("LID {l}, ")).unwrap_or_default();
+                    let lid = s.lid.map(|l| format!("slot {l}, ")).unwrap_or_default();
                     writeln!(out, "removed {} ({lid}{why})", s.path.display())?;
                 }
                 Ok(())
@@ -96,7 +96,7 @@ fn fabric_list(shown: &str, segments: &[SegmentInfo], out: &mut dyn Write) -> st
     }
     let n = segments.len();
     writeln!(out, "fabric {shown}: {n} segment{}", if n == 1 { "" } else { "s" })?;
-    let header = ["path", "LID", "GID", "owner", "slots x size", "problem"].map(String::from);
+    let header = ["path", "slot", "GID", "owner", "slots x size", "problem"].map(String::from);
     let rows: Vec<[String; 6]> =
         std::iter::once(header).chain(segments.iter().map(segment_row)).collect();
     let mut widths = [0usize; 6];

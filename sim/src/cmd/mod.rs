@@ -16,6 +16,7 @@ macro_rules! outln {
 pub mod demo;
 pub mod devinfo;
 pub mod fabric;
+pub mod learn;
 pub mod logs;
 pub mod perf;
 pub mod pingpong;
@@ -29,6 +30,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::conn::{PortAddress, QpInfo};
+use nic_model::engine::slot_of_gid;
 use nic_model::soft::Soft;
 use nic_model::wire::{Fabric, WireError, FABRIC_ENV};
 use verbs_api::{Context, Errno, Gid};
@@ -161,8 +163,8 @@ pub fn existing_fabric(flag: Option<&Path>) -> Result<Option<Fabric>, CliError> 
 
 /// After the address exchange of a command whose peer was started by someone else
 /// (`pingpong`): a soft device reaches the peer's port only through this fabric, so a peer
-/// whose LID has no segment here, or whose LID is this process's own port, runs on another
-/// fabric. Say so, naming the directory searched, rather than let the first message time out.
+/// whose GID names no port here, or names this process's own port, runs on another fabric.
+/// Say so, naming the directory searched, rather than let the first message time out.
 pub fn check_peer_on_fabric(
     soft: &Soft,
     ctx: &Context,
@@ -170,23 +172,24 @@ pub fn check_peer_on_fabric(
     remote: &QpInfo,
 ) -> Result<(), CliError> {
     let Some(fabric) = soft.fabric() else { return Ok(()) };
-    if verbs_api::backend_of(&ctx.device_name()) != "soft" || remote.lid == 0 {
+    if verbs_api::backend_of(&ctx.device_name()) != "soft" {
         return Ok(());
     }
+    let Some(slot) = slot_of_gid(&remote.gid) else { return Ok(()) };
     let dir = fabric.dir().display();
-    let path = fabric.inbox_path(remote.lid);
-    let why = if remote.lid == me.lid {
-        format!("LID {} is this process's own port there", remote.lid)
+    let path = fabric.inbox_path(slot);
+    let why = if remote.gid == me.gid {
+        format!("GID {} is this process's own port there", gid_ntop(&remote.gid))
     } else if !path.exists() {
         format!("there is no {}", path.display())
     } else {
         return Ok(());
     };
     Err(CliError::failed(format!(
-        "the peer's port (LID {}) is not on the fabric {dir} that this process searched ({why}): \
+        "the peer's port (GID {}) is not on the fabric {dir} that this process searched ({why}): \
          the peer uses another fabric directory; give both the same --fabric DIR (or \
          SOFTVERBS_FABRIC)",
-        remote.lid
+        gid_ntop(&remote.gid)
     )))
 }
 
@@ -285,6 +288,44 @@ pub fn port_address(ctx: &Context, gid_idx: Option<u32>) -> Result<PortAddress, 
         (Some(i), Errno::Inval) => CliError::usage(format!("-g {i}: {}", e.message)),
         _ => CliError::failed(format!("querying port 1 of {}: {e}", ctx.device_name())),
     })
+}
+
+/// What the demo teaches about addressing on RoCE: port 1's GID table (the entries that hold
+/// a GID) and which index this side sends from, and why — the index asked for with `-g`, or
+/// the first IPv4 GID, as perftest's `ib_write_bw` picks it.
+pub fn gid_choice_lines(ctx: &Context, addr: &PortAddress, asked: Option<u32>) -> Vec<String> {
+    let mut lines = vec![
+        "Port 1 is a RoCE v2 port (Ethernet link layer, LID 0): a peer is addressed by a GID, an"
+            .to_string(),
+        "IP address of the port, named by its index in the port's GID table:".to_string(),
+    ];
+    let len = ctx.query_port(1).map_or(0, |p| p.gid_tbl_len);
+    for index in 0..len {
+        let Ok(e) = ctx.query_gid_entry(1, index) else { continue };
+        let family = if e.gid.to_ipv4().is_some() { "IPv4" } else { "IPv6" };
+        let mark = if index == addr.gid_index { "   <- this side sends from it" } else { "" };
+        lines.push(format!(
+            "  GID[{index:3}]: {}, {}, {family}{mark}",
+            gid_ntop(&e.gid),
+            e.gid_type.as_str()
+        ));
+    }
+    let family = if addr.gid.to_ipv4().is_some() { "IPv4" } else { "IPv6" };
+    let why = match asked {
+        Some(_) => "the entry -g asked for".to_string(),
+        None => "the entry ib_write_bw would pick (the first IPv4 GID)".to_string(),
+    };
+    let kind = ctx.query_gid_entry(1, addr.gid_index).map_or("", |e| e.gid_type.as_str());
+    lines.push(format!(
+        "GID index {}: {}, {kind}, {family} — {why}.",
+        addr.gid_index,
+        gid_ntop(&addr.gid)
+    ));
+    lines.push(
+        "Each QP's address vector carries a GRH: the peer's GID as dgid, this index as sgid_index."
+            .to_string(),
+    );
+    lines
 }
 
 /// A GID the way `inet_ntop(AF_INET6)` writes it, as `ibv_rc_pingpong` prints GIDs:

@@ -76,7 +76,8 @@ pub struct PingpongArgs {
     /// Sleep on completion events instead of busy-polling the CQ.
     #[arg(short = 'e', long = "events")]
     pub events: bool,
-    /// Send this GID index's GID and address the peer by GID (is_global).
+    /// Send this GID index's GID and address the peer by GID (is_global), as RoCE ports need:
+    /// on softverbs 1 is the port's IPv4 GID (RoCE v2), 0 its IPv6 link-local one.
     #[arg(short = 'g', long = "gid-idx", value_name = "GID_INDEX")]
     pub gid_idx: Option<u32>,
     /// Client: keep retrying the TCP connect for this many seconds (at most a day).
@@ -271,7 +272,18 @@ impl PingpongCtx {
                     | QpAttrMask::MAX_DEST_RD_ATOMIC
                     | QpAttrMask::MIN_RNR_TIMER,
             )
-            .map_err(|e| CliError::failed(format!("Failed to modify QP to RTR: {e}")))?;
+            .map_err(|e| {
+                // ibv_rc_pingpong sends no GID without -g, and a RoCE port refuses the
+                // LID-only vector that makes: say what to give.
+                let hint = if a.gid_idx.is_none() && !ah_attr.is_global {
+                    " (on a RoCE port give -g GID_INDEX, as ibv_rc_pingpong needs there: on \
+                     softverbs -g 1 is the port's IPv4 GID; `softverbs devinfo -v` lists the \
+                     GID table)"
+                } else {
+                    ""
+                };
+                CliError::failed(format!("Failed to modify QP to RTR: {e}{hint}"))
+            })?;
         let rts = QpAttr {
             qp_state: QpState::Rts,
             timeout: 14,

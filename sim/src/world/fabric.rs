@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use nic_model::engine::lid_of_ip;
+use nic_model::engine::slot_of_datagram_addr;
 
 use super::event::{EventKind, SOURCE_BITS, SOURCE_WIRE};
 use super::link::InFlight;
@@ -202,11 +202,10 @@ impl World {
 const IPV4_SRC: usize = 12;
 const IPV4_DST: usize = 16;
 
-/// The node whose port has the IPv4 address at `at` in a datagram, or `usize::MAX` (no node)
-/// for a foreign address or a runt packet.
+/// The node whose port has the address at `at` (an IPv4 header's offset) in a datagram, or
+/// `usize::MAX` (no node) for a foreign address or a runt packet. An IPv6 datagram (a QP
+/// sending from a link-local GID) names its ports by their link-local addresses, which
+/// [`slot_of_datagram_addr`] reads.
 fn node_of_ip(data: &[u8], at: usize) -> NodeId {
-    match data.get(at..at + 4) {
-        Some(&[a, b, c, d]) => (lid_of_ip([a, b, c, d]) as usize).wrapping_sub(1),
-        _ => usize::MAX,
-    }
+    (slot_of_datagram_addr(data, at == IPV4_DST) as usize).wrapping_sub(1)
 }

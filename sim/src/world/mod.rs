@@ -1,8 +1,8 @@
 //! The deterministic simulator: NIC engines in a discrete-event world of directed links with
 //! latency, bandwidth, queue limits and faults, one virtual clock and one seeded RNG.
 //!
-//! A [`World`] owns everything that happens: nodes (each a [`Nic`] with one port, LID = node
-//! index + 1, or a switch that forwards), links, events ordered by (time, sequence number), the
+//! A [`World`] owns everything that happens: nodes (each a [`Nic`] with one RoCE port in
+//! fabric slot node index + 1, IPv4 address 10.0.0.<index + 1>, or a switch that forwards), links, events ordered by (time, sequence number), the
 //! RNG, the [`trace::Trace`] and an optional pcap capture. Nothing reads a wall clock, spawns a
 //! thread or iterates a hash map, so a seed and the inputs fix the whole run.
 //!
@@ -32,7 +32,7 @@ pub mod trace;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;
 
-use nic_model::engine::{Nic, NicConfig};
+use nic_model::engine::{eui64_of_mac, Nic, NicConfig};
 use nic_model::packet::PcapWriter;
 
 pub use backend::{connect_rc, SimProvider};
@@ -44,7 +44,7 @@ pub use rng::Rng;
 pub use shared::SimWorld;
 use trace::{peek_bth, Trace, TraceKind, TraceRecord, NONE};
 
-/// A node, by index (its port's LID is the index + 1).
+/// A node, by index (its port holds fabric slot index + 1: IPv4 10.0.0.<index + 1>).
 pub type NodeId = usize;
 /// A directed link, by index.
 pub type LinkId = usize;
@@ -128,15 +128,16 @@ impl World {
         f(&mut self.nic_template);
     }
 
-    /// Add a NIC node; its port's LID is its index + 1 and its device name `sim:<name>`.
+    /// Add a NIC node; its port holds fabric slot index + 1 (IPv4 address `10.0.0.<index + 1>`
+    /// for the first 255), as a RoCE port with LID 0, and its device name is `sim:<name>`.
     pub fn add_node(&mut self, name: impl Into<String>) -> NodeId {
         let name = name.into();
         let id = self.nodes.len();
-        let lid = u16::try_from(id + 1).expect("a world has fewer than 65535 nodes");
+        let slot = u16::try_from(id + 1).expect("a world has fewer than 65535 nodes");
         let mut cfg = self.nic_template.clone();
         cfg.name = format!("sim:{name}");
-        cfg.lid = lid;
-        cfg.node_guid = 0x0200_5eff_fe00_0000 | lid as u64;
+        cfg.slot = slot;
+        cfg.node_guid = eui64_of_mac(cfg.mac());
         // The NIC's randomness (where its QP numbers start) from the seed, on a stream of its
         // own so that the faults the world's generator draws stay what they were.
         cfg.entropy =

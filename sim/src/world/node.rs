@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use nic_model::engine::{lid_of_ip, Nic, NicEvent};
+use nic_model::engine::{slot_of_ip, Nic, NicEvent};
 
 use super::event::EventKind;
 use super::trace::{TraceKind, NONE};
@@ -79,7 +79,7 @@ impl World {
         loop {
             let Some(nic) = self.nodes[node].nic.as_mut() else { return };
             let Some(t) = nic.poll_transmit() else { break };
-            let to = (lid_of_ip(t.dst) as usize).wrapping_sub(1);
+            let to = (slot_of_ip(t.dst) as usize).wrapping_sub(1);
             self.forward(node, to, t.data);
         }
         let n = &mut self.nodes[node];

@@ -269,16 +269,14 @@ pub fn connect_rc_server(
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(cq_depth, None, 0)?;
     let mr = pd.reg_mr(mr_len, AccessFlags::all())?;
-    let port = ctx.query_port(1)?;
-    let gid = ctx.query_gid(1, 0)?;
+    let port = crate::conn::PortAddress::of(&ctx, None)?;
     let mut qps = Vec::with_capacity(clients.len());
     let mut ends = Vec::with_capacity(clients.len());
     for (i, &node) in clients.iter().enumerate() {
         let (client_psn, server_psn) = (2 * i as u32 + 1, 2 * i as u32 + 2);
         let qp = create_qp_on(&pd, &cq, QpType::Rc, cap)?;
         let end = Endpoint::new(&world.context(node)?, QpType::Rc, cap, cq_depth, mr_len)?;
-        let server_info =
-            crate::conn::QpInfo { lid: port.lid, qpn: qp.qp_num(), psn: server_psn, gid };
+        let server_info = port.qp_info(&qp, server_psn);
         connect(&qp, server_psn, &end.info(client_psn)?, opts)?;
         connect(&end.qp, client_psn, &server_info, opts)?;
         qps.push(qp);

@@ -184,13 +184,13 @@ impl Trace {
     }
 }
 
-/// Peek the BTH fields of a datagram (IPv4 20 B ‖ UDP 8 B ‖ BTH): opcode, PSN, destination QP;
-/// `NONE` for each field the bytes are too short to hold.
+/// Peek the BTH fields of a datagram (IPv4 20 B or IPv6 40 B ‖ UDP 8 B ‖ BTH): opcode, PSN,
+/// destination QP; `NONE` for each field the bytes are too short to hold.
 pub fn peek_bth(data: &[u8]) -> (u32, u32, u32) {
-    const BTH: usize = 28;
-    let opcode = data.get(BTH).map_or(NONE, |&b| b as u32);
+    let bth = if data.first().is_some_and(|b| b >> 4 == 6) { 48 } else { 28 };
+    let opcode = data.get(bth).map_or(NONE, |&b| b as u32);
     let be24 = |at: usize| {
         data.get(at..at + 3).map_or(NONE, |b| u32::from_be_bytes([0, b[0], b[1], b[2]]))
     };
-    (opcode, be24(BTH + 9), be24(BTH + 5))
+    (opcode, be24(bth + 9), be24(bth + 5))
 }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use nic_model::engine::{slot_of_gid, GID_INDEX_IPV4};
 use nic_model::soft::Soft;
 use softverbs_sim::conn::{self, ConnOpts, Endpoint};
 use softverbs_sim::peer::Parent;
@@ -142,13 +143,19 @@ fn start_watchdog(mode: String, deadline: Duration) {
     });
 }
 
+/// Where the port of `ctx` sits in the fabric (its inbox's slot), from its IPv4 GID.
+fn fabric_slot(ctx: &Context) -> Result<u16, String> {
+    let gid = ctx.query_gid(1, GID_INDEX_IPV4).map_err(|e| e.to_string())?;
+    slot_of_gid(&gid).ok_or_else(|| format!("GID {gid} names no port of the fabric"))
+}
+
 /// Opens the device, runs the mode, and drops every verbs resource before returning.
 fn run(o: &Opts) -> Result<(), String> {
     let soft = Soft::shared_memory(Some(&o.dir)).map_err(|e| format!("opening the fabric: {e}"))?;
     let fabric = soft.fabric().expect("a shared-memory Soft has a fabric").clone();
-    let (result, lid) = {
+    let (result, slot) = {
         let ctx = soft.open("softverbs0").map_err(|e| format!("opening softverbs0: {e}"))?;
-        let lid = ctx.query_port(1).map_err(|e| e.to_string())?.lid;
+        let slot = fabric_slot(&ctx)?;
         // Blocking reads on stdin: a closed stdin (the test died) ends the mode.
         let r = match o.mode.as_str() {
             "target" => target(&ctx, o, &mut Parent::stdio()),
@@ -157,12 +164,12 @@ fn run(o: &Opts) -> Result<(), String> {
             "verbs" => remote::serve(&ctx, &mut std::io::stdin().lock(), &mut std::io::stdout()),
             _ => unreachable!("modes are checked when parsing"),
         };
-        (r, lid)
+        (r, slot)
         // ctx and everything the mode created are dropped here.
     };
     drop(soft);
     if !o.exit_at_once {
-        wait_inbox_gone(&fabric.inbox_path(lid))?;
+        wait_inbox_gone(&fabric.inbox_path(slot))?;
     }
     result
 }
@@ -342,8 +349,7 @@ fn hold(ctx: &Context, io: &mut Parent) -> Result<(), String> {
         max_inline_data: 0,
     };
     let ep = Endpoint::new(ctx, QpType::Rc, cap, 8, 4096).map_err(err)?;
-    let port = ctx.query_port(1).map_err(err)?;
-    io.say(&format!("HOLD {} {}", port.lid, std::process::id()))?;
+    io.say(&format!("HOLD {} {}", fabric_slot(ctx)?, std::process::id()))?;
     io.expect_exactly("EXIT")?;
     drop(ep);
     Ok(())

@@ -449,6 +449,7 @@ pub(super) fn put_port_attr(l: &mut Line, p: &PortAttr) {
         .num(code(&MTUS, &p.max_mtu))
         .num(code(&MTUS, &p.active_mtu))
         .num(p.gid_tbl_len)
+        .num(p.port_cap_flags)
         .num(p.max_msg_sz)
         .num(p.pkey_tbl_len)
         .num(p.lid)
@@ -466,6 +467,7 @@ pub(super) fn take_port_attr(t: &mut Tokens<'_>) -> Result<PortAttr> {
         max_mtu: decode(&MTUS, t, "max_mtu")?,
         active_mtu: decode(&MTUS, t, "active_mtu")?,
         gid_tbl_len: t.num("gid_tbl_len")?,
+        port_cap_flags: t.num("port_cap_flags")?,
         max_msg_sz: t.num("max_msg_sz")?,
         pkey_tbl_len: t.num("pkey_tbl_len")?,
         lid: t.num("lid")?,

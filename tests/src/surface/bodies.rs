@@ -63,13 +63,21 @@ fn received_ud(wr_id: u64, payload: usize, imm: Option<u32>, path: Path) -> Work
     WorkCompletion { wc_flags: w.wc_flags | WcFlags::GRH, ..w }
 }
 
+/// The port's LID: 0, as on every RoCE port (and so the `slid` of a receive completion).
 fn lid(ctx: &Context) -> u16 {
     ctx.query_port(1).expect("query_port").lid
 }
 
+/// A RoCE address vector towards port 1 of `ctx`: its first IPv4 GID as `dgid`, sent from
+/// this side's default GID index.
+fn av(ctx: &Context) -> AhAttr {
+    let to = conn::PortAddress::of(ctx, None).expect("the port's address");
+    conn::av_to(to.gid, &ConnOpts::default())
+}
+
 /// What to tell a peer about `qp` on `ctx`.
 fn info(ctx: &Context, qp: &QueuePair, psn: u32) -> QpInfo {
-    QpInfo { lid: lid(ctx), qpn: qp.qp_num(), psn, gid: ctx.query_gid(1, 0).expect("query_gid") }
+    conn::PortAddress::of(ctx, None).expect("the port's address").qp_info(qp, psn)
 }
 
 /// RESET → INIT (with `qkey`) → RTR → RTS, as a UD QP needs.
@@ -339,15 +347,25 @@ pub fn ud_datagrams(be: &dyn Backend) {
     let (aq, bq) = (a.qp.qp_num(), b.qp.qp_num());
     let path = (bq, aq, lid(be.a()));
     let mtu = be.a().query_port(1).unwrap().active_mtu.bytes() as usize;
-    let a_ip = be.a().query_gid(1, 0).unwrap().to_ipv4().expect("an IPv4-mapped GID");
-    let b_gid = be.b().query_gid(1, 0).unwrap();
+    let a_ip = be.a().query_gid(1, 1).unwrap().to_ipv4().expect("an IPv4-mapped GID");
+    let b_gid = be.b().query_gid(1, 1).unwrap();
     let b_ip = b_gid.to_ipv4().expect("an IPv4-mapped GID");
-    let by_lid = a.pd.create_ah(&AhAttr { dlid: lid(be.b()), port_num: 1, ..Default::default() });
-    let by_lid = by_lid.unwrap();
+    // A RoCE port refuses a LID-only address handle, as hardware does.
+    let e = a.pd.create_ah(&AhAttr { dlid: 1, port_num: 1, ..Default::default() }).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval, "[{}] {e}", be.name());
+    assert!(
+        e.message.contains(
+            "port 1 is RoCE (Ethernet link layer): an address vector needs a GRH with a GID"
+        ),
+        "[{}] {e}",
+        be.name()
+    );
+    let by_port = a.pd.create_ah(&av(be.b())).unwrap();
     let by_gid =
         a.pd.create_ah(&AhAttr {
             is_global: true,
             dgid: b_gid,
+            sgid_index: 1,
             hop_limit: 64,
             port_num: 1,
             ..Default::default()
@@ -362,7 +380,7 @@ pub fn ud_datagrams(be: &dyn Backend) {
         .map(|(i, s)| RecvWr { wr_id: 300 + i as u64, sg_list: s })
         .collect();
     b.qp.post_recv(&recvs).unwrap();
-    let short = b"by LID, no imm";
+    let short = b"by GID, no imm";
     let odd = pattern(0x0D01, 0, 1001);
     let full = pattern(0x0D02, 0, mtu);
     a.mr.write(0, &odd).unwrap();
@@ -376,7 +394,7 @@ pub fn ud_datagrams(be: &dyn Backend) {
             wr_id: 1,
             send_flags: SIG | SendFlags::INLINE,
             inline_data: Some(short),
-            ud: to(&by_lid, qkey_b),
+            ud: to(&by_port, qkey_b),
             ..Default::default()
         },
         SendWr {
@@ -392,7 +410,7 @@ pub fn ud_datagrams(be: &dyn Backend) {
             wr_id: 3,
             sg_list: &s_odd,
             send_flags: SIG,
-            ud: to(&by_lid, qkey_b ^ 1),
+            ud: to(&by_port, qkey_b ^ 1),
             ..Default::default()
         },
         SendWr {
@@ -444,7 +462,7 @@ pub fn ud_datagrams(be: &dyn Backend) {
                 wr_id,
                 send_flags: SIG | SendFlags::INLINE,
                 inline_data: Some(m),
-                ud: to(&by_lid, qkey_b),
+                ud: to(&by_port, qkey_b),
                 ..Default::default()
             }])
             .unwrap();
@@ -467,7 +485,7 @@ pub fn ud_datagrams(be: &dyn Backend) {
     let e = a.qp.post_send(&[SendWr {
         wr_id: 5,
         sg_list: &over,
-        ud: to(&by_lid, qkey_b),
+        ud: to(&by_port, qkey_b),
         ..Default::default()
     }]);
     let e = e.unwrap_err();
@@ -483,7 +501,7 @@ pub fn ud_datagrams(be: &dyn Backend) {
             wr_id: 6,
             sg_list: &s_odd,
             opcode: WrOpcode::RdmaWrite,
-            ud: to(&by_lid, qkey_b),
+            ud: to(&by_port, qkey_b),
             ..Default::default()
         }])
         .unwrap_err();
@@ -496,12 +514,13 @@ pub fn ud_datagrams(be: &dyn Backend) {
     let mut not_ipv4 = Gid::default();
     not_ipv4.0[0] = 0xfe;
     let bad_ahs = [
-        (AhAttr { dlid: 0, port_num: 1, ..Default::default() }, "dlid 0 without a GRH"),
+        (AhAttr { dlid: 0, port_num: 1, ..Default::default() }, "needs a GRH with a GID"),
         (
-            AhAttr { is_global: true, dgid: not_ipv4, port_num: 1, ..Default::default() },
-            "is not an IPv4-mapped GID",
+            AhAttr { dgid: not_ipv4, ..av(be.b()) },
+            "is not the IPv4 GID (::ffff:a.b.c.d) of a softverbs port",
         ),
-        (AhAttr { dlid: lid(be.b()), port_num: 2, ..Default::default() }, "port_num 2"),
+        (AhAttr { sgid_index: 7, ..av(be.b()) }, "sgid_index 7 is an empty entry"),
+        (AhAttr { port_num: 2, ..av(be.b()) }, "port_num 2"),
     ];
     for (attr, what) in bad_ahs {
         let e = a.pd.create_ah(&attr).unwrap_err();
@@ -549,8 +568,7 @@ pub fn srq_shared_by_rc_uc_and_ud(be: &dyn Backend) {
     conn::connect(&a_uc.qp, 3, &info(bc, &b_uc, 4), &uc_opts).unwrap();
     conn::connect(&b_uc, 4, &info(ac, &a_uc.qp, 3), &uc_opts).unwrap();
     ud_up(&b_ud, 0x5151);
-    let ah =
-        a_ud.pd.create_ah(&AhAttr { dlid: lid(bc), port_num: 1, ..Default::default() }).unwrap();
+    let ah = a_ud.pd.create_ah(&av(bc)).unwrap();
 
     let one = [mr.sge(0, 64)];
     for qp in [&b_rc, &b_uc, &b_ud] {
@@ -893,7 +911,7 @@ pub fn limits_are_enforced_and_in_use_is_ebusy(be: &dyn Backend) {
         "[{}] a QP on an SRQ has no receive queue of its own: {granted:?}",
         be.name()
     );
-    let ah = pd.create_ah(&AhAttr { dlid: lid(ctx), port_num: 1, ..Default::default() }).unwrap();
+    let ah = pd.create_ah(&av(ctx)).unwrap();
     let busy = |r: Result<()>, what: &str| {
         let e = r.unwrap_err();
         assert_eq!(e.errno, Errno::Busy, "[{}] {what}: {e}", be.name());
@@ -1029,7 +1047,7 @@ pub fn rc_uc_and_ud_at_once(be: &dyn Backend) {
     conn::connect(&b_uc, 4, &info(ac, &a_uc, 3), &uc_opts).unwrap();
     ud_up(&a_ud, 0x11);
     ud_up(&b_ud, 0x22);
-    let ah = a_pd.create_ah(&AhAttr { dlid: lid(bc), port_num: 1, ..Default::default() }).unwrap();
+    let ah = a_pd.create_ah(&av(bc)).unwrap();
     // B's receive buffers: RC in slots 0.., UC in 16.., UD in 32.. (the UD ones with room for the GRH).
     let rsge: Vec<[Sge; 1]> = (0..48).map(|i| [b_mr.sge(i * SLOT, SLOT as u32)]).collect();
     for (k, qp) in [&b_rc, &b_uc, &b_ud].iter().enumerate() {

@@ -396,6 +396,7 @@ pub(crate) fn port_attr_from_ibv(c: &ibv_port_attr) -> PortAttr {
         max_mtu: mtu_from_ibv(c.max_mtu),
         active_mtu: mtu_from_ibv(c.active_mtu),
         gid_tbl_len: count(c.gid_tbl_len),
+        port_cap_flags: c.port_cap_flags,
         max_msg_sz: c.max_msg_sz,
         pkey_tbl_len: c.pkey_tbl_len,
         lid: c.lid,

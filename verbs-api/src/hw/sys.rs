@@ -6,9 +6,23 @@ use std::ptr::NonNull;
 use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use rdma_sys::{ibv_async_event, ibv_cq, ibv_qp, ibv_srq};
+use rdma_sys::{ibv_async_event, ibv_context, ibv_cq, ibv_gid_entry, ibv_qp, ibv_srq};
 
 use crate::error::{Errno, Error, Result};
+
+extern "C" {
+    /// `_ibv_query_gid_ex` (libibverbs 1.11, rdma-core 32): the function behind the inline
+    /// `ibv_query_gid_ex`. rdma-sys generates `struct ibv_gid_entry` but, its allow-list
+    /// matching `ibv_*` only, not this underscored symbol, so it is declared here.
+    pub(crate) fn _ibv_query_gid_ex(
+        context: *mut ibv_context,
+        port_num: u32,
+        gid_index: u32,
+        entry: *mut ibv_gid_entry,
+        flags: u32,
+        entry_size: usize,
+    ) -> c_int;
+}
 
 /// The calling thread's `errno`.
 pub(crate) fn errno() -> i32 {
@@ -41,6 +55,7 @@ pub(crate) fn errno_name(code: i32) -> Option<&'static str> {
         libc::EINVAL => "EINVAL",
         libc::ENOSPC => "ENOSPC",
         libc::ERANGE => "ERANGE",
+        libc::ENODATA => "ENODATA",
         libc::ENOSYS => "ENOSYS",
         libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
         libc::EOPNOTSUPP => "EOPNOTSUPP",

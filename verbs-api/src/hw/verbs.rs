@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rdma_sys::{
     ibv_ack_async_event, ibv_alloc_pd, ibv_device_attr, ibv_get_async_event, ibv_gid,
-    ibv_query_device, ibv_query_gid,
+    ibv_gid_entry, ibv_query_device, ibv_query_gid,
 };
 
 use super::context::HwContext;
@@ -63,6 +63,36 @@ impl ContextOps for HwContext {
         let rc = unsafe { ibv_query_gid(self.as_ptr(), port_num, index, &mut gid) };
         sys::check_rc(&call, rc)?;
         Ok(gid_from_ibv(&gid))
+    }
+
+    /// `ibv_query_gid_ex`: `ENODATA` for an empty entry, as the provider says.
+    fn query_gid_entry(&self, port_num: u8, index: u32) -> Result<GidEntry> {
+        let call = format!("ibv_query_gid_ex(port {port_num}, index {index})");
+        // SAFETY: ibv_gid_entry is integers and the 16-byte GID union; all-zero is valid.
+        let mut entry: ibv_gid_entry = unsafe { MaybeUninit::zeroed().assume_init() };
+        sys::clear_errno();
+        // SAFETY: the context is open; `entry` is a valid, writable ibv_gid_entry of the size
+        // passed, and flags 0 asks for nothing beyond it.
+        let rc = unsafe {
+            sys::_ibv_query_gid_ex(
+                self.as_ptr(),
+                u32::from(port_num),
+                index,
+                &mut entry,
+                0,
+                std::mem::size_of::<ibv_gid_entry>(),
+            )
+        };
+        sys::check_rc(&call, rc)?;
+        Ok(GidEntry {
+            gid: gid_from_ibv(&entry.gid),
+            gid_index: entry.gid_index,
+            port_num: entry.port_num,
+            gid_type: GidType::from_ibv(entry.gid_type).ok_or_else(|| {
+                Error::new(Errno::Io, format!("{call}: unknown gid_type {}", entry.gid_type))
+            })?,
+            ndev_ifindex: entry.ndev_ifindex,
+        })
     }
 
     /// `ibv_alloc_pd`.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::cq::{CompChannel, CompChannelOps, CompletionQueue, CqOps};
 use super::pd::{PdOps, ProtectionDomain};
 use crate::error::{Errno, Error, Result};
-use crate::types::{AsyncEvent, DeviceAttr, Gid, PortAttr};
+use crate::types::{AsyncEvent, DeviceAttr, Gid, GidEntry, PortAttr};
 
 /// An open device (`struct ibv_context`), as a backend implements it; programs hold a
 /// [`Context`].
@@ -21,8 +21,35 @@ pub trait ContextOps: Send + Sync {
     fn query_device(&self) -> Result<DeviceAttr>;
     /// `ibv_query_port`.
     fn query_port(&self, port_num: u8) -> Result<PortAttr>;
-    /// `ibv_query_gid`.
+    /// `ibv_query_gid`: the GID at `index`; an empty entry of the table reads as zero, an
+    /// index past `gid_tbl_len` is `EINVAL`.
     fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid>;
+    /// `ibv_query_gid_ex`: the entry at `index` with its type; `ENODATA` for an empty entry,
+    /// `EINVAL` past `gid_tbl_len`.
+    fn query_gid_entry(&self, port_num: u8, index: u32) -> Result<GidEntry> {
+        let _ = index;
+        Err(Error::new(
+            Errno::NotSup,
+            format!("ibv_query_gid_ex(port {port_num}): not supported by this device"),
+        ))
+    }
+    /// `ibv_query_gid_table`: every valid entry of every port, in port then index order. By
+    /// default built from [`ContextOps::query_gid_entry`] over each port's `gid_tbl_len`.
+    fn query_gid_table(&self) -> Result<Vec<GidEntry>> {
+        let ports = self.query_device()?.phys_port_cnt;
+        let mut table = Vec::new();
+        for port in 1..=ports {
+            let len = self.query_port(port)?.gid_tbl_len;
+            for index in 0..len {
+                match self.query_gid_entry(port, index) {
+                    Ok(e) => table.push(e),
+                    Err(e) if e.errno == Errno::NoData => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(table)
+    }
     /// `ibv_alloc_pd`.
     fn alloc_pd(&self) -> Result<Arc<dyn PdOps>>;
     /// `ibv_create_comp_channel`.
@@ -76,9 +103,20 @@ impl Context {
     pub fn query_port(&self, port_num: u8) -> Result<PortAttr> {
         self.ops.query_port(port_num)
     }
-    /// `ibv_query_gid`.
+    /// `ibv_query_gid`: the GID at `index` of port `port_num`; an empty entry reads as zero,
+    /// an index past the port's `gid_tbl_len` is `EINVAL`.
     pub fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
         self.ops.query_gid(port_num, index)
+    }
+    /// `ibv_query_gid_ex`: the GID table entry at `index` of port `port_num`, with its type
+    /// (RoCE v2 on softverbs ports); `ENODATA` if the entry is empty, `EINVAL` past the table.
+    pub fn query_gid_entry(&self, port_num: u8, index: u32) -> Result<GidEntry> {
+        self.ops.query_gid_entry(port_num, index)
+    }
+    /// `ibv_query_gid_table`: the valid GID entries of every port of the device, in port and
+    /// index order (empty entries left out, as libibverbs leaves them out).
+    pub fn query_gid_table(&self) -> Result<Vec<GidEntry>> {
+        self.ops.query_gid_table()
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {

@@ -1,10 +1,11 @@
 //! The device and its ports: device and port attributes, GIDs, the MTU, and the asynchronous
 //! events a device reports (`struct ibv_device_attr`, `struct ibv_port_attr`, `union ibv_gid`,
-//! `enum ibv_mtu`, `struct ibv_async_event`).
+//! `struct ibv_gid_entry`, `enum ibv_mtu`, `struct ibv_async_event`).
 
 use std::fmt;
 
-/// A 128-bit global identifier (`union ibv_gid`); softverbs ports use IPv4-mapped GIDs as RoCEv2 does.
+/// A 128-bit global identifier (`union ibv_gid`). On a RoCE port a GID is an IP address: an
+/// IPv6 address, or an IPv4 address as the IPv4-mapped `::ffff:a.b.c.d`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Gid(pub [u8; 16]);
 
@@ -25,6 +26,19 @@ impl Gid {
         } else {
             None
         }
+    }
+    /// The IPv6 link-local GID `fe80::<interface id>` (the default GID of a RoCE port, whose
+    /// interface id is the EUI-64 of the port's MAC).
+    pub fn link_local(interface_id: u64) -> Gid {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[8..].copy_from_slice(&interface_id.to_be_bytes());
+        Gid(g)
+    }
+    /// Whether every byte is zero: an empty GID table entry reads so.
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 16]
     }
     /// The subnet prefix (high 64 bits), big-endian.
     pub fn subnet_prefix(&self) -> u64 {
@@ -54,6 +68,63 @@ impl fmt::Debug for Gid {
         write!(f, "Gid({self})")
     }
 }
+
+/// The kind of a GID table entry (`enum ibv_gid_type`, same values): what a packet sent from
+/// it looks like on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum GidType {
+    /// `IBV_GID_TYPE_IB`: an InfiniBand GID (IB link layer).
+    #[default]
+    Ib = 0,
+    /// `IBV_GID_TYPE_ROCE_V1`: RoCE v1, the IB GRH straight on Ethernet (ethertype 0x8915).
+    RoceV1 = 1,
+    /// `IBV_GID_TYPE_ROCE_V2`: RoCE v2, IPv4 or IPv6 and UDP port 4791.
+    RoceV2 = 2,
+}
+
+impl GidType {
+    /// As `ibv_devinfo -v` names it: `IB`, `RoCE v1`, `RoCE v2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GidType::Ib => "IB",
+            GidType::RoceV1 => "RoCE v1",
+            GidType::RoceV2 => "RoCE v2",
+        }
+    }
+    /// The enum from its `ibv_gid_type` value.
+    pub fn from_ibv(v: u32) -> Option<GidType> {
+        match v {
+            0 => Some(GidType::Ib),
+            1 => Some(GidType::RoceV1),
+            2 => Some(GidType::RoceV2),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of a port's GID table (`struct ibv_gid_entry`, what `ibv_query_gid_ex` and
+/// `ibv_query_gid_table` return).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct GidEntry {
+    /// `gid`.
+    pub gid: Gid,
+    /// `gid_index`: its index in the port's table (an address vector's `sgid_index`).
+    pub gid_index: u32,
+    /// `port_num`.
+    pub port_num: u32,
+    /// `gid_type`.
+    pub gid_type: GidType,
+    /// `ndev_ifindex`: the interface index of the net device the GID belongs to; 0 if none
+    /// (softverbs ports have no net device).
+    pub ndev_ifindex: u32,
+}
+
+/// `IB_PORT_CM_SUP` in `port_cap_flags`: the port supports connection management (the one
+/// flag rxe reports).
+pub const PORT_CAP_CM_SUP: u32 = 1 << 16;
+/// `IBV_PORT_IP_BASED_GIDS` in `port_cap_flags`: the port's GIDs are IP addresses (RoCE
+/// hardware providers report it; rxe does not).
+pub const PORT_CAP_IP_BASED_GIDS: u32 = 1 << 26;
 
 /// Path MTU (`enum ibv_mtu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -198,11 +269,14 @@ pub struct PortAttr {
     pub active_mtu: Mtu,
     /// `gid_tbl_len`.
     pub gid_tbl_len: u32,
+    /// `port_cap_flags` (`IBV_PORT_*`, IBA CapabilityMask bits; see [`PORT_CAP_CM_SUP`]).
+    pub port_cap_flags: u32,
     /// `max_msg_sz`.
     pub max_msg_sz: u32,
     /// `pkey_tbl_len`.
     pub pkey_tbl_len: u16,
-    /// `lid`: the port's LID, assigned by the fabric.
+    /// `lid`: the port's LID, assigned by the subnet manager; 0 on RoCE (Ethernet) ports,
+    /// which are addressed by GID.
     pub lid: u16,
     /// `sm_lid`.
     pub sm_lid: u16,

@@ -362,11 +362,7 @@ fn uc_qp_refuses_read_at_post() {
     p.a.modify_qp(
         0,
         q,
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: AhAttr { dlid: 2, ..Default::default() },
-            ..Default::default()
-        },
+        &QpAttr { qp_state: QpState::Rtr, ah_attr: roce_av(2), ..Default::default() },
         m,
     )
     .unwrap();

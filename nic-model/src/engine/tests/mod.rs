@@ -13,6 +13,7 @@ use crate::packet::{self, Opcode};
 
 mod errors;
 mod fast_paths;
+mod ipv6;
 mod lazy_clock;
 mod mtu;
 mod rc_ops;
@@ -100,7 +101,7 @@ const STRANGER_LID: u16 = 3;
 /// IPv4 source changed, checksum and ICRC made right, so that only the address is wrong.
 fn from_stranger(d: &[u8]) -> Vec<u8> {
     let (mut ip, pkt) = packet::parse_datagram(d).expect("engines emit valid datagrams");
-    ip.src = ip_of_lid(STRANGER_LID);
+    ip.src = ip_of_slot(STRANGER_LID);
     let mut out = Vec::new();
     packet::emit_datagram(&ip, &pkt, &mut out).expect("a parsed datagram emits again");
     out
@@ -164,7 +165,8 @@ impl Pair {
                 };
                 let Some(t) = t else { break };
                 any = true;
-                let (_, p) = packet::parse_datagram(&t.data).expect("engines emit valid datagrams");
+                let (_, _, p) =
+                    packet::parse_any_datagram(&t.data).expect("engines emit valid datagrams");
                 let fate = (self.filter)(dir, &p, self.counter);
                 self.counter += 1;
                 self.log.push(Seen {
@@ -302,6 +304,8 @@ struct ConnOpts {
     access: AccessFlags,
     /// Address by GRH (`is_global`) with this (hop_limit, traffic_class), instead of by LID.
     grh: Option<(u8, u8)>,
+    /// Send from the link-local GID (index 0) to the peer's: RoCE v2 over IPv6.
+    ipv6: bool,
 }
 
 impl Default for ConnOpts {
@@ -317,7 +321,21 @@ impl Default for ConnOpts {
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
             grh: None,
+            ipv6: false,
         }
+    }
+}
+
+/// A RoCE address vector to the port in fabric slot `slot`: its IPv4 GID, from this port's
+/// IPv4 GID (index 1), TTL 64.
+pub(super) fn roce_av(slot: u16) -> AhAttr {
+    AhAttr {
+        is_global: true,
+        dgid: Gid::from_ipv4(ip_of_slot(slot)),
+        sgid_index: GID_INDEX_IPV4 as u8,
+        hop_limit: 64,
+        port_num: 1,
+        ..Default::default()
     }
 }
 
@@ -340,16 +358,18 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
         | QpAttrMask::MIN_RNR_TIMER;
     let a = QpAttr {
         qp_state: QpState::Rtr,
-        ah_attr: match o.grh {
-            None => AhAttr { dlid, port_num: 1, ..Default::default() },
-            Some((hop_limit, traffic_class)) => AhAttr {
-                is_global: true,
-                dgid: Gid::from_ipv4(ip_of_lid(dlid)),
-                hop_limit,
-                traffic_class,
-                port_num: 1,
-                ..Default::default()
-            },
+        ah_attr: {
+            // Without a chosen GRH, the TTL and TOS most stacks send (64, 0).
+            let (hop_limit, traffic_class) = o.grh.unwrap_or((64, 0));
+            let av = AhAttr { hop_limit, traffic_class, ..roce_av(dlid) };
+            match o.ipv6 {
+                false => av,
+                true => AhAttr {
+                    sgid_index: GID_INDEX_LINK_LOCAL as u8,
+                    dgid: gid_entry(ip_of_slot(dlid), GID_INDEX_LINK_LOCAL).expect("entry 0").0,
+                    ..av
+                },
+            }
         },
         path_mtu: o.mtu,
         dest_qp_num: dqpn,
@@ -468,7 +488,7 @@ fn uc_pair_with(srq_b: bool) -> (Pair, Side, Side, u32, u32, Option<u32>) {
             | QpAttrMask::RQ_PSN;
         let a = QpAttr {
             qp_state: QpState::Rtr,
-            ah_attr: AhAttr { dlid, ..Default::default() },
+            ah_attr: roce_av(dlid),
             path_mtu: Mtu::Mtu256,
             dest_qp_num: dq,
             rq_psn: 5,
@@ -544,7 +564,7 @@ fn ud_pair() -> (Pair, Side, Side, u32, u32) {
 
 /// Parse a datagram the engine emitted.
 fn parsed(t: &Transmit) -> (Opcode, u32, Option<packet::Aeth>) {
-    let (_, p) = packet::parse_datagram(&t.data).expect("engines emit valid datagrams");
+    let (_, _, p) = packet::parse_any_datagram(&t.data).expect("engines emit valid datagrams");
     (p.bth.opcode, p.bth.psn.value(), p.aeth)
 }
 
@@ -559,7 +579,7 @@ struct FakeWire {
 
 impl Wire for FakeWire {
     fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
-        assert_eq!(lid_of_ip(dst), self.to, "every datagram here goes to the other side");
+        assert_eq!(slot_of_ip(dst), self.to, "every datagram here goes to the other side");
         if self.full.load(std::sync::atomic::Ordering::Relaxed) {
             return WireOutcome::Full;
         }

@@ -61,7 +61,7 @@ fn uc_packets_that_break_the_mtu_lose_their_message() {
             psn: packet::Psn::new(psn),
             ..Default::default()
         };
-        let ip = packet::IpUdp { src: ip_of_lid(1), dst: ip_of_lid(2), ..Default::default() };
+        let ip = packet::IpUdp { src: ip_of_slot(1), dst: ip_of_slot(2), ..Default::default() };
         let mut bytes = Vec::new();
         packet::emit_datagram(&ip, &packet::Packet::new(bth, payload), &mut bytes).unwrap();
         bytes

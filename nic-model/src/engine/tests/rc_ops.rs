@@ -52,7 +52,7 @@ fn send_gathers_segments_and_scatters() {
             byte_len: 1000,
             qp_num: b.qpn,
             src_qp: a.qpn,
-            slid: 1,
+            slid: 0,
             ..Default::default()
         }]
     );
@@ -177,7 +177,7 @@ fn rdma_write_with_imm_consumes_a_receive() {
             wc_flags: WcFlags::WITH_IMM,
             qp_num: b.qpn,
             src_qp: a.qpn,
-            slid: 1,
+            slid: 0,
             ..Default::default()
         }]
     );
@@ -542,10 +542,7 @@ fn a_connected_qp_ignores_wr_ud() {
     // libibverbs reads wr.ud only on UD QPs; on RC it is ignored and the SEND takes the
     // connection (it used to be routed by the address handle and emitted with a DETH).
     let (mut p, a, b) = setup(ConnOpts::default());
-    let elsewhere = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
-        dlid: 7,
-        ..Default::default()
-    })));
+    let elsewhere = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(roce_av(7))));
     p.b.post_recv(b.qpn, &[RecvWr { wr_id: 5, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
     a.mem.write(0, b"connected").unwrap();
     post_send(

@@ -35,7 +35,7 @@ fn stranger(qp_type: QpType, dqpn: u32) -> (Nic, Side, u32) {
         | QpAttrMask::RQ_PSN;
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
-        ah_attr: AhAttr { dlid: 2, port_num: 1, ..Default::default() },
+        ah_attr: roce_av(2),
         path_mtu: Mtu::Mtu256,
         dest_qp_num: dqpn,
         rq_psn: 5,
@@ -73,7 +73,7 @@ fn recv_wc(
         qp_num,
         src_qp,
         wc_flags: if imm.is_some() { WcFlags::WITH_IMM } else { WcFlags::empty() },
-        slid: 1,
+        slid: 0,
         ..WorkCompletion::default()
     }
 }

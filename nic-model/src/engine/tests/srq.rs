@@ -55,7 +55,7 @@ fn uc_qp_takes_its_receives_from_an_srq() {
         qp_num: qb,
         src_qp: qa,
         wc_flags: WcFlags::WITH_IMM,
-        slid: 1,
+        slid: 0,
         ..Default::default()
     };
     assert_eq!(

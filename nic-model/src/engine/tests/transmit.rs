@@ -170,7 +170,7 @@ fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
         (pkt.bth.opcode, pkt.bth.psn.value(), pkt.payload),
         (Opcode::RC_SEND_ONLY, 0xFFFFF0, &b"a"[..])
     );
-    assert_eq!((ip.src, ip.dst), (ip_of_lid(1), ip_of_lid(2)));
+    assert_eq!((ip.src, ip.dst), (ip_of_slot(1), ip_of_slot(2)));
     assert_eq!(p.a.stats().tx_packets, 1);
 
     // Full: the SEND is queued, and the next one queues behind it though the wire has room.

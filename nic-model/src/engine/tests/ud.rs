@@ -6,10 +6,7 @@ use super::*;
 #[test]
 fn ud_datagrams_carry_deth_and_land_after_a_grh() {
     let (mut p, a, b, qa, qb) = ud_pair();
-    let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
-        dlid: 2,
-        ..Default::default()
-    })));
+    let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(roce_av(2))));
     p.b.post_recv(
         qb,
         &[
@@ -52,7 +49,7 @@ fn ud_datagrams_carry_deth_and_land_after_a_grh() {
             qp_num: qb,
             src_qp: qa,
             wc_flags: WcFlags::GRH | WcFlags::WITH_IMM,
-            slid: 1,
+            slid: 0,
             ..Default::default()
         }],
         "the datagram with the wrong Q_Key was dropped"
@@ -115,7 +112,8 @@ fn a_ud_datagram_carries_its_address_handles_grh_to_the_receivers_grh_area() {
     let (mut p, a, b, qa, qb) = ud_pair();
     let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(AhAttr {
         is_global: true,
-        dgid: Gid::from_ipv4(ip_of_lid(2)),
+        dgid: Gid::from_ipv4(ip_of_slot(2)),
+        sgid_index: GID_INDEX_IPV4 as u8,
         hop_limit: 7,
         traffic_class: 0xB8,
         port_num: 1,

@@ -11,24 +11,16 @@ use super::w;
 
 /// One line of a packet, in words a learner can follow.
 pub fn describe_packet(data: &[u8]) -> String {
-    let (ip, p) = match packet::parse_datagram(data) {
+    let (src, dst, p) = match packet::parse_any_datagram(data) {
         Ok(v) => v,
         Err(e) => return format!("malformed datagram ({e})"),
     };
     let name = p.bth.opcode.info().map_or("?", |i| i.name);
     let mut s = format!(
-        "{:<34} PSN {:#08x}  to QP {:#08x}  {}.{}.{}.{} -> {}.{}.{}.{}",
+        "{:<34} PSN {:#08x}  to QP {:#08x}  {src} -> {dst}",
         name,
         p.bth.psn.value(),
         p.bth.dest_qp,
-        ip.src[0],
-        ip.src[1],
-        ip.src[2],
-        ip.src[3],
-        ip.dst[0],
-        ip.dst[1],
-        ip.dst[2],
-        ip.dst[3]
     );
     if p.bth.ack_req {
         s.push_str("  AckReq");
@@ -100,6 +92,7 @@ pub(super) fn explain_wire(
     let mut psns = Vec::new();
     let (mut acked, mut naks) = (None, 0);
     let (mut sent, mut received, mut bytes) = (0, 0, 0);
+    let mut family = "IPv4";
     for (dir, data) in log {
         let arrow = match dir {
             TapDir::Tx => "->",
@@ -107,7 +100,8 @@ pub(super) fn explain_wire(
         };
         w(out, &format!("  wire  {device} {arrow} {}", describe_packet(data)));
         bytes += data.len();
-        let Ok((_, p)) = packet::parse_datagram(data) else { continue };
+        let Ok((src, _, p)) = packet::parse_any_datagram(data) else { continue };
+        family = if src.is_ipv6() { "IPv6" } else { "IPv4" };
         match dir {
             TapDir::Tx => {
                 sent += 1;
@@ -138,7 +132,8 @@ pub(super) fn explain_wire(
     w(
         out,
         &format!(
-            "  => sent {sent} packet{}{range}, {got}; {bytes} bytes of IPv4/UDP datagrams both ways",
+            "  => sent {sent} packet{}{range}, {got}; {bytes} bytes of {family}/UDP datagrams both \
+             ways",
             plural(sent)
         ),
     );

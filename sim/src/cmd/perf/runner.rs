@@ -136,30 +136,9 @@ pub(super) fn run_dir(given: Option<&Path>) -> Result<FabricDir, String> {
 /// The name of a run's own fabric directory, before the run's pid.
 const PERF_DIR_PREFIX: &str = "softverbs-perf-";
 
-/// Removes the fabric directories in `base` of earlier runs whose process is gone (a run that
-/// was killed cannot remove its own), and returns them with those pids. A directory whose pid
-/// belongs to a live process, this run's or another's, is left alone, as is anything else.
+/// The directories of earlier perf runs that were killed, removed ([`crate::peer::remove_dead_runs`]).
 fn remove_dead_runs(base: &Path) -> Vec<(PathBuf, u32)> {
-    let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
-    let mut removed = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(PERF_DIR_PREFIX))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let path = entry.path();
-        if !path.is_dir() || pid == std::process::id() || nic_model::wire::process_alive(pid) {
-            continue;
-        }
-        if std::fs::remove_dir_all(&path).is_ok() {
-            removed.push((path, pid));
-        }
-    }
-    removed
+    crate::peer::remove_dead_runs(base, PERF_DIR_PREFIX)
 }
 
 fn cap() -> QpCap {

@@ -10,7 +10,7 @@ use super::faults::schedule_faults;
 use super::oracle::{self, oracle_ok, AtomicResult, ExpectedWc};
 use super::run::{drain, Outcome, RUN_LIMIT_NS, SETTLE_EVENTS};
 use super::ContentionCase;
-use crate::conn::{self, ConnOpts, Endpoint, QpInfo};
+use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
 use crate::world::{LinkParams, SimWorld, World};
 
 /// Run a contention case: requesters `r0..` each connected by RC to one target, every atomic
@@ -42,7 +42,8 @@ fn contention_inner(case: &ContentionCase) -> Result<Outcome, String> {
     let tcq = tctx.create_cq(depth, None, 0).map_err(e)?;
     let word = pd.reg_mr(64, AccessFlags::all()).map_err(e)?;
     let tinfo = |qpn, psn| -> verbs_api::Result<QpInfo> {
-        Ok(QpInfo { lid: tctx.query_port(1)?.lid, qpn, psn, gid: tctx.query_gid(1, 0)? })
+        let port = PortAddress::of(&tctx, None)?;
+        Ok(QpInfo { lid: port.lid, qpn, psn, gid: port.gid })
     };
     let opts = ConnOpts { timeout: 10, ..ConnOpts::default() };
     let mut requesters = Vec::new();

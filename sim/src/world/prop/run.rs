@@ -2,10 +2,10 @@
 //! receives on `b`, the faults scheduled on the link pair; then the verdict of every oracle
 //! of the transport over the completions and the whole of both MRs.
 
-use nic_model::engine::{ip_of_lid, NicStats};
+use nic_model::engine::NicStats;
 use verbs_api::{
-    AccessFlags, AddressHandle, AhAttr, AtomicTarget, CompletionQueue, QpAttr, QpAttrMask, QpCap,
-    QpState, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, UdTarget, WorkCompletion,
+    AccessFlags, AddressHandle, AtomicTarget, CompletionQueue, QpAttr, QpAttrMask, QpCap, QpState,
+    QpType, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, UdTarget, WorkCompletion,
 };
 
 use super::faults::schedule_faults;
@@ -13,7 +13,7 @@ use super::layout::{layout, scatter, ATOMIC_WORD};
 use super::oracle::oracle_ok;
 use super::verdict::Run;
 use super::{Case, OpKind, MAX_INLINE};
-use crate::conn::{self, ConnOpts, Endpoint};
+use crate::conn::{self, av_to, ConnOpts, Endpoint, PortAddress};
 use crate::world::{connect_rc, LinkChange, LinkParams, Rng, SimWorld, World};
 
 /// Virtual time a case may take before its last WR must have completed.
@@ -119,8 +119,8 @@ fn connect_pair(
                 Ok(e)
             };
             let (a, b) = (ud(0, psn_a)?, ud(1, psn_b)?);
-            let dlid = b.ctx.query_port(1)?.lid;
-            let ah = a.pd.create_ah(&AhAttr { dlid, port_num: 1, ..AhAttr::default() })?;
+            let dgid = PortAddress::of(&b.ctx, None)?.gid;
+            let ah = a.pd.create_ah(&av_to(dgid, &ConnOpts::default()))?;
             Ok((a, b, Some(ah)))
         }
     }
@@ -313,7 +313,11 @@ fn run_inner(case: &Case) -> Result<Outcome, String> {
         b_mem: b.mr.read_vec(0, lay.mr_len).map_err(e)?,
         a_qpn: a.qp.qp_num(),
         b_qpn: b.qp.qp_num(),
-        a_ip: ip_of_lid(a.ctx.query_port(1).map_err(e)?.lid),
+        a_ip: PortAddress::of(&a.ctx, None)
+            .map_err(e)?
+            .gid
+            .to_ipv4()
+            .ok_or("node A's port has no IPv4 GID")?,
         send_wcs: &send_wcs,
         recv_wcs: &recv_wcs,
         nics: [nic_stats(&world, 0), nic_stats(&world, 1)],
