@@ -154,8 +154,21 @@ pub fn pair(
     client_args: &[&str],
     limit: Duration,
 ) -> (Output, Output) {
-    let what = format!("{} {}", program.display(), server_args.join(" "));
-    let server = Guard(Some(env.command(program).args(server_args).spawn().expect("spawn server")));
+    pair_of(env, (program, server_args), (program, client_args), limit)
+}
+
+/// [`pair`] with a different program on each side: (program, args) of the server, then of the
+/// client.
+pub fn pair_of(
+    env: &Env,
+    (server_prog, server_args): (&Path, &[&str]),
+    (program, client_args): (&Path, &[&str]),
+    limit: Duration,
+) -> (Output, Output) {
+    let what =
+        format!("{} {} / {}", server_prog.display(), server_args.join(" "), program.display());
+    let server =
+        Guard(Some(env.command(server_prog).args(server_args).spawn().expect("spawn server")));
     let start = Instant::now();
     let client = loop {
         std::thread::sleep(Duration::from_millis(150));
