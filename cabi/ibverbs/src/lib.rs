@@ -12,6 +12,7 @@
 pub mod abi;
 mod device;
 mod qp;
+mod qp_ex;
 mod srq_ah;
 mod strs;
 mod stubs;

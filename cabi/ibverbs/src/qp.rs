@@ -2,7 +2,8 @@
 //! `ibv_create_qp_ex`), modify, query, destroy, and the data path the inline `ibv_post_send` /
 //! `ibv_post_recv` reach through `ibv_context.ops`.
 
-use std::ffi::{c_int, c_void};
+use std::cell::UnsafeCell;
+use std::ffi::c_int;
 use std::ptr::null_mut;
 
 use verbs_api::{
@@ -11,6 +12,7 @@ use verbs_api::{
 };
 
 use crate::abi::*;
+use crate::qp_ex::{self, Batch, QpHead};
 use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
 use crate::verbs::{access, lookup, obj, post_recv_chain, sges, track, Cq, Pd, MAX_SGE, QPS};
 use crate::{refuse, refuse_err, refuse_null, Magic};
@@ -18,8 +20,7 @@ use crate::{refuse, refuse_err, refuse_null, Magic};
 /// A queue pair.
 #[repr(C)]
 pub(crate) struct Qp {
-    c: ibv_qp,
-    magic: Magic,
+    head: QpHead,
     qp: QueuePair,
     max_inline: u32,
 }
@@ -33,7 +34,7 @@ fn qp_type(t: c_int) -> Option<QpType> {
     }
 }
 
-fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) -> *mut ibv_qp {
     let Some(pd) = obj::<Pd, _>(what, p, Magic::Pd) else { return null_mut() };
     let Some(ty) = qp_type(init.qp_type) else {
         return refuse_null(
@@ -79,8 +80,12 @@ fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> *mut ibv_
         max_recv_sge: cap.max_recv_sge,
         max_inline_data: cap.max_inline_data,
     };
-    // SAFETY: plain old data.
-    let mut cq: ibv_qp = unsafe { std::mem::zeroed() };
+    // SAFETY: plain old data (NULL function pointers).
+    let mut cx: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    if ex {
+        qp_ex::fill(&mut cx);
+    }
+    let cq = &mut cx.qp_base;
     cq.context = pd.c.context;
     cq.qp_context = init.qp_context;
     cq.pd = p;
@@ -92,12 +97,9 @@ fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> *mut ibv_
     cq.state = 0;
     cq.qp_type = init.qp_type;
     let qpn = qp.qp_num();
-    let b = Box::into_raw(Box::new(Qp {
-        c: cq,
-        magic: Magic::Qp,
-        qp,
-        max_inline: cap.max_inline_data,
-    }));
+    let batch = Batch::new(ex.then(|| qp.clone()));
+    let head = QpHead { c: cx, magic: Magic::Qp, batch: UnsafeCell::new(batch) };
+    let b = Box::into_raw(Box::new(Qp { head, qp, max_inline: cap.max_inline_data }));
     track(&QPS, qpn, Some(b as usize));
     b as *mut ibv_qp
 }
@@ -109,7 +111,7 @@ pub unsafe extern "C" fn ibv_create_qp(p: *mut ibv_pd, init: *mut ibv_qp_init_at
         return refuse_null("ibv_create_qp", libc::EINVAL, "qp_init_attr is NULL");
     }
     // SAFETY: checked non-NULL.
-    make_qp("ibv_create_qp", p, unsafe { &mut *init })
+    make_qp("ibv_create_qp", p, unsafe { &mut *init }, false)
 }
 
 /// `verbs_context.create_qp_ex`: `struct ibv_qp_init_attr_ex` begins with the fields of
@@ -128,28 +130,38 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         let b = init as *mut u8;
         (*(b.add(60) as *const u32), *(b.add(64) as *const *mut ibv_pd))
     };
-    if mask != 1 {
+    // IBV_QP_INIT_ATTR_PD is required; IBV_QP_INIT_ATTR_SEND_OPS_FLAGS asks for ibv_wr_*.
+    if mask & 1 == 0 || mask & !(1 | SEND_OPS_FLAGS) != 0 {
         return refuse_null(
             "ibv_create_qp_ex",
             libc::EOPNOTSUPP,
             &format!(
-                "comp_mask {mask:#x}: only IBV_QP_INIT_ATTR_PD is supported (no ibv_wr_* API)"
+                "comp_mask {mask:#x}: softverbs takes IBV_QP_INIT_ATTR_PD and \
+                 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS only (no XRC, TSO, RSS or create flags)"
             ),
         );
     }
     // SAFETY: checked non-NULL; the prefix is an ibv_qp_init_attr.
-    make_qp("ibv_create_qp_ex", pd, unsafe { &mut *init })
+    make_qp("ibv_create_qp_ex", pd, unsafe { &mut *init }, mask & SEND_OPS_FLAGS != 0)
 }
 
-/// `ibv_qp_to_qp_ex`: NULL, as libibverbs gives for a QP made without
-/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (softverbs makes none with it).
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+const SEND_OPS_FLAGS: u32 = 1 << 6;
+
+/// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`;
+/// NULL for any other, as libibverbs gives.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    null_mut()
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(p: *mut ibv_qp) -> *mut ibv_qp_ex {
+    match qp_of("ibv_qp_to_qp_ex", p) {
+        // SAFETY: the batch is only read here, to see whether the QP has the wr_* API.
+        Some(q) if unsafe { (*q.head.batch.get()).qp.is_some() } => p as *mut ibv_qp_ex,
+        _ => null_mut(),
+    }
 }
 
-fn qp_of<'a>(what: &str, p: *mut ibv_qp) -> Option<&'a Qp> {
-    obj::<Qp, _>(what, p, Magic::Qp)
+/// The QP box behind `p`, if it is a live softverbs QP.
+pub(crate) fn qp_of<'a>(what: &str, p: *mut ibv_qp) -> Option<&'a Qp> {
+    obj::<Qp, ibv_qp_ex>(what, p as *mut ibv_qp_ex, Magic::Qp)
 }
 
 fn qp_state(s: c_int) -> Option<QpState> {
@@ -320,11 +332,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
     if let Err(e) = q.qp.clone().destroy() {
         return refuse_err("ibv_destroy_qp", &e);
     }
-    if lookup(&QPS, q.c.qp_num) == p as usize {
-        track(&QPS, q.c.qp_num, None);
+    if lookup(&QPS, q.head.c.qp_base.qp_num) == p as usize {
+        track(&QPS, q.head.c.qp_base.qp_num, None);
     }
     // SAFETY: checked live.
-    unsafe { crate::verbs::free::<Qp, _>(p) };
+    unsafe { crate::verbs::free::<Qp, ibv_qp_ex>(p as *mut ibv_qp_ex) };
     0
 }
 
@@ -381,7 +393,7 @@ fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
         None
     };
     let u = w.wr;
-    let ud = if q.c.qp_type == 4 {
+    let ud = if q.head.c.qp_base.qp_type == 4 {
         let Some(ah) = ah_of(W, u.w0 as *mut ibv_ah) else { return libc::EINVAL };
         Some(UdTarget {
             ah: ah.ah.clone(),

@@ -100,6 +100,11 @@ fn table() -> Vec<(&'static str, String, usize)> {
     off!(ibv_qp: context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type,
          events_completed);
     off!(ibv_ah: context, pd, handle);
+    off!(ibv_qp_ex: qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add,
+         wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
+         wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,
+         wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start,
+         wr_complete, wr_abort, wr_atomic_write);
     off!(ibv_global_route: dgid, flow_label, sgid_index, hop_limit, traffic_class);
     off!(ibv_ah_attr: grh, dlid, sl, src_path_bits, static_rate, is_global, port_num);
     off!(ibv_qp_attr: qp_state, cur_qp_state, path_mtu, qkey, rq_psn, sq_psn, dest_qp_num,

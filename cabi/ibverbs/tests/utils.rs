@@ -109,6 +109,13 @@ fn ibv_rc_pingpong_with_completion_events() {
 }
 
 #[test]
+fn ibv_rc_pingpong_through_the_ibv_wr_api() {
+    // -N: ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ibv_qp_to_qp_ex, and
+    // ibv_wr_start / ibv_wr_send / ibv_wr_set_sge / ibv_wr_complete for every send.
+    pingpong("ibv_rc_pingpong", "1", &["-N"], 4096, 200);
+}
+
+#[test]
 fn ibv_rc_pingpong_4k_messages_1000_iterations() {
     pingpong("ibv_rc_pingpong", "1", &["-c"], 4096, 1000);
 }

@@ -25,7 +25,8 @@ pub struct RunArgs {
 const LIB_FILE: &str = "libsoftverbs_ibverbs.so";
 
 /// Where the built library is: `SOFTVERBS_IBVERBS_LIB` if set, else beside this executable (as
-/// cargo builds both into `target/<profile>/`).
+/// cargo builds both into `target/<profile>/`), or in `deps/` there (where `cargo test` leaves
+/// it); the newer of the two.
 pub fn find_library() -> Result<PathBuf, CliError> {
     if let Some(p) = std::env::var_os("SOFTVERBS_IBVERBS_LIB") {
         let p = PathBuf::from(p);
@@ -41,8 +42,12 @@ pub fn find_library() -> Result<PathBuf, CliError> {
         .map_err(|e| CliError::failed(format!("cannot tell where softverbs is: {e}")))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     let lib = dir.join(LIB_FILE);
-    if lib.is_file() {
-        return Ok(lib);
+    let newest = [lib.clone(), dir.join("deps").join(LIB_FILE)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max();
+    if let Some((_, p)) = newest {
+        return Ok(p);
     }
     let release = dir.ends_with("release");
     Err(CliError::failed(format!(

@@ -15,15 +15,21 @@ pub fn target_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
 }
 
-/// The cdylib cargo built for this package.
+/// The cdylib cargo built for this package: in `target/<profile>/deps/` when cargo built it
+/// for these tests, also in `target/<profile>/` when it was built on its own; the newer one.
 pub fn built_library() -> PathBuf {
-    let lib = target_dir().join("libsoftverbs_ibverbs.so");
-    assert!(
-        lib.exists(),
-        "{} was not built: run `cargo build -p softverbs-ibverbs` (cargo test builds it)",
-        lib.display()
-    );
-    lib
+    let dir = target_dir();
+    let found = [dir.join("libsoftverbs_ibverbs.so"), dir.join("deps/libsoftverbs_ibverbs.so")]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max();
+    match found {
+        Some((_, p)) => p,
+        None => panic!(
+            "{}: libsoftverbs_ibverbs.so was not built (cargo test builds it)",
+            dir.display()
+        ),
+    }
 }
 
 /// Whether a missing C tool is a failure (`SOFTVERBS_REQUIRE_C=1`, as CI sets) or a skip.
