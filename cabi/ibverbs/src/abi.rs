@@ -491,3 +491,44 @@ pub struct ibv_data_buf {
     pub addr: *mut c_void,
     pub length: usize,
 }
+
+/// `struct ibv_cq_ex`: the CQ, then the polling entry points the inline `ibv_start_poll`,
+/// `ibv_next_poll`, `ibv_end_poll` and `ibv_wc_read_*` call.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub cq: ibv_cq,
+    pub comp_mask: u32,
+    pub status: c_int,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut c_void) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    pub read_opcode: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_slid: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    pub read_completion_ts: *const c_void,
+    pub read_cvlan: *const c_void,
+    pub read_flow_tag: *const c_void,
+    pub read_tm_info: *const c_void,
+    pub read_completion_wallclock_ns: *const c_void,
+}
+
+/// `struct ibv_cq_init_attr_ex`.
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}

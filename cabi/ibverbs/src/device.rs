@@ -11,7 +11,7 @@ use verbs_api::provider::Provider;
 use verbs_api::{Context, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr};
 
 use crate::abi::*;
-use crate::{qp, refuse, refuse_err, refuse_null, set_errno, soft, srq_ah, verbs, Magic};
+use crate::{cq_ex, qp, refuse, refuse_err, refuse_null, set_errno, soft, srq_ah, verbs, Magic};
 
 /// One listed device: the C struct, then what softverbs knows of it.
 #[repr(C)]
@@ -168,6 +168,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[vslot::QUERY_PORT] = query_port_ex as *const c_void;
     ops[vslot::QUERY_DEVICE_EX] = query_device_ex as *const c_void;
     ops[vslot::CREATE_QP_EX] = qp::create_qp_ex as *const c_void;
+    ops[vslot::CREATE_CQ_EX] = cq_ex::create_cq_ex as *const c_void;
     // SAFETY: ibv_context_ops is all pointers; all zeroes (NULL) is valid.
     let mut cops: ibv_context_ops = unsafe { std::mem::zeroed() };
     cops.poll_cq = Some(verbs::poll_cq);

@@ -10,6 +10,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod abi;
+mod cq_ex;
 mod device;
 mod qp;
 mod qp_ex;

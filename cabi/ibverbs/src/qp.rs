@@ -14,7 +14,7 @@ use verbs_api::{
 use crate::abi::*;
 use crate::qp_ex::{self, Batch, QpHead};
 use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
-use crate::verbs::{access, lookup, obj, post_recv_chain, sges, track, Cq, Pd, MAX_SGE, QPS};
+use crate::verbs::{access, cq_of, lookup, obj, post_recv_chain, sges, track, Pd, MAX_SGE, QPS};
 use crate::{refuse, refuse_err, refuse_null, Magic};
 
 /// A queue pair.
@@ -43,8 +43,8 @@ fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) ->
             &format!("QP type {}: softverbs has RC (2), UC (3) and UD (4)", init.qp_type),
         );
     };
-    let Some(scq) = obj::<Cq, _>(what, init.send_cq, Magic::Cq) else { return null_mut() };
-    let Some(rcq) = obj::<Cq, _>(what, init.recv_cq, Magic::Cq) else { return null_mut() };
+    let Some(scq) = cq_of(what, init.send_cq) else { return null_mut() };
+    let Some(rcq) = cq_of(what, init.recv_cq) else { return null_mut() };
     let srq = if init.srq.is_null() {
         None
     } else {

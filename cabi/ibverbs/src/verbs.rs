@@ -336,13 +336,73 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     0
 }
 
-/// A completion queue.
+/// A completion queue: an `ibv_cq_ex` (whose `ibv_cq` prefix is all `ibv_create_cq` users
+/// see), then softverbs' CQ and the completion `ibv_start_poll`/`ibv_next_poll` last took.
 #[repr(C)]
 pub(crate) struct Cq {
-    pub c: ibv_cq,
+    pub c: ibv_cq_ex,
     magic: Magic,
     pub cq: CompletionQueue,
     channel: *mut ibv_comp_channel,
+    current: std::cell::UnsafeCell<WorkCompletion>,
+}
+
+impl Cq {
+    /// Where `ibv_start_poll`/`ibv_next_poll` keep the completion the readers read.
+    pub(crate) fn current_ptr(&self) -> *mut WorkCompletion {
+        self.current.get()
+    }
+}
+
+/// The CQ box behind `p`, if it is a live softverbs CQ.
+#[inline]
+pub(crate) fn cq_of<'a>(what: &str, p: *mut ibv_cq) -> Option<&'a Cq> {
+    obj::<Cq, ibv_cq_ex>(what, p as *mut ibv_cq_ex, Magic::Cq)
+}
+
+/// Make a CQ (both `ibv_create_cq` and `ibv_create_cq_ex`, which then fills the polling entry
+/// points of its `ibv_cq_ex`).
+pub(crate) fn make_cq(
+    what: &str,
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    let Some(ctx) = ctx_of(what, c) else { return null_mut() };
+    if cqe < 1 || comp_vector != 0 {
+        return refuse_null(what, libc::EINVAL, "cqe < 1 or comp_vector not 0");
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        match obj::<Channel, _>(what, channel, Magic::Channel) {
+            Some(ch) => Some(ch),
+            None => return null_mut(),
+        }
+    };
+    match ctx.ctx.create_cq(cqe as u32, ch.map(|c| &c.ch), comp_vector as u32) {
+        Ok(cq) => {
+            // SAFETY: plain old data (the mutex and cond are never used by programs; NULL
+            // function pointers).
+            let mut cc: ibv_cq_ex = unsafe { std::mem::zeroed() };
+            cc.cq.context = c;
+            cc.cq.channel = channel;
+            cc.cq.cq_context = cq_context;
+            cc.cq.cqe = cq.cqe() as c_int;
+            let id = cq.ops().id();
+            let current = Default::default();
+            let p = Box::into_raw(Box::new(Cq { c: cc, magic: Magic::Cq, cq, channel, current }));
+            track(&CQS, id, Some(p as usize));
+            if !channel.is_null() {
+                // SAFETY: checked live above.
+                unsafe { (*channel).refcnt += 1 };
+            }
+            p as *mut ibv_cq
+        }
+        Err(e) => refuse_null(what, e.errno.code(), &e.message),
+    }
 }
 
 /// `ibv_create_cq`.
@@ -354,43 +414,13 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    let Some(ctx) = ctx_of("ibv_create_cq", c) else { return null_mut() };
-    if cqe < 1 || comp_vector != 0 {
-        return refuse_null("ibv_create_cq", libc::EINVAL, "cqe < 1 or comp_vector not 0");
-    }
-    let ch = if channel.is_null() {
-        None
-    } else {
-        match obj::<Channel, _>("ibv_create_cq", channel, Magic::Channel) {
-            Some(ch) => Some(ch),
-            None => return null_mut(),
-        }
-    };
-    match ctx.ctx.create_cq(cqe as u32, ch.map(|c| &c.ch), comp_vector as u32) {
-        Ok(cq) => {
-            // SAFETY: plain old data (the mutex and cond are never used by programs).
-            let mut cc: ibv_cq = unsafe { std::mem::zeroed() };
-            cc.context = c;
-            cc.channel = channel;
-            cc.cq_context = cq_context;
-            cc.cqe = cq.cqe() as c_int;
-            let id = cq.ops().id();
-            let p = Box::into_raw(Box::new(Cq { c: cc, magic: Magic::Cq, cq, channel }));
-            track(&CQS, id, Some(p as usize));
-            if !channel.is_null() {
-                // SAFETY: checked live above.
-                unsafe { (*channel).refcnt += 1 };
-            }
-            p as *mut ibv_cq
-        }
-        Err(e) => refuse_null("ibv_create_cq", e.errno.code(), &e.message),
-    }
+    make_cq("ibv_create_cq", c, cqe, cq_context, channel, comp_vector)
 }
 
 /// `ibv_resize_cq`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
-    let Some(cq) = obj::<Cq, _>("ibv_resize_cq", p, Magic::Cq) else { return libc::EINVAL };
+    let Some(cq) = cq_of("ibv_resize_cq", p) else { return libc::EINVAL };
     if cqe < 1 {
         return refuse("ibv_resize_cq", libc::EINVAL, "cqe < 1");
     }
@@ -407,7 +437,7 @@ pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
 /// `ibv_destroy_cq`: `EBUSY` while QPs use it.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
-    let Some(cq) = obj::<Cq, _>("ibv_destroy_cq", p, Magic::Cq) else { return libc::EINVAL };
+    let Some(cq) = cq_of("ibv_destroy_cq", p) else { return libc::EINVAL };
     if let Err(e) = cq.cq.clone().destroy() {
         return refuse_err("ibv_destroy_cq", &e);
     }
@@ -417,14 +447,14 @@ pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
         unsafe { (*cq.channel).refcnt -= 1 };
     }
     // SAFETY: checked live.
-    unsafe { free::<Cq, _>(p) };
+    unsafe { free::<Cq, ibv_cq_ex>(p as *mut ibv_cq_ex) };
     0
 }
 
 /// `ibv_ack_cq_events`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: u32) {
-    let Some(cq) = obj::<Cq, _>("ibv_ack_cq_events", p, Magic::Cq) else { return };
+    let Some(cq) = cq_of("ibv_ack_cq_events", p) else { return };
     if let Some(ch) = obj::<Channel, _>("ibv_ack_cq_events", cq.channel, Magic::Channel) {
         ch.ch.ack_cq_events(&cq.cq, nevents);
     }
@@ -433,7 +463,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: u32) {
 }
 
 /// `enum ibv_wc_opcode` of a softverbs completion opcode.
-fn wc_opcode(op: WcOpcode) -> c_int {
+pub(crate) fn wc_opcode(op: WcOpcode) -> c_int {
     match op {
         WcOpcode::Send => 0,
         WcOpcode::RdmaWrite => 1,
@@ -447,7 +477,7 @@ fn wc_opcode(op: WcOpcode) -> c_int {
 
 /// `struct ibv_wc` of a softverbs work completion.
 #[inline]
-fn wc_c(w: &WorkCompletion) -> ibv_wc {
+pub(crate) fn wc_c(w: &WorkCompletion) -> ibv_wc {
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status as c_int,
@@ -467,7 +497,7 @@ fn wc_c(w: &WorkCompletion) -> ibv_wc {
 
 /// `ops.poll_cq`, behind the inline `ibv_poll_cq`: up to `n` completions, or -1.
 pub(crate) unsafe extern "C" fn poll_cq(p: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    let Some(cq) = obj::<Cq, _>("ibv_poll_cq", p, Magic::Cq) else { return -1 };
+    let Some(cq) = cq_of("ibv_poll_cq", p) else { return -1 };
     if n < 0 || (n > 0 && wc.is_null()) {
         refuse("ibv_poll_cq", libc::EINVAL, "negative count or NULL wc array");
         return -1;
@@ -498,7 +528,7 @@ pub(crate) unsafe extern "C" fn poll_cq(p: *mut ibv_cq, n: c_int, wc: *mut ibv_w
 
 /// `ops.req_notify_cq`, behind the inline `ibv_req_notify_cq`.
 pub(crate) unsafe extern "C" fn req_notify_cq(p: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    let Some(cq) = obj::<Cq, _>("ibv_req_notify_cq", p, Magic::Cq) else { return libc::EINVAL };
+    let Some(cq) = cq_of("ibv_req_notify_cq", p) else { return libc::EINVAL };
     match cq.cq.req_notify(solicited_only != 0) {
         Ok(()) => 0,
         Err(e) => refuse_err("ibv_req_notify_cq", &e),

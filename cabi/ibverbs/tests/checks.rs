@@ -21,7 +21,7 @@ query_port(2): rc=EINVAL
 query_gid_ex(99): rc=ENODATA
 alloc_mw: zero errno=EOPNOTSUPP
 open_xrcd: zero errno=EOPNOTSUPP
-create_cq_ex: zero errno=EOPNOTSUPP
+create_cq_ex(timestamps): zero errno=EOPNOTSUPP
 destroy_comp_channel(in use): rc=EBUSY
 create_qp(XRC_SEND): zero errno=EOPNOTSUPP
 attach_mcast: rc=EOPNOTSUPP
@@ -33,6 +33,10 @@ get_cq_event: rc=0
 event names the cq: yes, context 0x5eed
 comp_events_completed: 1
 completions: 2, received: evented
+start_poll on empty: ENOENT
+cq_ex: rc=0 wr_id=33 status=0 opcode=128 byte_len=8 qp_num ok=yes
+next_poll: ENOENT
+destroy_cq(cq_ex): rc=0
 destroy_qp(destroyed): rc=EINVAL
 destroy_comp_channel: rc=0
 dealloc_pd: rc=0

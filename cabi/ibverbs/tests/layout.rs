@@ -100,6 +100,12 @@ fn table() -> Vec<(&'static str, String, usize)> {
     off!(ibv_qp: context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type,
          events_completed);
     off!(ibv_ah: context, pd, handle);
+    off!(ibv_cq_ex: comp_mask, status, wr_id, start_poll, next_poll, end_poll, read_opcode,
+         read_vendor_err, read_byte_len, read_imm_data, read_qp_num, read_src_qp, read_wc_flags,
+         read_slid, read_sl, read_dlid_path_bits, read_completion_ts, read_cvlan, read_flow_tag,
+         read_tm_info, read_completion_wallclock_ns);
+    off!(ibv_cq_init_attr_ex: cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags,
+         parent_domain);
     off!(ibv_qp_ex: qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add,
          wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
          wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,

@@ -25,6 +25,7 @@ static const char *errname(int e)
 	case EOPNOTSUPP: return "EOPNOTSUPP";
 	case ENOSYS: return "ENOSYS";
 	case ENODATA: return "ENODATA";
+	case ENOENT: return "ENOENT";
 	default: return "other";
 	}
 }
@@ -74,8 +75,8 @@ int main(void)
 	SHOW("alloc_mw", ibv_alloc_mw(pd, IBV_MW_TYPE_1));
 	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1 };
 	SHOW("open_xrcd", ibv_open_xrcd(ctx, &xa));
-	struct ibv_cq_init_attr_ex cxa = { .cqe = 4 };
-	SHOW("create_cq_ex", ibv_create_cq_ex(ctx, &cxa));
+	struct ibv_cq_init_attr_ex cxa = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	SHOW("create_cq_ex(timestamps)", ibv_create_cq_ex(ctx, &cxa));
 
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, (void *)0x5eed, ch, 0);
@@ -119,6 +120,35 @@ int main(void)
 	for (int spins = 0; n < 2 && spins < 10000000; spins++)
 		n += ibv_poll_cq(cq, 2 - n, wc + n);
 	printf("completions: %d, received: %s\n", n, buf + 64);
+
+	/* An extended CQ as the receive CQ of a third QP: ibv_start_poll / ibv_wc_read_*. */
+	struct ibv_cq_init_attr_ex ea = { .cqe = 8, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM };
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &ea);
+	struct ibv_poll_cq_attr pattr = { .comp_mask = 0 };
+	printf("start_poll on empty: %s\n", errname(ibv_start_poll(cqx, &pattr)) );
+	struct ibv_qp_init_attr qx = qi;
+	qx.recv_cq = ibv_cq_ex_to_cq(cqx);
+	struct ibv_qp *c3 = ibv_create_qp(pd, &qx);
+	modify(c3, a->qp_num, gid);
+	/* a was connected to b: back to RESET, then connected to c3. */
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	ibv_modify_qp(a, &reset, IBV_QP_STATE);
+	modify(a, c3->qp_num, gid);
+	rwr.wr_id = 33;
+	ibv_post_recv(c3, &rwr, &rbad);
+	strcpy(buf, "ex");
+	wr.wr_id = 3;
+	ibv_post_send(a, &wr, &bad);
+	int rc;
+	for (int spins = 0; (rc = ibv_start_poll(cqx, &pattr)) == ENOENT && spins < 10000000; spins++)
+		;
+	printf("cq_ex: rc=%s wr_id=%llu status=%d opcode=%d byte_len=%u qp_num ok=%s\n", errname(rc),
+	       (unsigned long long)cqx->wr_id, cqx->status, ibv_wc_read_opcode(cqx),
+	       ibv_wc_read_byte_len(cqx), ibv_wc_read_qp_num(cqx) == c3->qp_num ? "yes" : "no");
+	printf("next_poll: %s\n", errname(ibv_next_poll(cqx)));
+	ibv_end_poll(cqx);
+	ibv_destroy_qp(c3);
+	SHOW_RC("destroy_cq(cq_ex)", ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
 
 	ibv_destroy_qp(a);
 	ibv_destroy_qp(b);
