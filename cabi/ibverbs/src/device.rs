@@ -131,6 +131,9 @@ pub(crate) struct Ctx {
     v: verbs_context,
     magic: Magic,
     pub ctx: Context,
+    /// The device's name and the token of the watcher that signals `async_fd`.
+    name: String,
+    watch: u64,
 }
 
 /// The [`Ctx`] behind an `ibv_context` pointer, or None (with a log line) if it is not an open
@@ -176,10 +179,26 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     cops.post_srq_recv = Some(srq_ah::post_srq_recv);
     cops.post_send = Some(qp::post_send);
     cops.post_recv = Some(qp::post_recv);
-    // An eventfd nobody signals stands for the async event fd: `ibv_get_async_event` blocks on
-    // the device itself (docs/c.md, "Async events").
-    // SAFETY: plain syscall.
-    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    // The async event fd: an eventfd the device signals once per event it queues, so the fd is
+    // readable while `ibv_get_async_event` would not block.
+    // SAFETY: plain syscall; semaphore mode makes one read take one event.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if async_fd < 0 {
+        return refuse_null("ibv_open_device", libc::EMFILE, "no eventfd for the async events");
+    }
+    let signal = move || {
+        let one = 1u64;
+        // SAFETY: the fd stays open until the watcher is removed (ibv_close_device).
+        unsafe { libc::write(async_fd, &one as *const u64 as *const c_void, 8) };
+    };
+    let watch = match soft.watch_async_events(&d.name, std::sync::Arc::new(signal)) {
+        Ok(t) => t,
+        Err(e) => {
+            // SAFETY: our fd.
+            unsafe { libc::close(async_fd) };
+            return refuse_null("ibv_open_device", e.errno.code(), &e.message);
+        }
+    };
     let b = Box::new(Ctx {
         v: verbs_context {
             ops,
@@ -196,6 +215,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         },
         magic: Magic::Context,
         ctx,
+        name: d.name.clone(),
+        watch,
     });
     let p = Box::into_raw(b);
     // SAFETY: p is a live box.
@@ -210,12 +231,13 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
     }
     // SAFETY: ctx_of checked this is a live Ctx made by Box::into_raw.
     let p = unsafe { (c as *mut u8).sub(offset_of!(verbs_context, context)) as *mut Ctx };
-    // SAFETY: as above; the magic is cleared before the memory is freed.
+    // SAFETY: as above; the watcher goes before its fd, the magic before the memory.
     unsafe {
         (*p).magic = Magic::Dead;
-        if (*p).v.context.async_fd >= 0 {
-            libc::close((*p).v.context.async_fd);
+        if let Ok(soft) = soft() {
+            soft.unwatch_async_events(&(*p).name, (*p).watch);
         }
+        libc::close((*p).v.context.async_fd);
         drop(Box::from_raw(p));
     }
     0
@@ -545,8 +567,8 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     -1
 }
 
-/// `ibv_get_async_event`: blocks until the device reports an event (the `async_fd` does not
-/// become readable: see docs/c.md).
+/// `ibv_get_async_event`: read one event from `async_fd` (blocking unless the program made it
+/// non-blocking: then -1 with `EAGAIN`), and return it.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_async_event(
     c: *mut ibv_context,
@@ -556,6 +578,12 @@ pub unsafe extern "C" fn ibv_get_async_event(
     if event.is_null() {
         refuse("ibv_get_async_event", libc::EINVAL, "event is NULL");
         return -1;
+    }
+    let mut v = 0u64;
+    // SAFETY: our eventfd; 8 bytes.
+    let n = unsafe { libc::read(ctx.v.context.async_fd, &mut v as *mut u64 as *mut c_void, 8) };
+    if n != 8 {
+        return -1; // errno from read
     }
     match ctx.ctx.get_async_event(None) {
         Ok(ev) => {

@@ -1,6 +1,7 @@
 //! tests/c/checks.c on the library: bad input (NULL, a destroyed object, an object in use)
 //! and verbs softverbs lacks get the errno libibverbs gives, and the process keeps running; a
-//! completion channel's fd is readable exactly when an event waits (poll); refusals are logged
+//! completion channel's fd, and the context's async event fd, are readable exactly when an
+//! event waits (poll); refusals are logged
 //! with their reason under `SOFTVERBS_LOG`, and nothing is printed without it.
 
 mod common;
@@ -12,6 +13,10 @@ use std::time::Duration;
 use common::{text, tool, Env};
 
 const EXPECTED: &str = "\
+async fd readable: 1
+get_async_event: rc=0
+async event: port active, port 1
+async fd readable after: 0
 alloc_pd(NULL): zero errno=EINVAL
 reg_mr(ON_DEMAND): zero errno=EOPNOTSUPP
 dealloc_pd(in use): rc=EBUSY

@@ -58,6 +58,15 @@ int main(void)
 	struct ibv_context *ctx = ibv_open_device(list[0]);
 	ibv_free_device_list(list);
 
+	/* The async event fd: the port came up as the device opened (IBV_EVENT_PORT_ACTIVE). */
+	struct pollfd afd = { .fd = ctx->async_fd, .events = POLLIN };
+	printf("async fd readable: %d\n", poll(&afd, 1, 0));
+	struct ibv_async_event ev;
+	SHOW_RC("get_async_event", ibv_get_async_event(ctx, &ev));
+	printf("async event: %s, port %d\n", ibv_event_type_str(ev.event_type), ev.element.port_num);
+	ibv_ack_async_event(&ev);
+	printf("async fd readable after: %d\n", poll(&afd, 1, 0));
+
 	SHOW("alloc_pd(NULL)", ibv_alloc_pd(NULL));
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	char *buf = calloc(1, 4096);
