@@ -28,7 +28,7 @@ use softverbs_sim::cmd::counters::{self, CountersArgs};
 use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
 use softverbs_sim::cmd::fabric::{self, FabricAction};
 use softverbs_sim::cmd::logs::{self, LogOpt};
-use softverbs_sim::cmd::{self, demo, learn, perf, pingpong, sim, CliError};
+use softverbs_sim::cmd::{self, demo, learn, perf, pingpong, run, sim, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -149,6 +149,16 @@ enum Cmd {
         #[command(flatten)]
         log: LogOpt,
     },
+    /// Run a C verbs program (ibv_rc_pingpong, ib_write_bw, your own) on the soft devices.
+    ///
+    /// Puts softverbs' libibverbs.so.1 first on the program's library search path (build it
+    /// with `cargo build -p softverbs-ibverbs`) and hands it the fabric (docs/c.md).
+    Run {
+        #[command(flatten)]
+        args: run::RunArgs,
+        #[command(flatten)]
+        fabric: FabricOpt,
+    },
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
@@ -172,7 +182,7 @@ impl Cmd {
             | Cmd::Sim { log, .. }
             | Cmd::Counters { log, .. }
             | Cmd::Fabric { log, .. } => log.verbose,
-            Cmd::Devinfo { .. } => 0,
+            Cmd::Devinfo { .. } | Cmd::Run { .. } => 0,
         }
     }
 
@@ -187,6 +197,7 @@ impl Cmd {
             Cmd::Sim { .. } => "sim",
             Cmd::Counters { .. } => "counters",
             Cmd::Fabric { .. } => "fabric",
+            Cmd::Run { .. } => "run",
         }
     }
 }
@@ -240,6 +251,7 @@ fn main() -> ExitCode {
         Cmd::Counters { args, fabric, log: _ } => {
             report("counters", counters::counters(fabric.dir(), &args, &mut stdout))
         }
+        Cmd::Run { args, fabric } => report("run", run::run(fabric.dir(), &args)),
         Cmd::Fabric { action, fabric, log: _ } => report(
             "fabric",
             fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),

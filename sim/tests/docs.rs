@@ -272,6 +272,20 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::NotRun("sim/tests/pcap_real.rs runs tshark with these fields on the files it makes"),
     ),
     ("softverbs sim", Plan::Run(SIM)),
+    (
+        "softverbs run -- PROGRAM ARGS...",
+        Plan::NotRun(
+            "needs the softverbs-ibverbs library and a C program: \
+             cabi/ibverbs/tests/example.rs runs `softverbs run` on examples/c/rdma_basics.c",
+        ),
+    ),
+    (
+        "softverbs run",
+        Plan::NotRun(
+            "needs the softverbs-ibverbs library and a C program: \
+             cabi/ibverbs/tests/example.rs runs `softverbs run` on examples/c/rdma_basics.c",
+        ),
+    ),
     ("softverbs -v devinfo", Plan::Run(&[Form(&["-v", "devinfo"], "PORT_ACTIVE", &[])])),
     ("softverbs demo --in-process -vv", Plan::Run(&[Form(&["demo", "--in-process", "-vv"], "RDMA WRITE", &[])])),
     (
@@ -544,7 +558,7 @@ const GROUPS: [&[&str]; 5] = [
     ],
     &["softverbs pingpong"],
     &["softverbs perf"],
-    &["softverbs fabric", "softverbs sim", "softverbs counters"],
+    &["softverbs fabric", "softverbs sim", "softverbs counters", "softverbs run"],
     &["softverbs learn"],
 ];
 

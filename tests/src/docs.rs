@@ -20,6 +20,9 @@ pub struct Simulator;
 #[doc = include_str!("../../docs/hardware.md")]
 pub struct Hardware;
 
+#[doc = include_str!("../../docs/c.md")]
+pub struct CPrograms;
+
 #[doc = include_str!("../../docs/architecture.md")]
 pub struct Architecture;
 

@@ -44,6 +44,10 @@ fn capture_tap(capture: &Arc<Capture>) -> Tap {
     Arc::new(move |dir, datagram| c.record(dir == TapDir::Rx, datagram))
 }
 
+/// What [`super::Soft::watch_async_events`] calls for each async event: quick, and never a
+/// verb of the device (it may run on the NIC thread with the device locked).
+pub type AsyncWatcher = Arc<dyn Fn() + Send + Sync>;
+
 /// Direction of a tapped datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TapDir {
@@ -231,6 +235,9 @@ pub(crate) struct Core {
     pub(crate) cqs: Mutex<BTreeMap<u32, CqEntry>>,
     pub(crate) async_events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) async_ready: Condvar,
+    /// Called once for every async event queued from now on ([`super::Soft::watch_async_events`]),
+    /// with the token that removes it.
+    pub(crate) async_watchers: Mutex<Vec<(u64, AsyncWatcher)>>,
     shutdown: AtomicBool,
     /// When the NIC thread, parked on the doorbell, will wake by itself (ns since epoch;
     /// `u64::MAX` when it is not parked there).
@@ -308,6 +315,7 @@ impl Device {
                 element: verbs_api::AsyncElement::Port(1),
             }])),
             async_ready: Condvar::new(),
+            async_watchers: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
             parked_until_ns: AtomicU64::new(u64::MAX),
             inline_rounds: AtomicU64::new(0),
@@ -528,8 +536,18 @@ impl Core {
                 event_type: verbs_api::AsyncEventType::PortErr,
                 element: AsyncElement::Port(1),
             };
-            self.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
-            self.async_ready.notify_all();
+            self.push_async(ev);
+        }
+    }
+
+    /// Queue an async event, wake `ibv_get_async_event` and tell the watchers. The watchers'
+    /// lock is held across, so a watcher added meanwhile counts each event exactly once.
+    fn push_async(&self, ev: AsyncEvent) {
+        let watchers = self.async_watchers.lock().unwrap_or_else(|e| e.into_inner());
+        self.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
+        self.async_ready.notify_all();
+        for (_, w) in watchers.iter() {
+            w();
         }
     }
 
@@ -677,8 +695,7 @@ impl Core {
                     AsyncElement::Srq(id) => AsyncElement::Srq(self.handle_id(id as u32)),
                     other => other,
                 };
-                self.async_events.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
-                self.async_ready.notify_all();
+                self.push_async(ev);
             }
         }
     }

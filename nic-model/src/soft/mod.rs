@@ -27,7 +27,7 @@ use verbs_api::{
 };
 
 pub use counters::WireCounters;
-pub use device::{DeviceStats, Tap, TapDir};
+pub use device::{AsyncWatcher, DeviceStats, Tap, TapDir};
 pub use env::{
     EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES, PID_PLACEHOLDER,
 };
@@ -157,6 +157,37 @@ impl Soft {
     /// Open a device: `ibv_open_device` on `softverbsN`.
     pub fn open(&self, name: &str) -> Result<verbs_api::Context> {
         Ok(verbs_api::Context::from_ops(Arc::new(EngineContext::new(self.device(name)?))))
+    }
+
+    /// Call `watcher` once for each async event of the named (open) device: once now for each
+    /// event already queued, then as each is queued. Returns the token for
+    /// [`Soft::unwatch_async_events`]. For libibverbs' pollable `async_fd` (the C library,
+    /// cabi/ibverbs, signals an eventfd from it); Rust programs block in
+    /// `Context::get_async_event` instead.
+    pub fn watch_async_events(&self, name: &str, watcher: AsyncWatcher) -> Result<u64> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let dev = self.device(name)?;
+        let token = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Under the watchers' lock no event is queued, so each is counted once.
+        let mut watchers = dev.async_watchers.lock().unwrap_or_else(|e| e.into_inner());
+        let queued = dev.async_events.lock().unwrap_or_else(|e| e.into_inner()).len();
+        for _ in 0..queued {
+            watcher();
+        }
+        watchers.push((token, watcher));
+        Ok(token)
+    }
+
+    /// Stop the watcher [`Soft::watch_async_events`] returned `token` for (nothing if the
+    /// device is closed or the token unknown).
+    pub fn unwatch_async_events(&self, name: &str, token: u64) {
+        let devices = self.inner.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(dev) = devices.get(name).and_then(Weak::upgrade) {
+            dev.async_watchers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(t, _)| *t != token);
+        }
     }
 
     /// Copy every datagram the named (open) device sends and receives to `tap`.

@@ -107,3 +107,44 @@ fn a_damaged_inbox_takes_the_port_down_with_an_event_naming_the_segment() {
         assert!(!path.exists(), "{word}: the segment is removed with the device");
     }
 }
+
+/// `Soft::watch_async_events` (behind the C library's pollable `async_fd`): the watcher is
+/// called once for the event already queued (PORT_ACTIVE) and once more when the port goes
+/// down, while the events stay queued for `get_async_event`; a device that is not open is an
+/// error.
+#[test]
+fn an_async_event_watcher_counts_each_event_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = Dir::new("watch");
+    let soft = Soft::shared_memory(Some(&dir.0)).expect("soft on the fabric");
+    let ctx = soft.open("softverbs0").expect("opening softverbs0");
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let token = soft
+        .watch_async_events(
+            "softverbs0",
+            Arc::new(move || {
+                s.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .expect("watch");
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "the PORT_ACTIVE already queued");
+    assert!(soft.watch_async_events("softverbs9", Arc::new(|| {})).is_err(), "no such device");
+
+    let fabric = Fabric::open_existing(Some(&dir.0)).expect("the fabric");
+    let slot = slot_of_gid(&ctx.query_gid(1, GID_INDEX_IPV4).expect("query_gid")).expect("slot");
+    let file = fs::OpenOptions::new().write(true).open(fabric.inbox_path(slot)).expect("segment");
+    file.write_all_at(&1001u64.to_ne_bytes(), OFF_HEAD as u64).expect("the stray write");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 2, "PORT_ERR told once");
+    let events: Vec<AsyncEventType> = (0..2)
+        .map(|_| ctx.get_async_event(Some(Duration::from_secs(1))).expect("event").event_type)
+        .collect();
+    assert_eq!(events, [AsyncEventType::PortActive, AsyncEventType::PortErr]);
+    soft.unwatch_async_events("softverbs0", token);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}

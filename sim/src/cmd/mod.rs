@@ -21,6 +21,7 @@ pub mod learn;
 pub mod logs;
 pub mod perf;
 pub mod pingpong;
+pub mod run;
 pub mod sim;
 
 use std::fmt;

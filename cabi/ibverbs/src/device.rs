@@ -1,0 +1,604 @@
+//! Devices and contexts: `ibv_get_device_list` and the device's name and GUID,
+//! `ibv_open_device`/`ibv_close_device` (the `verbs_context` in front of the `ibv_context`), and
+//! the queries: device, port, GID, GID type, P_Key, and the async events.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::mem::{offset_of, size_of};
+use std::ptr::null_mut;
+use std::sync::OnceLock;
+
+use verbs_api::provider::Provider;
+use verbs_api::{Context, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr};
+
+use crate::abi::*;
+use crate::{cq_ex, qp, refuse, refuse_err, refuse_null, set_errno, soft, srq_ah, verbs, Magic};
+
+/// One listed device: the C struct, then what softverbs knows of it.
+#[repr(C)]
+pub(crate) struct Dev {
+    c: ibv_device,
+    name: String,
+    guid: u64,
+    index: c_int,
+}
+
+// SAFETY: a listed device is never written after it is made; its `_ops` pointers are NULL.
+unsafe impl Sync for Dev {}
+// SAFETY: as above.
+unsafe impl Send for Dev {}
+
+/// The devices, made once per process (device pointers stay valid for its life, as the
+/// lists libibverbs returns hold the same devices).
+fn devices() -> Result<&'static [Dev], c_int> {
+    static DEVS: OnceLock<Result<Vec<Dev>, c_int>> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let soft = soft().map_err(|e| refuse_err("ibv_get_device_list", e))?;
+        let list = Provider::devices(soft).map_err(|e| refuse_err("ibv_get_device_list", &e))?;
+        Ok(list
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                // SAFETY: ibv_device is plain old data; all zeroes is a valid value.
+                let mut c: ibv_device = unsafe { std::mem::zeroed() };
+                c.node_type = 1; // IBV_NODE_CA
+                c.transport_type = 0; // IBV_TRANSPORT_IB, as rxe reports
+                fill(&mut c.name, &d.name);
+                fill(&mut c.dev_name, &format!("uverbs{i}"));
+                fill(&mut c.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{i}"));
+                fill(&mut c.ibdev_path, &format!("/sys/class/infiniband/{}", d.name));
+                Dev { c, name: d.name, guid: d.node_guid, index: i as c_int }
+            })
+            .collect())
+    })
+    .as_ref()
+    .map(|v| v.as_slice())
+    .map_err(|e| *e)
+}
+
+/// Copy `s` into a C char array, NUL-terminated, cut to fit.
+fn fill(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len() - 1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+    dst[n] = 0;
+}
+
+/// The listed device behind `dev`, if it is one.
+fn dev_of(dev: *mut ibv_device) -> Option<&'static Dev> {
+    devices().ok()?.iter().find(|d| std::ptr::eq(&d.c, dev)).map(|d| d as &Dev)
+}
+
+/// `ibv_get_device_list`: a NULL-terminated array of the soft devices.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    let devs = match devices() {
+        Ok(d) => d,
+        Err(e) => {
+            set_errno(e);
+            return null_mut();
+        }
+    };
+    // SAFETY: calloc of n+1 pointers; freed by ibv_free_device_list.
+    let arr = unsafe { libc::calloc(devs.len() + 1, size_of::<*mut ibv_device>()) }
+        as *mut *mut ibv_device;
+    if arr.is_null() {
+        return refuse_null("ibv_get_device_list", libc::ENOMEM, "out of memory");
+    }
+    for (i, d) in devs.iter().enumerate() {
+        // SAFETY: i < len + 1.
+        unsafe { *arr.add(i) = &d.c as *const ibv_device as *mut ibv_device };
+    }
+    if !num.is_null() {
+        // SAFETY: the caller passed a valid int pointer.
+        unsafe { *num = devs.len() as c_int };
+    }
+    arr
+}
+
+/// `ibv_free_device_list`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: list came from ibv_get_device_list's calloc (or is NULL).
+    unsafe { libc::free(list as *mut c_void) };
+}
+
+/// `ibv_get_device_name`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
+    match dev_of(dev) {
+        Some(d) => d.c.name.as_ptr(),
+        None => refuse_null("ibv_get_device_name", libc::EINVAL, "not a listed device"),
+    }
+}
+
+/// `ibv_get_device_guid`: the node GUID in network byte order.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
+    dev_of(dev).map_or(0, |d| d.guid.to_be())
+}
+
+/// `ibv_get_device_index`: the device's position in the list (-1 for a foreign pointer).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
+    dev_of(dev).map_or(-1, |d| d.index)
+}
+
+/// An open device: the `verbs_context` (and in it the `ibv_context` programs hold), then
+/// softverbs' context.
+#[repr(C)]
+pub(crate) struct Ctx {
+    v: verbs_context,
+    magic: Magic,
+    pub ctx: Context,
+    /// The device's name and the token of the watcher that signals `async_fd`.
+    name: String,
+    watch: u64,
+}
+
+/// The [`Ctx`] behind an `ibv_context` pointer, or None (with a log line) if it is not an open
+/// softverbs context.
+pub(crate) fn ctx_of<'a>(what: &str, c: *mut ibv_context) -> Option<&'a Ctx> {
+    if c.is_null() {
+        refuse(what, libc::EINVAL, "the context is NULL");
+        return None;
+    }
+    // SAFETY: an ibv_context we handed out sits at this offset in a Ctx; the magic check
+    // refuses other memory where it can.
+    let ctx = unsafe { &*((c as *mut u8).sub(offset_of!(verbs_context, context)) as *const Ctx) };
+    if ctx.magic != Magic::Context {
+        refuse(what, libc::EINVAL, "not an open device context (closed, or not softverbs')");
+        return None;
+    }
+    Some(ctx)
+}
+
+/// `ibv_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    let Some(d) = dev_of(dev) else {
+        return refuse_null("ibv_open_device", libc::EINVAL, "not a listed device");
+    };
+    let soft = match soft() {
+        Ok(s) => s,
+        Err(e) => return refuse_null("ibv_open_device", e.errno.code(), &e.message),
+    };
+    let ctx = match soft.open(&d.name) {
+        Ok(c) => c,
+        Err(e) => return refuse_null("ibv_open_device", e.errno.code(), &e.message),
+    };
+    let mut ops = [std::ptr::null::<c_void>(); 39];
+    ops[vslot::QUERY_PORT] = query_port_ex as *const c_void;
+    ops[vslot::QUERY_DEVICE_EX] = query_device_ex as *const c_void;
+    ops[vslot::CREATE_QP_EX] = qp::create_qp_ex as *const c_void;
+    ops[vslot::CREATE_CQ_EX] = cq_ex::create_cq_ex as *const c_void;
+    // SAFETY: ibv_context_ops is all pointers; all zeroes (NULL) is valid.
+    let mut cops: ibv_context_ops = unsafe { std::mem::zeroed() };
+    cops.poll_cq = Some(verbs::poll_cq);
+    cops.req_notify_cq = Some(verbs::req_notify_cq);
+    cops.post_srq_recv = Some(srq_ah::post_srq_recv);
+    cops.post_send = Some(qp::post_send);
+    cops.post_recv = Some(qp::post_recv);
+    // The async event fd: an eventfd the device signals once per event it queues, so the fd is
+    // readable while `ibv_get_async_event` would not block.
+    // SAFETY: plain syscall; semaphore mode makes one read take one event.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if async_fd < 0 {
+        return refuse_null("ibv_open_device", libc::EMFILE, "no eventfd for the async events");
+    }
+    let signal = move || {
+        let one = 1u64;
+        // SAFETY: the fd stays open until the watcher is removed (ibv_close_device).
+        unsafe { libc::write(async_fd, &one as *const u64 as *const c_void, 8) };
+    };
+    let watch = match soft.watch_async_events(&d.name, std::sync::Arc::new(signal)) {
+        Ok(t) => t,
+        Err(e) => {
+            // SAFETY: our fd.
+            unsafe { libc::close(async_fd) };
+            return refuse_null("ibv_open_device", e.errno.code(), &e.message);
+        }
+    };
+    let b = Box::new(Ctx {
+        v: verbs_context {
+            ops,
+            sz: size_of::<verbs_context>(),
+            context: ibv_context {
+                device: dev,
+                ops: cops,
+                cmd_fd: -1,
+                async_fd,
+                num_comp_vectors: 1,
+                mutex: pthread_mutex_t([0; 40]),
+                abi_compat: usize::MAX as *mut c_void,
+            },
+        },
+        magic: Magic::Context,
+        ctx,
+        name: d.name.clone(),
+        watch,
+    });
+    let p = Box::into_raw(b);
+    // SAFETY: p is a live box.
+    unsafe { &mut (*p).v.context }
+}
+
+/// `ibv_close_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
+    if ctx_of("ibv_close_device", c).is_none() {
+        return -1;
+    }
+    // SAFETY: ctx_of checked this is a live Ctx made by Box::into_raw.
+    let p = unsafe { (c as *mut u8).sub(offset_of!(verbs_context, context)) as *mut Ctx };
+    // SAFETY: as above; the watcher goes before its fd, the magic before the memory.
+    unsafe {
+        (*p).magic = Magic::Dead;
+        if let Ok(soft) = soft() {
+            soft.unwatch_async_events(&(*p).name, (*p).watch);
+        }
+        libc::close((*p).v.context.async_fd);
+        drop(Box::from_raw(p));
+    }
+    0
+}
+
+/// Fill `struct ibv_device_attr` from softverbs' attributes.
+fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
+    // SAFETY: plain old data.
+    let mut d: ibv_device_attr = unsafe { std::mem::zeroed() };
+    fill(&mut d.fw_ver, &a.fw_ver);
+    d.node_guid = a.node_guid.to_be();
+    d.sys_image_guid = a.sys_image_guid.to_be();
+    d.max_mr_size = a.max_mr_size;
+    d.page_size_cap = 0xffff_f000;
+    d.vendor_id = a.vendor_id;
+    d.vendor_part_id = a.vendor_part_id;
+    d.hw_ver = a.hw_ver;
+    let i = |v: u32| v.min(i32::MAX as u32) as c_int;
+    d.max_qp = i(a.max_qp);
+    d.max_qp_wr = i(a.max_qp_wr);
+    // IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ, as rxe has them.
+    d.device_cap_flags = (1 << 12) | (1 << 13) | (1 << 14);
+    d.max_sge = i(a.max_sge);
+    d.max_sge_rd = i(a.max_sge);
+    d.max_cq = i(a.max_cq);
+    d.max_cqe = i(a.max_cqe);
+    d.max_mr = i(a.max_mr);
+    d.max_pd = i(a.max_pd);
+    d.max_qp_rd_atom = i(a.max_qp_rd_atom);
+    d.max_res_rd_atom = i(a.max_qp_rd_atom.saturating_mul(a.max_qp));
+    d.max_qp_init_rd_atom = i(a.max_qp_init_rd_atom);
+    d.atomic_cap = if a.atomic_hca { 1 } else { 0 };
+    d.max_ah = i(a.max_ah);
+    d.max_srq = i(a.max_srq);
+    d.max_srq_wr = i(a.max_srq_wr);
+    d.max_srq_sge = i(a.max_srq_sge);
+    d.max_pkeys = a.max_pkeys;
+    d.local_ca_ack_delay = 15;
+    d.phys_port_cnt = a.phys_port_cnt;
+    d
+}
+
+/// `ibv_query_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    c: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    let Some(ctx) = ctx_of("ibv_query_device", c) else { return libc::EINVAL };
+    if attr.is_null() {
+        return refuse("ibv_query_device", libc::EINVAL, "device_attr is NULL");
+    }
+    match ctx.ctx.query_device() {
+        // SAFETY: attr points at a struct ibv_device_attr (checked non-NULL).
+        Ok(a) => unsafe { attr.write(device_attr(&a)) },
+        Err(e) => return refuse_err("ibv_query_device", &e),
+    }
+    0
+}
+
+/// `verbs_context.query_device_ex`, which the inline `ibv_query_device_ex` calls with the size
+/// of the `ibv_device_attr_ex` the program was compiled with.
+unsafe extern "C" fn query_device_ex(
+    c: *mut ibv_context,
+    _input: *const c_void,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    let Some(ctx) = ctx_of("ibv_query_device_ex", c) else { return libc::EINVAL };
+    if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+        return refuse("ibv_query_device_ex", libc::EINVAL, "attr is NULL or too small");
+    }
+    let a = match ctx.ctx.query_device() {
+        Ok(a) => a,
+        Err(e) => return refuse_err("ibv_query_device_ex", &e),
+    };
+    // SAFETY: plain old data.
+    let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+    x.orig_attr = device_attr(&a);
+    x.completion_timestamp_mask = 0;
+    x.phys_port_cnt_ex = a.phys_port_cnt as u32;
+    let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+    // SAFETY: the caller gave attr_size bytes at attr; n is no more than both sizes.
+    unsafe { std::ptr::copy_nonoverlapping(&x as *const _ as *const u8, attr as *mut u8, n) };
+    0
+}
+
+/// Fill `struct ibv_port_attr` from softverbs' port attributes.
+fn port_attr(p: &PortAttr) -> ibv_port_attr {
+    ibv_port_attr {
+        state: p.state as c_int,
+        max_mtu: p.max_mtu as c_int,
+        active_mtu: p.active_mtu as c_int,
+        gid_tbl_len: p.gid_tbl_len as c_int,
+        port_cap_flags: p.port_cap_flags,
+        max_msg_sz: p.max_msg_sz,
+        pkey_tbl_len: p.pkey_tbl_len,
+        lid: p.lid,
+        sm_lid: p.sm_lid,
+        lmc: p.lmc,
+        max_vl_num: 1,
+        active_width: p.active_width,
+        active_speed: p.active_speed,
+        phys_state: p.phys_state,
+        link_layer: match p.link_layer {
+            LinkLayer::InfiniBand => 1,
+            LinkLayer::Ethernet => 2,
+        },
+        ..Default::default()
+    }
+}
+
+/// Query port `port` into `len` bytes at `attr` (the 48-byte compat struct for the exported
+/// symbol, the full 52 bytes for the inline path).
+fn query_port_into(what: &str, c: *mut ibv_context, port: u8, attr: *mut u8, len: usize) -> c_int {
+    let Some(ctx) = ctx_of(what, c) else { return libc::EINVAL };
+    if attr.is_null() {
+        return refuse(what, libc::EINVAL, "port_attr is NULL");
+    }
+    match ctx.ctx.query_port(port) {
+        Ok(p) => {
+            let a = port_attr(&p);
+            let n = len.min(size_of::<ibv_port_attr>());
+            // SAFETY: the caller gave len bytes at attr.
+            unsafe { std::ptr::copy_nonoverlapping(&a as *const _ as *const u8, attr, n) };
+            0
+        }
+        Err(e) => refuse_err(what, &e),
+    }
+}
+
+/// `ibv_query_port@IBVERBS_1.1`: programs reach it when the extended path is absent, with the
+/// 48-byte `_compat_ibv_port_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(c: *mut ibv_context, port: u8, attr: *mut c_void) -> c_int {
+    query_port_into("ibv_query_port", c, port, attr as *mut u8, 48)
+}
+
+/// `verbs_context.query_port`, which the inline `ibv_query_port` calls.
+unsafe extern "C" fn query_port_ex(
+    c: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    query_port_into("ibv_query_port", c, port, attr as *mut u8, len)
+}
+
+/// `ibv_query_gid`: 0, or -1 for an index with no GID.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    let Some(ctx) = ctx_of("ibv_query_gid", c) else { return -1 };
+    if gid.is_null() || index < 0 {
+        refuse("ibv_query_gid", libc::EINVAL, "gid is NULL or the index negative");
+        return -1;
+    }
+    match ctx.ctx.query_gid(port, index as u32) {
+        Ok(g) => {
+            // SAFETY: gid is non-NULL, the caller's union ibv_gid.
+            unsafe { (*gid).raw = g.0 };
+            0
+        }
+        Err(e) => {
+            tracing::debug!("ibv_query_gid: {}", e.message);
+            set_errno(e.errno.code());
+            -1
+        }
+    }
+}
+
+/// `struct ibv_gid_entry` of softverbs' entry.
+fn gid_entry_c(e: &GidEntry) -> ibv_gid_entry {
+    ibv_gid_entry {
+        gid: ibv_gid { raw: e.gid.0 },
+        gid_index: e.gid_index,
+        port_num: e.port_num,
+        gid_type: match e.gid_type {
+            GidType::Ib => 0,
+            GidType::RoceV1 => 1,
+            GidType::RoceV2 => 2,
+        },
+        ndev_ifindex: e.ndev_ifindex,
+    }
+}
+
+/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): the entry and its type; 0, or
+/// `ENODATA` for an empty entry and `EINVAL` past the table.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    c: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    let Some(ctx) = ctx_of("ibv_query_gid_ex", c) else { return libc::EINVAL };
+    if entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() || port > 255 {
+        return refuse("ibv_query_gid_ex", libc::EINVAL, "entry NULL or too small, or flags set");
+    }
+    match ctx.ctx.query_gid_entry(port as u8, index) {
+        Ok(e) => {
+            // SAFETY: checked non-NULL and large enough.
+            unsafe { entry.write(gid_entry_c(&e)) };
+            0
+        }
+        Err(e) => {
+            tracing::debug!("ibv_query_gid_ex: {}", e.message);
+            e.errno.code()
+        }
+    }
+}
+
+/// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`): every valid entry of
+/// every port; the count, or a negative errno (`EINVAL` when `max_entries` is too small).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    c: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    const W: &str = "ibv_query_gid_table";
+    let Some(ctx) = ctx_of(W, c) else { return -(libc::EINVAL as isize) };
+    if flags != 0
+        || entry_size < size_of::<ibv_gid_entry>()
+        || (entries.is_null() && max_entries > 0)
+    {
+        return -(refuse(W, libc::EINVAL, "flags set, entry_size too small or entries NULL")
+            as isize);
+    }
+    let table = match ctx.ctx.query_gid_table() {
+        Ok(t) => t,
+        Err(e) => return -(refuse_err(W, &e) as isize),
+    };
+    if table.len() > max_entries {
+        return -(refuse(
+            W,
+            libc::EINVAL,
+            &format!("{} entries do not fit in {max_entries}", table.len()),
+        ) as isize);
+    }
+    for (i, e) in table.iter().enumerate() {
+        // SAFETY: the caller gave max_entries entries of entry_size bytes.
+        unsafe {
+            (entries as *mut u8)
+                .add(i * entry_size)
+                .cast::<ibv_gid_entry>()
+                .write_unaligned(gid_entry_c(e))
+        };
+    }
+    table.len() as isize
+}
+
+/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, imported by `ibv_devinfo`): the sysfs form of the
+/// entry's type (`IBV_GID_TYPE_SYSFS_IB_ROCE_V1` 0, `IBV_GID_TYPE_SYSFS_ROCE_V2` 1).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    c: *mut ibv_context,
+    port: u8,
+    index: u32,
+    ty: *mut c_int,
+) -> c_int {
+    let Some(ctx) = ctx_of("ibv_query_gid_type", c) else { return -1 };
+    let entry = match ctx.ctx.query_gid_entry(port, index) {
+        Ok(e) if !ty.is_null() => e,
+        _ => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+    };
+    // SAFETY: checked non-NULL.
+    unsafe { *ty = if entry.gid_type == GidType::RoceV2 { 1 } else { 0 } };
+    0
+}
+
+/// `ibv_query_pkey`: index 0 holds the default P_Key 0xffff.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    let Some(ctx) = ctx_of("ibv_query_pkey", c) else { return -1 };
+    if pkey.is_null() || index != 0 || ctx.ctx.query_port(port).is_err() {
+        refuse("ibv_query_pkey", libc::EINVAL, "no such port or P_Key index (only index 0)");
+        return -1;
+    }
+    // SAFETY: checked non-NULL.
+    unsafe { *pkey = 0xffffu16.to_be() };
+    0
+}
+
+/// `ibv_get_pkey_index`: 0 for the default P_Key, -1 otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(c: *mut ibv_context, port: u8, pkey: u16) -> c_int {
+    let Some(ctx) = ctx_of("ibv_get_pkey_index", c) else { return -1 };
+    if u16::from_be(pkey) | 0x8000 == 0xffff && ctx.ctx.query_port(port).is_ok() {
+        0
+    } else {
+        set_errno(libc::ENOENT);
+        -1
+    }
+}
+
+/// `ibv_read_sysfs_file`: soft devices have no sysfs, so every file is missing.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
+    if !dir.is_null() && !file.is_null() {
+        // SAFETY: C strings from the caller.
+        let (d, f) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
+        tracing::debug!("ibv_read_sysfs_file({d:?}, {f:?}): soft devices have no sysfs");
+    }
+    set_errno(libc::ENOENT);
+    -1
+}
+
+/// `ibv_get_async_event`: read one event from `async_fd` (blocking unless the program made it
+/// non-blocking: then -1 with `EAGAIN`), and return it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(
+    c: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    let Some(ctx) = ctx_of("ibv_get_async_event", c) else { return -1 };
+    if event.is_null() {
+        refuse("ibv_get_async_event", libc::EINVAL, "event is NULL");
+        return -1;
+    }
+    let mut v = 0u64;
+    // SAFETY: our eventfd; 8 bytes.
+    let n = unsafe { libc::read(ctx.v.context.async_fd, &mut v as *mut u64 as *mut c_void, 8) };
+    if n != 8 {
+        return -1; // errno from read
+    }
+    match ctx.ctx.get_async_event(None) {
+        Ok(ev) => {
+            let (ty, element) = verbs::async_event_c(&ev);
+            // SAFETY: checked non-NULL.
+            unsafe { event.write(ibv_async_event { element, event_type: ty }) };
+            0
+        }
+        Err(e) => {
+            refuse_err("ibv_get_async_event", &e);
+            -1
+        }
+    }
+}
+
+/// `ibv_ack_async_event`: softverbs keeps no count to wait on, so nothing to do.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}

@@ -1,0 +1,461 @@
+//! Queue pairs: `ibv_create_qp` (and the `verbs_context.create_qp_ex` op behind the inline
+//! `ibv_create_qp_ex`), modify, query, destroy, and the data path the inline `ibv_post_send` /
+//! `ibv_post_recv` reach through `ibv_context.ops`.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_int;
+use std::ptr::null_mut;
+
+use verbs_api::{
+    AtomicTarget, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair,
+    RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
+};
+
+use crate::abi::*;
+use crate::qp_ex::{self, Batch, QpHead};
+use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
+use crate::verbs::{access, cq_of, lookup, obj, post_recv_chain, sges, track, Pd, MAX_SGE, QPS};
+use crate::{refuse, refuse_err, refuse_null, Magic};
+
+/// A queue pair.
+#[repr(C)]
+pub(crate) struct Qp {
+    head: QpHead,
+    qp: QueuePair,
+    max_inline: u32,
+}
+
+fn qp_type(t: c_int) -> Option<QpType> {
+    match t {
+        2 => Some(QpType::Rc),
+        3 => Some(QpType::Uc),
+        4 => Some(QpType::Ud),
+        _ => None,
+    }
+}
+
+fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) -> *mut ibv_qp {
+    let Some(pd) = obj::<Pd, _>(what, p, Magic::Pd) else { return null_mut() };
+    let Some(ty) = qp_type(init.qp_type) else {
+        return refuse_null(
+            what,
+            libc::EOPNOTSUPP,
+            &format!("QP type {}: softverbs has RC (2), UC (3) and UD (4)", init.qp_type),
+        );
+    };
+    let Some(scq) = cq_of(what, init.send_cq) else { return null_mut() };
+    let Some(rcq) = cq_of(what, init.recv_cq) else { return null_mut() };
+    let srq = if init.srq.is_null() {
+        None
+    } else {
+        match srq_of(what, init.srq) {
+            Some(s) => Some(s.srq.clone()),
+            None => return null_mut(),
+        }
+    };
+    let c = init.cap;
+    let ia = QpInitAttr {
+        qp_type: ty,
+        send_cq: scq.cq.clone(),
+        recv_cq: rcq.cq.clone(),
+        srq,
+        cap: QpCap {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+        },
+        sq_sig_all: init.sq_sig_all != 0,
+    };
+    let qp = match pd.pd.create_qp(&ia) {
+        Ok(q) => q,
+        Err(e) => return refuse_null(what, e.errno.code(), &e.message),
+    };
+    let cap = qp.query().map(|(_, c)| c).unwrap_or(ia.cap);
+    init.cap = ibv_qp_cap {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    // SAFETY: plain old data (NULL function pointers).
+    let mut cx: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    if ex {
+        qp_ex::fill(&mut cx);
+    }
+    let cq = &mut cx.qp_base;
+    cq.context = pd.c.context;
+    cq.qp_context = init.qp_context;
+    cq.pd = p;
+    cq.send_cq = init.send_cq;
+    cq.recv_cq = init.recv_cq;
+    cq.srq = init.srq;
+    cq.qp_num = qp.qp_num();
+    cq.handle = qp.qp_num();
+    cq.state = 0;
+    cq.qp_type = init.qp_type;
+    let qpn = qp.qp_num();
+    let batch = Batch::new(ex.then(|| qp.clone()));
+    let head = QpHead { c: cx, magic: Magic::Qp, batch: UnsafeCell::new(batch) };
+    let b = Box::into_raw(Box::new(Qp { head, qp, max_inline: cap.max_inline_data }));
+    track(&QPS, qpn, Some(b as usize));
+    b as *mut ibv_qp
+}
+
+/// `ibv_create_qp`: the granted capacities are written back into `init->cap`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(p: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    if init.is_null() {
+        return refuse_null("ibv_create_qp", libc::EINVAL, "qp_init_attr is NULL");
+    }
+    // SAFETY: checked non-NULL.
+    make_qp("ibv_create_qp", p, unsafe { &mut *init }, false)
+}
+
+/// `verbs_context.create_qp_ex`: `struct ibv_qp_init_attr_ex` begins with the fields of
+/// `ibv_qp_init_attr`, then `comp_mask` (at 60) and `pd` (at 64). Only `IBV_QP_INIT_ATTR_PD`
+/// is supported; the `ibv_wr_*` API (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) and the rest are
+/// refused with `EOPNOTSUPP`.
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    _c: *mut ibv_context,
+    init: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    if init.is_null() {
+        return refuse_null("ibv_create_qp_ex", libc::EINVAL, "qp_init_attr_ex is NULL");
+    }
+    // SAFETY: init points at a struct ibv_qp_init_attr_ex (136 bytes).
+    let (mask, pd) = unsafe {
+        let b = init as *mut u8;
+        (*(b.add(60) as *const u32), *(b.add(64) as *const *mut ibv_pd))
+    };
+    // IBV_QP_INIT_ATTR_PD is required; IBV_QP_INIT_ATTR_SEND_OPS_FLAGS asks for ibv_wr_*.
+    if mask & 1 == 0 || mask & !(1 | SEND_OPS_FLAGS) != 0 {
+        return refuse_null(
+            "ibv_create_qp_ex",
+            libc::EOPNOTSUPP,
+            &format!(
+                "comp_mask {mask:#x}: softverbs takes IBV_QP_INIT_ATTR_PD and \
+                 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS only (no XRC, TSO, RSS or create flags)"
+            ),
+        );
+    }
+    // SAFETY: checked non-NULL; the prefix is an ibv_qp_init_attr.
+    make_qp("ibv_create_qp_ex", pd, unsafe { &mut *init }, mask & SEND_OPS_FLAGS != 0)
+}
+
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+const SEND_OPS_FLAGS: u32 = 1 << 6;
+
+/// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`;
+/// NULL for any other, as libibverbs gives.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(p: *mut ibv_qp) -> *mut ibv_qp_ex {
+    match qp_of("ibv_qp_to_qp_ex", p) {
+        // SAFETY: the batch is only read here, to see whether the QP has the wr_* API.
+        Some(q) if unsafe { (*q.head.batch.get()).qp.is_some() } => p as *mut ibv_qp_ex,
+        _ => null_mut(),
+    }
+}
+
+/// The QP box behind `p`, if it is a live softverbs QP.
+pub(crate) fn qp_of<'a>(what: &str, p: *mut ibv_qp) -> Option<&'a Qp> {
+    obj::<Qp, ibv_qp_ex>(what, p as *mut ibv_qp_ex, Magic::Qp)
+}
+
+fn qp_state(s: c_int) -> Option<QpState> {
+    Some(match s {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Err,
+        _ => return None,
+    })
+}
+
+/// `ibv_modify_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    p: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    const W: &str = "ibv_modify_qp";
+    let Some(q) = qp_of(W, p) else { return libc::EINVAL };
+    if attr.is_null() {
+        return refuse(W, libc::EINVAL, "qp_attr is NULL");
+    }
+    // SAFETY: checked non-NULL.
+    let a = unsafe { &*attr };
+    let Some(m) = QpAttrMask::from_bits(mask as u32) else {
+        return refuse(
+            W,
+            libc::EOPNOTSUPP,
+            &format!("attr_mask {mask:#x} has bits softverbs lacks"),
+        );
+    };
+    let st = |s| qp_state(s).ok_or(());
+    let (Ok(state), Ok(cur)) = (
+        if m.contains(QpAttrMask::STATE) { st(a.qp_state) } else { Ok(QpState::Reset) },
+        if m.contains(QpAttrMask::CUR_STATE) { st(a.cur_qp_state) } else { Ok(QpState::Reset) },
+    ) else {
+        return refuse(W, libc::EINVAL, "qp_state is not a QP state");
+    };
+    let mtu = if m.contains(QpAttrMask::PATH_MTU) {
+        match Mtu::from_ibv(a.path_mtu as u32) {
+            Some(m) => m,
+            None => return refuse(W, libc::EINVAL, &format!("path_mtu {} is no MTU", a.path_mtu)),
+        }
+    } else {
+        Mtu::default()
+    };
+    let acc = if m.contains(QpAttrMask::ACCESS_FLAGS) {
+        match access(W, a.qp_access_flags) {
+            Ok(f) => f,
+            Err(e) => return e,
+        }
+    } else {
+        Default::default()
+    };
+    let qa = QpAttr {
+        qp_state: state,
+        cur_qp_state: cur,
+        path_mtu: mtu,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: acc,
+        cap: QpCap {
+            max_send_wr: a.cap.max_send_wr,
+            max_recv_wr: a.cap.max_recv_wr,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+            max_inline_data: a.cap.max_inline_data,
+        },
+        ah_attr: ah_attr(&a.ah_attr),
+        pkey_index: a.pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify != 0,
+        sq_draining: false,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+    };
+    match q.qp.modify(&qa, m) {
+        Ok(()) => {
+            if m.contains(QpAttrMask::STATE) {
+                // SAFETY: checked live.
+                unsafe { (*p).state = a.qp_state };
+            }
+            0
+        }
+        Err(e) => refuse_err(W, &e),
+    }
+}
+
+/// `ibv_query_qp`: every attribute, whatever the mask asks (as providers do).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    p: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    const W: &str = "ibv_query_qp";
+    let Some(q) = qp_of(W, p) else { return libc::EINVAL };
+    if attr.is_null() || init.is_null() {
+        return refuse(W, libc::EINVAL, "qp_attr or qp_init_attr is NULL");
+    }
+    let (a, cap) = match q.qp.query() {
+        Ok(x) => x,
+        Err(e) => return refuse_err(W, &e),
+    };
+    let ccap = ibv_qp_cap {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    let c = ibv_qp_attr {
+        qp_state: a.qp_state as c_int,
+        cur_qp_state: a.cur_qp_state as c_int,
+        path_mtu: a.path_mtu as c_int,
+        path_mig_state: 0,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags.bits(),
+        cap: ccap,
+        ah_attr: ah_attr_c(&a.ah_attr),
+        pkey_index: a.pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify as u8,
+        sq_draining: a.sq_draining as u8,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        ..Default::default()
+    };
+    // SAFETY: both checked non-NULL; p checked live.
+    unsafe {
+        attr.write(c);
+        let i = &mut *init;
+        i.qp_context = (*p).qp_context;
+        i.send_cq = (*p).send_cq;
+        i.recv_cq = (*p).recv_cq;
+        i.srq = (*p).srq;
+        i.cap = ccap;
+        i.qp_type = (*p).qp_type;
+        i.sq_sig_all = 0;
+        (*p).state = a.qp_state as c_int;
+    }
+    0
+}
+
+/// `ibv_destroy_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
+    let Some(q) = qp_of("ibv_destroy_qp", p) else { return libc::EINVAL };
+    if let Err(e) = q.qp.clone().destroy() {
+        return refuse_err("ibv_destroy_qp", &e);
+    }
+    if lookup(&QPS, q.head.c.qp_base.qp_num) == p as usize {
+        track(&QPS, q.head.c.qp_base.qp_num, None);
+    }
+    // SAFETY: checked live.
+    unsafe { crate::verbs::free::<Qp, ibv_qp_ex>(p as *mut ibv_qp_ex) };
+    0
+}
+
+fn wr_opcode(op: c_int) -> Option<WrOpcode> {
+    Some(match op {
+        0 => WrOpcode::RdmaWrite,
+        1 => WrOpcode::RdmaWriteWithImm,
+        2 => WrOpcode::Send,
+        3 => WrOpcode::SendWithImm,
+        4 => WrOpcode::RdmaRead,
+        5 => WrOpcode::AtomicCmpAndSwp,
+        6 => WrOpcode::AtomicFetchAndAdd,
+        _ => return None,
+    })
+}
+
+/// Post one C send WR.
+#[inline]
+fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
+    const W: &str = "ibv_post_send";
+    let Some(opcode) = wr_opcode(w.opcode) else {
+        return refuse(
+            W,
+            libc::EINVAL,
+            &format!("opcode {}: not supported by softverbs", w.opcode),
+        );
+    };
+    if w.send_flags & !0xf != 0 {
+        return refuse(W, libc::EINVAL, &format!("send_flags {:#x}: unknown bits", w.send_flags));
+    }
+    let flags = SendFlags::from_bits_truncate(w.send_flags);
+    let Some(sg) = sges(W, w.sg_list, w.num_sge, buf) else { return libc::EINVAL };
+    // Inline data is read from the program's memory at post time, as a NIC copies it into the
+    // WQE: the SGEs' lkeys are not looked at.
+    let mut inline_buf = [0u8; 256];
+    let inline_data = if flags.contains(SendFlags::INLINE) {
+        let total: usize = sg.iter().map(|s| s.length as usize).sum();
+        if total > q.max_inline as usize || total > inline_buf.len() {
+            return refuse(
+                W,
+                libc::EINVAL,
+                &format!("{total} inline bytes: more than max_inline_data {}", q.max_inline),
+            );
+        }
+        let mut off = 0;
+        for s in sg {
+            // SAFETY: an inline SGE names the program's own readable memory.
+            let src = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            inline_buf[off..off + src.len()].copy_from_slice(src);
+            off += src.len();
+        }
+        Some(&inline_buf[..total])
+    } else {
+        None
+    };
+    let u = w.wr;
+    let ud = if q.head.c.qp_base.qp_type == 4 {
+        let Some(ah) = ah_of(W, u.w0 as *mut ibv_ah) else { return libc::EINVAL };
+        Some(UdTarget {
+            ah: ah.ah.clone(),
+            remote_qpn: u.w1 as u32,
+            remote_qkey: (u.w1 >> 32) as u32,
+        })
+    } else {
+        None
+    };
+    let wr = SendWr {
+        wr_id: w.wr_id,
+        sg_list: sg,
+        opcode,
+        send_flags: flags,
+        imm_data: u32::from_be(w.imm_data),
+        rdma: RdmaTarget { remote_addr: u.w0, rkey: u.w1 as u32 },
+        atomic: AtomicTarget {
+            remote_addr: u.w0,
+            compare_add: u.w1,
+            swap: u.w2,
+            rkey: u.w3 as u32,
+        },
+        ud,
+        inline_data,
+    };
+    match q.qp.post_send(std::slice::from_ref(&wr)) {
+        Ok(()) => 0,
+        Err(e) => refuse_err(W, &e),
+    }
+}
+
+/// `ops.post_send`, behind the inline `ibv_post_send`: each WR of the chain in order; on a
+/// refusal `*bad` names it and none after it is posted.
+pub(crate) unsafe extern "C" fn post_send(
+    p: *mut ibv_qp,
+    mut wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    let Some(q) = qp_of("ibv_post_send", p) else { return libc::EINVAL };
+    let mut buf = [Sge::default(); MAX_SGE];
+    while !wr.is_null() {
+        // SAFETY: the caller's WR chain.
+        let w = unsafe { &*wr };
+        let rc = post_one(q, w, &mut buf);
+        if rc != 0 {
+            if !bad.is_null() {
+                // SAFETY: the caller's out pointer.
+                unsafe { *bad = wr };
+            }
+            return rc;
+        }
+        wr = w.next;
+    }
+    0
+}
+
+/// `ops.post_recv`, behind the inline `ibv_post_recv`.
+pub(crate) unsafe extern "C" fn post_recv(
+    p: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let Some(q) = qp_of("ibv_post_recv", p) else { return libc::EINVAL };
+    post_recv_chain("ibv_post_recv", wr, bad, |w| q.qp.post_recv(w))
+}

@@ -1,0 +1,285 @@
+//! The `ibv_wr_*` API: a QP made by `ibv_create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`
+//! is an `ibv_qp_ex` whose function pointers build work requests between `ibv_wr_start` and
+//! `ibv_wr_complete`, which posts them in order (or `ibv_wr_abort`, which drops them).
+//!
+//! libibverbs leaves serialising one QP's `wr_start` … `wr_complete` to the program (as for
+//! `ibv_post_send` itself), so the batch being built is kept unlocked in the QP; its buffers
+//! are reused from batch to batch, so a warmed-up QP allocates nothing.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+
+use verbs_api::{AtomicTarget, QueuePair, RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode};
+
+use crate::abi::*;
+use crate::srq_ah::ah_of;
+use crate::{refuse, Magic};
+
+/// The front of every QP box (`crate::qp::Qp`): the C struct, the magic word, and the batch
+/// the `ibv_wr_*` calls build.
+#[repr(C)]
+pub(crate) struct QpHead {
+    pub c: ibv_qp_ex,
+    pub magic: Magic,
+    pub batch: UnsafeCell<Batch>,
+}
+
+/// One work request of the batch; its SGEs and inline bytes are ranges of [`Batch`]'s pools.
+#[derive(Clone, Copy)]
+struct Pending {
+    wr_id: u64,
+    flags: u32,
+    opcode: WrOpcode,
+    imm: u32,
+    rdma: RdmaTarget,
+    atomic: AtomicTarget,
+    ud: Option<(*mut ibv_ah, u32, u32)>,
+    sges: (usize, usize),
+    inline: Option<(usize, usize)>,
+}
+
+/// The batch between `ibv_wr_start` and `ibv_wr_complete`, and the first problem found in it
+/// (reported by `ibv_wr_complete`, as providers do).
+#[derive(Default)]
+pub(crate) struct Batch {
+    /// The QP the batch is posted to.
+    pub qp: Option<QueuePair>,
+    wrs: Vec<Pending>,
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
+    error: c_int,
+}
+
+impl Batch {
+    /// An empty batch for `qp` (None: the QP has no `ibv_wr_*` API).
+    pub(crate) fn new(qp: Option<QueuePair>) -> Batch {
+        Batch { qp, ..Default::default() }
+    }
+}
+
+/// The batch of the QP behind `q`.
+///
+/// # Safety
+/// `q` is a live softverbs QP's `ibv_qp_ex`; the program serialises its `ibv_wr_*` calls.
+unsafe fn batch<'a>(q: *mut ibv_qp_ex) -> &'a mut Batch {
+    // SAFETY: the caller's contract: q is the front of a QpHead.
+    unsafe { &mut *(*(q as *const QpHead)).batch.get() }
+}
+
+/// Start a new WR of `opcode` with the `wr_id` and `wr_flags` the inline set.
+unsafe fn push(q: *mut ibv_qp_ex, opcode: WrOpcode) -> &'static mut Pending {
+    // SAFETY: the caller's contract (see `batch`).
+    let (b, wr_id, flags) = unsafe { (batch(q), (*q).wr_id, (*q).wr_flags) };
+    let at = b.sges.len();
+    b.wrs.push(Pending {
+        wr_id,
+        flags,
+        opcode,
+        imm: 0,
+        rdma: RdmaTarget::default(),
+        atomic: AtomicTarget::default(),
+        ud: None,
+        sges: (at, at),
+        inline: None,
+    });
+    let last = b.wrs.len() - 1;
+    // SAFETY: the batch lives as long as the QP; the reference is used before the next call.
+    unsafe { &mut *(&mut b.wrs[last] as *mut Pending) }
+}
+
+unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
+    // SAFETY: called through the QP's own pointer.
+    let b = unsafe { batch(q) };
+    b.wrs.clear();
+    b.sges.clear();
+    b.inline.clear();
+    b.error = 0;
+}
+
+unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
+    // SAFETY: as wr_start.
+    unsafe { wr_start(q) };
+}
+
+unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
+    // SAFETY: called through the QP's own pointer.
+    unsafe { push(q, WrOpcode::Send) };
+}
+
+unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::SendWithImm) }.imm = u32::from_be(imm);
+}
+
+unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::RdmaWrite) }.rdma = RdmaTarget { remote_addr: addr, rkey };
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
+    // SAFETY: as wr_send.
+    let w = unsafe { push(q, WrOpcode::RdmaWriteWithImm) };
+    w.rdma = RdmaTarget { remote_addr: addr, rkey };
+    w.imm = u32::from_be(imm);
+}
+
+unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::RdmaRead) }.rdma = RdmaTarget { remote_addr: addr, rkey };
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    cmp: u64,
+    swap: u64,
+) {
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::AtomicCmpAndSwp) }.atomic =
+        AtomicTarget { remote_addr: addr, rkey, compare_add: cmp, swap };
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::AtomicFetchAndAdd) }.atomic =
+        AtomicTarget { remote_addr: addr, rkey, compare_add: add, swap: 0 };
+}
+
+/// The WR being built, or None (the batch remembers `EINVAL`) when no opcode call came first.
+unsafe fn last<'a>(q: *mut ibv_qp_ex, what: &str) -> Option<(&'a mut Batch, usize)> {
+    // SAFETY: the caller's contract.
+    let b = unsafe { batch(q) };
+    match b.wrs.len() {
+        0 => {
+            b.error = refuse(what, libc::EINVAL, "no work request started (call an opcode first)");
+            None
+        }
+        n => Some((b, n - 1)),
+    }
+}
+
+unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    // SAFETY: called through the QP's own pointer.
+    if let Some((b, i)) = unsafe { last(q, "ibv_wr_set_ud_addr") } {
+        b.wrs[i].ud = Some((ah, qpn, qkey));
+    }
+}
+
+unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    // SAFETY: called through the QP's own pointer.
+    if let Some((b, i)) = unsafe { last(q, "ibv_wr_set_sge") } {
+        let at = b.sges.len();
+        b.sges.push(Sge { addr, length, lkey });
+        b.wrs[i].sges = (at, at + 1);
+    }
+}
+
+unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    // SAFETY: called through the QP's own pointer.
+    if let Some((b, i)) = unsafe { last(q, "ibv_wr_set_sge_list") } {
+        let at = b.sges.len();
+        for k in 0..n {
+            // SAFETY: the caller's list of n SGEs.
+            let s = unsafe { &*list.add(k) };
+            b.sges.push(Sge { addr: s.addr, length: s.length, lkey: s.lkey });
+        }
+        b.wrs[i].sges = (at, at + n);
+    }
+}
+
+unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, len: usize) {
+    let buf = ibv_data_buf { addr, length: len };
+    // SAFETY: one buffer, the caller's.
+    unsafe { wr_set_inline_data_list(q, 1, &buf) };
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    q: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
+    // SAFETY: called through the QP's own pointer.
+    if let Some((b, i)) = unsafe { last(q, "ibv_wr_set_inline_data") } {
+        let at = b.inline.len();
+        for k in 0..n {
+            // SAFETY: the caller's n buffers of readable memory (copied now, as a NIC copies
+            // inline data into the WQE).
+            let d = unsafe { &*list.add(k) };
+            let bytes = unsafe { std::slice::from_raw_parts(d.addr as *const u8, d.length) };
+            b.inline.extend_from_slice(bytes);
+        }
+        b.wrs[i].inline = Some((at, b.inline.len()));
+        b.wrs[i].flags |= SendFlags::INLINE.bits();
+    }
+}
+
+/// `ibv_wr_complete`: post the batch in order; the first refusal (or a problem found while
+/// building) is returned and the rest of the batch is dropped.
+unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
+    const W: &str = "ibv_wr_complete";
+    // SAFETY: q came from ibv_qp_to_qp_ex; the magic check refuses a destroyed QP.
+    if q.is_null() || unsafe { (*(q as *const QpHead)).magic } != Magic::Qp {
+        return refuse(W, libc::EINVAL, "not a live softverbs QP");
+    }
+    // SAFETY: checked above.
+    let b = unsafe { batch(q) };
+    let Some(qp) = b.qp.clone() else { return libc::EINVAL };
+    let mut rc = b.error;
+    if rc == 0 {
+        for w in &b.wrs {
+            let ud = match w.ud {
+                Some((ah, remote_qpn, remote_qkey)) => match ah_of(W, ah) {
+                    Some(a) => Some(UdTarget { ah: a.ah.clone(), remote_qpn, remote_qkey }),
+                    None => {
+                        rc = libc::EINVAL;
+                        break;
+                    }
+                },
+                None => None,
+            };
+            let wr = SendWr {
+                wr_id: w.wr_id,
+                sg_list: &b.sges[w.sges.0..w.sges.1],
+                opcode: w.opcode,
+                send_flags: SendFlags::from_bits_truncate(w.flags),
+                imm_data: w.imm,
+                rdma: w.rdma,
+                atomic: w.atomic,
+                ud,
+                inline_data: w.inline.map(|(s, e)| &b.inline[s..e]),
+            };
+            if let Err(e) = qp.post_send(std::slice::from_ref(&wr)) {
+                rc = crate::refuse_err(W, &e);
+                break;
+            }
+        }
+    }
+    b.wrs.clear();
+    b.sges.clear();
+    b.inline.clear();
+    b.error = 0;
+    rc
+}
+
+/// Fill the `ibv_wr_*` entry points of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; the
+/// operations softverbs lacks (memory windows, local invalidate, TSO, XRC, atomic write) stay
+/// NULL, as providers leave the ones they do not offer.
+pub(crate) fn fill(q: &mut ibv_qp_ex) {
+    q.comp_mask = 0;
+    q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    q.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    q.wr_rdma_read = Some(wr_rdma_read);
+    q.wr_rdma_write = Some(wr_rdma_write);
+    q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    q.wr_send = Some(wr_send);
+    q.wr_send_imm = Some(wr_send_imm);
+    q.wr_set_ud_addr = Some(wr_set_ud_addr);
+    q.wr_set_inline_data = Some(wr_set_inline_data);
+    q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    q.wr_set_sge = Some(wr_set_sge);
+    q.wr_set_sge_list = Some(wr_set_sge_list);
+    q.wr_start = Some(wr_start);
+    q.wr_complete = Some(wr_complete);
+    q.wr_abort = Some(wr_abort);
+}

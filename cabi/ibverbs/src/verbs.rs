@@ -1,0 +1,612 @@
+//! The objects below a context that QPs, SRQs and AHs build on: PDs, MRs over any memory of the
+//! process, CQs and their polling, completion channels (an eventfd a pump thread signals, so the
+//! channel's `fd` works with `poll`/`epoll`), the registry of C objects by backend key, and the
+//! async-event conversion.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use verbs_api::{
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, CompChannel, CompletionQueue, Errno,
+    MemoryRegion, ProtectionDomain, RecvWr, Sge, WcOpcode, WorkCompletion,
+};
+
+use crate::abi::*;
+use crate::device::ctx_of;
+use crate::{refuse, refuse_err, refuse_null, set_errno, Magic};
+
+/// The most SGEs one work request may carry here (the soft NIC's `max_sge` is 32).
+pub(crate) const MAX_SGE: usize = 32;
+
+/// Where a C object's box is, by the key the backend names it with (QPN, CQ id, SRQ id), so
+/// events (completion and async) can name the C object.
+pub(crate) static CQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+pub(crate) static QPS: Mutex<Option<HashMap<u32, usize>>> = Mutex::new(None);
+pub(crate) static SRQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+
+/// Record (`Some`) or forget (`None`) the C object for `key`.
+pub(crate) fn track<K: std::hash::Hash + Eq>(
+    map: &Mutex<Option<HashMap<K, usize>>>,
+    key: K,
+    ptr: Option<usize>,
+) {
+    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+    let m = m.get_or_insert_with(HashMap::new);
+    match ptr {
+        Some(p) => m.insert(key, p),
+        None => m.remove(&key),
+    };
+}
+
+/// The C object recorded for `key`, or NULL.
+pub(crate) fn lookup<K: std::hash::Hash + Eq>(
+    map: &Mutex<Option<HashMap<K, usize>>>,
+    key: K,
+) -> usize {
+    let m = map.lock().unwrap_or_else(|e| e.into_inner());
+    m.as_ref().and_then(|m| m.get(&key).copied()).unwrap_or(0)
+}
+
+/// Check `p` is a live object of kind `magic` (the magic word follows the C struct `C`) and
+/// return the box it belongs to.
+pub(crate) fn obj<'a, T, C>(what: &str, p: *mut C, magic: Magic) -> Option<&'a T> {
+    if p.is_null() {
+        refuse(what, libc::EINVAL, "NULL object");
+        return None;
+    }
+    // SAFETY: objects we hand out are boxes of T whose first field is C and whose second is
+    // the magic; a mismatching magic refuses memory that is not one (where readable).
+    let m = unsafe { *((p as *const u8).add(std::mem::size_of::<C>()) as *const u64) };
+    if m != magic as u64 {
+        refuse(what, libc::EINVAL, "destroyed object, or not one softverbs made");
+        return None;
+    }
+    // SAFETY: as above.
+    Some(unsafe { &*(p as *const T) })
+}
+
+/// Free a box made by [`obj`]'s conventions after clearing its magic.
+pub(crate) unsafe fn free<T, C>(p: *mut C) {
+    // SAFETY: the caller checked p with obj(); the magic is cleared so later use is refused
+    // while the allocator has not reused the memory.
+    unsafe {
+        *((p as *mut u8).add(std::mem::size_of::<C>()) as *mut u64) = Magic::Dead as u64;
+        drop(Box::from_raw(p as *mut T));
+    }
+}
+
+/// A protection domain.
+#[repr(C)]
+pub(crate) struct Pd {
+    pub c: ibv_pd,
+    magic: Magic,
+    pub pd: ProtectionDomain,
+}
+
+/// `ibv_alloc_pd`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
+    let Some(ctx) = ctx_of("ibv_alloc_pd", c) else { return null_mut() };
+    match ctx.ctx.alloc_pd() {
+        Ok(pd) => {
+            let b = Box::new(Pd { c: ibv_pd { context: c, handle: 0 }, magic: Magic::Pd, pd });
+            Box::into_raw(b) as *mut ibv_pd
+        }
+        Err(e) => refuse_null("ibv_alloc_pd", e.errno.code(), &e.message),
+    }
+}
+
+/// `ibv_dealloc_pd`: `EBUSY` while objects made from it live.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
+    let Some(pd) = obj::<Pd, _>("ibv_dealloc_pd", p, Magic::Pd) else { return libc::EINVAL };
+    if let Err(e) = pd.pd.clone().dealloc() {
+        return refuse_err("ibv_dealloc_pd", &e);
+    }
+    // SAFETY: checked live above.
+    unsafe { free::<Pd, _>(p) };
+    0
+}
+
+/// A memory region over the program's own memory.
+#[repr(C)]
+pub(crate) struct Mr {
+    c: ibv_mr,
+    magic: Magic,
+    mr: MemoryRegion,
+}
+
+/// The access flags softverbs enforces, from `enum ibv_access_flags`: the optional bits
+/// (`IBV_ACCESS_RELAXED_ORDERING` and up, which a device may ignore) and `IBV_ACCESS_MW_BIND`
+/// and `IBV_ACCESS_HUGETLB` (hints) are dropped; zero-based and on-demand MRs are refused.
+pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
+    const OPTIONAL_FIRST: u32 = 1 << 20;
+    const IGNORED: u32 = 0x10 | 0x80;
+    let f = flags & (OPTIONAL_FIRST - 1) & !IGNORED;
+    if f & !0xf != 0 {
+        return Err(refuse(
+            what,
+            libc::EOPNOTSUPP,
+            &format!(
+                "access flags {flags:#x}: zero-based, on-demand and flush MRs are not supported"
+            ),
+        ));
+    }
+    Ok(AccessFlags::from_bits_truncate(f))
+}
+
+fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -> *mut ibv_mr {
+    let Some(pd) = obj::<Pd, _>(what, p, Magic::Pd) else { return null_mut() };
+    let acc = match access(what, acc) {
+        Ok(a) => a,
+        Err(_) => return null_mut(),
+    };
+    if addr.is_null() && len != 0 {
+        return refuse_null(what, libc::EINVAL, "addr is NULL");
+    }
+    // SAFETY: libibverbs' contract: the memory stays valid until ibv_dereg_mr, and the program
+    // does not free it while WRs use it.
+    match unsafe { pd.pd.reg_mr_raw(addr as *mut u8, len, acc) } {
+        Ok(mr) => {
+            let c = ibv_mr {
+                context: pd.c.context,
+                pd: p,
+                addr,
+                length: len,
+                handle: mr.lkey(),
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            };
+            Box::into_raw(Box::new(Mr { c, magic: Magic::Mr, mr })) as *mut ibv_mr
+        }
+        Err(e) => refuse_null(what, e.errno.code(), &e.message),
+    }
+}
+
+/// `ibv_reg_mr`: register `len` bytes of the program's memory at `addr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    p: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    acc: c_int,
+) -> *mut ibv_mr {
+    reg_mr("ibv_reg_mr", p, addr, len, acc as u32)
+}
+
+/// `ibv_reg_mr_iova2`: as `ibv_reg_mr`; soft MRs are addressed by virtual address, so the
+/// IOVA must be `addr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    p: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    acc: u32,
+) -> *mut ibv_mr {
+    if iova != addr as u64 {
+        return refuse_null(
+            "ibv_reg_mr_iova2",
+            libc::EOPNOTSUPP,
+            "an IOVA other than the address is not supported",
+        );
+    }
+    reg_mr("ibv_reg_mr_iova2", p, addr, len, acc)
+}
+
+/// `ibv_reg_mr_iova`: see [`ibv_reg_mr_iova2`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    p: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    acc: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: same contract.
+    unsafe { ibv_reg_mr_iova2(p, addr, len, iova, acc as u32) }
+}
+
+/// `ibv_dereg_mr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
+    let Some(mr) = obj::<Mr, _>("ibv_dereg_mr", m, Magic::Mr) else { return libc::EINVAL };
+    if let Err(e) = mr.mr.clone().dereg() {
+        return refuse_err("ibv_dereg_mr", &e);
+    }
+    // SAFETY: checked live above.
+    unsafe { free::<Mr, _>(m) };
+    0
+}
+
+/// A completion channel: the backend's channel, and an eventfd a pump thread signals once per
+/// event so that the `fd` is readable exactly while `ibv_get_cq_event` would not block.
+#[repr(C)]
+pub(crate) struct Channel {
+    c: ibv_comp_channel,
+    magic: Magic,
+    pub ch: CompChannel,
+    events: Arc<Mutex<VecDeque<u64>>>,
+    stop: Arc<AtomicBool>,
+    pump: Option<JoinHandle<()>>,
+}
+
+/// `ibv_create_comp_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
+    let Some(ctx) = ctx_of("ibv_create_comp_channel", c) else { return null_mut() };
+    let ch = match ctx.ctx.create_comp_channel() {
+        Ok(ch) => ch,
+        Err(e) => return refuse_null("ibv_create_comp_channel", e.errno.code(), &e.message),
+    };
+    // SAFETY: plain syscall; semaphore mode makes one read take one event.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return refuse_null("ibv_create_comp_channel", libc::EMFILE, "no eventfd");
+    }
+    let events = Arc::new(Mutex::new(VecDeque::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ch2, ev2, stop2) = (ch.clone(), events.clone(), stop.clone());
+    let pump = std::thread::Builder::new().name("softverbs-cq-events".into()).spawn(move || {
+        while !stop2.load(Ordering::Acquire) {
+            match ch2.get_cq_event(Some(Duration::from_millis(100))) {
+                Ok(cq) => {
+                    ev2.lock().unwrap_or_else(|e| e.into_inner()).push_back(cq.ops().id());
+                    let one = 1u64;
+                    // SAFETY: fd is this channel's eventfd, open until the pump is joined.
+                    unsafe { libc::write(fd, &one as *const u64 as *const c_void, 8) };
+                }
+                Err(e) if e.errno == Errno::TimedOut => {}
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    let pump = match pump {
+        Ok(p) => p,
+        Err(_) => {
+            // SAFETY: our fd.
+            unsafe { libc::close(fd) };
+            return refuse_null("ibv_create_comp_channel", libc::EAGAIN, "no pump thread");
+        }
+    };
+    let c = ibv_comp_channel { context: c, fd, refcnt: 0 };
+    let b = Channel { c, magic: Magic::Channel, ch, events, stop, pump: Some(pump) };
+    Box::into_raw(Box::new(b)) as *mut ibv_comp_channel
+}
+
+/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int {
+    let Some(ch) = obj::<Channel, _>("ibv_destroy_comp_channel", p, Magic::Channel) else {
+        return libc::EINVAL;
+    };
+    if ch.c.refcnt > 0 {
+        return refuse("ibv_destroy_comp_channel", libc::EBUSY, "CQs still use the channel");
+    }
+    ch.stop.store(true, Ordering::Release);
+    // SAFETY: checked live; we own the box from here.
+    let b = unsafe { &mut *(p as *mut Channel) };
+    if let Some(t) = b.pump.take() {
+        let _ = t.join();
+    }
+    // SAFETY: the pump is gone; the fd is ours.
+    unsafe {
+        libc::close(b.c.fd);
+        free::<Channel, _>(p);
+    }
+    0
+}
+
+/// `ibv_get_cq_event`: read one event from the channel's fd (blocking unless the program made
+/// it non-blocking), and name its CQ.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    p: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    let Some(ch) = obj::<Channel, _>("ibv_get_cq_event", p, Magic::Channel) else { return -1 };
+    let mut v = 0u64;
+    // SAFETY: our eventfd; 8 bytes.
+    let n = unsafe { libc::read(ch.c.fd, &mut v as *mut u64 as *mut c_void, 8) };
+    if n != 8 {
+        return -1; // errno from read (EAGAIN for a non-blocking fd)
+    }
+    let id = ch.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+    let cq = id.map_or(0, |id| lookup(&CQS, id)) as *mut ibv_cq;
+    if cq.is_null() {
+        set_errno(libc::EIO);
+        return -1;
+    }
+    // SAFETY: the out pointers are the caller's; cq is a live CQ box (destroying a CQ with
+    // unacknowledged events is the program's error, as in libibverbs).
+    unsafe {
+        if !cq_out.is_null() {
+            *cq_out = cq;
+        }
+        if !cq_context.is_null() {
+            *cq_context = (*cq).cq_context;
+        }
+    }
+    0
+}
+
+/// A completion queue: an `ibv_cq_ex` (whose `ibv_cq` prefix is all `ibv_create_cq` users
+/// see), then softverbs' CQ and the completion `ibv_start_poll`/`ibv_next_poll` last took.
+#[repr(C)]
+pub(crate) struct Cq {
+    pub c: ibv_cq_ex,
+    magic: Magic,
+    pub cq: CompletionQueue,
+    channel: *mut ibv_comp_channel,
+    current: std::cell::UnsafeCell<WorkCompletion>,
+}
+
+impl Cq {
+    /// Where `ibv_start_poll`/`ibv_next_poll` keep the completion the readers read.
+    pub(crate) fn current_ptr(&self) -> *mut WorkCompletion {
+        self.current.get()
+    }
+}
+
+/// The CQ box behind `p`, if it is a live softverbs CQ.
+#[inline]
+pub(crate) fn cq_of<'a>(what: &str, p: *mut ibv_cq) -> Option<&'a Cq> {
+    obj::<Cq, ibv_cq_ex>(what, p as *mut ibv_cq_ex, Magic::Cq)
+}
+
+/// Make a CQ (both `ibv_create_cq` and `ibv_create_cq_ex`, which then fills the polling entry
+/// points of its `ibv_cq_ex`).
+pub(crate) fn make_cq(
+    what: &str,
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    let Some(ctx) = ctx_of(what, c) else { return null_mut() };
+    if cqe < 1 || comp_vector != 0 {
+        return refuse_null(what, libc::EINVAL, "cqe < 1 or comp_vector not 0");
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        match obj::<Channel, _>(what, channel, Magic::Channel) {
+            Some(ch) => Some(ch),
+            None => return null_mut(),
+        }
+    };
+    match ctx.ctx.create_cq(cqe as u32, ch.map(|c| &c.ch), comp_vector as u32) {
+        Ok(cq) => {
+            // SAFETY: plain old data (the mutex and cond are never used by programs; NULL
+            // function pointers).
+            let mut cc: ibv_cq_ex = unsafe { std::mem::zeroed() };
+            cc.cq.context = c;
+            cc.cq.channel = channel;
+            cc.cq.cq_context = cq_context;
+            cc.cq.cqe = cq.cqe() as c_int;
+            let id = cq.ops().id();
+            let current = Default::default();
+            let p = Box::into_raw(Box::new(Cq { c: cc, magic: Magic::Cq, cq, channel, current }));
+            track(&CQS, id, Some(p as usize));
+            if !channel.is_null() {
+                // SAFETY: checked live above.
+                unsafe { (*channel).refcnt += 1 };
+            }
+            p as *mut ibv_cq
+        }
+        Err(e) => refuse_null(what, e.errno.code(), &e.message),
+    }
+}
+
+/// `ibv_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    make_cq("ibv_create_cq", c, cqe, cq_context, channel, comp_vector)
+}
+
+/// `ibv_resize_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
+    let Some(cq) = cq_of("ibv_resize_cq", p) else { return libc::EINVAL };
+    if cqe < 1 {
+        return refuse("ibv_resize_cq", libc::EINVAL, "cqe < 1");
+    }
+    match cq.cq.resize(cqe as u32) {
+        Ok(()) => {
+            // SAFETY: checked live.
+            unsafe { (*p).cqe = cq.cq.cqe() as c_int };
+            0
+        }
+        Err(e) => refuse_err("ibv_resize_cq", &e),
+    }
+}
+
+/// `ibv_destroy_cq`: `EBUSY` while QPs use it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
+    let Some(cq) = cq_of("ibv_destroy_cq", p) else { return libc::EINVAL };
+    if let Err(e) = cq.cq.clone().destroy() {
+        return refuse_err("ibv_destroy_cq", &e);
+    }
+    track(&CQS, cq.cq.ops().id(), None);
+    if !cq.channel.is_null() {
+        // SAFETY: a CQ's channel cannot be destroyed while the CQ lives (refcnt).
+        unsafe { (*cq.channel).refcnt -= 1 };
+    }
+    // SAFETY: checked live.
+    unsafe { free::<Cq, ibv_cq_ex>(p as *mut ibv_cq_ex) };
+    0
+}
+
+/// `ibv_ack_cq_events`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: u32) {
+    let Some(cq) = cq_of("ibv_ack_cq_events", p) else { return };
+    if let Some(ch) = obj::<Channel, _>("ibv_ack_cq_events", cq.channel, Magic::Channel) {
+        ch.ch.ack_cq_events(&cq.cq, nevents);
+    }
+    // SAFETY: checked live.
+    unsafe { (*p).comp_events_completed = (*p).comp_events_completed.wrapping_add(nevents) };
+}
+
+/// `enum ibv_wc_opcode` of a softverbs completion opcode.
+pub(crate) fn wc_opcode(op: WcOpcode) -> c_int {
+    match op {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::Recv => 128,
+        WcOpcode::RecvRdmaWithImm => 129,
+    }
+}
+
+/// `struct ibv_wc` of a softverbs work completion.
+#[inline]
+pub(crate) fn wc_c(w: &WorkCompletion) -> ibv_wc {
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status as c_int,
+        opcode: wc_opcode(w.opcode),
+        vendor_err: w.vendor_err,
+        byte_len: w.byte_len,
+        imm_data: w.imm_data.to_be(),
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.wc_flags.bits(),
+        pkey_index: w.pkey_index,
+        slid: w.slid,
+        sl: w.sl,
+        dlid_path_bits: w.dlid_path_bits,
+    }
+}
+
+/// `ops.poll_cq`, behind the inline `ibv_poll_cq`: up to `n` completions, or -1.
+pub(crate) unsafe extern "C" fn poll_cq(p: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let Some(cq) = cq_of("ibv_poll_cq", p) else { return -1 };
+    if n < 0 || (n > 0 && wc.is_null()) {
+        refuse("ibv_poll_cq", libc::EINVAL, "negative count or NULL wc array");
+        return -1;
+    }
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0usize;
+    let n = n as usize;
+    while done < n {
+        let want = (n - done).min(buf.len());
+        let got = match cq.cq.poll(&mut buf[..want]) {
+            Ok(g) => g,
+            Err(e) => {
+                refuse_err("ibv_poll_cq", &e);
+                return -1;
+            }
+        };
+        for (i, w) in buf[..got].iter().enumerate() {
+            // SAFETY: the caller gave room for n entries; done + i < n.
+            unsafe { wc.add(done + i).write(wc_c(w)) };
+        }
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    done as c_int
+}
+
+/// `ops.req_notify_cq`, behind the inline `ibv_req_notify_cq`.
+pub(crate) unsafe extern "C" fn req_notify_cq(p: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    let Some(cq) = cq_of("ibv_req_notify_cq", p) else { return libc::EINVAL };
+    match cq.cq.req_notify(solicited_only != 0) {
+        Ok(()) => 0,
+        Err(e) => refuse_err("ibv_req_notify_cq", &e),
+    }
+}
+
+/// Convert a C gather/scatter list into `buf`; None (with a log line) if too long or NULL.
+#[inline]
+pub(crate) fn sges<'a>(
+    what: &str,
+    list: *const ibv_sge,
+    n: c_int,
+    buf: &'a mut [Sge; MAX_SGE],
+) -> Option<&'a [Sge]> {
+    if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
+        refuse(what, libc::EINVAL, &format!("num_sge {n}: at most {MAX_SGE}, and a list"));
+        return None;
+    }
+    for (i, s) in buf.iter_mut().enumerate().take(n as usize) {
+        // SAFETY: the caller's list has num_sge entries.
+        let c = unsafe { &*list.add(i) };
+        *s = Sge { addr: c.addr, length: c.length, lkey: c.lkey };
+    }
+    Some(&buf[..n as usize])
+}
+
+/// Post a chain of receive WRs through `post` one by one; on failure `bad` names the WR.
+#[inline]
+pub(crate) fn post_recv_chain(
+    what: &str,
+    mut wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    post: impl Fn(&[RecvWr<'_>]) -> verbs_api::Result<()>,
+) -> c_int {
+    let mut buf = [Sge::default(); MAX_SGE];
+    while !wr.is_null() {
+        // SAFETY: the caller's WR chain.
+        let w = unsafe { &*wr };
+        let rc = match sges(what, w.sg_list, w.num_sge, &mut buf) {
+            Some(sg) => match post(&[RecvWr { wr_id: w.wr_id, sg_list: sg }]) {
+                Ok(()) => 0,
+                Err(e) => refuse_err(what, &e),
+            },
+            None => libc::EINVAL,
+        };
+        if rc != 0 {
+            if !bad.is_null() {
+                // SAFETY: the caller's out pointer.
+                unsafe { *bad = wr };
+            }
+            return rc;
+        }
+        wr = w.next;
+    }
+    0
+}
+
+/// `enum ibv_event_type` and the element of a softverbs async event.
+pub(crate) fn async_event_c(ev: &AsyncEvent) -> (c_int, *mut c_void) {
+    let ty = match ev.event_type {
+        AsyncEventType::CqErr => 0,
+        AsyncEventType::QpFatal => 1,
+        AsyncEventType::QpReqErr => 2,
+        AsyncEventType::QpAccessErr => 3,
+        AsyncEventType::CommEst => 4,
+        AsyncEventType::SqDrained => 5,
+        AsyncEventType::DeviceFatal => 8,
+        AsyncEventType::PortActive => 9,
+        AsyncEventType::PortErr => 10,
+        AsyncEventType::SrqLimitReached => 15,
+        AsyncEventType::QpLastWqeReached => 16,
+    };
+    let el = match ev.element {
+        AsyncElement::Qp(n) => lookup(&QPS, n),
+        AsyncElement::Cq(id) => lookup(&CQS, id),
+        AsyncElement::Srq(id) => lookup(&SRQS, id),
+        AsyncElement::Port(p) => p as usize,
+        AsyncElement::Device => 0,
+    };
+    (ty, el as *mut c_void)
+}

@@ -1,0 +1,99 @@
+//! tests/c/checks.c on the library: bad input (NULL, a destroyed object, an object in use)
+//! and verbs softverbs lacks get the errno libibverbs gives, and the process keeps running; a
+//! completion channel's fd, and the context's async event fd, are readable exactly when an
+//! event waits (poll); refusals are logged
+//! with their reason under `SOFTVERBS_LOG`, and nothing is printed without it.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{text, tool, Env};
+
+const EXPECTED: &str = "\
+async fd readable: 1
+get_async_event: rc=0
+async event: port active, port 1
+async fd readable after: 0
+alloc_pd(NULL): zero errno=EINVAL
+reg_mr(ON_DEMAND): zero errno=EOPNOTSUPP
+dealloc_pd(in use): rc=EBUSY
+dealloc_pd(destroyed): rc=EINVAL
+dereg_mr(NULL): rc=EINVAL
+query_port(2): rc=EINVAL
+query_gid_ex(99): rc=ENODATA
+alloc_mw: zero errno=EOPNOTSUPP
+open_xrcd: zero errno=EOPNOTSUPP
+create_cq_ex(timestamps): zero errno=EOPNOTSUPP
+destroy_comp_channel(in use): rc=EBUSY
+create_qp(XRC_SEND): zero errno=EOPNOTSUPP
+attach_mcast: rc=EOPNOTSUPP
+post_send(BIND_MW): rc=EINVAL
+bad_wr names it: yes
+fd readable before: 0
+fd readable after: 1
+get_cq_event: rc=0
+event names the cq: yes, context 0x5eed
+comp_events_completed: 1
+completions: 2, received: evented
+start_poll on empty: ENOENT
+cq_ex: rc=0 wr_id=33 status=0 opcode=128 byte_len=8 qp_num ok=yes
+next_poll: ENOENT
+destroy_cq(cq_ex): rc=0
+destroy_qp(destroyed): rc=EINVAL
+destroy_comp_channel: rc=0
+dealloc_pd: rc=0
+close_device: rc=0
+still running
+";
+
+#[test]
+fn bad_input_and_missing_verbs_get_libibverbs_errnos_and_channels_poll() {
+    let test = "bad_input_and_missing_verbs_get_libibverbs_errnos_and_channels_poll";
+    let Some(cc) = tool(test, "cc", "gcc") else { return };
+    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("checks");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/checks.c");
+    let out = Command::new(cc)
+        .arg("-Wall")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    let env = Env::new();
+
+    let out = env.run(&exe, &[], Duration::from_secs(60));
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{:?}\n{o}{e}", out.status);
+    assert_eq!(o, EXPECTED);
+    assert_eq!(e, "", "silent without SOFTVERBS_LOG");
+
+    let mut cmd = env.command(&exe);
+    cmd.env("SOFTVERBS_LOG", "warn");
+    let out = common::finish(
+        common::Guard(Some(cmd.spawn().expect("spawn"))),
+        Duration::from_secs(60),
+        test,
+    );
+    let (o, e) = text(&out);
+    assert_eq!(o, EXPECTED);
+    for line in [
+        "ibv_alloc_pd: the context is NULL",
+        "ibv_reg_mr: access flags 0x41: zero-based, on-demand and flush MRs are not supported",
+        "ibv_dealloc_pd: destroyed object, or not one softverbs made",
+        "ibv_query_port: port 2 does not exist",
+        "ibv_create_qp: QP type 9: softverbs has RC (2), UC (3) and UD (4)",
+        "ibv_attach_mcast: softverbs has no multicast",
+        "ibv_post_send: opcode 8: not supported by softverbs",
+    ] {
+        assert!(e.contains(line), "no log line {line:?} in:\n{e}");
+    }
+}

@@ -1,0 +1,95 @@
+//! `softverbs run -- PROGRAM ARGS...`: run an unmodified C verbs program on the soft devices,
+//! by putting softverbs' `libibverbs.so.1` (the `softverbs-ibverbs` crate, cabi/ibverbs) first
+//! on its library search path and handing it the fabric (docs/c.md).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use super::CliError;
+
+/// What `softverbs run` takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The program and its arguments (after `--`), e.g. `-- ibv_rc_pingpong -g 0`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// The library file cargo builds for `softverbs-ibverbs`.
+const LIB_FILE: &str = "libsoftverbs_ibverbs.so";
+
+/// Where the built library is: `SOFTVERBS_IBVERBS_LIB` if set, else beside this executable (as
+/// cargo builds both into `target/<profile>/`), or in `deps/` there (where `cargo test` leaves
+/// it); the newer of the two.
+pub fn find_library() -> Result<PathBuf, CliError> {
+    if let Some(p) = std::env::var_os("SOFTVERBS_IBVERBS_LIB") {
+        let p = PathBuf::from(p);
+        return match p.is_file() {
+            true => Ok(p),
+            false => Err(CliError::usage(format!(
+                "SOFTVERBS_IBVERBS_LIB names {}, which is not a file",
+                p.display()
+            ))),
+        };
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::failed(format!("cannot tell where softverbs is: {e}")))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let lib = dir.join(LIB_FILE);
+    let newest = [lib.clone(), dir.join("deps").join(LIB_FILE)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max();
+    if let Some((_, p)) = newest {
+        return Ok(p);
+    }
+    let release = dir.ends_with("release");
+    Err(CliError::failed(format!(
+        "softverbs' libibverbs.so.1 is not built: no {} (build it with `cargo build{} -p \
+         softverbs-ibverbs`, or name the file in SOFTVERBS_IBVERBS_LIB)",
+        lib.display(),
+        if release { " --release" } else { "" }
+    )))
+}
+
+/// A directory holding `libibverbs.so.1` → the built library: `ibverbs/` beside it, made once.
+fn library_dir(lib: &Path) -> Result<PathBuf, CliError> {
+    let dir = lib.parent().unwrap_or(Path::new(".")).join("ibverbs");
+    let link = dir.join("libibverbs.so.1");
+    let fail = |e: std::io::Error| {
+        CliError::failed(format!("cannot make {} for the library: {e}", link.display()))
+    };
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    if std::fs::read_link(&link).ok().as_deref() != Some(lib) {
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(lib, &link).map_err(fail)?;
+    }
+    Ok(dir)
+}
+
+/// `softverbs run`: replace this process with `PROGRAM ARGS...`, its `LD_LIBRARY_PATH` led by
+/// the library's directory and `SOFTVERBS_FABRIC` set to `fabric` when one was given (else the
+/// program uses the same default as every softverbs process). Returns only on failure.
+pub fn run(fabric: Option<&Path>, args: &RunArgs) -> Result<(), CliError> {
+    let lib = find_library()?;
+    let dir = library_dir(&lib)?;
+    let mut path = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(rest).env("LD_LIBRARY_PATH", path);
+    if let Some(f) = fabric {
+        cmd.env("SOFTVERBS_FABRIC", f);
+    }
+    let e = cmd.exec();
+    Err(CliError::usage(format!("cannot run {}: {e}", Path::new(program).display())))
+}
