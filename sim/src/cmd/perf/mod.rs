@@ -1,7 +1,7 @@
 //! `softverbs perf`: benchmarks of the soft backend between two real processes on the
 //! shared-memory fabric, one file per measurement — SEND ping-pong latency (`lat.rs`), RDMA WRITE
 //! bandwidth (`bw.rs`), the raw shared-memory floor (`floor.rs`), idle CPU (`idle.rs`), system
-//! calls per iteration (`syscalls.rs`) and the NIC thread's spin window (`spin.rs`) — with their
+//! calls per iteration (`syscalls.rs`), resident memory per object (`memory.rs`) and the NIC thread's spin window (`spin.rs`) — with their
 //! statistics in `stats.rs` and the plumbing they share in `runner.rs`; and perftest's eight
 //! verbs tests (`send_lat` … `atomic_bw`: flags and set-up in `pt.rs`, the measured loops in
 //! `pt_run.rs`, banner, tables, JSON and plot in `pt_out.rs`), which print perftest's table
@@ -15,6 +15,7 @@ mod bw;
 mod floor;
 mod idle;
 mod lat;
+mod memory;
 mod pt;
 mod pt_out;
 mod pt_run;
@@ -45,6 +46,8 @@ enum PerfCmd {
     Lat(lat::LatArgs),
     /// RDMA WRITE bandwidth in GB/s, data checked (perftest's layout: write_bw).
     Bw(bw::BwArgs),
+    /// Resident memory of a device, per CQ entry, per MR and per connected RC QP.
+    Memory(memory::MemArgs),
     /// Raw shared-memory ping-pong of one counter: the floor of any shm transport here.
     Floor(floor::FloorArgs),
     /// CPU time of a connected, idle device over a sleep.
@@ -105,6 +108,8 @@ pub fn run(args: PerfArgs, peer_prefix: &[&str]) -> ExitCode {
         PerfCmd::Lat(a) => lat::lat(&me, a).map(|_| ()),
         PerfCmd::Bw(a) if a.common.peer => bw::bw_peer(a),
         PerfCmd::Bw(a) => bw::bw(&me, a).map(|_| ()),
+        PerfCmd::Memory(a) if a.common.peer => memory::memory_peer(a),
+        PerfCmd::Memory(a) => memory::memory(&me, a),
         PerfCmd::Floor(a) if a.peer => floor::floor_peer(a),
         PerfCmd::Floor(a) => floor::floor(&me, a).map(|_| ()),
         PerfCmd::Idle(a) => idle::idle(&me, a),

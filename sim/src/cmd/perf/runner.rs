@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use verbs_api::{CompletionQueue, Mtu, QpCap, QpType, WcStatus, WorkCompletion};
+use verbs_api::{CompletionQueue, Mtu, QpCap, QpType, QueuePair, WcStatus, WorkCompletion};
 
 use super::Common;
 use crate::cmd::{self, CliError};
@@ -183,8 +183,18 @@ pub(super) fn connect(
     psn: u32,
     remote: &QpInfo,
 ) -> Result<(), String> {
+    connect_qp(&ep.qp, addr, psn, remote)
+}
+
+/// [`connect`] for any RC QP of the device: INIT, RTR towards `remote`, RTS.
+pub(super) fn connect_qp(
+    qp: &QueuePair,
+    addr: &PortAddress,
+    psn: u32,
+    remote: &QpInfo,
+) -> Result<(), String> {
     let opts = addr.conn_opts(opts()).map_err(|e| e.to_string())?;
-    conn::connect(&ep.qp, psn, remote, &opts).map_err(|e| e.to_string())
+    conn::connect(qp, psn, remote, &opts).map_err(|e| e.to_string())
 }
 
 /// Initiator side: start the peer, swap QP info, connect; returns once the peer is READY, with
