@@ -97,6 +97,27 @@ impl fmt::Display for CliError {
     }
 }
 
+/// A CPU-time clock read in nanoseconds (`clock_gettime`; `CLOCK_PROCESS_CPUTIME_ID`, or a
+/// thread's clock id as `pthread_getcpuclockid` forms it), or `None` if the kernel refuses
+/// the clock: `perf` and `learn` both read CPU time through here.
+pub(crate) fn cpu_clock_ns(clock: i32) -> Option<u64> {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec (two i64 on 64-bit Linux) to a valid pointer;
+    // a clock id naming no clock of ours is an error return, not undefined behaviour.
+    if unsafe { clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// The error of a failed write to the command's output: [`CliError::output_closed`] when the
 /// reader has gone (EPIPE), a failure otherwise.
 pub(crate) fn output_error(e: std::io::Error) -> CliError {

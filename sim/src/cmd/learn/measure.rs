@@ -186,20 +186,8 @@ fn me(start: bool) -> ThreadSample {
 /// counts up to this instant even while the thread runs; schedstat's first field, which lags
 /// a running thread by up to a scheduler tick, where the clock cannot be read.
 pub fn cpu_ns(tid: u32) -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-    }
-    let clock = (!(tid as i32) << 3) | 6;
-    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec (two i64 on 64-bit Linux) to a valid pointer;
-    // a clock id naming no thread of ours is an error return, not undefined behaviour.
-    if unsafe { clock_gettime(clock, &mut ts) } == 0 {
-        return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    if let Some(ns) = crate::cmd::cpu_clock_ns((!(tid as i32) << 3) | 6) {
+        return ns;
     }
     task_file(tid, "schedstat").split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0)
 }

@@ -46,22 +46,8 @@ pub fn machine() -> String {
 /// CPU time of this whole process (every thread), in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`;
 /// 0 if the clock cannot be read).
 pub fn process_cpu_ns() -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-    }
     const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec (two i64 on 64-bit Linux) to a valid pointer.
-    let rc = unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::cmd::cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID).unwrap_or(0)
 }
 
 /// `-d DEV [-g N]`: the device options a spawned `lat`, `bw` or peer process needs.
