@@ -249,6 +249,18 @@ const PLANS: &[(&str, Plan)] = &[
         "SOFTVERBS_FAULTS=@plan.toml softverbs pingpong -g 1",
         Plan::NotRun("the plan file is the reader's; nic-model's soft::faults tests parse a TOML plan"),
     ),
+    (
+        "softverbs counters [-d DEV] [--watch]",
+        Plan::Run(&[Form(&["counters", "--watch", "0.05", "--count", "2"], "live port", &[])]),
+    ),
+    (
+        "softverbs perf memory [-q N]",
+        Plan::Run(&[Form(&["perf", "memory", "-q", "10"], "device growth beyond it", &[])]),
+    ),
+    (
+        "softverbs run -- ib_write_bw",
+        Plan::NotRun("needs perftest and the library: cabi/ibverbs/tests/perftest.rs runs ib_write_bw so"),
+    ),
     ("softverbs counters", Plan::Run(&[Form(&["counters"], "live port", &[])])),
     ("softverbs counters --json", Plan::Run(&[Form(&["counters", "--json"], "\"ports\":[", &[])])),
     (
