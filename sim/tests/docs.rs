@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 9] = [
+const COMMAND_PAGES: [&str; 12] = [
     "README.md",
     "docs/guide.md",
     "docs/learn/README.md",
@@ -31,6 +31,9 @@ const COMMAND_PAGES: [&str; 9] = [
     "docs/learn/messages.md",
     "docs/learn/sge.md",
     "docs/learn/vs-tcp.md",
+    "docs/learn/perftest.md",
+    "docs/learn/roce-ib-iwarp.md",
+    "docs/learn/real-cluster.md",
 ];
 
 fn root() -> PathBuf {
