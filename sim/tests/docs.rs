@@ -258,6 +258,7 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs learn one-sided", Plan::Run(ONE_SIDED)),
     ("softverbs learn one-sided --size 64M", Plan::Run(ONE_SIDED)),
     ("softverbs learn messages", Plan::Run(&[Form(&["learn", "messages"], "rdma_lens=[10,200,3000]", &[])])),
+    ("softverbs learn messages --lang zh-TW", Plan::Run(&[Form(&["learn", "messages", "--lang", "zh-TW"], "重點：", &[])])),
     ("softverbs learn sge", Plan::Run(&[Form(&["learn", "sge"], "verified=31 of=31", &[])])),
     ("softverbs learn vs-tcp", Plan::Run(VS_TCP)),
     ("softverbs learn vs-tcp --size 64K -n 2000", Plan::Run(VS_TCP)),
