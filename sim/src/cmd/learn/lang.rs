@@ -65,6 +65,119 @@ const ZH_TW: &[(&str, &str)] = &[
         "The TCP bytes went through the kernel's loopback; how read() cuts them depends on timing.",
         "TCP 的位元組經過核心的 loopback；read() 怎麼切它們取決於時機。",
     ),
+    // zero-copy: what to watch.
+    (
+        "With RDMA the NIC reads the message from the sender's registered memory and writes it",
+        "RDMA 由網卡從傳送端的已註冊記憶體讀出訊息，再寫入",
+    ),
+    (
+        "into the target's: the programs copy nothing, and the kernel is not asked to. With TCP",
+        "目標端的記憶體：程式什麼都不複製，也不必請核心幫忙。TCP 則由",
+    ),
+    (
+        "the kernel copies every byte twice: into the socket on write(), out of it on read().",
+        "核心把每個位元組複製兩次：write() 時複製進 socket，read() 時再複製出來。",
+    ),
+    // bypass: what to watch.
+    (
+        "An RDMA program posts work and polls for completions in its own memory: no system call",
+        "RDMA 程式在自己的記憶體中送出工作並輪詢完成：資料路徑上",
+    ),
+    (
+        "on the data path, so the kernel is bypassed. A TCP program asks the kernel for every",
+        "沒有系統呼叫，因此繞過了核心。TCP 程式每一則訊息",
+    ),
+    (
+        "message: at least a write() to send it and a read() to receive it, and a read() that",
+        "都要請核心處理：至少一次 write() 送出、一次 read() 接收，而 read()",
+    ),
+    (
+        "finds nothing yet puts the thread to sleep (a voluntary context switch).",
+        "若還沒有資料，執行緒就會睡眠（一次自願的情境切換）。",
+    ),
+    // one-sided: what to watch.
+    (
+        "RDMA WRITE and READ are one-sided: the target's NIC executes them against memory the",
+        "RDMA WRITE 與 READ 是單邊操作：由目標端的網卡對目標端",
+    ),
+    (
+        "target registered, and the target program takes no part. Watch its compute loop keep",
+        "已註冊的記憶體執行，目標端程式完全不參與。請看它的計算迴圈維持",
+    ),
+    (
+        "its pace and its program thread use no CPU while the data moves; then watch TCP, where",
+        "原本的速度，資料搬移時程式執行緒不用 CPU；再看 TCP，",
+    ),
+    (
+        "the target program itself must call read() and write() for every byte.",
+        "目標端程式必須為每個位元組自己呼叫 read() 與 write()。",
+    ),
+    // sge: what to watch and what is emulated.
+    (
+        "A work request names its memory as a list of scatter/gather entries (SGEs): address,",
+        "工作請求以一串分散／聚集項目（SGE）指出它的記憶體：位址、",
+    ),
+    (
+        "length, lkey. The NIC gathers a SEND's bytes from every entry in order and scatters",
+        "長度、lkey。網卡依序從每個項目聚集 SEND 的位元組，再依序分散到",
+    ),
+    (
+        "them into the receive's entries in order; the program copies nothing together.",
+        "接收請求的各個項目；程式不必自己把資料拼在一起。",
+    ),
+    (
+        "The gather and the scatter were done by the emulated NIC: the initiator's NIC code read",
+        "聚集與分散由模擬網卡完成：發起端的網卡程式碼讀取",
+    ),
+    (
+        "the three pieces and the target's NIC thread or program thread wrote the two, with the",
+        "三段資料，目標端的網卡執行緒或程式執行緒寫入兩段，用的是",
+    ),
+    (
+        "CPU. A real NIC does both by DMA. TCP's writev also gathers, but the kernel copies each byte.",
+        "CPU。真實網卡兩者都用 DMA 完成。TCP 的 writev 也會聚集，但核心會複製每個位元組。",
+    ),
+    // vs-tcp: what to watch and what is emulated.
+    (
+        "The primer's three advantages, measured: lower latency, higher bandwidth, more CPU left",
+        "入門講義的三項優勢，實際量測：更低的延遲、更高的頻寬、留給",
+    ),
+    (
+        "for the program. Each size runs a ping-pong and a one-way stream, by RDMA and by TCP,",
+        "程式更多 CPU。每種大小各跑一次乒乓與一次單向串流，RDMA 與 TCP 各一次，",
+    ),
+    (
+        "between the same two processes. On one machine both go through memory, so the emulated",
+        "在同樣的兩個行程之間。在同一台機器上兩者都經過記憶體，所以模擬",
+    ),
+    (
+        "NIC's CPU is part of the RDMA column: read the rows for where the time goes.",
+        "網卡的 CPU 也算在 RDMA 欄中：請看各列，了解時間花在哪裡。",
+    ),
+    (
+        "The RDMA column includes the emulated NICs: threads that copy with the CPU out of the",
+        "RDMA 欄包含模擬網卡：這些執行緒用 CPU 從",
+    ),
+    (
+        "sender's memory, into packets and ring slots of shared memory, and into the target's",
+        "傳送端記憶體複製到封包與共享記憶體的環狀緩衝區槽位，再複製到目標端",
+    ),
+    (
+        "memory (the copies row counts each), where a real NIC reads and writes memory by DMA",
+        "記憶體（複製那一列逐一計數），而真實網卡用 DMA 讀寫記憶體，",
+    ),
+    (
+        "and puts the packets on a wire. Both programs busy-poll, as perftest does, so their CPU",
+        "並把封包送上線路。兩個程式都和 perftest 一樣忙碌輪詢，所以它們",
+    ),
+    (
+        "per message is mostly waiting; TCP over loopback never leaves the kernel either.",
+        "每則訊息的 CPU 大多是在等待；走 loopback 的 TCP 也從不離開核心。",
+    ),
+    (
+        "How this emulator compares with real NICs: docs/performance.md.",
+        "這個模擬器與真實網卡的比較：docs/performance.md。",
+    ),
     // The takeaways, one per lesson.
     (
         "Takeaway: RDMA takes the programs and the kernel out of the copying; with TCP the kernel copies every byte in and out.",
@@ -163,5 +276,9 @@ mod tests {
         t.write_all(b"watch:\nRESULT a=1").unwrap();
         t.finish().unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "要注意什麼：\nRESULT a=1");
+        // Each English line has one translation.
+        for (i, (en, _)) in ZH_TW.iter().enumerate() {
+            assert!(ZH_TW[..i].iter().all(|(e, _)| e != en), "{en:?} twice");
+        }
     }
 }
