@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 9] = [
+const COMMAND_PAGES: [&str; 12] = [
     "README.md",
     "docs/guide.md",
     "docs/learn/README.md",
@@ -31,6 +31,9 @@ const COMMAND_PAGES: [&str; 9] = [
     "docs/learn/messages.md",
     "docs/learn/sge.md",
     "docs/learn/vs-tcp.md",
+    "docs/learn/perftest.md",
+    "docs/learn/roce-ib-iwarp.md",
+    "docs/learn/real-cluster.md",
 ];
 
 fn root() -> PathBuf {
@@ -322,6 +325,7 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs learn one-sided", Plan::Run(ONE_SIDED)),
     ("softverbs learn one-sided --size 64M", Plan::Run(ONE_SIDED)),
     ("softverbs learn messages", Plan::Run(&[Form(&["learn", "messages"], "rdma_lens=[10,200,3000]", &[])])),
+    ("softverbs learn messages --lang zh-TW", Plan::Run(&[Form(&["learn", "messages", "--lang", "zh-TW"], "重點：", &[])])),
     ("softverbs learn sge", Plan::Run(&[Form(&["learn", "sge"], "verified=31 of=31", &[])])),
     ("softverbs learn vs-tcp", Plan::Run(VS_TCP)),
     ("softverbs learn vs-tcp --size 64K -n 2000", Plan::Run(VS_TCP)),

@@ -329,3 +329,51 @@ fn json_is_one_object_with_the_measurements_and_the_text() {
     assert!(j.contains("\"text\":\"softverbs learn messages\\n\\nWhat to watch:"), "{j}");
     assert!(j.ends_with("\"}"), "{j}");
 }
+
+#[test]
+fn lang_zh_tw_translates_the_explanations_and_keeps_the_measurements() {
+    let en = ok(&["messages"]);
+    let zh = ok(&["messages", "--lang", "zh-TW"]);
+    // The explanatory lines are in Chinese, and their English is gone.
+    for line in [
+        "要注意什麼：",
+        "  RDMA 的 SEND 是一則訊息：接收端每個 SEND 得到一個完成，其 byte_len",
+        "本次執行的量測：",
+        "哪些是模擬的：",
+        "重點：RDMA 的接收端看到的是傳送端的訊息；TCP 的接收端必須自己找出訊息的結尾。",
+        "試試看：",
+    ] {
+        assert!(zh.stdout.lines().any(|l| l == line), "{line:?} in:\n{}", zh.stdout);
+    }
+    for english in ["What to watch:", "Takeaway:", "What is emulated:", "Try:"] {
+        assert!(en.stdout.contains(english), "{english} in the English run");
+        assert!(!zh.stdout.contains(english), "{english} left in:\n{}", zh.stdout);
+    }
+    // The run's lines and its measurements stay as they are: the same wire lines, the same
+    // RESULT keys, and numbers from this run.
+    for (i, len) in [10, 200, 3000].iter().enumerate() {
+        let line = format!("target CQ: receive completion {}: byte_len {len}", i + 1);
+        assert!(zh.stdout.contains(&line), "{line}:\n{}", zh.stdout);
+    }
+    let (e, z) = (en.result(), zh.result());
+    assert_eq!(e.keys().collect::<Vec<_>>(), z.keys().collect::<Vec<_>>());
+    assert_eq!(z["rdma_lens"], "[10,200,3000]");
+    assert_eq!(zh.num("tcp_bytes"), 3210);
+    assert_eq!(
+        en.stdout.lines().filter(|l| l.trim_start().starts_with("target ")).count(),
+        zh.stdout.lines().filter(|l| l.trim_start().starts_with("target ")).count(),
+        "the live run's lines"
+    );
+    assert_eq!(en.stdout.lines().count(), zh.stdout.lines().count(), "line for line");
+}
+
+#[test]
+fn an_unknown_lang_is_a_usage_error_naming_the_choices() {
+    let r = learn(&["messages", "--lang", "xx"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("no language \"xx\"") && r.stderr.contains("en, zh-TW"),
+        "{}",
+        r.stderr
+    );
+}

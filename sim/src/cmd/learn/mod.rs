@@ -3,9 +3,11 @@
 //! with the emulation's own cost shown for what it is. One file per lesson (`zero_copy`,
 //! `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`); what they share: the two processes and
 //! the target's commands (`session`), the measured runs (`runs`), the TCP side (`tcp`), the
-//! per-thread measurements (`measure`) and the table (`table`).
+//! per-thread measurements (`measure`), the table (`table`) and the language of the explanatory
+//! lines (`lang`).
 
 mod bypass;
+pub mod lang;
 pub(crate) mod measure;
 mod messages;
 mod one_sided;
@@ -59,6 +61,10 @@ pub struct LearnArgs {
     /// line's pairs) and the text it would have printed.
     #[arg(long)]
     pub json: bool,
+    /// The language of the explanatory lines: en or zh-TW (繁體中文). Wire lines, verbs names,
+    /// measured lines and the RESULT line stay as they are.
+    #[arg(long, value_name = "LANG", default_value = "en", value_parser = lang::parse)]
+    pub lang: lang::Lang,
     /// Internal: run as a lesson's target process.
     #[arg(long, hide = true)]
     pub target: bool,
@@ -133,7 +139,9 @@ pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
     let w = session::Where { ib_dev: a.ib_dev.clone(), fabric: a.fabric.clone(), mr_len: MR_LEN };
     let mut s = session::Session::start(&w)?;
     let mut text = Vec::new();
-    let out: &mut dyn Write = if a.json { &mut text } else { &mut *outer };
+    let plain: &mut dyn Write = if a.json { &mut text } else { &mut *outer };
+    let mut translating = lang::Translating::new(plain, a.lang);
+    let out: &mut dyn Write = &mut translating;
     let r = match concept {
         "zero-copy" => zero_copy::run(&mut s, out, size as u32, a.iters.unwrap_or(256) as u64),
         "bypass" => bypass::run(&mut s, out, a.iters.unwrap_or(10_000), size as u32),
@@ -143,6 +151,7 @@ pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
         _ => vs_tcp::run(&mut s, out, size as u32, a.iters.unwrap_or(2000)),
     };
     r?;
+    translating.finish().map_err(crate::cmd::output_error)?;
     s.finish().map_err(CliError::failed)?;
     if a.json {
         let text = String::from_utf8_lossy(&text);
