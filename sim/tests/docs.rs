@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 12] = [
+const COMMAND_PAGES: [&str; 13] = [
     "README.md",
     "docs/guide.md",
     "docs/learn/README.md",
@@ -31,6 +31,7 @@ const COMMAND_PAGES: [&str; 12] = [
     "docs/learn/messages.md",
     "docs/learn/sge.md",
     "docs/learn/vs-tcp.md",
+    "docs/learn/qp-states.md",
     "docs/learn/perftest.md",
     "docs/learn/roce-ib-iwarp.md",
     "docs/learn/real-cluster.md",
@@ -326,6 +327,10 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs learn one-sided --size 64M", Plan::Run(ONE_SIDED)),
     ("softverbs learn messages", Plan::Run(&[Form(&["learn", "messages"], "rdma_lens=[10,200,3000]", &[])])),
     ("softverbs learn messages --lang zh-TW", Plan::Run(&[Form(&["learn", "messages", "--lang", "zh-TW"], "重點：", &[])])),
+    (
+        "softverbs learn qp-states",
+        Plan::Run(&[Form(&["learn", "qp-states"], "missing_errno=EINVAL flushed=3 of=3", &[])]),
+    ),
     ("softverbs learn sge", Plan::Run(&[Form(&["learn", "sge"], "verified=31 of=31", &[])])),
     ("softverbs learn vs-tcp", Plan::Run(VS_TCP)),
     ("softverbs learn vs-tcp --size 64K -n 2000", Plan::Run(VS_TCP)),

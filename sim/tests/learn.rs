@@ -91,13 +91,40 @@ fn ok(args: &[&str]) -> Ran {
 #[test]
 fn learn_alone_lists_every_lesson_with_a_line() {
     let r = ok(&[]);
-    for name in ["zero-copy", "bypass", "one-sided", "messages", "sge", "vs-tcp"] {
+    for name in ["zero-copy", "bypass", "one-sided", "messages", "sge", "vs-tcp", "qp-states"] {
         assert!(
             r.stdout.lines().any(|l| l.trim_start().starts_with(name) && l.len() > name.len() + 10),
             "{name} listed with a line:\n{}",
             r.stdout
         );
     }
+}
+
+#[test]
+fn qp_states_walks_the_masks_refuses_a_missing_attribute_flushes_and_revives() {
+    let r = ok(&["qp-states"]);
+    let res = r.result();
+    // ibv_rc_pingpong's three masks: INIT 0x39, RTR 0x129181, RTS 0x12e01.
+    assert_eq!(res["masks"], "[57,1216897,77313]", "{}", r.stdout);
+    assert_eq!(res["missing_errno"], "EINVAL");
+    assert!(
+        r.stdout.contains("requires IBV_QP_DEST_QPN") && r.stdout.contains("the QP stays Init"),
+        "the refused RTR names the missing attribute and the QP does not move:\n{}",
+        r.stdout
+    );
+    assert_eq!((res["flushed"].as_str(), res["of"].as_str()), ("3", "3"));
+    let flushes: Vec<&str> =
+        r.stdout.lines().filter(|l| l.contains("status 5 (IBV_WC_WR_FLUSH_ERR")).collect();
+    assert_eq!(flushes.len(), 3, "{}", r.stdout);
+    for (line, id) in flushes.iter().zip([100, 101, 102]) {
+        assert!(line.contains(&format!("wr_id {id},")), "flushed in order: {line}");
+    }
+    assert_eq!(res["revived_send"], "IBV_WC_SUCCESS");
+    assert_eq!(res["revived_recv_len"], "11");
+    assert!(r.stdout.contains("\"back in RTS\""), "{}", r.stdout);
+    let states: Vec<&str> =
+        r.stdout.lines().filter_map(|l| l.split("ibv_query_qp says ").nth(1)).collect();
+    assert_eq!(states, ["Init", "Rtr", "Rts", "Err", "Reset", "Init", "Rtr", "Rts"]);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `softverbs learn CONCEPT`: the primer's RDMA concepts, each shown live between two processes
 //! on the soft backend and measured against TCP between the same two processes in the same run,
 //! with the emulation's own cost shown for what it is. One file per lesson (`zero_copy`,
-//! `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`); what they share: the two processes and
+//! `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`, and the control path's `qp_states`,
+//! which runs in this process alone); what they share: the two processes and
 //! the target's commands (`session`), the measured runs (`runs`), the TCP side (`tcp`), the
 //! per-thread measurements (`measure`), the table (`table`) and the language of the explanatory
 //! lines (`lang`).
@@ -11,6 +12,7 @@ pub mod lang;
 pub(crate) mod measure;
 mod messages;
 mod one_sided;
+mod qp_states;
 mod runs;
 mod session;
 mod sge;
@@ -25,7 +27,7 @@ use std::path::PathBuf;
 use crate::cmd::CliError;
 
 /// The lessons: name and one line each, in the order of the primer.
-pub const LESSONS: [(&str, &str); 6] = [
+pub const LESSONS: [(&str, &str); 7] = [
     (
         "zero-copy",
         "who copies a message's bytes: the program, the NIC, the kernel (RDMA WRITE vs TCP)",
@@ -35,6 +37,10 @@ pub const LESSONS: [(&str, &str); 6] = [
     ("messages", "three SENDs give three completions; three TCP writes arrive as reads return"),
     ("sge", "one message gathered from three buffers, scattered into two; max_sge + 1"),
     ("vs-tcp", "latency, bandwidth, CPU, system calls and copies over a range of sizes"),
+    (
+        "qp-states",
+        "a QP walked RESET -> INIT -> RTR -> RTS, a missing attribute, ERR's flush, RESET",
+    ),
 ];
 
 /// Arguments of `softverbs learn`.
@@ -96,7 +102,7 @@ fn list(out: &mut dyn Write) -> Result<(), CliError> {
         lines.push(format!("  {name:<10} {what}"));
     }
     lines.push(String::new());
-    lines.push("Each lesson runs two processes on the soft backend (docs/learn/README.md).".into());
+    lines.push("Each lesson runs two processes on the soft backend; qp-states, two devices of one process (docs/learn/README.md).".into());
     table::lines(out, "", &lines)
 }
 
@@ -133,8 +139,21 @@ pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
     if a.iters == Some(0) {
         return Err(CliError::usage("-n 0: at least one"));
     }
-    if a.iters.is_some() && matches!(concept, "one-sided" | "messages" | "sge") {
+    if a.iters.is_some() && matches!(concept, "one-sided" | "messages" | "sge" | "qp-states") {
         return Err(CliError::usage(format!("-n: the {concept} lesson has a fixed count")));
+    }
+    if concept == "qp-states" {
+        // The control path needs no second process and no TCP: one process, two devices.
+        let mut text = Vec::new();
+        let plain: &mut dyn Write = if a.json { &mut text } else { &mut *outer };
+        let mut translating = lang::Translating::new(plain, a.lang);
+        qp_states::run(&mut translating)?;
+        translating.finish().map_err(crate::cmd::output_error)?;
+        if a.json {
+            let text = String::from_utf8_lossy(&text);
+            table::lines(outer, "", &[json(concept, &text)])?;
+        }
+        return Ok(());
     }
     let w = session::Where { ib_dev: a.ib_dev.clone(), fabric: a.fabric.clone(), mr_len: MR_LEN };
     let mut s = session::Session::start(&w)?;
