@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 13] = [
+const COMMAND_PAGES: [&str; 14] = [
     "README.md",
     "docs/guide.md",
     "docs/learn/README.md",
@@ -32,6 +32,7 @@ const COMMAND_PAGES: [&str; 13] = [
     "docs/learn/sge.md",
     "docs/learn/vs-tcp.md",
     "docs/learn/qp-states.md",
+    "docs/learn/mr.md",
     "docs/learn/perftest.md",
     "docs/learn/roce-ib-iwarp.md",
     "docs/learn/real-cluster.md",
@@ -330,6 +331,10 @@ const PLANS: &[(&str, Plan)] = &[
     (
         "softverbs learn qp-states",
         Plan::Run(&[Form(&["learn", "qp-states"], "missing_errno=EINVAL flushed=3 of=3", &[])]),
+    ),
+    (
+        "softverbs learn mr",
+        Plan::Run(&[Form(&["learn", "mr"], "read_only=IBV_WC_REM_ACCESS_ERR untouched=true", &[])]),
     ),
     ("softverbs learn sge", Plan::Run(&[Form(&["learn", "sge"], "verified=31 of=31", &[])])),
     ("softverbs learn vs-tcp", Plan::Run(VS_TCP)),

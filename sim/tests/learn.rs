@@ -91,7 +91,8 @@ fn ok(args: &[&str]) -> Ran {
 #[test]
 fn learn_alone_lists_every_lesson_with_a_line() {
     let r = ok(&[]);
-    for name in ["zero-copy", "bypass", "one-sided", "messages", "sge", "vs-tcp", "qp-states"] {
+    for name in ["zero-copy", "bypass", "one-sided", "messages", "sge", "vs-tcp", "qp-states", "mr"]
+    {
         assert!(
             r.stdout.lines().any(|l| l.trim_start().starts_with(name) && l.len() > name.len() + 10),
             "{name} listed with a line:\n{}",
@@ -125,6 +126,25 @@ fn qp_states_walks_the_masks_refuses_a_missing_attribute_flushes_and_revives() {
     let states: Vec<&str> =
         r.stdout.lines().filter_map(|l| l.split("ibv_query_qp says ").nth(1)).collect();
     assert_eq!(states, ["Init", "Rtr", "Rts", "Err", "Reset", "Init", "Rtr", "Rts"]);
+}
+
+#[test]
+fn mr_the_nic_refuses_a_write_without_remote_write_and_a_deregistered_rkey() {
+    let r = ok(&["mr"]);
+    let res = r.result();
+    assert_eq!(res["writable"], "IBV_WC_SUCCESS", "{}", r.stdout);
+    assert_eq!(res["landed"], "written by RDMA");
+    assert_eq!(res["read_only"], "IBV_WC_REM_ACCESS_ERR");
+    assert_eq!(res["untouched"], "true", "the refused WRITE wrote nothing");
+    assert_eq!((res["initiator_qp"].as_str(), res["target_qp"].as_str()), ("ERR", "ERR"));
+    assert_eq!(res["target_event"], "QpFatal");
+    assert_eq!(res["event_on_target_qp"], "true");
+    assert_eq!(res["dereg"], "IBV_WC_REM_ACCESS_ERR");
+    // Each refusal is a NAK on the wire with the remote access error syndrome.
+    let naks = r.stdout.lines().filter(|l| l.contains("AETH NAK RemoteAccessError")).count();
+    assert_eq!(naks, 2, "{}", r.stdout);
+    let acks = r.stdout.lines().filter(|l| l.contains("AETH ACK")).count();
+    assert_eq!(acks, 1, "only the first WRITE is acknowledged:\n{}", r.stdout);
 }
 
 #[test]

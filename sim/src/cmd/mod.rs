@@ -23,6 +23,7 @@ pub mod perf;
 pub mod pingpong;
 pub mod run;
 pub mod sim;
+pub mod words;
 
 use std::fmt;
 use std::io::Write;

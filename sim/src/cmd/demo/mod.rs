@@ -20,10 +20,10 @@ use verbs_api::{
 };
 
 use crate::cmd::learn::measure;
+pub use crate::cmd::words::{describe_packet, describe_wc};
 use crate::cmd::{self, gid_ntop, CliError};
 use crate::conn::{self, ConnOpts, Endpoint, PortAddress};
 use crate::peer::{Parent, Peer, Stderr};
-pub use wire::{describe_packet, describe_wc};
 use wire::{explain_wire, printable};
 
 /// Where in the target's MR each operation lands.

@@ -1,8 +1,8 @@
 //! `softverbs learn CONCEPT`: the primer's RDMA concepts, each shown live between two processes
 //! on the soft backend and measured against TCP between the same two processes in the same run,
 //! with the emulation's own cost shown for what it is. One file per lesson (`zero_copy`,
-//! `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`, and the control path's `qp_states`,
-//! which runs in this process alone); what they share: the two processes and
+//! `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`, and the control path's `qp_states` and
+//! `mr`, which run in this process alone); what they share: the two processes and
 //! the target's commands (`session`), the measured runs (`runs`), the TCP side (`tcp`), the
 //! per-thread measurements (`measure`), the table (`table`) and the language of the explanatory
 //! lines (`lang`).
@@ -11,6 +11,7 @@ mod bypass;
 pub mod lang;
 pub(crate) mod measure;
 mod messages;
+mod mr;
 mod one_sided;
 mod qp_states;
 mod runs;
@@ -27,7 +28,7 @@ use std::path::PathBuf;
 use crate::cmd::CliError;
 
 /// The lessons: name and one line each, in the order of the primer.
-pub const LESSONS: [(&str, &str); 7] = [
+pub const LESSONS: [(&str, &str); 8] = [
     (
         "zero-copy",
         "who copies a message's bytes: the program, the NIC, the kernel (RDMA WRITE vs TCP)",
@@ -41,6 +42,7 @@ pub const LESSONS: [(&str, &str); 7] = [
         "qp-states",
         "a QP walked RESET -> INIT -> RTR -> RTS, a missing attribute, ERR's flush, RESET",
     ),
+    ("mr", "keys and access flags: a WRITE the NIC refuses on the wire, a deregistered rkey"),
 ];
 
 /// Arguments of `softverbs learn`.
@@ -102,7 +104,7 @@ fn list(out: &mut dyn Write) -> Result<(), CliError> {
         lines.push(format!("  {name:<10} {what}"));
     }
     lines.push(String::new());
-    lines.push("Each lesson runs two processes on the soft backend; qp-states, two devices of one process (docs/learn/README.md).".into());
+    lines.push("Each lesson runs two processes on the soft backend; qp-states and mr, two devices of one process (docs/learn/README.md).".into());
     table::lines(out, "", &lines)
 }
 
@@ -139,15 +141,20 @@ pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
     if a.iters == Some(0) {
         return Err(CliError::usage("-n 0: at least one"));
     }
-    if a.iters.is_some() && matches!(concept, "one-sided" | "messages" | "sge" | "qp-states") {
+    if a.iters.is_some() && matches!(concept, "one-sided" | "messages" | "sge" | "qp-states" | "mr")
+    {
         return Err(CliError::usage(format!("-n: the {concept} lesson has a fixed count")));
     }
-    if concept == "qp-states" {
+    if matches!(concept, "qp-states" | "mr") {
         // The control path needs no second process and no TCP: one process, two devices.
         let mut text = Vec::new();
         let plain: &mut dyn Write = if a.json { &mut text } else { &mut *outer };
         let mut translating = lang::Translating::new(plain, a.lang);
-        qp_states::run(&mut translating)?;
+        if concept == "mr" {
+            mr::run(&mut translating)?;
+        } else {
+            qp_states::run(&mut translating)?;
+        }
         translating.finish().map_err(crate::cmd::output_error)?;
         if a.json {
             let text = String::from_utf8_lossy(&text);
