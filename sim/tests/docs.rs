@@ -418,6 +418,8 @@ const SIM: &[Form] = &[
     Form(&["sim", "sim/scenarios/rnr-storm.toml", "-q"], "PASSED", &[]),
     Form(&["sim", "sim/scenarios/incast.toml", "-q"], "PASSED", &[]),
     Form(&["sim", "sim/scenarios/partition-heals.toml", "-q"], "PASSED", &[]),
+    Form(&["sim", "sim/scenarios/fat-tree-16.toml", "-q"], "PASSED", &[]),
+    Form(&["sim", "sim/scenarios/fat-tree-64.toml", "-q"], "PASSED", &[]),
 ];
 
 fn plan(cmd: &str) -> Option<&'static Plan> {

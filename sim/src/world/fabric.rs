@@ -31,14 +31,21 @@ impl World {
     fn compute_routes(&mut self) {
         let n = self.nodes.len();
         self.next_hop = vec![vec![None; n]; n];
+        // Links into each node, in link-index order: the BFS visits them in the same order as a
+        // scan of all links would, without costing a pass over every link per node visited.
+        let mut incoming = vec![Vec::new(); n];
+        for (id, l) in self.links.iter().enumerate() {
+            incoming[l.dst].push(id);
+        }
         for to in 0..n {
             let mut dist = vec![usize::MAX; n];
             dist[to] = 0;
             let mut frontier = VecDeque::from([to]);
             while let Some(v) = frontier.pop_front() {
-                for (id, l) in self.links.iter().enumerate() {
+                for &id in &incoming[v] {
+                    let l = &self.links[id];
                     // A packet at `l.src` can reach `v` through `l`; switches relay, NICs do not.
-                    if l.dst != v || dist[l.src] != usize::MAX {
+                    if dist[l.src] != usize::MAX {
                         continue;
                     }
                     if v != to && !self.nodes[v].is_switch() {
