@@ -39,7 +39,8 @@ pub const ERR: c_int = 6;
 pub fn modify(qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: c_int, step: &str) -> c_int {
     // SAFETY: qp is the id's live QP.
     let r = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
-    if r != 0 {
+    // A move to ERR can race the peer's DREQ (the QP is then in ERR already): not worth a line.
+    if r != 0 && attr.qp_state != ERR {
         eprintln!("librdmacm (softverbs): moving the QP to {step} failed (errno {r})");
     }
     r
@@ -136,6 +137,32 @@ pub unsafe extern "C" fn rdma_create_qp(
         (*cid).qp_type = (*attr).qp_type;
     }
     0
+}
+
+/// `struct ibv_qp_init_attr_ex`, as far as `rdma_create_qp_ex` reads it.
+#[repr(C)]
+pub struct QpInitAttrEx {
+    pub base: ibv_qp_init_attr,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+}
+
+/// `rdma_create_qp_ex`: as `rdma_create_qp` with the PD in the attributes
+/// (`IBV_QP_INIT_ATTR_PD`); other extended attributes are `EOPNOTSUPP`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp_ex(cid: *mut rdma_cm_id, attr: *mut QpInitAttrEx) -> c_int {
+    if attr.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &mut *attr };
+    if a.comp_mask & !1 != 0 {
+        eprintln!("librdmacm (softverbs): rdma_create_qp_ex: only IBV_QP_INIT_ATTR_PD is supported (comp_mask {:#x})", a.comp_mask);
+        return fail(libc::EOPNOTSUPP);
+    }
+    let pd = if a.comp_mask & 1 != 0 { a.pd } else { std::ptr::null_mut() };
+    // SAFETY: as rdma_create_qp.
+    unsafe { rdma_create_qp(cid, pd, &mut a.base) }
 }
 
 /// `rdma_destroy_qp`.

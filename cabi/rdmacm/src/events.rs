@@ -45,12 +45,36 @@ fn event(id: *mut Id, kind: i32, status: i32, m: Option<&Msg>) -> Box<Ev> {
     e
 }
 
+/// Give a UD id's event the peer's address handle attributes, QP number and Q_Key (the
+/// `param.ud` of librdmacm's SIDR events) instead of the connection parameters.
+fn ud_param(e: &mut Ev, peer_ip: [u8; 4], m: &Msg) {
+    let mut ah = crate::abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
+    ah.grh.dgid.raw = gid_of(peer_ip);
+    ah.grh.sgid_index = 1;
+    ah.grh.hop_limit = 64;
+    // SAFETY: conn's private data fields were written by event(); ud shares them.
+    let (pd, len) = unsafe { (e.c.param.conn.private_data, e.c.param.conn.private_data_len) };
+    e.c.param.ud = rdma_ud_param {
+        private_data: pd,
+        private_data_len: len,
+        ah_attr: ah,
+        qp_num: m.qpn,
+        qkey: m.qkey,
+    };
+}
+
 /// Process one message; the event it makes, if any.
 fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
     let addr = *ids().lock().ok()?.get(&m.to)?;
     let idp = addr as *mut Id;
     // SAFETY: registered, so alive (ids are destroyed by the thread that gets their events).
     let id = unsafe { &*idp };
+    if !std::ptr::eq(id.c.channel.cast::<Channel>(), ch) {
+        // The id moved to another channel (rdma_migrate_id): its events are read there.
+        send(ch, &channel_of(id).path, m);
+        return None;
+    }
+    let ud = id.c.ps != RDMA_PS_TCP;
     match m.kind {
         kind::LOCAL => Some(event(idp, m.event, m.status, None)),
         kind::REQ => {
@@ -77,6 +101,9 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
             let mut e = event(child, ev::CONNECT_REQUEST, 0, Some(m));
             e.c.listen_id = idp.cast();
+            if ud {
+                ud_param(&mut e, m.src_ip, m);
+            }
             Some(e)
         }
         kind::REP => {
@@ -89,6 +116,14 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 st.dst.0 = m.src_ip;
                 let (src, dst) = (st.src, st.dst);
                 set_route(id, src, Some(dst));
+            }
+            if ud {
+                // SIDR: the reply is all; no RTU, no connection state.
+                let ip = st.dst.0;
+                drop(st);
+                let mut e = event(idp, ev::ESTABLISHED, 0, Some(m));
+                ud_param(&mut e, ip, m);
+                return Some(e);
             }
             let qp = id.c.qp;
             if !qp.is_null()
@@ -202,6 +237,20 @@ pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
     ids().lock().expect("ids").remove(&id.token);
     // SAFETY: made by make_id, now unregistered.
     drop(unsafe { Box::from_raw(cid.cast::<Id>()) });
+    0
+}
+
+/// `rdma_migrate_id`: move the id to channel `ch` (its later events are read there).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_migrate_id(
+    cid: *mut rdma_cm_id,
+    ch: *mut rdma_event_channel,
+) -> c_int {
+    if id_ref(cid).is_none() || ch.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's live id.
+    unsafe { (*cid).channel = ch };
     0
 }
 

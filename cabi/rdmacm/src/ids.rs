@@ -12,7 +12,11 @@ use crate::state::*;
 #[no_mangle]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     match new_channel() {
-        Ok(c) => Box::into_raw(c).cast(),
+        Ok(c) => {
+            let p = Box::into_raw(c);
+            channels().lock().expect("channels").insert(p as usize);
+            p.cast()
+        }
         Err(e) => {
             eprintln!(
                 "librdmacm (softverbs): cannot make an event channel in {}: {e}",
@@ -27,7 +31,9 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 /// `rdma_destroy_event_channel`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
-    if !ch.is_null() {
+    // Only a live channel of ours: a second destroy is ignored instead of closing a descriptor
+    // twice.
+    if channels().lock().expect("channels").remove(&(ch as usize)) {
         // SAFETY: made by rdma_create_event_channel (the C struct is the box's first field).
         drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
     }

@@ -232,6 +232,12 @@ pub fn ids() -> &'static Mutex<HashMap<u64, usize>> {
     IDS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Every live event channel, as the address of its box.
+pub fn channels() -> &'static Mutex<std::collections::HashSet<usize>> {
+    static CHS: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    CHS.get_or_init(|| Mutex::new(std::collections::HashSet::new()))
+}
+
 /// A free port number for an id that binds to port 0 (the ephemeral range, as the kernel picks).
 pub fn ephemeral_port() -> u16 {
     let n = (std::process::id() as u64).wrapping_mul(7919).wrapping_add(token());
