@@ -245,6 +245,20 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         a.grh.dgid = g.sgid;
         a.grh.flow_label = flow & 0xfffff;
         a.grh.sgid_index = 0;
+        // RoCE v2 over IPv4 (as libibverbs tells it): 20 zero bytes, then the IPv4 header,
+        // whose source address (bytes 32..36 of the area) is the sender's IPv4-mapped GID,
+        // answered from the port's IPv4 GID (index 1).
+        // SAFETY: the 40-byte GRH area the caller's buffer holds.
+        let raw = unsafe { std::slice::from_raw_parts(grh.cast::<u8>(), 40) };
+        if raw[..20].iter().all(|&b| b == 0) && raw[20] >> 4 == 4 {
+            a.grh.dgid.raw = [0; 16];
+            a.grh.dgid.raw[10] = 0xff;
+            a.grh.dgid.raw[11] = 0xff;
+            a.grh.dgid.raw[12..].copy_from_slice(&raw[32..36]);
+            a.grh.sgid_index = 1;
+            a.grh.flow_label = 0;
+            a.grh.traffic_class = raw[21] >> 2;
+        }
         a.grh.hop_limit = 0xff;
         a.grh.traffic_class = ((flow >> 20) & 0xff) as u8;
     }

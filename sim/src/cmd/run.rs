@@ -70,6 +70,14 @@ fn library_dir(lib: &Path) -> Result<PathBuf, CliError> {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(lib, &link).map_err(fail)?;
     }
+    // softverbs' librdmacm.so.1 (cabi/rdmacm), when built beside it: programs that connect by
+    // address (rping, perftest -R) then use softverbs' CM instead of the kernel's.
+    let cm = lib.with_file_name("libsoftverbs_rdmacm.so");
+    let cm_link = dir.join("librdmacm.so.1");
+    if cm.is_file() && std::fs::read_link(&cm_link).ok().as_deref() != Some(cm.as_path()) {
+        let _ = std::fs::remove_file(&cm_link);
+        std::os::unix::fs::symlink(&cm, &cm_link).map_err(fail)?;
+    }
     Ok(dir)
 }
 

@@ -1,0 +1,336 @@
+//! Connections: `rdma_create_qp` (the QP walked to INIT, then RTR and RTS as the connection is
+//! made), `rdma_connect` / `rdma_accept` / `rdma_reject` / `rdma_disconnect` as REQ, REP, RTU,
+//! REJ, DREQ and DREP messages, and `rdma_get_cm_event` turning what arrives into events.
+use std::ffi::{c_int, c_void};
+
+use crate::abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
+use crate::cm_abi::*;
+use crate::state::*;
+
+unsafe extern "C" {
+    fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
+    fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
+    fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
+}
+
+// ibv_qp_attr_mask bits and states (<infiniband/verbs.h>).
+pub const STATE: c_int = 1;
+const ACCESS: c_int = 1 << 3;
+const PKEY: c_int = 1 << 4;
+const PORT: c_int = 1 << 5;
+const QKEY: c_int = 1 << 6;
+const AV: c_int = 1 << 7;
+const MTU: c_int = 1 << 8;
+const TIMEOUT: c_int = 1 << 9;
+const RETRY: c_int = 1 << 10;
+const RNR_RETRY: c_int = 1 << 11;
+const RQ_PSN: c_int = 1 << 12;
+const MAX_RD: c_int = 1 << 13;
+const MIN_RNR: c_int = 1 << 15;
+const SQ_PSN: c_int = 1 << 16;
+const MAX_DEST_RD: c_int = 1 << 17;
+const DEST_QPN: c_int = 1 << 20;
+const INIT: c_int = 1;
+const RTR: c_int = 2;
+const RTS: c_int = 3;
+pub const ERR: c_int = 6;
+
+/// Move `qp` with `attr`/`mask`, naming the step in the message if the verbs refuse.
+pub fn modify(qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: c_int, step: &str) -> c_int {
+    // SAFETY: qp is the id's live QP.
+    let r = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
+    // A move to ERR can race the peer's DREQ (the QP is then in ERR already): not worth a line.
+    if r != 0 && attr.qp_state != ERR {
+        eprintln!("librdmacm (softverbs): moving the QP to {step} failed (errno {r})");
+    }
+    r
+}
+
+/// The QP to INIT (UD: on to RTS, as librdmacm does for UD ids).
+fn qp_init(qp: *mut ibv_qp, ud: bool) -> c_int {
+    let mut a = ibv_qp_attr { qp_state: INIT, port_num: 1, pkey_index: 0, ..Default::default() };
+    if ud {
+        a.qkey = RDMA_UDP_QKEY;
+        let r = modify(qp, a, STATE | PKEY | PORT | QKEY, "INIT");
+        if r != 0 {
+            return r;
+        }
+        let r = modify(qp, ibv_qp_attr { qp_state: RTR, ..Default::default() }, STATE, "RTR");
+        if r != 0 {
+            return r;
+        }
+        return modify(
+            qp,
+            ibv_qp_attr { qp_state: RTS, ..Default::default() },
+            STATE | SQ_PSN,
+            "RTS",
+        );
+    }
+    a.qp_access_flags = 1 | 2 | 4 | 8; // local write, remote write, read, atomic
+    modify(qp, a, STATE | PKEY | PORT | ACCESS, "INIT")
+}
+
+/// The QP to RTR then RTS towards the peer recorded in `st`.
+pub fn qp_connect(qp: *mut ibv_qp, st: &St, responder: u8, initiator: u8) -> c_int {
+    let mut a = ibv_qp_attr {
+        qp_state: RTR,
+        path_mtu: 3, // IBV_MTU_1024, the active MTU of a softverbs port on a 1500-byte link
+        dest_qp_num: st.peer_qpn,
+        rq_psn: st.peer_psn,
+        max_dest_rd_atomic: responder.max(1),
+        min_rnr_timer: 12,
+        ..Default::default()
+    };
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.dgid.raw = gid_of(st.dst.0);
+    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.hop_limit = 64;
+    let r = modify(qp, a, STATE | AV | MTU | RQ_PSN | MAX_DEST_RD | MIN_RNR | DEST_QPN, "RTR");
+    if r != 0 {
+        return r;
+    }
+    let b = ibv_qp_attr {
+        qp_state: RTS,
+        sq_psn: st.my_psn,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: st.rnr_retry,
+        max_rd_atomic: initiator.max(1),
+        ..Default::default()
+    };
+    modify(qp, b, STATE | SQ_PSN | TIMEOUT | RETRY | RNR_RETRY | MAX_RD, "RTS")
+}
+
+/// `rdma_create_qp`: a QP on the id's device (`pd`, or the id's own), moved to INIT (UD: RTS).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp(
+    cid: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    // SAFETY: the caller's id.
+    let pd = if pd.is_null() { unsafe { (*cid).pd } } else { pd };
+    if pd.is_null() || attr.is_null() {
+        eprintln!("librdmacm (softverbs): rdma_create_qp needs a PD and init attributes");
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes and PD.
+    let qp = unsafe { ibv_create_qp(pd, attr) };
+    if qp.is_null() {
+        return -1;
+    }
+    let ud = id.c.ps != RDMA_PS_TCP;
+    if qp_init(qp, ud) != 0 {
+        // SAFETY: just made.
+        unsafe { ibv_destroy_qp(qp) };
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's id and the new QP.
+    unsafe {
+        (*cid).qp = qp;
+        (*cid).pd = pd;
+        (*cid).send_cq = (*attr).send_cq;
+        (*cid).recv_cq = (*attr).recv_cq;
+        (*cid).srq = (*attr).srq;
+        (*cid).qp_type = (*attr).qp_type;
+    }
+    0
+}
+
+/// `struct ibv_qp_init_attr_ex`, as far as `rdma_create_qp_ex` reads it.
+#[repr(C)]
+pub struct QpInitAttrEx {
+    pub base: ibv_qp_init_attr,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+}
+
+/// `rdma_create_qp_ex`: as `rdma_create_qp` with the PD in the attributes
+/// (`IBV_QP_INIT_ATTR_PD`); other extended attributes are `EOPNOTSUPP`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp_ex(cid: *mut rdma_cm_id, attr: *mut QpInitAttrEx) -> c_int {
+    if attr.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &mut *attr };
+    if a.comp_mask & !1 != 0 {
+        eprintln!("librdmacm (softverbs): rdma_create_qp_ex: only IBV_QP_INIT_ATTR_PD is supported (comp_mask {:#x})", a.comp_mask);
+        return fail(libc::EOPNOTSUPP);
+    }
+    let pd = if a.comp_mask & 1 != 0 { a.pd } else { std::ptr::null_mut() };
+    // SAFETY: as rdma_create_qp.
+    unsafe { rdma_create_qp(cid, pd, &mut a.base) }
+}
+
+/// `rdma_destroy_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(cid: *mut rdma_cm_id) {
+    if id_ref(cid).is_none() {
+        return;
+    }
+    // SAFETY: the caller's id; its QP made by rdma_create_qp.
+    unsafe {
+        if !(*cid).qp.is_null() {
+            ibv_destroy_qp((*cid).qp);
+            (*cid).qp = std::ptr::null_mut();
+        }
+    }
+}
+
+/// The private data of a connection parameter (at most `max` bytes, librdmacm's limit for
+/// the message), or None when too long.
+fn private(p: *const c_void, len: u8, max: usize) -> Option<Vec<u8>> {
+    if p.is_null() || len == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the caller's buffer of len bytes.
+    let v = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) }.to_vec();
+    (v.len() <= max).then_some(v)
+}
+
+/// A random starting PSN (24 bits).
+fn psn() -> u32 {
+    (token() as u32).wrapping_mul(2_654_435_761) ^ std::process::id() & 0xff_ffff
+}
+
+/// `rdma_connect`: send a REQ to the listener at the resolved address; REJECTED (status 8,
+/// invalid service ID, as the IB CM answers) when nothing listens there.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    // SAFETY: NULL or the caller's parameters.
+    let p = unsafe { param.as_ref() };
+    let Some(pd) = p.map_or(Some(Vec::new()), |p| private(p.private_data, p.private_data_len, 56))
+    else {
+        eprintln!("librdmacm (softverbs): rdma_connect: private data over 56 bytes");
+        return fail(libc::EINVAL);
+    };
+    let mut st = id.st.lock().expect("id");
+    if !st.addr_resolved {
+        eprintln!("librdmacm (softverbs): rdma_connect before the address and route are resolved");
+        return fail(libc::EINVAL);
+    }
+    st.my_psn = psn() & 0xff_ffff;
+    st.rnr_retry = p.map_or(7, |p| p.rnr_retry_count);
+    let ch = channel_of(id);
+    let mut m = Msg::new(kind::REQ, 0);
+    m.from = id.token;
+    m.set_reply(&ch.path);
+    // SAFETY: the caller's id; its QP, if any.
+    m.qpn = unsafe { (*cid).qp.as_ref().map_or(p.map_or(0, |p| p.qp_num), |q| q.qp_num) };
+    m.psn = st.my_psn;
+    m.src_ip = st.src.0;
+    m.src_port = st.src.1;
+    m.dst_ip = st.dst.0;
+    m.dst_port = st.dst.1;
+    m.rd_atomic = p.map_or(1, |p| p.initiator_depth);
+    m.rnr_retry = st.rnr_retry;
+    m.set_pd(&pd);
+    let (dst, port) = st.dst;
+    drop(st);
+    let mut names = vec![listen_name(dst, port), listen_name([0; 4], port)];
+    if is_loopback(dst) {
+        // Loopback reaches whichever process listens on the port.
+        let suffix = format!(":{port}");
+        let rd = std::fs::read_dir(cm_dir()).into_iter().flatten().flatten();
+        names.extend(rd.map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(&suffix)));
+    }
+    for name in names {
+        let Some((path, tok)) = listener_at(&name) else { continue };
+        m.to = tok;
+        if send(ch, &path, &m) {
+            return 0;
+        }
+    }
+    post_local(id, ev::REJECTED, 8);
+    0
+}
+
+/// `rdma_accept`: move the QP to RTR and RTS and send the REP; ESTABLISHED follows the RTU.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    // SAFETY: NULL or the caller's parameters.
+    let p = unsafe { param.as_ref() };
+    let Some(pd) = p.map_or(Some(Vec::new()), |p| private(p.private_data, p.private_data_len, 196))
+    else {
+        eprintln!("librdmacm (softverbs): rdma_accept: private data over 196 bytes");
+        return fail(libc::EINVAL);
+    };
+    let mut st = id.st.lock().expect("id");
+    let Some((to, tok)) = st.peer.clone() else {
+        eprintln!("librdmacm (softverbs): rdma_accept on an id without a connection request");
+        return fail(libc::EINVAL);
+    };
+    st.my_psn = psn() & 0xff_ffff;
+    if let Some(p) = p {
+        st.rnr_retry = p.rnr_retry_count;
+    }
+    // SAFETY: the caller's id.
+    let qp = unsafe { (*cid).qp };
+    let (resp, init) = p.map_or((st.req_rd_atomic, st.req_rd_atomic), |p| {
+        (p.responder_resources, p.initiator_depth)
+    });
+    if !qp.is_null() && id.c.ps == RDMA_PS_TCP && qp_connect(qp, &st, resp, init) != 0 {
+        return fail(libc::EINVAL);
+    }
+    let ch = channel_of(id);
+    let mut m = Msg::new(kind::REP, tok);
+    m.from = id.token;
+    m.set_reply(&ch.path);
+    // SAFETY: NULL or the id's QP.
+    m.qpn = unsafe { qp.as_ref().map_or(p.map_or(0, |p| p.qp_num), |q| q.qp_num) };
+    m.psn = st.my_psn;
+    m.qkey = RDMA_UDP_QKEY;
+    m.rd_atomic = init;
+    m.src_ip = st.src.0;
+    m.src_port = st.src.1;
+    m.set_pd(&pd);
+    drop(st);
+    if !send(ch, &to, &m) {
+        post_local(id, ev::DISCONNECTED, 0);
+    }
+    0
+}
+
+/// `rdma_reject`: send a REJ (the peer gets REJECTED, status 28: consumer defined).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(cid: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let Some(pd) = private(data, len, 148) else { return fail(libc::EINVAL) };
+    let Some((to, tok)) = id.st.lock().expect("id").peer.clone() else { return fail(libc::EINVAL) };
+    let mut m = Msg::new(kind::REJ, tok);
+    m.status = 28;
+    m.set_pd(&pd);
+    send(channel_of(id), &to, &m);
+    0
+}
+
+/// `rdma_disconnect`: QP to ERR (flushing what is posted) and a DREQ to the peer; DISCONNECTED
+/// follows its DREP (at once when the peer is gone).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let st = id.st.lock().expect("id");
+    let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };
+    let done = st.disconnected;
+    drop(st);
+    if done {
+        // The peer's DREQ came first: the QP is already in ERR and DISCONNECTED delivered.
+        return 0;
+    }
+    if !id.c.qp.is_null() {
+        modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+    }
+    let ch = channel_of(id);
+    let mut m = Msg::new(kind::DREQ, tok);
+    m.from = id.token;
+    m.set_reply(&ch.path);
+    if !send(ch, &to, &m) {
+        post_local(id, ev::DISCONNECTED, 0);
+    }
+    0
+}

@@ -1,0 +1,279 @@
+//! `rdma_get_cm_event` / `rdma_ack_cm_event`: what arrives on a channel's socket (the peer's
+//! REQ, REP, RTU, REJ, DREQ, DREP, or this process's own resolution events) becomes the event
+//! librdmacm gives, and the id state and QP move with it; and `rdma_destroy_id`.
+use std::ffi::c_int;
+
+use crate::abi::ibv_qp_attr;
+use crate::cm_abi::*;
+use crate::conn::{modify, qp_connect, ERR, STATE};
+use crate::ids::make_id;
+use crate::state::*;
+
+/// An event: its C struct first, then the private data it points to.
+#[repr(C)]
+struct Ev {
+    c: rdma_cm_event,
+    pd: [u8; 256],
+}
+
+/// A new event for `id` (a C id pointer).
+fn event(id: *mut Id, kind: i32, status: i32, m: Option<&Msg>) -> Box<Ev> {
+    // SAFETY: all-zero is a valid rdma_cm_event (NULL pointers, zero numbers).
+    let mut e: Box<Ev> = Box::new(unsafe { std::mem::zeroed() });
+    e.c.id = id.cast();
+    e.c.event = kind;
+    e.c.status = status;
+    if let Some(m) = m {
+        let n = (m.pd_len as usize).min(256);
+        e.pd[..n].copy_from_slice(&m.pd[..n]);
+        let pdp = if n == 0 { std::ptr::null() } else { e.pd.as_ptr().cast() };
+        // Writing a union member is safe; conn is the one connected ids read.
+        {
+            e.c.param.conn = rdma_conn_param {
+                private_data: pdp,
+                private_data_len: n as u8,
+                responder_resources: m.rd_atomic,
+                initiator_depth: m.rd_atomic,
+                flow_control: 1,
+                retry_count: 7,
+                rnr_retry_count: m.rnr_retry,
+                srq: 0,
+                qp_num: m.qpn,
+            };
+        }
+    }
+    e
+}
+
+/// Give a UD id's event the peer's address handle attributes, QP number and Q_Key (the
+/// `param.ud` of librdmacm's SIDR events) instead of the connection parameters.
+fn ud_param(e: &mut Ev, peer_ip: [u8; 4], m: &Msg) {
+    let mut ah = crate::abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
+    ah.grh.dgid.raw = gid_of(peer_ip);
+    ah.grh.sgid_index = 1;
+    ah.grh.hop_limit = 64;
+    // SAFETY: conn's private data fields were written by event(); ud shares them.
+    let (pd, len) = unsafe { (e.c.param.conn.private_data, e.c.param.conn.private_data_len) };
+    e.c.param.ud = rdma_ud_param {
+        private_data: pd,
+        private_data_len: len,
+        ah_attr: ah,
+        qp_num: m.qpn,
+        qkey: m.qkey,
+    };
+}
+
+/// Process one message; the event it makes, if any.
+fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
+    let addr = *ids().lock().ok()?.get(&m.to)?;
+    let idp = addr as *mut Id;
+    // SAFETY: registered, so alive (ids are destroyed by the thread that gets their events).
+    let id = unsafe { &*idp };
+    if !std::ptr::eq(id.c.channel.cast::<Channel>(), ch) {
+        // The id moved to another channel (rdma_migrate_id): its events are read there.
+        send(ch, &channel_of(id).path, m);
+        return None;
+    }
+    let ud = id.c.ps != RDMA_PS_TCP;
+    match m.kind {
+        kind::LOCAL => Some(event(idp, m.event, m.status, None)),
+        kind::REQ => {
+            let child = make_id(id.c.channel, id.c.context, id.c.ps);
+            // SAFETY: just made.
+            let c = unsafe { &mut *child };
+            // The port the REQ was sent to; for a wildcard or loopback address, the listener's
+            // port or this process's first.
+            let dev = dev_of_ip(m.dst_ip)
+                .or_else(|| devices().iter().copied().find(|d| d.ctx == id.c.verbs))
+                .or_else(|| devices().first().copied())?;
+            c.c.verbs = dev.ctx;
+            c.c.port_num = 1;
+            let mut st = c.st.lock().expect("id");
+            st.src = (dev.ip, m.dst_port);
+            st.dst = (m.src_ip, m.src_port);
+            st.peer = Some((m.reply_path(), m.from));
+            st.peer_qpn = m.qpn;
+            st.peer_psn = m.psn;
+            st.req_rd_atomic = m.rd_atomic;
+            st.rnr_retry = m.rnr_retry;
+            st.addr_resolved = true;
+            drop(st);
+            set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
+            let mut e = event(child, ev::CONNECT_REQUEST, 0, Some(m));
+            e.c.listen_id = idp.cast();
+            if ud {
+                ud_param(&mut e, m.src_ip, m);
+            }
+            Some(e)
+        }
+        kind::REP => {
+            let mut st = id.st.lock().expect("id");
+            st.peer = Some((m.reply_path(), m.from));
+            st.peer_qpn = m.qpn;
+            st.peer_psn = m.psn;
+            // A loopback destination becomes the accepting port's own address.
+            if is_loopback(st.dst.0) {
+                st.dst.0 = m.src_ip;
+                let (src, dst) = (st.src, st.dst);
+                set_route(id, src, Some(dst));
+            }
+            if ud {
+                // SIDR: the reply is all; no RTU, no connection state.
+                let ip = st.dst.0;
+                drop(st);
+                let mut e = event(idp, ev::ESTABLISHED, 0, Some(m));
+                ud_param(&mut e, ip, m);
+                return Some(e);
+            }
+            let qp = id.c.qp;
+            if !qp.is_null()
+                && id.c.ps == RDMA_PS_TCP
+                && qp_connect(qp, &st, m.rd_atomic, m.rd_atomic) != 0
+            {
+                drop(st);
+                return Some(event(idp, ev::CONNECT_ERROR, -libc::EINVAL, Some(m)));
+            }
+            st.connected = true;
+            let to = m.reply_path();
+            drop(st);
+            let mut rtu = Msg::new(kind::RTU, m.from);
+            rtu.from = id.token;
+            send(ch, &to, &rtu);
+            Some(event(idp, ev::ESTABLISHED, 0, Some(m)))
+        }
+        kind::RTU => {
+            id.st.lock().expect("id").connected = true;
+            Some(event(idp, ev::ESTABLISHED, 0, None))
+        }
+        kind::REJ => Some(event(idp, ev::REJECTED, m.status, Some(m))),
+        kind::DREQ | kind::DREP => {
+            let mut st = id.st.lock().expect("id");
+            if m.kind == kind::DREQ {
+                let mut r = Msg::new(kind::DREP, m.from);
+                r.from = id.token;
+                send(ch, &m.reply_path(), &r);
+            }
+            if st.disconnected {
+                return None;
+            }
+            st.disconnected = true;
+            st.connected = false;
+            drop(st);
+            if !id.c.qp.is_null() {
+                modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+            }
+            Some(event(idp, ev::DISCONNECTED, 0, None))
+        }
+        _ => None,
+    }
+}
+
+/// `rdma_get_cm_event`: the next event on the channel (blocking unless the channel's `fd` was
+/// made non-blocking: then -1 with `EAGAIN` when none waits).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    chp: *mut rdma_event_channel,
+    out: *mut *mut rdma_cm_event,
+) -> c_int {
+    if chp.is_null() || out.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: made by rdma_create_event_channel.
+    let ch = unsafe { &*(chp as *const Channel) };
+    let mut buf = [0u8; size_of::<Msg>()];
+    loop {
+        let n = match ch.sock.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EIO)),
+        };
+        let Some(m) = Msg::from_bytes(&buf[..n]) else { continue };
+        if let Some(e) = handle(ch, &m) {
+            let p = Box::into_raw(e);
+            // SAFETY: out is the caller's; the event's id is live.
+            unsafe {
+                *out = p.cast();
+                (*(*p).c.id).event = p.cast();
+            }
+            return 0;
+        }
+    }
+}
+
+/// `rdma_ack_cm_event`: free the event (its private data goes with it).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
+    if e.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: made by rdma_get_cm_event.
+    let b = unsafe { Box::from_raw(e.cast::<Ev>()) };
+    if let Some(id) = id_ref(b.c.id) {
+        if id.c.event == e {
+            // SAFETY: the live id's own field.
+            unsafe { (*b.c.id).event = std::ptr::null_mut() };
+        }
+    }
+    0
+}
+
+/// `rdma_destroy_id`: release the listening name and the id (a connected id sends its peer a
+/// DREQ first, so the peer sees DISCONNECTED).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let st = id.st.lock().expect("id");
+    if let Some(l) = &st.listen {
+        let _ = std::fs::remove_file(l);
+    }
+    if let (Some((to, tok)), false) = (&st.peer, st.disconnected) {
+        let mut m = Msg::new(kind::DREQ, *tok);
+        m.from = id.token;
+        let ch = channel_of(id);
+        m.set_reply(&ch.path);
+        send(ch, to, &m);
+    }
+    drop(st);
+    ids().lock().expect("ids").remove(&id.token);
+    // SAFETY: made by make_id, now unregistered.
+    drop(unsafe { Box::from_raw(cid.cast::<Id>()) });
+    0
+}
+
+/// `rdma_migrate_id`: move the id to channel `ch` (its later events are read there).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_migrate_id(
+    cid: *mut rdma_cm_id,
+    ch: *mut rdma_event_channel,
+) -> c_int {
+    if id_ref(cid).is_none() || ch.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's live id.
+    unsafe { (*cid).channel = ch };
+    0
+}
+
+/// `rdma_establish`: for ids whose QP the program moves itself; the REP has already been
+/// answered, so nothing is left to do.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_establish(cid: *mut rdma_cm_id) -> c_int {
+    if id_ref(cid).is_none() {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
+/// `rdma_init_qp_attr`: not supported (programs that move their own QP, such as `rping -q`);
+/// -1 with `ENOSYS`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    _cid: *mut rdma_cm_id,
+    _attr: *mut ibv_qp_attr,
+    _mask: *mut c_int,
+) -> c_int {
+    eprintln!(
+        "librdmacm (softverbs): rdma_init_qp_attr is not supported: let rdma_create_qp make the QP"
+    );
+    fail(libc::ENOSYS)
+}

@@ -1,0 +1,393 @@
+//! Event channels, ids and addressing: `rdma_create_event_channel`, `rdma_create_id`,
+//! `rdma_bind_addr`, `rdma_listen`, `rdma_resolve_addr`, `rdma_resolve_route`,
+//! `rdma_getaddrinfo`, and the small calls (`rdma_event_str`, ports, options, `rpoll`).
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use crate::cm_abi::*;
+use crate::state::*;
+
+/// `rdma_create_event_channel`: a channel whose `fd` is pollable (readable when an event waits).
+#[no_mangle]
+pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    match new_channel() {
+        Ok(c) => {
+            let p = Box::into_raw(c);
+            channels().lock().expect("channels").insert(p as usize);
+            p.cast()
+        }
+        Err(e) => {
+            eprintln!(
+                "librdmacm (softverbs): cannot make an event channel in {}: {e}",
+                cm_dir().display()
+            );
+            fail(e.raw_os_error().unwrap_or(libc::EIO));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `rdma_destroy_event_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    // Only a live channel of ours: a second destroy is ignored instead of closing a descriptor
+    // twice.
+    if channels().lock().expect("channels").remove(&(ch as usize)) {
+        // SAFETY: made by rdma_create_event_channel (the C struct is the box's first field).
+        drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
+    }
+}
+
+/// Make and register an id on `ch` (also for the ids a CONNECT_REQUEST brings).
+pub fn make_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> *mut Id {
+    // SAFETY: all-zero is a valid rdma_cm_id (NULL pointers, zero numbers).
+    let mut c: rdma_cm_id = unsafe { std::mem::zeroed() };
+    c.channel = ch;
+    c.context = context;
+    c.ps = ps;
+    c.qp_type = if ps == RDMA_PS_TCP { 2 } else { 4 };
+    let id = Box::into_raw(Box::new(Id { c, token: token(), st: Mutex::new(St::default()) }));
+    // SAFETY: just made.
+    let t = unsafe { (*id).token };
+    ids().lock().expect("ids").insert(t, id as usize);
+    id
+}
+
+/// `rdma_create_id`: an id on `ch` in port space `ps` (`RDMA_PS_TCP`: RC, `RDMA_PS_UDP` or
+/// `RDMA_PS_IPOIB`: UD).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_id(
+    ch: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    if id.is_null() || ch.is_null() {
+        // librdmacm makes a channel of its own for a NULL one (synchronous ids): not supported.
+        eprintln!("librdmacm (softverbs): rdma_create_id needs an event channel (synchronous ids are not supported)");
+        return fail(libc::EINVAL);
+    }
+    if ![RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB].contains(&ps) {
+        eprintln!("librdmacm (softverbs): rdma_create_id: port space {ps:#x} is not supported (RDMA_PS_TCP or RDMA_PS_UDP)");
+        return fail(libc::EPROTONOSUPPORT);
+    }
+    // SAFETY: id is the caller's out pointer.
+    unsafe { *id = make_id(ch, context, ps).cast() };
+    0
+}
+
+/// Claim the listening name `ip:port` for `id` (EADDRINUSE while a live listener has it).
+fn claim(id: &Id, ip: [u8; 4], port: u16) -> Result<PathBuf, c_int> {
+    let name = listen_name(ip, port);
+    let target = format!("{}#{}", channel_of(id).path.display(), id.token);
+    for _ in 0..2 {
+        match std::os::unix::fs::symlink(&target, &name) {
+            Ok(()) => return Ok(name),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // A listener whose process exited is stale.
+                if listener_at(&name).is_some() {
+                    return Err(libc::EADDRINUSE);
+                }
+                let _ = std::fs::remove_file(&name);
+            }
+            Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+    Err(libc::EADDRINUSE)
+}
+
+/// `rdma_bind_addr`: bind to a softverbs port's address (or any address, `0.0.0.0`) and a port
+/// (0: one is picked).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let Some((ip, mut port)) = read_sockaddr(addr) else {
+        eprintln!("librdmacm (softverbs): rdma_bind_addr: only IPv4 (or IPv4-mapped) addresses are supported");
+        return fail(libc::EAFNOSUPPORT);
+    };
+    let ip = if is_loopback(ip) { [0; 4] } else { ip };
+    let dev = if ip == [0; 4] {
+        None
+    } else {
+        match dev_of_ip(ip) {
+            Some(d) => Some(d),
+            None => {
+                eprintln!(
+                    "librdmacm (softverbs): rdma_bind_addr: {}.{}.{}.{} is the address of no softverbs port here (ports: {})",
+                    ip[0], ip[1], ip[2], ip[3], port_list()
+                );
+                return fail(libc::EADDRNOTAVAIL);
+            }
+        }
+    };
+    let mut tries = 0;
+    let name = loop {
+        let p = if port == 0 { ephemeral_port() } else { port };
+        match claim(id, ip, p) {
+            Ok(n) => {
+                port = p;
+                break n;
+            }
+            Err(libc::EADDRINUSE) if port == 0 && tries < 64 => tries += 1,
+            Err(e) => return fail(e),
+        }
+    };
+    let mut st = id.st.lock().expect("id");
+    st.src = (ip, port);
+    st.listen = Some(name);
+    drop(st);
+    let c = cid;
+    // SAFETY: the caller's live id.
+    unsafe {
+        if let Some(d) = dev {
+            (*c).verbs = d.ctx;
+            (*c).port_num = 1;
+        }
+    }
+    set_route(id, (ip, port), None);
+    0
+}
+
+/// The addresses of this process's soft ports, for messages.
+pub fn port_list() -> String {
+    let v: Vec<String> = devices()
+        .iter()
+        .map(|d| format!("{}.{}.{}.{}", d.ip[0], d.ip[1], d.ip[2], d.ip[3]))
+        .collect();
+    if v.is_empty() {
+        "none: is the fabric set up?".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// `rdma_listen`: accept CONNECT_REQUESTs on the bound address (the backlog is not limited).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(cid: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    if id.st.lock().expect("id").listen.is_none() {
+        // As librdmacm: listening unbound binds to any address and a picked port.
+        // SAFETY: all-zero sockaddr_in with the family set is "0.0.0.0:0".
+        let mut s: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        s.sin_family = libc::AF_INET as libc::sa_family_t;
+        // SAFETY: cid is live; s is a sockaddr_in.
+        let r = unsafe { rdma_bind_addr(cid, (&mut s as *mut libc::sockaddr_in).cast()) };
+        if r != 0 {
+            return r;
+        }
+    }
+    0
+}
+
+/// `rdma_resolve_addr`: pick the local soft port (the one of `src`, else the first whose
+/// address is not `dst`'s) and queue ADDR_RESOLVED; ADDR_ERROR (-EHOSTUNREACH) for an address
+/// of no softverbs port.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    cid: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let Some(d) = read_sockaddr(dst) else {
+        eprintln!("librdmacm (softverbs): rdma_resolve_addr: the destination must be an IPv4 (or IPv4-mapped) address");
+        return fail(libc::EAFNOSUPPORT);
+    };
+    let s = read_sockaddr(src).map(|s| s.0).filter(|ip| *ip != [0; 4]);
+    let dev = match s {
+        Some(ip) => match dev_of_ip(ip) {
+            Some(dv) => dv,
+            None => {
+                eprintln!("librdmacm (softverbs): rdma_resolve_addr: source {}.{}.{}.{} is the address of no softverbs port here (ports: {})", ip[0], ip[1], ip[2], ip[3], port_list());
+                return fail(libc::EADDRNOTAVAIL);
+            }
+        },
+        None => match devices().iter().find(|x| x.ip != d.0).or(devices().first()) {
+            Some(dv) => *dv,
+            None => {
+                eprintln!("librdmacm (softverbs): rdma_resolve_addr: no softverbs device (is SOFTVERBS_FABRIC set up?)");
+                return fail(libc::ENODEV);
+            }
+        },
+    };
+    if !is_fabric_ip(d.0) && !is_loopback(d.0) {
+        eprintln!(
+            "librdmacm (softverbs): {}.{}.{}.{} is the address of no softverbs port (softverbs ports are 10.0.x.y, and 127.0.0.1 reaches any listener; here: {})",
+            d.0[0], d.0[1], d.0[2], d.0[3], port_list()
+        );
+        post_local(id, ev::ADDR_ERROR, -libc::EHOSTUNREACH);
+        return 0;
+    }
+    let mut st = id.st.lock().expect("id");
+    if st.src.1 == 0 {
+        st.src = (dev.ip, ephemeral_port());
+    }
+    st.src.0 = dev.ip;
+    st.dst = d;
+    st.addr_resolved = true;
+    let src = st.src;
+    drop(st);
+    // SAFETY: the caller's live id.
+    unsafe {
+        (*cid).verbs = dev.ctx;
+        (*cid).port_num = 1;
+    }
+    set_route(id, src, Some(d));
+    post_local(id, ev::ADDR_RESOLVED, 0);
+    0
+}
+
+/// `rdma_resolve_route`: the fabric has one route to every port: ROUTE_RESOLVED.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(cid: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    if !id.st.lock().expect("id").addr_resolved {
+        eprintln!("librdmacm (softverbs): rdma_resolve_route before rdma_resolve_addr");
+        return fail(libc::EINVAL);
+    }
+    post_local(id, ev::ROUTE_RESOLVED, 0);
+    0
+}
+
+/// `rdma_event_str`: the event's name as librdmacm spells it.
+#[no_mangle]
+pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
+    let s: &'static CStr = match event {
+        0 => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        1 => c"RDMA_CM_EVENT_ADDR_ERROR",
+        2 => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        3 => c"RDMA_CM_EVENT_ROUTE_ERROR",
+        4 => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        5 => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        6 => c"RDMA_CM_EVENT_CONNECT_ERROR",
+        7 => c"RDMA_CM_EVENT_UNREACHABLE",
+        8 => c"RDMA_CM_EVENT_REJECTED",
+        9 => c"RDMA_CM_EVENT_ESTABLISHED",
+        10 => c"RDMA_CM_EVENT_DISCONNECTED",
+        11 => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        12 => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        13 => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        14 => c"RDMA_CM_EVENT_ADDR_CHANGE",
+        15 => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        _ => c"UNKNOWN EVENT",
+    };
+    s.as_ptr()
+}
+
+/// The port of a route address field (network order, as `rdma_get_src_port` returns it).
+fn port_of(field: &[u8; 128]) -> u16 {
+    u16::from_ne_bytes([field[2], field[3]])
+}
+
+/// `rdma_get_src_port`: the local port, in network byte order.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_src_port(cid: *mut rdma_cm_id) -> u16 {
+    // SAFETY: the caller's id.
+    id_ref(cid).map_or(0, |_| port_of(unsafe { &(*cid).route.addr.src }))
+}
+
+/// `rdma_get_dst_port`: the remote port, in network byte order.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_dst_port(cid: *mut rdma_cm_id) -> u16 {
+    // SAFETY: the caller's id.
+    id_ref(cid).map_or(0, |_| port_of(unsafe { &(*cid).route.addr.dst }))
+}
+
+/// `rdma_set_option`: accepted and ignored (type of service, reuse-address, timeouts): the soft
+/// fabric has one service level and no address reuse wait.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_option(
+    cid: *mut rdma_cm_id,
+    _level: c_int,
+    _optname: c_int,
+    _optval: *mut c_void,
+    _optlen: usize,
+) -> c_int {
+    if id_ref(cid).is_none() {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
+/// `rpoll`: rsockets' poll; on plain descriptors (the CM channel's) it is `poll`.
+#[no_mangle]
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: the caller's array.
+    unsafe { libc::poll(fds, nfds, timeout) }
+}
+
+/// An `rdma_addrinfo` with room for its addresses.
+#[repr(C)]
+struct AiBox {
+    c: rdma_addrinfo,
+    src: [u8; 128],
+    dst: [u8; 128],
+}
+
+/// `rdma_getaddrinfo`: `getaddrinfo` for IPv4; with `RAI_PASSIVE` the address is the source
+/// (to bind), else the destination (to resolve).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    if res.is_null() || (node.is_null() && service.is_null()) {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: hints is NULL or the caller's.
+    let h = unsafe { hints.as_ref() };
+    let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE != 0);
+    // SAFETY: all-zero addrinfo is valid hints.
+    let mut sh: libc::addrinfo = unsafe { std::mem::zeroed() };
+    sh.ai_family = libc::AF_INET;
+    sh.ai_flags = if passive { libc::AI_PASSIVE } else { 0 };
+    let mut out: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: node/service are C strings or NULL; out is ours.
+    let r = unsafe { libc::getaddrinfo(node, service, &sh, &mut out) };
+    if r != 0 || out.is_null() {
+        return fail(libc::ENOENT);
+    }
+    // SAFETY: getaddrinfo's first result.
+    let found = read_sockaddr(unsafe { (*out).ai_addr });
+    // SAFETY: from getaddrinfo.
+    unsafe { libc::freeaddrinfo(out) };
+    let Some((ip, port)) = found else { return fail(libc::ENOENT) };
+    // SAFETY: all-zero is a valid AiBox.
+    let mut b: Box<AiBox> = Box::new(unsafe { std::mem::zeroed() });
+    b.c.ai_family = libc::AF_INET;
+    b.c.ai_qp_type = h.map_or(2, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { 2 });
+    b.c.ai_port_space =
+        h.map_or(RDMA_PS_TCP, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP });
+    b.c.ai_flags = h.map_or(0, |h| h.ai_flags);
+    if passive {
+        write_sockaddr(&mut b.src, ip, port);
+        b.c.ai_src_len = 16;
+        b.c.ai_src_addr = b.src.as_mut_ptr().cast();
+    } else {
+        write_sockaddr(&mut b.dst, ip, port);
+        b.c.ai_dst_len = 16;
+        b.c.ai_dst_addr = b.dst.as_mut_ptr().cast();
+    }
+    // SAFETY: res is the caller's out pointer.
+    unsafe { *res = Box::into_raw(b).cast() };
+    0
+}
+
+/// `rdma_freeaddrinfo`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: made by rdma_getaddrinfo.
+        let b = unsafe { Box::from_raw(p.cast::<AiBox>()) };
+        p = b.c.ai_next;
+    }
+}

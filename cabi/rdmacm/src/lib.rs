@@ -1,0 +1,20 @@
+//! softverbs as `librdmacm.so.1`: the RDMA connection manager's C ABI (rdma-core 44's symbols,
+//! version nodes and struct layouts) over softverbs' `libibverbs.so.1`, so programs that connect
+//! by IP address and port (rping, perftest `-R`, the rdma-core examples) run unmodified.
+//!
+//! A softverbs port's address is its GID (`::ffff:10.0.x.y`). The CM's messages (REQ, REP,
+//! RTU, REJ, DREQ, DREP) go between processes over Unix datagram sockets in
+//! `$SOFTVERBS_FABRIC/cm/`, one per event channel, which is also the channel's pollable `fd`.
+#![allow(clippy::missing_safety_doc)]
+
+#[allow(dead_code, non_camel_case_types, clippy::all)]
+#[path = "../../ibverbs/src/abi.rs"]
+mod abi;
+mod cm_abi;
+mod conn;
+mod events;
+mod ids;
+mod state;
+
+// Each exported symbol's version node, generated from symbols.txt by build.rs.
+std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));

@@ -1,0 +1,370 @@
+//! What the exported calls share: the soft devices of this process with their IP addresses,
+//! the ids by token, the CM's control messages and where they are sent (a Unix datagram socket
+//! per event channel in `$SOFTVERBS_FABRIC/cm/`, and a symlink per listening address naming
+//! the channel and id that listen there: docs/decisions.md, "The CM's rendezvous").
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::abi::{ibv_context, ibv_device, ibv_gid};
+use crate::cm_abi::rdma_event_channel;
+
+unsafe extern "C" {
+    fn ibv_get_device_list(n: *mut c_int) -> *mut *mut ibv_device;
+    fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context;
+    fn ibv_query_gid(c: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
+}
+
+/// A soft device opened for the CM, with its port's IPv4 address (GID index 1).
+#[derive(Clone, Copy)]
+pub struct Dev {
+    pub ip: [u8; 4],
+    pub ctx: *mut ibv_context,
+}
+// SAFETY: an ibv_context of softverbs' libibverbs is usable from any thread.
+unsafe impl Send for Dev {}
+// SAFETY: as above.
+unsafe impl Sync for Dev {}
+
+/// The soft devices, opened once per process (as librdmacm opens each device once and shares
+/// the context among its ids).
+pub fn devices() -> &'static [Dev] {
+    static DEVS: OnceLock<Vec<Dev>> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let mut n = 0;
+        // SAFETY: our libibverbs' list, kept for the process.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        let mut out = Vec::new();
+        for i in 0..n.max(0) as usize {
+            // SAFETY: list has n entries.
+            let ctx = unsafe { ibv_open_device(*list.add(i)) };
+            if ctx.is_null() {
+                continue;
+            }
+            let mut g = ibv_gid::default();
+            // SAFETY: ctx is open; g is ours.
+            if unsafe { ibv_query_gid(ctx, 1, 1, &mut g) } == 0 && g.raw[10..12] == [0xff, 0xff] {
+                out.push(Dev { ip: [g.raw[12], g.raw[13], g.raw[14], g.raw[15]], ctx });
+            }
+        }
+        out
+    })
+}
+
+/// The device whose port has address `ip`.
+pub fn dev_of_ip(ip: [u8; 4]) -> Option<Dev> {
+    devices().iter().copied().find(|d| d.ip == ip)
+}
+
+/// Whether `ip` is a loopback address (`127.x.y.z`): it reaches whichever process listens on the
+/// port, as with rxe on `lo`, since each process's soft ports get their addresses when it opens
+/// them (docs/c.md, "Connection manager").
+pub fn is_loopback(ip: [u8; 4]) -> bool {
+    ip[0] == 127
+}
+
+/// Whether the process that made channel socket `path` (`ch-PID-N`) is alive.
+pub fn channel_alive(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let pid: Option<i32> =
+        name.strip_prefix("ch-").and_then(|r| r.split('-').next()).and_then(|p| p.parse().ok());
+    // SAFETY: signal 0 only checks that the process exists.
+    pid.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+        && path.exists()
+}
+
+/// The live listener registered as `name`: its channel socket and id token.
+pub fn listener_at(name: &Path) -> Option<(PathBuf, u64)> {
+    let t = std::fs::read_link(name).ok()?.to_string_lossy().into_owned();
+    let (p, tok) = t.rsplit_once('#')?;
+    let p = PathBuf::from(p);
+    channel_alive(&p).then_some(())?;
+    Some((p, tok.parse().ok()?))
+}
+
+/// Whether `ip` is a softverbs port address (`10.0.x.y`, x.y a fabric slot).
+pub fn is_fabric_ip(ip: [u8; 4]) -> bool {
+    ip[0] == 10 && ip[1] == 0 && (ip[2] != 0 || ip[3] != 0)
+}
+
+/// The directory of the CM's sockets and listening names.
+pub fn cm_dir() -> PathBuf {
+    let base = std::env::var_os("SOFTVERBS_FABRIC").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("softverbs-{}", unsafe { libc::getuid() }))
+    });
+    let d = base.join("cm");
+    let _ = std::fs::create_dir_all(&d);
+    d
+}
+
+/// The name under which `ip:port` listens.
+pub fn listen_name(ip: [u8; 4], port: u16) -> PathBuf {
+    cm_dir().join(format!("{}.{}.{}.{}:{port}", ip[0], ip[1], ip[2], ip[3]))
+}
+
+/// An event channel: its C struct first, then the socket that is its `fd`.
+#[repr(C)]
+pub struct Channel {
+    pub c: rdma_event_channel,
+    pub sock: UnixDatagram,
+    pub path: PathBuf,
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A fresh token (ids and channels).
+pub fn token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Make a channel bound at a fresh name in the CM directory.
+pub fn new_channel() -> std::io::Result<Box<Channel>> {
+    let dir = cm_dir();
+    // Sockets left by processes that exited without destroying their channels.
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            let ch = e.file_name().to_string_lossy().starts_with("ch-");
+            if ch && !channel_alive(&p) {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+    let path = dir.join(format!("ch-{}-{}", std::process::id(), token()));
+    let _ = std::fs::remove_file(&path);
+    let sock = UnixDatagram::bind(&path)?;
+    use std::os::fd::AsRawFd;
+    let fd = sock.as_raw_fd();
+    Ok(Box::new(Channel { c: rdma_event_channel { fd }, sock, path }))
+}
+
+/// The kinds of control message.
+pub mod kind {
+    /// An event made by this process for one of its own ids (resolution, a refused connect).
+    pub const LOCAL: u32 = 1;
+    pub const REQ: u32 = 2;
+    pub const REP: u32 = 3;
+    pub const RTU: u32 = 4;
+    pub const REJ: u32 = 5;
+    pub const DREQ: u32 = 6;
+    pub const DREP: u32 = 7;
+}
+
+/// A control message, sent as its bytes (both ends are this library).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Msg {
+    pub kind: u32,
+    pub event: i32,
+    pub status: i32,
+    pub qpn: u32,
+    pub psn: u32,
+    pub qkey: u32,
+    pub to: u64,
+    pub from: u64,
+    pub src_ip: [u8; 4],
+    pub dst_ip: [u8; 4],
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub pd_len: u32,
+    pub rd_atomic: u8,
+    pub rnr_retry: u8,
+    pub _pad: [u8; 6],
+    pub reply: [u8; 108],
+    pub pd: [u8; 256],
+}
+
+impl Msg {
+    /// An empty message of `kind` to the id `to`.
+    pub fn new(kind: u32, to: u64) -> Msg {
+        // SAFETY: every field is plain data, all-zero valid.
+        let mut m: Msg = unsafe { std::mem::zeroed() };
+        m.kind = kind;
+        m.to = to;
+        m
+    }
+    /// Set the private data (at most 256 bytes; longer is cut as the caller checked).
+    pub fn set_pd(&mut self, pd: &[u8]) {
+        let n = pd.len().min(256);
+        self.pd[..n].copy_from_slice(&pd[..n]);
+        self.pd_len = n as u32;
+    }
+    /// Set where replies go.
+    pub fn set_reply(&mut self, p: &Path) {
+        let b = p.as_os_str().as_encoded_bytes();
+        let n = b.len().min(107);
+        self.reply[..n].copy_from_slice(&b[..n]);
+    }
+    /// Where replies go.
+    pub fn reply_path(&self) -> PathBuf {
+        let n = self.reply.iter().position(|&b| b == 0).unwrap_or(108);
+        PathBuf::from(String::from_utf8_lossy(&self.reply[..n]).into_owned())
+    }
+    /// The message's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: Msg is repr(C) plain data.
+        unsafe { std::slice::from_raw_parts((self as *const Msg).cast(), size_of::<Msg>()) }
+    }
+    /// A message from received bytes (None for a runt).
+    pub fn from_bytes(b: &[u8]) -> Option<Msg> {
+        (b.len() == size_of::<Msg>())
+            // SAFETY: the length is right and every bit pattern is a valid Msg.
+            .then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<Msg>()) })
+    }
+}
+
+/// Send `m` from channel `ch` to the socket at `to`; false if nobody is there.
+pub fn send(ch: &Channel, to: &Path, m: &Msg) -> bool {
+    ch.sock.send_to(m.bytes(), to).is_ok()
+}
+
+/// Every live id by token, as the address of its box.
+pub fn ids() -> &'static Mutex<HashMap<u64, usize>> {
+    static IDS: OnceLock<Mutex<HashMap<u64, usize>>> = OnceLock::new();
+    IDS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Every live event channel, as the address of its box.
+pub fn channels() -> &'static Mutex<std::collections::HashSet<usize>> {
+    static CHS: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    CHS.get_or_init(|| Mutex::new(std::collections::HashSet::new()))
+}
+
+/// A free port number for an id that binds to port 0 (the ephemeral range, as the kernel picks).
+pub fn ephemeral_port() -> u16 {
+    let n = (std::process::id() as u64).wrapping_mul(7919).wrapping_add(token());
+    32768 + (n % 28000) as u16
+}
+
+/// An id: its C struct first (a pointer to it is a pointer to the box), then what the CM keeps.
+#[repr(C)]
+pub struct Id {
+    pub c: crate::cm_abi::rdma_cm_id,
+    pub token: u64,
+    pub st: Mutex<St>,
+}
+
+/// The CM state of an id.
+#[derive(Default)]
+pub struct St {
+    /// Local address and port (port 0 until bound or resolved).
+    pub src: ([u8; 4], u16),
+    /// Remote address and port, once resolved or requested.
+    pub dst: ([u8; 4], u16),
+    /// The listening name this id holds (removed on destroy).
+    pub listen: Option<PathBuf>,
+    /// The peer's reply socket and id token, once a REQ or REP came.
+    pub peer: Option<(PathBuf, u64)>,
+    pub peer_qpn: u32,
+    pub peer_psn: u32,
+    pub my_psn: u32,
+    /// The REQ's responder resources / initiator depth (for an accept without parameters).
+    pub req_rd_atomic: u8,
+    pub rnr_retry: u8,
+    pub addr_resolved: bool,
+    pub connected: bool,
+    /// DISCONNECTED was delivered (each side gets it once).
+    pub disconnected: bool,
+}
+
+/// The id behind a C pointer, if it is one of ours and alive.
+pub fn id_ref<'a>(p: *mut crate::cm_abi::rdma_cm_id) -> Option<&'a Id> {
+    if p.is_null() {
+        return None;
+    }
+    let live = ids().lock().ok()?.values().any(|&a| a == p as usize);
+    // SAFETY: p is a live Id box (registered until rdma_destroy_id).
+    live.then(|| unsafe { &*(p as *const Id) })
+}
+
+/// The channel behind an id's `channel`.
+pub fn channel_of(id: &Id) -> &Channel {
+    // SAFETY: every id is made on a live channel (rdma_destroy_event_channel with ids left is
+    // the caller's error, as in librdmacm); the C struct is the channel box's first field.
+    unsafe { &*(id.c.channel as *const Channel) }
+}
+
+/// Queue a local event for `id` on its own channel.
+pub fn post_local(id: &Id, event: i32, status: i32) {
+    let ch = channel_of(id);
+    let mut m = Msg::new(kind::LOCAL, id.token);
+    m.event = event;
+    m.status = status;
+    send(ch, &ch.path, &m);
+}
+
+/// Set the thread's errno and return -1, librdmacm's failure convention.
+pub fn fail(errno: c_int) -> c_int {
+    // SAFETY: the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = errno };
+    -1
+}
+
+/// An IPv4 address and port from a `sockaddr` (IPv4, or IPv6 v4-mapped); None otherwise.
+pub fn read_sockaddr(sa: *const libc::sockaddr) -> Option<([u8; 4], u16)> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's sockaddr, read by its family.
+    unsafe {
+        match (*sa).sa_family as c_int {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                Some((s.sin_addr.s_addr.to_ne_bytes(), u16::from_be(s.sin_port)))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                let a = s.sin6_addr.s6_addr;
+                let v4 = a[..10].iter().all(|&b| b == 0) && a[10..12] == [0xff, 0xff];
+                let any = a.iter().all(|&b| b == 0);
+                (v4 || any).then(|| ([a[12], a[13], a[14], a[15]], u16::from_be(s.sin6_port)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Write an IPv4 `sockaddr_in` into a `sockaddr_storage`-sized field.
+pub fn write_sockaddr(out: &mut [u8; 128], ip: [u8; 4], port: u16) {
+    // SAFETY: all-zero is a valid sockaddr_in.
+    let mut s: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    s.sin_family = libc::AF_INET as libc::sa_family_t;
+    s.sin_port = port.to_be();
+    s.sin_addr.s_addr = u32::from_ne_bytes(ip);
+    out.fill(0);
+    // SAFETY: sockaddr_in is 16 bytes of plain data.
+    let b =
+        unsafe { std::slice::from_raw_parts((&s as *const libc::sockaddr_in).cast::<u8>(), 16) };
+    out[..16].copy_from_slice(b);
+}
+
+/// The IPv4-mapped GID of `ip`.
+pub fn gid_of(ip: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&ip);
+    g
+}
+
+/// Store the id's addresses in its C route.
+pub fn set_route(id: &Id, src: ([u8; 4], u16), dst: Option<([u8; 4], u16)>) {
+    let c = &id.c as *const crate::cm_abi::rdma_cm_id as *mut crate::cm_abi::rdma_cm_id;
+    // SAFETY: the id's own C struct; programs read it only between calls.
+    let r = unsafe { &mut (*c).route.addr };
+    write_sockaddr(&mut r.src, src.0, src.1);
+    r.ib.sgid = gid_of(src.0);
+    r.ib.pkey = 0xffff;
+    if let Some(d) = dst {
+        write_sockaddr(&mut r.dst, d.0, d.1);
+        r.ib.dgid = gid_of(d.0);
+    }
+}
