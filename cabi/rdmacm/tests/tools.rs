@@ -224,6 +224,8 @@ fn perf(program: &str, args: &[&str]) -> Vec<Vec<f64>> {
 }
 
 #[test]
+#[ignore = "perftest -R hangs in connection set-up about one run in five (issue 20, open): \
+            run with `cargo test -p softverbs-rdmacm --test tools -- --ignored`"]
 fn ib_send_bw_over_the_cm() {
     for r in perf("ib_send_bw", &["-n", "200"]) {
         assert_eq!((r[0], r[1]), (65536.0, 200.0));
@@ -231,6 +233,8 @@ fn ib_send_bw_over_the_cm() {
 }
 
 #[test]
+#[ignore = "perftest -R hangs in connection set-up about one run in five (issue 20, open): \
+            run with `cargo test -p softverbs-rdmacm --test tools -- --ignored`"]
 fn ib_read_bw_over_the_cm() {
     for r in perf("ib_read_bw", &["-n", "200"]) {
         assert_eq!((r[0], r[1]), (65536.0, 200.0));
