@@ -4,7 +4,6 @@
 //! rustc's own anonymous version script decides what is exported, so the nodes come from a
 //! second script and the assignments from the assembler (docs/c.md, "How the symbols are
 //! versioned").
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 /// The version nodes of rdma-core 44's libibverbs, each parented on the one before, as the
@@ -25,30 +24,20 @@ const NODES: [&str; 13] = [
     "IBVERBS_PRIVATE_34",
 ];
 
+include!("../symver.rs");
+
 fn main() {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it"));
     let list = std::fs::read_to_string(dir.join("symbols.txt")).expect("symbols.txt");
     println!("cargo:rerun-if-changed=symbols.txt");
-    let mut map = String::new();
-    let mut prev: Option<&str> = None;
-    for n in NODES {
-        match prev {
-            Some(p) if !n.starts_with("IBVERBS_PRIVATE") => writeln!(map, "{n} {{ }} {p};"),
-            _ => writeln!(map, "{n} {{ }};"),
-        }
-        .expect("string");
-        prev = Some(n);
-    }
-    let mut asm = String::new();
-    for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-        let (sym, ver) = line.split_once('@').expect("symbol@VERSION");
-        assert!(NODES.contains(&ver), "symbols.txt: unknown version node {ver}");
-        writeln!(asm, ".symver {sym}, {sym}@@{ver}").expect("string");
-    }
-    std::fs::write(out.join("libibverbs.map"), map).expect("write map");
-    std::fs::write(out.join("symver.s"), asm).expect("write asm");
-    let map = out.join("libibverbs.map");
+    let map = write_version_files(
+        &NODES,
+        |n| n.starts_with("IBVERBS_PRIVATE"),
+        &list,
+        &out,
+        "libibverbs.map",
+    );
     println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", map.display());
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
 }
