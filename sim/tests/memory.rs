@@ -3,39 +3,15 @@
 //! (issue 21, item 3); the table names every step; `--json` carries the same figures;
 //! `--max-mib` fails a run that exceeds it; bad flags exit 2 naming the flag.
 
-use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+mod common;
 
-use softverbs_sim::peer::{FabricDir, Peer, Stderr};
+use common::Run;
 
-const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
-/// Bound on one command (a debug build, two cores shared with the other tests).
-const BOUND: Duration = Duration::from_secs(120);
-
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Run `softverbs perf memory <args>` on a fabric of its own, killed past [`BOUND`]; the
-/// fabric directory must be empty of segments when it ends.
+/// Run `softverbs perf memory <args>` (see [`common::softverbs`]).
 fn memory(args: &[&str]) -> Run {
-    static SEQ: AtomicU32 = AtomicU32::new(0);
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    let fabric = FabricDir::create(&format!("softverbs-memory-test-{}-{n}", std::process::id()))
-        .expect("a fabric directory");
-    let dir = fabric.path().to_str().expect("UTF-8 path").to_string();
-    let mut c = Command::new(BIN);
-    c.args(["perf", "memory"]).args(args).args(["--fabric", &dir]);
-    let mut p = Peer::spawn("softverbs perf memory", c, Stderr::Capture).expect("starting it");
-    p.close_stdin();
-    let status = p.wait_exit(BOUND).unwrap_or_else(|e| panic!("perf memory {args:?}: {e}"));
-    let stdout = p.remaining_lines(BOUND).join("\n");
-    let stderr = p.stderr();
-    fabric.wait_empty(Duration::from_secs(10)).expect("no segments left behind");
-    Run { status, stdout, stderr }
+    let mut all = vec!["perf", "memory"];
+    all.extend_from_slice(args);
+    common::softverbs("memory", &all)
 }
 
 /// The number after `"key":` in a JSON object.

@@ -3,39 +3,15 @@
 //! sane figures; `-a` gives a row per size; `--json` one object per row; `--plot` an SVG that
 //! is well-formed XML; bad flags exit 2 naming the flag.
 
-use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+mod common;
 
-use softverbs_sim::peer::{FabricDir, Peer, Stderr};
+use common::{xml_root, Run};
 
-const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
-/// Bound on one command (a debug build, two cores shared with the other tests).
-const BOUND: Duration = Duration::from_secs(120);
-
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Run `softverbs perf <args>` on a fabric of its own; the process is killed (and the test
-/// fails) past [`BOUND`]; the fabric directory is removed when the run ends.
+/// Run `softverbs perf <args>` (see [`common::softverbs`]).
 fn perf(args: &[&str]) -> Run {
-    static SEQ: AtomicU32 = AtomicU32::new(0);
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    let fabric = FabricDir::create(&format!("softverbs-perftest-test-{}-{n}", std::process::id()))
-        .expect("a fabric directory");
-    let dir = fabric.path().to_str().expect("UTF-8 path").to_string();
-    let mut c = Command::new(BIN);
-    c.arg("perf").args(args).args(["--fabric", &dir]);
-    let mut p = Peer::spawn("softverbs perf", c, Stderr::Capture).expect("starting softverbs");
-    p.close_stdin();
-    let status = p.wait_exit(BOUND).unwrap_or_else(|e| panic!("perf {args:?}: {e}"));
-    let stdout = p.remaining_lines(BOUND).join("\n");
-    let stderr = p.stderr();
-    fabric.wait_empty(Duration::from_secs(10)).expect("no segments left behind");
-    Run { status, stdout, stderr }
+    let mut all = vec!["perf"];
+    all.extend_from_slice(args);
+    common::softverbs("perftest", &all)
 }
 
 /// The rows under the table header (`#bytes` line) up to the closing rule, split in numbers.
@@ -153,83 +129,6 @@ fn all_eight_tests_print_perftests_banner_and_a_sane_row() {
             check_lat_row(&rows[0], bytes, 40.0);
         }
     }
-}
-
-/// A well-formedness check of XML: tags nest and close, attributes are quoted, `&` starts an
-/// entity. Returns the root element's name.
-fn xml_root(s: &str) -> Result<String, String> {
-    let mut stack: Vec<String> = Vec::new();
-    let mut root = None;
-    let mut rest = s;
-    while let Some(i) = rest.find(['<', '&']) {
-        let text = &rest[..i];
-        if stack.is_empty() && !text.trim().is_empty() {
-            return Err(format!("text outside the root: {text:?}"));
-        }
-        rest = &rest[i..];
-        if rest.starts_with('&') {
-            let end = rest.find(';').ok_or("an & without ;")?;
-            if !["&amp;", "&lt;", "&gt;", "&quot;", "&apos;"].contains(&&rest[..=end]) {
-                return Err(format!("unknown entity {}", &rest[..=end]));
-            }
-            rest = &rest[end + 1..];
-            continue;
-        }
-        let end = rest.find('>').ok_or("an unclosed tag")?;
-        let tag = &rest[1..end];
-        rest = &rest[end + 1..];
-        if tag.starts_with('?') {
-            if !tag.ends_with('?') {
-                return Err(format!("bad declaration {tag:?}"));
-            }
-            continue;
-        }
-        if let Some(name) = tag.strip_prefix('/') {
-            match stack.pop() {
-                Some(open) if open == name.trim() => continue,
-                other => return Err(format!("</{name}> closes {other:?}")),
-            }
-        }
-        let self_closing = tag.ends_with('/');
-        let body = tag.trim_end_matches('/');
-        let name = body.split_whitespace().next().ok_or("an empty tag")?.to_string();
-        // Attributes: name="value" pairs, values without '<' or a bare '"'.
-        let mut attrs = body[name.len()..].trim();
-        while !attrs.is_empty() {
-            let eq = attrs.find("=\"").ok_or(format!("an unquoted attribute in <{name}>"))?;
-            let close = attrs[eq + 2..].find('"').ok_or("an unclosed attribute value")?;
-            let value = &attrs[eq + 2..eq + 2 + close];
-            if value.contains('<') {
-                return Err(format!("'<' in an attribute of <{name}>"));
-            }
-            attrs = attrs[eq + 3 + close..].trim_start();
-        }
-        if stack.is_empty() {
-            if root.is_some() {
-                return Err("two root elements".into());
-            }
-            root = Some(name.clone());
-        }
-        if !self_closing {
-            stack.push(name);
-        }
-    }
-    if !stack.is_empty() || !rest.trim().is_empty() {
-        return Err(format!("unclosed elements {stack:?}"));
-    }
-    root.ok_or_else(|| "no root element".into())
-}
-
-#[test]
-fn the_xml_check_rejects_what_is_not_xml() {
-    assert_eq!(
-        xml_root("<?xml version=\"1.0\"?>\n<svg a=\"1\"><g/><t>x &amp; y</t></svg>\n"),
-        Ok("svg".into())
-    );
-    assert!(xml_root("<svg><g></svg>").is_err());
-    assert!(xml_root("<svg a=1></svg>").is_err());
-    assert!(xml_root("<svg>a & b</svg>").is_err());
-    assert!(xml_root("<svg></svg><svg></svg>").is_err());
 }
 
 /// `-a` sweeps 2 B to 8 MiB, one row each, as perftest; `--plot` draws them into an SVG that

@@ -12,7 +12,7 @@ use nic_model::wire::{Fabric, PublishedCounters};
 
 use verbs_api::Gid;
 
-use super::{gid_ntop, output_error, CliError};
+use super::{gid_ntop, json_str, output_error, CliError};
 
 /// `softverbs counters`'s options.
 #[derive(clap::Args, Debug, Clone)]
@@ -236,24 +236,6 @@ fn show(
     Ok(())
 }
 
-/// A JSON string literal.
-fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
 fn to_json(shown: &str, s: &Sample, prev: Option<&Sample>, secs: Option<f64>) -> String {
     let mut o = format!("{{\"fabric\":{},\"ports\":[", json_str(shown));
     for (k, p) in s.ports.iter().enumerate() {
@@ -292,14 +274,4 @@ fn to_json(shown: &str, s: &Sample, prev: Option<&Sample>, secs: Option<f64>) ->
     o.push_str(&skipped.join(","));
     o.push_str("]}");
     o
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
-    }
 }

@@ -356,3 +356,31 @@ pub fn gid_choice_lines(ctx: &Context, addr: &PortAddress, asked: Option<u32>) -
 pub fn gid_ntop(gid: &Gid) -> String {
     Ipv6Addr::from(gid.0).to_string()
 }
+
+/// A JSON string literal of `s` (RFC 8259 escapes: `\"`, `\\`, `\n`, other controls as `\u00XX`),
+/// for the commands' `--json` output.
+pub(crate) fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::json_str;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_str("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\u0001é\"");
+    }
+}

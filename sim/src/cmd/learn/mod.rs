@@ -25,7 +25,7 @@ mod zero_copy;
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::cmd::CliError;
+use crate::cmd::{json_str, CliError};
 
 /// The lessons: name and one line each, in the order of the primer.
 pub const LESSONS: [(&str, &str); 8] = [
@@ -184,23 +184,6 @@ pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
         table::lines(outer, "", &[json(concept, &text)])?;
     }
     Ok(())
-}
-
-/// A JSON string literal of `s`.
-fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
 }
 
 /// The `--json` object of a lesson whose text output is `text`: `lesson`, `result` (the
