@@ -116,15 +116,21 @@ pub unsafe extern "C" fn rdma_create_qp(
         eprintln!("librdmacm (softverbs): rdma_create_qp needs a PD and init attributes");
         return fail(libc::EINVAL);
     }
+    // SAFETY: the caller's attributes.
+    if crate::cq::fill_qp_attr(cid, unsafe { &mut *attr }) != 0 {
+        return -1;
+    }
     // SAFETY: the caller's attributes and PD.
     let qp = unsafe { ibv_create_qp(pd, attr) };
     if qp.is_null() {
+        crate::cq::destroy_cqs(cid);
         return -1;
     }
     let ud = id.c.ps != RDMA_PS_TCP;
     if qp_init(qp, ud) != 0 {
         // SAFETY: just made.
         unsafe { ibv_destroy_qp(qp) };
+        crate::cq::destroy_cqs(cid);
         return fail(libc::EINVAL);
     }
     // SAFETY: the caller's id and the new QP.
@@ -178,6 +184,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(cid: *mut rdma_cm_id) {
             (*cid).qp = std::ptr::null_mut();
         }
     }
+    crate::cq::destroy_cqs(cid);
 }
 
 /// The private data of a connection parameter (at most `max` bytes, librdmacm's limit for
@@ -196,10 +203,9 @@ fn psn() -> u32 {
     (token() as u32).wrapping_mul(2_654_435_761) ^ std::process::id() & 0xff_ffff
 }
 
-/// `rdma_connect`: send a REQ to the listener at the resolved address; REJECTED (status 8,
-/// invalid service ID, as the IB CM answers) when nothing listens there.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+/// `rdma_connect` (sync.rs exports it): send a REQ to the listener at the resolved address;
+/// REJECTED (status 8, invalid service ID, as the IB CM answers) when nothing listens there.
+pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     // SAFETY: NULL or the caller's parameters.
     let p = unsafe { param.as_ref() };
@@ -249,9 +255,9 @@ pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_con
     0
 }
 
-/// `rdma_accept`: move the QP to RTR and RTS and send the REP; ESTABLISHED follows the RTU.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+/// `rdma_accept` (sync.rs exports it): move the QP to RTR and RTS and send the REP;
+/// ESTABLISHED follows the RTU.
+pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     // SAFETY: NULL or the caller's parameters.
     let p = unsafe { param.as_ref() };
@@ -309,10 +315,9 @@ pub unsafe extern "C" fn rdma_reject(cid: *mut rdma_cm_id, data: *const c_void, 
     0
 }
 
-/// `rdma_disconnect`: QP to ERR (flushing what is posted) and a DREQ to the peer; DISCONNECTED
-/// follows its DREP (at once when the peer is gone).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
+/// `rdma_disconnect` (sync.rs exports it): QP to ERR (flushing what is posted) and a DREQ to
+/// the peer; DISCONNECTED follows its DREP (at once when the peer is gone).
+pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let st = id.st.lock().expect("id");
     let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };

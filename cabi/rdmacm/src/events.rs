@@ -88,6 +88,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 .or_else(|| devices().first().copied())?;
             c.c.verbs = dev.ctx;
             c.c.port_num = 1;
+            crate::cq::give_pd(child.cast());
             let mut st = c.st.lock().expect("id");
             st.src = (dev.ip, m.dst_port);
             st.dst = (m.src_ip, m.src_port);
@@ -217,10 +218,9 @@ pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
     0
 }
 
-/// `rdma_destroy_id`: release the listening name and the id (a connected id sends its peer a
-/// DREQ first, so the peer sees DISCONNECTED).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
+/// `rdma_destroy_id` (sync.rs exports it): release the listening name and the id (a connected
+/// id sends its peer a DREQ first, so the peer sees DISCONNECTED).
+pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let st = id.st.lock().expect("id");
     if let Some(l) = &st.listen {

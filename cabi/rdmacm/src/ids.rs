@@ -54,18 +54,16 @@ pub fn make_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> 
     id
 }
 
-/// `rdma_create_id`: an id on `ch` in port space `ps` (`RDMA_PS_TCP`: RC, `RDMA_PS_UDP` or
-/// `RDMA_PS_IPOIB`: UD).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_id(
+/// `rdma_create_id` on a channel: an id on `ch` in port space `ps` (`RDMA_PS_TCP`: RC,
+/// `RDMA_PS_UDP` or `RDMA_PS_IPOIB`: UD); sync.rs exports the call (a NULL channel there
+/// makes a synchronous id).
+pub unsafe fn create_id(
     ch: *mut rdma_event_channel,
     id: *mut *mut rdma_cm_id,
     context: *mut c_void,
     ps: c_int,
 ) -> c_int {
     if id.is_null() || ch.is_null() {
-        // librdmacm makes a channel of its own for a NULL one (synchronous ids): not supported.
-        eprintln!("librdmacm (softverbs): rdma_create_id needs an event channel (synchronous ids are not supported)");
         return fail(libc::EINVAL);
     }
     if ![RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB].contains(&ps) {
@@ -145,6 +143,7 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
             (*c).port_num = 1;
         }
     }
+    crate::cq::give_pd(c);
     set_route(id, (ip, port), None);
     0
 }
@@ -180,11 +179,10 @@ pub unsafe extern "C" fn rdma_listen(cid: *mut rdma_cm_id, _backlog: c_int) -> c
     0
 }
 
-/// `rdma_resolve_addr`: pick the local soft port (the one of `src`, else the first whose
-/// address is not `dst`'s) and queue ADDR_RESOLVED; ADDR_ERROR (-EHOSTUNREACH) for an address
-/// of no softverbs port.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_addr(
+/// `rdma_resolve_addr` (sync.rs exports it): pick the local soft port (the one of `src`, else
+/// the first whose address is not `dst`'s) and queue ADDR_RESOLVED; ADDR_ERROR (-EHOSTUNREACH)
+/// for an address of no softverbs port.
+pub unsafe fn resolve_addr(
     cid: *mut rdma_cm_id,
     src: *mut libc::sockaddr,
     dst: *mut libc::sockaddr,
@@ -234,14 +232,15 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         (*cid).verbs = dev.ctx;
         (*cid).port_num = 1;
     }
+    crate::cq::give_pd(cid);
     set_route(id, src, Some(d));
     post_local(id, ev::ADDR_RESOLVED, 0);
     0
 }
 
-/// `rdma_resolve_route`: the fabric has one route to every port: ROUTE_RESOLVED.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_route(cid: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+/// `rdma_resolve_route` (sync.rs exports it): the fabric has one route to every port:
+/// ROUTE_RESOLVED.
+pub unsafe fn resolve_route(cid: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     if !id.st.lock().expect("id").addr_resolved {
         eprintln!("librdmacm (softverbs): rdma_resolve_route before rdma_resolve_addr");

@@ -12,9 +12,12 @@
 mod abi;
 mod cm_abi;
 mod conn;
+mod cq;
+mod ep;
 mod events;
 mod ids;
 mod state;
+mod sync;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));
