@@ -199,7 +199,7 @@ fn private(p: *const c_void, len: u8, max: usize) -> Option<Vec<u8>> {
 }
 
 /// A random starting PSN (24 bits).
-fn psn() -> u32 {
+pub fn psn() -> u32 {
     (token() as u32).wrapping_mul(2_654_435_761) ^ std::process::id() & 0xff_ffff
 }
 
@@ -271,7 +271,10 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
         eprintln!("librdmacm (softverbs): rdma_accept on an id without a connection request");
         return fail(libc::EINVAL);
     };
-    st.my_psn = psn() & 0xff_ffff;
+    // Chosen once: rdma_init_qp_attr may have given it to a QP the program moves itself.
+    if st.my_psn == 0 {
+        st.my_psn = (psn() & 0xff_ffff).max(1);
+    }
     if let Some(p) = p {
         st.rnr_retry = p.rnr_retry_count;
     }

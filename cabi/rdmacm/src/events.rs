@@ -127,6 +127,15 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 return Some(e);
             }
             let qp = id.c.qp;
+            if qp.is_null() && id.c.ps == RDMA_PS_TCP {
+                // The program moves its QP itself (rdma_init_qp_attr): CONNECT_RESPONSE, and
+                // the RTU waits for its rdma_establish, as with the kernel's CM.
+                st.req_rd_atomic = m.rd_atomic;
+                st.rnr_retry = m.rnr_retry;
+                drop(st);
+                crate::qpattr::await_establish(id);
+                return Some(event(idp, ev::CONNECT_RESPONSE, 0, Some(m)));
+            }
             if !qp.is_null()
                 && id.c.ps == RDMA_PS_TCP
                 && qp_connect(qp, &st, m.rd_atomic, m.rd_atomic) != 0
@@ -252,28 +261,4 @@ pub unsafe extern "C" fn rdma_migrate_id(
     // SAFETY: the caller's live id.
     unsafe { (*cid).channel = ch };
     0
-}
-
-/// `rdma_establish`: for ids whose QP the program moves itself; the REP has already been
-/// answered, so nothing is left to do.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_establish(cid: *mut rdma_cm_id) -> c_int {
-    if id_ref(cid).is_none() {
-        return fail(libc::EINVAL);
-    }
-    0
-}
-
-/// `rdma_init_qp_attr`: not supported (programs that move their own QP, such as `rping -q`);
-/// -1 with `ENOSYS`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_init_qp_attr(
-    _cid: *mut rdma_cm_id,
-    _attr: *mut ibv_qp_attr,
-    _mask: *mut c_int,
-) -> c_int {
-    eprintln!(
-        "librdmacm (softverbs): rdma_init_qp_attr is not supported: let rdma_create_qp make the QP"
-    );
-    fail(libc::ENOSYS)
 }

@@ -16,6 +16,7 @@ mod cq;
 mod ep;
 mod events;
 mod ids;
+mod qpattr;
 mod state;
 mod sync;
 
