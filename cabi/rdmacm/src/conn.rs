@@ -70,8 +70,15 @@ fn qp_init(qp: *mut ibv_qp, ud: bool) -> c_int {
     modify(qp, a, STATE | PKEY | PORT | ACCESS, "INIT")
 }
 
-/// The QP to RTR then RTS towards the peer recorded in `st`.
-pub fn qp_connect(qp: *mut ibv_qp, st: &St, responder: u8, initiator: u8) -> c_int {
+/// The QP to RTR then RTS towards the peer recorded in `st`, at its GID `gid` from this port's
+/// GID index (v6.rs `path_gid`).
+pub fn qp_connect(
+    qp: *mut ibv_qp,
+    st: &St,
+    responder: u8,
+    initiator: u8,
+    gid: ([u8; 16], u8),
+) -> c_int {
     let mut a = ibv_qp_attr {
         qp_state: RTR,
         path_mtu: 3, // IBV_MTU_1024, the active MTU of a softverbs port on a 1500-byte link
@@ -83,8 +90,8 @@ pub fn qp_connect(qp: *mut ibv_qp, st: &St, responder: u8, initiator: u8) -> c_i
     };
     a.ah_attr.is_global = 1;
     a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid.raw = gid_of(st.dst.0);
-    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.dgid.raw = gid.0;
+    a.ah_attr.grh.sgid_index = gid.1;
     a.ah_attr.grh.hop_limit = 64;
     let r = modify(qp, a, STATE | AV | MTU | RQ_PSN | MAX_DEST_RD | MIN_RNR | DEST_QPN, "RTR");
     if r != 0 {
@@ -234,6 +241,10 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     m.dst_port = st.dst.1;
     m.rd_atomic = p.map_or(1, |p| p.initiator_depth);
     m.rnr_retry = st.rnr_retry;
+    if let Some(scope) = crate::v6::scope(id.token) {
+        m.v6 = 1;
+        m.scope = scope.to_ne_bytes();
+    }
     m.set_pd(&pd);
     let (dst, port) = st.dst;
     drop(st);
@@ -283,7 +294,8 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
     let (resp, init) = p.map_or((st.req_rd_atomic, st.req_rd_atomic), |p| {
         (p.responder_resources, p.initiator_depth)
     });
-    if !qp.is_null() && id.c.ps == RDMA_PS_TCP && qp_connect(qp, &st, resp, init) != 0 {
+    let gid = crate::v6::path_gid(id.token, st.dst.0);
+    if !qp.is_null() && id.c.ps == RDMA_PS_TCP && qp_connect(qp, &st, resp, init, gid) != 0 {
         return fail(libc::EINVAL);
     }
     let ch = channel_of(id);

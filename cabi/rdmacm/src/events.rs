@@ -89,6 +89,10 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             c.c.verbs = dev.ctx;
             c.c.port_num = 1;
             crate::cq::give_pd(child.cast());
+            if m.v6 != 0 {
+                // The requester's family is the new id's, as the kernel's CM gives it.
+                crate::v6::mark(c.token, u32::from_ne_bytes(m.scope));
+            }
             let mut st = c.st.lock().expect("id");
             st.src = (dev.ip, m.dst_port);
             st.dst = (m.src_ip, m.src_port);
@@ -138,7 +142,13 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             }
             if !qp.is_null()
                 && id.c.ps == RDMA_PS_TCP
-                && qp_connect(qp, &st, m.rd_atomic, m.rd_atomic) != 0
+                && qp_connect(
+                    qp,
+                    &st,
+                    m.rd_atomic,
+                    m.rd_atomic,
+                    crate::v6::path_gid(id.token, st.dst.0),
+                ) != 0
             {
                 drop(st);
                 return Some(event(idp, ev::CONNECT_ERROR, -libc::EINVAL, Some(m)));

@@ -93,8 +93,8 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     } else if want == RTR {
         a.ah_attr.is_global = 1;
         a.ah_attr.port_num = 1;
-        a.ah_attr.grh.dgid.raw = gid_of(st.dst.0);
-        a.ah_attr.grh.sgid_index = 1;
+        (a.ah_attr.grh.dgid.raw, a.ah_attr.grh.sgid_index) =
+            crate::v6::path_gid(id.token, st.dst.0);
         a.ah_attr.grh.hop_limit = 64;
         a.path_mtu = 3; // IBV_MTU_1024, as the CM's own moves
         a.dest_qp_num = st.peer_qpn;

@@ -7,40 +7,12 @@
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
 
+mod cm;
+
 use std::time::{Duration, Instant};
 
-use common::{finish, text, tool, Env, Guard};
-
-/// An Env whose library directory also holds this package's librdmacm.so.1.
-fn env() -> Env {
-    let e = Env::new();
-    let cm = common::built_library().with_file_name("libsoftverbs_rdmacm.so");
-    let cm = if cm.exists() { cm } else { common::target_dir().join("libsoftverbs_rdmacm.so") };
-    assert!(cm.exists(), "{}: librdmacm was not built", cm.display());
-    std::os::unix::fs::symlink(cm, e.lib.path().join("librdmacm.so.1")).expect("symlink");
-    e
-}
-
-/// Wait (at most 10 s) until `name` is a listening name in the fabric's CM directory.
-fn wait_listening(env: &Env, name: &str, server: &mut Guard) {
-    let path = env.fabric.path().join("cm").join(name);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::symlink_metadata(&path).is_err() {
-        let exited = server.0.as_mut().expect("server").try_wait().expect("try_wait");
-        assert!(exited.is_none() && Instant::now() < deadline, "never listened ({exited:?})");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The name appears at the bind; give the server the moment to reach rdma_get_request.
-    std::thread::sleep(Duration::from_millis(200));
-}
-
-/// What the CM left in the fabric's directory (nothing, once both processes destroyed their
-/// ids and channels).
-fn leftovers(env: &Env) -> Vec<std::ffi::OsString> {
-    std::fs::read_dir(env.fabric.path().join("cm"))
-        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default()
-}
+use cm::{env, leftovers, wait_listening};
+use common::{finish, text, tool, Guard};
 
 #[test]
 fn rdma_server_and_rdma_client_exchange_their_messages() {

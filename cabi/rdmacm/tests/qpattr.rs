@@ -7,46 +7,13 @@
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
 
+mod cm;
+
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{finish, text, tool, Env, Guard};
-
-/// An Env whose library directory also holds this package's librdmacm.so.1.
-fn env() -> Env {
-    let e = Env::new();
-    let cm = common::built_library().with_file_name("libsoftverbs_rdmacm.so");
-    let cm = if cm.exists() { cm } else { common::target_dir().join("libsoftverbs_rdmacm.so") };
-    assert!(cm.exists(), "{}: librdmacm was not built", cm.display());
-    std::os::unix::fs::symlink(cm, e.lib.path().join("librdmacm.so.1")).expect("symlink");
-    e
-}
-
-/// Wait (at most 10 s) until `name` is a listening name in the fabric's CM directory.
-fn wait_listening(env: &Env, name: &str, server: &mut Guard) {
-    let path = env.fabric.path().join("cm").join(name);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::symlink_metadata(&path).is_err() {
-        let exited = server.0.as_mut().expect("server").try_wait().expect("try_wait");
-        assert!(exited.is_none() && Instant::now() < deadline, "never listened ({exited:?})");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The name appears at rdma_bind_addr; give the server the moment to reach its event loop.
-    std::thread::sleep(Duration::from_millis(300));
-}
-
-/// The payload rping sends as ping `n` (rping.c: the ping number, then letters from 'A' + n,
-/// wrapping after 'z', up to the 64-byte buffer's end less its NUL).
-fn ping_text(n: usize) -> String {
-    let mut s = format!("rdma-ping-{n}: ");
-    let mut c = 65 + (n % 58) as u8;
-    while s.len() < 63 {
-        s.push(c as char);
-        c = if c == 122 { 65 } else { c + 1 };
-    }
-    s
-}
+use cm::{env, leftovers, ping_text, wait_listening};
+use common::{finish, text, tool, Guard};
 
 /// `rping -s ARGS` and `rping -c -a 127.0.0.1 ARGS`, both to exit 0 within 60 s: their
 /// (stdout, stderr) each, server first.
@@ -72,12 +39,7 @@ fn rping_pair(rping: &Path, args: &[&str]) -> ((String, String), (String, String
         s.0,
         s.1
     );
-    let left: Vec<_> = std::fs::read_dir(env.fabric.path().join("cm"))
-        .expect("cm dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(left.is_empty(), "the CM left {left:?} behind");
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
     (s, c)
 }
 
@@ -133,23 +95,9 @@ fn rping_q_client_gets_connect_response_and_its_establish_gives_the_server_estab
 #[test]
 fn init_qp_attr_gives_each_states_attributes_and_mask() {
     let test = "init_qp_attr_gives_each_states_attributes_and_mask";
-    let Some(cc) = tool(test, "cc", "gcc") else { return };
-    let Some(_) = common::file(test, "/usr/include/rdma/rdma_cma.h", "librdmacm-dev") else {
-        return;
-    };
     let env = env();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/init_qp_attr.c");
-    let exe = env.lib.path().join("init_qp_attr");
-    let out = Command::new(cc)
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let port = common::free_port().to_string();
-    let out = env.run(&exe, &[&port], Duration::from_secs(30));
+    let Some(out) = cm::run_c(test, &env, "init_qp_attr", &[&port]) else { return };
     let (o, e) = text(&out);
     assert!(out.status.success(), "{o}{e}");
     // IBV_QP_* mask bits: STATE 0x1, ACCESS_FLAGS 0x8, PKEY_INDEX 0x10, PORT 0x20, AV 0x80,
