@@ -2,7 +2,8 @@
 //! `rdma_client` (rdma_create_ep, rdma_get_request, blocking rdma_connect / rdma_accept /
 //! rdma_disconnect, the rdma_verbs.h helpers over the CQs the CM makes) exchange their messages
 //! as two processes; a blocking connect to a port nobody listens on fails with ECONNREFUSED and
-//! one to an address of no softverbs port with EHOSTUNREACH, as the real library's.
+//! one to an address of no softverbs port with EHOSTUNREACH, as the real library's; and
+//! c/verbs_helpers.c runs every rdma_verbs.h helper over CM-made CQs and an SRQ.
 
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
@@ -76,5 +77,37 @@ fn a_blocking_resolve_of_an_address_of_no_softverbs_port_fails_with_ehostunreach
     );
     // rdma_create_ep's rdma_resolve_addr got ADDR_ERROR (-EHOSTUNREACH) and failed with it.
     assert_eq!(lines[1], "rdma_create_ep: No route to host");
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+}
+
+#[test]
+fn the_rdma_verbs_h_helpers_work_on_cm_made_cqs_and_an_srq() {
+    let test = "the_rdma_verbs_h_helpers_work_on_cm_made_cqs_and_an_srq";
+    let env = env();
+    let port = common::free_port().to_string();
+    let Some(out) = cm::run_c(test, &env, "verbs_helpers", &[&port]) else { return };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    // Opcodes: IBV_WC_SEND 0, RDMA_WRITE 1, RDMA_READ 2, RECV 128; wr_id the helper's context.
+    assert_eq!(
+        o,
+        "CM-made CQs: yes\n\
+         passive QP on the SRQ: yes\n\
+         post_send: send comp status 0 opcode 0 wr_id 1\n\
+         post_recv: recv comp status 0 opcode 128 wr_id 11 byte_len 4: one\n\
+         inline: send comp status 0 opcode 0 wr_id 2\n\
+         inline: recv comp status 0 opcode 128 wr_id 12 byte_len 7: inline\n\
+         post_sendv: send comp status 0 opcode 0 wr_id 3\n\
+         post_recvv: recv comp status 0 opcode 128 wr_id 13 byte_len 7: two\n\
+         post_recvv: first sge one\n\
+         post_write: send comp status 0 opcode 1 wr_id 4\n\
+         post_writev: send comp status 0 opcode 1 wr_id 5\n\
+         region: onetwo\n\
+         post_read: send comp status 0 opcode 2 wr_id 6\n\
+         post_readv: send comp status 0 opcode 2 wr_id 7\n\
+         read back: onetwo\n\
+         after destroy: CQs, channels and SRQ gone\n"
+    );
+    assert_eq!(e, "");
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
