@@ -3,7 +3,8 @@
 //! rdma_disconnect, the rdma_verbs.h helpers over the CQs the CM makes) exchange their messages
 //! as two processes; a blocking connect to a port nobody listens on fails with ECONNREFUSED and
 //! one to an address of no softverbs port with EHOSTUNREACH, as the real library's; and
-//! c/verbs_helpers.c runs every rdma_verbs.h helper over CM-made CQs and an SRQ.
+//! c/verbs_helpers.c runs every rdma_verbs.h helper over CM-made CQs and an SRQ; cmtime times
+//! four connections through every step.
 
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
@@ -110,4 +111,54 @@ fn the_rdma_verbs_h_helpers_work_on_cm_made_cqs_and_an_srq() {
     );
     assert_eq!(e, "");
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+}
+
+#[test]
+fn cmtime_times_four_connections_through_every_step() {
+    let Some(t) = tool("cmtime", "cmtime", "rdmacm-utils") else { return };
+    let env = env();
+    let port = common::free_port().to_string();
+    // cmtime's server serves until it is stopped: the Guard kills it when the test ends.
+    let mut server = Guard(Some(env.command(&t).args(["-p", &port]).spawn().expect("spawn")));
+    wait_listening(&env, &format!("0.0.0.0:{port}"), &mut server);
+    let client = env.run(&t, &["-s", "127.0.0.1", "-p", &port, "-c", "4"], Duration::from_secs(30));
+    let (o, e) = text(&client);
+    assert!(client.status.success(), "{o}{e}");
+    let steps: Vec<&str> = o.lines().collect();
+    assert_eq!(
+        steps[..8],
+        [
+            "creating id",
+            "resolving address",
+            "resolving route",
+            "creating qp",
+            "connecting",
+            "disconnecting",
+            "destroying id",
+            "step              total ms     max ms     min us  us / conn"
+        ],
+        "{o}"
+    );
+    // One row a step, each with four figures, for the four connections.
+    let rows: Vec<(&str, usize)> = steps[8..]
+        .iter()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(step, figs)| {
+            (step.trim(), figs.split_whitespace().filter(|f| f.parse::<f64>().is_ok()).count())
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("create id", 4),
+            ("resolve addr", 4),
+            ("resolve route", 4),
+            ("create qp", 4),
+            ("connect", 4),
+            ("disconnect", 4),
+            ("destroy", 4)
+        ],
+        "{o}"
+    );
+    assert_eq!(e, "");
 }
