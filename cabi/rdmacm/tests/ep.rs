@@ -4,7 +4,8 @@
 //! as two processes; a blocking connect to a port nobody listens on fails with ECONNREFUSED and
 //! one to an address of no softverbs port with EHOSTUNREACH, as the real library's; and
 //! c/verbs_helpers.c runs every rdma_verbs.h helper over CM-made CQs and an SRQ; cmtime times
-//! four connections through every step.
+//! four connections through every step; c/sync_ids.c checks the events synchronous calls leave
+//! in `id->event` and the bound on a blocking connect to a listener that never answers.
 
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
@@ -161,4 +162,30 @@ fn cmtime_times_four_connections_through_every_step() {
         "{o}"
     );
     assert_eq!(e, "");
+}
+
+#[test]
+fn synchronous_calls_return_with_their_event_and_a_silent_peer_times_out() {
+    let test = "synchronous_calls_return_with_their_event_and_a_silent_peer_times_out";
+    let env = env();
+    let port = common::free_port().to_string();
+    let Some(out) = cm::run_c(test, &env, "sync_ids", &[&port]) else { return };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    // The connect's bound is sync.rs's CONNECT_WAIT, 20 s.
+    assert_eq!(
+        o,
+        "rdma_get_request on a listener with a channel: -1 EINVAL\n\
+         synchronous id: channel of its own yes\n\
+         rdma_resolve_addr returned with RDMA_CM_EVENT_ADDR_RESOLVED\n\
+         rdma_resolve_route returned with RDMA_CM_EVENT_ROUTE_RESOLVED\n\
+         rdma_connect: -1 ETIMEDOUT after about 20 s\n"
+    );
+    assert_eq!(
+        e,
+        "librdmacm (softverbs): rdma_get_request needs a listener made without an event channel \
+         (rdma_create_ep, or rdma_create_id with NULL)\n\
+         librdmacm (softverbs): rdma_connect: no answer from the peer in 20 s\n"
+    );
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
