@@ -70,8 +70,15 @@ fn qp_init(qp: *mut ibv_qp, ud: bool) -> c_int {
     modify(qp, a, STATE | PKEY | PORT | ACCESS, "INIT")
 }
 
-/// The QP to RTR then RTS towards the peer recorded in `st`.
-pub fn qp_connect(qp: *mut ibv_qp, st: &St, responder: u8, initiator: u8) -> c_int {
+/// The QP to RTR then RTS towards the peer recorded in `st`, at its GID `gid` from this port's
+/// GID index (v6.rs `path_gid`).
+pub fn qp_connect(
+    qp: *mut ibv_qp,
+    st: &St,
+    responder: u8,
+    initiator: u8,
+    gid: ([u8; 16], u8),
+) -> c_int {
     let mut a = ibv_qp_attr {
         qp_state: RTR,
         path_mtu: 3, // IBV_MTU_1024, the active MTU of a softverbs port on a 1500-byte link
@@ -83,8 +90,8 @@ pub fn qp_connect(qp: *mut ibv_qp, st: &St, responder: u8, initiator: u8) -> c_i
     };
     a.ah_attr.is_global = 1;
     a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid.raw = gid_of(st.dst.0);
-    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.dgid.raw = gid.0;
+    a.ah_attr.grh.sgid_index = gid.1;
     a.ah_attr.grh.hop_limit = 64;
     let r = modify(qp, a, STATE | AV | MTU | RQ_PSN | MAX_DEST_RD | MIN_RNR | DEST_QPN, "RTR");
     if r != 0 {
@@ -116,15 +123,21 @@ pub unsafe extern "C" fn rdma_create_qp(
         eprintln!("librdmacm (softverbs): rdma_create_qp needs a PD and init attributes");
         return fail(libc::EINVAL);
     }
+    // SAFETY: the caller's attributes.
+    if crate::cq::fill_qp_attr(cid, unsafe { &mut *attr }) != 0 {
+        return -1;
+    }
     // SAFETY: the caller's attributes and PD.
     let qp = unsafe { ibv_create_qp(pd, attr) };
     if qp.is_null() {
+        crate::cq::destroy_cqs(cid);
         return -1;
     }
     let ud = id.c.ps != RDMA_PS_TCP;
     if qp_init(qp, ud) != 0 {
         // SAFETY: just made.
         unsafe { ibv_destroy_qp(qp) };
+        crate::cq::destroy_cqs(cid);
         return fail(libc::EINVAL);
     }
     // SAFETY: the caller's id and the new QP.
@@ -178,6 +191,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(cid: *mut rdma_cm_id) {
             (*cid).qp = std::ptr::null_mut();
         }
     }
+    crate::cq::destroy_cqs(cid);
 }
 
 /// The private data of a connection parameter (at most `max` bytes, librdmacm's limit for
@@ -192,14 +206,13 @@ fn private(p: *const c_void, len: u8, max: usize) -> Option<Vec<u8>> {
 }
 
 /// A random starting PSN (24 bits).
-fn psn() -> u32 {
+pub fn psn() -> u32 {
     (token() as u32).wrapping_mul(2_654_435_761) ^ std::process::id() & 0xff_ffff
 }
 
-/// `rdma_connect`: send a REQ to the listener at the resolved address; REJECTED (status 8,
-/// invalid service ID, as the IB CM answers) when nothing listens there.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+/// `rdma_connect` (sync.rs exports it): send a REQ to the listener at the resolved address;
+/// REJECTED (status 8, invalid service ID, as the IB CM answers) when nothing listens there.
+pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     // SAFETY: NULL or the caller's parameters.
     let p = unsafe { param.as_ref() };
@@ -228,6 +241,10 @@ pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_con
     m.dst_port = st.dst.1;
     m.rd_atomic = p.map_or(1, |p| p.initiator_depth);
     m.rnr_retry = st.rnr_retry;
+    if let Some(scope) = crate::v6::scope(id.token) {
+        m.v6 = 1;
+        m.scope = scope.to_ne_bytes();
+    }
     m.set_pd(&pd);
     let (dst, port) = st.dst;
     drop(st);
@@ -249,9 +266,9 @@ pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_con
     0
 }
 
-/// `rdma_accept`: move the QP to RTR and RTS and send the REP; ESTABLISHED follows the RTU.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+/// `rdma_accept` (sync.rs exports it): move the QP to RTR and RTS and send the REP;
+/// ESTABLISHED follows the RTU.
+pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     // SAFETY: NULL or the caller's parameters.
     let p = unsafe { param.as_ref() };
@@ -265,7 +282,10 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
         eprintln!("librdmacm (softverbs): rdma_accept on an id without a connection request");
         return fail(libc::EINVAL);
     };
-    st.my_psn = psn() & 0xff_ffff;
+    // Chosen once: rdma_init_qp_attr may have given it to a QP the program moves itself.
+    if st.my_psn == 0 {
+        st.my_psn = (psn() & 0xff_ffff).max(1);
+    }
     if let Some(p) = p {
         st.rnr_retry = p.rnr_retry_count;
     }
@@ -274,7 +294,8 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
     let (resp, init) = p.map_or((st.req_rd_atomic, st.req_rd_atomic), |p| {
         (p.responder_resources, p.initiator_depth)
     });
-    if !qp.is_null() && id.c.ps == RDMA_PS_TCP && qp_connect(qp, &st, resp, init) != 0 {
+    let gid = crate::v6::path_gid(id.token, st.dst.0);
+    if !qp.is_null() && id.c.ps == RDMA_PS_TCP && qp_connect(qp, &st, resp, init, gid) != 0 {
         return fail(libc::EINVAL);
     }
     let ch = channel_of(id);
@@ -309,10 +330,9 @@ pub unsafe extern "C" fn rdma_reject(cid: *mut rdma_cm_id, data: *const c_void, 
     0
 }
 
-/// `rdma_disconnect`: QP to ERR (flushing what is posted) and a DREQ to the peer; DISCONNECTED
-/// follows its DREP (at once when the peer is gone).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
+/// `rdma_disconnect` (sync.rs exports it): QP to ERR (flushing what is posted) and a DREQ to
+/// the peer; DISCONNECTED follows its DREP (at once when the peer is gone).
+pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let st = id.st.lock().expect("id");
     let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };

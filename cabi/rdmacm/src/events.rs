@@ -88,6 +88,11 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 .or_else(|| devices().first().copied())?;
             c.c.verbs = dev.ctx;
             c.c.port_num = 1;
+            crate::cq::give_pd(child.cast());
+            if m.v6 != 0 {
+                // The requester's family is the new id's, as the kernel's CM gives it.
+                crate::v6::mark(c.token, u32::from_ne_bytes(m.scope));
+            }
             let mut st = c.st.lock().expect("id");
             st.src = (dev.ip, m.dst_port);
             st.dst = (m.src_ip, m.src_port);
@@ -126,9 +131,24 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 return Some(e);
             }
             let qp = id.c.qp;
+            if qp.is_null() && id.c.ps == RDMA_PS_TCP {
+                // The program moves its QP itself (rdma_init_qp_attr): CONNECT_RESPONSE, and
+                // the RTU waits for its rdma_establish, as with the kernel's CM.
+                st.req_rd_atomic = m.rd_atomic;
+                st.rnr_retry = m.rnr_retry;
+                drop(st);
+                crate::qpattr::await_establish(id);
+                return Some(event(idp, ev::CONNECT_RESPONSE, 0, Some(m)));
+            }
             if !qp.is_null()
                 && id.c.ps == RDMA_PS_TCP
-                && qp_connect(qp, &st, m.rd_atomic, m.rd_atomic) != 0
+                && qp_connect(
+                    qp,
+                    &st,
+                    m.rd_atomic,
+                    m.rd_atomic,
+                    crate::v6::path_gid(id.token, st.dst.0),
+                ) != 0
             {
                 drop(st);
                 return Some(event(idp, ev::CONNECT_ERROR, -libc::EINVAL, Some(m)));
@@ -217,10 +237,9 @@ pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
     0
 }
 
-/// `rdma_destroy_id`: release the listening name and the id (a connected id sends its peer a
-/// DREQ first, so the peer sees DISCONNECTED).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
+/// `rdma_destroy_id` (sync.rs exports it): release the listening name and the id (a connected
+/// id sends its peer a DREQ first, so the peer sees DISCONNECTED).
+pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let st = id.st.lock().expect("id");
     if let Some(l) = &st.listen {
@@ -252,28 +271,4 @@ pub unsafe extern "C" fn rdma_migrate_id(
     // SAFETY: the caller's live id.
     unsafe { (*cid).channel = ch };
     0
-}
-
-/// `rdma_establish`: for ids whose QP the program moves itself; the REP has already been
-/// answered, so nothing is left to do.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_establish(cid: *mut rdma_cm_id) -> c_int {
-    if id_ref(cid).is_none() {
-        return fail(libc::EINVAL);
-    }
-    0
-}
-
-/// `rdma_init_qp_attr`: not supported (programs that move their own QP, such as `rping -q`);
-/// -1 with `ENOSYS`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_init_qp_attr(
-    _cid: *mut rdma_cm_id,
-    _attr: *mut ibv_qp_attr,
-    _mask: *mut c_int,
-) -> c_int {
-    eprintln!(
-        "librdmacm (softverbs): rdma_init_qp_attr is not supported: let rdma_create_qp make the QP"
-    );
-    fail(libc::ENOSYS)
 }

@@ -54,18 +54,16 @@ pub fn make_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> 
     id
 }
 
-/// `rdma_create_id`: an id on `ch` in port space `ps` (`RDMA_PS_TCP`: RC, `RDMA_PS_UDP` or
-/// `RDMA_PS_IPOIB`: UD).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_id(
+/// `rdma_create_id` on a channel: an id on `ch` in port space `ps` (`RDMA_PS_TCP`: RC,
+/// `RDMA_PS_UDP` or `RDMA_PS_IPOIB`: UD); sync.rs exports the call (a NULL channel there
+/// makes a synchronous id).
+pub unsafe fn create_id(
     ch: *mut rdma_event_channel,
     id: *mut *mut rdma_cm_id,
     context: *mut c_void,
     ps: c_int,
 ) -> c_int {
     if id.is_null() || ch.is_null() {
-        // librdmacm makes a channel of its own for a NULL one (synchronous ids): not supported.
-        eprintln!("librdmacm (softverbs): rdma_create_id needs an event channel (synchronous ids are not supported)");
         return fail(libc::EINVAL);
     }
     if ![RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB].contains(&ps) {
@@ -102,10 +100,24 @@ fn claim(id: &Id, ip: [u8; 4], port: u16) -> Result<PathBuf, c_int> {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
-    let Some((ip, mut port)) = read_sockaddr(addr) else {
-        eprintln!("librdmacm (softverbs): rdma_bind_addr: only IPv4 (or IPv4-mapped) addresses are supported");
+    let (v6, v4) = match crate::v6::read(addr, "rdma_bind_addr") {
+        Ok(crate::v6::Addr6::Port(ip, port, scope)) => (Some(scope), Some((ip, port))),
+        Ok(crate::v6::Addr6::Foreign(text)) => {
+            eprintln!("librdmacm (softverbs): rdma_bind_addr: {text} is the address of no softverbs port here (a port's IPv6 address is its link-local GID, fe80::...)");
+            return fail(libc::EADDRNOTAVAIL);
+        }
+        Ok(crate::v6::Addr6::NotV6) => (None, read_sockaddr(addr)),
+        Err(e) => return fail(e),
+    };
+    let Some((ip, mut port)) = v4 else {
+        eprintln!(
+            "librdmacm (softverbs): rdma_bind_addr: only IPv4 and IPv6 addresses are supported"
+        );
         return fail(libc::EAFNOSUPPORT);
     };
+    if let Some(scope) = v6 {
+        crate::v6::mark(id.token, scope);
+    }
     let ip = if is_loopback(ip) { [0; 4] } else { ip };
     let dev = if ip == [0; 4] {
         None
@@ -145,6 +157,7 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
             (*c).port_num = 1;
         }
     }
+    crate::cq::give_pd(c);
     set_route(id, (ip, port), None);
     0
 }
@@ -154,6 +167,19 @@ pub fn port_list() -> String {
     let v: Vec<String> = devices()
         .iter()
         .map(|d| format!("{}.{}.{}.{}", d.ip[0], d.ip[1], d.ip[2], d.ip[3]))
+        .collect();
+    if v.is_empty() {
+        "none: is the fabric set up?".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The IPv6 (link-local) addresses of this process's soft ports, for messages.
+fn port_list6() -> String {
+    let v: Vec<String> = devices()
+        .iter()
+        .map(|d| std::net::Ipv6Addr::from(crate::v6::link_local(d.ip)).to_string())
         .collect();
     if v.is_empty() {
         "none: is the fabric set up?".into()
@@ -180,22 +206,43 @@ pub unsafe extern "C" fn rdma_listen(cid: *mut rdma_cm_id, _backlog: c_int) -> c
     0
 }
 
-/// `rdma_resolve_addr`: pick the local soft port (the one of `src`, else the first whose
-/// address is not `dst`'s) and queue ADDR_RESOLVED; ADDR_ERROR (-EHOSTUNREACH) for an address
-/// of no softverbs port.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_addr(
+/// `rdma_resolve_addr` (sync.rs exports it): pick the local soft port (the one of `src`, else
+/// the first whose address is not `dst`'s) and queue ADDR_RESOLVED; ADDR_ERROR (-EHOSTUNREACH)
+/// for an address of no softverbs port.
+pub unsafe fn resolve_addr(
     cid: *mut rdma_cm_id,
     src: *mut libc::sockaddr,
     dst: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
-    let Some(d) = read_sockaddr(dst) else {
-        eprintln!("librdmacm (softverbs): rdma_resolve_addr: the destination must be an IPv4 (or IPv4-mapped) address");
+    let (v6, d) = match crate::v6::read(dst, "rdma_resolve_addr") {
+        Ok(crate::v6::Addr6::Port(ip, port, scope)) => (Some(scope), Some((ip, port))),
+        Ok(crate::v6::Addr6::Foreign(text)) => {
+            eprintln!("librdmacm (softverbs): {text} is the address of no softverbs port (a port's IPv6 address is its link-local GID, fe80::<EUI-64>, with a scope id; here: {})", port_list6());
+            post_local(id, ev::ADDR_ERROR, -libc::EHOSTUNREACH);
+            return 0;
+        }
+        Ok(crate::v6::Addr6::NotV6) => (None, read_sockaddr(dst)),
+        Err(e) => return fail(e),
+    };
+    let Some(d) = d else {
+        eprintln!("librdmacm (softverbs): rdma_resolve_addr: the destination must be an IPv4 or IPv6 address");
         return fail(libc::EAFNOSUPPORT);
     };
-    let s = read_sockaddr(src).map(|s| s.0).filter(|ip| *ip != [0; 4]);
+    let s = match crate::v6::read(src, "rdma_resolve_addr") {
+        Ok(crate::v6::Addr6::Port(ip, _, _)) => Some(ip),
+        Ok(crate::v6::Addr6::Foreign(text)) => {
+            eprintln!("librdmacm (softverbs): rdma_resolve_addr: source {text} is the address of no softverbs port here ({})", port_list6());
+            return fail(libc::EADDRNOTAVAIL);
+        }
+        Ok(crate::v6::Addr6::NotV6) => read_sockaddr(src).map(|s| s.0),
+        Err(e) => return fail(e),
+    }
+    .filter(|ip| *ip != [0; 4]);
+    if let Some(scope) = v6 {
+        crate::v6::mark(id.token, scope);
+    }
     let dev = match s {
         Some(ip) => match dev_of_ip(ip) {
             Some(dv) => dv,
@@ -234,14 +281,15 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         (*cid).verbs = dev.ctx;
         (*cid).port_num = 1;
     }
+    crate::cq::give_pd(cid);
     set_route(id, src, Some(d));
     post_local(id, ev::ADDR_RESOLVED, 0);
     0
 }
 
-/// `rdma_resolve_route`: the fabric has one route to every port: ROUTE_RESOLVED.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_route(cid: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+/// `rdma_resolve_route` (sync.rs exports it): the fabric has one route to every port:
+/// ROUTE_RESOLVED.
+pub unsafe fn resolve_route(cid: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     if !id.st.lock().expect("id").addr_resolved {
         eprintln!("librdmacm (softverbs): rdma_resolve_route before rdma_resolve_addr");
@@ -347,7 +395,11 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE != 0);
     // SAFETY: all-zero addrinfo is valid hints.
     let mut sh: libc::addrinfo = unsafe { std::mem::zeroed() };
-    sh.ai_family = libc::AF_INET;
+    // IPv4 unless IPv6 is asked for, or the node is an IPv6 literal (`fe80::...%lo`: v6.rs).
+    // SAFETY: node is NULL or the caller's C string.
+    let literal6 = !node.is_null() && unsafe { CStr::from_ptr(node) }.to_bytes().contains(&b':');
+    let want6 = literal6 || h.is_some_and(|h| h.ai_family == libc::AF_INET6);
+    sh.ai_family = if want6 { libc::AF_INET6 } else { libc::AF_INET };
     sh.ai_flags = if passive { libc::AI_PASSIVE } else { 0 };
     let mut out: *mut libc::addrinfo = std::ptr::null_mut();
     // SAFETY: node/service are C strings or NULL; out is ours.
@@ -357,24 +409,42 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     }
     // SAFETY: getaddrinfo's first result.
     let found = read_sockaddr(unsafe { (*out).ai_addr });
+    // An IPv6 address (not IPv4-mapped) is kept as it came, with its scope id: 28 bytes.
+    let mut six = [0u8; 128];
+    let n6 = size_of::<libc::sockaddr_in6>();
+    // SAFETY: getaddrinfo's first result: an AF_INET6 one is a sockaddr_in6 of n6 bytes.
+    let is6 = unsafe { (*out).ai_family == libc::AF_INET6 } && {
+        // SAFETY: as above.
+        six[..n6].copy_from_slice(unsafe {
+            std::slice::from_raw_parts((*out).ai_addr.cast::<u8>(), n6)
+        });
+        six[8..18].iter().any(|&b| b != 0) || six[18..20] != [0xff, 0xff]
+    };
     // SAFETY: from getaddrinfo.
     unsafe { libc::freeaddrinfo(out) };
-    let Some((ip, port)) = found else { return fail(libc::ENOENT) };
+    let Some((ip, port)) = found.or(is6.then_some(([0; 4], 0))) else {
+        return fail(libc::ENOENT);
+    };
     // SAFETY: all-zero is a valid AiBox.
     let mut b: Box<AiBox> = Box::new(unsafe { std::mem::zeroed() });
-    b.c.ai_family = libc::AF_INET;
+    b.c.ai_family = if is6 { libc::AF_INET6 } else { libc::AF_INET };
     b.c.ai_qp_type = h.map_or(2, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { 2 });
     b.c.ai_port_space =
         h.map_or(RDMA_PS_TCP, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP });
     b.c.ai_flags = h.map_or(0, |h| h.ai_flags);
-    if passive {
-        write_sockaddr(&mut b.src, ip, port);
-        b.c.ai_src_len = 16;
+    let (field, len) = if passive {
         b.c.ai_src_addr = b.src.as_mut_ptr().cast();
+        (&mut b.src, &mut b.c.ai_src_len)
     } else {
-        write_sockaddr(&mut b.dst, ip, port);
-        b.c.ai_dst_len = 16;
         b.c.ai_dst_addr = b.dst.as_mut_ptr().cast();
+        (&mut b.dst, &mut b.c.ai_dst_len)
+    };
+    if is6 {
+        *field = six;
+        *len = n6 as u32;
+    } else {
+        write_sockaddr(field, ip, port);
+        *len = 16;
     }
     // SAFETY: res is the caller's out pointer.
     unsafe { *res = Box::into_raw(b).cast() };

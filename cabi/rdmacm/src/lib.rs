@@ -12,9 +12,14 @@
 mod abi;
 mod cm_abi;
 mod conn;
+mod cq;
+mod ep;
 mod events;
 mod ids;
+mod qpattr;
 mod state;
+mod sync;
+mod v6;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));

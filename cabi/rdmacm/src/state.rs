@@ -177,7 +177,10 @@ pub struct Msg {
     pub pd_len: u32,
     pub rd_atomic: u8,
     pub rnr_retry: u8,
-    pub _pad: [u8; 6],
+    /// 1 when the REQ comes from an IPv6 id (v6.rs), with its scope id.
+    pub v6: u8,
+    pub _pad: u8,
+    pub scope: [u8; 4],
     pub reply: [u8; 108],
     pub pd: [u8; 256],
 }
@@ -360,9 +363,19 @@ pub fn set_route(id: &Id, src: ([u8; 4], u16), dst: Option<([u8; 4], u16)>) {
     let c = &id.c as *const crate::cm_abi::rdma_cm_id as *mut crate::cm_abi::rdma_cm_id;
     // SAFETY: the id's own C struct; programs read it only between calls.
     let r = unsafe { &mut (*c).route.addr };
+    r.ib.pkey = 0xffff;
+    if let Some(scope) = crate::v6::scope(id.token) {
+        // An IPv6 id: link-local addresses and GIDs (v6.rs).
+        crate::v6::write_sockaddr6(&mut r.src, src.0, src.1, scope);
+        r.ib.sgid = crate::v6::link_local(src.0);
+        if let Some(d) = dst {
+            crate::v6::write_sockaddr6(&mut r.dst, d.0, d.1, scope);
+            r.ib.dgid = crate::v6::link_local(d.0);
+        }
+        return;
+    }
     write_sockaddr(&mut r.src, src.0, src.1);
     r.ib.sgid = gid_of(src.0);
-    r.ib.pkey = 0xffff;
     if let Some(d) = dst {
         write_sockaddr(&mut r.dst, d.0, d.1);
         r.ib.dgid = gid_of(d.0);

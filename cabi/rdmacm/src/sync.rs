@@ -1,0 +1,275 @@
+//! Synchronous ids: an id made with a NULL event channel gets a private channel of its own, and
+//! each call that the real CM answers with an event (`rdma_resolve_addr`, `rdma_resolve_route`,
+//! `rdma_connect`, `rdma_accept`, `rdma_disconnect`) waits for that event and turns its status
+//! into the call's result, as librdmacm's `ucma_complete` does (rdma-core, librdmacm/cma.c).
+//! The event stays in the id's `event` field until the next call, as there. This file exports
+//! those calls and `rdma_create_id` / `rdma_destroy_id` over their channel-based halves in
+//! ids.rs, conn.rs and events.rs.
+use std::collections::HashSet;
+use std::ffi::c_int;
+use std::os::fd::AsRawFd;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use std::ffi::c_void;
+
+use crate::cm_abi::*;
+use crate::events::{rdma_ack_cm_event, rdma_get_cm_event};
+use crate::state::*;
+
+/// How long a synchronous connect or accept waits for the peer (the IB CM gives up on a REQ or
+/// REP without an answer after its retries too, with `ETIMEDOUT`).
+pub const CONNECT_WAIT: Duration = Duration::from_secs(20);
+/// How long a synchronous disconnect waits for the peer's DREP or DREQ: the IB CM's DREQ
+/// timeout; after it the id is disconnected all the same, as there.
+pub const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
+
+/// The tokens of the synchronous ids (each owns its channel).
+fn sync_ids() -> &'static Mutex<HashSet<u64>> {
+    static S: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// A private, non-blocking channel for a synchronous id (the waits here poll it with a bound).
+pub fn own_channel() -> *mut rdma_event_channel {
+    match new_channel() {
+        Ok(c) => {
+            if let Err(e) = c.sock.set_nonblocking(true) {
+                fail(e.raw_os_error().unwrap_or(libc::EIO));
+                return std::ptr::null_mut();
+            }
+            let p = Box::into_raw(c);
+            channels().lock().expect("channels").insert(p as usize);
+            p.cast()
+        }
+        Err(e) => {
+            eprintln!(
+                "librdmacm (softverbs): cannot make an event channel in {}: {e}",
+                cm_dir().display()
+            );
+            fail(e.raw_os_error().unwrap_or(libc::EIO));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Record `id` as synchronous (its channel is its own, destroyed with it).
+pub fn mark(id: &Id) {
+    sync_ids().lock().expect("sync ids").insert(id.token);
+}
+
+/// Whether `id` is synchronous.
+pub fn is_sync(id: &Id) -> bool {
+    sync_ids().lock().expect("sync ids").contains(&id.token)
+}
+
+/// Forget a synchronous id being destroyed; its channel, to destroy after the id.
+pub fn forget(id: &Id) -> Option<*mut rdma_event_channel> {
+    sync_ids().lock().expect("sync ids").remove(&id.token).then_some(id.c.channel)
+}
+
+/// Move the id a synchronous listener's CONNECT_REQUEST made onto a private channel of its own
+/// (librdmacm migrates it so; its later events are forwarded there by the listener's channel).
+pub fn adopt(cid: *mut rdma_cm_id) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let ch = own_channel();
+    if ch.is_null() {
+        return -1;
+    }
+    // SAFETY: the live id, not yet handed to the program.
+    unsafe { (*cid).channel = ch };
+    mark(id);
+    0
+}
+
+/// Wait at most `limit` (None: for ever) for the next event of a synchronous id, leave it in the
+/// id's `event` (acking the one before), and map its status to the call's result as
+/// `ucma_complete` does: 0, or -1 with errno (`ECONNREFUSED` for REJECTED, else the status).
+pub fn wait(cid: *mut rdma_cm_id, limit: Option<Duration>, what: &str) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    if !is_sync(id) {
+        return 0;
+    }
+    // SAFETY: the live id's fields, used by this thread only while it waits.
+    unsafe {
+        if !(*cid).event.is_null() {
+            rdma_ack_cm_event((*cid).event);
+            (*cid).event = std::ptr::null_mut();
+        }
+    }
+    let Some(e) = next_event(channel_of(id), limit) else {
+        if what == "rdma_disconnect" {
+            // No DREP: disconnected all the same, as after the IB CM's DREQ timeout.
+            id.st.lock().expect("id").disconnected = true;
+            return 0;
+        }
+        eprintln!(
+            "librdmacm (softverbs): {what}: no answer from the peer in {} s",
+            limit.unwrap_or_default().as_secs()
+        );
+        return fail(libc::ETIMEDOUT);
+    };
+    // SAFETY: the event just got; the id's own field.
+    let (kind, status) = unsafe {
+        (*cid).event = e;
+        ((*e).event, (*e).status)
+    };
+    match (kind, status) {
+        (_, 0) => 0,
+        (ev::REJECTED, _) => fail(libc::ECONNREFUSED),
+        (_, s) => fail(s.abs()),
+    }
+}
+
+/// The next event on a synchronous id's private (non-blocking) channel, within `limit`.
+pub fn next_event(ch: &Channel, limit: Option<Duration>) -> Option<*mut rdma_cm_event> {
+    let deadline = limit.map(|l| Instant::now() + l);
+    loop {
+        let mut e = std::ptr::null_mut();
+        let chp = &ch.c as *const rdma_event_channel as *mut rdma_event_channel;
+        // SAFETY: the live channel; e is ours.
+        if unsafe { rdma_get_cm_event(chp, &mut e) } == 0 {
+            return Some(e);
+        }
+        let err = std::io::Error::last_os_error().raw_os_error();
+        if err != Some(libc::EAGAIN) && err != Some(libc::EINTR) {
+            return None;
+        }
+        let left = match deadline {
+            Some(d) => d.checked_duration_since(Instant::now())?.as_millis().max(1) as c_int,
+            None => -1,
+        };
+        let mut p = libc::pollfd { fd: ch.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd of ours.
+        unsafe { libc::poll(&mut p, 1, left) };
+    }
+}
+
+/// Destroy a synchronous id's own channel (after the id is gone).
+fn drop_channel(ch: *mut rdma_event_channel) {
+    if channels().lock().expect("channels").remove(&(ch as usize)) {
+        // SAFETY: made by own_channel (the C struct is the box's first field), now unregistered.
+        drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
+    }
+}
+
+/// `rdma_create_id`: an id on `ch` in port space `ps` (`RDMA_PS_TCP`: RC, `RDMA_PS_UDP` or
+/// `RDMA_PS_IPOIB`: UD); with a NULL `ch`, a synchronous id on a channel of its own.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_id(
+    ch: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    if !ch.is_null() || id.is_null() {
+        // SAFETY: the caller's arguments, checked there.
+        return unsafe { crate::ids::create_id(ch, id, context, ps) };
+    }
+    let own = own_channel();
+    if own.is_null() {
+        return -1;
+    }
+    // SAFETY: our channel; the caller's out pointer.
+    if unsafe { crate::ids::create_id(own, id, context, ps) } != 0 {
+        drop_channel(own);
+        return -1;
+    }
+    // SAFETY: the id just made.
+    let Some(new) = id_ref(unsafe { *id }) else { return fail(libc::EINVAL) };
+    mark(new);
+    0
+}
+
+/// `rdma_destroy_id`: release the id's listening name and the id (a connected id sends its
+/// peer a DREQ first); a synchronous id's last event and channel go with it (librdmacm's
+/// `ucma_free_id`).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let own = forget(id);
+    // SAFETY: the live id's own field.
+    unsafe {
+        if own.is_some() && !(*cid).event.is_null() {
+            rdma_ack_cm_event((*cid).event);
+        }
+    }
+    crate::v6::forget(id.token);
+    // SAFETY: the caller's live id.
+    let r = unsafe { crate::events::destroy_id(cid) };
+    if let Some(ch) = own {
+        drop_channel(ch);
+    }
+    r
+}
+
+/// `rdma_resolve_addr`: the local soft port for `dst` (ADDR_RESOLVED, or ADDR_ERROR with
+/// `-EHOSTUNREACH` for an address of no softverbs port); a synchronous id waits for it.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    cid: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments, checked there.
+    match unsafe { crate::ids::resolve_addr(cid, src, dst, timeout_ms) } {
+        0 => wait(cid, Some(CONNECT_WAIT), "rdma_resolve_addr"),
+        r => r,
+    }
+}
+
+/// `rdma_resolve_route`: ROUTE_RESOLVED (the fabric has one route to every port); a
+/// synchronous id waits for it.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(cid: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    // SAFETY: as above.
+    match unsafe { crate::ids::resolve_route(cid, timeout_ms) } {
+        0 => wait(cid, Some(CONNECT_WAIT), "rdma_resolve_route"),
+        r => r,
+    }
+}
+
+/// `rdma_connect`: a REQ to the listener at the resolved address; ESTABLISHED, or REJECTED
+/// (status 8 when nothing listens there). A synchronous id waits: 0, or `ECONNREFUSED`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    // SAFETY: as above.
+    match unsafe { crate::conn::connect(cid, param) } {
+        0 => wait(cid, Some(CONNECT_WAIT), "rdma_connect"),
+        r => r,
+    }
+}
+
+/// `rdma_accept`: the QP to RTR and RTS and a REP; ESTABLISHED follows the requester's RTU, for
+/// which a synchronous RC id waits (a UD id has no RTU: it only drops its CONNECT_REQUEST).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    // SAFETY: as above.
+    let r = unsafe { crate::conn::accept(cid, param) };
+    let Some(id) = id_ref(cid).filter(|_| r == 0) else { return r };
+    if id.c.ps == RDMA_PS_TCP {
+        return wait(cid, Some(CONNECT_WAIT), "rdma_accept");
+    }
+    if is_sync(id) && !id.c.event.is_null() {
+        // SAFETY: the id's own event.
+        unsafe {
+            rdma_ack_cm_event(id.c.event);
+            (*cid).event = std::ptr::null_mut();
+        }
+    }
+    0
+}
+
+/// `rdma_disconnect`: the QP to ERR and a DREQ; DISCONNECTED follows the peer's DREP, for which
+/// a synchronous id waits (at most the DREQ timeout).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
+    // An id already disconnected (its DISCONNECTED delivered) has no event left to wait for.
+    let done = id_ref(cid).is_some_and(|id| id.st.lock().expect("id").disconnected);
+    // SAFETY: as above.
+    match unsafe { crate::conn::disconnect(cid) } {
+        0 if !done => wait(cid, Some(DISCONNECT_WAIT), "rdma_disconnect"),
+        r => r,
+    }
+}

@@ -1,0 +1,130 @@
+//! IPv6 in the CM: a softverbs port's IPv6 address is its link-local GID (GID index 0,
+//! `fe80::` and the EUI-64 of its MAC `02:00:a:b:c:d`, as rxe's netdev has), which names the
+//! same port as its IPv4 address `a.b.c.d`. An id addressed so (or bound to `::`) is an IPv6
+//! id: its route holds `sockaddr_in6`s with the scope id, its RC QP sends from GID index 0 to
+//! the peer's link-local GID (RoCE v2 over IPv6). A UD id's address handles (`param.ud`) stay
+//! on the IPv4 GIDs: softverbs' UD address handles do not carry IPv6 yet. A link-local address needs a scope id, as with
+//! the kernel's CM (`EINVAL` without); the soft ports sit on no host interface, so any
+//! interface's index names them (`fe80::...%lo`). `::1` is as `127.0.0.1`: it reaches whichever
+//! process listens on the port.
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::net::Ipv6Addr;
+use std::sync::{Mutex, OnceLock};
+
+/// The link-local address (and GID) of the port whose IPv4 address is `ip`.
+pub fn link_local(ip: [u8; 4]) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[0] = 0xfe;
+    a[1] = 0x80;
+    // The modified EUI-64 of MAC 02:00:a:b:c:d: ff:fe in the middle, the U/L bit flipped.
+    a[8..16].copy_from_slice(&[0x00, 0x00, ip[0], 0xff, 0xfe, ip[1], ip[2], ip[3]]);
+    a
+}
+
+/// The IPv4 address of the softverbs port whose link-local address is `a` (inverse of
+/// [`link_local`]); None for any other address.
+pub fn ip_of_link_local(a: &[u8; 16]) -> Option<[u8; 4]> {
+    let ip = [a[10], a[13], a[14], a[15]];
+    (link_local(ip) == *a).then_some(ip)
+}
+
+/// The IPv6 ids (by token) and their scope ids (0 for an id bound to `::`).
+fn scopes() -> &'static Mutex<HashMap<u64, u32>> {
+    static S: OnceLock<Mutex<HashMap<u64, u32>>> = OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// Record the id `token` as IPv6, with `scope`.
+pub fn mark(token: u64, scope: u32) {
+    scopes().lock().expect("scopes").insert(token, scope);
+}
+
+/// The scope id of an IPv6 id; None for an IPv4 one.
+pub fn scope(token: u64) -> Option<u32> {
+    scopes().lock().expect("scopes").get(&token).copied()
+}
+
+/// Forget a destroyed id.
+pub fn forget(token: u64) {
+    scopes().lock().expect("scopes").remove(&token);
+}
+
+/// The GID a QP of id `token` sends to for the port `ip`, and its own GID index: the
+/// link-local GID and index 0 for an IPv6 id, the IPv4-mapped GID and index 1 otherwise.
+pub fn path_gid(token: u64, ip: [u8; 4]) -> ([u8; 16], u8) {
+    if scope(token).is_some() {
+        (link_local(ip), 0)
+    } else {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&ip);
+        (g, 1)
+    }
+}
+
+/// A `sockaddr_in6` for the port `ip` (its link-local address with `scope`; `::` for
+/// `0.0.0.0`, `::1` for loopback) and `port`, into a `sockaddr_storage`-sized field.
+pub fn write_sockaddr6(out: &mut [u8; 128], ip: [u8; 4], port: u16, scope: u32) {
+    // SAFETY: all-zero is a valid sockaddr_in6.
+    let mut s: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+    s.sin6_port = port.to_be();
+    if ip[0] == 127 {
+        s.sin6_addr.s6_addr = Ipv6Addr::LOCALHOST.octets();
+    } else if ip != [0; 4] {
+        s.sin6_addr.s6_addr = link_local(ip);
+        s.sin6_scope_id = scope;
+    }
+    out.fill(0);
+    let n = size_of::<libc::sockaddr_in6>();
+    // SAFETY: sockaddr_in6 is plain data of n bytes.
+    let b =
+        unsafe { std::slice::from_raw_parts((&s as *const libc::sockaddr_in6).cast::<u8>(), n) };
+    out[..n].copy_from_slice(b);
+}
+
+/// What an IPv6 `sockaddr_in6` names.
+pub enum Addr6 {
+    /// Not an IPv6 address (the caller reads it as IPv4).
+    NotV6,
+    /// `::` (any address) or a port's link-local address with its scope id: the port's IPv4
+    /// address (`0.0.0.0` for any), the port number and the scope id.
+    Port([u8; 4], u16, u32),
+    /// An IPv6 address of no softverbs port, as text.
+    Foreign(String),
+}
+
+/// Read `sa` if it is an IPv6 address other than an IPv4-mapped one (which the IPv4 path
+/// reads). A link-local address without a scope id is -1 with `EINVAL`, as with the kernel's
+/// CM, and a line saying so (`what` names the call).
+pub fn read(sa: *const libc::sockaddr, what: &str) -> Result<Addr6, c_int> {
+    // SAFETY: NULL or the caller's sockaddr, read by its family.
+    if sa.is_null() || unsafe { (*sa).sa_family } as c_int != libc::AF_INET6 {
+        return Ok(Addr6::NotV6);
+    }
+    // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
+    let s = unsafe { &*(sa as *const libc::sockaddr_in6) };
+    let a = s.sin6_addr.s6_addr;
+    let port = u16::from_be(s.sin6_port);
+    if a[..10].iter().all(|&b| b == 0) && a[10..12] == [0xff, 0xff] {
+        return Ok(Addr6::NotV6);
+    }
+    if a == [0; 16] {
+        return Ok(Addr6::Port([0; 4], port, 0));
+    }
+    if a == Ipv6Addr::LOCALHOST.octets() {
+        // As 127.0.0.1: whichever process listens on the port (state.rs `is_loopback`).
+        return Ok(Addr6::Port([127, 0, 0, 1], port, 0));
+    }
+    let text = Ipv6Addr::from(a).to_string();
+    match ip_of_link_local(&a) {
+        Some(_) if s.sin6_scope_id == 0 => {
+            eprintln!("librdmacm (softverbs): {what}: the link-local address {text} needs a scope id (write {text}%lo: the soft ports take any interface's)");
+            Err(libc::EINVAL)
+        }
+        Some(ip) => Ok(Addr6::Port(ip, port, s.sin6_scope_id)),
+        None => Ok(Addr6::Foreign(text)),
+    }
+}
