@@ -24,6 +24,10 @@ pub struct SimArgs {
     /// Write the event trace here, one record a line, with its hash last.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Also print how fast it simulated: simulated packets (datagrams over one link) and
+    /// events per wall-clock second.
+    #[arg(long)]
+    pub stats: bool,
     /// No progress lines on stderr.
     #[arg(long, short)]
     pub quiet: bool,
@@ -52,9 +56,18 @@ pub fn main(args: SimArgs) -> ExitCode {
     };
     match scenario::run(&sc, &opts) {
         Ok(report) => {
-            if let Err(e) = report.write_summary(&mut std::io::stdout().lock()) {
+            let mut out = std::io::stdout().lock();
+            let printed = report.write_summary(&mut out).and_then(|()| {
+                if args.stats {
+                    report.write_stats(&mut out)
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = printed {
                 return super::output_error(e).report("sim");
             }
+            drop(out);
             if report.passed {
                 ExitCode::SUCCESS
             } else {

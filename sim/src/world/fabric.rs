@@ -19,42 +19,68 @@ impl World {
             }
         }
     }
-    pub(super) fn route(&mut self, from: NodeId, to: NodeId) -> Option<LinkId> {
+    /// The link a packet `data` at `from` bound for `to` takes: one of the shortest paths'
+    /// first links, chosen by the packet's flow (ECMP, as a RoCE fabric hashes the UDP source
+    /// port a NIC derives from the QP): a flow keeps one path, so its packets stay in order,
+    /// and flows spread over the paths.
+    pub(super) fn route(&mut self, from: NodeId, to: NodeId, data: &[u8]) -> Option<LinkId> {
         if self.routes_dirty {
             self.compute_routes();
         }
-        *self.next_hop.get(from)?.get(to)?
+        let set = *self.next_hop.get(from)?.get(to)?;
+        match set.len {
+            0 => None,
+            1 => Some(self.hop_pool[set.start as usize]),
+            n => Some(self.hop_pool[set.start as usize + (flow_hash(data) % n as u64) as usize]),
+        }
     }
 
-    /// Shortest paths by hop count (BFS from every destination over reversed links; ties go to
-    /// the lower link index), so routing is deterministic.
+    /// Shortest paths by hop count (BFS from every destination over reversed links), and for
+    /// each (from, to) every link that starts one, in link-index order, so routing is
+    /// deterministic.
     fn compute_routes(&mut self) {
         let n = self.nodes.len();
-        self.next_hop = vec![vec![None; n]; n];
+        self.next_hop = vec![vec![HopSet::NONE; n]; n];
+        self.hop_pool.clear();
         // Links into each node, in link-index order: the BFS visits them in the same order as a
         // scan of all links would, without costing a pass over every link per node visited.
         let mut incoming = vec![Vec::new(); n];
         for (id, l) in self.links.iter().enumerate() {
             incoming[l.dst].push(id);
         }
+        let mut firsts: Vec<Vec<LinkId>> = vec![Vec::new(); n];
+        let mut dist = vec![usize::MAX; n];
+        let mut frontier = VecDeque::new();
         for to in 0..n {
-            let mut dist = vec![usize::MAX; n];
+            dist.fill(usize::MAX);
+            firsts.iter_mut().for_each(Vec::clear);
             dist[to] = 0;
-            let mut frontier = VecDeque::from([to]);
+            frontier.push_back(to);
             while let Some(v) = frontier.pop_front() {
                 for &id in &incoming[v] {
                     let l = &self.links[id];
                     // A packet at `l.src` can reach `v` through `l`; switches relay, NICs do not.
-                    if dist[l.src] != usize::MAX {
-                        continue;
-                    }
                     if v != to && !self.nodes[v].is_switch() {
                         continue;
                     }
-                    dist[l.src] = dist[v] + 1;
-                    self.next_hop[l.src][to] = Some(id);
-                    frontier.push_back(l.src);
+                    if dist[l.src] == usize::MAX {
+                        dist[l.src] = dist[v] + 1;
+                        frontier.push_back(l.src);
+                    }
+                    // Every link into a node one hop nearer starts a shortest path.
+                    if dist[l.src] == dist[v] + 1 {
+                        firsts[l.src].push(id);
+                    }
                 }
+            }
+            for (from, links) in firsts.iter_mut().enumerate() {
+                if links.is_empty() {
+                    continue;
+                }
+                links.sort_unstable();
+                self.next_hop[from][to] =
+                    HopSet { start: self.hop_pool.len() as u32, len: links.len() as u32 };
+                self.hop_pool.extend_from_slice(links);
             }
         }
         self.routes_dirty = false;
@@ -62,7 +88,7 @@ impl World {
 
     /// Put a packet at switch `at` bound for node `to` onto the next link of its path.
     fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>) {
-        match self.route(at, to) {
+        match self.route(at, to, &data) {
             Some(link) => self.offer(link, data),
             None => self.no_route(at, data),
         }
@@ -183,6 +209,7 @@ impl World {
             }
         }
         let now = self.now_ns;
+        self.touch(node);
         if let Some(nic) = self.nodes[node].nic.as_mut() {
             nic.handle_packet(now, &data);
         }
@@ -193,6 +220,33 @@ impl World {
         }
         self.flush(node);
     }
+}
+
+/// A range of [`World`]'s `hop_pool`: the equal-cost next links of one (from, to).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HopSet {
+    start: u32,
+    len: u32,
+}
+
+impl HopSet {
+    const NONE: HopSet = HopSet { start: 0, len: 0 };
+}
+
+/// A flow's hash for ECMP: source and destination address and UDP source port, read from an
+/// IPv4 or IPv6 datagram (0 for one too short to have them, which then takes the first path).
+fn flow_hash(data: &[u8]) -> u64 {
+    let (src, dst, sport) = match data.first().map(|b| b >> 4) {
+        Some(6) => (8..24, 24..40, 40),
+        _ => (12..16, 16..20, 20),
+    };
+    let fold = |r: std::ops::Range<usize>| {
+        data.get(r).map_or(0u64, |b| b.iter().fold(0u64, |h, &x| h.rotate_left(8) ^ x as u64))
+    };
+    let port = data.get(sport..sport + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]) as u64);
+    let h = fold(src) ^ fold(dst).rotate_left(21) ^ port.rotate_left(42);
+    // A multiplicative mix, so that nearby ports and addresses land on different paths.
+    h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
 }
 
 /// Offsets of the source and destination addresses in an IPv4 header.

@@ -38,6 +38,7 @@ use nic_model::packet::PcapWriter;
 pub use backend::{connect_rc, SimProvider};
 pub use event::RunOutcome;
 use event::{EventKey, EventKind, MAX_SLOTS};
+use fabric::HopSet;
 pub use link::{Link, LinkChange, LinkParams, LinkStats};
 pub use node::Node;
 pub use rng::Rng;
@@ -71,8 +72,11 @@ pub struct World {
     free: Vec<u32>,
     nodes: Vec<Node>,
     links: Vec<Link>,
-    /// `next_hop[from][to]`: the link a packet at `from` bound for `to` takes.
-    next_hop: Vec<Vec<Option<LinkId>>>,
+    /// `next_hop[from][to]`: the links a packet at `from` bound for `to` may take (each on a
+    /// shortest path), as a range of `hop_pool`; a flow's hash picks one (ECMP).
+    next_hop: Vec<Vec<HopSet>>,
+    /// The equal-cost next links of every (from, to), `next_hop`'s ranges point into it.
+    hop_pool: Vec<LinkId>,
     routes_dirty: bool,
     rng: Rng,
     seed: u64,
@@ -85,6 +89,8 @@ pub struct World {
     pub(crate) channels: Vec<VecDeque<(NodeId, u32)>>,
     /// Which channel each (node, CQ) notifies.
     pub(crate) cq_channel: std::collections::BTreeMap<(NodeId, u32), usize>,
+    /// NIC nodes whose engines ran since [`World::take_touched`] last took them.
+    touched: Vec<NodeId>,
 }
 
 impl World {
@@ -100,6 +106,7 @@ impl World {
             nodes: Vec::new(),
             links: Vec::new(),
             next_hop: Vec::new(),
+            hop_pool: Vec::new(),
             routes_dirty: false,
             rng: Rng::new(seed),
             seed,
@@ -110,6 +117,7 @@ impl World {
             nic_template: NicConfig::new("", 0),
             channels: Vec::new(),
             cq_channel: std::collections::BTreeMap::new(),
+            touched: Vec::new(),
         }
     }
 

@@ -33,6 +33,8 @@ pub struct Node {
     held: Option<Transmit>,
     /// The earliest `Transmit` event in the heap for this node (at most one is needed).
     tx_event_ns: Option<u64>,
+    /// Whether it is in [`World::take_touched`]'s list.
+    touched: bool,
 }
 
 /// Datagrams a NIC puts into its own link's serialiser at once (fewer if the link's
@@ -65,6 +67,7 @@ impl Node {
             next_iova: IOVA_BASE,
             held: None,
             tx_event_ns: None,
+            touched: false,
         }
     }
 
@@ -80,6 +83,7 @@ impl Node {
             next_iova: IOVA_BASE,
             held: None,
             tx_event_ns: None,
+            touched: false,
         }
     }
 
@@ -132,7 +136,7 @@ impl World {
                 },
             };
             let to = (slot_of_ip(t.dst) as usize).wrapping_sub(1);
-            let Some(link) = self.route(node, to) else {
+            let Some(link) = self.route(node, to, &t.data) else {
                 self.no_route(node, t.data);
                 continue;
             };
@@ -159,11 +163,33 @@ impl World {
 
     /// A `Transmit` event: the line of a link this node waits for may be free.
     pub(super) fn wake_transmit(&mut self, node: NodeId) {
+        self.touch(node);
         let n = &mut self.nodes[node];
         if n.tx_event_ns == Some(self.now_ns) {
             n.tx_event_ns = None;
         }
         self.transmit(node);
+    }
+
+    /// An event runs `node`'s engine (a packet, its timer, its line freeing up): note it for
+    /// [`World::take_touched`]. A program's own verbs calls are not noted; it knows them.
+    pub(super) fn touch(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node];
+        if !n.touched && n.nic.is_some() {
+            n.touched = true;
+            self.touched.push(node);
+        }
+    }
+
+    /// The NIC nodes whose engines an event ran since the last call (each once, in the order they first
+    /// ran), moved into `out` (cleared first): only their CQs can hold new completions, so a
+    /// driver of many connections polls those alone instead of every CQ after every event.
+    pub fn take_touched(&mut self, out: &mut Vec<NodeId>) {
+        out.clear();
+        std::mem::swap(out, &mut self.touched);
+        for &n in out.iter() {
+            self.nodes[n].touched = false;
+        }
     }
 
     /// The I/O virtual address of a new MR of `len` bytes on `node`: the next free page from a
@@ -186,6 +212,7 @@ impl World {
     }
 
     pub(super) fn fire_timer(&mut self, node: NodeId) {
+        self.touch(node);
         let now = self.now_ns;
         let n = &mut self.nodes[node];
         if n.timer_event_ns == Some(now) {

@@ -69,6 +69,11 @@ pub struct Report {
     pub completion_ns: Vec<u64>,
     /// Per connection.
     pub connections: Vec<ConnReport>,
+    /// Datagrams delivered over one link (a hop), all links: the simulator's unit of work.
+    pub hops: u64,
+    /// Wall-clock time the workload took to simulate (not building the world or connecting),
+    /// ns. The only figure here that is not a function of the scenario and the seed.
+    pub wall_ns: u64,
     /// Whether every connection finished as expected within the bounds.
     pub passed: bool,
     /// Why not, if not.
@@ -132,6 +137,23 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 impl Report {
+    /// The `--stats` line: how fast this run simulated, in simulated packets (hops) and
+    /// events per wall-clock second.
+    pub fn write_stats(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let secs = self.wall_ns as f64 / 1e9;
+        let per_s = |n: u64| if secs > 0.0 { n as f64 / secs / 1e6 } else { 0.0 };
+        writeln!(
+            out,
+            "  stats: {} simulated packets (datagrams over one link), {} events, in {:.4} s of \
+             wall time: {:.2} M packets/s, {:.2} M events/s",
+            self.hops,
+            self.events,
+            secs,
+            per_s(self.hops),
+            per_s(self.events)
+        )
+    }
+
     /// The summary `softverbs sim` prints.
     pub fn write_summary(&self, out: &mut impl Write) -> std::io::Result<()> {
         let gbps = self.goodput_gbps();

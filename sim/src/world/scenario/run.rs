@@ -2,7 +2,8 @@
 //! backend's verbs objects, polling CQs between events and checking each completion, check
 //! the bytes every successful WR left (`check.rs`), and gather the report.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::path::PathBuf;
 
 use verbs_api::{
@@ -183,6 +184,8 @@ fn run_inner(
     // separate from the world's, so adding a random op does not shift the faults.
     let mut wl_rng = Rng::new(seed ^ 0x0005_eed0_f0b5);
     let mut conns = Vec::new();
+    // The connections each node takes part in, as requester or responder.
+    let mut by_node: Vec<Vec<usize>> = vec![Vec::new(); world.lock().nodes().len()];
     let mut psn = 0x100u32;
     for c in &sc.connections {
         let mtu =
@@ -238,6 +241,10 @@ fn run_inner(
                 let w = world.lock();
                 format!("{} -> {}", w.nodes()[f].name, w.nodes()[to].name)
             };
+            by_node[f].push(conns.len());
+            if to != f {
+                by_node[to].push(conns.len());
+            }
             conns.push(Conn {
                 name,
                 a,
@@ -269,10 +276,66 @@ fn run_inner(
     let mut wcs = [WorkCompletion::default(); 64];
     let mut failure = None;
     let mut last_done_ns = start;
+    // Each round looks only at the connections something may have happened to: all of them
+    // in the first round; then those on a node an event ran (only there can a completion
+    // appear), those that posted in the round before (a post may complete at once), and
+    // those whose start or receive time has come. The rest would find nothing to poll and
+    // nothing to post, so skipping them changes nothing, and a round costs what its events
+    // touch instead of every connection's two CQs (which made 256 hosts 10 times slower
+    // than 64).
+    let mut timed: BinaryHeap<Reverse<(u64, usize)>> = conns
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            [(!c.recvs_posted).then_some(c.recv_at_ns), Some(c.start_ns)]
+                .map(|t| t.map(|t| Reverse((t, i))))
+        })
+        .flatten()
+        .collect();
+    let mut round: Vec<usize> = Vec::new();
+    let mut first = true;
+    let mut marked = vec![false; conns.len()];
+    let mut posted: Vec<usize> = Vec::new();
+    let mut touched: Vec<NodeId> = Vec::new();
+    let mut finished = vec![false; conns.len()];
+    let mut unfinished = conns.len();
+    let wall = std::time::Instant::now();
     loop {
         let now = world.now_ns();
-        let mut all_done = true;
-        for (i, c) in conns.iter_mut().enumerate() {
+        for i in round.drain(..) {
+            marked[i] = false;
+        }
+        let mut mark = |i: usize, round: &mut Vec<usize>| {
+            if !marked[i] {
+                marked[i] = true;
+                round.push(i);
+            }
+        };
+        world.lock().take_touched(&mut touched);
+        for &n in &touched {
+            for &i in &by_node[n] {
+                mark(i, &mut round);
+            }
+        }
+        for i in posted.drain(..) {
+            mark(i, &mut round);
+        }
+        while let Some(&Reverse((t, i))) = timed.peek() {
+            if t > now {
+                break;
+            }
+            timed.pop();
+            mark(i, &mut round);
+        }
+        if first {
+            first = false;
+            for i in 0..conns.len() {
+                mark(i, &mut round);
+            }
+        }
+        round.sort_unstable();
+        for &i in &round {
+            let c = &mut conns[i];
             if !c.recvs_posted && now >= c.recv_at_ns {
                 // Receive k points at the range of the k-th message that consumes one, and is
                 // exactly as long (a WRITE WITH IMMEDIATE's needs no buffer).
@@ -319,10 +382,17 @@ fn run_inner(
                 c.outstanding.push_back(c.next as u64);
                 post_times[i].push_back(now);
                 c.next += 1;
+                if posted.last() != Some(&i) {
+                    posted.push(i);
+                }
             }
-            let finished = c.completed == c.next && (c.next == c.plan.msgs.len() || c.failed);
-            all_done &= finished;
+            let done = c.completed == c.next && (c.next == c.plan.msgs.len() || c.failed);
+            if done != finished[i] {
+                finished[i] = done;
+                unfinished = if done { unfinished - 1 } else { unfinished + 1 };
+            }
         }
+        let all_done = unfinished == 0;
         if all_done {
             break;
         }
@@ -342,16 +412,7 @@ fn run_inner(
             break;
         }
         // The next thing to happen: an event, or a scheduled receive post or connection start.
-        let wake = conns
-            .iter()
-            .flat_map(|c| {
-                [
-                    (!c.recvs_posted).then_some(c.recv_at_ns),
-                    (c.next == 0 && w.now_ns() < c.start_ns).then_some(c.start_ns),
-                ]
-            })
-            .flatten()
-            .min();
+        let wake = timed.peek().map(|Reverse((t, _))| *t);
         match (w.next_event_ns(), wake) {
             (Some(t), Some(k)) if k < t => w.run_until(k),
             (Some(t), _) if t > deadline => {
@@ -368,6 +429,8 @@ fn run_inner(
             }
         }
     }
+
+    let wall_ns = wall.elapsed().as_nanos() as u64;
 
     // The data: every message that completed successfully left exactly its bytes.
     let (mut delivered, mut verified) = (Vec::new(), Vec::new());
@@ -452,6 +515,8 @@ fn run_inner(
         passed: false,
         failure: failure.clone(),
         connections,
+        hops: links.delivered,
+        wall_ns,
     };
     for n in 0..w.nodes().len() {
         if let Some(nic) = w.nic(n) {
