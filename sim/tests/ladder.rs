@@ -370,3 +370,39 @@ fn a_ladder_leaves_the_pcap_as_it_was() {
         assert!(files[0] == files[1], "--pcap-drops {drops}: the ladder changed the capture");
     }
 }
+
+#[test]
+fn many_lifelines_still_fit_100_columns_and_the_svg_widens() {
+    let lanes: Vec<String> = (0..5).map(|i| format!("tx{i}")).collect();
+    let mut l = Ladder::new("five", lanes);
+    // An RC SEND ONLY from the first lifeline to the last, by its bytes.
+    let mut d = vec![0u8; 28 + 12];
+    d[0] = 0x45;
+    d[28] = 0x04;
+    d[28 + 9..28 + 12].copy_from_slice(&[0x12, 0x34, 0x56]);
+    l.packet(ladder::Packet::from_datagram(0, 4, Some(1000), &d));
+    l.mark(2, Some(2000), MarkKind::Completion, "CQE IBV_WC_RECV IBV_WC_SUCCESS".into());
+    let lines = ladder::text::render(&l, 80);
+    assert!(lines.iter().all(|s| s.chars().count() <= 100), "{lines:#?}");
+    assert_eq!(
+        lines.last().unwrap(),
+        "5 lifelines share 100 columns, so labels are cut short: --svg FILE draws them in full"
+    );
+    // The arrow crosses the lifelines between; a mark's label is cut at the next lifeline.
+    assert_eq!(
+        lines[3],
+        "  1.000 µs    ├─ RC SEND ONLY PSN 0x123456 ─────────────────────────────────────────────────────►│"
+    );
+    assert_eq!(
+        lines[4],
+        "  2.000 µs    │                   │                    ● CQE IBV_WC_RECV I… │                    │"
+    );
+    assert_eq!(l.packets().next().unwrap().psn, 0x123456);
+    let svg = ladder::svg::render(&l, 80);
+    well_formed(&svg).unwrap();
+    assert!(
+        svg.starts_with(r#"<svg xmlns="http://www.w3.org/2000/svg" width="1600""#),
+        "{}",
+        &svg[..120]
+    );
+}

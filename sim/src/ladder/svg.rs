@@ -14,8 +14,11 @@ pub const DEFAULT_ROWS: usize = 400;
 const ROW: usize = 26;
 const TOP: usize = 86;
 const LEFT: usize = 190;
+/// The rightmost lifeline of a two-node ladder; more nodes widen the drawing so that each gap
+/// between lifelines keeps room for a label.
 const RIGHT: usize = 950;
-const WIDTH: usize = 1040;
+/// The room a label needs between two lifelines.
+const GAP: usize = 330;
 
 /// `s` with XML's five special characters escaped, for text and attribute values.
 pub fn escape(s: &str) -> String {
@@ -33,11 +36,17 @@ pub fn escape(s: &str) -> String {
     o
 }
 
+/// The right end of the lifelines for `n` of them.
+fn right(n: usize) -> usize {
+    RIGHT.max(LEFT + GAP * n.saturating_sub(1))
+}
+
 fn lane_x(n: usize) -> Vec<usize> {
+    let right = right(n);
     match n {
         0 => Vec::new(),
-        1 => vec![(LEFT + RIGHT) / 2],
-        _ => (0..n).map(|k| LEFT + k * (RIGHT - LEFT) / (n - 1)).collect(),
+        1 => vec![(LEFT + right) / 2],
+        _ => (0..n).map(|k| LEFT + k * (right - LEFT) / (n - 1)).collect(),
     }
 }
 
@@ -45,6 +54,7 @@ fn lane_x(n: usize) -> Vec<usize> {
 /// says how many packets it stands for.
 pub fn render(l: &Ladder, max_rows: usize) -> String {
     let xs = lane_x(l.lanes.len());
+    let (right, width) = (right(l.lanes.len()), right(l.lanes.len()) + 90);
     let n = l.events.len();
     let max_rows = max_rows.max(2);
     let (head, tail) = if n > max_rows { (max_rows / 2, max_rows - max_rows / 2) } else { (n, 0) };
@@ -54,7 +64,7 @@ pub fn render(l: &Ladder, max_rows: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="monospace" font-size="12">"#
     );
     let _ = writeln!(s, "<title>{}</title>", escape(&l.title));
     s.push_str(concat!(
@@ -68,7 +78,7 @@ pub fn render(l: &Ladder, max_rows: usize) -> String {
         ".rnr{stroke:#e08000;stroke-width:3;stroke-dasharray:3 3} .time{fill:#666} ",
         ".cqe{fill:#208040} .timer{fill:#e08000}</style>\n",
     ));
-    let _ = writeln!(s, r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#);
+    let _ = writeln!(s, r#"<rect width="{width}" height="{height}" fill="white"/>"#);
     let _ = writeln!(
         s,
         r#"<text x="10" y="22" font-size="15" font-weight="bold">{}</text>"#,
@@ -122,7 +132,7 @@ pub fn render(l: &Ladder, max_rows: usize) -> String {
         let _ = writeln!(
             s,
             r#"<text class="elided" x="{}" y="{}" text-anchor="middle" font-style="italic">{}</text>"#,
-            (LEFT + RIGHT) / 2,
+            (LEFT + right) / 2,
             TOP + row * ROW + 4,
             escape(&text)
         );

@@ -180,5 +180,11 @@ pub fn render(l: &Ladder, max_rows: usize) -> Vec<String> {
         "► packet  ✕ dropped  ● completion written  ◆ timer fired  ┊ waiting out an RNR NAK"
             .to_string(),
     );
+    if l.lanes.len() > 4 {
+        out.push(format!(
+            "{} lifelines share {WIDTH} columns, so labels are cut short: --svg FILE draws them in full",
+            l.lanes.len()
+        ));
+    }
     out
 }
