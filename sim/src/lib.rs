@@ -3,5 +3,6 @@
 
 pub mod cmd;
 pub mod conn;
+pub mod ladder;
 pub mod peer;
 pub mod world;

@@ -93,6 +93,13 @@ enum Cmd {
         /// with --in-process both NICs) to FILE (docs/guide.md, "Captures").
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
+        /// After the run, draw its packet ladder in the terminal: an arrow per packet with its
+        /// opcode and PSN, ACKs back, completions marked (docs/learn/ladders.md).
+        #[arg(long)]
+        ladder: bool,
+        /// After the run, write its packet ladder as an SVG file.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
@@ -129,8 +136,11 @@ enum Cmd {
         #[command(flatten)]
         log: LogOpt,
     },
-    /// Run a scenario in the deterministic simulator.
+    /// Run a scenario in the deterministic simulator, or sweep one of its link parameters.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Sim {
+        #[command(subcommand)]
+        action: Option<sim::SimAction>,
         #[command(flatten)]
         args: sim::SimArgs,
         #[command(flatten)]
@@ -227,18 +237,20 @@ fn main() -> ExitCode {
             "devinfo",
             cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, log: _, pcap: _ }
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, log: _, .. }
             if !in_process =>
         {
             report("demo", demo::target_main(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
         }
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _, pcap } => {
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _, pcap, ladder, svg } => {
             let opts = demo::DemoOpts {
                 in_process,
                 fabric: fabric.dir().map(PathBuf::from),
                 ib_dev,
                 gid_idx,
                 pcap,
+                ladder,
+                svg,
             };
             report("demo", demo::run(&opts, &mut stdout))
         }
@@ -247,7 +259,7 @@ fn main() -> ExitCode {
         }
         Cmd::Learn { args, log: _ } => report("learn", learn::run(&args, &mut stdout)),
         Cmd::Perf { args, log: _ } => perf::main(args),
-        Cmd::Sim { args, log: _ } => sim::main(args),
+        Cmd::Sim { args, action, log: _ } => sim::main(args, action),
         Cmd::Counters { args, fabric, log: _ } => {
             report("counters", counters::counters(fabric.dir(), &args, &mut stdout))
         }

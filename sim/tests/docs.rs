@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 14] = [
+const COMMAND_PAGES: [&str; 15] = [
     "README.md",
     "docs/guide.md",
     "docs/learn/README.md",
@@ -36,6 +36,7 @@ const COMMAND_PAGES: [&str; 14] = [
     "docs/learn/perftest.md",
     "docs/learn/roce-ib-iwarp.md",
     "docs/learn/real-cluster.md",
+    "docs/learn/ladders.md",
 ];
 
 fn root() -> PathBuf {
@@ -202,6 +203,65 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs demo [-d DEV] [--in-process]", Plan::Run(DEMO_FORMS)),
     ("softverbs demo [-d DEV] [-g GID_INDEX] [--in-process]", Plan::Run(DEMO_FORMS)),
     ("softverbs demo", Plan::Run(DEMO)),
+    // Packet ladders and sweeps (docs/learn/ladders.md); sim/tests/ladder.rs and
+    // ladder_sweep.rs check what they draw.
+    ("softverbs demo --ladder", Plan::Run(&[Form(&["demo", "--ladder"], "packet ladder of the initiator", &[])])),
+    (
+        "softverbs demo --ladder [--svg FILE]",
+        Plan::Run(&[Form(&["demo", "--in-process", "--ladder"], "packet ladder of the initiator", &[])]),
+    ),
+    (
+        "softverbs demo --in-process --ladder --svg demo.svg",
+        Plan::NotRun("sim/tests/ladder.rs runs it with the SVG on a private path and checks it against the wire lines"),
+    ),
+    (
+        "softverbs sim sim/scenarios/ladder.toml --ladder",
+        Plan::Run(&[Form(&["sim", "sim/scenarios/ladder.toml", "--ladder"], "packet ladder", &[])]),
+    ),
+    (
+        "softverbs sim SCENARIO.toml --ladder [--svg FILE]",
+        Plan::Run(&[Form(&["sim", "sim/scenarios/ladder.toml", "-q", "--ladder"], "packet ladder", &[])]),
+    ),
+    (
+        "softverbs sim sim/scenarios/rnr-ladder.toml --ladder",
+        Plan::Run(&[Form(&["sim", "sim/scenarios/rnr-ladder.toml", "-q", "--ladder"], "RNR timer fired", &[])]),
+    ),
+    (
+        "softverbs sim sim/scenarios/ladder.toml --svg docs/learn/ladder-lossy.svg",
+        Plan::NotRun("it rewrites the committed SVG; sim/tests/ladder_sweep.rs checks the file is what it writes"),
+    ),
+    (
+        "softverbs sim sweep",
+        Plan::NotRun("the command's name in prose; its forms on the same page are run"),
+    ),
+    (
+        "softverbs sim sweep sim/scenarios/go-back-n.toml --param loss=0,0.001,0.01,0.05 --explain",
+        Plan::Run(&[Form(
+            &["sim", "sweep", "sim/scenarios/go-back-n.toml", "--param", "loss=0,0.001,0.01,0.05", "--explain"],
+            "The steepest fall is from loss 1 % to 5 %",
+            &[],
+        )]),
+    ),
+    (
+        "softverbs sim sweep sim/scenarios/go-back-n.toml --param loss=0,0.001,0.01,0.05 --plot docs/learn/go-back-n-sweep.svg",
+        Plan::NotRun("it rewrites the committed SVG; sim/tests/ladder_sweep.rs checks the file is what it writes"),
+    ),
+    (
+        "softverbs sim sweep sim/scenarios/go-back-n.toml --param latency_ns=1000,10000,100000",
+        Plan::Run(&[Form(
+            &["sim", "sweep", "sim/scenarios/go-back-n.toml", "--param", "latency_ns=1000,10000,100000"],
+            "100000",
+            &[],
+        )]),
+    ),
+    (
+        "softverbs sim sweep SCENARIO.toml --param NAME=V1,V2,... [--plot FILE.svg] [--explain]",
+        Plan::Run(&[Form(
+            &["sim", "sweep", "sim/scenarios/go-back-n.toml", "--param", "loss=0,0.05", "--explain"],
+            "The steepest fall is from loss 0 % to 5 %",
+            &[],
+        )]),
+    ),
     ("softverbs devices", Plan::Run(DEVICES)),
     ("softverbs devinfo [-d DEV] [-v]", Plan::Run(DEVINFO)),
     ("softverbs devinfo [-d DEV] [-i PORT] [-l] [-v]", Plan::Run(DEVINFO)),

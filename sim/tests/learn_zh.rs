@@ -42,6 +42,10 @@ const TERMS: &[&str] = &[
     "PFC",
     "ECN / DCQCN",
     "go-back-N",
+    "packet ladder (sequence diagram)",
+    "goodput",
+    "local ACK timeout",
+    "RNR NAK (Receiver Not Ready)",
     "perftest",
     "emulated NIC",
 ];

@@ -23,6 +23,7 @@ pub mod perf;
 pub mod pingpong;
 pub mod run;
 pub mod sim;
+pub mod sweep;
 pub mod words;
 
 use std::fmt;

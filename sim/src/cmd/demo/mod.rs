@@ -5,6 +5,7 @@
 //! the shared-memory fabric; `--in-process` runs it on a thread over the in-process wire;
 //! `-d DEV` runs it on any device, a real NIC included (whose packets this program cannot see).
 
+mod ladder;
 mod wire;
 
 use std::io::{BufRead, Write};
@@ -57,6 +58,10 @@ pub struct DemoOpts {
     pub gid_idx: Option<u32>,
     /// Write a pcap capture of this process's devices to this file (`--pcap`).
     pub pcap: Option<PathBuf>,
+    /// Draw the packet ladder of the run in the terminal after it (`--ladder`).
+    pub ladder: bool,
+    /// Write the packet ladder of the run as SVG to this file (`--svg`).
+    pub svg: Option<PathBuf>,
 }
 
 impl Default for DemoOpts {
@@ -67,6 +72,8 @@ impl Default for DemoOpts {
             ib_dev: "softverbs0".into(),
             gid_idx: None,
             pcap: None,
+            ladder: false,
+            svg: None,
         }
     }
 }
@@ -265,10 +272,17 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
         Target { peer, device: o.ib_dev.clone() }
     };
     let tap_soft = if on_soft { Some(&soft) } else { None };
-    let result = initiator(&ctx, &addr, tap_soft, o, &mut target, out);
+    let rec = ladder::Recorder::new(o.ladder, o.svg.clone()).map(Arc::new);
+    let result = initiator(&ctx, &addr, tap_soft, o, &mut target, rec.clone(), out);
+    // The ladder is drawn whether or not the run succeeded: a failure is when it helps most.
+    let drawn = match &rec {
+        Some(r) => r.draw(&o.ib_dev, &target.device, tap_soft.is_some(), out),
+        None => Ok(()),
+    };
     // On failure the target is dropped: a process is killed and reaped, a thread reads the end
     // of its input and ends.
     result.map_err(CliError::failed)?;
+    drawn?;
     target.peer.finish(WAIT).map_err(CliError::failed)
 }
 
@@ -291,14 +305,19 @@ fn initiator(
     tap_soft: Option<&Soft>,
     o: &DemoOpts,
     target: &mut Target,
+    rec: Option<Arc<ladder::Recorder>>,
     out: &mut dyn Write,
 ) -> Result<(), String> {
     let wire_log: WireLog = Arc::new(Mutex::new(Vec::new()));
     if let Some(soft) = tap_soft {
         let log = wire_log.clone();
+        let tap_rec = rec.clone();
         soft.set_tap(
             &o.ib_dev,
             Some(Arc::new(move |dir, data| {
+                if let Some(r) = &tap_rec {
+                    r.packet(dir, data);
+                }
                 log.lock().unwrap_or_else(|e| e.into_inner()).push((dir, data.to_vec()));
             })),
         )
@@ -408,6 +427,9 @@ fn initiator(
         ep.qp.post_send(&[wr]).map_err(|e| e.to_string())?;
         let wcs = ep.cq.poll_n(1, WAIT).map_err(|e| e.to_string())?;
         let took = t0.elapsed();
+        if let Some(r) = &rec {
+            r.cqe(&wcs[0]);
+        }
         let log = std::mem::take(&mut *wire_log.lock().unwrap_or_else(|e| e.into_inner()));
         let (sent, received, wire_bytes) =
             if tap_soft.is_some() { explain_wire(out, &o.ib_dev, &log) } else { (0, 0, 0) };
@@ -576,6 +598,9 @@ fn initiator(
         .map_err(|e| e.to_string())?;
     let wc = ep.cq.poll_n(1, WAIT).map_err(|e| e.to_string())?;
     let warm = t0.elapsed();
+    if let Some(r) = &rec {
+        r.cqe(&wc[0]);
+    }
     if wc[0].status != WcStatus::Success {
         return Err(format!("the RDMA READ again failed: {}", wc[0].status));
     }
@@ -589,6 +614,9 @@ fn initiator(
             break;
         }
         w(out, &format!("  {l}"));
+        if let Some(r) = &rec {
+            r.target_line(&l);
+        }
         if l.starts_with("target memory [atomic counter]") && !l.ends_with(" 50") {
             return Err(format!("the target's counter is wrong: {l}"));
         }

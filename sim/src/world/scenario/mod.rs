@@ -12,7 +12,7 @@ mod report;
 mod run;
 mod spec;
 
-pub use report::{ConnReport, Report};
+pub use report::{ConnReport, Report, RunPackets};
 pub use run::{run, RunOptions};
 pub use spec::{
     ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec, OpSpec,

@@ -78,6 +78,27 @@ pub struct Report {
     pub passed: bool,
     /// Why not, if not.
     pub failure: Option<String>,
+    /// Every packet, timer and completion of the run, when [`super::RunOptions::packets`] asked
+    /// for them (for a packet ladder).
+    pub packets: Option<RunPackets>,
+}
+
+/// What a run kept for drawing it packet by packet: the trace records, the datagram of each
+/// delivery and drop, and the completions, each with the node it happened on.
+#[derive(Clone, Debug, Default)]
+pub struct RunPackets {
+    /// The nodes by index: name, and whether it is a switch.
+    pub nodes: Vec<(String, bool)>,
+    /// The world's clock when the workload started, ns.
+    pub start_ns: u64,
+    /// Every trace record, in order.
+    pub trace: Vec<crate::world::trace::TraceRecord>,
+    /// The datagram of each `deliver` and `drop-*` record, in the same order (the trace and the
+    /// capture are written at the same moments).
+    pub datagrams: Vec<Vec<u8>>,
+    /// Each work completion the workload polled: when, on which node, and what
+    /// (`IBV_WC_RDMA_WRITE IBV_WC_SUCCESS`), in the order polled.
+    pub completions: Vec<(u64, usize, String)>,
 }
 impl Report {
     /// Goodput over the run's virtual time, Gbit/s.

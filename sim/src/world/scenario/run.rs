@@ -5,13 +5,14 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use verbs_api::{
     AtomicTarget, Mtu, QpCap, RdmaTarget, RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion,
 };
 
 use super::check::Plan;
-use super::report::{ConnReport, Report};
+use super::report::{ConnReport, Report, RunPackets};
 use super::spec::{Expect, FaultAction, Names, Op, Scenario};
 use crate::conn::{ConnOpts, Endpoint};
 use crate::world::{connect_rc, LinkChange, LinkId, LinkParams, NodeId, Rng, SimWorld, World};
@@ -29,10 +30,44 @@ pub struct RunOptions {
     pub trace: Option<PathBuf>,
     /// Print progress lines to stderr.
     pub progress: bool,
+    /// Keep every packet, timer and completion in [`Report::packets`] (for a packet ladder).
+    pub packets: bool,
+}
+
+/// A capture kept in memory, shared with the world that writes it.
+#[derive(Clone, Default)]
+struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The records of a pcap file `PcapWriter` wrote: each one's time (ns) and datagram (the
+/// bytes after its 14-byte Ethernet header).
+fn pcap_records(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = 24;
+    let word = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    while at + 16 <= bytes.len() {
+        let t = word(bytes, at) as u64 * 1_000_000_000 + word(bytes, at + 4) as u64;
+        let len = word(bytes, at + 8) as usize;
+        let end = (at + 16 + len).min(bytes.len());
+        out.push((t, bytes.get(at + 16 + 14..end).unwrap_or(&[]).to_vec()));
+        at = end;
+    }
+    out
 }
 
 struct Conn {
     name: String,
+    /// The requester's node and the responder's.
+    nodes: (NodeId, NodeId),
     a: Endpoint,
     b: Endpoint,
     /// The messages, where their bytes live, and their patterns.
@@ -63,7 +98,12 @@ impl Conn {
 
     /// Take the target's receive completions, checking each against the next message that
     /// consumes a receive.
-    fn poll_recvs(&mut self, wcs: &mut [WorkCompletion]) -> Result<(), String> {
+    fn poll_recvs(
+        &mut self,
+        wcs: &mut [WorkCompletion],
+        mut log: Option<&mut Vec<(u64, usize, String)>>,
+        now: u64,
+    ) -> Result<(), String> {
         let qpns = (self.a.qp.qp_num(), self.b.qp.qp_num());
         loop {
             let n = self.b.cq.poll(wcs).map_err(|e| format!("{}: poll: {e}", self.name))?;
@@ -71,6 +111,13 @@ impl Conn {
                 return Ok(());
             }
             for wc in &wcs[..n] {
+                if let Some(log) = log.as_deref_mut() {
+                    log.push((
+                        now,
+                        self.nodes.1,
+                        format!("{} {}", wc.opcode.name(), wc.status.name()),
+                    ));
+                }
                 if let Err(e) = self.plan.check_recv_wc(self.recvs_done, wc, qpns) {
                     self.fail_check(e);
                 }
@@ -173,7 +220,11 @@ fn run_inner(
     if opts.trace.is_some() {
         w.trace_mut().set_keep(true);
     }
-    if let Some(p) = &opts.pcap {
+    let memory = SharedBuf::default();
+    if opts.packets {
+        w.trace_mut().set_keep(true);
+        w.capture_to(Box::new(memory.clone()), true).map_err(|e| format!("capture: {e}"))?;
+    } else if let Some(p) = &opts.pcap {
         let file = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
         w.capture_to(Box::new(std::io::BufWriter::new(file)), opts.pcap_drops)
             .map_err(|e| format!("{}: {e}", p.display()))?;
@@ -247,6 +298,7 @@ fn run_inner(
             }
             conns.push(Conn {
                 name,
+                nodes: (f, to),
                 a,
                 b,
                 op_status: vec![None; plan.msgs.len()],
@@ -300,6 +352,7 @@ fn run_inner(
     let mut finished = vec![false; conns.len()];
     let mut unfinished = conns.len();
     let wall = std::time::Instant::now();
+    let mut cqes: Option<Vec<(u64, usize, String)>> = opts.packets.then(Vec::new);
     loop {
         let now = world.now_ns();
         for i in round.drain(..) {
@@ -349,13 +402,20 @@ fn run_inner(
                 }
                 c.recvs_posted = true;
             }
-            c.poll_recvs(&mut wcs)?;
+            c.poll_recvs(&mut wcs, cqes.as_mut(), now)?;
             loop {
                 let n = c.a.cq.poll(&mut wcs).map_err(|e| format!("{}: poll: {e}", c.name))?;
                 if n == 0 {
                     break;
                 }
                 for wc in &wcs[..n] {
+                    if let Some(log) = cqes.as_mut() {
+                        log.push((
+                            now,
+                            c.nodes.0,
+                            format!("{} {}", wc.opcode.name(), wc.status.name()),
+                        ));
+                    }
                     *c.statuses.entry(wc.status.as_str()).or_default() += 1;
                     c.completed += 1;
                     match c.plan.check_send_wc(wc, c.outstanding.front().copied()) {
@@ -435,7 +495,7 @@ fn run_inner(
     // The data: every message that completed successfully left exactly its bytes.
     let (mut delivered, mut verified) = (Vec::new(), Vec::new());
     for (n, c) in conns.iter_mut().enumerate() {
-        c.poll_recvs(&mut wcs)?;
+        c.poll_recvs(&mut wcs, cqes.as_mut(), world.now_ns())?;
         before_check(n, &c.a, &c.b);
         let (mut msgs, mut bytes) = (0usize, 0u64);
         for i in 0..c.plan.msgs.len() {
@@ -464,6 +524,48 @@ fn run_inner(
 
     let mut w = world.lock();
     w.finish_capture().map_err(|e| format!("pcap: {e}"))?;
+    let packets = if opts.packets {
+        let records = pcap_records(&memory.0.lock().unwrap_or_else(|e| e.into_inner()));
+        // The capture has a record for each delivery and each drop, written as the trace
+        // records them: pair them up, and write the user's pcap from them (drops only if asked).
+        let mut file = match &opts.pcap {
+            Some(p) => {
+                let f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                Some(
+                    nic_model::packet::PcapWriter::new(std::io::BufWriter::new(f))
+                        .map_err(|e| format!("{}: {e}", p.display()))?,
+                )
+            }
+            None => None,
+        };
+        let mut next = records.into_iter();
+        let mut datagrams = Vec::new();
+        for r in w.trace().records() {
+            let drop = r.kind.name().starts_with("drop");
+            if r.kind.name() != "deliver" && !drop {
+                continue;
+            }
+            let (t, d) = next.next().unwrap_or_default();
+            if let Some(f) = file.as_mut().filter(|_| !drop || opts.pcap_drops) {
+                f.write_datagram(t, &d).map_err(|e| format!("pcap: {e}"))?;
+            }
+            datagrams.push(d);
+        }
+        if let (Some(f), Some(p)) = (file, &opts.pcap) {
+            f.into_inner()
+                .and_then(|mut b| std::io::Write::flush(&mut b))
+                .map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        Some(RunPackets {
+            nodes: w.nodes().iter().map(|n| (n.name.clone(), n.nic.is_none())).collect(),
+            start_ns: start,
+            trace: w.trace().records().to_vec(),
+            datagrams,
+            completions: cqes.take().unwrap_or_default(),
+        })
+    } else {
+        None
+    };
     if let Some(p) = &opts.trace {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
@@ -517,6 +619,7 @@ fn run_inner(
         connections,
         hops: links.delivered,
         wall_ns,
+        packets,
     };
     for n in 0..w.nodes().len() {
         if let Some(nic) = w.nic(n) {
