@@ -93,6 +93,10 @@ enum Cmd {
         /// with --in-process both NICs) to FILE (docs/guide.md, "Captures").
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
+        /// Run a failure drill instead: KIND is one of rkey, bounds, small-recv, no-recv, rnr,
+        /// peer-dies, no-gid, cq-overrun (docs/learn/drills.md).
+        #[arg(long = "break", value_name = "KIND", value_parser = demo::drill::Break::parse)]
+        brk: Option<demo::drill::Break>,
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
@@ -227,12 +231,27 @@ fn main() -> ExitCode {
             "devinfo",
             cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, log: _, pcap: _ }
-            if !in_process =>
-        {
+        Cmd::Demo { ib_dev, gid_idx, brk: Some(kind), target: true, fabric, .. } => report(
+            "demo",
+            demo::drill::target_main(fabric.dir(), &ib_dev, gid_idx, kind, &mut stdout),
+        ),
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, .. } if !in_process => {
             report("demo", demo::target_main(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
         }
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _, pcap } => {
+        Cmd::Demo {
+            in_process: false,
+            ib_dev,
+            gid_idx,
+            brk: Some(kind),
+            fabric,
+            pcap: None,
+            ..
+        } => report("demo", demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, &mut stdout)),
+        Cmd::Demo { brk: Some(_), .. } => report(
+            "demo",
+            Err(CliError::usage("--break runs two processes: without --in-process or --pcap")),
+        ),
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _, pcap, brk: None } => {
             let opts = demo::DemoOpts {
                 in_process,
                 fabric: fabric.dir().map(PathBuf::from),

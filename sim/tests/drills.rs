@@ -1,0 +1,162 @@
+//! `softverbs demo --break KIND`: each failure drill run as real processes (the initiator and
+//! its target process, on a fabric directory of their own), checked for the packet that carries
+//! the failure, both sides' completion statuses, the async events and the flushed work
+//! requests, all as the run printed them.
+
+mod common;
+
+use common::Run;
+
+/// Run drill `kind`; it must succeed (the drill's failure is the lesson, not the command's).
+fn drill(kind: &str, extra: &[&str]) -> String {
+    let mut args = vec!["demo", "--break", kind];
+    args.extend_from_slice(extra);
+    let Run { status, stdout, stderr } = common::softverbs(&format!("drill-{kind}"), &args);
+    assert!(status.success(), "demo --break {kind}: {status}\n{stdout}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stdout
+}
+
+fn count(out: &str, needle: &str) -> usize {
+    out.lines().filter(|l| l.contains(needle)).count()
+}
+
+fn has(out: &str, needle: &str) {
+    assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+}
+
+const FLUSH: &str = "status=IBV_WC_WR_FLUSH_ERR (5, \"Work Request Flushed Error\") vendor_err=0x0";
+
+#[test]
+fn rkey_naks_with_remote_access_error_and_flushes_both_sides() {
+    let out = drill("rkey", &[]);
+    has(&out, "NAK: remote access error (syndrome 0x62) for PSN 0x001000");
+    assert_eq!(count(&out, "NAK: "), 1, "{out}");
+    // The WRITE carried a key other than the one the target advertised.
+    let advertised = out.split("rkey ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap();
+    let sent = out.split("rkey=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap();
+    assert_ne!(advertised, sent, "{out}");
+    has(
+        &out,
+        "initiator CQ: wr_id=1 status=IBV_WC_REM_ACCESS_ERR (10, \"remote access error\") vendor_err=0x0",
+    );
+    has(&out, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    has(&out, "initiator async event: IBV_EVENT_QP_FATAL on QP");
+    has(&out, "target async event: IBV_EVENT_QP_FATAL on QP");
+    has(&out, &format!("target CQ: wr_id=100 {FLUSH}"));
+    assert_eq!(count(&out, "IBV_WC_WR_FLUSH_ERR (5"), 2, "{out}");
+    assert_eq!(count(&out, "state: IBV_QPS_ERR"), 2, "{out}");
+    has(&out, "Why, and how to fix it in a real program:");
+}
+
+#[test]
+fn bounds_naks_with_remote_access_error() {
+    let out = drill("bounds", &[]);
+    has(&out, "len=64");
+    has(&out, "NAK: remote access error (syndrome 0x62) for PSN 0x001000");
+    has(&out, "initiator CQ: wr_id=1 status=IBV_WC_REM_ACCESS_ERR (10,");
+    has(&out, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    has(&out, &format!("target CQ: wr_id=100 {FLUSH}"));
+    has(&out, "target async event: IBV_EVENT_QP_FATAL on QP");
+}
+
+#[test]
+fn small_recv_is_an_invalid_request_and_a_local_length_error() {
+    let out = drill("small-recv", &[]);
+    has(&out, "the target posted 1 receive(s) of 16 bytes");
+    has(&out, "NAK: invalid request (syndrome 0x61) for PSN 0x001000");
+    has(
+        &out,
+        "initiator CQ: wr_id=1 status=IBV_WC_REM_INV_REQ_ERR (9, \"remote invalid request error\")",
+    );
+    has(&out, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    has(&out, "target CQ: wr_id=100 status=IBV_WC_LOC_LEN_ERR (1, \"local length error\")");
+    has(&out, "target async event: IBV_EVENT_QP_FATAL on QP");
+    assert_eq!(count(&out, "state: IBV_QPS_ERR"), 2, "{out}");
+}
+
+#[test]
+fn no_recv_with_rnr_retry_0_fails_at_the_first_rnr_nak() {
+    let out = drill("no-recv", &[]);
+    has(&out, "rnr_retry 0, target min_rnr_timer 12 (640 us)");
+    assert_eq!(count(&out, "RNR NAK: receiver not ready"), 1, "{out}");
+    has(&out, "(syndrome 0x2c); wait at least 640 us (timer 12)");
+    has(
+        &out,
+        "initiator CQ: wr_id=1 status=IBV_WC_RNR_RETRY_EXC_ERR (13, \"RNR retry counter exceeded\")",
+    );
+    has(&out, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    assert_eq!(count(&out, "): PSN 0x001000 again"), 0, "{out}");
+    // The target posted nothing, so it has no completion, and its QP is still fine.
+    assert_eq!(count(&out, "target CQ:"), 0, "{out}");
+    has(&out, "state: IBV_QPS_RTS");
+}
+
+#[test]
+fn rnr_retries_until_the_late_receive_lands() {
+    let out = drill("rnr", &[]);
+    let naks = count(&out, "RNR NAK: receiver not ready, no receive posted (syndrome 0x2e); wait at least 1280 us (timer 14)");
+    assert!(naks >= 2, "{out}");
+    assert_eq!(count(&out, "): PSN 0x001000 again"), naks, "one retry per RNR NAK: {out}");
+    has(&out, "RNR retry 1 (rnr_retry 7): PSN 0x001000 again");
+    has(&out, "initiator CQ: wr_id=1 status=IBV_WC_SUCCESS (0, \"success\") vendor_err=0x0 opcode=IBV_WC_SEND byte_len=64");
+    has(&out, "target CQ: wr_id=100 status=IBV_WC_SUCCESS (0, \"success\") vendor_err=0x0 opcode=IBV_WC_RECV byte_len=64");
+    has(&out, "initiator async events: none");
+    assert_eq!(count(&out, "IBV_WC_WR_FLUSH_ERR"), 0, "{out}");
+}
+
+#[test]
+fn peer_dies_is_silence_then_retry_cnt_timeouts_then_retry_exc_err() {
+    let out = drill("peer-dies", &[]);
+    has(&out, "timeout 10 (4.2 ms), retry_cnt 3");
+    // Nothing comes back; the first packet goes out once and then once per timeout.
+    assert_eq!(count(&out, "softverbs0 <- "), 0, "{out}");
+    for k in 1..=3 {
+        has(
+            &out,
+            &format!("the local ACK timeout (timeout 10 = 4.2 ms) fired; retry {k} of retry_cnt 3"),
+        );
+    }
+    assert_eq!(count(&out, "fired; retry"), 3, "{out}");
+    assert_eq!(count(&out, "SEND ONLY                       PSN 0x001000"), 4, "{out}");
+    has(
+        &out,
+        "initiator CQ: wr_id=1 status=IBV_WC_RETRY_EXC_ERR (12, \"transport retry counter exceeded\")",
+    );
+    has(&out, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    has(&out, "initiator async event: IBV_EVENT_QP_FATAL on QP");
+    has(&out, ": destroyed; its NIC answered nothing");
+}
+
+#[test]
+fn no_gid_is_einval_from_modify_qp() {
+    let out = drill("no-gid", &[]);
+    has(&out, "failed: EINVAL (errno 22): ibv_modify_qp: IBV_QP_AV: port 1 is RoCE (Ethernet link layer): an address vector needs a GRH with a GID (is_global, dgid, sgid_index); a LID names no port there");
+    has(&out, "the QP stays in IBV_QPS_INIT");
+    has(&out, "ibv_modify_qp succeeded, QP in IBV_QPS_RTR");
+    assert_eq!(count(&out, "wire "), 0, "{out}");
+}
+
+#[test]
+fn cq_overrun_raises_cq_err_and_loses_completions() {
+    let out = drill("cq-overrun", &[]);
+    has(&out, "the target posted 3 receive(s)");
+    for id in 1..=3 {
+        has(&out, &format!("initiator CQ: wr_id={id} status=IBV_WC_SUCCESS (0,"));
+    }
+    has(&out, "target async event: IBV_EVENT_CQ_ERR on CQ");
+    has(&out, "CQ overrun: 2 completion(s) were lost because the CQ of 1 entries was full");
+}
+
+#[test]
+fn an_unknown_kind_is_a_usage_error_naming_the_kinds() {
+    let r = common::softverbs("drill-bad", &["demo", "--break", "nope"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "the kinds are rkey, bounds, small-recv, no-recv, rnr, peer-dies, no-gid, cq-overrun"
+        ),
+        "{}",
+        r.stderr
+    );
+}
