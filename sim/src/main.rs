@@ -97,6 +97,10 @@ enum Cmd {
         /// peer-dies, no-gid, cq-overrun (docs/learn/drills.md).
         #[arg(long = "break", value_name = "KIND", value_parser = demo::drill::Break::parse)]
         brk: Option<demo::drill::Break>,
+        /// The language of the explanatory lines: en or zh-TW (繁體中文). Wire lines, verbs
+        /// names, completions and measured lines stay as they are.
+        #[arg(long, value_name = "LANG", default_value = "en", value_parser = learn::lang::parse)]
+        lang: learn::lang::Lang,
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
@@ -245,13 +249,29 @@ fn main() -> ExitCode {
             brk: Some(kind),
             fabric,
             pcap: None,
+            lang,
             ..
-        } => report("demo", demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, &mut stdout)),
+        } => {
+            let mut out = learn::lang::Translating::new(&mut stdout, lang);
+            let r = demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, &mut out);
+            let _ = out.finish();
+            report("demo", r)
+        }
         Cmd::Demo { brk: Some(_), .. } => report(
             "demo",
             Err(CliError::usage("--break runs two processes: without --in-process or --pcap")),
         ),
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _, pcap, brk: None } => {
+        Cmd::Demo {
+            in_process,
+            ib_dev,
+            gid_idx,
+            target: _,
+            fabric,
+            log: _,
+            pcap,
+            brk: None,
+            lang,
+        } => {
             let opts = demo::DemoOpts {
                 in_process,
                 fabric: fabric.dir().map(PathBuf::from),
@@ -259,7 +279,10 @@ fn main() -> ExitCode {
                 gid_idx,
                 pcap,
             };
-            report("demo", demo::run(&opts, &mut stdout))
+            let mut out = learn::lang::Translating::new(&mut stdout, lang);
+            let r = demo::run(&opts, &mut out);
+            let _ = out.finish();
+            report("demo", r)
         }
         Cmd::Pingpong { args, fabric, log: _ } => {
             report("pingpong", pingpong::run(fabric.dir(), &args, &mut stdout))

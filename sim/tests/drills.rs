@@ -160,3 +160,46 @@ fn an_unknown_kind_is_a_usage_error_naming_the_kinds() {
         r.stderr
     );
 }
+
+#[test]
+fn lang_zh_tw_translates_a_drills_explanations_and_keeps_its_run() {
+    let en = drill("small-recv", &[]);
+    let zh = drill("small-recv", &["--lang", "zh-TW"]);
+    for line in [
+        "線路上（自 ibv_post_send 起的時間；-> 發起端送出，<- 收到）：",
+        "為什麼，以及在真實程式中如何修正：",
+        "  SEND 必須放得進它所消耗的接收請求：目標端的接收請求以",
+        "目標端，在被告知執行結束之後：",
+    ] {
+        assert!(zh.lines().any(|l| l == line), "{line:?} in:\n{zh}");
+    }
+    for english in ["Why, and how to fix it", "On the wire (", "A SEND must fit the receive"] {
+        assert!(en.contains(english), "{english} in the English run");
+        assert!(!zh.contains(english), "{english} left in:\n{zh}");
+    }
+    // The run's lines stay as they are: the NAK, both sides' statuses, the flush.
+    has(&zh, "NAK: invalid request (syndrome 0x61) for PSN 0x001000");
+    has(&zh, "initiator CQ: wr_id=1 status=IBV_WC_REM_INV_REQ_ERR (9,");
+    has(&zh, "target CQ: wr_id=100 status=IBV_WC_LOC_LEN_ERR (1,");
+    has(&zh, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    assert_eq!(en.lines().count(), zh.lines().count(), "line for line");
+}
+
+#[test]
+fn lang_zh_tw_translates_the_demos_explanations_and_keeps_the_wire() {
+    let Run { status, stdout: zh, stderr } =
+        common::softverbs("demo-zh", &["demo", "--lang", "zh-TW"]);
+    assert!(status.success(), "{status}\n{zh}\n{stderr}");
+    for line in [
+        "softverbs demo：兩個行程之間的 RDMA，一個封包一個封包地看。",
+        "從現在起，目標端程式在阻塞的 read() 中睡眠：它的網卡獨自工作。",
+        "   只有 FIRST 帶 RETH，只有 LAST 要求 ACK，一個 ACK 就涵蓋",
+        "五個操作都以正確的資料完成。",
+    ] {
+        assert!(zh.lines().any(|l| l == line), "{line:?} in:\n{zh}");
+    }
+    assert!(!zh.contains("All five operations completed"), "{zh}");
+    // Wire lines, verbs names and completions stay English.
+    has(&zh, "-> RC RDMA WRITE FIRST");
+    has(&zh, "initiator CQ: wr_id=1 status=IBV_WC_SUCCESS opcode=IBV_WC_SEND");
+}
