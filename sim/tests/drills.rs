@@ -203,3 +203,10 @@ fn lang_zh_tw_translates_the_demos_explanations_and_keeps_the_wire() {
     has(&zh, "-> RC RDMA WRITE FIRST");
     has(&zh, "initiator CQ: wr_id=1 status=IBV_WC_SUCCESS opcode=IBV_WC_SEND");
 }
+
+#[test]
+fn break_with_in_process_is_a_usage_error() {
+    let r = common::softverbs("drill-inproc", &["demo", "--break", "rkey", "--in-process"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--break runs two processes"), "{}", r.stderr);
+}
