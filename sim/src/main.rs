@@ -100,6 +100,14 @@ enum Cmd {
         /// After the run, write its packet ladder as an SVG file.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
+        /// Run a failure drill instead: KIND is one of rkey, bounds, small-recv, no-recv, rnr,
+        /// peer-dies, no-gid, cq-overrun (docs/learn/drills.md).
+        #[arg(long = "break", value_name = "KIND", value_parser = demo::drill::Break::parse)]
+        brk: Option<demo::drill::Break>,
+        /// The language of the explanatory lines: en or zh-TW (繁體中文). Wire lines, verbs
+        /// names, completions and measured lines stay as they are.
+        #[arg(long, value_name = "LANG", default_value = "en", value_parser = learn::lang::parse)]
+        lang: learn::lang::Lang,
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
@@ -237,12 +245,47 @@ fn main() -> ExitCode {
             "devinfo",
             cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, log: _, .. }
-            if !in_process =>
-        {
+        Cmd::Demo { ib_dev, gid_idx, brk: Some(kind), target: true, fabric, .. } => report(
+            "demo",
+            demo::drill::target_main(fabric.dir(), &ib_dev, gid_idx, kind, &mut stdout),
+        ),
+        Cmd::Demo { in_process, ib_dev, gid_idx, target: true, fabric, .. } if !in_process => {
             report("demo", demo::target_main(fabric.dir(), &ib_dev, gid_idx, &mut stdout))
         }
-        Cmd::Demo { in_process, ib_dev, gid_idx, target: _, fabric, log: _, pcap, ladder, svg } => {
+        Cmd::Demo {
+            in_process: false,
+            ib_dev,
+            gid_idx,
+            brk: Some(kind),
+            fabric,
+            pcap: None,
+            lang,
+            ladder,
+            svg,
+            ..
+        } => {
+            let mut out = learn::lang::Translating::new(&mut stdout, lang);
+            let r = demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, (ladder, svg), &mut out);
+            let _ = out.finish();
+            report("demo", r)
+        }
+        Cmd::Demo { brk: Some(_), .. } => report(
+            "demo",
+            Err(CliError::usage("--break runs two processes: without --in-process or --pcap")),
+        ),
+        Cmd::Demo {
+            in_process,
+            ib_dev,
+            gid_idx,
+            target: _,
+            fabric,
+            log: _,
+            pcap,
+            brk: None,
+            lang,
+            ladder,
+            svg,
+        } => {
             let opts = demo::DemoOpts {
                 in_process,
                 fabric: fabric.dir().map(PathBuf::from),
@@ -252,7 +295,10 @@ fn main() -> ExitCode {
                 ladder,
                 svg,
             };
-            report("demo", demo::run(&opts, &mut stdout))
+            let mut out = learn::lang::Translating::new(&mut stdout, lang);
+            let r = demo::run(&opts, &mut out);
+            let _ = out.finish();
+            report("demo", r)
         }
         Cmd::Pingpong { args, fabric, log: _ } => {
             report("pingpong", pingpong::run(fabric.dir(), &args, &mut stdout))

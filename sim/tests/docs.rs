@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 15] = [
+const COMMAND_PAGES: [&str; 16] = [
     "README.md",
     "docs/guide.md",
     "docs/learn/README.md",
@@ -33,6 +33,7 @@ const COMMAND_PAGES: [&str; 15] = [
     "docs/learn/vs-tcp.md",
     "docs/learn/qp-states.md",
     "docs/learn/mr.md",
+    "docs/learn/drills.md",
     "docs/learn/perftest.md",
     "docs/learn/roce-ib-iwarp.md",
     "docs/learn/real-cluster.md",
@@ -377,6 +378,17 @@ const PLANS: &[(&str, Plan)] = &[
         ),
     ),
     ("softverbs pingpong -g 1 -v", Plan::Pingpong(&["-g", "1", "-v"])),
+    // The failure drills (docs/learn/drills.md): sim/tests/drills.rs checks each one's lines.
+    ("softverbs demo --break KIND [--lang zh-TW] [--ladder] [--svg FILE]", Plan::Run(&[Form(&["demo", "--break", "rkey"], "NAK: remote access error (syndrome 0x62)", &[]), Form(&["demo", "--break", "rkey", "--ladder"], "NAK remote access error ─", &[])])),
+    ("softverbs demo --break rkey", Plan::Run(&[Form(&["demo", "--break", "rkey"], "NAK: remote access error (syndrome 0x62)", &[])])),
+    ("softverbs demo --break bounds", Plan::Run(&[Form(&["demo", "--break", "bounds"], "status=IBV_WC_REM_ACCESS_ERR (10,", &[])])),
+    ("softverbs demo --break small-recv", Plan::Run(&[Form(&["demo", "--break", "small-recv"], "NAK: invalid request (syndrome 0x61)", &[])])),
+    ("softverbs demo --break no-recv", Plan::Run(&[Form(&["demo", "--break", "no-recv"], "status=IBV_WC_RNR_RETRY_EXC_ERR (13,", &[])])),
+    ("softverbs demo --break rnr", Plan::Run(&[Form(&["demo", "--break", "rnr"], "RNR retry 1 (rnr_retry 7)", &[])])),
+    ("softverbs demo --break peer-dies", Plan::Run(&[Form(&["demo", "--break", "peer-dies"], "status=IBV_WC_RETRY_EXC_ERR (12,", &[])])),
+    ("softverbs demo --break no-gid", Plan::Run(&[Form(&["demo", "--break", "no-gid"], "failed: EINVAL (errno 22)", &[])])),
+    ("softverbs demo --break cq-overrun", Plan::Run(&[Form(&["demo", "--break", "cq-overrun"], "target async event: IBV_EVENT_CQ_ERR", &[])])),
+    ("softverbs demo --lang zh-TW --break no-recv", Plan::Run(&[Form(&["demo", "--lang", "zh-TW", "--break", "no-recv"], "為什麼，以及在真實程式中如何修正：", &[])])),
     // The lessons (docs/learn/), in smaller sizes: sim/tests/learn.rs checks their numbers.
     ("softverbs learn [CONCEPT]", Plan::Run(LEARN)),
     ("softverbs learn", Plan::Run(LEARN)),

@@ -5,14 +5,14 @@
 //! lines are exact and fit 100 columns; `sim --ladder --svg` and `demo --ladder --svg` draw
 //! them from the command line.
 
-mod xml_check;
+mod common;
 
 use std::process::Command;
 
+use common::xml::{attr_values, well_formed};
 use softverbs_sim::ladder::{self, from_sim, Event, Ladder, MarkKind, Response};
 use softverbs_sim::world::scenario::{run, RunOptions, RunPackets, Scenario};
 use softverbs_sim::world::trace::TraceKind;
-use xml_check::{attr_values, well_formed};
 
 /// Two nodes, a lossy cable, three kinds of operation: seed 4 loses a SEND and the sequence
 /// NAK that would have reported it, so the requester sits out its local ACK timeout.

@@ -4,15 +4,15 @@
 //! speaks from the same numbers; bad parameters are clear errors. The SVGs committed under
 //! docs/learn/ are exactly what the commands they name write today.
 
-mod xml_check;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::xml::{attr_values, well_formed};
 use softverbs_sim::cmd::sweep::{explain, parse_param, plot, sweep, table, with_param};
 use softverbs_sim::ladder::{from_sim, svg};
 use softverbs_sim::world::scenario::{run, RunOptions, Scenario};
-use xml_check::{attr_values, well_formed};
 
 const LOSSES: [f64; 4] = [0.0, 0.001, 0.01, 0.05];
 

@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{xml_root, Run};
+use common::xml::well_formed;
+use common::Run;
 
 /// Run `softverbs perf <args>` (see [`common::softverbs`]).
 fn perf(args: &[&str]) -> Run {
@@ -150,7 +151,7 @@ fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
         check_bw_row(row, b, 20.0);
     }
     let text = std::fs::read_to_string(&svg).expect("the plot was written");
-    assert_eq!(xml_root(&text), Ok("svg".to_string()), "{text}");
+    assert_eq!(well_formed(&text), Ok("svg".to_string()), "{text}");
     assert!(text.contains("message size [bytes] (log2 scale)"), "x axis labelled");
     assert!(text.contains("BW average [MiB/sec]"), "y axis labelled with its unit");
     assert_eq!(text.matches("<circle").count(), 23, "one point per size");
@@ -188,7 +189,7 @@ fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
         }
     }
     let text = std::fs::read_to_string(&lat_svg).expect("the latency plot was written");
-    assert_eq!(xml_root(&text), Ok("svg".to_string()), "{text}");
+    assert_eq!(well_formed(&text), Ok("svg".to_string()), "{text}");
     assert!(text.contains("t_typical [usec]"), "a latency test plots latency");
 
     let r = perf(&["read_bw", "-s", "4096", "-n", "20", "--json", "--report_gbits"]);

@@ -5,6 +5,7 @@
 //! the shared-memory fabric; `--in-process` runs it on a thread over the in-process wire;
 //! `-d DEV` runs it on any device, a real NIC included (whose packets this program cannot see).
 
+pub mod drill;
 mod ladder;
 mod wire;
 

@@ -6,6 +6,8 @@
 
 use std::io::{self, Write};
 
+use super::lang_demo;
+
 /// A language the explanatory lines can be printed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Lang {
@@ -211,7 +213,7 @@ pub fn line(lang: Lang, line: &str) -> String {
     let indent = &line[..line.len() - text.len()];
     match lang {
         Lang::En => line.to_string(),
-        Lang::ZhTw => match ZH_TW.iter().find(|(en, _)| *en == text) {
+        Lang::ZhTw => match ZH_TW.iter().chain(lang_demo::ZH_TW).find(|(en, _)| *en == text) {
             Some((_, zh)) => format!("{indent}{zh}"),
             None => line.to_string(),
         },
@@ -280,5 +282,14 @@ mod tests {
         for (i, (en, _)) in ZH_TW.iter().enumerate() {
             assert!(ZH_TW[..i].iter().all(|(e, _)| e != en), "{en:?} twice");
         }
+        // The demo's lines: each once, and none a lesson's (which would win).
+        for (i, (en, _)) in lang_demo::ZH_TW.iter().enumerate() {
+            assert!(lang_demo::ZH_TW[..i].iter().all(|(e, _)| e != en), "{en:?} twice");
+            assert!(ZH_TW.iter().all(|(e, _)| e != en), "{en:?} also a lesson's");
+        }
+        assert_eq!(
+            line(Lang::ZhTw, "  Why, and how to fix it in a real program:"),
+            "  為什麼，以及在真實程式中如何修正："
+        );
     }
 }

@@ -5,10 +5,11 @@
 //! `mr`, which run in this process alone); what they share: the two processes and
 //! the target's commands (`session`), the measured runs (`runs`), the TCP side (`tcp`), the
 //! per-thread measurements (`measure`), the table (`table`) and the language of the explanatory
-//! lines (`lang`).
+//! lines (`lang`, with `lang_demo`: the demo's lines, which `softverbs demo --lang` uses).
 
 mod bypass;
 pub mod lang;
+mod lang_demo;
 pub(crate) mod measure;
 mod messages;
 mod mr;
