@@ -34,26 +34,36 @@ fn run_bounded(mut command: Command, limit: Duration) -> Output {
     child.wait_with_output().expect("collecting the output")
 }
 
-/// A `softverbs` stand-in that prints, for each `perf` measurement, the RESULT line the
-/// script parses.
+/// A `softverbs` stand-in that prints, for each `perf` measurement, the line the script
+/// parses: perftest's tests' `--json` line, or a `RESULT` line.
 const FAKE_SOFTVERBS: &str = r#"echo "stand-in softverbs $*"
+case "$2 $4" in
+    "write_bw 1048576") echo '{"test":"write_bw","bytes":1048576,"bw_average_mib_per_sec":5000.00,"msg_rate_mpps":0.005000}' ;;
+    "write_bw 8") echo '{"test":"write_bw","bytes":8,"bw_average_mib_per_sec":38.15,"msg_rate_mpps":5.000000}' ;;
+    "write_lat 8") echo '{"test":"write_lat","bytes":8,"t_typical_usec":0.400,"t_avg_usec":0.450}' ;;
+    "send_lat 8") echo '{"test":"send_lat","bytes":8,"t_typical_usec":0.250,"t_avg_usec":0.300}' ;;
+esac
 case "$2" in
     floor) echo "RESULT floor iters=1 runs=1 median_us=0.100 p99_us=0.200" ;;
-    lat) echo "RESULT lat size=8 iters=1 runs=1 median_us=1.000 mean_us=1.100 p99_us=2.000" ;;
-    bw) echo "RESULT bw size=1048576 median_gbps=5.000" ;;
     idle) echo "RESULT lat idle_cpu_pct=0.1000 peer_idle_cpu_pct=0.2000" ;;
     syscalls) echo "RESULT syscalls per_iter=0.50" ;;
     spin) echo "| 0 | 1.000 | 2.000 | 0.1 / 0.2 |" ;;
 esac
 "#;
 
-/// `CARGO_TARGET_DIR=DIR scripts/perf.sh` runs the binaries cargo built in DIR, not those of
-/// `target/` (which may not exist, or be stale).
-#[test]
-fn perf_sh_runs_the_binary_in_cargo_target_dir() {
+/// A `cargo` stand-in: `build --message-format=json` reports the `softverbs` executable in
+/// `$CARGO_TARGET_DIR/release`, as cargo does.
+const FAKE_CARGO: &str = r#"case "$1" in
+    build) echo "{\"reason\":\"compiler-artifact\",\"target\":{\"name\":\"softverbs\"},\"executable\":\"$CARGO_TARGET_DIR/release/softverbs\"}" ;;
+esac
+"#;
+
+/// `scripts/perf.sh --quick` with stand-ins for cargo and softverbs (no release build, no
+/// measurement of ours) and `env` added to its environment.
+fn perf_sh_quick(env: &[(&str, &str)]) -> (String, String) {
     let tmp = tempfile::tempdir().expect("a temporary directory");
     let bin = tmp.path().join("bin");
-    script(&bin.join("cargo"), "exit 0\n");
+    script(&bin.join("cargo"), FAKE_CARGO);
     let target = tmp.path().join("elsewhere");
     script(&target.join("release/softverbs"), FAKE_SOFTVERBS);
     let mut command = Command::new("bash");
@@ -61,18 +71,108 @@ fn perf_sh_runs_the_binary_in_cargo_target_dir() {
         .arg(root().join("scripts/perf.sh"))
         .arg("--quick")
         .env("CARGO_TARGET_DIR", &target)
-        // The stand-in cargo first; no fi_pingpong, ucx_perftest or strace rows.
-        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        // The stand-in cargo first, then the system's programs (the peers, when installed).
+        .env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()))
         .env("TMPDIR", tmp.path());
-    let out = run_bounded(command, Duration::from_secs(60));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = run_bounded(command, Duration::from_secs(240));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "perf.sh failed: {stdout}\n{stderr}");
-    assert!(stdout.contains("stand-in softverbs perf floor"), "{stdout}");
+    // Its temporary directory is gone.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("listing the temporary directory")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("softverbs-perf"))
+        .collect();
+    assert!(left.is_empty(), "perf.sh left {left:?}");
+    (stdout, stderr)
+}
+
+/// `CARGO_TARGET_DIR=DIR scripts/perf.sh` runs the binary cargo reports building in DIR, not
+/// one of `target/` (which may not exist, or be stale); without the peers it says which
+/// package to install and still prints softverbs' figures.
+#[test]
+fn perf_sh_runs_the_binary_in_cargo_target_dir_and_names_missing_peers() {
+    let (stdout, _) = perf_sh_quick(&[
+        ("UCX_PERFTEST", "no-such-ucx_perftest"),
+        ("FI_PINGPONG", "no-such-fi_pingpong"),
+    ]);
     assert!(
-        stdout.contains("| shm floor, half RTT | `softverbs perf floor` | 0.100 us"),
+        stdout
+            .lines()
+            .any(|l| l.starts_with("binary: /") && l.ends_with("/elsewhere/release/softverbs")),
         "{stdout}"
     );
+    for line in [
+        "perf.sh: no-such-ucx_perftest not found: the UCX rows are left out (install: apt-get install ucx-utils)",
+        "perf.sh: no-such-fi_pingpong not found: the libfabric row is left out (install: apt-get install libfabric-bin)",
+        "| 1 MiB RDMA WRITE bandwidth | `softverbs perf write_bw -s 1048576 -n 100` | 5000.00 MiB/s |  | - | - |",
+        "| 8 B RDMA WRITE message rate | `softverbs perf write_bw -s 8 -n 20000` | 5000000 msg/s |  | - | - |",
+        "| 8 B RDMA WRITE latency, half round trip, median | `softverbs perf write_lat -s 8 -n 2000` | 0.400 us |  | - | - |",
+        "| 8 B SEND half round trip, median | `softverbs perf send_lat -s 8 -n 2000` | 0.250 us |  | - | - |",
+        "| 8 B SEND half round trip, mean | `softverbs perf send_lat -s 8 -n 2000` | 0.300 us |  | - | - |",
+        "| shm floor, half round trip | `softverbs perf floor` | 0.100 us |",
+        "| idle CPU, % of a core (initiator / peer) | `softverbs perf idle --seconds 1` | 0.1000 / 0.2000 |",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "no line {line:?} in:\n{stdout}");
+    }
+}
+
+/// The whole quick table against the real peers (`ucx_perftest`, `fi_pingpong`; `.ci/run`
+/// installs them): every peer row has a figure and a ratio. Where a peer is not installed,
+/// its rows are left out, as the script says.
+#[test]
+fn perf_sh_quick_measures_the_installed_peers() {
+    let (stdout, _) = perf_sh_quick(&[]);
+    let installed = |p: &str| {
+        std::env::split_paths("/usr/local/bin:/usr/bin:/bin").any(|d| d.join(p).is_file())
+    };
+    // A row's peer figure and ratio: the last two cells, both numbers.
+    let peer = |measurement: &str| -> Option<(f64, f64)> {
+        let line = stdout.lines().find(|l| l.starts_with(&format!("| {measurement} |")))?;
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let n = cells.len();
+        let figure = cells[n - 3].split(' ').next()?.parse().ok()?;
+        Some((figure, cells[n - 2].parse().ok()?))
+    };
+    let ucx_rows = [
+        ("1 MiB RDMA WRITE bandwidth", 5000.0),
+        ("8 B RDMA WRITE message rate", 5e6),
+        ("8 B RDMA WRITE latency, half round trip, median", 0.4),
+        ("8 B SEND half round trip, median", 0.25),
+    ];
+    for (m, ours) in ucx_rows {
+        match (installed("ucx_perftest"), peer(m)) {
+            (true, Some((figure, ratio))) => {
+                assert!(figure > 0.0, "{m}: {stdout}");
+                assert!(
+                    (ratio - ours / figure).abs() <= 0.01 * ratio.max(0.01) + 0.005,
+                    "{m}: {stdout}"
+                );
+            }
+            (true, None) => {
+                panic!("{m}: no UCX figure though ucx_perftest is installed:\n{stdout}")
+            }
+            (false, found) => {
+                assert!(found.is_none(), "{m}: a UCX figure without ucx_perftest:\n{stdout}");
+                assert!(stdout.contains("apt-get install ucx-utils"), "{stdout}");
+            }
+        }
+    }
+    match (installed("fi_pingpong"), peer("8 B SEND half round trip, mean")) {
+        (true, Some((figure, ratio))) => {
+            assert!(figure > 0.0, "{stdout}");
+            assert!((ratio - 0.3 / figure).abs() <= 0.01 * ratio.max(0.01) + 0.005, "{stdout}");
+        }
+        (true, None) => panic!("no fi_pingpong figure though it is installed:\n{stdout}"),
+        (false, found) => {
+            assert!(found.is_none(), "a libfabric figure without fi_pingpong:\n{stdout}");
+            assert!(stdout.contains("apt-get install libfabric-bin"), "{stdout}");
+        }
+    }
 }
 
 /// `scripts/ab.sh` without arguments prints its usage, the comment at its top, and nothing of
