@@ -207,8 +207,13 @@ pub struct Peer(peer::Peer);
 impl Peer {
     /// Starts `exe` with `args`; `name` appears in every message about it.
     pub fn spawn(name: &str, exe: &Path, args: &[String]) -> Peer {
+        Peer::spawn_env(name, exe, args, &[])
+    }
+
+    /// [`Peer::spawn`] with `env` added to the child's environment.
+    pub fn spawn_env(name: &str, exe: &Path, args: &[String], env: &[(&str, &str)]) -> Peer {
         let mut cmd = Command::new(exe);
-        cmd.args(args);
+        cmd.args(args).envs(env.iter().copied());
         let p = peer::Peer::spawn(name, cmd, Stderr::Capture).unwrap_or_else(|e| panic!("{e}"));
         println!(
             "[{name}] started pid {}: {} {}",

@@ -913,6 +913,83 @@ fn send_recv_ping_pong_between_processes_checks_every_completion_field() {
     println!("[ping_pong] took {:?}", started.elapsed());
 }
 
+/// A program that exits with its device still open (as C programs that return from `main`
+/// do) keeps its capture: the records buffered since the NIC thread last went idle are
+/// written at exit, not lost. The echo peer captures with `SOFTVERBS_PCAP` and exits holding
+/// its device right after its last pong.
+#[test]
+fn a_process_that_exits_holding_its_device_keeps_its_capture() {
+    let _serial = serial();
+    const ITERS: u64 = 20;
+    let dir = FabricDir::new("exit_capture");
+    let pcap = dir.path().join("echo.pcap");
+    let (seed, iters) = (0xCA9u64.to_string(), ITERS.to_string());
+    let args: Vec<String> = ["echo", &dir.path().display().to_string(), "--seed", &seed]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--iters".into(), iters, "--exit-holding".into()])
+        .collect();
+    let mut echo = Peer::spawn_env(
+        "echo",
+        PEER.as_ref(),
+        &args,
+        &[("SOFTVERBS_PCAP", pcap.to_str().expect("UTF-8 path"))],
+    );
+    {
+        let (_soft, ctx) = open_soft(&dir);
+        let cap = QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: PING_MAX_LEN as u32,
+        };
+        let ep = Endpoint::new(&ctx, QpType::Rc, cap, 32, 8192).expect("creating the endpoint");
+        let me = ep.info(0x999).expect("QP info");
+        let (remote, _) = echo.swap_info(&me, LINE_WAIT);
+        conn::connect(&ep.qp, 0x999, &remote, &conn_opts()).expect("connecting");
+        echo.expect_line("READY", LINE_WAIT);
+        for i in 0..ITERS {
+            let ping = ping_message(0xCA9, i);
+            let rsge = [ep.mr.sge(0, 2 * PING_MAX_LEN as u32)];
+            ep.qp.post_recv(&[RecvWr { wr_id: 1 << 40 | i, sg_list: &rsge }]).expect("post_recv");
+            ep.mr.write(4096, &ping).expect("writing the ping");
+            let ssge = [ep.mr.sge(4096, ping.len() as u32)];
+            let imm = ping_imm(i);
+            let wr = SendWr {
+                wr_id: i,
+                sg_list: &ssge,
+                opcode: if imm.is_some() { WrOpcode::SendWithImm } else { WrOpcode::Send },
+                send_flags: SendFlags::SIGNALED,
+                imm_data: imm.unwrap_or(0),
+                ..Default::default()
+            };
+            ep.qp.post_send(&[wr]).expect("post_send");
+            let wcs = ep.cq.poll_n(2, Duration::from_secs(10)).expect("the ping's completions");
+            assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+        }
+        echo.expect_line(&format!("ECHOED {ITERS}"), LINE_WAIT);
+        echo.send_line("DONE");
+        echo.expect_line("BYE", LINE_WAIT);
+        echo.wait_success(EXIT_WAIT);
+    }
+    // Records: a 24-byte file header, then a 16-byte header and the datagram each.
+    let bytes = fs::read(&pcap).expect("the echo's capture exists");
+    let mut at = 24;
+    let mut records = 0;
+    while at + 16 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        at += 16 + len;
+        records += 1;
+    }
+    assert_eq!(at, bytes.len(), "the capture ends on a whole record");
+    // Each round: the ping in, the pong out, at least one ACK each way.
+    assert!(records >= 2 * ITERS as usize, "{records} records for {ITERS} round trips");
+    echo.assert_exited();
+    // The echo left its inbox behind (it never closed its device): not part of this check.
+    let _ = fs::remove_dir_all(dir.path());
+}
+
 // ---------------- 5. segments go away with their processes ----------------
 
 /// Starts `sv-peer hold`, checks its segment is listed alive under its pid, and returns the

@@ -13,8 +13,9 @@
 //!   order.
 //! - **Cost**: nothing when no capture is asked for (the device's tap is `None`, a branch that
 //!   was already there); otherwise a lock and a copy into a 64 KiB buffer per datagram. The
-//!   buffer is written out when full, when a device's NIC thread goes idle, and when the last
-//!   device using the file closes.
+//!   buffer is written out when full, when a device's NIC thread goes idle, when the last
+//!   device using the file closes, and when the process exits normally (`exit`, or returning
+//!   from `main`) with devices still open, as C programs often do (an `atexit` handler).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -34,6 +35,20 @@ const BUFFER: usize = 64 * 1024;
 /// The captures this process has open, by file name, so that devices asking for the same file
 /// share it.
 static OPEN: Mutex<BTreeMap<PathBuf, Weak<Capture>>> = Mutex::new(BTreeMap::new());
+
+/// Registers [`flush_at_exit`] once, with the first capture.
+static AT_EXIT: std::sync::Once = std::sync::Once::new();
+
+/// Write out every open capture's buffer: the process is exiting, and a program that never
+/// closed its devices (or whose NIC threads were busy to the end) would otherwise lose the
+/// datagrams since the last flush. Other threads still run during `atexit`, so this takes the
+/// same locks as they do, one capture at a time.
+extern "C" fn flush_at_exit() {
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    for c in open.values().filter_map(Weak::upgrade) {
+        c.flush();
+    }
+}
 
 /// One open capture file and what it needs to tell the process's own datagrams apart.
 pub(crate) struct Capture {
@@ -99,6 +114,11 @@ impl Capture {
         });
         open.retain(|_, w| w.strong_count() > 0);
         open.insert(path, Arc::downgrade(&c));
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a function that takes no arguments and touches only this
+            // module's statics; a failure to register (no room) leaves the other flushes.
+            unsafe { libc::atexit(flush_at_exit) };
+        });
         Ok(c)
     }
 

@@ -16,7 +16,8 @@
 //!
 //! Every error exits nonzero with a message; every wait is bounded; a closed stdin (the test
 //! died) ends the process; a watchdog ends it after `--deadline-secs` whatever it is doing.
-//! All verbs resources are dropped before the process exits, so its inbox segment goes away.
+//! All verbs resources are dropped before the process exits, so its inbox segment goes away,
+//! unless `--exit-holding` asks it to exit with everything open, as many C programs do.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,7 +35,7 @@ use verbs_api::{
 };
 
 const USAGE: &str = "usage: sv-peer <target|echo|hold|verbs> <fabric-dir> [--seed N] [--psn N] \
-                     [--mtu N] [--mr-len N] [--iters N] [--deadline-secs N] [--exit-at-once]";
+                     [--mtu N] [--mr-len N] [--iters N] [--deadline-secs N] [--exit-at-once] [--exit-holding]";
 
 /// The bound on any single wait for a completion.
 const WAIT: Duration = Duration::from_secs(30);
@@ -52,6 +53,9 @@ struct Opts {
     /// Exit as soon as the resources are dropped, without waiting for the NIC thread to
     /// remove the inbox (see `wait_inbox_gone`).
     exit_at_once: bool,
+    /// Exit the process as soon as the mode ends, its device and everything else still open
+    /// (as a C program that returns from `main` without closing anything).
+    exit_holding: bool,
 }
 
 fn parse_num(flag: &str, v: Option<&String>) -> Result<u64, String> {
@@ -80,6 +84,7 @@ impl Opts {
             iters: 1000,
             deadline: Duration::from_secs(120),
             exit_at_once: false,
+            exit_holding: false,
         };
         let mut it = args[2..].iter();
         while let Some(flag) = it.next() {
@@ -105,6 +110,7 @@ impl Opts {
                 "--iters" => o.iters = parse_num(flag, it.next())?,
                 "--deadline-secs" => o.deadline = Duration::from_secs(parse_num(flag, it.next())?),
                 "--exit-at-once" => o.exit_at_once = true,
+                "--exit-holding" => o.exit_holding = true,
                 other => return Err(format!("unknown option {other:?}")),
             }
         }
@@ -164,6 +170,9 @@ fn run(o: &Opts) -> Result<(), String> {
             "verbs" => remote::serve(&ctx, &mut std::io::stdin().lock(), &mut std::io::stdout()),
             _ => unreachable!("modes are checked when parsing"),
         };
+        if o.exit_holding {
+            std::process::exit(if r.is_ok() { 0 } else { 1 });
+        }
         (r, slot)
         // ctx and everything the mode created are dropped here.
     };
