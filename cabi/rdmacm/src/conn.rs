@@ -229,24 +229,28 @@ pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_con
     m.rd_atomic = p.map_or(1, |p| p.initiator_depth);
     m.rnr_retry = st.rnr_retry;
     m.set_pd(&pd);
-    let (dst, port) = st.dst;
+    let dst = st.dst;
     drop(st);
-    let mut names = vec![listen_name(dst, port), listen_name([0; 4], port)];
-    if is_loopback(dst) {
-        // Loopback reaches whichever process listens on the port.
-        let suffix = format!(":{port}");
-        let rd = std::fs::read_dir(cm_dir()).into_iter().flatten().flatten();
-        names.extend(rd.map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(&suffix)));
-    }
-    for name in names {
-        let Some((path, tok)) = listener_at(&name) else { continue };
+    if let Some((path, tok)) = crate::watch::find_listener(dst) {
         m.to = tok;
         if send(ch, &path, &m) {
             return 0;
         }
     }
+    if crate::watch::between_listens(dst) {
+        // The process that listened there is alive and may listen again (perftest -R does,
+        // between its two connections): the REQ waits for it, bounded.
+        crate::watch::hold_req(m, &ch.path, dst);
+        return 0;
+    }
     post_local(id, ev::REJECTED, 8);
     0
+}
+
+/// Give `id` DISCONNECTED as if its peer had answered a DREQ (the peer is gone).
+fn disconnected_now(id: &Id) {
+    let ch = channel_of(id);
+    send(ch, &ch.path, &Msg::new(kind::DREP, id.token));
 }
 
 /// `rdma_accept`: move the QP to RTR and RTS and send the REP; ESTABLISHED follows the RTU.
@@ -291,7 +295,7 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
     m.set_pd(&pd);
     drop(st);
     if !send(ch, &to, &m) {
-        post_local(id, ev::DISCONNECTED, 0);
+        disconnected_now(id);
     }
     0
 }
@@ -330,7 +334,7 @@ pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
     m.from = id.token;
     m.set_reply(&ch.path);
     if !send(ch, &to, &m) {
-        post_local(id, ev::DISCONNECTED, 0);
+        disconnected_now(id);
     }
     0
 }

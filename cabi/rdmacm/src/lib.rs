@@ -15,6 +15,7 @@ mod conn;
 mod events;
 mod ids;
 mod state;
+mod watch;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));
