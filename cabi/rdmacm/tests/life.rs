@@ -1,7 +1,8 @@
 //! A connection's life cycle on softverbs' librdmacm.so.1, with tests/c/cm_life.c as a server
 //! and a client process: a REQ that comes while the server is between two `rdma_listen`s on
-//! its port waits for the next listener (perftest `-R`'s pattern, once a hang); a peer that is
-//! SIGKILLed or exits without disconnecting gets the survivor DISCONNECTED with its QP in ERR;
+//! its port waits for the next listener (perftest `-R`'s pattern, once a hang); a peer (client
+//! or server) that is SIGKILLed or exits without disconnecting gets the survivor DISCONNECTED
+//! with its QP in ERR;
 //! after DISCONNECTED each side gets TIMEWAIT_EXIT once the timewait (512 ms) passed.
 
 #[path = "../../ibverbs/tests/common/mod.rs"]
@@ -38,10 +39,10 @@ fn setup(test: &str) -> Option<(Env, PathBuf)> {
     Some((env, exe))
 }
 
-/// Start `cm_life server PORT N RELISTEN_MS` and wait (at most 10 s) until it listens.
-fn server(env: &Env, exe: &Path, port: &str, n: &str, relisten: &str) -> Guard {
-    let mut g =
-        Guard(Some(env.command(exe).args(["server", port, n, relisten]).spawn().expect("spawn")));
+/// Start `cm_life server PORT N RELISTEN_MS [extra]` and wait (at most 10 s) until it listens.
+fn server(env: &Env, exe: &Path, args: &[&str]) -> Guard {
+    let mut g = Guard(Some(env.command(exe).arg("server").args(args).spawn().expect("spawn")));
+    let port = args[0];
     let name = env.fabric.path().join("cm").join(format!("0.0.0.0:{port}"));
     let start = Instant::now();
     while std::fs::symlink_metadata(&name).is_err() {
@@ -77,7 +78,7 @@ fn a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit
     let port = common::free_port().to_string();
     // The server takes 300 ms to listen again after its first connection; the client's second
     // REQ leaves as soon as the first connection is ESTABLISHED.
-    let server = server(&env, &exe, &port, "2", "300");
+    let server = server(&env, &exe, &[&port, "2", "300"]);
     let client = env.run(&exe, &["client", "127.0.0.1", &port, "2", "disconnect"], limit());
     let server = finish(server, limit(), "cm_life server");
     let (co, ce) = text(&client);
@@ -124,7 +125,7 @@ fn limit() -> Duration {
 fn survivor(test: &str, mode: &str, ready_line: &str, kill: bool) -> Option<(String, Duration)> {
     let (env, exe) = setup(test)?;
     let port = common::free_port().to_string();
-    let server = server(&env, &exe, &port, "1", "-1");
+    let server = server(&env, &exe, &[&port, "1", "-1"]);
     let mut child = env
         .command(&exe)
         .args(["client", "127.0.0.1", &port, "1", mode])
@@ -132,24 +133,7 @@ fn survivor(test: &str, mode: &str, ready_line: &str, kill: bool) -> Option<(Str
         .expect("spawn client");
     let stdout = child.stdout.take().expect("stdout");
     let mut client = Guard(Some(child));
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + limit();
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if l == ready_line => break,
-            Ok(l) => seen.push(l),
-            Err(e) => panic!("the client never printed `{ready_line}` ({e}); it printed {seen:?}"),
-        }
-    }
+    wait_line(stdout, ready_line);
     let c = client.0.as_mut().expect("client");
     if kill {
         // SIGKILL: the client's library sends nothing more.
@@ -170,6 +154,28 @@ fn survivor(test: &str, mode: &str, ready_line: &str, kill: bool) -> Option<(Str
     assert!(server.status.success(), "server {:?}:\n{so}{se}", server.status);
     assert_eq!(se, "");
     Some((so, took))
+}
+
+/// Read `out` (a child's stdout) until the line `want`, within [`limit`]; the rest is dropped.
+fn wait_line(out: std::process::ChildStdout, want: &str) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + limit();
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l == want => return,
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("no line `{want}` ({e}); the program printed {seen:?}"),
+        }
+    }
 }
 
 /// The server's whole output when its one client went away without disconnecting.
@@ -196,4 +202,39 @@ fn a_peer_that_exits_without_disconnecting_gets_the_survivor_disconnected() {
     let Some((so, took)) = survivor(test, "exit", "exiting", false) else { return };
     assert_survivor_output(&so);
     assert!(took < Duration::from_secs(5), "the server took {took:?} to finish");
+}
+
+#[test]
+fn a_sigkilled_server_gets_the_client_disconnected() {
+    let test = "a_sigkilled_server_gets_the_client_disconnected";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let mut server = server(&env, &exe, &[&port, "1", "-1", "hold"]);
+    let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
+    let client = Guard(Some(
+        env.command(&exe)
+            .args(["client", "127.0.0.1", &port, "1", "wait"])
+            .spawn()
+            .expect("spawn client"),
+    ));
+    wait_line(s_out, "holding");
+    let s = server.0.as_mut().expect("server");
+    s.kill().expect("kill");
+    let t0 = Instant::now();
+    let killed = s.wait().expect("wait");
+    assert!(!killed.success());
+    let client = finish(client, limit(), "cm_life client");
+    let took = t0.elapsed();
+    let (co, ce) = text(&client);
+    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
+    let mut want = vec![
+        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ESTABLISHED, status 0",
+    ];
+    want.extend(ENDING);
+    assert_eq!(conn_lines(&co, 0), want, "client:\n{co}");
+    assert_eq!(co.lines().last(), Some("done"));
+    assert_eq!(ce, "");
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
 }

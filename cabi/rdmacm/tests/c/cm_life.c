@@ -1,13 +1,16 @@
 /*
  * cm_life.c: a connection's life cycle on the CM, for cabi/rdmacm/tests/life.rs.
  *
- *   cm_life server PORT N RELISTEN_MS   accept N connections on PORT; between two, destroy the
+ *   cm_life server PORT N RELISTEN_MS [hold]
+ *                                       accept N connections on PORT; between two, destroy the
  *                                       listening id, sleep RELISTEN_MS and listen again (as
  *                                       perftest -R does); then print each connection's events
- *                                       until it got DISCONNECTED and TIMEWAIT_EXIT
+ *                                       until it got DISCONNECTED and TIMEWAIT_EXIT (`hold`:
+ *                                       print "holding" and sleep instead)
  *   cm_life client ADDR PORT N MODE     connect N ids in turn, each as soon as the previous is
  *                                       ESTABLISHED; MODE `disconnect`: rdma_disconnect each and
- *                                       print its events until TIMEWAIT_EXIT; `hold`: print
+ *                                       print its events until TIMEWAIT_EXIT; `wait`: print
+ *                                       "waiting" and the events the server's end brings; `hold`: print
  *                                       "holding" and sleep (the test kills it); `exit`: exit
  *                                       without disconnecting
  *
@@ -139,7 +142,7 @@ static struct rdma_cm_id *listen_on(int port)
 	return l;
 }
 
-static int server(int port, int n, int relisten_ms)
+static int server(int port, int n, int relisten_ms, int hold)
 {
 	struct rdma_cm_id *l = listen_on(port);
 	for (int i = 0; i < n; i++) {
@@ -168,6 +171,12 @@ static int server(int port, int n, int relisten_ms)
 		}
 	}
 	rdma_destroy_id(l);
+	if (hold) {
+		printf("holding\n");
+		fflush(stdout);
+		sleep(60);
+		return 3;
+	}
 	until_timewait(n);
 	cleanup(n);
 	return 0;
@@ -202,9 +211,14 @@ static int client(const char *addr, int port, int n, const char *mode)
 		printf("exiting\n");
 		return 0;
 	}
-	for (int i = 0; i < n; i++)
-		if (rdma_disconnect(conn[i]))
-			die("rdma_disconnect");
+	if (!strcmp(mode, "wait")) {
+		printf("waiting\n");
+		fflush(stdout);
+	} else {
+		for (int i = 0; i < n; i++)
+			if (rdma_disconnect(conn[i]))
+				die("rdma_disconnect");
+	}
 	until_timewait(n);
 	cleanup(n);
 	return 0;
@@ -215,10 +229,10 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	if (!ch)
 		die("rdma_create_event_channel");
-	if (argc == 5 && !strcmp(argv[1], "server"))
-		return server(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+	if ((argc == 5 || (argc == 6 && !strcmp(argv[5], "hold"))) && !strcmp(argv[1], "server"))
+		return server(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6);
 	if (argc == 6 && !strcmp(argv[1], "client"))
 		return client(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
-	fprintf(stderr, "usage: cm_life server PORT N RELISTEN_MS | client ADDR PORT N MODE\n");
+	fprintf(stderr, "usage: cm_life server PORT N RELISTEN_MS [hold] | client ADDR PORT N MODE\n");
 	return 1;
 }
