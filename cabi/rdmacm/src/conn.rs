@@ -234,6 +234,8 @@ pub unsafe extern "C" fn rdma_connect(cid: *mut rdma_cm_id, param: *mut rdma_con
     if let Some((path, tok)) = crate::watch::find_listener(dst) {
         m.to = tok;
         if send(ch, &path, &m) {
+            id.st.lock().expect("id").req_to = Some(path);
+            crate::watch::watch_peers();
             return 0;
         }
     }
@@ -295,7 +297,11 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
     m.set_pd(&pd);
     drop(st);
     if !send(ch, &to, &m) {
-        disconnected_now(id);
+        // The requester's process is gone: its kernel would have rejected the connection
+        // (status 4, timeout) when its id went.
+        let mut r = Msg::new(kind::REJ, id.token);
+        r.status = 4;
+        send(ch, &ch.path, &r);
     }
     0
 }
@@ -305,7 +311,8 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
 pub unsafe extern "C" fn rdma_reject(cid: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let Some(pd) = private(data, len, 148) else { return fail(libc::EINVAL) };
-    let Some((to, tok)) = id.st.lock().expect("id").peer.clone() else { return fail(libc::EINVAL) };
+    // The request is answered: the id has no peer any more (an accept after this is EINVAL).
+    let Some((to, tok)) = id.st.lock().expect("id").peer.take() else { return fail(libc::EINVAL) };
     let mut m = Msg::new(kind::REJ, tok);
     m.status = 28;
     m.set_pd(&pd);

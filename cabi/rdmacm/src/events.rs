@@ -104,6 +104,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             st.addr_resolved = true;
             drop(st);
             set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
+            crate::watch::watch_peers();
             let mut e = event(child, ev::CONNECT_REQUEST, 0, Some(m));
             e.c.listen_id = idp.cast();
             if ud {
@@ -113,6 +114,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
         }
         kind::REP => {
             let mut st = id.st.lock().expect("id");
+            st.req_to = None;
             st.peer = Some((m.reply_path(), m.from));
             st.peer_qpn = m.qpn;
             st.peer_psn = m.psn;
@@ -152,7 +154,18 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             crate::watch::watch_peers();
             Some(event(idp, ev::ESTABLISHED, 0, None))
         }
-        kind::REJ => Some(event(idp, ev::REJECTED, m.status, Some(m))),
+        kind::REJ => {
+            // The connection attempt is over: nothing left to watch.
+            let mut st = id.st.lock().expect("id");
+            st.req_to = None;
+            st.peer_gone = true;
+            drop(st);
+            // As the kernel's CM: a rejected id's QP goes to ERR.
+            if !id.c.qp.is_null() && !ud {
+                modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+            }
+            Some(event(idp, ev::REJECTED, m.status, Some(m)))
+        }
         kind::DREQ | kind::DREP => {
             let mut st = id.st.lock().expect("id");
             if m.kind == kind::DREQ {

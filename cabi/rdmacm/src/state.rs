@@ -311,8 +311,11 @@ pub struct St {
     pub connected: bool,
     /// DISCONNECTED was delivered (each side gets it once).
     pub disconnected: bool,
-    /// The peer's process was found dead and a DREQ sent on its behalf (`watch`).
+    /// Nothing more to watch: the peer's process was found dead and a DREQ or REJ sent on its
+    /// behalf (`watch`), or the connection attempt was rejected.
     pub peer_gone: bool,
+    /// The channel socket the REQ went to, until the REP comes (its process is watched).
+    pub req_to: Option<PathBuf>,
 }
 
 /// The id behind a C pointer, if it is one of ours and alive.

@@ -21,8 +21,8 @@ pub const REQ_HOLD: Duration = Duration::from_secs(2);
 /// the kernel's cma.c) + 1, i.e. 512 ms.
 pub const TIMEWAIT: Duration = Duration::from_millis(512);
 
-/// How often established connections' peers are checked: DISCONNECTED follows a peer's death
-/// within this (plus the program's own wait).
+/// How often connections' peers are checked: DISCONNECTED (or REJECTED, for a connection not
+/// yet established) follows a peer's death within this (plus the program's own wait).
 pub const PEER_CHECK: Duration = Duration::from_millis(100);
 
 /// A REQ waiting for a listener.
@@ -86,7 +86,7 @@ pub fn start_timewait(chan: &Path, token: u64) {
     c.wake.notify_one();
 }
 
-/// Check established connections' peers from now on.
+/// Check connections' peers (from the REQ on) from now on.
 pub fn watch_peers() {
     let c = clock();
     let mut w = c.work.lock().expect("clock");
@@ -136,12 +136,17 @@ fn run(c: &'static Clock) {
     loop {
         let now = Instant::now();
         // Held REQs: to the listener once there is one; REJECTED when the hold ends.
+        let mut delivered = Vec::new();
         let mut i = 0;
         while i < w.reqs.len() {
             let r = &mut w.reqs[i];
             let sent = find_listener(r.dst).is_some_and(|(path, tok)| {
                 r.msg.to = tok;
-                sock.send_to(r.msg.bytes(), path).is_ok()
+                let ok = sock.send_to(r.msg.bytes(), &path).is_ok();
+                if ok {
+                    delivered.push((r.msg.from, path));
+                }
+                ok
             });
             if sent || now >= r.until {
                 let r = w.reqs.swap_remove(i);
@@ -154,6 +159,15 @@ fn run(c: &'static Clock) {
             } else {
                 i += 1;
             }
+        }
+        if !delivered.is_empty() {
+            // The requesting ids (when they are this process's) watch the listener's process
+            // from now on; their locks are taken without the clock's.
+            drop(w);
+            for (from, path) in delivered {
+                note_req_to(from, path);
+            }
+            w = c.work.lock().expect("clock");
         }
         // Timewait ends.
         let (due, left): (Vec<Timer>, Vec<Timer>) = w.timers.drain(..).partition(|t| t.at <= now);
@@ -185,9 +199,32 @@ fn run(c: &'static Clock) {
     }
 }
 
-/// For every established RC id whose peer's channel socket is gone, a DREQ on the peer's behalf
-/// to the id's own channel (once): `rdma_get_cm_event` makes it DISCONNECTED, the QP goes to
-/// ERR and the timewait starts, as for a DREQ the peer sent.
+/// Record on id `token`, if it is this process's, that its REQ went to `path`.
+fn note_req_to(token: u64, path: PathBuf) {
+    if let Ok(ids) = ids().lock() {
+        if let Some(&addr) = ids.get(&token) {
+            // SAFETY: registered, so alive while the registry's lock is held.
+            let id = unsafe { &*(addr as *const Id) };
+            if let Ok(mut st) = id.st.lock() {
+                st.req_to = Some(path);
+            }
+        }
+    }
+}
+
+/// What the kernel of a dead peer process sends for its id, by how far the connection got
+/// (the IB CM's `cm_destroy_id`): a DREQ once established; a REJ with status 4 (timeout) from a
+/// requester that died before the connection was established; a REJ with status 28 (consumer
+/// defined) from a listener's process that died before it answered the REQ.
+#[derive(Clone, Copy)]
+enum Death {
+    Dreq,
+    Rej(i32),
+}
+
+/// For every RC id whose peer's channel socket is gone, what the peer's kernel would have sent,
+/// to the id's own channel (once): `rdma_get_cm_event` makes it DISCONNECTED (QP in ERR,
+/// timewait) or REJECTED, as for a message the peer sent.
 fn check_peers(sock: &UnixDatagram) {
     // Ids are read under the registry's lock: rdma_destroy_id unregisters before it frees.
     let mut suspects = Vec::new();
@@ -199,18 +236,27 @@ fn check_peers(sock: &UnixDatagram) {
                 continue;
             }
             let Ok(st) = id.st.try_lock() else { continue };
-            if let (true, false, false, Some((peer, tok))) =
-                (st.connected, st.disconnected, st.peer_gone, &st.peer)
-            {
-                suspects.push((id.token, channel_of(id).path.clone(), peer.clone(), *tok));
+            if st.disconnected || st.peer_gone {
+                continue;
+            }
+            let what = match (&st.peer, &st.req_to, st.connected) {
+                (Some((peer, tok)), _, true) => Some((peer.clone(), *tok, Death::Dreq)),
+                // A CONNECT_REQUEST (accepted or not) whose requester died.
+                (Some((peer, tok)), _, false) => Some((peer.clone(), *tok, Death::Rej(4))),
+                // A REQ the listener's process took and never answered.
+                (None, Some(to), false) => Some((to.clone(), 0, Death::Rej(28))),
+                _ => None,
+            };
+            if let Some((peer, tok, death)) = what {
+                suspects.push((id.token, channel_of(id).path.clone(), peer, tok, death));
             }
         }
     }
-    for (token, chan, peer, peer_tok) in suspects {
+    for (token, chan, peer, peer_tok, death) in suspects {
         if socket_alive(&peer) {
             continue;
         }
-        // Mark it so that the DREQ is sent once; the id may be gone since (then nothing to do).
+        // Mark it so that this is sent once; the id may be gone since (then nothing to do).
         let marked = ids().lock().ok().and_then(|ids| {
             let addr = *ids.get(&token)?;
             // SAFETY: registered, so alive while the lock is held.
@@ -221,7 +267,14 @@ fn check_peers(sock: &UnixDatagram) {
             Some(first)
         });
         if marked == Some(true) {
-            let mut m = Msg::new(kind::DREQ, token);
+            let mut m = match death {
+                Death::Dreq => Msg::new(kind::DREQ, token),
+                Death::Rej(status) => {
+                    let mut m = Msg::new(kind::REJ, token);
+                    m.status = status;
+                    m
+                }
+            };
             m.from = peer_tok;
             m.set_reply(&peer);
             let _ = sock.send_to(m.bytes(), &chan);

@@ -2,7 +2,8 @@
 //! and a client process: a REQ that comes while the server is between two `rdma_listen`s on
 //! its port waits for the next listener (perftest `-R`'s pattern, once a hang); a peer (client
 //! or server) that is SIGKILLed or exits without disconnecting gets the survivor DISCONNECTED
-//! with its QP in ERR;
+//! with its QP in ERR, and one that dies before the connection is made gets the other side
+//! REJECTED (status 4 or 28, as the dead process's kernel would send);
 //! after DISCONNECTED each side gets TIMEWAIT_EXIT once the timewait (512 ms) passed.
 
 #[path = "../../ibverbs/tests/common/mod.rs"]
@@ -237,4 +238,58 @@ fn a_sigkilled_server_gets_the_client_disconnected() {
     assert_eq!(co.lines().last(), Some("done"));
     assert_eq!(ce, "");
     assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+#[test]
+fn a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28() {
+    let test = "a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let mut server = server(&env, &exe, &[&port, "1", "-1", "noaccept"]);
+    let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
+    let client = Guard(Some(
+        env.command(&exe)
+            .args(["client", "127.0.0.1", &port, "1", "disconnect"])
+            .spawn()
+            .expect("spawn client"),
+    ));
+    wait_line(s_out, "holding");
+    let s = server.0.as_mut().expect("server");
+    s.kill().expect("kill");
+    let t0 = Instant::now();
+    s.wait().expect("wait");
+    let client = finish(client, limit(), "cm_life client");
+    let took = t0.elapsed();
+    let (co, ce) = text(&client);
+    // The server's kernel rejects a request its process never answered (consumer defined).
+    assert_eq!(
+        conn_lines(&co, 0),
+        [
+            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+            "RDMA_CM_EVENT_REJECTED, status 28"
+        ],
+        "client:\n{co}{ce}"
+    );
+    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+#[test]
+fn a_client_gone_after_its_req_gets_the_server_rejected_with_status_4() {
+    let test = "a_client_gone_after_its_req_gets_the_server_rejected_with_status_4";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let server = server(&env, &exe, &[&port, "1", "-1"]);
+    let client = env.run(&exe, &["client", "127.0.0.1", &port, "1", "reqexit"], limit());
+    assert!(client.status.success(), "client: {:?}", text(&client));
+    let server = finish(server, limit(), "cm_life server");
+    let (so, se) = text(&server);
+    // The client's kernel rejects its own pending request when the process ends (timeout).
+    assert_eq!(
+        conn_lines(&so, 0),
+        ["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_REJECTED, status 4"],
+        "server:\n{so}{se}"
+    );
+    assert_eq!(server.status.code(), Some(1), "the server expected ESTABLISHED");
 }

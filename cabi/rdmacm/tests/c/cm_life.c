@@ -1,18 +1,20 @@
 /*
  * cm_life.c: a connection's life cycle on the CM, for cabi/rdmacm/tests/life.rs.
  *
- *   cm_life server PORT N RELISTEN_MS [hold]
+ *   cm_life server PORT N RELISTEN_MS [hold|noaccept]
  *                                       accept N connections on PORT; between two, destroy the
  *                                       listening id, sleep RELISTEN_MS and listen again (as
  *                                       perftest -R does); then print each connection's events
  *                                       until it got DISCONNECTED and TIMEWAIT_EXIT (`hold`:
- *                                       print "holding" and sleep instead)
+ *                                       print "holding" and sleep instead; `noaccept`: the same
+ *                                       at the first CONNECT_REQUEST, without accepting)
  *   cm_life client ADDR PORT N MODE     connect N ids in turn, each as soon as the previous is
  *                                       ESTABLISHED; MODE `disconnect`: rdma_disconnect each and
  *                                       print its events until TIMEWAIT_EXIT; `wait`: print
  *                                       "waiting" and the events the server's end brings; `hold`: print
  *                                       "holding" and sleep (the test kills it); `exit`: exit
- *                                       without disconnecting
+ *                                       without disconnecting; `reqexit`: exit right after
+ *                                       rdma_connect
  *
  * Every wait is bounded: no event within 10 s prints "no event within 10 s" and exits 2.
  */
@@ -142,7 +144,7 @@ static struct rdma_cm_id *listen_on(int port)
 	return l;
 }
 
-static int server(int port, int n, int relisten_ms, int hold)
+static int server(int port, int n, int relisten_ms, const char *mode)
 {
 	struct rdma_cm_id *l = listen_on(port);
 	for (int i = 0; i < n; i++) {
@@ -154,6 +156,12 @@ static int server(int port, int n, int relisten_ms, int hold)
 		conn[i] = e->id;
 		conn[i]->context = (void *)(intptr_t)i;
 		show(e);
+		if (!strcmp(mode, "noaccept")) {
+			printf("holding\n");
+			fflush(stdout);
+			sleep(60);
+			return 3;
+		}
 		make_qp(conn[i]);
 		if (rdma_accept(conn[i], NULL))
 			die("rdma_accept");
@@ -171,7 +179,7 @@ static int server(int port, int n, int relisten_ms, int hold)
 		}
 	}
 	rdma_destroy_id(l);
-	if (hold) {
+	if (!strcmp(mode, "hold")) {
 		printf("holding\n");
 		fflush(stdout);
 		sleep(60);
@@ -199,6 +207,10 @@ static int client(const char *addr, int port, int n, const char *mode)
 		make_qp(conn[i]);
 		if (rdma_connect(conn[i], &cp))
 			die("rdma_connect");
+		if (!strcmp(mode, "reqexit")) {
+			printf("exiting\n");
+			return 0;
+		}
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
 	}
 	if (!strcmp(mode, "hold")) {
@@ -229,10 +241,10 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	if (!ch)
 		die("rdma_create_event_channel");
-	if ((argc == 5 || (argc == 6 && !strcmp(argv[5], "hold"))) && !strcmp(argv[1], "server"))
-		return server(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6);
+	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "server"))
+		return server(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? argv[5] : "");
 	if (argc == 6 && !strcmp(argv[1], "client"))
 		return client(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
-	fprintf(stderr, "usage: cm_life server PORT N RELISTEN_MS [hold] | client ADDR PORT N MODE\n");
+	fprintf(stderr, "usage: cm_life server PORT N RELISTEN_MS [hold|noaccept] | client ADDR PORT N MODE\n");
 	return 1;
 }
