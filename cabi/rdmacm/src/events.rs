@@ -154,6 +154,23 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             crate::watch::watch_peers();
             Some(event(idp, ev::ESTABLISHED, 0, None))
         }
+        kind::GONE => {
+            // Decided when read: an RTU queued before this has made the id established.
+            let st = id.st.lock().expect("id");
+            let (k, status) = match (st.disconnected, st.connected, st.peer.is_some()) {
+                (true, _, _) => return None,
+                (false, true, _) => (kind::DREQ, 0),
+                // A CONNECT_REQUEST (accepted or not) whose requester died: timeout.
+                (false, false, true) => (kind::REJ, 4),
+                // A REQ the listener's process took and never answered: consumer defined.
+                (false, false, false) => (kind::REJ, 28),
+            };
+            drop(st);
+            let mut as_sent = *m;
+            as_sent.kind = k;
+            as_sent.status = status;
+            handle(ch, &as_sent)
+        }
         kind::REJ => {
             // The connection attempt is over: nothing left to watch.
             let mut st = id.st.lock().expect("id");

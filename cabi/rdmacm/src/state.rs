@@ -194,6 +194,9 @@ pub mod kind {
     pub const REJ: u32 = 5;
     pub const DREQ: u32 = 6;
     pub const DREP: u32 = 7;
+    /// The peer's process died (sent by `watch`): read, it becomes what the dead process's
+    /// kernel would have sent for the id's state then (DREQ once established, else a REJ).
+    pub const GONE: u32 = 8;
 }
 
 /// A control message, sent as its bytes (both ends are this library).

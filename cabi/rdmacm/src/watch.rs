@@ -212,19 +212,11 @@ fn note_req_to(token: u64, path: PathBuf) {
     }
 }
 
-/// What the kernel of a dead peer process sends for its id, by how far the connection got
-/// (the IB CM's `cm_destroy_id`): a DREQ once established; a REJ with status 4 (timeout) from a
-/// requester that died before the connection was established; a REJ with status 28 (consumer
-/// defined) from a listener's process that died before it answered the REQ.
-#[derive(Clone, Copy)]
-enum Death {
-    Dreq,
-    Rej(i32),
-}
-
-/// For every RC id whose peer's channel socket is gone, what the peer's kernel would have sent,
-/// to the id's own channel (once): `rdma_get_cm_event` makes it DISCONNECTED (QP in ERR,
-/// timewait) or REJECTED, as for a message the peer sent.
+/// For every RC id whose peer's channel socket is gone, a GONE message to the id's own channel
+/// (once): `rdma_get_cm_event` makes it what the dead process's kernel would have sent for the
+/// id's state (the IB CM's `cm_destroy_id`): a DREQ once established (DISCONNECTED, QP in ERR,
+/// timewait), else a REJ — status 4 (timeout) from a requester, 28 (consumer defined) from a
+/// listener's process that took the REQ.
 fn check_peers(sock: &UnixDatagram) {
     // Ids are read under the registry's lock: rdma_destroy_id unregisters before it frees.
     let mut suspects = Vec::new();
@@ -239,20 +231,18 @@ fn check_peers(sock: &UnixDatagram) {
             if st.disconnected || st.peer_gone {
                 continue;
             }
-            let what = match (&st.peer, &st.req_to, st.connected) {
-                (Some((peer, tok)), _, true) => Some((peer.clone(), *tok, Death::Dreq)),
-                // A CONNECT_REQUEST (accepted or not) whose requester died.
-                (Some((peer, tok)), _, false) => Some((peer.clone(), *tok, Death::Rej(4))),
-                // A REQ the listener's process took and never answered.
-                (None, Some(to), false) => Some((to.clone(), 0, Death::Rej(28))),
+            // The peer once known (a REQ or REP came), else where the REQ went.
+            let what = match (&st.peer, &st.req_to) {
+                (Some((peer, tok)), _) => Some((peer.clone(), *tok)),
+                (None, Some(to)) => Some((to.clone(), 0)),
                 _ => None,
             };
-            if let Some((peer, tok, death)) = what {
-                suspects.push((id.token, channel_of(id).path.clone(), peer, tok, death));
+            if let Some((peer, tok)) = what {
+                suspects.push((id.token, channel_of(id).path.clone(), peer, tok));
             }
         }
     }
-    for (token, chan, peer, peer_tok, death) in suspects {
+    for (token, chan, peer, peer_tok) in suspects {
         if socket_alive(&peer) {
             continue;
         }
@@ -267,14 +257,7 @@ fn check_peers(sock: &UnixDatagram) {
             Some(first)
         });
         if marked == Some(true) {
-            let mut m = match death {
-                Death::Dreq => Msg::new(kind::DREQ, token),
-                Death::Rej(status) => {
-                    let mut m = Msg::new(kind::REJ, token);
-                    m.status = status;
-                    m
-                }
-            };
+            let mut m = Msg::new(kind::GONE, token);
             m.from = peer_tok;
             m.set_reply(&peer);
             let _ = sock.send_to(m.bytes(), &chan);
