@@ -96,8 +96,12 @@ fn rping_100_pings_verified() {
     let got: Vec<&str> = so.lines().collect();
     assert_eq!(got, want, "server output");
     // rping's own closing lines, on stderr: each side saw DISCONNECTED; the server was waiting
-    // for the next ping's advertisement (state 10 = DISCONNECTED) when it came.
-    assert_eq!(ce, "client DISCONNECT EVENT...\n");
+    // for the next ping's advertisement (state 10 = DISCONNECTED) when it came. The client's
+    // line is rping's own race: after rdma_disconnect its main thread joins the CQ thread
+    // (which ends at the first flushed completion, at once) and exits, whether or not its CM
+    // thread has read the DISCONNECTED that the server's DREP brings (so with the kernel's CM
+    // too); about one run in 70 here, it has not.
+    assert!(ce == "client DISCONNECT EVENT...\n" || ce.is_empty(), "client stderr: {ce}");
     let mut sl: Vec<&str> = se.lines().collect();
     sl.sort();
     assert_eq!(sl, ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"], "{se}");
