@@ -93,7 +93,10 @@ pub fn qp_connect(qp: *mut ibv_qp, st: &St, responder: u8, initiator: u8) -> c_i
     let b = ibv_qp_attr {
         qp_state: RTS,
         sq_psn: st.my_psn,
-        timeout: 14,
+        // The local ACK timeout the kernel's CM gives a RoCE QP: the path's packet life time
+        // (16) + 1, 4.096 µs * 2^17 = 0.54 s a try. (14, 67 ms, let a process starved of CPU
+        // on a loaded laptop fail its peer's RDMA READs with "retry exceeded".)
+        timeout: 17,
         retry_cnt: 7,
         rnr_retry: st.rnr_retry,
         max_rd_atomic: initiator.max(1),
