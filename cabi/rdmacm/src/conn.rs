@@ -100,7 +100,10 @@ pub fn qp_connect(
     let b = ibv_qp_attr {
         qp_state: RTS,
         sq_psn: st.my_psn,
-        timeout: 14,
+        // The local ACK timeout the kernel's CM gives a RoCE QP: the path's packet life time
+        // (16) + 1, 4.096 µs * 2^17 = 0.54 s a try. (14, 67 ms, let a process starved of CPU
+        // on a loaded laptop fail its peer's RDMA READs with "retry exceeded".)
+        timeout: 17,
         retry_cnt: 7,
         rnr_retry: st.rnr_retry,
         max_rd_atomic: initiator.max(1),
@@ -246,24 +249,30 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
         m.scope = scope.to_ne_bytes();
     }
     m.set_pd(&pd);
-    let (dst, port) = st.dst;
+    let dst = st.dst;
     drop(st);
-    let mut names = vec![listen_name(dst, port), listen_name([0; 4], port)];
-    if is_loopback(dst) {
-        // Loopback reaches whichever process listens on the port.
-        let suffix = format!(":{port}");
-        let rd = std::fs::read_dir(cm_dir()).into_iter().flatten().flatten();
-        names.extend(rd.map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(&suffix)));
-    }
-    for name in names {
-        let Some((path, tok)) = listener_at(&name) else { continue };
+    if let Some((path, tok)) = crate::watch::find_listener(dst) {
         m.to = tok;
         if send(ch, &path, &m) {
+            id.st.lock().expect("id").req_to = Some(path);
+            crate::watch::watch_peers();
             return 0;
         }
     }
+    if crate::watch::between_listens(dst) {
+        // The process that listened there is alive and may listen again (perftest -R does,
+        // between its two connections): the REQ waits for it, bounded.
+        crate::watch::hold_req(m, &ch.path, dst);
+        return 0;
+    }
     post_local(id, ev::REJECTED, 8);
     0
+}
+
+/// Give `id` DISCONNECTED as if its peer had answered a DREQ (the peer is gone).
+fn disconnected_now(id: &Id) {
+    let ch = channel_of(id);
+    send(ch, &ch.path, &Msg::new(kind::DREP, id.token));
 }
 
 /// `rdma_accept` (sync.rs exports it): move the QP to RTR and RTS and send the REP;
@@ -312,7 +321,11 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
     m.set_pd(&pd);
     drop(st);
     if !send(ch, &to, &m) {
-        post_local(id, ev::DISCONNECTED, 0);
+        // The requester's process is gone: its kernel would have rejected the connection
+        // (status 4, timeout) when its id went.
+        let mut r = Msg::new(kind::REJ, id.token);
+        r.status = 4;
+        send(ch, &ch.path, &r);
     }
     0
 }
@@ -322,7 +335,8 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
 pub unsafe extern "C" fn rdma_reject(cid: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let Some(pd) = private(data, len, 148) else { return fail(libc::EINVAL) };
-    let Some((to, tok)) = id.st.lock().expect("id").peer.clone() else { return fail(libc::EINVAL) };
+    // The request is answered: the id has no peer any more (an accept after this is EINVAL).
+    let Some((to, tok)) = id.st.lock().expect("id").peer.take() else { return fail(libc::EINVAL) };
     let mut m = Msg::new(kind::REJ, tok);
     m.status = 28;
     m.set_pd(&pd);
@@ -350,7 +364,7 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     m.from = id.token;
     m.set_reply(&ch.path);
     if !send(ch, &to, &m) {
-        post_local(id, ev::DISCONNECTED, 0);
+        disconnected_now(id);
     }
     0
 }

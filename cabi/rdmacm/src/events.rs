@@ -65,7 +65,12 @@ fn ud_param(e: &mut Ev, peer_ip: [u8; 4], m: &Msg) {
 
 /// Process one message; the event it makes, if any.
 fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
-    let addr = *ids().lock().ok()?.get(&m.to)?;
+    let Some(addr) = ids().lock().ok()?.get(&m.to).copied() else {
+        if m.kind == kind::REQ {
+            orphan_req(ch, m);
+        }
+        return None;
+    };
     let idp = addr as *mut Id;
     // SAFETY: registered, so alive (ids are destroyed by the thread that gets their events).
     let id = unsafe { &*idp };
@@ -104,6 +109,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             st.addr_resolved = true;
             drop(st);
             set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
+            crate::watch::watch_peers();
             let mut e = event(child, ev::CONNECT_REQUEST, 0, Some(m));
             e.c.listen_id = idp.cast();
             if ud {
@@ -113,6 +119,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
         }
         kind::REP => {
             let mut st = id.st.lock().expect("id");
+            st.req_to = None;
             st.peer = Some((m.reply_path(), m.from));
             st.peer_qpn = m.qpn;
             st.peer_psn = m.psn;
@@ -156,6 +163,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             st.connected = true;
             let to = m.reply_path();
             drop(st);
+            crate::watch::watch_peers();
             let mut rtu = Msg::new(kind::RTU, m.from);
             rtu.from = id.token;
             send(ch, &to, &rtu);
@@ -163,9 +171,38 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
         }
         kind::RTU => {
             id.st.lock().expect("id").connected = true;
+            crate::watch::watch_peers();
             Some(event(idp, ev::ESTABLISHED, 0, None))
         }
-        kind::REJ => Some(event(idp, ev::REJECTED, m.status, Some(m))),
+        kind::GONE => {
+            // Decided when read: an RTU queued before this has made the id established.
+            let st = id.st.lock().expect("id");
+            let (k, status) = match (st.disconnected, st.connected, st.peer.is_some()) {
+                (true, _, _) => return None,
+                (false, true, _) => (kind::DREQ, 0),
+                // A CONNECT_REQUEST (accepted or not) whose requester died: timeout.
+                (false, false, true) => (kind::REJ, 4),
+                // A REQ the listener's process took and never answered: consumer defined.
+                (false, false, false) => (kind::REJ, 28),
+            };
+            drop(st);
+            let mut as_sent = *m;
+            as_sent.kind = k;
+            as_sent.status = status;
+            handle(ch, &as_sent)
+        }
+        kind::REJ => {
+            // The connection attempt is over: nothing left to watch.
+            let mut st = id.st.lock().expect("id");
+            st.req_to = None;
+            st.peer_gone = true;
+            drop(st);
+            // As the kernel's CM: a rejected id's QP goes to ERR.
+            if !id.c.qp.is_null() && !ud {
+                modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+            }
+            Some(event(idp, ev::REJECTED, m.status, Some(m)))
+        }
         kind::DREQ | kind::DREP => {
             let mut st = id.st.lock().expect("id");
             if m.kind == kind::DREQ {
@@ -182,9 +219,38 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             if !id.c.qp.is_null() {
                 modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
             }
+            // As the IB CM: a connected id enters timewait, and TIMEWAIT_EXIT follows when it
+            // ends (UD ids have no connection, hence no timewait).
+            if !ud {
+                crate::watch::start_timewait(&ch.path, id.token);
+            }
             Some(event(idp, ev::DISCONNECTED, 0, None))
         }
         _ => None,
+    }
+}
+
+/// A REQ whose listening id was destroyed before the REQ was read: it goes to the port's
+/// listener if there is one now, waits for the process's next listener on the port if the
+/// process may listen again (`watch`), else the requester gets REJECTED
+/// (status 8, as for a port nobody listens on) instead of waiting for an answer that never comes.
+fn orphan_req(ch: &Channel, m: &Msg) {
+    let dst = (m.dst_ip, m.dst_port);
+    if let Some((path, tok)) = crate::watch::find_listener(dst) {
+        // The port has a listener again (this process's next one, or another's).
+        let mut fwd = *m;
+        fwd.to = tok;
+        if send(ch, &path, &fwd) {
+            return;
+        }
+    }
+    if crate::watch::between_listens(dst) {
+        crate::watch::hold_req(*m, &m.reply_path(), dst);
+    } else {
+        let mut r = Msg::new(kind::LOCAL, m.from);
+        r.event = ev::REJECTED;
+        r.status = 8;
+        send(ch, &m.reply_path(), &r);
     }
 }
 
@@ -243,7 +309,7 @@ pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let st = id.st.lock().expect("id");
     if let Some(l) = &st.listen {
-        let _ = std::fs::remove_file(l);
+        close_listener(l, &channel_of(id).path);
     }
     if let (Some((to, tok)), false) = (&st.peer, st.disconnected) {
         let mut m = Msg::new(kind::DREQ, *tok);

@@ -83,11 +83,14 @@ fn claim(id: &Id, ip: [u8; 4], port: u16) -> Result<PathBuf, c_int> {
         match std::os::unix::fs::symlink(&target, &name) {
             Ok(()) => return Ok(name),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // A listener whose process exited is stale.
+                // A listener whose process exited is stale, a closed one free; replaced in
+                // one step (a REQ may be waiting for this listener: `watch`).
                 if listener_at(&name).is_some() {
                     return Err(libc::EADDRINUSE);
                 }
-                let _ = std::fs::remove_file(&name);
+                if replace_link(&target, &name).is_ok() {
+                    return Ok(name);
+                }
             }
             Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
         }

@@ -20,6 +20,7 @@ mod qpattr;
 mod state;
 mod sync;
 mod v6;
+mod watch;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));

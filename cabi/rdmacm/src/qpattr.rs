@@ -44,7 +44,8 @@ const REMOTE_ATOMIC: u32 = 8;
 /// - RTR (RC, once the peer's REQ or REP came): the address vector to the peer's GID, path MTU
 ///   1024, the peer's QP number and starting PSN, the responder resources, RNR timer 0;
 /// - RTS (RC, as RTR): this side's starting PSN (the one the REQ or REP carries), ACK timeout
-///   14, retry count 7, the RNR retry count, the initiator depth.
+///   17 (a RoCE path's packet life time, 16, + 1, as the kernel CM; the same as the QPs the CM
+///   moves itself), retry count 7, the RNR retry count, the initiator depth.
 ///
 /// A UD id gets the INIT set for every state, as from the kernel. RTR or RTS of an RC id before
 /// the peer is known is -1 with `EINVAL` and a line saying why (the kernel's CM refuses them too).
@@ -108,7 +109,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
             st.my_psn = (psn() & 0xff_ffff).max(1);
         }
         a.sq_psn = st.my_psn;
-        a.timeout = 14;
+        a.timeout = 17;
         a.retry_cnt = 7;
         a.rnr_retry = st.rnr_retry;
         a.max_rd_atomic = st.req_rd_atomic.max(1);

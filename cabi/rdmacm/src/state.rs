@@ -81,8 +81,37 @@ pub fn listener_at(name: &Path) -> Option<(PathBuf, u64)> {
     let t = std::fs::read_link(name).ok()?.to_string_lossy().into_owned();
     let (p, tok) = t.rsplit_once('#')?;
     let p = PathBuf::from(p);
-    channel_alive(&p).then_some(())?;
-    Some((p, tok.parse().ok()?))
+    let tok: u64 = tok.parse().ok()?;
+    // Token 0: the name of a listener that was destroyed (`close_listener`).
+    (tok != 0 && channel_alive(&p)).then_some((p, tok))
+}
+
+/// Whether `name` is a closed listener's name whose process is alive (it may listen again).
+pub fn closed_listener(name: &Path) -> bool {
+    let Ok(t) = std::fs::read_link(name) else { return false };
+    let t = t.to_string_lossy().into_owned();
+    t.rsplit_once('#').is_some_and(|(p, tok)| tok == "0" && channel_alive(Path::new(p)))
+}
+
+/// Release the listening name `name` of a listener on channel socket `chan`: it stays as a
+/// closed listener's name (token 0) while the channel lives, so that a REQ which comes while
+/// the process is between two listens on the port waits for the next listener instead of
+/// being rejected (docs/decisions.md, "The CM's clock"). The channel removes it when destroyed.
+pub fn close_listener(name: &Path, chan: &Path) {
+    if replace_link(&format!("{}#0", chan.display()), name).is_err() {
+        let _ = std::fs::remove_file(name);
+    }
+}
+
+/// Point the name `name` at `target` in one step (a new link renamed over the old one), so
+/// that a process looking the name up never finds it missing: a connect in that moment would
+/// be rejected.
+pub fn replace_link(target: &str, name: &Path) -> std::io::Result<()> {
+    let tmp = cm_dir().join(format!(".link-{}-{}", std::process::id(), token()));
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, name).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// Whether `ip` is a softverbs port address (`10.0.x.y`, x.y a fabric slot).
@@ -115,6 +144,15 @@ pub struct Channel {
 
 impl Drop for Channel {
     fn drop(&mut self) {
+        // The listening names that still name this channel (closed listeners', or listeners
+        // the program did not destroy) go with it.
+        let mine = format!("{}#", self.path.display());
+        for e in std::fs::read_dir(cm_dir()).into_iter().flatten().flatten() {
+            let target = std::fs::read_link(e.path()).ok();
+            if target.is_some_and(|t| t.to_string_lossy().starts_with(&mine)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -156,6 +194,9 @@ pub mod kind {
     pub const REJ: u32 = 5;
     pub const DREQ: u32 = 6;
     pub const DREP: u32 = 7;
+    /// The peer's process died (sent by `watch`): read, it becomes what the dead process's
+    /// kernel would have sent for the id's state then (DREQ once established, else a REJ).
+    pub const GONE: u32 = 8;
 }
 
 /// A control message, sent as its bytes (both ends are this library).
@@ -276,6 +317,11 @@ pub struct St {
     pub connected: bool,
     /// DISCONNECTED was delivered (each side gets it once).
     pub disconnected: bool,
+    /// Nothing more to watch: the peer's process was found dead and a DREQ or REJ sent on its
+    /// behalf (`watch`), or the connection attempt was rejected.
+    pub peer_gone: bool,
+    /// The channel socket the REQ went to, until the REP comes (its process is watched).
+    pub req_to: Option<PathBuf>,
 }
 
 /// The id behind a C pointer, if it is one of ours and alive.

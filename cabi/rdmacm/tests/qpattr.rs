@@ -112,7 +112,7 @@ fn init_qp_attr_gives_each_states_attributes_and_mask() {
          passive INIT mask 0x39 access 0xe pkey 0 port 1\n\
          passive RTR mask 0x129181 mtu 3 dest_qp ok rq_psn ok max_dest_rd 1 min_rnr 0 \
          dgid ok sgid_index 1\n\
-         passive RTS mask 0x12e01 sq_psn set timeout 14 retry 7 rnr_retry 7 max_rd 1\n\
+         passive RTS mask 0x12e01 sq_psn set timeout 17 retry 7 rnr_retry 7 max_rd 1\n\
          active event RDMA_CM_EVENT_CONNECT_RESPONSE\n\
          active RTR mask 0x129181 dest_qp ok rq_psn ok\n\
          active RTS mask 0x12e01 sq_psn ok\n\

@@ -1,10 +1,11 @@
 //! rdma-core's CM tools and perftest `-R`, unmodified, on softverbs' librdmacm.so.1 and
 //! libibverbs.so.1, as a server and a client process: rping exchanges 100 verified pings and
 //! disconnects; ucmatose connects several RC ids and udaddy UD ids (SIDR, the UDP Q_Key) and
-//! move data; ib_send_bw and ib_read_bw `-R` report their tables (ib_write_lat `-R` hangs
-//! now and then, so it is not here yet: docs/c.md); a connect to a
-//! port nobody listens on is REJECTED with status 8, and an address of no softverbs port gets
-//! ADDR_ERROR with a message saying so.
+//! move data; perftest `-R` (ib_send_bw, ib_read_bw, ib_atomic_bw, ib_write_lat, ib_send_lat,
+//! ib_read_lat) reports its tables — its second connection's REQ may come while the server is
+//! between two listens, which softverbs' CM answers once the server listens again; a connect
+//! to a port nobody listens on is REJECTED with status 8, and an address of no softverbs port
+//! gets ADDR_ERROR with a message saying so.
 
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
@@ -95,8 +96,12 @@ fn rping_100_pings_verified() {
     let got: Vec<&str> = so.lines().collect();
     assert_eq!(got, want, "server output");
     // rping's own closing lines, on stderr: each side saw DISCONNECTED; the server was waiting
-    // for the next ping's advertisement (state 10 = DISCONNECTED) when it came.
-    assert_eq!(ce, "client DISCONNECT EVENT...\n");
+    // for the next ping's advertisement (state 10 = DISCONNECTED) when it came. The client's
+    // line is rping's own race: after rdma_disconnect its main thread joins the CQ thread
+    // (which ends at the first flushed completion, at once) and exits, whether or not its CM
+    // thread has read the DISCONNECTED that the server's DREP brings (so with the kernel's CM
+    // too); about one run in 70 here, it has not.
+    assert!(ce == "client DISCONNECT EVENT...\n" || ce.is_empty(), "client stderr: {ce}");
     let mut sl: Vec<&str> = se.lines().collect();
     sl.sort();
     assert_eq!(sl, ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"], "{se}");
@@ -224,8 +229,6 @@ fn perf(program: &str, args: &[&str]) -> Vec<Vec<f64>> {
 }
 
 #[test]
-#[ignore = "perftest -R hangs in connection set-up about one run in five (issue 20, open): \
-            run with `cargo test -p softverbs-rdmacm --test tools -- --ignored`"]
 fn ib_send_bw_over_the_cm() {
     for r in perf("ib_send_bw", &["-n", "200"]) {
         assert_eq!((r[0], r[1]), (65536.0, 200.0));
@@ -233,10 +236,38 @@ fn ib_send_bw_over_the_cm() {
 }
 
 #[test]
-#[ignore = "perftest -R hangs in connection set-up about one run in five (issue 20, open): \
-            run with `cargo test -p softverbs-rdmacm --test tools -- --ignored`"]
 fn ib_read_bw_over_the_cm() {
     for r in perf("ib_read_bw", &["-n", "200"]) {
         assert_eq!((r[0], r[1]), (65536.0, 200.0));
     }
+}
+
+#[test]
+fn ib_atomic_bw_over_the_cm() {
+    for r in perf("ib_atomic_bw", &["-n", "200"]) {
+        assert_eq!((r[0], r[1]), (8.0, 200.0));
+    }
+}
+
+/// The latency tests' rows: 2 bytes, the iteration count, then the latencies in µs.
+fn lat(program: &str) {
+    for r in perf(program, &["-n", "200"]) {
+        assert_eq!((r[0], r[1]), (2.0, 200.0), "{program}: {r:?}");
+        assert!(r[2] <= r[3], "{program}: t_min over t_max in {r:?}");
+    }
+}
+
+#[test]
+fn ib_write_lat_over_the_cm() {
+    lat("ib_write_lat");
+}
+
+#[test]
+fn ib_send_lat_over_the_cm() {
+    lat("ib_send_lat");
+}
+
+#[test]
+fn ib_read_lat_over_the_cm() {
+    lat("ib_read_lat");
 }

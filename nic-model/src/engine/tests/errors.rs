@@ -41,6 +41,52 @@ fn bad_rkey_is_rem_access_err_and_both_qps_error() {
     );
 }
 
+/// Any state goes to ERR (IBA 10.3.1; `ib_modify_qp_is_ok`, rxe): also ERR itself, as the CM
+/// does at a disconnect when the transport already moved the QP there. Nothing is flushed twice;
+/// IBV_QP_CUR_STATE is no attribute of a move to ERR, as in the kernel's table.
+#[test]
+fn a_qp_in_err_moves_to_err_again_without_a_second_flush() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 9, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    let now = p.now;
+    let bad = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 8)],
+        opcode: WrOpcode::RdmaWrite,
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key ^ 0x100 },
+        ..Default::default()
+    };
+    p.a.post_send(now, a.qpn, &[bad]).unwrap();
+    p.drive();
+    // The transport moved both QPs to ERR and flushed B's receive.
+    assert_eq!(p.b.qp_state(b.qpn), Some(QpState::Err));
+    assert_eq!(
+        poll_all(&mut p.b, b.cq).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(9, WcStatus::WrFlushErr)]
+    );
+    let err = QpAttr { qp_state: QpState::Err, ..Default::default() };
+    for _ in 0..2 {
+        p.b.modify_qp(now, b.qpn, &err, QpAttrMask::STATE).unwrap();
+        assert_eq!(p.b.qp_state(b.qpn), Some(QpState::Err));
+    }
+    assert!(poll_all(&mut p.b, b.cq).is_empty(), "a second move to ERR flushed again");
+    // A receive posted in ERR is flushed at once, and the next move to ERR leaves it so.
+    p.b.post_recv(b.qpn, &[RecvWr { wr_id: 10, sg_list: &[sge(&b, 0, 64)] }]).unwrap();
+    p.b.modify_qp(now, b.qpn, &err, QpAttrMask::STATE).unwrap();
+    assert_eq!(
+        poll_all(&mut p.b, b.cq).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(10, WcStatus::WrFlushErr)]
+    );
+    // RESET -> ERR too.
+    let reset = QpAttr { qp_state: QpState::Reset, ..Default::default() };
+    p.b.modify_qp(now, b.qpn, &reset, QpAttrMask::STATE).unwrap();
+    p.b.modify_qp(now, b.qpn, &err, QpAttrMask::STATE).unwrap();
+    assert_eq!(p.b.qp_state(b.qpn), Some(QpState::Err));
+    let cur = QpAttr { cur_qp_state: QpState::Err, ..err };
+    let e = p.b.modify_qp(now, b.qpn, &cur, QpAttrMask::STATE | QpAttrMask::CUR_STATE).unwrap_err();
+    assert!(e.message.contains("IBV_QP_CUR_STATE is not allowed in ERR -> ERR"), "{}", e.message);
+}
+
 #[test]
 fn write_outside_mr_or_without_access_is_rem_access_err() {
     for (access, off) in [

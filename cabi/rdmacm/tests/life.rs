@@ -1,0 +1,295 @@
+//! A connection's life cycle on softverbs' librdmacm.so.1, with tests/c/cm_life.c as a server
+//! and a client process: a REQ that comes while the server is between two `rdma_listen`s on
+//! its port waits for the next listener (perftest `-R`'s pattern, once a hang); a peer (client
+//! or server) that is SIGKILLed or exits without disconnecting gets the survivor DISCONNECTED
+//! with its QP in ERR, and one that dies before the connection is made gets the other side
+//! REJECTED (status 4 or 28, as the dead process's kernel would send);
+//! after DISCONNECTED each side gets TIMEWAIT_EXIT once the timewait (512 ms) passed.
+
+#[path = "../../ibverbs/tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{finish, text, tool, Env, Guard};
+
+/// An Env with this package's librdmacm.so.1, and cm_life compiled into it (None: no C
+/// compiler or librdmacm headers, the test skips as the other C tests do).
+fn setup(test: &str) -> Option<(Env, PathBuf)> {
+    let cc = tool(test, "cc", "gcc")?;
+    common::file(test, "/usr/include/rdma/rdma_cma.h", "librdmacm-dev")?;
+    let env = Env::new();
+    let cm = common::built_library().with_file_name("libsoftverbs_rdmacm.so");
+    let cm = if cm.exists() { cm } else { common::target_dir().join("libsoftverbs_rdmacm.so") };
+    assert!(cm.exists(), "{}: librdmacm was not built", cm.display());
+    std::os::unix::fs::symlink(cm, env.lib.path().join("librdmacm.so.1")).expect("symlink");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_life.c");
+    let exe = env.lib.path().join("cm_life");
+    let out = Command::new(cc)
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some((env, exe))
+}
+
+/// Start `cm_life server PORT N RELISTEN_MS [extra]` and wait (at most 10 s) until it listens.
+fn server(env: &Env, exe: &Path, args: &[&str]) -> Guard {
+    let mut g = Guard(Some(env.command(exe).arg("server").args(args).spawn().expect("spawn")));
+    let port = args[0];
+    let name = env.fabric.path().join("cm").join(format!("0.0.0.0:{port}"));
+    let start = Instant::now();
+    while std::fs::symlink_metadata(&name).is_err() {
+        let exited = g.0.as_mut().expect("server").try_wait().expect("try_wait");
+        assert!(exited.is_none(), "the server exited: {exited:?}");
+        assert!(start.elapsed() < Duration::from_secs(10), "the server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The name appears at rdma_bind_addr; rdma_listen follows at once.
+    std::thread::sleep(Duration::from_millis(100));
+    g
+}
+
+/// The lines of `out` about connection `c`, without the prefix.
+fn conn_lines(out: &str, c: usize) -> Vec<String> {
+    let p = format!("conn {c}: ");
+    out.lines().filter_map(|l| l.strip_prefix(&p)).map(str::to_owned).collect()
+}
+
+/// What a side prints after its connection ended: DISCONNECTED, the QP in ERR, TIMEWAIT_EXIT
+/// no sooner than the timewait.
+const ENDING: [&str; 4] = [
+    "RDMA_CM_EVENT_DISCONNECTED, status 0",
+    "QP ERR",
+    "RDMA_CM_EVENT_TIMEWAIT_EXIT, status 0",
+    "timewait at least 500 ms: yes",
+];
+
+#[test]
+fn a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit() {
+    let test = "a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    // The server takes 300 ms to listen again after its first connection; the client's second
+    // REQ leaves as soon as the first connection is ESTABLISHED.
+    let server = server(&env, &exe, &[&port, "2", "300"]);
+    let client = env.run(&exe, &["client", "127.0.0.1", &port, "2", "disconnect"], limit());
+    let server = finish(server, limit(), "cm_life server");
+    let (co, ce) = text(&client);
+    let (so, se) = text(&server);
+    assert!(
+        client.status.success() && server.status.success(),
+        "client {:?}:\n{co}{ce}\nserver {:?}:\n{so}{se}",
+        client.status,
+        server.status
+    );
+    for c in 0..2 {
+        let mut want = vec![
+            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+            "RDMA_CM_EVENT_ESTABLISHED, status 0",
+        ];
+        want.extend(ENDING);
+        assert_eq!(conn_lines(&co, c), want, "client, connection {c}:\n{co}");
+        let mut want =
+            vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
+        want.extend(ENDING);
+        assert_eq!(conn_lines(&so, c), want, "server, connection {c}:\n{so}");
+    }
+    assert_eq!(co.lines().last(), Some("done"));
+    assert_eq!(so.lines().last(), Some("done"));
+    assert_eq!((ce.as_str(), se.as_str()), ("", ""));
+    let left: Vec<_> = std::fs::read_dir(env.fabric.path().join("cm"))
+        .expect("cm dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "the CM left {left:?} behind");
+}
+
+/// Every wait of these tests: 30 s (a loaded machine; the programs bound their own waits to
+/// 10 s per event).
+fn limit() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// Connect a client in `mode` to a one-connection server; once the client printed
+/// `ready_line`, SIGKILL it if `kill` (else it exits by itself); the server's output and how
+/// long after that it took the server to finish.
+fn survivor(test: &str, mode: &str, ready_line: &str, kill: bool) -> Option<(String, Duration)> {
+    let (env, exe) = setup(test)?;
+    let port = common::free_port().to_string();
+    let server = server(&env, &exe, &[&port, "1", "-1"]);
+    let mut child = env
+        .command(&exe)
+        .args(["client", "127.0.0.1", &port, "1", mode])
+        .spawn()
+        .expect("spawn client");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut client = Guard(Some(child));
+    wait_line(stdout, ready_line);
+    let c = client.0.as_mut().expect("client");
+    if kill {
+        // SIGKILL: the client's library sends nothing more.
+        c.kill().expect("kill");
+    }
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = c.try_wait().expect("try_wait") {
+            break s;
+        }
+        assert!(t0.elapsed() < limit(), "the client did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.success(), !kill, "client status {status:?}");
+    let server = finish(server, limit(), "cm_life server");
+    let took = t0.elapsed();
+    let (so, se) = text(&server);
+    assert!(server.status.success(), "server {:?}:\n{so}{se}", server.status);
+    assert_eq!(se, "");
+    Some((so, took))
+}
+
+/// Read `out` (a child's stdout) until the line `want`, within [`limit`]; the rest is dropped.
+fn wait_line(out: std::process::ChildStdout, want: &str) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + limit();
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l == want => return,
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("no line `{want}` ({e}); the program printed {seen:?}"),
+        }
+    }
+}
+
+/// The server's whole output when its one client went away without disconnecting.
+fn assert_survivor_output(so: &str) {
+    let mut want =
+        vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
+    want.extend(ENDING);
+    assert_eq!(conn_lines(so, 0), want, "server:\n{so}");
+    assert_eq!(so.lines().last(), Some("done"));
+}
+
+#[test]
+fn a_sigkilled_peer_gets_the_survivor_disconnected_and_its_qp_in_err() {
+    let test = "a_sigkilled_peer_gets_the_survivor_disconnected_and_its_qp_in_err";
+    let Some((so, took)) = survivor(test, "hold", "holding", true) else { return };
+    assert_survivor_output(&so);
+    // The peer check runs every 100 ms, the timewait is 512 ms; the rest is a loaded machine.
+    assert!(took < Duration::from_secs(5), "the server took {took:?} to finish");
+}
+
+#[test]
+fn a_peer_that_exits_without_disconnecting_gets_the_survivor_disconnected() {
+    let test = "a_peer_that_exits_without_disconnecting_gets_the_survivor_disconnected";
+    let Some((so, took)) = survivor(test, "exit", "exiting", false) else { return };
+    assert_survivor_output(&so);
+    assert!(took < Duration::from_secs(5), "the server took {took:?} to finish");
+}
+
+#[test]
+fn a_sigkilled_server_gets_the_client_disconnected() {
+    let test = "a_sigkilled_server_gets_the_client_disconnected";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let mut server = server(&env, &exe, &[&port, "1", "-1", "hold"]);
+    let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
+    let client = Guard(Some(
+        env.command(&exe)
+            .args(["client", "127.0.0.1", &port, "1", "wait"])
+            .spawn()
+            .expect("spawn client"),
+    ));
+    wait_line(s_out, "holding");
+    let s = server.0.as_mut().expect("server");
+    s.kill().expect("kill");
+    let t0 = Instant::now();
+    let killed = s.wait().expect("wait");
+    assert!(!killed.success());
+    let client = finish(client, limit(), "cm_life client");
+    let took = t0.elapsed();
+    let (co, ce) = text(&client);
+    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
+    let mut want = vec![
+        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ESTABLISHED, status 0",
+    ];
+    want.extend(ENDING);
+    assert_eq!(conn_lines(&co, 0), want, "client:\n{co}");
+    assert_eq!(co.lines().last(), Some("done"));
+    assert_eq!(ce, "");
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+#[test]
+fn a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28() {
+    let test = "a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let mut server = server(&env, &exe, &[&port, "1", "-1", "noaccept"]);
+    let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
+    let client = Guard(Some(
+        env.command(&exe)
+            .args(["client", "127.0.0.1", &port, "1", "disconnect"])
+            .spawn()
+            .expect("spawn client"),
+    ));
+    wait_line(s_out, "holding");
+    let s = server.0.as_mut().expect("server");
+    s.kill().expect("kill");
+    let t0 = Instant::now();
+    s.wait().expect("wait");
+    let client = finish(client, limit(), "cm_life client");
+    let took = t0.elapsed();
+    let (co, ce) = text(&client);
+    // The server's kernel rejects a request its process never answered (consumer defined).
+    assert_eq!(
+        conn_lines(&co, 0),
+        [
+            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+            "RDMA_CM_EVENT_REJECTED, status 28"
+        ],
+        "client:\n{co}{ce}"
+    );
+    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+#[test]
+fn a_client_gone_after_its_req_gets_the_server_rejected_with_status_4() {
+    let test = "a_client_gone_after_its_req_gets_the_server_rejected_with_status_4";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let server = server(&env, &exe, &[&port, "1", "-1"]);
+    let client = env.run(&exe, &["client", "127.0.0.1", &port, "1", "reqexit"], limit());
+    assert!(client.status.success(), "client: {:?}", text(&client));
+    let server = finish(server, limit(), "cm_life server");
+    let (so, se) = text(&server);
+    // The client's kernel rejects its own pending request when the process ends (timeout).
+    assert_eq!(
+        conn_lines(&so, 0),
+        ["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_REJECTED, status 4"],
+        "server:\n{so}{se}"
+    );
+    assert_eq!(server.status.code(), Some(1), "the server expected ESTABLISHED");
+}
