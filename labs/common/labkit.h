@@ -40,13 +40,13 @@ struct side {
 	char *buf;
 };
 
-static void lab_die(const char *what)
+static inline void lab_die(const char *what)
 {
 	perror(what);
 	exit(1);
 }
 
-static struct ibv_context *lab_open(const char *devname)
+static inline struct ibv_context *lab_open(const char *devname)
 {
 	int n;
 	struct ibv_context *ctx = NULL;
@@ -66,7 +66,7 @@ static struct ibv_context *lab_open(const char *devname)
 
 /* Open devname and make a PD, a LAB_BUF buffer registered with `access`, a CQ (on a completion
  * channel when `events`) and an RC QP. */
-static void lab_setup(struct side *s, const char *name, const char *devname, int access,
+static inline void lab_setup(struct side *s, const char *name, const char *devname, int access,
 		      int events)
 {
 	s->name = name;
@@ -89,7 +89,7 @@ static void lab_setup(struct side *s, const char *name, const char *devname, int
 }
 
 /* RESET -> INIT -> RTR -> RTS (lab 2 is this function). */
-static void lab_connect(struct side *s, uint32_t my_psn, const struct peer_info *peer)
+static inline void lab_connect(struct side *s, uint32_t my_psn, const struct peer_info *peer)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
@@ -127,7 +127,7 @@ static void lab_connect(struct side *s, uint32_t my_psn, const struct peer_info 
 }
 
 /* Swap peer_info over the socket: write ours, read theirs. */
-static void lab_exchange(int sock, struct side *s, uint32_t psn, struct peer_info *peer)
+static inline void lab_exchange(int sock, struct side *s, uint32_t psn, struct peer_info *peer)
 {
 	struct peer_info me = { .qpn = s->qp->qp_num, .psn = psn, .rkey = s->mr->rkey,
 				.addr = (uintptr_t)s->buf };
@@ -139,12 +139,12 @@ static void lab_exchange(int sock, struct side *s, uint32_t psn, struct peer_inf
 }
 
 /* One byte over the socket: "go on" / "I'm done". */
-static void lab_signal(int sock)
+static inline void lab_signal(int sock)
 {
 	if (write(sock, "s", 1) != 1)
 		lab_die("signal");
 }
-static void lab_await(int sock)
+static inline void lab_await(int sock)
 {
 	char c;
 	if (read(sock, &c, 1) != 1) {
@@ -153,7 +153,7 @@ static void lab_await(int sock)
 	}
 }
 
-static const char *lab_wc_opcode(enum ibv_wc_opcode op)
+static inline const char *lab_wc_opcode(enum ibv_wc_opcode op)
 {
 	switch (op) {
 	case IBV_WC_SEND: return "IBV_WC_SEND";
@@ -167,7 +167,7 @@ static const char *lab_wc_opcode(enum ibv_wc_opcode op)
 	}
 }
 
-static const char *lab_wc_status(enum ibv_wc_status st)
+static inline const char *lab_wc_status(enum ibv_wc_status st)
 {
 	switch (st) {
 	case IBV_WC_SUCCESS: return "IBV_WC_SUCCESS";
@@ -184,7 +184,7 @@ static const char *lab_wc_status(enum ibv_wc_status st)
 }
 
 /* Print a completion in the labs' form. */
-static void lab_print_wc(const struct side *s, const struct ibv_wc *wc)
+static inline void lab_print_wc(const struct side *s, const struct ibv_wc *wc)
 {
 	printf("wc %s status=%s opcode=%s byte_len=%u", s->name, lab_wc_status(wc->status),
 	       lab_wc_opcode(wc->opcode), wc->byte_len);
@@ -194,8 +194,8 @@ static void lab_print_wc(const struct side *s, const struct ibv_wc *wc)
 }
 
 /* Poll for one completion (at most 5 s: ibv_poll_cq never blocks, so give up rather than spin
- * for ever), print it, and exit 1 unless it succeeded. */
-static struct ibv_wc lab_wait(struct side *s)
+ * for ever), print it when `print` or when it failed, and exit 1 unless it succeeded. */
+static inline struct ibv_wc lab_poll(struct side *s, int print)
 {
 	struct ibv_wc wc;
 	struct timespec t0, t;
@@ -210,15 +210,22 @@ static struct ibv_wc lab_wait(struct side *s)
 	}
 	if (n < 0)
 		lab_die("ibv_poll_cq");
-	lab_print_wc(s, &wc);
+	if (print || wc.status != IBV_WC_SUCCESS)
+		lab_print_wc(s, &wc);
 	if (wc.status != IBV_WC_SUCCESS)
 		exit(1);
 	return wc;
 }
 
+/* lab_poll, printing the completion. */
+static inline struct ibv_wc lab_wait(struct side *s)
+{
+	return lab_poll(s, 1);
+}
+
 /* Run requester(sock) in this process and responder(sock) in a forked child, connected by a
  * socketpair; the exit status is 1 unless both succeed. */
-static int lab_two(int (*requester)(int), int (*responder)(int))
+static inline int lab_two(int (*requester)(int), int (*responder)(int))
 {
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
@@ -239,7 +246,7 @@ static int lab_two(int (*requester)(int), int (*responder)(int))
 	return rc || !WIFEXITED(status) || WEXITSTATUS(status);
 }
 
-static void lab_teardown(struct side *s)
+static inline void lab_teardown(struct side *s)
 {
 	ibv_destroy_qp(s->qp);
 	ibv_destroy_cq(s->cq);

@@ -4,7 +4,7 @@
 //! completions it printed and the bytes that landed, each check with its points and, when it
 //! fails, a sentence saying what is wrong and what to change.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
@@ -109,34 +109,37 @@ fn execute(program: &Path) -> Result<Outcome, CliError> {
     Ok(Outcome { status, stdout, stderr, wire: wire(&scratch.0) })
 }
 
-/// The opcodes of the packets in every capture in `dir`. Each process records what it sends
-/// and what it receives, so one packet is in two files: a packet counts as many times as the
-/// file holding it most often has it (a retransmission, the same bytes again, counts again).
+/// The opcodes of the distinct packets in every capture in `dir`. Each process records what
+/// it sends and what it receives, so one packet is in two files; and a retransmission (the
+/// same bytes again, which a busy machine's timers cause now and then) is the same packet to
+/// the lab: each distinct datagram counts once.
 fn wire(dir: &Path) -> HashMap<String, usize> {
-    let mut most: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let Ok(file) = std::fs::read(entry.path()) else { continue };
-        let mut here: HashMap<Vec<u8>, usize> = HashMap::new();
         let mut at = 24;
         while at + 16 <= file.len() {
             let incl = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap_or([0; 4]));
             let end = (at + 16 + incl as usize).min(file.len());
+            // Past the record header, the 14-byte Ethernet header: the IP datagram.
             if at + 16 + 14 <= end {
-                *here.entry(file[at + 16 + 14..end].to_vec()).or_default() += 1;
+                seen.insert(file[at + 16 + 14..end].to_vec());
             }
             at = end;
         }
-        for (k, v) in here {
-            let m = most.entry(k).or_default();
-            *m = (*m).max(v);
+    }
+    // One packet: who sent it to whom, for which QP, at which PSN, with which opcode (a
+    // retransmission may differ in bytes the lab does not care about).
+    let mut packets = HashSet::new();
+    for bytes in &seen {
+        if let Ok((src, dst, p)) = packet::parse_any_datagram(bytes) {
+            let name = p.bth.opcode.info().map_or("?", |i| i.name);
+            packets.insert((src, dst, p.bth.dest_qp, p.bth.psn.value(), name));
         }
     }
     let mut ops = HashMap::new();
-    for (bytes, n) in most {
-        if let Ok((_, _, p)) = packet::parse_any_datagram(&bytes) {
-            let name = p.bth.opcode.info().map_or("?", |i| i.name);
-            *ops.entry(name.to_string()).or_default() += n;
-        }
+    for (_, _, _, _, name) in packets {
+        *ops.entry(name.to_string()).or_default() += 1;
     }
     ops
 }
@@ -217,6 +220,31 @@ fn check_wc(n: u32, want: &WcWant, out: &str) -> Option<String> {
     None
 }
 
+/// The attribute mask each transition requires of an RC QP (the IBA's table of required
+/// attributes, as the kernel's `ib_modify_qp_is_ok` checks it), for a program whose stderr
+/// says `modify to STATE: ...` (labkit's `lab_die`) was refused.
+fn refused_modify(stderr: &str) -> Option<String> {
+    let (state, mask) = [
+        ("INIT", "IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS"),
+        (
+            "RTR",
+            "IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | \
+             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER",
+        ),
+        (
+            "RTS",
+            "IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY \
+             | IBV_QP_MAX_QP_RD_ATOMIC",
+        ),
+    ]
+    .into_iter()
+    .find(|(st, _)| stderr.contains(&format!("modify to {st}:")))?;
+    Some(format!(
+        ": ibv_modify_qp to {state} was refused; an RC QP's move to {state} requires the mask \
+         {mask}, each attribute set"
+    ))
+}
+
 /// One graded check: points, what it checks, and its diagnosis when it failed.
 struct Graded {
     points: u32,
@@ -231,7 +259,8 @@ fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
     let exit_wrong = match out.status {
         Some(0) => None,
         Some(s) => Some(format!(
-            "lab {n}: the program exited with status {s}, expected 0 (its stderr says why)"
+            "lab {n}: the program exited with status {s}, expected 0{}",
+            refused_modify(&out.stderr).unwrap_or_else(|| " (its stderr says why)".into())
         )),
         None => Some(format!(
             "lab {n}: the program was still running after {} s and was stopped: something \
