@@ -287,11 +287,17 @@ fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
     for &(line, hint) in lab.lines {
         let printed = out.stdout.lines().any(|l| l.trim_end() == line);
         let wrong = (!printed).then(|| {
-            let key: String = line.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            // The line the program printed in place of it: the same words up to the first
+            // `=` (`mr length=`), or the same first two words (`mem responder`).
+            let key = match line.find('=') {
+                Some(i) => line[..=i].to_string(),
+                None => line.split_whitespace().take(2).collect::<Vec<_>>().join(" "),
+            };
             match out.stdout.lines().find(|l| l.starts_with(&key)) {
-                Some(got) => {
-                    format!("lab {n}: the program printed `{got}`, expected `{line}`: {hint}")
-                }
+                Some(got) => format!(
+                    "lab {n}: the program printed `{}`, expected `{line}`: {hint}",
+                    got.trim_end()
+                ),
                 None => format!("lab {n}: the program did not print `{line}`: {hint}"),
             }
         });
