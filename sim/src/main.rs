@@ -28,7 +28,7 @@ use softverbs_sim::cmd::counters::{self, CountersArgs};
 use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
 use softverbs_sim::cmd::fabric::{self, FabricAction};
 use softverbs_sim::cmd::logs::{self, LogOpt};
-use softverbs_sim::cmd::{self, demo, learn, perf, pingpong, run, sim, CliError};
+use softverbs_sim::cmd::{self, demo, labs, learn, perf, pingpong, run, sim, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -177,6 +177,11 @@ enum Cmd {
         #[command(flatten)]
         fabric: FabricOpt,
     },
+    /// The graded C labs (labs/): list them, show one, check your program against it.
+    Labs {
+        #[command(flatten)]
+        args: labs::LabsArgs,
+    },
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
@@ -200,7 +205,7 @@ impl Cmd {
             | Cmd::Sim { log, .. }
             | Cmd::Counters { log, .. }
             | Cmd::Fabric { log, .. } => log.verbose,
-            Cmd::Devinfo { .. } | Cmd::Run { .. } => 0,
+            Cmd::Devinfo { .. } | Cmd::Run { .. } | Cmd::Labs { .. } => 0,
         }
     }
 
@@ -216,6 +221,7 @@ impl Cmd {
             Cmd::Counters { .. } => "counters",
             Cmd::Fabric { .. } => "fabric",
             Cmd::Run { .. } => "run",
+            Cmd::Labs { .. } => "labs",
         }
     }
 }
@@ -310,6 +316,7 @@ fn main() -> ExitCode {
             report("counters", counters::counters(fabric.dir(), &args, &mut stdout))
         }
         Cmd::Run { args, fabric } => report("run", run::run(fabric.dir(), &args)),
+        Cmd::Labs { args } => report("labs", labs::run(&args, &mut stdout)),
         Cmd::Fabric { action, fabric, log: _ } => report(
             "fabric",
             fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),

@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The pages whose scenarios are run.
 const SCENARIO_PAGES: [&str; 3] = ["README.md", "docs/guide.md", "docs/simulator.md"];
 /// The pages whose command lines are run.
-const COMMAND_PAGES: [&str; 16] = [
+const COMMAND_PAGES: [&str; 17] = [
     "README.md",
     "docs/guide.md",
     "docs/learn/README.md",
@@ -38,6 +38,7 @@ const COMMAND_PAGES: [&str; 16] = [
     "docs/learn/roce-ib-iwarp.md",
     "docs/learn/real-cluster.md",
     "docs/learn/ladders.md",
+    "docs/learn/labs.md",
 ];
 
 fn root() -> PathBuf {
@@ -364,6 +365,33 @@ const PLANS: &[(&str, Plan)] = &[
              cabi/ibverbs/tests/example.rs runs `softverbs run` on examples/c/rdma_basics.c",
         ),
     ),
+    (
+        "softverbs labs [list | show N | check N PROGRAM]",
+        Plan::NotRun("its forms are run below (list, show) and by sim/tests/labs.rs (check)"),
+    ),
+    ("softverbs labs", Plan::Run(&[Form(&["labs"], "labs/1-open-and-register", &[])])),
+    (
+        "softverbs labs check N ./a.out",
+        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/tests/labs.rs checks every lab"),
+    ),
+    (
+        "softverbs labs check N PROGRAM",
+        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/tests/labs.rs checks every lab"),
+    ),
+    ("softverbs labs list", Plan::Run(&[Form(&["labs", "list"], "labs/8-fix-it", &[])])),
+    ("softverbs labs show 4", Plan::Run(&[Form(&["labs", "show", "4"], "# Lab 4: RDMA WRITE with immediate", &[])])),
+    (
+        "softverbs labs check 4 ./lab4",
+        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/tests/labs.rs checks every lab's solution, skeleton and typical mistakes"),
+    ),
+    (
+        "cc -o lab4 labs/4-write-imm/lab.c -libverbs",
+        Plan::NotRun("not softverbs: sim/tests/labs.rs compiles every lab with cc"),
+    ),
+    (
+        "cargo build -p softverbs-ibverbs -p softverbs-sim",
+        Plan::NotRun("the tests run on what cargo test built"),
+    ),
     ("softverbs -v devinfo", Plan::Run(&[Form(&["-v", "devinfo"], "PORT_ACTIVE", &[])])),
     ("softverbs demo --in-process -vv", Plan::Run(&[Form(&["demo", "--in-process", "-vv"], "RDMA WRITE", &[])])),
     (
@@ -658,7 +686,14 @@ const GROUPS: [&[&str]; 5] = [
     ],
     &["softverbs pingpong"],
     &["softverbs perf"],
-    &["softverbs fabric", "softverbs sim", "softverbs counters", "softverbs run"],
+    &[
+        "softverbs fabric",
+        "softverbs sim",
+        "softverbs counters",
+        "softverbs run",
+        "softverbs labs",
+        "cc ",
+    ],
     &["softverbs learn"],
 ];
 

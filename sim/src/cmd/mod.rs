@@ -17,6 +17,7 @@ pub mod counters;
 pub mod demo;
 pub mod devinfo;
 pub mod fabric;
+pub mod labs;
 pub mod learn;
 pub mod logs;
 pub mod perf;

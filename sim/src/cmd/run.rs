@@ -81,10 +81,14 @@ fn library_dir(lib: &Path) -> Result<PathBuf, CliError> {
     Ok(dir)
 }
 
-/// `softverbs run`: replace this process with `PROGRAM ARGS...`, its `LD_LIBRARY_PATH` led by
-/// the library's directory and `SOFTVERBS_FABRIC` set to `fabric` when one was given (else the
-/// program uses the same default as every softverbs process). Returns only on failure.
-pub fn run(fabric: Option<&Path>, args: &RunArgs) -> Result<(), CliError> {
+/// The command `softverbs run` runs: `program args`, its `LD_LIBRARY_PATH` led by the
+/// library's directory and `SOFTVERBS_FABRIC` set to `fabric` when one was given (else the
+/// program uses the same default as every softverbs process). `labs check` spawns it too.
+pub fn command(
+    fabric: Option<&Path>,
+    program: &std::ffi::OsStr,
+    args: &[OsString],
+) -> Result<std::process::Command, CliError> {
     let lib = find_library()?;
     let dir = library_dir(&lib)?;
     let mut path = OsString::from(dir.as_os_str());
@@ -92,12 +96,18 @@ pub fn run(fabric: Option<&Path>, args: &RunArgs) -> Result<(), CliError> {
         path.push(":");
         path.push(old);
     }
-    let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let mut cmd = std::process::Command::new(program);
-    cmd.args(rest).env("LD_LIBRARY_PATH", path);
+    cmd.args(args).env("LD_LIBRARY_PATH", path);
     if let Some(f) = fabric {
         cmd.env("SOFTVERBS_FABRIC", f);
     }
-    let e = cmd.exec();
+    Ok(cmd)
+}
+
+/// `softverbs run`: replace this process with `PROGRAM ARGS...` as [`command`] sets it up.
+/// Returns only on failure.
+pub fn run(fabric: Option<&Path>, args: &RunArgs) -> Result<(), CliError> {
+    let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
+    let e = command(fabric, program, rest)?.exec();
     Err(CliError::usage(format!("cannot run {}: {e}", Path::new(program).display())))
 }

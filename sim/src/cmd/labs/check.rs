@@ -1,0 +1,349 @@
+//! `softverbs labs check N PROGRAM`: run a student's lab program on softverbs (through
+//! `softverbs run`'s library set-up, on a private fabric, with a capture, for a bounded time,
+//! killing whatever it forked), then grade what it left: the packets on the wire, the
+//! completions it printed and the bytes that landed, each check with its points and, when it
+//! fails, a sentence saying what is wrong and what to change.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use nic_model::packet;
+
+use super::spec::{Lab, WcWant};
+use crate::cmd::{run, CliError};
+
+/// How long a lab program may run: every lab finishes in well under a second on softverbs; a
+/// program still running after this waits for something that will not come.
+pub const TIME_LIMIT: Duration = Duration::from_secs(20);
+
+/// What the program did: its exit status (None: killed at the time limit), its output and the
+/// packets its devices saw.
+struct Outcome {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+    /// Each opcode's name and how many distinct packets carried it.
+    wire: HashMap<String, usize>,
+}
+
+/// A private directory (mode 0700) for the run's fabric and captures, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch, CliError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("softverbs-lab-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(dir.join("fabric"))
+            .map_err(|e| CliError::failed(format!("cannot make {}: {e}", dir.display())))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Kill the program's whole process group (it forks its sides), by the group's id.
+fn kill_group(child: &mut Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn reader(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut p) = pipe {
+            let mut b = Vec::new();
+            let _ = p.read_to_end(&mut b);
+            s = String::from_utf8_lossy(&b).into_owned();
+        }
+        s
+    })
+}
+
+/// Run `program` as the lab's checker does.
+fn execute(program: &Path) -> Result<Outcome, CliError> {
+    let scratch = Scratch::new()?;
+    let mut cmd = run::command(Some(&scratch.0.join("fabric")), program.as_os_str(), &[])?;
+    cmd.env("SOFTVERBS_PCAP", scratch.0.join("cap-{pid}.pcap"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CliError::usage(format!("cannot run {}: {e}", program.display())))?;
+    let out = reader(child.stdout.take());
+    let err = reader(child.stderr.take());
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s.code().unwrap_or(-1)),
+            Ok(None) if start.elapsed() < TIME_LIMIT => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => break None,
+        }
+    };
+    // Its forked sides too, whether it finished or not: nothing of the run stays behind.
+    kill_group(&mut child);
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    Ok(Outcome { status, stdout, stderr, wire: wire(&scratch.0) })
+}
+
+/// The opcodes of the distinct packets in every capture in `dir`. Each process records what
+/// it sends and what it receives, so one packet is in two files; and a retransmission (the
+/// same bytes again, which a busy machine's timers cause now and then) is the same packet to
+/// the lab: each distinct datagram counts once.
+fn wire(dir: &Path) -> HashMap<String, usize> {
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(file) = std::fs::read(entry.path()) else { continue };
+        let mut at = 24;
+        while at + 16 <= file.len() {
+            let incl = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap_or([0; 4]));
+            let end = (at + 16 + incl as usize).min(file.len());
+            // Past the record header, the 14-byte Ethernet header: the IP datagram.
+            if at + 16 + 14 <= end {
+                seen.insert(file[at + 16 + 14..end].to_vec());
+            }
+            at = end;
+        }
+    }
+    // One packet: who sent it to whom, for which QP, at which PSN, with which opcode (a
+    // retransmission may differ in bytes the lab does not care about).
+    let mut packets = HashSet::new();
+    for bytes in &seen {
+        if let Ok((src, dst, p)) = packet::parse_any_datagram(bytes) {
+            let name = p.bth.opcode.info().map_or("?", |i| i.name);
+            packets.insert((src, dst, p.bth.dest_qp, p.bth.psn.value(), name));
+        }
+    }
+    let mut ops = HashMap::new();
+    for (_, _, _, _, name) in packets {
+        *ops.entry(name.to_string()).or_default() += 1;
+    }
+    ops
+}
+
+/// The `key=value` fields of a `wc SIDE ...` line.
+fn fields(line: &str) -> HashMap<&str, &str> {
+    line.split_whitespace().filter_map(|t| t.split_once('=')).collect()
+}
+
+/// What to change for a completion that failed with `status`.
+fn status_hint(status: &str, want: &WcWant) -> String {
+    match status {
+        "IBV_WC_REM_ACCESS_ERR" => "the responder refused the access: its memory region needs \
+             the IBV_ACCESS_REMOTE_* flag for this operation in ibv_reg_mr, its QP the same in \
+             qp_access_flags, and the rkey and address must be the peer's"
+            .to_string(),
+        "IBV_WC_RNR_RETRY_EXC_ERR" => {
+            "the responder had no receive posted (Receiver Not Ready): ibv_post_recv before the \
+             requester sends"
+                .to_string()
+        }
+        "IBV_WC_LOC_PROT_ERR" => "the SGE's lkey or range is not inside a memory region of this \
+             side with IBV_ACCESS_LOCAL_WRITE"
+            .to_string(),
+        _ => want.hint.to_string(),
+    }
+}
+
+/// The diagnosis for one wanted completion, None when the program printed it right.
+fn check_wc(n: u32, want: &WcWant, out: &str) -> Option<String> {
+    let prefix = format!("wc {} ", want.side);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&prefix)).collect();
+    let line =
+        lines.iter().find(|l| fields(l).get("opcode") == Some(&want.opcode)).or(lines.first());
+    let Some(line) = line else {
+        return Some(format!(
+            "lab {n}: the {} printed no completion (a `wc {} ...` line), expected one with \
+             opcode {}: {}",
+            want.side, want.side, want.opcode, want.hint
+        ));
+    };
+    let f = fields(line);
+    let side = want.side;
+    let status = f.get("status").copied().unwrap_or("(none)");
+    if status != "IBV_WC_SUCCESS" {
+        return Some(format!(
+            "lab {n}: the {side}'s completion has status {status}, expected IBV_WC_SUCCESS: {}",
+            status_hint(status, want)
+        ));
+    }
+    let opcode = f.get("opcode").copied().unwrap_or("(none)");
+    if opcode != want.opcode {
+        return Some(format!(
+            "lab {n}: the {side}'s completion has opcode {opcode}, expected {}: {}",
+            want.opcode, want.hint
+        ));
+    }
+    if let Some(len) = want.byte_len {
+        let got = f.get("byte_len").copied().unwrap_or("(none)");
+        if got != len.to_string() {
+            return Some(format!(
+                "lab {n}: the {side}'s {opcode} completion has byte_len={got}, expected {len}: \
+                 {}",
+                want.hint
+            ));
+        }
+    }
+    if let Some(imm) = want.imm {
+        let got = f.get("imm").copied().unwrap_or("(none)");
+        if got != imm {
+            return Some(format!(
+                "lab {n}: the {side}'s completion has imm={got}, expected {imm} (imm_data is \
+                 in network byte order: htonl on the sender, ntohl on the receiver): {}",
+                want.hint
+            ));
+        }
+    }
+    None
+}
+
+/// The attribute mask each transition requires of an RC QP (the IBA's table of required
+/// attributes, as the kernel's `ib_modify_qp_is_ok` checks it), for a program whose stderr
+/// says `modify to STATE: ...` (labkit's `lab_die`) was refused.
+fn refused_modify(stderr: &str) -> Option<String> {
+    let (state, mask) = [
+        ("INIT", "IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS"),
+        (
+            "RTR",
+            "IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | \
+             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER",
+        ),
+        (
+            "RTS",
+            "IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY \
+             | IBV_QP_MAX_QP_RD_ATOMIC",
+        ),
+    ]
+    .into_iter()
+    .find(|(st, _)| stderr.contains(&format!("modify to {st}:")))?;
+    Some(format!(
+        ": ibv_modify_qp to {state} was refused; an RC QP's move to {state} requires the mask \
+         {mask}, each attribute set"
+    ))
+}
+
+/// One graded check: points, what it checks, and its diagnosis when it failed.
+struct Graded {
+    points: u32,
+    what: String,
+    wrong: Option<String>,
+}
+
+/// Grade `out` against `lab`.
+fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
+    let n = lab.n;
+    let mut g = Vec::new();
+    let exit_wrong = match out.status {
+        Some(0) => None,
+        Some(s) => Some(format!(
+            "lab {n}: the program exited with status {s}, expected 0{}",
+            refused_modify(&out.stderr).unwrap_or_else(|| " (its stderr says why)".into())
+        )),
+        None => Some(format!(
+            "lab {n}: the program was still running after {} s and was stopped: something \
+             waits for a completion or an event that never comes",
+            TIME_LIMIT.as_secs()
+        )),
+    };
+    g.push(Graded { points: 1, what: "the program exits with status 0".into(), wrong: exit_wrong });
+    for &(op, count, hint) in lab.wire {
+        let got = out.wire.get(op).copied().unwrap_or(0);
+        let wrong = (got != count).then(|| match got {
+            0 => format!("lab {n}: no {op} packet was on the wire, expected {count}: {hint}"),
+            _ => format!("lab {n}: {got} {op} packets were on the wire, expected {count}: {hint}"),
+        });
+        g.push(Graded { points: 2, what: format!("wire: {count} x {op}"), wrong });
+    }
+    for w in lab.wcs {
+        g.push(Graded {
+            points: 2,
+            what: format!("completion: {} {}", w.side, w.opcode),
+            wrong: check_wc(n, w, &out.stdout),
+        });
+    }
+    for &(line, hint) in lab.lines {
+        let printed = out.stdout.lines().any(|l| l.trim_end() == line);
+        let wrong = (!printed).then(|| {
+            // The line the program printed in place of it: the same words up to the first
+            // `=` (`mr length=`), or the same first two words (`mem responder`).
+            let key = match line.find('=') {
+                Some(i) => line[..=i].to_string(),
+                None => line.split_whitespace().take(2).collect::<Vec<_>>().join(" "),
+            };
+            match out.stdout.lines().find(|l| l.starts_with(&key)) {
+                Some(got) => format!(
+                    "lab {n}: the program printed `{}`, expected `{line}`: {hint}",
+                    got.trim_end()
+                ),
+                None => format!("lab {n}: the program did not print `{line}`: {hint}"),
+            }
+        });
+        g.push(Graded { points: 2, what: format!("output: {line}"), wrong });
+    }
+    g
+}
+
+/// `softverbs labs check`: run, grade, print each check and the grade line. Ok when every
+/// check passed; exit status 1 (a [`CliError::failed`] with the grade) otherwise.
+pub fn check(lab: &Lab, program: &Path, w: &mut dyn Write) -> Result<(), CliError> {
+    if !program.is_file() {
+        return Err(CliError::usage(format!(
+            "{} is not a file: build your lab first (labs/{}/README.md says how)",
+            program.display(),
+            lab.dir
+        )));
+    }
+    let out = execute(program)?;
+    let graded = grade(lab, &out);
+    let io = crate::cmd::output_error;
+    writeln!(w, "lab {}: {} ({})", lab.n, lab.title, program.display()).map_err(io)?;
+    let (mut got, mut total) = (0, 0);
+    for c in &graded {
+        total += c.points;
+        let (mark, p) = match &c.wrong {
+            None => ("pass", c.points),
+            Some(_) => ("FAIL", 0),
+        };
+        got += p;
+        writeln!(w, "  [{mark}] {p}/{}  {}", c.points, c.what).map_err(io)?;
+        if let Some(why) = &c.wrong {
+            writeln!(w, "         {why}").map_err(io)?;
+        }
+    }
+    let failed = graded.iter().any(|c| c.wrong.is_some());
+    if failed && !out.stderr.trim().is_empty() {
+        writeln!(w, "  the program's stderr:").map_err(io)?;
+        for l in out.stderr.lines().take(10) {
+            writeln!(w, "    {l}").map_err(io)?;
+        }
+    }
+    let verdict = if failed { "fail" } else { "pass" };
+    writeln!(w, "lab {}: {got}/{total} points: {verdict}", lab.n).map_err(io)?;
+    match failed {
+        false => Ok(()),
+        true => Err(CliError::failed(format!("lab {} not passed ({got}/{total} points)", lab.n))),
+    }
+}
