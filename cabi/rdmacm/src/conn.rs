@@ -15,24 +15,24 @@ unsafe extern "C" {
 
 // ibv_qp_attr_mask bits and states (<infiniband/verbs.h>).
 pub const STATE: c_int = 1;
-const ACCESS: c_int = 1 << 3;
-const PKEY: c_int = 1 << 4;
-const PORT: c_int = 1 << 5;
-const QKEY: c_int = 1 << 6;
-const AV: c_int = 1 << 7;
-const MTU: c_int = 1 << 8;
-const TIMEOUT: c_int = 1 << 9;
-const RETRY: c_int = 1 << 10;
-const RNR_RETRY: c_int = 1 << 11;
-const RQ_PSN: c_int = 1 << 12;
-const MAX_RD: c_int = 1 << 13;
-const MIN_RNR: c_int = 1 << 15;
-const SQ_PSN: c_int = 1 << 16;
-const MAX_DEST_RD: c_int = 1 << 17;
-const DEST_QPN: c_int = 1 << 20;
-const INIT: c_int = 1;
-const RTR: c_int = 2;
-const RTS: c_int = 3;
+pub const ACCESS: c_int = 1 << 3;
+pub const PKEY: c_int = 1 << 4;
+pub const PORT: c_int = 1 << 5;
+pub const QKEY: c_int = 1 << 6;
+pub const AV: c_int = 1 << 7;
+pub const MTU: c_int = 1 << 8;
+pub const TIMEOUT: c_int = 1 << 9;
+pub const RETRY: c_int = 1 << 10;
+pub const RNR_RETRY: c_int = 1 << 11;
+pub const RQ_PSN: c_int = 1 << 12;
+pub const MAX_RD: c_int = 1 << 13;
+pub const MIN_RNR: c_int = 1 << 15;
+pub const SQ_PSN: c_int = 1 << 16;
+pub const MAX_DEST_RD: c_int = 1 << 17;
+pub const DEST_QPN: c_int = 1 << 20;
+pub const INIT: c_int = 1;
+pub const RTR: c_int = 2;
+pub const RTS: c_int = 3;
 pub const ERR: c_int = 6;
 
 /// Move `qp` with `attr`/`mask`, naming the step in the message if the verbs refuse.

@@ -11,21 +11,7 @@ use crate::state::*;
 /// `rdma_create_event_channel`: a channel whose `fd` is pollable (readable when an event waits).
 #[no_mangle]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    match new_channel() {
-        Ok(c) => {
-            let p = Box::into_raw(c);
-            channels().lock().expect("channels").insert(p as usize);
-            p.cast()
-        }
-        Err(e) => {
-            eprintln!(
-                "librdmacm (softverbs): cannot make an event channel in {}: {e}",
-                cm_dir().display()
-            );
-            fail(e.raw_os_error().unwrap_or(libc::EIO));
-            std::ptr::null_mut()
-        }
-    }
+    channel_for_c(false)
 }
 
 /// `rdma_destroy_event_channel`.

@@ -8,29 +8,13 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::abi::ibv_qp_attr;
 use crate::cm_abi::*;
-use crate::conn::psn;
+use crate::conn::{
+    psn, ACCESS, AV, DEST_QPN, INIT, MAX_DEST_RD, MAX_RD, MIN_RNR, MTU, PKEY, PORT, QKEY, RETRY,
+    RNR_RETRY, RQ_PSN, RTR, RTS, SQ_PSN, STATE, TIMEOUT,
+};
 use crate::state::*;
 
-// <infiniband/verbs.h>: enum ibv_qp_attr_mask, ibv_qp_state, ibv_access_flags.
-const STATE: c_int = 1;
-const ACCESS: c_int = 1 << 3;
-const PKEY: c_int = 1 << 4;
-const PORT: c_int = 1 << 5;
-const QKEY: c_int = 1 << 6;
-const AV: c_int = 1 << 7;
-const MTU: c_int = 1 << 8;
-const TIMEOUT: c_int = 1 << 9;
-const RETRY: c_int = 1 << 10;
-const RNR_RETRY: c_int = 1 << 11;
-const RQ_PSN: c_int = 1 << 12;
-const MAX_RD: c_int = 1 << 13;
-const MIN_RNR: c_int = 1 << 15;
-const SQ_PSN: c_int = 1 << 16;
-const MAX_DEST_RD: c_int = 1 << 17;
-const DEST_QPN: c_int = 1 << 20;
-const INIT: c_int = 1;
-const RTR: c_int = 2;
-const RTS: c_int = 3;
+// <infiniband/verbs.h>: enum ibv_access_flags (the mask bits and states are conn.rs's).
 const REMOTE_WRITE: u32 = 2;
 const REMOTE_READ: u32 = 4;
 const REMOTE_ATOMIC: u32 = 8;

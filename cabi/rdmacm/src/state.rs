@@ -184,6 +184,28 @@ pub fn new_channel() -> std::io::Result<Box<Channel>> {
     Ok(Box::new(Channel { c: rdma_event_channel { fd }, sock, path }))
 }
 
+/// A new channel ([`new_channel`]), non-blocking if asked, registered and handed to C; or
+/// NULL with errno set and a line saying why (for `rdma_create_event_channel` and the
+/// channels of synchronous ids).
+pub fn channel_for_c(nonblocking: bool) -> *mut rdma_event_channel {
+    let made = new_channel().and_then(|c| c.sock.set_nonblocking(nonblocking).map(|()| c));
+    match made {
+        Ok(c) => {
+            let p = Box::into_raw(c);
+            channels().lock().expect("channels").insert(p as usize);
+            p.cast()
+        }
+        Err(e) => {
+            eprintln!(
+                "librdmacm (softverbs): cannot make an event channel in {}: {e}",
+                cm_dir().display()
+            );
+            fail(e.raw_os_error().unwrap_or(libc::EIO));
+            std::ptr::null_mut()
+        }
+    }
+}
+
 /// The kinds of control message.
 pub mod kind {
     /// An event made by this process for one of its own ids (resolution, a refused connect).

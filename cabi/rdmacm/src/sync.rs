@@ -32,25 +32,7 @@ fn sync_ids() -> &'static Mutex<HashSet<u64>> {
 
 /// A private, non-blocking channel for a synchronous id (the waits here poll it with a bound).
 pub fn own_channel() -> *mut rdma_event_channel {
-    match new_channel() {
-        Ok(c) => {
-            if let Err(e) = c.sock.set_nonblocking(true) {
-                fail(e.raw_os_error().unwrap_or(libc::EIO));
-                return std::ptr::null_mut();
-            }
-            let p = Box::into_raw(c);
-            channels().lock().expect("channels").insert(p as usize);
-            p.cast()
-        }
-        Err(e) => {
-            eprintln!(
-                "librdmacm (softverbs): cannot make an event channel in {}: {e}",
-                cm_dir().display()
-            );
-            fail(e.raw_os_error().unwrap_or(libc::EIO));
-            std::ptr::null_mut()
-        }
-    }
+    channel_for_c(true)
 }
 
 /// Record `id` as synchronous (its channel is its own, destroyed with it).
