@@ -137,7 +137,7 @@ fn mr_the_nic_refuses_a_write_without_remote_write_and_a_deregistered_rkey() {
     assert_eq!(res["read_only"], "IBV_WC_REM_ACCESS_ERR");
     assert_eq!(res["untouched"], "true", "the refused WRITE wrote nothing");
     assert_eq!((res["initiator_qp"].as_str(), res["target_qp"].as_str()), ("ERR", "ERR"));
-    assert_eq!(res["target_event"], "QpFatal");
+    assert_eq!(res["target_event"], "QpAccessErr");
     assert_eq!(res["event_on_target_qp"], "true");
     assert_eq!(res["dereg"], "IBV_WC_REM_ACCESS_ERR");
     // Each refusal is a NAK on the wire with the remote access error syndrome.

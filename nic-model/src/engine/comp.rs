@@ -305,7 +305,8 @@ fn fail_front(qp: &mut Qp, hca: &mut Hca, status: WcStatus) {
     if let Some(w) = qp.sq.pop_front() {
         hca.complete_send(qp, &w, status);
     }
-    hca.enter_error(qp);
+    // The completion reports it: no async event.
+    hca.enter_error(qp, None);
 }
 
 /// Fire the QP's timers that are due.

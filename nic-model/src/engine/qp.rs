@@ -497,15 +497,23 @@ impl Qp {
 impl Hca {
     /// Move a QP to the error state: the failing WQE has been completed by the caller; every
     /// other outstanding send and receive WQE completes with `WR_FLUSH_ERR`.
-    pub(crate) fn enter_error(&mut self, qp: &mut Qp) {
+    ///
+    /// `event` is the affiliated async event the IBA gives (`man ibv_get_async_event`):
+    /// a responder that NAKs an access violation raises `IBV_EVENT_QP_ACCESS_ERR`, an invalid
+    /// request `IBV_EVENT_QP_REQ_ERR`, a failure it cannot report otherwise
+    /// `IBV_EVENT_QP_FATAL`, as mlx5 does; a requester whose error is in a work completion
+    /// (`RETRY_EXC_ERR`, `REM_ACCESS_ERR`, a local error) raises none: the completion says it.
+    pub(crate) fn enter_error(&mut self, qp: &mut Qp, event: Option<AsyncEventType>) {
         if qp.state != QpState::Err {
             tracing::warn!(device = %self.cfg.name, qpn = %Hex(qp.qpn), from = ?qp.state,
-                to = ?QpState::Err, "QP state change: a fatal error moves it to ERR");
+                to = ?QpState::Err, event = ?event, "QP state change: an error moves it to ERR");
             qp.state = QpState::Err;
-            self.events.push_back(NicEvent::Async(AsyncEvent {
-                event_type: AsyncEventType::QpFatal,
-                element: AsyncElement::Qp(qp.qpn),
-            }));
+            if let Some(event_type) = event {
+                self.events.push_back(NicEvent::Async(AsyncEvent {
+                    event_type,
+                    element: AsyncElement::Qp(qp.qpn),
+                }));
+            }
         }
         self.flush(qp);
     }

@@ -330,7 +330,8 @@ fn fail_wqe(qp: &mut Qp, hca: &mut Hca, index: usize, status: WcStatus) {
     }
     let w = qp.sq.pop_front().expect("index < len");
     hca.complete_send(qp, &w, status);
-    hca.enter_error(qp);
+    // The completion reports it: no async event.
+    hca.enter_error(qp, None);
 }
 
 /// The opcode of packet `first`/`last` of a SEND or RDMA WRITE message.

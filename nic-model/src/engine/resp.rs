@@ -2,7 +2,9 @@
 //! WQEs, RDMA WRITEs and READs against MRs, and atomics; answers with ACKs, NAKs, READ
 //! responses and atomic ACKs; keeps the READ/atomic resources that answer duplicates.
 
-use verbs_api::{AccessFlags, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_LEN};
+use verbs_api::{
+    AccessFlags, AsyncEventType, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_LEN,
+};
 
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
@@ -93,12 +95,19 @@ fn ack(qp: &Qp, hca: &mut Hca, psn: Psn) {
 }
 
 /// NAK a request with an error code and move this QP to the error state, as rxe does for
-/// class C/D errors: the requester gets the matching remote error status.
+/// class C/D errors: the requester gets the matching remote error status, and this QP's
+/// program the IBA's affiliated event for it (access violation, invalid request), as mlx5
+/// raises them (rxe raises none).
 fn nak_error(qp: &mut Qp, hca: &mut Hca, psn: Psn, code: NakCode) {
     tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
         code = ?code, "NAK sent");
     hca.transmit_aeth(qp, psn, Aeth::nak(code, qp.resp.msn));
-    hca.enter_error(qp);
+    let event = match code {
+        NakCode::RemoteAccessError => AsyncEventType::QpAccessErr,
+        NakCode::InvalidRequest => AsyncEventType::QpReqErr,
+        _ => AsyncEventType::QpFatal,
+    };
+    hca.enter_error(qp, Some(event));
 }
 
 fn rnr_nak(qp: &mut Qp, hca: &mut Hca, psn: Psn) {

@@ -39,6 +39,22 @@ fn bad_rkey_is_rem_access_err_and_both_qps_error() {
         poll_all(&mut p.b, b.cq).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         vec![(9, WcStatus::WrFlushErr)]
     );
+    // The responder's program hears of it by the IBA's affiliated event for an access
+    // violation; the requester's by its completion alone.
+    assert_eq!(async_events(&mut p.b), vec![(AsyncEventType::QpAccessErr, b.qpn)]);
+    assert_eq!(async_events(&mut p.a), vec![]);
+}
+
+/// The async events a NIC raised since the last call, as (type, QP number).
+fn async_events(nic: &mut Nic) -> Vec<(AsyncEventType, u32)> {
+    std::iter::from_fn(|| nic.poll_event())
+        .filter_map(|e| match e {
+            NicEvent::Async(AsyncEvent { event_type, element: AsyncElement::Qp(q) }) => {
+                Some((event_type, q))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Any state goes to ERR (IBA 10.3.1; `ib_modify_qp_is_ok`, rxe): also ERR itself, as the CM
@@ -154,6 +170,8 @@ fn send_larger_than_receive_is_loc_len_err_and_rem_inv_req_err() {
         poll_all(&mut p.a, a.cq).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         vec![(7, WcStatus::RemInvReqErr)]
     );
+    assert_eq!(async_events(&mut p.b), vec![(AsyncEventType::QpReqErr, b.qpn)]);
+    assert_eq!(async_events(&mut p.a), vec![]);
 }
 
 #[test]
