@@ -235,6 +235,24 @@ fn a_drill_draws_its_packet_ladder_in_the_terminal_and_as_svg() {
     let text = std::fs::read_to_string(&svg).expect("the SVG was written");
     assert_eq!(common::xml::well_formed(&text), Ok("svg".to_string()), "{text}");
     assert!(text.contains("NAK remote access error"), "{text}");
+    common::xml::renders(&svg).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The SVGs committed under docs/ (which the ladder tests keep equal to what their commands
+/// write) render.
+#[test]
+fn the_svgs_in_the_docs_render() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut n = 0;
+    for dir in [docs.join("learn"), docs.clone()] {
+        for e in std::fs::read_dir(&dir).expect("the docs directory").flatten() {
+            if e.path().extension().is_some_and(|x| x == "svg") {
+                common::xml::renders(&e.path()).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 2, "the docs' SVGs were found ({n})");
 }
 
 #[test]

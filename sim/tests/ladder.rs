@@ -285,6 +285,7 @@ fn sim_ladder_and_svg_from_the_command_line() {
     let text = std::fs::read_to_string(&svg).unwrap();
     well_formed(&text).unwrap();
     assert_eq!(attr_values(&text, r#"<g class="pkt""#, "data-psn").len(), 18);
+    common::xml::renders(&svg).unwrap_or_else(|e| panic!("{e}"));
     // An SVG that cannot be written is an error naming the file.
     let bad = dir.path().join("no/such/dir/x.svg");
     let out = softverbs().args(["sim", "-q", "--svg"]).arg(&bad).arg(&toml).output().unwrap();

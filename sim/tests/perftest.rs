@@ -191,6 +191,9 @@ fn an_all_sizes_sweep_gives_a_row_per_size_a_plot_and_json() {
     let text = std::fs::read_to_string(&lat_svg).expect("the latency plot was written");
     assert_eq!(well_formed(&text), Ok("svg".to_string()), "{text}");
     assert!(text.contains("t_typical [usec]"), "a latency test plots latency");
+    for plot in [&svg, &lat_svg] {
+        common::xml::renders(plot).unwrap_or_else(|e| panic!("{e}"));
+    }
 
     let r = perf(&["read_bw", "-s", "4096", "-n", "20", "--json", "--report_gbits"]);
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);

@@ -124,3 +124,45 @@ fn the_checker_rejects_what_is_not_xml() {
         assert!(well_formed(bad).is_err(), "{bad}");
     }
 }
+
+/// Whether `svg` renders: `rsvg-convert` (librsvg, what GNOME and many documentation tools
+/// draw SVG with) turns it into a PNG without an error. `Ok(false)` when `rsvg-convert` is not
+/// installed, which fails the caller's test when `SOFTVERBS_REQUIRE_RSVG=1` (set by `.ci/run`,
+/// which installs librsvg2-bin).
+pub fn renders(svg: &std::path::Path) -> Result<bool, String> {
+    let out = match std::process::Command::new("rsvg-convert").arg(svg).output() {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::env::var("SOFTVERBS_REQUIRE_RSVG").is_ok_and(|v| v == "1") {
+                return Err("rsvg-convert is not installed (apt-get install librsvg2-bin)".into());
+            }
+            eprintln!("rsvg-convert is not installed: {} not rendered", svg.display());
+            return Ok(false);
+        }
+        Err(e) => return Err(format!("running rsvg-convert: {e}")),
+    };
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("rsvg-convert {}: {}: {why}", svg.display(), out.status));
+    }
+    if !out.stdout.starts_with(b"\x89PNG\r\n\x1a\n") || out.stdout.len() < 100 {
+        return Err(format!("rsvg-convert {}: no PNG came out", svg.display()));
+    }
+    Ok(true)
+}
+
+#[test]
+fn the_render_check_refuses_what_librsvg_cannot_draw() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let bad = dir.path().join("bad.svg");
+    std::fs::write(&bad, "<svg xmlns=\"http://www.w3.org/2000/svg\"><g></svg>").unwrap();
+    let good = dir.path().join("good.svg");
+    std::fs::write(
+        &good,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"10\" height=\"10\"><rect width=\"5\" height=\"5\"/></svg>",
+    )
+    .unwrap();
+    if renders(&good).expect("a small valid SVG renders") {
+        assert!(renders(&bad).is_err(), "a broken SVG is refused");
+    }
+}
