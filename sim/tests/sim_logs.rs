@@ -148,11 +148,7 @@ fn retries_running_out_log_the_cause_the_move_to_err_and_the_error_completion() 
         after,
         [
             (Level::WARN, "error completion", "RetryExcErr".to_string()),
-            (
-                Level::WARN,
-                "QP state change: an error moves it to ERR",
-                "Rts -> Err".to_string()
-            ),
+            (Level::WARN, "QP state change: an error moves it to ERR", "Rts -> Err".to_string()),
             (Level::DEBUG, "flushing the QP's work requests with WR_FLUSH_ERR", String::new()),
         ]
     );
