@@ -66,6 +66,25 @@ pub trait Host: Send + Sync + Sized + 'static {
     fn port_down(&self) -> bool {
         false
     }
+    /// The memory of a new MR that owns it (`ibv_reg_mr` without a program address): zeroed
+    /// heap memory by default; the soft backend takes it from its reach arena, where peers'
+    /// NICs can reach it (`engine::reach`).
+    fn mr_memory(&self, len: usize) -> Result<Arc<MrMemory>> {
+        MrMemory::allocate(len)
+    }
+    /// The MR `key` was registered: a host that lets peers reach its memory publishes it.
+    fn mr_registered(
+        &self,
+        _key: u32,
+        _pd: u32,
+        _access: AccessFlags,
+        _iova: u64,
+        _memory: &MrMemory,
+    ) {
+    }
+    /// The MR `key` is about to be deregistered: a host that published it withdraws it, and
+    /// returns once no peer uses it any more.
+    fn mr_withdrawn(&self, _key: u32) {}
 }
 
 fn foreign(what: &str) -> Error {
@@ -226,6 +245,7 @@ impl<H: Host> EnginePd<H> {
         access: AccessFlags,
     ) -> Result<Arc<dyn MrOps>> {
         let key = self.host.with_nic(|n| n.reg_mr(self.id, memory.clone(), iova, access))?;
+        self.host.mr_registered(key, self.id, access, iova, &memory);
         Ok(Arc::new(EngineMr {
             host: self.host.clone(),
             key,
@@ -254,7 +274,7 @@ impl<H: Host> EnginePd<H> {
 
 impl<H: Host> PdOps for EnginePd<H> {
     fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>> {
-        let memory = MrMemory::allocate(len)?;
+        let memory = self.host.mr_memory(len)?;
         let iova = self.host.owned_mr_iova(&memory);
         self.register(memory, iova, access)
     }
@@ -386,7 +406,10 @@ impl<H: Host> MrOps for EngineMr<H> {
         Ok(())
     }
     fn dereg(&self) -> Result<()> {
-        self.owned.destroy("ibv_dereg_mr", "MR", || self.host.with_nic(|n| n.dereg_mr(self.key)))
+        self.owned.destroy("ibv_dereg_mr", "MR", || {
+            self.host.mr_withdrawn(self.key);
+            self.host.with_nic(|n| n.dereg_mr(self.key))
+        })
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -396,6 +419,7 @@ impl<H: Host> MrOps for EngineMr<H> {
 impl<H: Host> Drop for EngineMr<H> {
     fn drop(&mut self) {
         self.owned.drop_with(|| {
+            self.host.mr_withdrawn(self.key);
             let _ = self.host.with_nic(|n| n.dereg_mr(self.key));
         });
     }

@@ -730,7 +730,8 @@ fn the_fabric_comes_from_the_environment_unless_a_flag_names_one() {
     let env = [("SOFTVERBS_FABRIC", from_env.path())];
     let mut server = Proc::spawn_with_env(&["pingpong", "-p", "0", "--accept-timeout", "60"], &env);
     server.wait_for_line("listening on TCP port", DEADLINE);
-    assert_eq!(from_env.entries(), [".lock", "port-1.inbox"]);
+    // The inbox, and the reach file through which peers' NICs reach its MRs' memory.
+    assert_eq!(from_env.entries(), [".lock", "port-1.inbox", "port-1.reach"]);
     let f = Proc::spawn_with_env(&["fabric"], &env).finish(DEADLINE);
     assert_success(&f, "fabric");
     assert!(f.stdout.starts_with(&format!("fabric {}: 1 segment", from_env.path())), "{f:#?}");

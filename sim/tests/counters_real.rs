@@ -63,6 +63,8 @@ fn counters_of_another_process_match_the_engines_counts_exactly() {
     let me = std::process::id();
     {
         let soft = Soft::shared_memory(Some(dir.path())).expect("opening the fabric");
+        // Packets, not direct reach: the counters this test checks count packets.
+        soft.set_reach(false);
         let ctx = soft.open("softverbs0").expect("opening softverbs0");
         let cap = QpCap {
             max_send_wr: 4,

@@ -496,7 +496,11 @@ fn a_peer_killed_mid_transfer_fails_the_transfer_fast_and_its_segment_is_cleaned
     // CPU (debug build, loaded machine) still acknowledges within the short timeout.
     let mut target = spawn_peer("target", "target", &dir, &["--mtu", "4096"]);
     {
-        let (soft, ctx) = open_soft(&dir);
+        // Packets: with direct reach every WRITE would be placed (and complete) at post time,
+        // before the kill; `a_reached_peer_that_dies_is_noticed` covers reach.
+        let soft = Soft::shared_memory(Some(dir.path())).expect("opening the test's fabric");
+        soft.set_reach(false);
+        let ctx = soft.open("softverbs0").expect("opening softverbs0");
         let opts = ConnOpts { timeout: 10, retry_cnt: 3, mtu: Mtu::Mtu4096, ..conn_opts() };
         let cap = QpCap {
             max_send_wr: WRITES as u32,
@@ -627,6 +631,77 @@ fn a_peer_killed_mid_transfer_fails_the_transfer_fast_and_its_segment_is_cleaned
     }
     finish(&dir, &mut [&mut target]);
     println!("[killed_peer] took {:?}", started.elapsed());
+}
+
+/// Direct reach into a peer process's memory, and that peer's death: WRITEs are reached (no
+/// packet, the bytes in the target's MR, which the target reads back and reports), and once
+/// the target is SIGKILLed the next WRITEs stop being reached within a bounded number and
+/// time (`wire::reach`: the owner is checked at most 1 ms or 64 reaches apart), go as packets,
+/// and fail with RETRY_EXC_ERR as they do to any dead peer.
+#[test]
+fn a_reached_peer_that_dies_is_noticed() {
+    let _serial = serial();
+    let dir = FabricDir::new("reached_peer_dies");
+    let mut target = spawn_peer("target", "target", &dir, &[]);
+    {
+        let (soft, ctx) = open_soft(&dir);
+        let opts = ConnOpts { timeout: 10, retry_cnt: 3, ..conn_opts() };
+        let cap = QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let ep = Endpoint::new(&ctx, QpType::Rc, cap, 32, 4096).expect("the initiator");
+        let me = ep.info(0x4321).expect("QP info");
+        let (remote, mr) = target.swap_info(&me, LINE_WAIT);
+        let (raddr, rkey) = mr.expect("the target's INFO names its MR");
+        conn::connect(&ep.qp, 0x4321, &remote, &opts).expect("connecting");
+        target.expect_line("READY", LINE_WAIT);
+        let write = |id: u64, off: u64| -> WorkCompletion {
+            let sge = [ep.mr.sge(0, 64)];
+            let wr = SendWr {
+                wr_id: id,
+                sg_list: &sge,
+                opcode: WrOpcode::RdmaWrite,
+                send_flags: SendFlags::SIGNALED,
+                rdma: RdmaTarget { remote_addr: raddr + off, rkey },
+                ..Default::default()
+            };
+            ep.qp.post_send(&[wr]).expect("post_send");
+            ep.cq.poll_n(1, LINE_WAIT).expect("a completion")[0]
+        };
+        ep.mr.write(0, &[0x5a; 64]).unwrap();
+        for i in 0..8 {
+            let wc = write(i, i * 64);
+            assert_eq!((wc.wr_id, wc.status, wc.byte_len), (i, WcStatus::Success, 64));
+        }
+        let stats = soft.stats("softverbs0").expect("stats");
+        assert_eq!(stats.nic.reached, 8, "reached, not sent: {stats:?}");
+        assert_eq!(stats.nic.tx_packets, 0, "{stats:?}");
+
+        target.kill();
+        let killed_at = Instant::now();
+        let mut failed = None;
+        for i in 8..100_000u64 {
+            let wc = write(i, (i % 32) * 64);
+            if wc.status != WcStatus::Success {
+                failed = Some((i, wc));
+                break;
+            }
+            assert!(killed_at.elapsed() < Duration::from_secs(5), "WRITEs still succeed 5 s on");
+        }
+        let (i, wc) = failed.expect("a WRITE fails once the target is dead");
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::RetryExcErr), "{wc:?}");
+        let reached_after = soft.stats("softverbs0").expect("stats").nic.reached - 8;
+        println!(
+            "[reached_peer_dies] {reached_after} WRITEs were reached after the kill, then wr {i} \
+             failed with RETRY_EXC_ERR {:?} after it",
+            killed_at.elapsed()
+        );
+    }
+    finish(&dir, &mut [&mut target]);
 }
 
 // ---------------- 3. corrupted and foreign segments ----------------

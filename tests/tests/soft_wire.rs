@@ -73,6 +73,9 @@ fn setup(test: &str, qp_type: QpType) -> Setup {
     let fabric = Fabric::open(Some(dir.path())).expect("opening the fabric");
     let inbox = raw_inbox(&fabric);
     let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
+    // These tests are about the wire's backpressure: WRITEs and READs must go as packets, not
+    // by direct reach.
+    soft.set_reach(false);
     let ctx = soft.open("softverbs0").expect("opening softverbs0");
     let pd = ctx.alloc_pd().expect("pd");
     let cq = ctx.create_cq(64, None, 0).expect("cq");
@@ -187,6 +190,8 @@ fn rc_packets_that_meet_a_full_inbox_wait_and_arrive_in_order() {
 fn a_read_burst_longer_than_the_requesters_inbox_completes() {
     let dir = FabricDir::new("read_burst_inbox");
     let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
+    // The READ's responses must travel as packets, not by direct reach.
+    soft.set_reach(false);
     let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
     let len = 2 << 20;
     let a = conn::Endpoint::new(&c0, QpType::Rc, cap(), 64, len + 4096).unwrap();

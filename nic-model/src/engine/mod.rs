@@ -76,6 +76,7 @@ pub mod mr;
 mod post;
 pub mod qp;
 mod qp_verbs;
+mod reach;
 mod receive;
 mod req;
 mod resp;
@@ -94,6 +95,7 @@ pub use addr::{
     slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
 pub use config::{splitmix64, Limits, NicConfig};
+pub use reach::{QpFacts, ReachAsk, Reached};
 pub use time::{Nanos, Now};
 pub use transmit::{Transmit, Wire, WireOutcome, SPARE_BUFFERS};
 
@@ -168,6 +170,9 @@ pub struct NicStats {
     /// SEND/WRITE packets whose payload does not fit their place in the message at the path
     /// MTU (RC: NAK invalid request; UC: the message is dropped).
     pub rx_bad_length: u64,
+    /// RDMA WRITEs, READs and atomics done by direct reach in the responder's memory, with
+    /// no packet (`docs/architecture.md`, "Direct reach").
+    pub reached: u64,
 }
 
 /// One software NIC: its PDs, MRs, CQs and QPs, and the transport that runs them.
@@ -211,6 +216,9 @@ pub(crate) struct Hca {
     events: VecDeque<NicEvent>,
     /// [`Nic::completions_pending`].
     reportable: usize,
+    /// Moves on whenever a QP's state or attributes may have changed (modify, destroy, an
+    /// error): a host that publishes QPs for direct reach republishes when it moved.
+    qp_epoch: u64,
     stats: NicStats,
     ip_ident: u16,
 }
@@ -241,6 +249,7 @@ impl Nic {
                 events: VecDeque::new(),
                 reportable: 0,
                 stats: NicStats::default(),
+                qp_epoch: 0,
                 ip_ident: 0,
             },
         }

@@ -26,6 +26,8 @@ pub struct MrMemory {
     ptr: *mut u8,
     len: usize,
     owned: Option<Layout>,
+    /// What keeps memory that the host allocated alive (see [`MrMemory::hosted`]).
+    _keep: Option<Box<dyn Send + Sync>>,
 }
 
 // SAFETY: the memory is only accessed through raw-pointer copies and atomics bounded by `len`;
@@ -45,7 +47,16 @@ impl MrMemory {
         if ptr.is_null() {
             return Err(Error::nomem(format!("ibv_reg_mr: cannot allocate {len} bytes")));
         }
-        Ok(Arc::new(MrMemory { ptr, len, owned: Some(layout) }))
+        Ok(Arc::new(MrMemory { ptr, len, owned: Some(layout), _keep: None }))
+    }
+
+    /// `len` zeroed bytes at `ptr` that a host allocated (the soft backend's reach arena),
+    /// kept alive by `keep`, which is dropped with this value.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid, zeroed, 64-byte aligned memory for as long as `keep` lives.
+    pub unsafe fn hosted(ptr: *mut u8, len: usize, keep: Box<dyn Send + Sync>) -> Arc<MrMemory> {
+        Arc::new(MrMemory { ptr, len, owned: None, _keep: Some(keep) })
     }
 
     /// Borrow caller memory.
@@ -53,7 +64,7 @@ impl MrMemory {
     /// # Safety
     /// `ptr..ptr+len` must stay valid for as long as the returned value lives.
     pub unsafe fn borrow_raw(ptr: *mut u8, len: usize) -> Arc<MrMemory> {
-        Arc::new(MrMemory { ptr, len, owned: None })
+        Arc::new(MrMemory { ptr, len, owned: None, _keep: None })
     }
 
     /// The process's address of the first byte (an MR's default iova).
@@ -107,6 +118,32 @@ impl MrMemory {
         // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
         unsafe { small_copy::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
         Ok(())
+    }
+
+    /// Copy `n` bytes at `offset` out to `dst` (direct reach: into a peer's memory); bytes
+    /// outside the MR are not copied.
+    ///
+    /// # Safety
+    /// `dst..dst+n` must be valid for writes and not overlap this MR's bytes.
+    #[inline]
+    pub unsafe fn copy_to_raw(&self, offset: usize, dst: *mut u8, n: usize) {
+        if self.check(offset, n).is_ok() {
+            // SAFETY: bounds checked; the caller vouches for `dst`.
+            unsafe { small_copy::copy_nonoverlapping(self.ptr.add(offset), dst, n) };
+        }
+    }
+
+    /// Copy `n` bytes from `src` in at `offset` (direct reach: out of a peer's memory); bytes
+    /// outside the MR are not copied.
+    ///
+    /// # Safety
+    /// `src..src+n` must be valid for reads and not overlap this MR's bytes.
+    #[inline]
+    pub unsafe fn copy_from_raw(&self, offset: usize, src: *const u8, n: usize) {
+        if self.check(offset, n).is_ok() {
+            // SAFETY: bounds checked; the caller vouches for `src`.
+            unsafe { small_copy::copy_nonoverlapping(src, self.ptr.add(offset), n) };
+        }
     }
 
     /// The 8-byte word at `offset` as an atomic; `offset` must be 8-byte aligned in address space.

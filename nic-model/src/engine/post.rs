@@ -8,9 +8,9 @@ use crate::packet;
 use super::addr::av_destination;
 use super::mr::{self, PdId};
 use super::qp::{self, Qp, RecvWqe, SendWqe};
-use super::req;
 use super::time::{Nanos, Now};
 use super::timers::refile_timer;
+use super::{reach, req};
 use super::{Hca, Nic};
 
 impl Nic {
@@ -30,12 +30,15 @@ impl Nic {
             .ok_or_else(|| Error::inval(format!("ibv_post_send: QP {qpn:#x} does not exist")))?;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if req::post_now(qp, &mut self.hca, now, wr) {
+            let reachable = reach::candidate(qp, &self.hca, wr.opcode);
+            if !reachable && req::post_now(qp, &mut self.hca, now, wr) {
                 continue;
             }
             match self.hca.check_send(qp, wr, max_msg) {
                 Ok(wqe) => {
-                    qp.sq.push_back(wqe);
+                    if !(reachable && reach::run(qp, &mut self.hca, &wqe)) {
+                        qp.sq.push_back(wqe);
+                    }
                 }
                 Err(e) => {
                     result = Err(Error::new(

@@ -508,6 +508,7 @@ impl Hca {
             tracing::warn!(device = %self.cfg.name, qpn = %Hex(qp.qpn), from = ?qp.state,
                 to = ?QpState::Err, event = ?event, "QP state change: an error moves it to ERR");
             qp.state = QpState::Err;
+            self.qp_epoch += 1;
             if let Some(event_type) = event {
                 self.events.push_back(NicEvent::Async(AsyncEvent {
                     event_type,

@@ -82,6 +82,7 @@ impl Nic {
 
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        self.hca.qp_epoch += 1;
         let qp = self
             .qps
             .remove(&qpn)
@@ -114,6 +115,7 @@ impl Nic {
             max_rd_atomic: self.hca.cfg.limits.max_rd_atom,
             max_dest_rd_atomic: self.hca.cfg.limits.max_rd_atom,
         };
+        self.hca.qp_epoch += 1;
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return Err(Error::inval(format!("ibv_modify_qp: QP {qpn:#x} does not exist")));
         };

@@ -51,6 +51,19 @@ pub trait Wire: Send {
     /// Puts `datagram` for `dst` on the wire (copies it into the wire's buffer), unless the
     /// outcome is `Full` or `Unreachable`.
     fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome;
+
+    /// Direct reach: the bytes `ask` names in the memory of the port at `dst`, when this wire
+    /// can reach them without packets, nothing observes it, and the responder's published
+    /// rights allow the access (`engine::reach`); None sends packets, which every wire can.
+    fn reach(&mut self, _dst: [u8; 4], _ask: &super::ReachAsk) -> Option<super::Reached<'_>> {
+        None
+    }
+
+    /// Whether [`Wire::reach`] may succeed at all (a cheap test made before each candidate
+    /// WR's checks, so that a wire that never reaches costs nothing).
+    fn reaches(&self) -> bool {
+        false
+    }
 }
 
 impl Nic {

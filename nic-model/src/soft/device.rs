@@ -25,10 +25,11 @@ use super::capture::Capture;
 use super::counters::{self, PortCounters, Tally, WireCounters};
 use super::faults::{Dir, FaultCounters, PortFaults, Verdict};
 use super::port::{Links, Port, SendOutcome};
+use super::reach::SoftReach;
 use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
-use crate::engine::Wire;
 use crate::engine::{ip_of_slot, Nic, NicEvent, NicStats, Now, Transmit};
+use crate::engine::{ReachAsk, Reached, Wire};
 use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
 use crate::wire::os;
 
@@ -167,6 +168,15 @@ impl Wire for PortWire {
         }
         self.send_clean(dst, datagram)
     }
+
+    fn reach(&mut self, dst: [u8; 4], ask: &ReachAsk) -> Option<Reached<'_>> {
+        self.port.reach(&mut self.links, dst, ask)
+    }
+
+    // Nothing may look at the wire (a capture or tap, a fault plan) while a peer is reached.
+    fn reaches(&self) -> bool {
+        self.tap.is_none() && self.faults.is_none() && self.port.arena().is_some()
+    }
 }
 
 /// What the device lock protects: the engine and what travels with it.
@@ -260,6 +270,8 @@ pub(crate) struct Core {
     /// The port's faults (`SOFTVERBS_FAULTS`), shared with the wire lent to the engine; None
     /// without a plan, and then the packet paths never look further.
     faults: Option<Arc<Mutex<PortFaults>>>,
+    /// What the device publishes for peers that reach its memory (a port with a reach file).
+    pub(crate) reach: Option<SoftReach>,
 }
 
 /// A started device: the shared core plus the NIC thread, joined on drop so that the port (and
@@ -296,6 +308,7 @@ impl Device {
         let tally = Arc::new(Tally::default());
         nic.set_wire(Some(PortWire::lend(&port, tap.clone(), &tally, &faults)));
         port.set_label(&name);
+        let reach = port.arena().map(|a| SoftReach::new(a.clone()));
         let core = Arc::new(Core {
             name,
             serial: DEVICES_STARTED.fetch_add(1, Ordering::Relaxed),
@@ -325,9 +338,13 @@ impl Device {
             spin: env.spin,
             standby: env.standby,
             capture,
+            reach,
             tally,
             faults,
         });
+        if let Some(r) = &core.reach {
+            r.set_observed(core.capture.is_some() || core.faults.is_some());
+        }
         {
             // Readers see every counter from the start, zero until the port does something.
             let st = core.lock();
@@ -380,6 +397,9 @@ impl Core {
             }) as Tap),
             (c, t) => c.or(t),
         };
+        if let Some(r) = &self.reach {
+            r.set_observed(tap.is_some() || self.faults.is_some());
+        }
         let mut st = self.lock();
         // A fresh wire with the tap on its sends (it reconnects to peers on demand).
         st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone(), &self.tally, &self.faults)));
@@ -619,6 +639,9 @@ impl Core {
         while let Some(ev) = nic.poll_event() {
             did = true;
             self.deliver(ev);
+        }
+        if let Some(r) = &self.reach {
+            r.sync(nic);
         }
         // A timer armed by this round may be earlier than the parked NIC thread's wake-up.
         // While the thread runs or stands by it sees the timer itself (or the program does).

@@ -44,6 +44,10 @@ pub struct EnvConfig {
     /// The fault plan every device of the process applies (`SOFTVERBS_FAULTS`, checked to
     /// parse; see [`super::faults`] and docs/guide.md, "Faults in real runs"); None: none.
     pub faults: Option<String>,
+    /// Whether peers' NICs may reach the memory of the MRs this process's devices own, and
+    /// its devices theirs (`SOFTVERBS_REACH`: `on`, the default, or `off`; docs/guide.md,
+    /// "Direct reach"). Off, every RDMA WRITE, READ and atomic travels as packets.
+    pub reach: bool,
 }
 
 impl Default for EnvConfig {
@@ -54,6 +58,7 @@ impl Default for EnvConfig {
             standby: DEFAULT_STANDBY,
             pcap: None,
             faults: None,
+            reach: true,
         }
     }
 }
@@ -84,6 +89,13 @@ impl EnvConfig {
             }
         }
         c.pcap = value(&get, "SOFTVERBS_PCAP", PCAP_WHAT, parse_pcap)?;
+        if let Some(on) = value(&get, "SOFTVERBS_REACH", "`on` or `off`", |v| match v {
+            "on" | "1" => Some(true),
+            "off" | "0" => Some(false),
+            _ => None,
+        })? {
+            c.reach = on;
+        }
         if let Some(raw) = get("SOFTVERBS_FAULTS").filter(|v| !v.is_empty()) {
             let text = raw.to_str().ok_or_else(|| {
                 format!("SOFTVERBS_FAULTS={:?} is not UTF-8", raw.to_string_lossy())

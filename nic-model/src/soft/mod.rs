@@ -12,6 +12,7 @@ mod device;
 mod env;
 pub mod faults;
 mod port;
+mod reach;
 #[cfg(test)]
 mod tests;
 
@@ -63,6 +64,8 @@ struct SoftInner {
     pcap: Mutex<Option<(PathBuf, String)>>,
     /// The fault plan of devices opened from now on, and its seed (see [`Soft::fault_plan`]).
     faults: Mutex<Option<(FaultPlan, u64)>>,
+    /// Whether devices opened from now on take part in direct reach (see [`Soft::set_reach`]).
+    reach: std::sync::atomic::AtomicBool,
 }
 
 impl Soft {
@@ -70,6 +73,7 @@ impl Soft {
         let n = env.as_ref().map_or(DEFAULT_DEVICES, |e| e.devices);
         let pcap = env.as_ref().ok().and_then(|e| e.pcap.clone());
         // Checked when the environment was read: it parses.
+        let reach = env.as_ref().is_ok_and(|e| e.reach);
         let faults = env.as_ref().ok().and_then(|e| e.faults.as_deref()).and_then(|t| {
             let plan = FaultPlan::parse(t).ok()?;
             let seed = plan.seed().unwrap_or_else(|| fresh_entropy() & 0xffff_ffff);
@@ -84,6 +88,7 @@ impl Soft {
                 env,
                 pcap: Mutex::new(pcap.map(|p| (p, "SOFTVERBS_PCAP".to_string()))),
                 faults: Mutex::new(faults),
+                reach: std::sync::atomic::AtomicBool::new(reach),
             }),
         }
     }
@@ -123,6 +128,15 @@ impl Soft {
     pub fn capture_to(&self, file: Option<&Path>, origin: &str) {
         *self.inner.pcap.lock().unwrap_or_else(|e| e.into_inner()) =
             file.map(|f| (f.to_path_buf(), origin.to_string()));
+    }
+
+    /// Whether devices opened from now on take part in direct reach, in place of
+    /// `SOFTVERBS_REACH` (on by default): their MRs' memory can be reached by peers' NICs,
+    /// and they reach their peers', for RDMA WRITE, READ and atomics, with no packets while
+    /// nothing observes the wire (docs/guide.md, "Direct reach"). Off, those travel as
+    /// packets, as everything does over the loopback wire.
+    pub fn set_reach(&self, on: bool) {
+        self.inner.reach.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Devices opened from now on apply the fault plan `plan` (None: none), in place of
@@ -224,8 +238,12 @@ impl Soft {
                 fabric
                     .create_dir()
                     .map_err(|e| Error::new(Errno::Io, format!("opening {name}: {e}")))?;
-                let p = ShmPort::create(fabric.clone(), InboxConfig::default())
-                    .map_err(|e| Error::new(Errno::Io, format!("opening {name}: {e}")))?;
+                let p = ShmPort::create(
+                    fabric.clone(),
+                    InboxConfig::default(),
+                    self.inner.reach.load(std::sync::atomic::Ordering::Relaxed),
+                )
+                .map_err(|e| Error::new(Errno::Io, format!("opening {name}: {e}")))?;
                 let lid = p.lid();
                 (Arc::new(p), lid)
             }
@@ -311,7 +329,12 @@ impl Host for Device {
         std::ptr::eq(self, other)
     }
     fn with_nic<R>(&self, f: impl FnOnce(&mut Nic) -> R) -> R {
-        f(&mut self.lock())
+        let mut st = self.lock();
+        let r = f(&mut st);
+        if let Some(reach) = &self.reach {
+            reach.sync(&st);
+        }
+        r
     }
     fn with_nic_now<R>(&self, f: impl FnOnce(&mut Nic, &mut Now<'_>) -> R) -> R {
         let mut st = self.lock();
@@ -336,6 +359,29 @@ impl Host for Device {
     }
     fn port_down(&self) -> bool {
         Core::port_down(self)
+    }
+    fn mr_memory(&self, len: usize) -> Result<Arc<crate::engine::mr::MrMemory>> {
+        match &self.reach {
+            Some(r) => r.mr_memory(len),
+            None => crate::engine::mr::MrMemory::allocate(len),
+        }
+    }
+    fn mr_registered(
+        &self,
+        key: u32,
+        pd: u32,
+        access: verbs_api::AccessFlags,
+        iova: u64,
+        memory: &crate::engine::mr::MrMemory,
+    ) {
+        if let Some(r) = &self.reach {
+            r.mr_registered(key, pd, access, iova, memory);
+        }
+    }
+    fn mr_withdrawn(&self, key: u32) {
+        if let Some(r) = &self.reach {
+            r.mr_withdrawn(key);
+        }
     }
     fn create_comp_channel(self: &Arc<Self>) -> Result<Arc<dyn CompChannelOps>> {
         Ok(Arc::new(SoftChannel {

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::engine::{ip_of_slot, slot_of_ip};
+use super::reach::{self, PeerReach};
+use crate::engine::{ip_of_slot, slot_of_ip, ReachAsk, Reached};
+use crate::wire::reach::ReachArena;
 use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
 
 /// What became of a datagram handed to the wire: `Sent` (in the destination's inbox), `Full`
@@ -22,6 +24,8 @@ pub use crate::engine::WireOutcome as SendOutcome;
 #[derive(Default)]
 pub struct Links {
     senders: Vec<(u16, Sender)>,
+    /// The reach files of the peers this port reached, or looked for (sorted by LID).
+    views: Vec<(u16, PeerReach)>,
 }
 
 /// One port's attachment to a wire.
@@ -58,6 +62,21 @@ pub trait Port: Send + Sync + 'static {
     /// Publishes the port's counters ([`crate::soft::counters::COUNTERS`], in order) where
     /// other processes read them; cheap (no system call), called once per batch of rounds.
     fn publish(&self, _values: &[u64]) {}
+    /// This port's own reach file, when the device lets peers reach its memory (a port on
+    /// shared memory, unless `SOFTVERBS_REACH=off`).
+    fn arena(&self) -> Option<&Arc<ReachArena>> {
+        None
+    }
+    /// Direct reach into the memory of the port at `dst` (see `engine::reach`), through (and
+    /// adding to) the peer reach files in `links`; None: send packets.
+    fn reach<'l>(
+        &self,
+        _links: &'l mut Links,
+        _dst: [u8; 4],
+        _ask: &ReachAsk,
+    ) -> Option<Reached<'l>> {
+        None
+    }
 }
 
 // ---------------- loopback: devices of one process ----------------
@@ -173,15 +192,28 @@ impl Port for LoopPort {
 pub struct ShmPort {
     fabric: Fabric,
     inbox: Inbox,
+    /// The port's reach file (None with `SOFTVERBS_REACH=off`, or if it could not be made).
+    arena: Option<Arc<ReachArena>>,
     /// See [`Port::peer_problem`]; written only when a send fails that way.
     peer_problem: Mutex<Option<String>>,
 }
 
 impl ShmPort {
-    /// Create this port's inbox segment in the fabric.
-    pub fn create(fabric: Fabric, cfg: InboxConfig) -> Result<ShmPort, WireError> {
+    /// Create this port's inbox segment in the fabric, and with `reach` its reach file, so
+    /// that peers' NICs can reach the memory of the MRs the device owns (`engine::reach`).
+    /// A reach file that cannot be made (a full `/dev/shm`) leaves the port without one.
+    pub fn create(fabric: Fabric, cfg: InboxConfig, reach: bool) -> Result<ShmPort, WireError> {
         let inbox = fabric.create_inbox(cfg)?;
-        Ok(ShmPort { fabric, inbox, peer_problem: Mutex::new(None) })
+        let arena = reach
+            .then(|| match ReachArena::create(fabric.dir(), inbox.lid()) {
+                Ok(a) => Some(Arc::new(a)),
+                Err(e) => {
+                    tracing::info!(error = %e, "no reach file: peers send packets to this port");
+                    None
+                }
+            })
+            .flatten();
+        Ok(ShmPort { fabric, inbox, arena, peer_problem: Mutex::new(None) })
     }
 
     /// The fabric it belongs to.
@@ -284,5 +316,18 @@ impl Port for ShmPort {
 
     fn publish(&self, values: &[u64]) {
         self.inbox.publish_counters(values);
+    }
+
+    fn arena(&self) -> Option<&Arc<ReachArena>> {
+        self.arena.as_ref()
+    }
+
+    #[inline]
+    fn reach<'l>(&self, links: &'l mut Links, dst: [u8; 4], ask: &ReachAsk) -> Option<Reached<'l>> {
+        let lid = slot_of_ip(dst);
+        if lid == 0 || lid == self.inbox.lid() {
+            return None;
+        }
+        reach::reach(&mut links.views, self.fabric.dir(), lid, ask)
     }
 }

@@ -87,7 +87,7 @@ fn a_damaged_inbox_takes_the_port_down_with_an_event_naming_the_segment() {
         // A port of another device sending to it: the datagram is lost, as to a port that is
         // down, and the port says why, naming the segment.
         let cfg = InboxConfig { slots: 4, slot_size: 64, gid: [0; 16] };
-        let sender = ShmPort::create(fabric.clone(), cfg).expect("a sending port");
+        let sender = ShmPort::create(fabric.clone(), cfg, false).expect("a sending port");
         let outcome = sender.send(&mut Links::default(), ip_of_slot(slot), &[0; 60]);
         assert_eq!(outcome, SendOutcome::Unreachable, "{word}");
         let why = sender.peer_problem().unwrap_or_default();

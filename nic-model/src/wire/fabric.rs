@@ -408,7 +408,7 @@ impl Fabric {
         let mut found = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| WireError::io(&self.dir, e))?;
-            if entry.file_name() == LOCK_NAME {
+            if entry.file_name() == LOCK_NAME || super::reach::is_reach_file(&entry.path()) {
                 continue;
             }
             found.push(inspect(&entry.path()));
@@ -430,6 +430,14 @@ impl Fabric {
                     owner_pid = info.owner_pid, problem = info.problem.as_deref(),
                     "removed a dead owner's segment");
                 removed.push(info);
+            }
+        }
+        // Reach files beside the inboxes go with their owners (they are not listed).
+        for entry in fs::read_dir(&self.dir).map_err(|e| WireError::io(&self.dir, e))?.flatten() {
+            let path = entry.path();
+            if super::reach::is_reach_file(&path) && super::reach::owner_gone(&path) {
+                remove_if_present(&path)?;
+                tracing::info!(path = %path.display(), "removed a dead owner's reach file");
             }
         }
         Ok(removed)

@@ -29,6 +29,7 @@ mod fabric;
 mod inbox;
 pub(crate) mod layout;
 pub(crate) mod os;
+pub mod reach;
 mod segment;
 mod sender;
 #[cfg(test)]

@@ -117,6 +117,13 @@ fn u32_size(v: u64, what: &str) -> Result<u32, CliError> {
 
 /// Runs `softverbs learn` (or its target process), printing to `out`.
 pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
+    // The lessons count packets, ring copies and the emulated NIC threads' work: RDMA
+    // WRITEs and READs travel as packets, as on a real wire, not by direct reach (which
+    // `softverbs perf` measures), unless the user asked for it. Set before any device opens
+    // and before the target process starts, which inherits it.
+    if std::env::var_os("SOFTVERBS_REACH").is_none() {
+        std::env::set_var("SOFTVERBS_REACH", "off");
+    }
     if a.target {
         return session::target_main(a.fabric.as_deref(), &a.ib_dev, a.mr);
     }

@@ -1,0 +1,213 @@
+//! Direct reach, the requester's half: an RDMA WRITE, RDMA READ or atomic of an RC QP that
+//! is sending nothing else is done in the responder's memory at post time, when the host's
+//! wire can reach that memory ([`Wire::reach`]) and nothing observes the wire, instead of as
+//! packets. The WR then completes at once, with the completion its ACK would have brought.
+//!
+//! What keeps the transport's semantics: the QP's send queue is empty (every earlier WQE was
+//! acknowledged, so the responder has placed everything sent before, and the order of
+//! placements and completions holds); no PSN is used, so the PSN sequences of both ends stay
+//! as they were; the responder's rights (QP state and access flags, the connected peer, key,
+//! PD, range, MR access) are checked by the host from what the responder published, and
+//! anything that fails a check goes as packets, so every error is the responder's NAK as
+//! before. Why, and what was measured: `docs/decisions.md`, "Direct reach".
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use verbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
+
+use super::qp::{Qp, SendWqe};
+use super::{Hca, Nic};
+
+/// What a requester asks the host to reach: the responder QP it is connected to, the range
+/// and the right.
+#[derive(Clone, Copy, Debug)]
+pub struct ReachAsk {
+    /// The requester's QP.
+    pub src_qpn: u32,
+    /// The requester's port address.
+    pub src_ip: [u8; 4],
+    /// The responder's QP (the requester's `dest_qp_num`).
+    pub dest_qpn: u32,
+    /// The rkey.
+    pub rkey: u32,
+    /// The first byte's address (iova).
+    pub va: u64,
+    /// Bytes.
+    pub len: u64,
+    /// The access bit the operation needs (`IBV_ACCESS_REMOTE_WRITE`, `_READ` or `_ATOMIC`).
+    pub need: u32,
+    /// A READ or an atomic: the responder must allow some (`max_dest_rd_atomic` > 0).
+    pub rd_atomic: bool,
+}
+
+/// A reached range of a peer's MR: its first byte in this process, valid until this drops
+/// (the owner's `ibv_dereg_mr` waits for it).
+pub struct Reached<'a> {
+    users: &'a AtomicU32,
+    /// The first byte.
+    pub ptr: *mut u8,
+}
+
+impl<'a> Reached<'a> {
+    /// A guard over `users`, which the host has already counted this use in; it uncounts it
+    /// when dropped. `ptr` starts null.
+    pub fn new(users: &'a AtomicU32) -> Reached<'a> {
+        Reached { users, ptr: std::ptr::null_mut() }
+    }
+}
+
+impl Drop for Reached<'_> {
+    fn drop(&mut self) {
+        self.users.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What a responder's QP allows, as a host publishes it for peers that reach its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpFacts {
+    /// The QP number.
+    pub qpn: u32,
+    /// In RTR or RTS: it accepts requests.
+    pub live: bool,
+    /// `qp_access_flags` (the verbs bits).
+    pub access: u32,
+    /// Its PD.
+    pub pd: u32,
+    /// The QP it is connected to (`dest_qp_num`).
+    pub dest_qpn: u32,
+    /// The IPv4 address of the port it is connected to.
+    pub dest_ip: [u8; 4],
+    /// `max_dest_rd_atomic`.
+    pub max_dest_rd_atomic: u32,
+}
+
+impl Nic {
+    /// A number that moves whenever a QP's state or attributes may have changed: a host that
+    /// publishes [`Nic::qp_facts`] does it again when this moved.
+    pub fn qp_epoch(&self) -> u64 {
+        self.hca.qp_epoch
+    }
+
+    /// The facts of every RC QP, for direct reach (`engine::reach`); an RC QP over IPv6 is
+    /// never live here (its peers send packets).
+    pub fn qp_facts(&self, out: &mut Vec<QpFacts>) {
+        out.clear();
+        out.extend(self.qps.values().filter(|q| q.qp_type == QpType::Rc).map(|q| QpFacts {
+            qpn: q.qpn,
+            live: matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd) && q.ip6.is_none(),
+            access: q.attr.qp_access_flags.bits(),
+            pd: q.pd,
+            dest_qpn: q.attr.dest_qp_num,
+            dest_ip: q.dst_ip,
+            max_dest_rd_atomic: u32::from(q.attr.max_dest_rd_atomic),
+        }));
+    }
+}
+
+/// Whether `wr` is one that direct reach may do, on this QP, now (before its checks).
+#[inline]
+pub(crate) fn candidate(qp: &Qp, hca: &Hca, opcode: WrOpcode) -> bool {
+    matches!(
+        opcode,
+        WrOpcode::RdmaWrite
+            | WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpAndSwp
+            | WrOpcode::AtomicFetchAndAdd
+    ) && qp.sq.is_empty()
+        && qp.qp_type == QpType::Rc
+        && qp.state == QpState::Rts
+        && qp.ip6.is_none()
+        && qp.req.rnr_timer_ns.is_none()
+        && !hca.wire_paused
+        && hca.wire.as_deref().is_some_and(|w| w.reaches())
+}
+
+/// Does the checked WQE `w` by direct reach and completes it; false (having done nothing)
+/// when the host cannot reach the responder's memory for it, and it goes as packets.
+pub(crate) fn run(qp: &Qp, hca: &mut Hca, w: &SendWqe) -> bool {
+    let atomic = w.opcode.is_atomic();
+    let read = w.opcode == WrOpcode::RdmaRead;
+    if w.len > hca.cfg.limits.max_msg_sz || (w.is_rd_atomic() && qp.attr.max_rd_atomic == 0) {
+        return false;
+    }
+    let (need, rkey, va) = match w.opcode {
+        WrOpcode::RdmaWrite => (AccessFlags::REMOTE_WRITE, w.rdma.rkey, w.rdma.remote_addr),
+        WrOpcode::RdmaRead => (AccessFlags::REMOTE_READ, w.rdma.rkey, w.rdma.remote_addr),
+        _ => (AccessFlags::REMOTE_ATOMIC, w.atomic.rkey, w.atomic.remote_addr),
+    };
+    if atomic && (!va.is_multiple_of(8) || w.sges.len() != 1 || w.sges[0].length < 8) {
+        return false;
+    }
+    // Where the data lands locally must take it (a READ's or atomic's SGEs need LOCAL_WRITE);
+    // the wire path reports a failure here as LOC_PROT_ERR, so leave it to it.
+    if read || atomic {
+        let local = AccessFlags::LOCAL_WRITE;
+        if w.sges.iter().any(|s| hca.mrs.resolve_local(qp.pd, s, local).is_err()) {
+            return false;
+        }
+    }
+    let ask = ReachAsk {
+        src_qpn: qp.qpn,
+        src_ip: hca.cfg.ip(),
+        dest_qpn: qp.attr.dest_qp_num,
+        rkey,
+        va,
+        len: u64::from(w.len),
+        need: need.bits(),
+        rd_atomic: read || atomic,
+    };
+    let Hca { wire, mrs, .. } = hca;
+    let Some(wire) = wire.as_deref_mut() else { return false };
+    let Some(r) = wire.reach(qp.dst_ip, &ask) else { return false };
+    if atomic {
+        // SAFETY: the host checked that the 8 bytes lie in the peer's MR; the address is
+        // 8-aligned (iova and memory share their offset within 8 bytes, checked at reg_mr).
+        let word = unsafe { AtomicU64::from_ptr(r.ptr as *mut u64) };
+        let orig = if w.opcode == WrOpcode::AtomicCmpAndSwp {
+            match word.compare_exchange(
+                w.atomic.compare_add,
+                w.atomic.swap,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(v) | Err(v) => v,
+            }
+        } else {
+            word.fetch_add(w.atomic.compare_add, Ordering::AcqRel)
+        };
+        drop(r);
+        let s = w.sges[0];
+        if let Ok((mr, off)) = mrs.resolve_local(qp.pd, &s, AccessFlags::LOCAL_WRITE) {
+            let _ = mr.memory.write(off, &orig.to_ne_bytes());
+        }
+    } else {
+        let mut done = 0usize;
+        if let Some(data) = &w.inline {
+            // SAFETY: the host checked [ptr, ptr + len) against the peer's MR; inline data
+            // is the whole message.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr, data.len()) };
+        } else {
+            for s in w.sges.iter() {
+                let n = s.length as usize;
+                let need = if read { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
+                let Ok((mr, off)) = mrs.resolve_local(qp.pd, s, need) else { break };
+                // SAFETY: `done + n` is within the message, which the host checked against
+                // the peer's MR; the local range was checked by `resolve_local`.
+                let remote = unsafe { r.ptr.add(done) };
+                // SAFETY: as above; local MR memory and the peer's arena never overlap.
+                unsafe {
+                    if read {
+                        mr.memory.copy_from_raw(off, remote, n);
+                    } else {
+                        mr.memory.copy_to_raw(off, remote, n);
+                    }
+                }
+                done += n;
+            }
+        }
+        drop(r);
+    }
+    hca.stats.reached += 1;
+    hca.complete_send(qp, w, WcStatus::Success);
+    true
+}

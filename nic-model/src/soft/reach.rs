@@ -1,0 +1,152 @@
+//! Direct reach on the soft backend: the device's side (MR memory from its reach arena, and
+//! what it publishes there for peers: its MRs as they are registered, its RC QPs whenever the
+//! engine's QP epoch moves) and the peer's side (other ports' reach files, mapped on demand
+//! beside the port's connections to their inboxes). `engine::reach` says when a requester
+//! uses it; `wire::reach` holds the shared file.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use verbs_api::{AccessFlags, Result};
+
+use crate::engine::mr::MrMemory;
+use crate::engine::{Nic, QpFacts, ReachAsk, Reached};
+use crate::wire::reach::{ReachArena, ReachView};
+
+/// A device's own reach file and what it has published there.
+pub(crate) struct SoftReach {
+    arena: Arc<ReachArena>,
+    /// The engine's QP epoch last published (`u64::MAX`: never).
+    epoch: AtomicU64,
+    /// The QPs published as live, and a buffer for the engine's facts.
+    published: Mutex<(Vec<u32>, Vec<QpFacts>)>,
+}
+
+impl SoftReach {
+    pub(crate) fn new(arena: Arc<ReachArena>) -> SoftReach {
+        SoftReach {
+            arena,
+            epoch: AtomicU64::new(u64::MAX),
+            published: Mutex::new((Vec::new(), Vec::new())),
+        }
+    }
+
+    /// Whether peers must send packets (a capture, a tap or a fault plan on this device).
+    pub(crate) fn set_observed(&self, observed: bool) {
+        self.arena.set_observed(observed);
+    }
+
+    /// MR memory from the arena, or from the heap when the arena has no room (that MR is
+    /// then reached by packets only).
+    pub(crate) fn mr_memory(&self, len: usize) -> Result<Arc<MrMemory>> {
+        match self.arena.allocate(len) {
+            Some(block) => {
+                let ptr = block.ptr();
+                // SAFETY: the block is `len` zeroed, 64-aligned bytes of the arena mapping,
+                // which the block keeps alive.
+                Ok(unsafe { MrMemory::hosted(ptr, len, Box::new(block)) })
+            }
+            None => MrMemory::allocate(len),
+        }
+    }
+
+    pub(crate) fn mr_registered(
+        &self,
+        key: u32,
+        pd: u32,
+        access: AccessFlags,
+        iova: u64,
+        memory: &MrMemory,
+    ) {
+        let ptr = memory.addr() as *const u8;
+        self.arena.publish_mr(key, pd, access.bits(), iova, ptr, memory.len());
+    }
+
+    pub(crate) fn mr_withdrawn(&self, key: u32) {
+        self.arena.withdraw_mr(key);
+    }
+
+    /// Publishes the engine's RC QPs if its QP epoch moved since the last time: one compare
+    /// per call otherwise. Called under the device lock after verbs and progress rounds.
+    #[inline]
+    pub(crate) fn sync(&self, nic: &Nic) {
+        let e = nic.qp_epoch();
+        if self.epoch.load(Ordering::Relaxed) != e {
+            self.republish(nic, e);
+        }
+    }
+
+    #[cold]
+    fn republish(&self, nic: &Nic, epoch: u64) {
+        let mut g = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        let (live, facts) = &mut *g;
+        nic.qp_facts(facts);
+        let mut now_live = Vec::with_capacity(facts.len());
+        for f in facts.iter() {
+            if f.live && self.arena.publish_qp(f) {
+                now_live.push(f.qpn);
+            }
+        }
+        for qpn in live.iter() {
+            if !now_live.contains(qpn) {
+                self.arena.withdraw_qp(*qpn);
+            }
+        }
+        *live = now_live;
+        self.epoch.store(epoch, Ordering::Relaxed);
+    }
+}
+
+/// A peer's reach file as a port's connections know it.
+pub(crate) enum PeerReach {
+    /// Mapped.
+    Mapped(ReachView),
+    /// It has none (reach is off there): look again after this many asks.
+    Absent(u32),
+}
+
+/// How many asks go by before a port without a reach file is looked for again.
+const ABSENT_RETRY: u32 = 4096;
+
+/// The reach of the peer at `lid`, opened on first use among `views` (sorted by LID); then
+/// `ask` checked against it.
+pub(crate) fn reach<'l>(
+    views: &'l mut Vec<(u16, PeerReach)>,
+    dir: &std::path::Path,
+    lid: u16,
+    ask: &ReachAsk,
+) -> Option<Reached<'l>> {
+    let at = match views.binary_search_by_key(&lid, |(l, _)| *l) {
+        Ok(at) => at,
+        Err(at) => {
+            let v = match ReachView::open(dir, lid) {
+                Some(v) => PeerReach::Mapped(v),
+                None => PeerReach::Absent(ABSENT_RETRY),
+            };
+            views.insert(at, (lid, v));
+            at
+        }
+    };
+    match &mut views[at].1 {
+        PeerReach::Absent(n) => {
+            *n -= 1;
+            if *n == 0 {
+                views.remove(at);
+            }
+            None
+        }
+        PeerReach::Mapped(v) => {
+            if let Some(closed) = v.blocked() {
+                if closed {
+                    // Closed or dead: a new owner of the LID has a new file.
+                    views.remove(at);
+                }
+                return None;
+            }
+            match &views[at].1 {
+                PeerReach::Mapped(v) => v.resolve(ask),
+                PeerReach::Absent(_) => None,
+            }
+        }
+    }
+}

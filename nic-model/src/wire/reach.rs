@@ -1,0 +1,592 @@
+//! Direct reach: a port's registered memory, and the facts that guard it, in a shared file
+//! that the NICs of other processes map, so that a requester places an RDMA WRITE, takes an
+//! RDMA READ or runs an atomic in the responder's memory itself, with no packet and no work
+//! for the responder's CPU, as a real NIC's DMA does (`docs/architecture.md`, "Direct reach").
+//!
+//! The file is `port-<lid>.reach` beside the port's inbox (mode 0600). It holds a header, a
+//! table of the owner's QPs and one of its MRs (the rights a responder checks: state, access
+//! flags, PD, the connected peer; key, range, access), and the **arena**: a large sparse
+//! region from which the owner allocates the memory of the MRs it owns
+//! ([`ReachArena::allocate`]). Tables are written only by the owner, under its device lock,
+//! each slot behind a sequence lock; readers retry a torn read. A peer that uses an MR counts
+//! itself in the slot's `users` first and checks `valid` after; the owner clears `valid` and
+//! then waits for `users` to drain before `ibv_dereg_mr` returns, so no peer touches memory
+//! after its MR is gone (the two sides use sequentially consistent operations, so one of them
+//! always sees the other).
+//!
+//! Reach is used only when nothing can look at the wire: the owner sets `observed` when its
+//! device has a capture, a tap or a fault plan, and a requester with any of them sends packets.
+
+use std::fs::{File, OpenOptions, Permissions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use super::{os, WireError};
+use crate::engine::{QpFacts, ReachAsk, Reached};
+
+const MAGIC: u64 = u64::from_be_bytes(*b"SVREACH1");
+const VERSION: u32 = 1;
+/// Header bytes (one page).
+const HEADER: usize = 4096;
+/// Bytes per table slot.
+const SLOT: usize = 64;
+/// QP slots (a QP number maps to slot `qpn % QP_SLOTS`).
+pub const QP_SLOTS: usize = 4096;
+/// MR slots (a key maps to slot `(key >> 8) % MR_SLOTS`).
+pub const MR_SLOTS: usize = 16384;
+/// Where the arena starts: after the tables, at a 2 MiB boundary.
+const ARENA_OFF: usize = (HEADER + (QP_SLOTS + MR_SLOTS) * SLOT).next_multiple_of(2 << 20);
+/// The arena's size: address space only (the file is sparse; pages exist once allocated).
+pub const ARENA_LEN: usize = 64 << 30;
+/// The granule of arena allocations (MR memory is 64-byte aligned, as the heap's is).
+const GRANULE: usize = 64;
+/// How long `ibv_dereg_mr` waits for peers still copying (then it goes on and says so).
+const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+
+// Header words (byte offsets).
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 8;
+const H_PID: usize = 12;
+const H_START: usize = 16;
+const H_STATE: usize = 24;
+const H_OBSERVED: usize = 28;
+const H_LEN: usize = 32;
+
+// QP slot words (u32 index within the slot).
+const Q_SEQ: usize = 0;
+const Q_QPN: usize = 1;
+const Q_LIVE: usize = 2;
+const Q_ACCESS: usize = 3;
+const Q_PD: usize = 4;
+const Q_DEST_QPN: usize = 5;
+const Q_DEST_IP: usize = 6;
+const Q_RD_ATOMIC: usize = 7;
+
+// MR slot words (u32 index within the slot; 64-bit values take two).
+const M_SEQ: usize = 0;
+const M_KEY: usize = 1;
+const M_PD: usize = 2;
+const M_ACCESS: usize = 3;
+const M_VALID: usize = 4;
+const M_USERS: usize = 5;
+const M_IOVA: usize = 6; // and 7
+const M_LEN: usize = 8; // and 9
+const M_OFF: usize = 10; // and 11
+
+/// The shared file, mapped.
+struct Mapping {
+    map: MmapRaw,
+}
+
+impl Mapping {
+    fn word(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off + 4 <= HEADER + (QP_SLOTS + MR_SLOTS) * SLOT && off.is_multiple_of(4));
+        // SAFETY: offsets are within the header and tables (which the mapping always covers)
+        // and 4-aligned (the mapping is page-aligned); shared words are only used as atomics.
+        unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(off) as *mut u32) }
+    }
+    fn word64(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8));
+        // SAFETY: as for `word`, 8-aligned.
+        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(off) as *mut u64) }
+    }
+    fn qp(&self, i: usize, w: usize) -> &AtomicU32 {
+        self.word(HEADER + i * SLOT + w * 4)
+    }
+    fn mr(&self, i: usize, w: usize) -> &AtomicU32 {
+        self.word(HEADER + (QP_SLOTS + i) * SLOT + w * 4)
+    }
+    fn mr64(&self, i: usize, w: usize) -> u64 {
+        let lo = self.mr(i, w).load(Ordering::Relaxed) as u64;
+        let hi = self.mr(i, w + 1).load(Ordering::Relaxed) as u64;
+        lo | hi << 32
+    }
+    fn set_mr64(&self, i: usize, w: usize, v: u64) {
+        self.mr(i, w).store(v as u32, Ordering::Relaxed);
+        self.mr(i, w + 1).store((v >> 32) as u32, Ordering::Relaxed);
+    }
+    fn arena(&self) -> *mut u8 {
+        // SAFETY: the mapping is ARENA_OFF + ARENA_LEN bytes long.
+        unsafe { self.map.as_mut_ptr().add(ARENA_OFF) }
+    }
+}
+
+fn map_file(file: &File, path: &Path) -> Result<Mapping, WireError> {
+    let map = MmapOptions::new()
+        .len(ARENA_OFF + ARENA_LEN)
+        .map_raw(file)
+        .map_err(|e| WireError::io(path, e))?;
+    Ok(Mapping { map })
+}
+
+/// The reach file's path for the port with this LID, in the fabric directory `dir`.
+pub fn reach_path(dir: &Path, lid: u16) -> PathBuf {
+    dir.join(format!("port-{lid}.reach"))
+}
+
+/// Whether `path` names a reach file (`port-<lid>.reach`).
+pub fn is_reach_file(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.strip_prefix("port-")
+            .and_then(|r| r.strip_suffix(".reach"))
+            .is_some_and(|lid| lid.parse::<u16>().is_ok())
+    })
+}
+
+/// Whether the reach file at `path` is this user's and its owner is gone (dead, or it never
+/// finished writing the header): [`crate::wire::Fabric::clean`] removes it then.
+pub fn owner_gone(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(file) = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) else {
+        return false;
+    };
+    match file.metadata() {
+        Ok(m) if m.is_file() && m.uid() == os::effective_uid() => {}
+        _ => return false,
+    }
+    let mut h = [0u8; 24];
+    if file.read_exact_at(&mut h, 0).is_err() {
+        return true;
+    }
+    let u64_at = |a: usize| u64::from_ne_bytes(h[a..a + 8].try_into().expect("8 bytes"));
+    let pid = u32::from_ne_bytes(h[H_PID..H_PID + 4].try_into().expect("4 bytes"));
+    u64_at(H_MAGIC) != MAGIC || !os::process_alive(pid, u64_at(H_START))
+}
+
+/// The owner's side: creates the file, allocates MR memory from its arena and publishes what
+/// peers may reach. Removes the file when dropped (memory handed out stays mapped until the
+/// last [`ArenaBlock`] is gone, since each holds the arena).
+pub struct ReachArena {
+    mapping: Mapping,
+    file: File,
+    path: PathBuf,
+    /// Free arena ranges (offset, length), sorted by offset.
+    free: Mutex<Vec<(usize, usize)>>,
+}
+
+// SAFETY: the mapping is shared memory reached only through atomics and raw copies.
+unsafe impl Send for ReachArena {}
+// SAFETY: as above; the free list is behind a mutex.
+unsafe impl Sync for ReachArena {}
+
+impl ReachArena {
+    /// Creates `port-<lid>.reach` in `dir` (replacing a stale one of a dead owner).
+    pub fn create(dir: &Path, lid: u16) -> Result<ReachArena, WireError> {
+        let path = reach_path(dir, lid);
+        let _ = std::fs::remove_file(&path);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| WireError::io(&path, e))?;
+        let setup = || -> Result<Mapping, WireError> {
+            file.set_permissions(Permissions::from_mode(0o600))
+                .map_err(|e| WireError::io(&path, e))?;
+            // The header and tables are reserved (a full tmpfs fails here, not by SIGBUS).
+            os::reserve(&file, ARENA_OFF as u64).map_err(|e| WireError::io(&path, e))?;
+            file.set_len((ARENA_OFF + ARENA_LEN) as u64).map_err(|e| WireError::io(&path, e))?;
+            map_file(&file, &path)
+        };
+        let mapping = match setup() {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        mapping.word64(H_START).store(os::own_start_time(), Ordering::Relaxed);
+        mapping.word(H_PID).store(std::process::id(), Ordering::Relaxed);
+        mapping.word(H_VERSION).store(VERSION, Ordering::Relaxed);
+        mapping.word64(H_LEN).store((ARENA_OFF + ARENA_LEN) as u64, Ordering::Relaxed);
+        mapping.word64(H_MAGIC).store(MAGIC, Ordering::Release);
+        Ok(ReachArena { mapping, file, path, free: Mutex::new(vec![(0, ARENA_LEN)]) })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether peers must send packets rather than reach (a capture, tap or fault plan).
+    pub fn set_observed(&self, observed: bool) {
+        self.mapping.word(H_OBSERVED).store(u32::from(observed), Ordering::SeqCst);
+    }
+
+    /// `len` zeroed bytes of the arena, or None when the arena (or `/dev/shm`) has no room:
+    /// the caller then allocates from the heap, and that MR is not reachable.
+    pub fn allocate(self: &std::sync::Arc<Self>, len: usize) -> Option<ArenaBlock> {
+        let size = len.max(1).next_multiple_of(GRANULE);
+        let off = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            let i = free.iter().position(|&(_, l)| l >= size)?;
+            let (off, l) = free[i];
+            if l == size {
+                free.remove(i);
+            } else {
+                free[i] = (off + size, l - size);
+            }
+            off
+        };
+        // Memory for the pages now, so a full /dev/shm is an error here, not SIGBUS later.
+        // SAFETY: the descriptor is open for the call; the range lies within the file.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                std::os::fd::AsRawFd::as_raw_fd(&self.file),
+                (ARENA_OFF + off) as libc::off_t,
+                size as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            self.release(off, size);
+            return None;
+        }
+        // SAFETY: within the arena.
+        let ptr = unsafe { self.mapping.arena().add(off) };
+        Some(ArenaBlock { arena: self.clone(), off, size, ptr })
+    }
+
+    /// Gives a range back, zeroed for its next user: whole pages are punched out of the file
+    /// (their memory returns to the system), the edges are cleared by hand.
+    fn release(&self, off: usize, size: usize) {
+        let page = 4096;
+        let (a, b) = (off.next_multiple_of(page), (off + size) / page * page);
+        let base = self.mapping.arena();
+        // SAFETY: [off, off+size) lies in the arena and nobody uses it any more.
+        unsafe {
+            if a < b {
+                std::ptr::write_bytes(base.add(off), 0, a - off);
+                std::ptr::write_bytes(base.add(b), 0, off + size - b);
+                libc::fallocate(
+                    std::os::fd::AsRawFd::as_raw_fd(&self.file),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    (ARENA_OFF + a) as libc::off_t,
+                    (b - a) as libc::off_t,
+                );
+            } else {
+                std::ptr::write_bytes(base.add(off), 0, size);
+            }
+        }
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let i = free.partition_point(|&(o, _)| o < off);
+        free.insert(i, (off, size));
+        // Coalesce with the neighbours.
+        if i + 1 < free.len() && free[i].0 + free[i].1 == free[i + 1].0 {
+            free[i].1 += free[i + 1].1;
+            free.remove(i + 1);
+        }
+        if i > 0 && free[i - 1].0 + free[i - 1].1 == free[i].0 {
+            free[i - 1].1 += free[i].1;
+            free.remove(i);
+        }
+    }
+
+    /// The arena offset of `ptr..ptr+len`, if it lies in the arena.
+    fn offset_of(&self, ptr: *const u8, len: usize) -> Option<usize> {
+        let base = self.mapping.arena() as usize;
+        let p = ptr as usize;
+        (p >= base && p + len <= base + ARENA_LEN).then(|| p - base)
+    }
+
+    /// Publishes an MR whose memory is `ptr..ptr+len`; false (and nothing published) when that
+    /// memory is not in the arena or its slot holds another MR.
+    #[allow(clippy::too_many_arguments)]
+    pub fn publish_mr(
+        &self,
+        key: u32,
+        pd: u32,
+        access: u32,
+        iova: u64,
+        ptr: *const u8,
+        len: usize,
+    ) -> bool {
+        let Some(off) = self.offset_of(ptr, len) else { return false };
+        if len == 0 {
+            return false;
+        }
+        let m = &self.mapping;
+        let i = mr_slot(key);
+        if m.mr(i, M_VALID).load(Ordering::SeqCst) != 0 {
+            return false;
+        }
+        let seq = m.mr(i, M_SEQ);
+        seq.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        m.mr(i, M_KEY).store(key, Ordering::Relaxed);
+        m.mr(i, M_PD).store(pd, Ordering::Relaxed);
+        m.mr(i, M_ACCESS).store(access, Ordering::Relaxed);
+        m.set_mr64(i, M_IOVA, iova);
+        m.set_mr64(i, M_LEN, len as u64);
+        m.set_mr64(i, M_OFF, off as u64);
+        seq.fetch_add(1, Ordering::Release);
+        m.mr(i, M_VALID).store(1, Ordering::SeqCst);
+        true
+    }
+
+    /// Withdraws the MR `key` (if published): no peer starts using it after this, and those
+    /// using it have finished when it returns (or [`DRAIN_LIMIT`] passed: a peer that died
+    /// in the middle of a copy never finishes).
+    pub fn withdraw_mr(&self, key: u32) {
+        let m = &self.mapping;
+        let i = mr_slot(key);
+        if m.mr(i, M_KEY).load(Ordering::Relaxed) != key
+            || m.mr(i, M_VALID).load(Ordering::SeqCst) == 0
+        {
+            return;
+        }
+        m.mr(i, M_VALID).store(0, Ordering::SeqCst);
+        let seq = m.mr(i, M_SEQ);
+        seq.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        m.mr(i, M_KEY).store(0, Ordering::Relaxed);
+        seq.fetch_add(1, Ordering::Release);
+        let start = Instant::now();
+        while m.mr(i, M_USERS).load(Ordering::SeqCst) != 0 {
+            if start.elapsed() > DRAIN_LIMIT {
+                tracing::warn!(path = %self.path.display(), key,
+                    "a peer never finished using a deregistered MR (it died mid-copy?)");
+                m.mr(i, M_USERS).store(0, Ordering::SeqCst);
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Publishes a QP's facts (replacing what its slot said), or clears its slot when
+    /// `facts.live` is false. False if the slot holds another live QP.
+    pub fn publish_qp(&self, facts: &QpFacts) -> bool {
+        let m = &self.mapping;
+        let i = facts.qpn as usize % QP_SLOTS;
+        let held = m.qp(i, Q_QPN).load(Ordering::Relaxed);
+        if held != facts.qpn && m.qp(i, Q_LIVE).load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        let seq = m.qp(i, Q_SEQ);
+        seq.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        m.qp(i, Q_QPN).store(facts.qpn, Ordering::Relaxed);
+        m.qp(i, Q_LIVE).store(u32::from(facts.live), Ordering::Relaxed);
+        m.qp(i, Q_ACCESS).store(facts.access, Ordering::Relaxed);
+        m.qp(i, Q_PD).store(facts.pd, Ordering::Relaxed);
+        m.qp(i, Q_DEST_QPN).store(facts.dest_qpn, Ordering::Relaxed);
+        m.qp(i, Q_DEST_IP).store(u32::from_be_bytes(facts.dest_ip), Ordering::Relaxed);
+        m.qp(i, Q_RD_ATOMIC).store(facts.max_dest_rd_atomic, Ordering::Relaxed);
+        seq.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// Clears the slot of QP `qpn` if it holds that QP.
+    pub fn withdraw_qp(&self, qpn: u32) {
+        let i = qpn as usize % QP_SLOTS;
+        if self.mapping.qp(i, Q_QPN).load(Ordering::Relaxed) == qpn {
+            let facts = QpFacts {
+                qpn,
+                live: false,
+                access: 0,
+                pd: 0,
+                dest_qpn: 0,
+                dest_ip: [0; 4],
+                max_dest_rd_atomic: 0,
+            };
+            self.publish_qp(&facts);
+        }
+    }
+}
+
+impl Drop for ReachArena {
+    fn drop(&mut self) {
+        self.mapping.word(H_STATE).store(1, Ordering::SeqCst);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn mr_slot(key: u32) -> usize {
+    (key >> 8) as usize % MR_SLOTS
+}
+
+/// Memory of the arena owned by one MR; given back (zeroed) when dropped.
+pub struct ArenaBlock {
+    arena: std::sync::Arc<ReachArena>,
+    off: usize,
+    size: usize,
+    ptr: *mut u8,
+}
+
+// SAFETY: the block's bytes are reached only through raw copies and atomics (MR memory).
+unsafe impl Send for ArenaBlock {}
+// SAFETY: as above.
+unsafe impl Sync for ArenaBlock {}
+
+impl ArenaBlock {
+    /// The first byte.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for ArenaBlock {
+    fn drop(&mut self) {
+        self.arena.release(self.off, self.size);
+    }
+}
+
+/// A peer's side: another port's reach file, mapped.
+pub struct ReachView {
+    mapping: Mapping,
+    pid: u32,
+    start: u64,
+    /// Reaches since the clock was last read.
+    since_check: u32,
+    /// When the owner was last seen alive.
+    checked_at: Instant,
+}
+
+// SAFETY: shared memory reached only through atomics and raw copies.
+unsafe impl Send for ReachView {}
+
+/// How often a peer's owner is checked to be alive (a system call), at most: a reach after
+/// the owner died goes on to succeed (into memory nobody will read) for up to this long, or
+/// [`CLOCK_EVERY`] reaches, before its requester sends packets and finds the peer dead.
+const ALIVE_EVERY: Duration = Duration::from_millis(1);
+/// Reaches between two looks at the clock.
+const CLOCK_EVERY: u32 = 64;
+
+impl ReachView {
+    /// Maps the reach file of the port with this LID in `dir`; None if it has none (reach
+    /// is off there, or it is of another layout, user or size).
+    pub fn open(dir: &Path, lid: u16) -> Option<ReachView> {
+        let path = reach_path(dir, lid);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file()
+            || meta.uid() != os::effective_uid()
+            || meta.len() != (ARENA_OFF + ARENA_LEN) as u64
+        {
+            return None;
+        }
+        let mapping = map_file(&file, &path).ok()?;
+        if mapping.word64(H_MAGIC).load(Ordering::Acquire) != MAGIC
+            || mapping.word(H_VERSION).load(Ordering::Relaxed) != VERSION
+            || mapping.word64(H_LEN).load(Ordering::Relaxed) != meta.len()
+        {
+            return None;
+        }
+        let pid = mapping.word(H_PID).load(Ordering::Relaxed);
+        let start = mapping.word64(H_START).load(Ordering::Relaxed);
+        if !os::process_alive(pid, start) {
+            return None;
+        }
+        Some(ReachView { mapping, pid, start, since_check: 0, checked_at: Instant::now() })
+    }
+
+    /// None while the owner runs and lets peers reach; `Some(true)` once it is gone (closed
+    /// its port, or died: this file will not come back), `Some(false)` while something
+    /// observes its wire. Checks that the owner is alive (see [`ALIVE_EVERY`]).
+    pub fn blocked(&mut self) -> Option<bool> {
+        let m = &self.mapping;
+        if m.word(H_STATE).load(Ordering::Acquire) != 0 {
+            return Some(true);
+        }
+        if m.word(H_OBSERVED).load(Ordering::Acquire) != 0 {
+            return Some(false);
+        }
+        self.since_check += 1;
+        if self.since_check >= CLOCK_EVERY {
+            self.since_check = 0;
+            if self.checked_at.elapsed() >= ALIVE_EVERY {
+                self.checked_at = Instant::now();
+                if !os::process_alive(self.pid, self.start) {
+                    return Some(true);
+                }
+            }
+        }
+        None
+    }
+
+    /// Checks `ask` against the responder's QP and MR; on success the bytes' address in this
+    /// mapping and a guard that keeps the MR from being withdrawn until it drops.
+    pub fn resolve(&self, ask: &ReachAsk) -> Option<Reached<'_>> {
+        let m = &self.mapping;
+        let qp = self.read_qp(ask.dest_qpn)?;
+        if !qp.live
+            || qp.dest_qpn != ask.src_qpn
+            || qp.dest_ip != ask.src_ip
+            || qp.access & ask.need == 0
+            || (ask.rd_atomic && qp.max_dest_rd_atomic == 0)
+        {
+            return None;
+        }
+        let i = mr_slot(ask.rkey);
+        let users = m.mr(i, M_USERS);
+        users.fetch_add(1, Ordering::SeqCst);
+        let mut guard = Reached::new(users);
+        if m.mr(i, M_VALID).load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let (key, pd, access, iova, len, off) = loop_read(m.mr(i, M_SEQ), || {
+            (
+                m.mr(i, M_KEY).load(Ordering::Relaxed),
+                m.mr(i, M_PD).load(Ordering::Relaxed),
+                m.mr(i, M_ACCESS).load(Ordering::Relaxed),
+                m.mr64(i, M_IOVA),
+                m.mr64(i, M_LEN),
+                m.mr64(i, M_OFF),
+            )
+        })?;
+        if key != ask.rkey || pd != qp.pd || access & ask.need == 0 {
+            return None;
+        }
+        let start = ask.va.checked_sub(iova)?;
+        if start.checked_add(ask.len)? > len || off.checked_add(len)? > ARENA_LEN as u64 {
+            return None;
+        }
+        // SAFETY: [off + start, +ask.len) lies inside the arena (checked just above).
+        let ptr = unsafe { m.arena().add((off + start) as usize) };
+        guard.ptr = ptr;
+        Some(guard)
+    }
+
+    fn read_qp(&self, qpn: u32) -> Option<QpFacts> {
+        let m = &self.mapping;
+        let i = qpn as usize % QP_SLOTS;
+        let f = loop_read(m.qp(i, Q_SEQ), || QpFacts {
+            qpn: m.qp(i, Q_QPN).load(Ordering::Relaxed),
+            live: m.qp(i, Q_LIVE).load(Ordering::Relaxed) != 0,
+            access: m.qp(i, Q_ACCESS).load(Ordering::Relaxed),
+            pd: m.qp(i, Q_PD).load(Ordering::Relaxed),
+            dest_qpn: m.qp(i, Q_DEST_QPN).load(Ordering::Relaxed),
+            dest_ip: m.qp(i, Q_DEST_IP).load(Ordering::Relaxed).to_be_bytes(),
+            max_dest_rd_atomic: m.qp(i, Q_RD_ATOMIC).load(Ordering::Relaxed),
+        })?;
+        (f.qpn == qpn).then_some(f)
+    }
+}
+
+/// Reads a slot under its sequence lock: a few tries, None if the owner kept writing.
+fn loop_read<T>(seq: &AtomicU32, read: impl Fn() -> T) -> Option<T> {
+    for _ in 0..8 {
+        let s1 = seq.load(Ordering::Acquire);
+        if !s1.is_multiple_of(2) {
+            std::hint::spin_loop();
+            continue;
+        }
+        let v = read();
+        fence(Ordering::Acquire);
+        if seq.load(Ordering::Relaxed) == s1 {
+            return Some(v);
+        }
+    }
+    None
+}

@@ -1,0 +1,320 @@
+//! Direct reach (`docs/architecture.md`, "Direct reach"): while nothing observes the wire, an
+//! RC QP that is sending nothing else does an RDMA WRITE, READ or atomic in the responder's
+//! registered memory itself, with no packet. These tests hold what a program relies on: the
+//! bytes that land and every work-completion field, exactly as over packets; every error the
+//! responder would report still reported (by the packets that then carry the WR); the order
+//! of a WR behind one in flight; no reach while a tap, capture or fault plan could see the
+//! wire; and the MR's deregistration, after which nothing reaches its memory.
+//!
+//! Two devices of one process on a shared-memory fabric reach each other through the same
+//! files as two processes do (each maps the other's reach file); `multiprocess.rs` runs
+//! reached WRITEs and READs between processes and against a peer that dies.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nic_model::soft::{Soft, TapDir};
+use softverbs_sim::conn::{self, ConnOpts, Endpoint};
+use softverbs_tests::{pattern, FabricDir};
+use verbs_api::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+const MR_LEN: usize = 1 << 20;
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 16,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 64,
+    }
+}
+
+/// Two connected endpoints, softverbs0 (a) and softverbs1 (b), on a fabric of their own.
+struct Pair {
+    soft: Soft,
+    a: Endpoint,
+    b: Endpoint,
+    _dir: FabricDir,
+}
+
+fn pair(test: &str, reach: bool) -> Pair {
+    let dir = FabricDir::new(test);
+    let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
+    soft.set_reach(reach);
+    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
+    let a = Endpoint::new(&c0, QpType::Rc, cap(), 64, MR_LEN).unwrap();
+    let b = Endpoint::new(&c1, QpType::Rc, cap(), 64, MR_LEN).unwrap();
+    let opts = ConnOpts { retry_cnt: 2, timeout: 12, ..ConnOpts::default() };
+    let (ia, ib) = (a.info(0x100).unwrap(), b.info(0x200).unwrap());
+    conn::connect(&a.qp, 0x100, &ib, &opts).unwrap();
+    conn::connect(&b.qp, 0x200, &ia, &opts).unwrap();
+    Pair { soft, a, b, _dir: dir }
+}
+
+impl Pair {
+    fn reached(&self) -> u64 {
+        self.soft.stats("softverbs0").unwrap().nic.reached
+    }
+    fn sent(&self) -> u64 {
+        self.soft.stats("softverbs0").unwrap().nic.tx_packets
+    }
+    /// Post `wr` on a's QP and wait for its one completion.
+    fn run(&self, wr: SendWr<'_>) -> WorkCompletion {
+        self.a.qp.post_send(&[wr]).expect("post_send");
+        self.a.cq.poll_n(1, WAIT).expect("a completion")[0]
+    }
+}
+
+fn write_wr<'a>(sges: &'a [Sge], id: u64, to: u64, rkey: u32) -> SendWr<'a> {
+    SendWr {
+        wr_id: id,
+        sg_list: sges,
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: SendFlags::SIGNALED,
+        rdma: RdmaTarget { remote_addr: to, rkey },
+        ..Default::default()
+    }
+}
+
+/// The completion every test expects of a successful WR of a's QP.
+fn ok(wc: &WorkCompletion, id: u64, opcode: WcOpcode, len: u32, qpn: u32) {
+    let want = WorkCompletion {
+        wr_id: id,
+        status: WcStatus::Success,
+        opcode,
+        byte_len: len,
+        qp_num: qpn,
+        ..WorkCompletion::default()
+    };
+    assert_eq!(*wc, want);
+}
+
+#[test]
+fn write_read_and_atomics_are_reached_with_the_bytes_and_completions_of_packets() {
+    let p = pair("reach_ops", true);
+    let (a, b) = (&p.a, &p.b);
+    let qpn = a.qp.qp_num();
+    // A WRITE gathered from three SGEs into b's MR at +1000.
+    let data = pattern(3, 0, 3000);
+    a.mr.write(0, &data[..1000]).unwrap();
+    a.mr.write(5000, &data[1000..2500]).unwrap();
+    a.mr.write(9000, &data[2500..]).unwrap();
+    let sges = [a.mr.sge(0, 1000), a.mr.sge(5000, 1500), a.mr.sge(9000, 500)];
+    let wc = p.run(write_wr(&sges, 1, b.mr.addr() + 1000, b.mr.rkey()));
+    ok(&wc, 1, WcOpcode::RdmaWrite, 3000, qpn);
+    assert_eq!(b.mr.read_vec(1000, 3000).unwrap(), data, "the WRITE's bytes landed in place");
+    assert_eq!(b.mr.read_vec(0, 1000).unwrap(), vec![0; 1000], "nothing before them");
+    assert_eq!(b.mr.read_vec(4000, 64).unwrap(), vec![0; 64], "nothing after them");
+    // An inline WRITE.
+    let inline = SendWr {
+        inline_data: Some(b"inline!"),
+        send_flags: SendFlags::SIGNALED | SendFlags::INLINE,
+        ..write_wr(&[], 2, b.mr.addr() + 8000, b.mr.rkey())
+    };
+    ok(&p.run(inline), 2, WcOpcode::RdmaWrite, 7, qpn);
+    assert_eq!(b.mr.read_vec(8000, 7).unwrap(), b"inline!");
+    // A READ scattered into two SGEs.
+    let sges = [a.mr.sge(20000, 1200), a.mr.sge(30000, 1800)];
+    let read = SendWr {
+        opcode: WrOpcode::RdmaRead,
+        ..write_wr(&sges, 3, b.mr.addr() + 1000, b.mr.rkey())
+    };
+    ok(&p.run(read), 3, WcOpcode::RdmaRead, 3000, qpn);
+    assert_eq!(a.mr.read_vec(20000, 1200).unwrap(), data[..1200]);
+    assert_eq!(a.mr.read_vec(30000, 1800).unwrap(), data[1200..]);
+    // Fetch-and-add, then compare-and-swap, on b's word at +64.
+    b.mr.write(64, &40u64.to_ne_bytes()).unwrap();
+    let word = [a.mr.sge(40000, 8)];
+    let atomic = |id, opcode, compare_add, swap| SendWr {
+        wr_id: id,
+        sg_list: &word,
+        opcode,
+        send_flags: SendFlags::SIGNALED,
+        atomic: AtomicTarget {
+            remote_addr: b.mr.addr() + 64,
+            rkey: b.mr.rkey(),
+            compare_add,
+            swap,
+        },
+        ..Default::default()
+    };
+    ok(&p.run(atomic(4, WrOpcode::AtomicFetchAndAdd, 2, 0)), 4, WcOpcode::FetchAdd, 8, qpn);
+    assert_eq!(a.mr.read_vec(40000, 8).unwrap(), 40u64.to_ne_bytes(), "the original value");
+    assert_eq!(b.mr.read_vec(64, 8).unwrap(), 42u64.to_ne_bytes(), "added");
+    ok(&p.run(atomic(5, WrOpcode::AtomicCmpAndSwp, 42, 7)), 5, WcOpcode::CompSwap, 8, qpn);
+    assert_eq!(a.mr.read_vec(40000, 8).unwrap(), 42u64.to_ne_bytes());
+    assert_eq!(b.mr.read_vec(64, 8).unwrap(), 7u64.to_ne_bytes(), "swapped");
+    ok(&p.run(atomic(6, WrOpcode::AtomicCmpAndSwp, 1, 9)), 6, WcOpcode::CompSwap, 8, qpn);
+    assert_eq!(b.mr.read_vec(64, 8).unwrap(), 7u64.to_ne_bytes(), "a failed compare swaps nothing");
+    assert_eq!(p.reached(), 6, "all six by direct reach");
+    assert_eq!(p.sent(), 0, "and not one packet");
+    // An unsignaled WRITE completes nothing, and its bytes still land.
+    let sges = [a.mr.sge(0, 16)];
+    let quiet = SendWr {
+        send_flags: SendFlags::empty(),
+        ..write_wr(&sges, 7, b.mr.addr() + 50000, b.mr.rkey())
+    };
+    a.qp.post_send(&[quiet]).unwrap();
+    assert_eq!(b.mr.read_vec(50000, 16).unwrap(), data[..16]);
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 0, "no completion for an unsignaled WR");
+}
+
+#[test]
+fn what_the_responder_refuses_goes_as_packets_and_fails_as_before() {
+    let p = pair("reach_refused", true);
+    let (a, b) = (&p.a, &p.b);
+    let sges = [a.mr.sge(0, 64)];
+    // Past the end of b's MR: the responder's NAK, REM_ACCESS_ERR, and the QP in ERR.
+    let wc = p.run(write_wr(&sges, 1, b.mr.addr() + MR_LEN as u64 - 32, b.mr.rkey()));
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RemAccessErr));
+    assert_eq!(p.reached(), 0);
+    assert!(p.sent() >= 1, "the WRITE went as a packet");
+
+    let p = pair("reach_bad_key", true);
+    let sges = [p.a.mr.sge(0, 64)];
+    let wc = p.run(write_wr(&sges, 2, p.b.mr.addr(), p.b.mr.rkey() ^ 0x100));
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::RemAccessErr), "a key that names no MR");
+    assert_eq!(p.reached(), 0);
+
+    // An MR without REMOTE_WRITE.
+    let p = pair("reach_no_right", true);
+    let ro = p.b.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    let sges = [p.a.mr.sge(0, 64)];
+    let wc = p.run(write_wr(&sges, 3, ro.addr(), ro.rkey()));
+    assert_eq!((wc.wr_id, wc.status), (3, WcStatus::RemAccessErr));
+    assert_eq!(ro.read_vec(0, 64).unwrap(), vec![0; 64], "nothing landed");
+    assert_eq!(p.reached(), 0);
+}
+
+#[test]
+fn a_deregistered_mr_is_never_reached_again() {
+    let p = pair("reach_dereg", true);
+    let mr = p.b.pd.reg_mr(4096, AccessFlags::all()).unwrap();
+    let (addr, rkey) = (mr.addr(), mr.rkey());
+    let sges = [p.a.mr.sge(0, 64)];
+    ok(&p.run(write_wr(&sges, 1, addr, rkey)), 1, WcOpcode::RdmaWrite, 64, p.a.qp.qp_num());
+    assert_eq!(p.reached(), 1);
+    mr.dereg().expect("ibv_dereg_mr");
+    let wc = p.run(write_wr(&sges, 2, addr, rkey));
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::RemAccessErr), "its key is dead");
+    assert_eq!(p.reached(), 1, "the second WRITE went as a packet");
+}
+
+#[test]
+fn a_wr_behind_one_in_flight_waits_its_turn_as_packets() {
+    let p = pair("reach_order", true);
+    let (a, b) = (&p.a, &p.b);
+    // A SEND with no receive posted at b waits for its RNR retries... post a receive so it
+    // completes; the WRITE posted right behind it, in the same call, may not overtake it.
+    let rsge = [b.mr.sge(100000, 64)];
+    b.qp.post_recv(&[RecvWr { wr_id: 50, sg_list: &rsge }]).unwrap();
+    a.mr.write(0, b"first, then the write").unwrap();
+    let s1 = [a.mr.sge(0, 21)];
+    let send = SendWr {
+        wr_id: 1,
+        sg_list: &s1,
+        opcode: WrOpcode::Send,
+        send_flags: SendFlags::SIGNALED,
+        ..Default::default()
+    };
+    let s2 = [a.mr.sge(0, 5)];
+    let write = write_wr(&s2, 2, b.mr.addr() + 200000, b.mr.rkey());
+    a.qp.post_send(&[send, write]).unwrap();
+    let wc = a.cq.poll_n(2, WAIT).expect("two completions");
+    assert_eq!((wc[0].wr_id, wc[0].opcode), (1, WcOpcode::Send), "in the order posted");
+    assert_eq!((wc[1].wr_id, wc[1].opcode), (2, WcOpcode::RdmaWrite));
+    assert_eq!(b.mr.read_vec(200000, 5).unwrap(), b"first");
+    assert_eq!(p.reached(), 0, "the WRITE went behind the SEND, as packets");
+    let got = b.cq.poll_n(1, WAIT).expect("b's receive");
+    assert_eq!((got[0].wr_id, got[0].byte_len), (50, 21));
+}
+
+#[test]
+fn nothing_is_reached_while_a_tap_could_see_the_wire() {
+    // A tap on the requester.
+    let p = pair("reach_tap_a", true);
+    let seen = Arc::new(AtomicU64::new(0));
+    let s = seen.clone();
+    p.soft
+        .set_tap(
+            "softverbs0",
+            Some(Arc::new(move |_: TapDir, _: &[u8]| {
+                s.fetch_add(1, Ordering::Relaxed);
+            })),
+        )
+        .unwrap();
+    let sges = [p.a.mr.sge(0, 64)];
+    ok(
+        &p.run(write_wr(&sges, 1, p.b.mr.addr(), p.b.mr.rkey())),
+        1,
+        WcOpcode::RdmaWrite,
+        64,
+        p.a.qp.qp_num(),
+    );
+    assert_eq!(p.reached(), 0);
+    assert!(seen.load(Ordering::Relaxed) >= 2, "the tap saw the WRITE and its ACK");
+    // A tap on the responder only: it publishes that it is observed.
+    let p = pair("reach_tap_b", true);
+    p.soft.set_tap("softverbs1", Some(Arc::new(|_: TapDir, _: &[u8]| {}))).unwrap();
+    let sges = [p.a.mr.sge(0, 64)];
+    ok(
+        &p.run(write_wr(&sges, 2, p.b.mr.addr(), p.b.mr.rkey())),
+        2,
+        WcOpcode::RdmaWrite,
+        64,
+        p.a.qp.qp_num(),
+    );
+    assert_eq!(p.reached(), 0, "the responder's tap must see the WRITE");
+    // Taken off again: reached.
+    p.soft.set_tap("softverbs1", None).unwrap();
+    ok(
+        &p.run(write_wr(&sges, 3, p.b.mr.addr(), p.b.mr.rkey())),
+        3,
+        WcOpcode::RdmaWrite,
+        64,
+        p.a.qp.qp_num(),
+    );
+    assert_eq!(p.reached(), 1);
+}
+
+#[test]
+fn with_reach_off_everything_goes_as_packets() {
+    let p = pair("reach_off", false);
+    let sges = [p.a.mr.sge(0, 64)];
+    ok(
+        &p.run(write_wr(&sges, 1, p.b.mr.addr(), p.b.mr.rkey())),
+        1,
+        WcOpcode::RdmaWrite,
+        64,
+        p.a.qp.qp_num(),
+    );
+    assert_eq!(p.reached(), 0);
+    assert_eq!(p.sent(), 1);
+}
+
+#[test]
+fn a_qp_out_of_rts_at_the_responder_is_not_reached() {
+    let p = pair("reach_err", true);
+    let sges = [p.a.mr.sge(0, 64)];
+    ok(
+        &p.run(write_wr(&sges, 1, p.b.mr.addr(), p.b.mr.rkey())),
+        1,
+        WcOpcode::RdmaWrite,
+        64,
+        p.a.qp.qp_num(),
+    );
+    assert_eq!(p.reached(), 1);
+    // b's QP to ERR: a's next WRITE must not land; it goes as packets, which b drops, and
+    // a's retries run out.
+    let attr = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+    p.b.qp.modify(&attr, QpAttrMask::STATE).expect("to ERR");
+    p.a.mr.write(0, &[0xab; 64]).unwrap();
+    let wc = p.run(write_wr(&sges, 2, p.b.mr.addr() + 4096, p.b.mr.rkey()));
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::RetryExcErr));
+    assert_eq!(p.b.mr.read_vec(4096, 64).unwrap(), vec![0; 64], "nothing landed");
+    assert_eq!(p.reached(), 1);
+}
