@@ -11,7 +11,9 @@
 # BW_ITERS (1 MiB WRITEs per bandwidth run, 2000), RATE_ITERS (8 B WRITEs per rate run, 1000000),
 # CARGO_TARGET_DIR (where cargo builds, as for cargo itself; the binary is the one cargo
 # reports building), UCX_PERFTEST and FI_PINGPONG (the peers' programs, default ucx_perftest
-# and fi_pingpong on PATH; from the Debian/Ubuntu packages ucx-utils and libfabric-bin).
+# and fi_pingpong on PATH; from the Debian/Ubuntu packages ucx-utils and libfabric-bin),
+# BASELINE (another softverbs binary, e.g. an earlier build: its 8 B SEND half round trip is
+# measured in the same rounds, alternating, and compared with this build's).
 set -euo pipefail
 
 # A relative CARGO_TARGET_DIR names a directory relative to where the script was started.
@@ -111,6 +113,14 @@ for i in $(seq "$RUNS"); do
     "$SV" perf send_lat -s 8 -n "$ITERS" --json >"$LOG/slat" 2>&1 || true
     add sv_slat "$(json t_typical_usec "$LOG/slat")"
     add sv_slat_mean "$(json t_avg_usec "$LOG/slat")"
+    "$SV" perf read_lat -s 8 -n "$ITERS" --json >"$LOG/rlat" 2>&1 || true
+    add sv_rlat "$(json t_typical_usec "$LOG/rlat")"
+    "$SV" perf atomic_lat -n "$ITERS" --json >"$LOG/alat" 2>&1 || true
+    add sv_alat "$(json t_typical_usec "$LOG/alat")"
+    if [[ -n ${BASELINE:-} ]]; then
+        "$BASELINE" perf send_lat -s 8 -n "$ITERS" --json >"$LOG/bslat" 2>&1 || true
+        add base_slat "$(json t_typical_usec "$LOG/bslat")"
+    fi
     if ((HAVE_UCX)); then
         add ucx_bw "$(ucx ucp_put_bw 1048576 "$BW_ITERS" 6)"
         add ucx_rate "$(ucx ucp_put_bw 8 "$RATE_ITERS" 9)"
@@ -121,7 +131,8 @@ for i in $(seq "$RUNS"); do
         add fi_lat "$(fi_pp 8 "$ITERS")"
     fi
     line="  round $i:"
-    for k in sv_bw ucx_bw sv_rate ucx_rate sv_wlat ucx_wlat sv_slat sv_slat_mean ucx_tlat fi_lat; do
+    for k in sv_bw ucx_bw sv_rate ucx_rate sv_wlat ucx_wlat sv_slat sv_slat_mean ucx_tlat fi_lat \
+        sv_rlat sv_alat base_slat; do
         [[ -n ${LAST[$k]:-} ]] && line+=" $k=${LAST[$k]}"
     done
     echo "$line"
@@ -163,6 +174,17 @@ F=""
 ((HAVE_FI)) && F="fi_pingpong -p shm -e rdm -I $ITERS -S 8"
 row "8 B SEND half round trip, mean" "softverbs perf send_lat -s 8 -n $ITERS" "$(med sv_slat_mean)" \
     "$F" "$(med fi_lat)" "us" "$(ratio "$(med sv_slat_mean)" "$(med fi_lat)")"
+row "8 B RDMA READ latency, median, against softverbs' own 8 B SEND half round trip" \
+    "softverbs perf read_lat -s 8 -n $ITERS" "$(med sv_rlat)" \
+    "softverbs perf send_lat -s 8 -n $ITERS" "$(med sv_slat)" "us" "$(ratio "$(med sv_rlat)" "$(med sv_slat)")"
+row "8 B atomic latency, median, against softverbs' own 8 B SEND half round trip" \
+    "softverbs perf atomic_lat -n $ITERS" "$(med sv_alat)" \
+    "softverbs perf send_lat -s 8 -n $ITERS" "$(med sv_slat)" "us" "$(ratio "$(med sv_alat)" "$(med sv_slat)")"
+if [[ -n ${BASELINE:-} ]]; then
+    row "8 B SEND half round trip, median, against BASELINE" "softverbs perf send_lat -s 8 -n $ITERS" \
+        "$(med sv_slat)" "$BASELINE perf send_lat -s 8 -n $ITERS" "$(med base_slat)" "us" \
+        "$(ratio "$(med sv_slat)" "$(med base_slat)")"
+fi
 echo
 echo "| measurement | command | figure |"
 echo "|---|---|---|"

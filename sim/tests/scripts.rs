@@ -42,6 +42,10 @@ case "$2 $4" in
     "write_bw 8") echo '{"test":"write_bw","bytes":8,"bw_average_mib_per_sec":38.15,"msg_rate_mpps":5.000000}' ;;
     "write_lat 8") echo '{"test":"write_lat","bytes":8,"t_typical_usec":0.400,"t_avg_usec":0.450}' ;;
     "send_lat 8") echo '{"test":"send_lat","bytes":8,"t_typical_usec":0.250,"t_avg_usec":0.300}' ;;
+    "read_lat 8") echo '{"test":"read_lat","bytes":8,"t_typical_usec":0.300,"t_avg_usec":0.320}' ;;
+esac
+case "$2" in
+    atomic_lat) echo '{"test":"atomic_lat","bytes":8,"t_typical_usec":0.350,"t_avg_usec":0.360}' ;;
 esac
 case "$2" in
     floor) echo "RESULT floor iters=1 runs=1 median_us=0.100 p99_us=0.200" ;;
@@ -66,6 +70,14 @@ fn perf_sh_quick(env: &[(&str, &str)]) -> (String, String) {
     script(&bin.join("cargo"), FAKE_CARGO);
     let target = tmp.path().join("elsewhere");
     script(&target.join("release/softverbs"), FAKE_SOFTVERBS);
+    // The stand-in is its own baseline build too, where a test asks for one.
+    let env: Vec<(&str, String)> = env
+        .iter()
+        .map(|&(k, v)| match (k, v) {
+            ("BASELINE", "stand-in") => (k, target.join("release/softverbs").display().to_string()),
+            _ => (k, v.to_string()),
+        })
+        .collect();
     let mut command = Command::new("bash");
     command
         .arg(root().join("scripts/perf.sh"))
@@ -99,6 +111,7 @@ fn perf_sh_runs_the_binary_in_cargo_target_dir_and_names_missing_peers() {
     let (stdout, _) = perf_sh_quick(&[
         ("UCX_PERFTEST", "no-such-ucx_perftest"),
         ("FI_PINGPONG", "no-such-fi_pingpong"),
+        ("BASELINE", "stand-in"),
     ]);
     assert!(
         stdout
@@ -114,11 +127,22 @@ fn perf_sh_runs_the_binary_in_cargo_target_dir_and_names_missing_peers() {
         "| 8 B RDMA WRITE latency, half round trip, median | `softverbs perf write_lat -s 8 -n 2000` | 0.400 us |  | - | - |",
         "| 8 B SEND half round trip, median | `softverbs perf send_lat -s 8 -n 2000` | 0.250 us |  | - | - |",
         "| 8 B SEND half round trip, mean | `softverbs perf send_lat -s 8 -n 2000` | 0.300 us |  | - | - |",
+        "| 8 B RDMA READ latency, median, against softverbs' own 8 B SEND half round trip | `softverbs perf read_lat -s 8 -n 2000` | 0.300 us | `softverbs perf send_lat -s 8 -n 2000` | 0.250 us | 1.200 |",
+        "| 8 B atomic latency, median, against softverbs' own 8 B SEND half round trip | `softverbs perf atomic_lat -n 2000` | 0.350 us | `softverbs perf send_lat -s 8 -n 2000` | 0.250 us | 1.400 |",
         "| shm floor, half round trip | `softverbs perf floor` | 0.100 us |",
         "| idle CPU, % of a core (initiator / peer) | `softverbs perf idle --seconds 1` | 0.1000 / 0.2000 |",
     ] {
         assert!(stdout.lines().any(|l| l == line), "no line {line:?} in:\n{stdout}");
     }
+    // BASELINE's SEND half round trip, measured in the same rounds, against this build's.
+    let base = "| 8 B SEND half round trip, median, against BASELINE | `softverbs perf send_lat -s 8 -n 2000` | 0.250 us | `";
+    assert!(
+        stdout.lines().any(|l| l.starts_with(base)
+            && l.ends_with(
+                "/elsewhere/release/softverbs perf send_lat -s 8 -n 2000` | 0.250 us | 1.000 |"
+            )),
+        "no BASELINE row in:\n{stdout}"
+    );
 }
 
 /// The whole quick table against the real peers (`ucx_perftest`, `fi_pingpong`; `.ci/run`

@@ -30,8 +30,14 @@ impl Nic {
             .ok_or_else(|| Error::inval(format!("ibv_post_send: QP {qpn:#x} does not exist")))?;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            let reachable = reach::candidate(qp, &self.hca, wr.opcode);
-            if !reachable && req::post_now(qp, &mut self.hca, now, wr) {
+            let mut reachable = reach::candidate(qp, &self.hca, wr.opcode);
+            if reachable {
+                match reach::post(qp, &mut self.hca, wr) {
+                    Some(true) => continue,
+                    Some(false) => reachable = false,
+                    None => {}
+                }
+            } else if req::post_now(qp, &mut self.hca, now, wr) {
                 continue;
             }
             match self.hca.check_send(qp, wr, max_msg) {

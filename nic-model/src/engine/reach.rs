@@ -122,20 +122,92 @@ pub(crate) fn candidate(qp: &Qp, hca: &Hca, opcode: WrOpcode) -> bool {
         && hca.wire.as_deref().is_some_and(|w| w.reaches())
 }
 
+/// One operation to do by reach: what a WQE or a WR says about it.
+struct Op<'a> {
+    opcode: WrOpcode,
+    wr_id: u64,
+    signaled: bool,
+    len: u32,
+    sges: &'a [verbs_api::Sge],
+    inline: Option<&'a [u8]>,
+    rkey: u32,
+    va: u64,
+    compare_add: u64,
+    swap: u64,
+}
+
+/// The fast path of `ibv_post_send` for a reachable WR without inline data: the checks
+/// `check_send` makes, then [`place`], straight from the WR. `None` when the WR is not such
+/// a case or something about it is wrong (the general path then checks it and says what);
+/// `Some(false)` when the responder cannot be reached for it (it goes as packets).
+#[inline]
+pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> Option<bool> {
+    use verbs_api::SendFlags;
+    if wr.send_flags.contains(SendFlags::INLINE)
+        || wr.inline_data.is_some()
+        || wr.sg_list.len() > qp.cap.max_send_sge as usize
+        || hca.check_sges(qp.pd, wr.sg_list).is_err()
+    {
+        return None;
+    }
+    let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+    let len = u32::try_from(len).ok()?;
+    let atomic = wr.opcode.is_atomic();
+    let (rkey, va) = match atomic {
+        true => (wr.atomic.rkey, wr.atomic.remote_addr),
+        false => (wr.rdma.rkey, wr.rdma.remote_addr),
+    };
+    if atomic && (len != 8 || !va.is_multiple_of(8)) {
+        return None;
+    }
+    let op = Op {
+        opcode: wr.opcode,
+        wr_id: wr.wr_id,
+        signaled: qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
+        len,
+        sges: wr.sg_list,
+        inline: None,
+        rkey,
+        va,
+        compare_add: wr.atomic.compare_add,
+        swap: wr.atomic.swap,
+    };
+    Some(place(qp, hca, &op))
+}
+
 /// Does the checked WQE `w` by direct reach and completes it; false (having done nothing)
 /// when the host cannot reach the responder's memory for it, and it goes as packets.
 pub(crate) fn run(qp: &Qp, hca: &mut Hca, w: &SendWqe) -> bool {
     let atomic = w.opcode.is_atomic();
+    let op = Op {
+        opcode: w.opcode,
+        wr_id: w.wr_id,
+        signaled: w.signaled,
+        len: w.len,
+        sges: &w.sges,
+        inline: w.inline.as_deref(),
+        rkey: if atomic { w.atomic.rkey } else { w.rdma.rkey },
+        va: if atomic { w.atomic.remote_addr } else { w.rdma.remote_addr },
+        compare_add: w.atomic.compare_add,
+        swap: w.atomic.swap,
+    };
+    place(qp, hca, &op)
+}
+
+/// Does `w` in the responder's memory and completes it; false (having done nothing) when it
+/// cannot be done so.
+fn place(qp: &Qp, hca: &mut Hca, w: &Op<'_>) -> bool {
+    let atomic = w.opcode.is_atomic();
     let read = w.opcode == WrOpcode::RdmaRead;
-    if w.len > hca.cfg.limits.max_msg_sz || (w.is_rd_atomic() && qp.attr.max_rd_atomic == 0) {
+    if w.len > hca.cfg.limits.max_msg_sz || ((read || atomic) && qp.attr.max_rd_atomic == 0) {
         return false;
     }
-    let (need, rkey, va) = match w.opcode {
-        WrOpcode::RdmaWrite => (AccessFlags::REMOTE_WRITE, w.rdma.rkey, w.rdma.remote_addr),
-        WrOpcode::RdmaRead => (AccessFlags::REMOTE_READ, w.rdma.rkey, w.rdma.remote_addr),
-        _ => (AccessFlags::REMOTE_ATOMIC, w.atomic.rkey, w.atomic.remote_addr),
+    let need = match w.opcode {
+        WrOpcode::RdmaWrite => AccessFlags::REMOTE_WRITE,
+        WrOpcode::RdmaRead => AccessFlags::REMOTE_READ,
+        _ => AccessFlags::REMOTE_ATOMIC,
     };
-    if atomic && (!va.is_multiple_of(8) || w.sges.len() != 1 || w.sges[0].length < 8) {
+    if atomic && (!w.va.is_multiple_of(8) || w.sges.len() != 1 || w.sges[0].length < 8) {
         return false;
     }
     // Where the data lands locally must take it (a READ's or atomic's SGEs need LOCAL_WRITE);
@@ -150,8 +222,8 @@ pub(crate) fn run(qp: &Qp, hca: &mut Hca, w: &SendWqe) -> bool {
         src_qpn: qp.qpn,
         src_ip: hca.cfg.ip(),
         dest_qpn: qp.attr.dest_qp_num,
-        rkey,
-        va,
+        rkey: w.rkey,
+        va: w.va,
         len: u64::from(w.len),
         need: need.bits(),
         rd_atomic: read || atomic,
@@ -164,16 +236,12 @@ pub(crate) fn run(qp: &Qp, hca: &mut Hca, w: &SendWqe) -> bool {
         // 8-aligned (iova and memory share their offset within 8 bytes, checked at reg_mr).
         let word = unsafe { AtomicU64::from_ptr(r.ptr as *mut u64) };
         let orig = if w.opcode == WrOpcode::AtomicCmpAndSwp {
-            match word.compare_exchange(
-                w.atomic.compare_add,
-                w.atomic.swap,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match word.compare_exchange(w.compare_add, w.swap, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(v) | Err(v) => v,
             }
         } else {
-            word.fetch_add(w.atomic.compare_add, Ordering::AcqRel)
+            word.fetch_add(w.compare_add, Ordering::AcqRel)
         };
         drop(r);
         let s = w.sges[0];
@@ -182,12 +250,12 @@ pub(crate) fn run(qp: &Qp, hca: &mut Hca, w: &SendWqe) -> bool {
         }
     } else {
         let mut done = 0usize;
-        if let Some(data) = &w.inline {
+        if let Some(data) = w.inline {
             // SAFETY: the host checked [ptr, ptr + len) against the peer's MR; inline data
             // is the whole message.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr, data.len()) };
         } else {
-            for s in w.sges.iter() {
+            for s in w.sges {
                 let n = s.length as usize;
                 let need = if read { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
                 let Ok((mr, off)) = mrs.resolve_local(qp.pd, s, need) else { break };
@@ -208,6 +276,16 @@ pub(crate) fn run(qp: &Qp, hca: &mut Hca, w: &SendWqe) -> bool {
         drop(r);
     }
     hca.stats.reached += 1;
-    hca.complete_send(qp, w, WcStatus::Success);
+    if w.signaled {
+        let wc = verbs_api::WorkCompletion {
+            wr_id: w.wr_id,
+            status: WcStatus::Success,
+            opcode: verbs_api::WcOpcode::for_send(w.opcode),
+            byte_len: if atomic { 8 } else { w.len },
+            qp_num: qp.qpn,
+            ..verbs_api::WorkCompletion::default()
+        };
+        hca.complete(qp.send_cq, wc, false);
+    }
     true
 }
