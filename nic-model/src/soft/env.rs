@@ -169,6 +169,10 @@ mod tests {
         assert_eq!(c.pcap, None);
         let c = parse(&[("SOFTVERBS_PCAP", "/tmp/run-{pid}.pcap")]).expect("a file name");
         assert_eq!(c.pcap, Some(PathBuf::from("/tmp/run-{pid}.pcap")));
+        assert!(c.reach, "direct reach is on by default");
+        for (v, on) in [("off", false), ("0", false), ("on", true), ("1", true)] {
+            assert_eq!(parse(&[("SOFTVERBS_REACH", v)]).expect("valid").reach, on, "{v}");
+        }
     }
 
     #[test]
@@ -183,6 +187,7 @@ mod tests {
             ("SOFTVERBS_PCAP", "/tmp/run-{pdi}.pcap", PCAP_WHAT),
             ("SOFTVERBS_PCAP", "/tmp/", PCAP_WHAT),
             ("SOFTVERBS_PCAP", ".", PCAP_WHAT),
+            ("SOFTVERBS_REACH", "no", "`on` or `off`"),
         ] {
             assert_eq!(parse(&[(var, value)]), Err(format!("{var}={value:?} is not {what}")));
         }

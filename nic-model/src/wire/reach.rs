@@ -39,8 +39,10 @@ const SLOT: usize = 64;
 pub const QP_SLOTS: usize = 4096;
 /// MR slots (a key maps to slot `(key >> 8) % MR_SLOTS`).
 pub const MR_SLOTS: usize = 16384;
+/// Where the tables end.
+const TABLES_END: usize = HEADER + (QP_SLOTS + MR_SLOTS) * SLOT;
 /// Where the arena starts: after the tables, at a 2 MiB boundary.
-const ARENA_OFF: usize = (HEADER + (QP_SLOTS + MR_SLOTS) * SLOT).next_multiple_of(2 << 20);
+const ARENA_OFF: usize = TABLES_END.next_multiple_of(2 << 20);
 /// The arena's size: address space only (the file is sparse; pages exist once allocated).
 pub const ARENA_LEN: usize = 64 << 30;
 /// The granule of arena allocations (MR memory is 64-byte aligned, as the heap's is).
@@ -85,7 +87,7 @@ struct Mapping {
 
 impl Mapping {
     fn word(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off + 4 <= HEADER + (QP_SLOTS + MR_SLOTS) * SLOT && off.is_multiple_of(4));
+        debug_assert!(off + 4 <= TABLES_END && off.is_multiple_of(4));
         // SAFETY: offsets are within the header and tables (which the mapping always covers)
         // and 4-aligned (the mapping is page-aligned); shared words are only used as atomics.
         unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(off) as *mut u32) }
@@ -190,8 +192,9 @@ impl ReachArena {
         let setup = || -> Result<Mapping, WireError> {
             file.set_permissions(Permissions::from_mode(0o600))
                 .map_err(|e| WireError::io(&path, e))?;
-            // The header and tables are reserved (a full tmpfs fails here, not by SIGBUS).
-            os::reserve(&file, ARENA_OFF as u64).map_err(|e| WireError::io(&path, e))?;
+            // The header and tables are reserved (a full tmpfs fails here, not by SIGBUS); the
+            // arena's pages only as MRs take them.
+            os::reserve(&file, TABLES_END as u64).map_err(|e| WireError::io(&path, e))?;
             file.set_len((ARENA_OFF + ARENA_LEN) as u64).map_err(|e| WireError::io(&path, e))?;
             map_file(&file, &path)
         };
@@ -589,4 +592,150 @@ fn loop_read<T>(seq: &AtomicU32, read: impl Fn() -> T) -> Option<T> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A private directory, removed when dropped.
+    struct Dir(std::path::PathBuf);
+    impl Dir {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn dir(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("sv-reach-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir(&p).expect("a test directory");
+        Dir(p)
+    }
+
+    fn facts(qpn: u32) -> QpFacts {
+        QpFacts {
+            qpn,
+            live: true,
+            access: 0b1110,
+            pd: 3,
+            dest_qpn: 0x77,
+            dest_ip: [10, 0, 0, 2],
+            max_dest_rd_atomic: 4,
+        }
+    }
+
+    fn ask(rkey: u32, va: u64, len: u64) -> ReachAsk {
+        ReachAsk {
+            src_qpn: 0x77,
+            src_ip: [10, 0, 0, 2],
+            dest_qpn: 0x12,
+            rkey,
+            va,
+            len,
+            need: 0b10, // REMOTE_WRITE
+            rd_atomic: false,
+        }
+    }
+
+    #[test]
+    fn a_peer_reaches_a_published_mr_and_nothing_else() {
+        let d = dir("pub");
+        let arena = Arc::new(ReachArena::create(d.path(), 5).expect("create"));
+        assert!(is_reach_file(arena.path()) && !owner_gone(arena.path()));
+        let block = arena.allocate(1000).expect("room");
+        assert!(arena.publish_qp(&facts(0x12)));
+        assert!(arena.publish_mr(0x101, 3, 0b1111, 0x9000, block.ptr(), 1000));
+        let view = ReachView::open(d.path(), 5).expect("the peer maps it");
+        {
+            let r = view.resolve(&ask(0x101, 0x9000 + 8, 16)).expect("reached");
+            // SAFETY: 16 bytes at +8 of the 1000-byte block, checked by resolve.
+            unsafe { std::ptr::copy_nonoverlapping(b"0123456789abcdef".as_ptr(), r.ptr, 16) };
+        }
+        // SAFETY: the block is 1000 bytes.
+        let got = unsafe { std::slice::from_raw_parts(block.ptr().add(8), 16) };
+        assert_eq!(got, b"0123456789abcdef", "the owner sees the peer's bytes");
+        assert!(view.resolve(&ask(0x101, 0x9000 + 990, 16)).is_none(), "past the end");
+        assert!(view.resolve(&ask(0x201, 0x9000, 16)).is_none(), "another key");
+        assert!(view.resolve(&ask(0x101, 0x8ff8, 16)).is_none(), "before the start");
+        assert!(view.resolve(&ReachAsk { src_qpn: 0x78, ..ask(0x101, 0x9000, 8) }).is_none());
+        assert!(view.resolve(&ReachAsk { dest_qpn: 0x13, ..ask(0x101, 0x9000, 8) }).is_none());
+        arena.publish_qp(&QpFacts { access: 0b0100, ..facts(0x12) });
+        assert!(view.resolve(&ask(0x101, 0x9000, 8)).is_none(), "the QP lost REMOTE_WRITE");
+        arena.withdraw_qp(0x12);
+        arena.publish_qp(&facts(0x12));
+        assert!(view.resolve(&ask(0x101, 0x9000, 8)).is_some());
+        arena.withdraw_mr(0x101);
+        assert!(view.resolve(&ask(0x101, 0x9000, 8)).is_none(), "withdrawn");
+        // A heap pointer is not in the arena: nothing is published.
+        let heap = [0u8; 64];
+        assert!(!arena.publish_mr(0x301, 3, 0b1111, 0, heap.as_ptr(), 64));
+    }
+
+    #[test]
+    fn withdrawing_an_mr_waits_for_the_peer_using_it() {
+        let d = dir("wait");
+        let arena = Arc::new(ReachArena::create(d.path(), 6).expect("create"));
+        let block = arena.allocate(64).expect("room");
+        arena.publish_qp(&facts(0x12));
+        arena.publish_mr(0x101, 3, 0b1111, 0, block.ptr(), 64);
+        let view = ReachView::open(d.path(), 6).expect("mapped");
+        let r = view.resolve(&ask(0x101, 0, 8)).expect("reached");
+        let a2 = arena.clone();
+        let started = Instant::now();
+        let t = std::thread::spawn(move || {
+            a2.withdraw_mr(0x101);
+            started.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!t.is_finished(), "ibv_dereg_mr waits while a peer copies");
+        drop(r);
+        let waited = t.join().expect("withdraw");
+        assert!(waited >= Duration::from_millis(100) && waited < DRAIN_LIMIT, "{waited:?}");
+    }
+
+    #[test]
+    fn freed_memory_comes_back_zeroed_and_whole() {
+        let d = dir("free");
+        let arena = Arc::new(ReachArena::create(d.path(), 7).expect("create"));
+        let a = arena.allocate(3 * 4096 + 100).expect("room");
+        let first = a.ptr();
+        // SAFETY: within the block.
+        unsafe { std::ptr::write_bytes(first, 0xee, 3 * 4096 + 100) };
+        let b = arena.allocate(64).expect("room");
+        drop(a);
+        drop(b);
+        assert_eq!(arena.free.lock().unwrap().as_slice(), [(0, ARENA_LEN)], "coalesced");
+        let c = arena.allocate(3 * 4096 + 100).expect("room");
+        assert_eq!(c.ptr(), first, "the same place again");
+        // SAFETY: within the block.
+        let bytes = unsafe { std::slice::from_raw_parts(c.ptr(), 3 * 4096 + 100) };
+        assert!(bytes.iter().all(|&x| x == 0), "zeroed for its next MR");
+    }
+
+    #[test]
+    fn a_closed_owner_is_gone_for_its_peers_and_its_file_with_it() {
+        let d = dir("closed");
+        let arena = ReachArena::create(d.path(), 8).expect("create");
+        let mut view = ReachView::open(d.path(), 8).expect("mapped");
+        assert_eq!(view.blocked(), None);
+        arena.set_observed(true);
+        assert_eq!(view.blocked(), Some(false), "observed: packets, but the file stays");
+        arena.set_observed(false);
+        let path = arena.path().to_path_buf();
+        drop(arena);
+        assert_eq!(view.blocked(), Some(true), "closed");
+        assert!(!path.exists(), "removed with its owner");
+        assert!(ReachView::open(d.path(), 8).is_none());
+        // A stranger's file by the name is no reach file of a live owner.
+        std::fs::write(reach_path(d.path(), 9), b"not a reach file").unwrap();
+        assert!(owner_gone(&reach_path(d.path(), 9)));
+        assert!(ReachView::open(d.path(), 9).is_none());
+        assert!(!is_reach_file(&d.path().join("port-9.inbox")));
+    }
 }
