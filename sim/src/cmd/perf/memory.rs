@@ -194,9 +194,11 @@ fn measure(me: &Launcher, a: &MemArgs, fabric: &FabricDir) -> Result<Report, Cli
     check_limits(&ctx, a)?;
     step(&mut steps, "device opened".into(), None, 0)?;
     // This port's inbox is the one segment in the fabric directory before the peer starts.
+    // (Its reach file, a sparse 64 GiB, holds the arena of MR memory: counted as MRs' pages.)
     let inbox_bytes = fabric
         .segment_files()?
         .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "inbox"))
         .filter_map(|f| std::fs::metadata(f).ok())
         .map(|m| m.len())
         .sum();
@@ -399,11 +401,16 @@ fn table(a: &MemArgs, r: &Report) -> Result<(), CliError> {
     for s in &r.steps {
         let delta = s.mem.rss as f64 - prev.rss as f64;
         let per = s.per.map_or(String::new(), |(what, n)| {
-            // The device's own objects are heap (anon) memory; so are registered pages.
-            let anon = s.mem.anon as f64 - prev.anon as f64;
-            let own = anon * 1024.0 - s.registered as f64;
-            let extra = if s.registered > 0 { " beyond its pages" } else { "" };
-            format!("{:.0} B heap per {what}{extra}", own / n as f64)
+            // The device's own objects are heap (anon) memory. The pages of MRs that own
+            // their memory are in the device's reach file (shmem or file, docs/guide.md,
+            // "Direct reach"), or heap when it has none: an MR step counts all of its growth.
+            if s.registered > 0 {
+                let own = delta * 1024.0 - s.registered as f64;
+                format!("{:.0} B per {what} beyond its pages", own / n as f64)
+            } else {
+                let anon = s.mem.anon as f64 - prev.anon as f64;
+                format!("{:.0} B heap per {what}", anon * 1024.0 / n as f64)
+            }
         });
         outln!(
             "{:<44} {:>8} {:>+8.2} {:>8} {:>8} {:>8} {:>8}  {}",
