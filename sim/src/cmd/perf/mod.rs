@@ -21,6 +21,7 @@ mod pt_out;
 mod pt_run;
 mod runner;
 mod spin;
+mod stamp;
 mod stats;
 mod syscalls;
 

@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::stamp::Stamp;
+
 use verbs_api::{
     AtomicTarget, CompChannel, CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair,
     RdmaTarget, RecvWr, SendFlags, SendWr, UdTarget, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -383,6 +385,7 @@ pub(super) fn client_lat(
     tick: Tick,
 ) -> Result<Raw, String> {
     let mut raw = Raw::default();
+    let stamp = Stamp::start();
     let t0 = Instant::now();
     let end = plan.duration.map(|d| t0 + d);
     let deadline = t0 + plan.duration.unwrap_or_default() + PHASE;
@@ -398,7 +401,7 @@ pub(super) fn client_lat(
             _ => {}
         }
         if end.is_none() {
-            raw.posted.push(t0.elapsed().as_nanos() as u64);
+            raw.posted.push(stamp.ns());
         }
         match plan.verb {
             Verb::Send | Verb::Write => {
@@ -483,6 +486,7 @@ pub(super) fn client_bw(
         (0..nq).map(|q| work_request(side, q, &plan, &sge, remote)).collect();
     let flags = wrs.first().map_or(SendFlags::empty(), |w| w.send_flags);
     let mut poll = Poller::new(side);
+    let stamp = Stamp::start();
     let t0 = Instant::now();
     let end = plan.duration.map(|d| t0 + d);
     let deadline = t0 + plan.duration.unwrap_or_default() + PHASE;
@@ -499,7 +503,7 @@ pub(super) fn client_bw(
                     wr.send_flags |= SendFlags::SIGNALED;
                 }
                 if timed {
-                    raw.posted.push(t0.elapsed().as_nanos() as u64);
+                    raw.posted.push(stamp.ns());
                 }
                 side.qps[q].post_send(std::slice::from_ref(wr)).map_err(|e| e.to_string())?;
                 posted[q] += 1;
@@ -528,7 +532,7 @@ pub(super) fn client_bw(
             total_done += k + 1 - *d;
             *d = k + 1;
             if timed {
-                raw.completed.push((total_done, t0.elapsed().as_nanos() as u64));
+                raw.completed.push((total_done, stamp.ns()));
             }
         }
         if total_done - last_tick >= 4096 {
