@@ -116,6 +116,16 @@ fn write_read_and_atomics_are_reached_with_the_bytes_and_completions_of_packets(
     };
     ok(&p.run(inline), 2, WcOpcode::RdmaWrite, 7, qpn);
     assert_eq!(b.mr.read_vec(8000, 7).unwrap(), b"inline!");
+    // IBV_SEND_INLINE over a gather list: read at post time, straight into b's memory.
+    let sges = [a.mr.sge(5000, 20), a.mr.sge(0, 12)];
+    let gathered = SendWr {
+        send_flags: SendFlags::SIGNALED | SendFlags::INLINE,
+        ..write_wr(&sges, 21, b.mr.addr() + 9000, b.mr.rkey())
+    };
+    ok(&p.run(gathered), 21, WcOpcode::RdmaWrite, 32, qpn);
+    a.mr.write(5000, &[0; 20]).unwrap(); // the program may reuse its buffer at once
+    let want: Vec<u8> = data[1000..1020].iter().chain(&data[..12]).copied().collect();
+    assert_eq!(b.mr.read_vec(9000, 32).unwrap(), want);
     // A READ scattered into two SGEs.
     let sges = [a.mr.sge(20000, 1200), a.mr.sge(30000, 1800)];
     let read = SendWr {
@@ -149,7 +159,7 @@ fn write_read_and_atomics_are_reached_with_the_bytes_and_completions_of_packets(
     assert_eq!(b.mr.read_vec(64, 8).unwrap(), 7u64.to_ne_bytes(), "swapped");
     ok(&p.run(atomic(6, WrOpcode::AtomicCmpAndSwp, 1, 9)), 6, WcOpcode::CompSwap, 8, qpn);
     assert_eq!(b.mr.read_vec(64, 8).unwrap(), 7u64.to_ne_bytes(), "a failed compare swaps nothing");
-    assert_eq!(p.reached(), 6, "all six by direct reach");
+    assert_eq!(p.reached(), 7, "all seven by direct reach");
     assert_eq!(p.sent(), 0, "and not one packet");
     // An unsignaled WRITE completes nothing, and its bytes still land.
     let sges = [a.mr.sge(0, 16)];

@@ -136,21 +136,36 @@ struct Op<'a> {
     swap: u64,
 }
 
-/// The fast path of `ibv_post_send` for a reachable WR without inline data: the checks
-/// `check_send` makes, then [`place`], straight from the WR. `None` when the WR is not such
-/// a case or something about it is wrong (the general path then checks it and says what);
-/// `Some(false)` when the responder cannot be reached for it (it goes as packets).
+/// The fast path of `ibv_post_send` for a reachable WR: the checks `check_send` makes, then
+/// [`place`], straight from the WR (inline data, which must be read at post time, is copied
+/// from where it is straight into the peer's memory). `None` when something about the WR is
+/// unusual or wrong (the general path then checks it and says what); `Some(false)` when the
+/// responder cannot be reached for it (it goes as packets).
 #[inline]
 pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> Option<bool> {
     use verbs_api::SendFlags;
-    if wr.send_flags.contains(SendFlags::INLINE)
-        || wr.inline_data.is_some()
-        || wr.sg_list.len() > qp.cap.max_send_sge as usize
-        || hca.check_sges(qp.pd, wr.sg_list).is_err()
-    {
-        return None;
-    }
-    let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+    let inline = wr.send_flags.contains(SendFlags::INLINE) || wr.inline_data.is_some();
+    let max_inline = qp.cap.max_inline_data as usize;
+    let (len, data) = match wr.inline_data {
+        Some(d) if inline => {
+            if wr.opcode != WrOpcode::RdmaWrite || d.len() > max_inline {
+                return None;
+            }
+            (d.len() as u64, Some(d))
+        }
+        _ => {
+            if wr.sg_list.len() > qp.cap.max_send_sge as usize
+                || hca.check_sges(qp.pd, wr.sg_list).is_err()
+            {
+                return None;
+            }
+            let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if inline && (wr.opcode != WrOpcode::RdmaWrite || len > max_inline as u64) {
+                return None;
+            }
+            (len, None)
+        }
+    };
     let len = u32::try_from(len).ok()?;
     let atomic = wr.opcode.is_atomic();
     let (rkey, va) = match atomic {
@@ -166,7 +181,7 @@ pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> Option
         signaled: qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
         len,
         sges: wr.sg_list,
-        inline: None,
+        inline: data,
         rkey,
         va,
         compare_add: wr.atomic.compare_add,
