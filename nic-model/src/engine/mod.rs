@@ -218,6 +218,9 @@ pub(crate) struct Hca {
     reportable: usize,
     /// Moves on whenever a QP's state or attributes may have changed (modify, destroy, an
     /// error): a host that publishes QPs for direct reach republishes when it moved.
+    /// The last `post_send` did every WR by direct reach: nothing for the wire (see
+    /// [`Nic::take_quiet_post`]).
+    quiet_post: bool,
     qp_epoch: u64,
     stats: NicStats,
     ip_ident: u16,
@@ -250,6 +253,7 @@ impl Nic {
                 reportable: 0,
                 stats: NicStats::default(),
                 qp_epoch: 0,
+                quiet_post: false,
                 ip_ident: 0,
             },
         }

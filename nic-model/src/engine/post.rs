@@ -29,6 +29,7 @@ impl Nic {
             .get_mut(&qpn)
             .ok_or_else(|| Error::inval(format!("ibv_post_send: QP {qpn:#x} does not exist")))?;
         let mut result = Ok(());
+        let mut quiet = true;
         for (i, wr) in wrs.iter().enumerate() {
             let mut reachable = reach::candidate(qp, &self.hca, wr.opcode);
             if reachable {
@@ -38,8 +39,10 @@ impl Nic {
                     None => {}
                 }
             } else if req::post_now(qp, &mut self.hca, now, wr) {
+                quiet = false;
                 continue;
             }
+            quiet = false;
             match self.hca.check_send(qp, wr, max_msg) {
                 Ok(wqe) => {
                     if !(reachable && reach::run(qp, &mut self.hca, &wqe)) {
@@ -55,6 +58,7 @@ impl Nic {
                 }
             }
         }
+        self.hca.quiet_post = quiet && result.is_ok();
         if qp.state == QpState::Err {
             self.hca.flush(qp);
         } else {
@@ -62,6 +66,13 @@ impl Nic {
         }
         refile_timer(&mut self.timers, qp);
         result
+    }
+
+    /// Whether the last `ibv_post_send` did every WR by direct reach (`engine::reach`), so
+    /// that it gave the wire nothing; reading it clears it. A host may then skip the
+    /// progress round it runs after a post, when nothing else waits either.
+    pub fn take_quiet_post(&mut self) -> bool {
+        std::mem::take(&mut self.hca.quiet_post)
     }
 
     /// `ibv_post_recv`.

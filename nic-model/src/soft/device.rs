@@ -516,6 +516,20 @@ impl Core {
         did
     }
 
+    /// The round after a verb that gave the engine work (`Host::with_nic_now`), unless the
+    /// verb was a post done wholly by direct reach and nothing waits (no datagram to send or
+    /// receive, no timer): then only the NIC thread is told that the program calls in.
+    pub(crate) fn progress_after_verb(&self, st: &mut State) {
+        let quiet = st.nic.take_quiet_post();
+        let waiting = !st.backlog.is_empty() || st.nic.has_transmit() || !self.port.idle();
+        if quiet && !waiting && st.nic.next_timeout().is_none() {
+            let n = self.inline_rounds.load(Ordering::Relaxed);
+            self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
+            return;
+        }
+        self.progress_inline(st, Round::Full);
+    }
+
     /// The program is about to block in a verb: have the NIC thread run the engine from now on.
     pub(crate) fn hand_over(&self) {
         self.takeover.store(true, Ordering::Release);

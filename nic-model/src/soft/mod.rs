@@ -341,7 +341,7 @@ impl Host for Device {
         let mut clock = || self.now();
         let r = f(&mut st, &mut Now::Lazy(&mut clock));
         // A post transmits at once: the doorbell is this call.
-        self.progress_inline(&mut st, Round::Full);
+        self.progress_after_verb(&mut st);
         r
     }
     fn poll_cq(&self, cq: u32, wc: &mut [WorkCompletion]) -> Result<usize> {

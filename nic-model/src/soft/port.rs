@@ -62,6 +62,11 @@ pub trait Port: Send + Sync + 'static {
     /// Publishes the port's counters ([`crate::soft::counters::COUNTERS`], in order) where
     /// other processes read them; cheap (no system call), called once per batch of rounds.
     fn publish(&self, _values: &[u64]) {}
+    /// Whether no datagram waits in the port's inbox (a look, no system call); false when
+    /// the port cannot tell cheaply.
+    fn idle(&self) -> bool {
+        false
+    }
     /// This port's own reach file, when the device lets peers reach its memory (a port on
     /// shared memory, unless `SOFTVERBS_REACH=off`).
     fn arena(&self) -> Option<&Arc<ReachArena>> {
@@ -320,6 +325,10 @@ impl Port for ShmPort {
 
     fn arena(&self) -> Option<&Arc<ReachArena>> {
         self.arena.as_ref()
+    }
+
+    fn idle(&self) -> bool {
+        self.inbox.is_empty()
     }
 
     #[inline]
