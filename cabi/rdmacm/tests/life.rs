@@ -1,6 +1,7 @@
 //! A connection's life cycle on softverbs' librdmacm.so.1, with tests/c/cm_life.c as a server
 //! and a client process: a REQ that comes while the server is between two `rdma_listen`s on
-//! its port waits for the next listener (perftest `-R`'s pattern, once a hang); a peer (client
+//! its port waits for the next listener (perftest `-R`'s pattern, once a hang), past the 2 s
+//! hold while the server works, and is REJECTED after it while the server sleeps; a peer (client
 //! or server) that is SIGKILLed or exits without disconnecting gets the survivor DISCONNECTED
 //! with its QP in ERR, and one that dies before the connection is made gets the other side
 //! REJECTED (status 4 or 28, as the dead process's kernel would send);
@@ -75,11 +76,57 @@ const ENDING: [&str; 4] = [
 #[test]
 fn a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit() {
     let test = "a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit";
-    let Some((env, exe)) = setup(test) else { return };
-    let port = common::free_port().to_string();
     // The server takes 300 ms to listen again after its first connection; the client's second
     // REQ leaves as soon as the first connection is ESTABLISHED.
-    let server = server(&env, &exe, &[&port, "2", "300"]);
+    two_connections_across_a_relisten(test, &["300"]);
+}
+
+#[test]
+fn a_req_waits_past_the_hold_for_a_server_that_works_between_two_listens() {
+    let test = "a_req_waits_past_the_hold_for_a_server_that_works_between_two_listens";
+    // 3 s on the CPU between the two listens, longer than the 2 s hold: a server on a loaded
+    // machine (perftest -R's, starved of CPU, once left its client REJECTED and itself
+    // waiting forever for a CONNECT_REQUEST).
+    two_connections_across_a_relisten(test, &["3000", "busy"]);
+}
+
+#[test]
+fn a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold() {
+    let test = "a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold";
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    // The server sleeps 6 s before it listens again: nothing is on its way to a listen.
+    let _server = server(&env, &exe, &[&port, "2", "6000"]);
+    let t0 = Instant::now();
+    let client = env.run(&exe, &["client", "127.0.0.1", &port, "2", "disconnect"], limit());
+    let took = t0.elapsed();
+    let (co, ce) = text(&client);
+    assert_eq!(
+        conn_lines(&co, 1),
+        [
+            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+            "RDMA_CM_EVENT_REJECTED, status 8"
+        ],
+        "client:\n{co}{ce}"
+    );
+    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
+    // The hold is 2 s (watch.rs REQ_HOLD); the server would have listened at 6 s.
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "REJECTED after {took:?}"
+    );
+}
+
+/// cm_life's client connects twice to a server that destroys its listening id after the first
+/// connection and listens again after `relisten` (`RELISTEN_MS` and cm_life's mode); both
+/// connections go through their whole life on both sides, and the CM leaves nothing behind.
+fn two_connections_across_a_relisten(test: &str, relisten: &[&str]) {
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let mut args = vec![port.as_str(), "2"];
+    args.extend_from_slice(relisten);
+    let server = server(&env, &exe, &args);
     let client = env.run(&exe, &["client", "127.0.0.1", &port, "2", "disconnect"], limit());
     let server = finish(server, limit(), "cm_life server");
     let (co, ce) = text(&client);
