@@ -7,54 +7,31 @@
 //! REJECTED (status 4 or 28, as the dead process's kernel would send);
 //! after DISCONNECTED each side gets TIMEWAIT_EXIT once the timewait (512 ms) passed.
 
+mod cm;
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::Output;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{finish, text, tool, Env, Guard};
+use cm::leftovers;
+use common::{finish, text, Env, Guard};
 
 /// An Env with this package's librdmacm.so.1, and cm_life compiled into it (None: no C
 /// compiler or librdmacm headers, the test skips as the other C tests do).
 fn setup(test: &str) -> Option<(Env, PathBuf)> {
-    let cc = tool(test, "cc", "gcc")?;
-    common::file(test, "/usr/include/rdma/rdma_cma.h", "librdmacm-dev")?;
-    let env = Env::new();
-    let cm = common::built_library().with_file_name("libsoftverbs_rdmacm.so");
-    let cm = if cm.exists() { cm } else { common::target_dir().join("libsoftverbs_rdmacm.so") };
-    assert!(cm.exists(), "{}: librdmacm was not built", cm.display());
-    std::os::unix::fs::symlink(cm, env.lib.path().join("librdmacm.so.1")).expect("symlink");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_life.c");
-    let exe = env.lib.path().join("cm_life");
-    let out = Command::new(cc)
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let env = cm::env();
+    let exe = cm::compile(test, &env, "tests/c/cm_life.c", "cm_life")?;
     Some((env, exe))
 }
 
 /// Start `cm_life server PORT N RELISTEN_MS [extra]` and wait (at most 10 s) until it listens.
 fn server(env: &Env, exe: &Path, args: &[&str]) -> Guard {
     let mut g = Guard(Some(env.command(exe).arg("server").args(args).spawn().expect("spawn")));
-    let port = args[0];
-    let name = env.fabric.path().join("cm").join(format!("0.0.0.0:{port}"));
-    let start = Instant::now();
-    while std::fs::symlink_metadata(&name).is_err() {
-        let exited = g.0.as_mut().expect("server").try_wait().expect("try_wait");
-        assert!(exited.is_none(), "the server exited: {exited:?}");
-        assert!(start.elapsed() < Duration::from_secs(10), "the server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The name appears at rdma_bind_addr; rdma_listen follows at once.
-    std::thread::sleep(Duration::from_millis(100));
+    cm::wait_listening(env, &format!("0.0.0.0:{}", args[0]), &mut g);
     g
 }
 
@@ -87,22 +64,28 @@ fn a_req_waits_past_the_hold_for_a_server_that_works_between_two_listens() {
     // 3 s on the CPU between the two listens, longer than the 2 s hold: a server on a loaded
     // machine (perftest -R's, starved of CPU, once left its client REJECTED and itself
     // waiting forever for a CONNECT_REQUEST).
-    two_connections_across_a_relisten(test, &["3000", "busy"]);
+    let Some((client, took)) = req_between_listens(test, &["3000", "busy"]) else { return };
+    let (co, ce) = text(&client);
+    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
+    let mut want = vec![
+        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ESTABLISHED, status 0",
+    ];
+    want.extend(ENDING);
+    assert_eq!(conn_lines(&co, 0), want, "client:\n{co}{ce}");
+    assert_eq!(co.lines().last(), Some("done"));
+    assert!(took >= Duration::from_secs(2), "connected after {took:?}, inside the hold");
 }
 
 #[test]
 fn a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold() {
     let test = "a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold";
-    let Some((env, exe)) = setup(test) else { return };
-    let port = common::free_port().to_string();
     // The server sleeps 6 s before it listens again: nothing is on its way to a listen.
-    let _server = server(&env, &exe, &[&port, "2", "6000"]);
-    let t0 = Instant::now();
-    let client = env.run(&exe, &["client", "127.0.0.1", &port, "2", "disconnect"], limit());
-    let took = t0.elapsed();
+    let Some((client, took)) = req_between_listens(test, &["6000"]) else { return };
     let (co, ce) = text(&client);
     assert_eq!(
-        conn_lines(&co, 1),
+        conn_lines(&co, 0),
         [
             "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
             "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
@@ -118,24 +101,46 @@ fn a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold() {
     );
 }
 
+/// A REQ that comes while the server is between two listens: a server of two connections
+/// (`RELISTEN_MS` and cm_life's mode in `relisten`) accepts a first client, which holds its
+/// connection; once the server's listening id is closed (its name points at token 0), a second
+/// client connects once and disconnects. That client's output, and how long it ran.
+fn req_between_listens(test: &str, relisten: &[&str]) -> Option<(Output, Duration)> {
+    let (env, exe) = setup(test)?;
+    let port = common::free_port().to_string();
+    let mut args = vec![port.as_str(), "2"];
+    args.extend_from_slice(relisten);
+    let _server = server(&env, &exe, &args);
+    let mut first = Guard(Some(
+        env.command(&exe).args(["client", "127.0.0.1", &port, "1", "hold"]).spawn().expect("spawn"),
+    ));
+    wait_line(first.0.as_mut().expect("client").stdout.take().expect("stdout"), "holding");
+    // Bounded: the server closes its listener right after its accept.
+    let name = env.fabric.path().join("cm").join(format!("0.0.0.0:{port}"));
+    let start = Instant::now();
+    while !std::fs::read_link(&name).is_ok_and(|t| t.to_string_lossy().ends_with("#0")) {
+        assert!(start.elapsed() < limit(), "the server never closed its listener");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t0 = Instant::now();
+    let client = env.run(&exe, &["client", "127.0.0.1", &port, "1", "disconnect"], limit());
+    Some((client, t0.elapsed()))
+}
+
 /// cm_life's client connects twice to a server that destroys its listening id after the first
 /// connection and listens again after `relisten` (`RELISTEN_MS` and cm_life's mode); both
 /// connections go through their whole life on both sides, and the CM leaves nothing behind.
 fn two_connections_across_a_relisten(test: &str, relisten: &[&str]) {
     let Some((env, exe)) = setup(test) else { return };
     let port = common::free_port().to_string();
-    let mut args = vec![port.as_str(), "2"];
+    let mut args = vec!["server", port.as_str(), "2"];
     args.extend_from_slice(relisten);
-    let server = server(&env, &exe, &args);
-    let client = env.run(&exe, &["client", "127.0.0.1", &port, "2", "disconnect"], limit());
-    let server = finish(server, limit(), "cm_life server");
-    let (co, ce) = text(&client);
-    let (so, se) = text(&server);
-    assert!(
-        client.status.success() && server.status.success(),
-        "client {:?}:\n{co}{ce}\nserver {:?}:\n{so}{se}",
-        client.status,
-        server.status
+    let ((so, se), (co, ce)) = cm::pair_ok(
+        &env,
+        (&exe, &args),
+        &format!("0.0.0.0:{port}"),
+        (&exe, &["client", "127.0.0.1", &port, "2", "disconnect"]),
+        limit(),
     );
     for c in 0..2 {
         let mut want = vec![
@@ -153,12 +158,7 @@ fn two_connections_across_a_relisten(test: &str, relisten: &[&str]) {
     assert_eq!(co.lines().last(), Some("done"));
     assert_eq!(so.lines().last(), Some("done"));
     assert_eq!((ce.as_str(), se.as_str()), ("", ""));
-    let left: Vec<_> = std::fs::read_dir(env.fabric.path().join("cm"))
-        .expect("cm dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(left.is_empty(), "the CM left {left:?} behind");
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
 
 /// Every wait of these tests: 30 s (a loaded machine; the programs bound their own waits to
