@@ -50,6 +50,37 @@ const ENDING: [&str; 4] = [
     "timewait at least 500 ms: yes",
 ];
 
+/// What the client prints of a connection that lived and ended: resolved, ESTABLISHED, then
+/// [`ENDING`].
+fn client_life() -> Vec<&'static str> {
+    let mut v = vec![
+        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ESTABLISHED, status 0",
+    ];
+    v.extend(ENDING);
+    v
+}
+
+/// What the server prints of a connection that lived and ended: the request, ESTABLISHED,
+/// then [`ENDING`].
+fn server_life() -> Vec<&'static str> {
+    let mut v =
+        vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
+    v.extend(ENDING);
+    v
+}
+
+/// cm_life's client of one connection exited 0 after its whole life ([`client_life`]), with
+/// "done" last and nothing on stderr.
+fn assert_client_lived(client: &Output) {
+    let (co, ce) = text(client);
+    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
+    assert_eq!(conn_lines(&co, 0), client_life(), "client:\n{co}{ce}");
+    assert_eq!(co.lines().last(), Some("done"));
+    assert_eq!(ce, "");
+}
+
 #[test]
 fn a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit() {
     let test = "a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit";
@@ -65,16 +96,7 @@ fn a_req_waits_past_the_hold_for_a_server_that_works_between_two_listens() {
     // machine (perftest -R's, starved of CPU, once left its client REJECTED and itself
     // waiting forever for a CONNECT_REQUEST).
     let Some((client, took)) = req_between_listens(test, &["3000", "busy"]) else { return };
-    let (co, ce) = text(&client);
-    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
-    let mut want = vec![
-        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
-        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-        "RDMA_CM_EVENT_ESTABLISHED, status 0",
-    ];
-    want.extend(ENDING);
-    assert_eq!(conn_lines(&co, 0), want, "client:\n{co}{ce}");
-    assert_eq!(co.lines().last(), Some("done"));
+    assert_client_lived(&client);
     assert!(took >= Duration::from_secs(2), "connected after {took:?}, inside the hold");
 }
 
@@ -83,22 +105,29 @@ fn a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold() {
     let test = "a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold";
     // The server sleeps 6 s before it listens again: nothing is on its way to a listen.
     let Some((client, took)) = req_between_listens(test, &["6000"]) else { return };
-    let (co, ce) = text(&client);
-    assert_eq!(
-        conn_lines(&co, 0),
-        [
-            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
-            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-            "RDMA_CM_EVENT_REJECTED, status 8"
-        ],
-        "client:\n{co}{ce}"
-    );
-    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
+    assert_client_rejected(&client, 8);
     // The hold is 2 s (watch.rs REQ_HOLD); the server would have listened at 6 s.
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(6),
         "REJECTED after {took:?}"
     );
+}
+
+/// cm_life's client (one connection) got REJECTED with `status` once its address and route
+/// were resolved, and exited 1 (it expected ESTABLISHED).
+fn assert_client_rejected(client: &Output, status: i32) {
+    let (co, ce) = text(client);
+    let rejected = format!("RDMA_CM_EVENT_REJECTED, status {status}");
+    assert_eq!(
+        conn_lines(&co, 0),
+        [
+            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+            rejected.as_str()
+        ],
+        "client:\n{co}{ce}"
+    );
+    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
 }
 
 /// A REQ that comes while the server is between two listens: a server of two connections
@@ -143,17 +172,8 @@ fn two_connections_across_a_relisten(test: &str, relisten: &[&str]) {
         limit(),
     );
     for c in 0..2 {
-        let mut want = vec![
-            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
-            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-            "RDMA_CM_EVENT_ESTABLISHED, status 0",
-        ];
-        want.extend(ENDING);
-        assert_eq!(conn_lines(&co, c), want, "client, connection {c}:\n{co}");
-        let mut want =
-            vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
-        want.extend(ENDING);
-        assert_eq!(conn_lines(&so, c), want, "server, connection {c}:\n{so}");
+        assert_eq!(conn_lines(&co, c), client_life(), "client, connection {c}:\n{co}");
+        assert_eq!(conn_lines(&so, c), server_life(), "server, connection {c}:\n{so}");
     }
     assert_eq!(co.lines().last(), Some("done"));
     assert_eq!(so.lines().last(), Some("done"));
@@ -228,10 +248,7 @@ fn wait_line(out: std::process::ChildStdout, want: &str) {
 
 /// The server's whole output when its one client went away without disconnecting.
 fn assert_survivor_output(so: &str) {
-    let mut want =
-        vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
-    want.extend(ENDING);
-    assert_eq!(conn_lines(so, 0), want, "server:\n{so}");
+    assert_eq!(conn_lines(so, 0), server_life(), "server:\n{so}");
     assert_eq!(so.lines().last(), Some("done"));
 }
 
@@ -273,17 +290,7 @@ fn a_sigkilled_server_gets_the_client_disconnected() {
     assert!(!killed.success());
     let client = finish(client, limit(), "cm_life client");
     let took = t0.elapsed();
-    let (co, ce) = text(&client);
-    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
-    let mut want = vec![
-        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
-        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-        "RDMA_CM_EVENT_ESTABLISHED, status 0",
-    ];
-    want.extend(ENDING);
-    assert_eq!(conn_lines(&co, 0), want, "client:\n{co}");
-    assert_eq!(co.lines().last(), Some("done"));
-    assert_eq!(ce, "");
+    assert_client_lived(&client);
     assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
 }
 
@@ -307,18 +314,8 @@ fn a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28() {
     s.wait().expect("wait");
     let client = finish(client, limit(), "cm_life client");
     let took = t0.elapsed();
-    let (co, ce) = text(&client);
     // The server's kernel rejects a request its process never answered (consumer defined).
-    assert_eq!(
-        conn_lines(&co, 0),
-        [
-            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
-            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-            "RDMA_CM_EVENT_REJECTED, status 28"
-        ],
-        "client:\n{co}{ce}"
-    );
-    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
+    assert_client_rejected(&client, 28);
     assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
 }
 

@@ -87,19 +87,12 @@ pub fn pair_ok(
 /// kernel's word on each thread), its output so far, and the client's status and output (a
 /// server often waits for something its client never sent because the client failed).
 pub fn finish_server(mut g: Guard, limit: Duration, what: &str, client: &Output) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        let c = g.0.as_mut().expect("server");
-        if c.try_wait().expect("try_wait").is_some() {
-            return g.0.take().expect("server").wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if common::ended_within(&mut g, limit) {
+        return g.0.take().expect("server").wait_with_output().expect("output");
     }
+    // Still in its Guard while gdb looks, so that it is killed whatever happens.
+    let stacks = stacks_of(g.0.as_ref().expect("server").id());
     let mut c = g.0.take().expect("server");
-    let stacks = stacks_of(c.id());
     let _ = c.kill();
     let out = c.wait_with_output().expect("output");
     let ((so, se), (co, ce)) = (text(&out), text(client));
