@@ -272,13 +272,37 @@ fn a_peer_that_exits_without_disconnecting_gets_the_survivor_disconnected() {
 #[test]
 fn a_sigkilled_server_gets_the_client_disconnected() {
     let test = "a_sigkilled_server_gets_the_client_disconnected";
-    let Some((env, exe)) = setup(test) else { return };
+    let Some((client, took)) = kill_server_when_holding(test, "hold", "wait") else { return };
+    assert_client_lived(&client);
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+#[test]
+fn a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28() {
+    let test = "a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28";
+    let Some((client, took)) = kill_server_when_holding(test, "noaccept", "disconnect") else {
+        return;
+    };
+    // The server's kernel rejects a request its process never answered (consumer defined).
+    assert_client_rejected(&client, 28);
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+/// A one-connection server in `server_mode` (`hold`: after its connection is established;
+/// `noaccept`: at the CONNECT_REQUEST) and a client in `client_mode`; the server is SIGKILLed
+/// once it says "holding". The client's output, and how long after the kill it ended.
+fn kill_server_when_holding(
+    test: &str,
+    server_mode: &str,
+    client_mode: &str,
+) -> Option<(Output, Duration)> {
+    let (env, exe) = setup(test)?;
     let port = common::free_port().to_string();
-    let mut server = server(&env, &exe, &[&port, "1", "-1", "hold"]);
+    let mut server = server(&env, &exe, &[&port, "1", "-1", server_mode]);
     let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
     let client = Guard(Some(
         env.command(&exe)
-            .args(["client", "127.0.0.1", &port, "1", "wait"])
+            .args(["client", "127.0.0.1", &port, "1", client_mode])
             .spawn()
             .expect("spawn client"),
     ));
@@ -287,36 +311,9 @@ fn a_sigkilled_server_gets_the_client_disconnected() {
     s.kill().expect("kill");
     let t0 = Instant::now();
     let killed = s.wait().expect("wait");
-    assert!(!killed.success());
+    assert!(!killed.success(), "the server ended by itself: {killed:?}");
     let client = finish(client, limit(), "cm_life client");
-    let took = t0.elapsed();
-    assert_client_lived(&client);
-    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
-}
-
-#[test]
-fn a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28() {
-    let test = "a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28";
-    let Some((env, exe)) = setup(test) else { return };
-    let port = common::free_port().to_string();
-    let mut server = server(&env, &exe, &[&port, "1", "-1", "noaccept"]);
-    let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
-    let client = Guard(Some(
-        env.command(&exe)
-            .args(["client", "127.0.0.1", &port, "1", "disconnect"])
-            .spawn()
-            .expect("spawn client"),
-    ));
-    wait_line(s_out, "holding");
-    let s = server.0.as_mut().expect("server");
-    s.kill().expect("kill");
-    let t0 = Instant::now();
-    s.wait().expect("wait");
-    let client = finish(client, limit(), "cm_life client");
-    let took = t0.elapsed();
-    // The server's kernel rejects a request its process never answered (consumer defined).
-    assert_client_rejected(&client, 28);
-    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+    Some((client, t0.elapsed()))
 }
 
 #[test]
