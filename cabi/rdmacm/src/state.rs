@@ -66,11 +66,15 @@ pub fn is_loopback(ip: [u8; 4]) -> bool {
     ip[0] == 127
 }
 
+/// The process that made channel socket `path` (`ch-PID-N`).
+pub fn channel_pid(path: &Path) -> Option<i32> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    name.strip_prefix("ch-")?.split('-').next()?.parse().ok()
+}
+
 /// Whether the process that made channel socket `path` (`ch-PID-N`) is alive.
 pub fn channel_alive(path: &Path) -> bool {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let pid: Option<i32> =
-        name.strip_prefix("ch-").and_then(|r| r.split('-').next()).and_then(|p| p.parse().ok());
+    let pid = channel_pid(path);
     // SAFETY: signal 0 only checks that the process exists.
     pid.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
         && path.exists()
@@ -88,9 +92,15 @@ pub fn listener_at(name: &Path) -> Option<(PathBuf, u64)> {
 
 /// Whether `name` is a closed listener's name whose process is alive (it may listen again).
 pub fn closed_listener(name: &Path) -> bool {
-    let Ok(t) = std::fs::read_link(name) else { return false };
-    let t = t.to_string_lossy().into_owned();
-    t.rsplit_once('#').is_some_and(|(p, tok)| tok == "0" && channel_alive(Path::new(p)))
+    closed_listener_pid(name).is_some()
+}
+
+/// The live process whose closed listener's name `name` is (see [`closed_listener`]).
+pub fn closed_listener_pid(name: &Path) -> Option<i32> {
+    let t = std::fs::read_link(name).ok()?.to_string_lossy().into_owned();
+    let (p, tok) = t.rsplit_once('#')?;
+    let p = Path::new(p);
+    (tok == "0" && channel_alive(p)).then(|| channel_pid(p)).flatten()
 }
 
 /// Release the listening name `name` of a listener on channel socket `chan`: it stays as a

@@ -14,8 +14,18 @@ use crate::state::*;
 
 /// How long a REQ waits for a listener that is between two `rdma_listen`s on its port: well
 /// inside the IB CM's REQ timeout (librdmacm's is about 4 s per try), long enough for a server
-/// process that is starved of CPU for a moment (docs/decisions.md, "The CM's clock").
+/// process that is starved of CPU for a moment (docs/decisions.md, "The CM's clock"). Past it
+/// the REQ waits on only while the listener's process is at work ([`process_at_work`]).
 pub const REQ_HOLD: Duration = Duration::from_secs(2);
+
+/// The longest a held REQ waits for a process that stays at work: the life of a REQ under the
+/// kernel's CM (cma.c), which sends it up to `CMA_MAX_CM_RETRIES` (15) times more, each try
+/// waiting twice the RoCE packet life time (2^(16-8) ms) plus the CM response timeout
+/// (`CMA_CM_RESPONSE_TIMEOUT` 20: 2^(20-8) ms), 16 tries of 4.608 s.
+pub const REQ_LIFE: Duration = Duration::from_millis(16 * 4608);
+
+/// How often a held REQ past its hold looks again at whether the listener's process works.
+const AT_WORK_RECHECK: Duration = Duration::from_millis(100);
 
 /// The IB CM's timewait for a RoCE path: 2^(t-8) ms for t = packet life time (16 for RoCE in
 /// the kernel's cma.c) + 1, i.e. 512 ms.
@@ -27,6 +37,8 @@ pub const PEER_CHECK: Duration = Duration::from_millis(100);
 
 /// A REQ waiting for a listener.
 struct HeldReq {
+    /// When the REQ was held ([`REQ_LIFE`] counts from here).
+    born: Instant,
     until: Instant,
     msg: Msg,
     /// The connecting id's channel socket (REJECTED goes there when no listener came).
@@ -73,8 +85,9 @@ fn clock() -> &'static Clock {
 /// port of `dst`, or REJECTED (status 8) after [`REQ_HOLD`].
 pub fn hold_req(msg: Msg, chan: &Path, dst: ([u8; 4], u16)) {
     let c = clock();
-    let until = Instant::now() + REQ_HOLD;
-    c.work.lock().expect("clock").reqs.push(HeldReq { until, msg, chan: chan.into(), dst });
+    let born = Instant::now();
+    let until = born + REQ_HOLD;
+    c.work.lock().expect("clock").reqs.push(HeldReq { born, until, msg, chan: chan.into(), dst });
     c.wake.notify_one();
 }
 
@@ -115,6 +128,30 @@ pub fn between_listens((dst, port): ([u8; 4], u16)) -> bool {
     listen_names(dst, port).iter().any(|n| closed_listener(n))
 }
 
+/// Whether a process that had a listener on `dst`'s port and may listen again is at work
+/// ([`process_at_work`]).
+fn listener_at_work((dst, port): ([u8; 4], u16)) -> bool {
+    listen_names(dst, port).iter().filter_map(|n| closed_listener_pid(n)).any(process_at_work)
+}
+
+/// Whether a thread of process `pid` other than softverbs' own (the NIC, CM clock and CQ event
+/// threads, whose names begin with `softverbs`) is running or waiting for the CPU (state `R`)
+/// or for the disk (`D`), as `/proc/PID/task/TID/stat` says: the process is on its way
+/// somewhere, perhaps to its next `rdma_listen`, slower than the hold on a loaded machine. One
+/// that sleeps (in a blocking call, or between two listens) is not.
+pub fn process_at_work(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else { return false };
+        // "TID (NAME) STATE ...": a name may hold spaces and parentheses, the state follows the
+        // last ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else { return false };
+        let name = head.split_once('(').map_or("", |(_, n)| n);
+        let state = rest.trim_start().chars().next();
+        !name.starts_with("softverbs") && matches!(state, Some('R' | 'D'))
+    })
+}
+
 /// Where a listener of `dst:port` may be registered: the address, any address, and for a
 /// loopback destination every address with that port.
 fn listen_names(dst: [u8; 4], port: u16) -> Vec<PathBuf> {
@@ -148,7 +185,16 @@ fn run(c: &'static Clock) {
                 }
                 ok
             });
-            if sent || now >= r.until {
+            // The hold is over unless the process that will listen is still at work: on a
+            // loaded machine it may be waiting for the CPU, and perftest -R's server, left
+            // without the REQ, would wait for it forever.
+            let over = !sent
+                && now >= r.until
+                && (now >= r.born + REQ_LIFE || !listener_at_work(r.dst) || {
+                    r.until = now + AT_WORK_RECHECK;
+                    false
+                });
+            if sent || over {
                 let r = w.reqs.swap_remove(i);
                 if !sent {
                     let mut m = Msg::new(kind::LOCAL, r.msg.from);

@@ -14,8 +14,8 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use cm::{env, leftovers, ping_text, wait_listening};
-use common::{finish, text, tool, Guard};
+use cm::{env, leftovers, ping_text};
+use common::{text, tool};
 
 /// The server's first port, by its link-local address and scope.
 const SERVER: &str = "fe80::aff:fe00:1%lo";
@@ -35,21 +35,15 @@ fn pair_at(
     client_args: &[&str],
 ) -> (String, String) {
     let env = env();
-    let mut server = Guard(Some(env.command(program).args(server_args).spawn().expect("spawn")));
-    wait_listening(&env, name, &mut server);
-    let client = env.run(program, client_args, Duration::from_secs(60));
-    let server = finish(server, Duration::from_secs(60), "server");
-    let ((so, se), (co, ce)) = (text(&server), text(&client));
-    let (s, c) = (format!("{so}{se}"), format!("{co}{ce}"));
-    assert!(
-        client.status.success() && server.status.success(),
-        "{}: client {:?}:\n{c}\nserver {:?}:\n{s}",
-        program.display(),
-        client.status,
-        server.status
+    let ((so, se), (co, ce)) = cm::pair_ok(
+        &env,
+        (program, server_args),
+        name,
+        (program, client_args),
+        Duration::from_secs(60),
     );
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
-    (s, c)
+    (format!("{so}{se}"), format!("{co}{ce}"))
 }
 
 #[test]
@@ -86,11 +80,7 @@ fn rping_to_ipv6_loopback_reaches_a_server_on_any_address() {
     want.push("client DISCONNECT EVENT...".into());
     assert_eq!(c.lines().collect::<Vec<_>>(), want, "client output");
     let got = s.lines().filter(|l| l.starts_with("server ping data: ")).count();
-    assert_eq!(
-        got, 10,
-        "server output:
-{s}"
-    );
+    assert_eq!(got, 10, "server output:\n{s}");
 }
 
 #[test]
@@ -100,14 +90,7 @@ fn ucmatose_connects_two_rc_ids_over_link_local_addresses() {
     let p = port.to_string();
     let (s, c) =
         pair(&t, port, &["-b", SERVER, "-p", &p, "-c", "2"], &["-s", SERVER, "-p", &p, "-c", "2"]);
-    for want in
-        ["cmatose: starting server", "data transfers complete", "disconnected", "return status 0"]
-    {
-        assert!(s.lines().any(|l| l == want), "server: no line `{want}`:\n{s}");
-    }
-    for want in ["cmatose: connecting", "data transfers complete", "return status 0"] {
-        assert!(c.lines().any(|l| l == want), "client: no line `{want}`:\n{c}");
-    }
+    cm::assert_ucmatose(&s, &c);
 }
 
 #[test]
@@ -115,12 +98,7 @@ fn udaddy_exchanges_datagrams_over_link_local_addresses() {
     let Some(t) = tool("udaddy", "udaddy", "rdmacm-utils") else { return };
     // udaddy's port is fixed (7174); each test's fabric is its own CM namespace.
     let (s, c) = pair(&t, 7174, &["-b", SERVER], &["-s", SERVER]);
-    for want in ["sending replies", "data transfers complete", "return status 0"] {
-        assert!(s.lines().any(|l| l == want), "server: no line `{want}`:\n{s}");
-    }
-    for want in ["initiating data transfers", "data transfers complete", "return status 0"] {
-        assert!(c.lines().any(|l| l == want), "client: no line `{want}`:\n{c}");
-    }
+    cm::assert_udaddy(&s, &c);
 }
 
 #[test]

@@ -1,59 +1,37 @@
 //! A connection's life cycle on softverbs' librdmacm.so.1, with tests/c/cm_life.c as a server
 //! and a client process: a REQ that comes while the server is between two `rdma_listen`s on
-//! its port waits for the next listener (perftest `-R`'s pattern, once a hang); a peer (client
+//! its port waits for the next listener (perftest `-R`'s pattern, once a hang), past the 2 s
+//! hold while the server works, and is REJECTED after it while the server sleeps; a peer (client
 //! or server) that is SIGKILLed or exits without disconnecting gets the survivor DISCONNECTED
 //! with its QP in ERR, and one that dies before the connection is made gets the other side
 //! REJECTED (status 4 or 28, as the dead process's kernel would send);
 //! after DISCONNECTED each side gets TIMEWAIT_EXIT once the timewait (512 ms) passed.
 
+mod cm;
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::Output;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{finish, text, tool, Env, Guard};
+use cm::leftovers;
+use common::{finish, text, Env, Guard};
 
 /// An Env with this package's librdmacm.so.1, and cm_life compiled into it (None: no C
 /// compiler or librdmacm headers, the test skips as the other C tests do).
 fn setup(test: &str) -> Option<(Env, PathBuf)> {
-    let cc = tool(test, "cc", "gcc")?;
-    common::file(test, "/usr/include/rdma/rdma_cma.h", "librdmacm-dev")?;
-    let env = Env::new();
-    let cm = common::built_library().with_file_name("libsoftverbs_rdmacm.so");
-    let cm = if cm.exists() { cm } else { common::target_dir().join("libsoftverbs_rdmacm.so") };
-    assert!(cm.exists(), "{}: librdmacm was not built", cm.display());
-    std::os::unix::fs::symlink(cm, env.lib.path().join("librdmacm.so.1")).expect("symlink");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_life.c");
-    let exe = env.lib.path().join("cm_life");
-    let out = Command::new(cc)
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let env = cm::env();
+    let exe = cm::compile(test, &env, "tests/c/cm_life.c", "cm_life")?;
     Some((env, exe))
 }
 
 /// Start `cm_life server PORT N RELISTEN_MS [extra]` and wait (at most 10 s) until it listens.
 fn server(env: &Env, exe: &Path, args: &[&str]) -> Guard {
     let mut g = Guard(Some(env.command(exe).arg("server").args(args).spawn().expect("spawn")));
-    let port = args[0];
-    let name = env.fabric.path().join("cm").join(format!("0.0.0.0:{port}"));
-    let start = Instant::now();
-    while std::fs::symlink_metadata(&name).is_err() {
-        let exited = g.0.as_mut().expect("server").try_wait().expect("try_wait");
-        assert!(exited.is_none(), "the server exited: {exited:?}");
-        assert!(start.elapsed() < Duration::from_secs(10), "the server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The name appears at rdma_bind_addr; rdma_listen follows at once.
-    std::thread::sleep(Duration::from_millis(100));
+    cm::wait_listening(env, &format!("0.0.0.0:{}", args[0]), &mut g);
     g
 }
 
@@ -72,46 +50,135 @@ const ENDING: [&str; 4] = [
     "timewait at least 500 ms: yes",
 ];
 
+/// What the client prints of a connection that lived and ended: resolved, ESTABLISHED, then
+/// [`ENDING`].
+fn client_life() -> Vec<&'static str> {
+    let mut v = vec![
+        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
+        "RDMA_CM_EVENT_ESTABLISHED, status 0",
+    ];
+    v.extend(ENDING);
+    v
+}
+
+/// What the server prints of a connection that lived and ended: the request, ESTABLISHED,
+/// then [`ENDING`].
+fn server_life() -> Vec<&'static str> {
+    let mut v =
+        vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
+    v.extend(ENDING);
+    v
+}
+
+/// cm_life's client of one connection exited 0 after its whole life ([`client_life`]), with
+/// "done" last and nothing on stderr.
+fn assert_client_lived(client: &Output) {
+    let (co, ce) = text(client);
+    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
+    assert_eq!(conn_lines(&co, 0), client_life(), "client:\n{co}{ce}");
+    assert_eq!(co.lines().last(), Some("done"));
+    assert_eq!(ce, "");
+}
+
 #[test]
 fn a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit() {
     let test = "a_req_waits_for_a_server_between_two_listens_and_both_sides_get_timewait_exit";
-    let Some((env, exe)) = setup(test) else { return };
-    let port = common::free_port().to_string();
     // The server takes 300 ms to listen again after its first connection; the client's second
     // REQ leaves as soon as the first connection is ESTABLISHED.
-    let server = server(&env, &exe, &[&port, "2", "300"]);
-    let client = env.run(&exe, &["client", "127.0.0.1", &port, "2", "disconnect"], limit());
-    let server = finish(server, limit(), "cm_life server");
-    let (co, ce) = text(&client);
-    let (so, se) = text(&server);
+    two_connections_across_a_relisten(test, &["300"]);
+}
+
+#[test]
+fn a_req_waits_past_the_hold_for_a_server_that_works_between_two_listens() {
+    let test = "a_req_waits_past_the_hold_for_a_server_that_works_between_two_listens";
+    // 3 s on the CPU between the two listens, longer than the 2 s hold: a server on a loaded
+    // machine (perftest -R's, starved of CPU, once left its client REJECTED and itself
+    // waiting forever for a CONNECT_REQUEST).
+    let Some((client, took)) = req_between_listens(test, &["3000", "busy"]) else { return };
+    assert_client_lived(&client);
+    assert!(took >= Duration::from_secs(2), "connected after {took:?}, inside the hold");
+}
+
+#[test]
+fn a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold() {
+    let test = "a_req_to_a_server_asleep_between_two_listens_is_rejected_after_the_hold";
+    // The server sleeps 6 s before it listens again: nothing is on its way to a listen.
+    let Some((client, took)) = req_between_listens(test, &["6000"]) else { return };
+    assert_client_rejected(&client, 8);
+    // The hold is 2 s (watch.rs REQ_HOLD); the server would have listened at 6 s.
     assert!(
-        client.status.success() && server.status.success(),
-        "client {:?}:\n{co}{ce}\nserver {:?}:\n{so}{se}",
-        client.status,
-        server.status
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "REJECTED after {took:?}"
     );
-    for c in 0..2 {
-        let mut want = vec![
+}
+
+/// cm_life's client (one connection) got REJECTED with `status` once its address and route
+/// were resolved, and exited 1 (it expected ESTABLISHED).
+fn assert_client_rejected(client: &Output, status: i32) {
+    let (co, ce) = text(client);
+    let rejected = format!("RDMA_CM_EVENT_REJECTED, status {status}");
+    assert_eq!(
+        conn_lines(&co, 0),
+        [
             "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
             "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-            "RDMA_CM_EVENT_ESTABLISHED, status 0",
-        ];
-        want.extend(ENDING);
-        assert_eq!(conn_lines(&co, c), want, "client, connection {c}:\n{co}");
-        let mut want =
-            vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
-        want.extend(ENDING);
-        assert_eq!(conn_lines(&so, c), want, "server, connection {c}:\n{so}");
+            rejected.as_str()
+        ],
+        "client:\n{co}{ce}"
+    );
+    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
+}
+
+/// A REQ that comes while the server is between two listens: a server of two connections
+/// (`RELISTEN_MS` and cm_life's mode in `relisten`) accepts a first client, which holds its
+/// connection; once the server's listening id is closed (its name points at token 0), a second
+/// client connects once and disconnects. That client's output, and how long it ran.
+fn req_between_listens(test: &str, relisten: &[&str]) -> Option<(Output, Duration)> {
+    let (env, exe) = setup(test)?;
+    let port = common::free_port().to_string();
+    let mut args = vec![port.as_str(), "2"];
+    args.extend_from_slice(relisten);
+    let _server = server(&env, &exe, &args);
+    let mut first = Guard(Some(
+        env.command(&exe).args(["client", "127.0.0.1", &port, "1", "hold"]).spawn().expect("spawn"),
+    ));
+    wait_line(first.0.as_mut().expect("client").stdout.take().expect("stdout"), "holding");
+    // Bounded: the server closes its listener right after its accept.
+    let name = env.fabric.path().join("cm").join(format!("0.0.0.0:{port}"));
+    let start = Instant::now();
+    while !std::fs::read_link(&name).is_ok_and(|t| t.to_string_lossy().ends_with("#0")) {
+        assert!(start.elapsed() < limit(), "the server never closed its listener");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t0 = Instant::now();
+    let client = env.run(&exe, &["client", "127.0.0.1", &port, "1", "disconnect"], limit());
+    Some((client, t0.elapsed()))
+}
+
+/// cm_life's client connects twice to a server that destroys its listening id after the first
+/// connection and listens again after `relisten` (`RELISTEN_MS` and cm_life's mode); both
+/// connections go through their whole life on both sides, and the CM leaves nothing behind.
+fn two_connections_across_a_relisten(test: &str, relisten: &[&str]) {
+    let Some((env, exe)) = setup(test) else { return };
+    let port = common::free_port().to_string();
+    let mut args = vec!["server", port.as_str(), "2"];
+    args.extend_from_slice(relisten);
+    let ((so, se), (co, ce)) = cm::pair_ok(
+        &env,
+        (&exe, &args),
+        &format!("0.0.0.0:{port}"),
+        (&exe, &["client", "127.0.0.1", &port, "2", "disconnect"]),
+        limit(),
+    );
+    for c in 0..2 {
+        assert_eq!(conn_lines(&co, c), client_life(), "client, connection {c}:\n{co}");
+        assert_eq!(conn_lines(&so, c), server_life(), "server, connection {c}:\n{so}");
     }
     assert_eq!(co.lines().last(), Some("done"));
     assert_eq!(so.lines().last(), Some("done"));
     assert_eq!((ce.as_str(), se.as_str()), ("", ""));
-    let left: Vec<_> = std::fs::read_dir(env.fabric.path().join("cm"))
-        .expect("cm dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(left.is_empty(), "the CM left {left:?} behind");
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
 
 /// Every wait of these tests: 30 s (a loaded machine; the programs bound their own waits to
@@ -181,10 +248,7 @@ fn wait_line(out: std::process::ChildStdout, want: &str) {
 
 /// The server's whole output when its one client went away without disconnecting.
 fn assert_survivor_output(so: &str) {
-    let mut want =
-        vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
-    want.extend(ENDING);
-    assert_eq!(conn_lines(so, 0), want, "server:\n{so}");
+    assert_eq!(conn_lines(so, 0), server_life(), "server:\n{so}");
     assert_eq!(so.lines().last(), Some("done"));
 }
 
@@ -208,13 +272,37 @@ fn a_peer_that_exits_without_disconnecting_gets_the_survivor_disconnected() {
 #[test]
 fn a_sigkilled_server_gets_the_client_disconnected() {
     let test = "a_sigkilled_server_gets_the_client_disconnected";
-    let Some((env, exe)) = setup(test) else { return };
+    let Some((client, took)) = kill_server_when_holding(test, "hold", "wait") else { return };
+    assert_client_lived(&client);
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+#[test]
+fn a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28() {
+    let test = "a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28";
+    let Some((client, took)) = kill_server_when_holding(test, "noaccept", "disconnect") else {
+        return;
+    };
+    // The server's kernel rejects a request its process never answered (consumer defined).
+    assert_client_rejected(&client, 28);
+    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+}
+
+/// A one-connection server in `server_mode` (`hold`: after its connection is established;
+/// `noaccept`: at the CONNECT_REQUEST) and a client in `client_mode`; the server is SIGKILLed
+/// once it says "holding". The client's output, and how long after the kill it ended.
+fn kill_server_when_holding(
+    test: &str,
+    server_mode: &str,
+    client_mode: &str,
+) -> Option<(Output, Duration)> {
+    let (env, exe) = setup(test)?;
     let port = common::free_port().to_string();
-    let mut server = server(&env, &exe, &[&port, "1", "-1", "hold"]);
+    let mut server = server(&env, &exe, &[&port, "1", "-1", server_mode]);
     let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
     let client = Guard(Some(
         env.command(&exe)
-            .args(["client", "127.0.0.1", &port, "1", "wait"])
+            .args(["client", "127.0.0.1", &port, "1", client_mode])
             .spawn()
             .expect("spawn client"),
     ));
@@ -223,56 +311,9 @@ fn a_sigkilled_server_gets_the_client_disconnected() {
     s.kill().expect("kill");
     let t0 = Instant::now();
     let killed = s.wait().expect("wait");
-    assert!(!killed.success());
+    assert!(!killed.success(), "the server ended by itself: {killed:?}");
     let client = finish(client, limit(), "cm_life client");
-    let took = t0.elapsed();
-    let (co, ce) = text(&client);
-    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
-    let mut want = vec![
-        "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
-        "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-        "RDMA_CM_EVENT_ESTABLISHED, status 0",
-    ];
-    want.extend(ENDING);
-    assert_eq!(conn_lines(&co, 0), want, "client:\n{co}");
-    assert_eq!(co.lines().last(), Some("done"));
-    assert_eq!(ce, "");
-    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
-}
-
-#[test]
-fn a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28() {
-    let test = "a_server_killed_before_it_accepts_gets_the_client_rejected_with_status_28";
-    let Some((env, exe)) = setup(test) else { return };
-    let port = common::free_port().to_string();
-    let mut server = server(&env, &exe, &[&port, "1", "-1", "noaccept"]);
-    let s_out = server.0.as_mut().expect("server").stdout.take().expect("stdout");
-    let client = Guard(Some(
-        env.command(&exe)
-            .args(["client", "127.0.0.1", &port, "1", "disconnect"])
-            .spawn()
-            .expect("spawn client"),
-    ));
-    wait_line(s_out, "holding");
-    let s = server.0.as_mut().expect("server");
-    s.kill().expect("kill");
-    let t0 = Instant::now();
-    s.wait().expect("wait");
-    let client = finish(client, limit(), "cm_life client");
-    let took = t0.elapsed();
-    let (co, ce) = text(&client);
-    // The server's kernel rejects a request its process never answered (consumer defined).
-    assert_eq!(
-        conn_lines(&co, 0),
-        [
-            "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
-            "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
-            "RDMA_CM_EVENT_REJECTED, status 28"
-        ],
-        "client:\n{co}{ce}"
-    );
-    assert_eq!(client.status.code(), Some(1), "the client expected ESTABLISHED");
-    assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
+    Some((client, t0.elapsed()))
 }
 
 #[test]

@@ -12,8 +12,8 @@ mod cm;
 use std::path::Path;
 use std::time::Duration;
 
-use cm::{env, leftovers, ping_text, wait_listening};
-use common::{finish, text, tool, Guard};
+use cm::{env, leftovers, ping_text};
+use common::{text, tool};
 
 /// `rping -s ARGS` and `rping -c -a 127.0.0.1 ARGS`, both to exit 0 within 60 s: their
 /// (stdout, stderr) each, server first.
@@ -24,20 +24,12 @@ fn rping_pair(rping: &Path, args: &[&str]) -> ((String, String), (String, String
     s_args.extend_from_slice(args);
     let mut c_args = vec!["-c", "-a", "127.0.0.1", "-p", &port];
     c_args.extend_from_slice(args);
-    let mut server = Guard(Some(env.command(rping).args(&s_args).spawn().expect("spawn")));
-    wait_listening(&env, &format!("0.0.0.0:{port}"), &mut server);
-    let client = env.run(rping, &c_args, Duration::from_secs(60));
-    let server = finish(server, Duration::from_secs(60), "rping -s");
-    let (c, s) = (text(&client), text(&server));
-    assert!(
-        client.status.success() && server.status.success(),
-        "client {:?}:\n{}{}\nserver {:?}:\n{}{}",
-        client.status,
-        c.0,
-        c.1,
-        server.status,
-        s.0,
-        s.1
+    let (s, c) = cm::pair_ok(
+        &env,
+        (rping, &s_args),
+        &format!("0.0.0.0:{port}"),
+        (rping, &c_args),
+        Duration::from_secs(60),
     );
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
     (s, c)

@@ -7,86 +7,27 @@
 //! to a port nobody listens on is REJECTED with status 8, and an address of no softverbs port
 //! gets ADDR_ERROR with a message saying so.
 
+mod cm;
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{finish, text, tool, Env, Guard};
-
-/// An Env whose library directory also holds this package's librdmacm.so.1.
-fn env() -> Env {
-    let e = Env::new();
-    let ib = common::built_library();
-    let cm = ib.with_file_name("libsoftverbs_rdmacm.so");
-    let cm = if cm.exists() { cm } else { common::target_dir().join("libsoftverbs_rdmacm.so") };
-    assert!(cm.exists(), "{}: librdmacm was not built", cm.display());
-    std::os::unix::fs::symlink(cm, e.lib.path().join("librdmacm.so.1")).expect("symlink");
-    e
-}
-
-/// Wait (at most 10 s) until something listens on `port` in the fabric's CM directory.
-fn wait_listening(env: &Env, port: u16, server: &mut Guard) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let suffix = format!(":{port}");
-    loop {
-        let dir = env.fabric.path().join("cm");
-        let found = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().ends_with(&suffix));
-        if found {
-            // The name appears at rdma_bind_addr; give the server the moment to reach
-            // rdma_listen and its event loop.
-            std::thread::sleep(Duration::from_millis(300));
-            return;
-        }
-        let exited = server.0.as_mut().expect("server").try_wait().expect("try_wait");
-        assert!(
-            exited.is_none() && Instant::now() < deadline,
-            "the server never listened on {port} ({exited:?})"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The payload rping sends as ping `n` (rping.c: the ping number, then letters from
-/// 'A' + n, wrapping after 'z', up to the 64-byte buffer's end less its NUL).
-fn ping_text(n: usize) -> String {
-    let mut s = format!("rdma-ping-{n}: ");
-    let mut c = 65 + (n % 58) as u8;
-    while s.len() < 63 {
-        s.push(c as char);
-        c = if c == 122 { 65 } else { c + 1 };
-    }
-    s
-}
+use cm::{env, leftovers, ping_text};
+use common::{text, tool};
 
 #[test]
 fn rping_100_pings_verified() {
     let Some(rping) = tool("rping", "rping", "rdmacm-utils") else { return };
     let env = env();
-    let port = common::free_port();
-    let p = port.to_string();
-    let mut server = Guard(Some(
-        env.command(&rping).args(["-s", "-p", &p, "-C", "100", "-v"]).spawn().expect("spawn"),
-    ));
-    wait_listening(&env, port, &mut server);
-    let client = env.run(
-        &rping,
-        &["-c", "-a", "127.0.0.1", "-p", &p, "-C", "100", "-v"],
+    let p = common::free_port().to_string();
+    let ((so, se), (co, ce)) = cm::pair_ok(
+        &env,
+        (&rping, &["-s", "-p", &p, "-C", "100", "-v"]),
+        &format!(":{p}"),
+        (&rping, &["-c", "-a", "127.0.0.1", "-p", &p, "-C", "100", "-v"]),
         Duration::from_secs(60),
-    );
-    let server = finish(server, Duration::from_secs(60), "rping -s");
-    let (co, ce) = text(&client);
-    let (so, se) = text(&server);
-    assert!(
-        client.status.success() && server.status.success(),
-        "client {:?}:\n{co}{ce}\nserver {:?}:\n{so}{se}",
-        client.status,
-        server.status
     );
     let want: Vec<String> = (0..100).map(|n| format!("ping data: {}", ping_text(n))).collect();
     let got: Vec<&str> = co.lines().collect();
@@ -105,12 +46,7 @@ fn rping_100_pings_verified() {
     let mut sl: Vec<&str> = se.lines().collect();
     sl.sort();
     assert_eq!(sl, ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"], "{se}");
-    let left: Vec<_> = std::fs::read_dir(env.fabric.path().join("cm"))
-        .expect("cm dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert!(left.is_empty(), "the CM left {left:?} behind");
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
 
 #[test]
@@ -148,22 +84,14 @@ fn an_address_of_no_softverbs_port_is_an_addr_error() {
 /// Run `program server_args` and, once it listens on `port`, `program client_args`; both must
 /// exit 0 within 60 s. Returns (server, client) stdout and stderr joined.
 fn pair(program: &Path, port: u16, server_args: &[&str], client_args: &[&str]) -> (String, String) {
-    let env = env();
-    let mut server = Guard(Some(env.command(program).args(server_args).spawn().expect("spawn")));
-    wait_listening(&env, port, &mut server);
-    let client = env.run(program, client_args, Duration::from_secs(60));
-    let server = finish(server, Duration::from_secs(60), "server");
-    let (so, se) = text(&server);
-    let (co, ce) = text(&client);
-    let (s, c) = (format!("{so}{se}"), format!("{co}{ce}"));
-    assert!(
-        client.status.success() && server.status.success(),
-        "{}: client {:?}:\n{c}\nserver {:?}:\n{s}",
-        program.display(),
-        client.status,
-        server.status
+    let ((so, se), (co, ce)) = cm::pair_ok(
+        &env(),
+        (program, server_args),
+        &format!(":{port}"),
+        (program, client_args),
+        Duration::from_secs(60),
     );
-    (s, c)
+    (format!("{so}{se}"), format!("{co}{ce}"))
 }
 
 #[test]
@@ -172,14 +100,7 @@ fn ucmatose_connects_four_rc_ids_and_moves_data() {
     let port = common::free_port();
     let p = port.to_string();
     let (s, c) = pair(&t, port, &["-p", &p, "-c", "4"], &["-s", "127.0.0.1", "-p", &p, "-c", "4"]);
-    for want in
-        ["cmatose: starting server", "data transfers complete", "disconnected", "return status 0"]
-    {
-        assert!(s.lines().any(|l| l == want), "server: no line `{want}`:\n{s}");
-    }
-    for want in ["cmatose: connecting", "data transfers complete", "return status 0"] {
-        assert!(c.lines().any(|l| l == want), "client: no line `{want}`:\n{c}");
-    }
+    cm::assert_ucmatose(&s, &c);
 }
 
 #[test]
@@ -187,17 +108,7 @@ fn udaddy_exchanges_datagrams_over_ud_ids() {
     let Some(t) = tool("udaddy", "udaddy", "rdmacm-utils") else { return };
     // udaddy's port is fixed (7174); each test's fabric is its own CM namespace.
     let (s, c) = pair(&t, 7174, &[], &["-s", "127.0.0.1"]);
-    for want in ["sending replies", "data transfers complete", "return status 0"] {
-        assert!(s.lines().any(|l| l == want), "server: no line `{want}`:\n{s}");
-    }
-    for want in [
-        "initiating data transfers",
-        "receiving data transfers",
-        "data transfers complete",
-        "return status 0",
-    ] {
-        assert!(c.lines().any(|l| l == want), "client: no line `{want}`:\n{c}");
-    }
+    cm::assert_udaddy(&s, &c);
 }
 
 /// perftest `program -R args` between two processes; the client's result rows (lines of at
@@ -270,4 +181,24 @@ fn ib_send_lat_over_the_cm() {
 #[test]
 fn ib_read_lat_over_the_cm() {
     lat("ib_read_lat");
+}
+
+/// What [`cm::finish_server`] says of a server that is still running after its client: here
+/// `sleep 30` and an `echo` for client.
+#[test]
+fn a_server_that_does_not_end_is_shown_with_its_stacks_and_its_clients_output() {
+    let env = env();
+    let server =
+        common::Guard(Some(env.command(Path::new("/bin/sleep")).arg("30").spawn().expect("spawn")));
+    let client = env.run(Path::new("/bin/echo"), &["the client's line"], Duration::from_secs(10));
+    let limit = Duration::from_millis(200);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cm::finish_server(server, limit, "sleep 30", &client)
+    }));
+    let err = panicked.expect_err("finish_server panics");
+    let msg = err.downcast_ref::<String>().expect("a formatted message");
+    assert!(msg.starts_with("sleep 30: still running 200ms after its client ended."), "{msg}");
+    // gdb's backtrace names the thread as "Thread 1 (...)"; /proc's word as "thread PID (sleep)".
+    assert!(msg.contains("Thread 1 ") || msg.contains(" (sleep): state S, waits in "), "{msg}");
+    assert!(msg.contains("client exit status: 0, stdout:\nthe client's line\n"), "{msg}");
 }

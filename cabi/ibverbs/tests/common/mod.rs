@@ -113,27 +113,35 @@ impl Drop for Guard {
     }
 }
 
-/// Wait for the child within `limit` and collect its output; panic (killing it) past that.
-pub fn finish(mut g: Guard, limit: Duration, what: &str) -> Output {
+/// Wait (polling every 20 ms) until the child ends or `limit` passes: whether it ended.
+pub fn ended_within(g: &mut Guard, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         let c = g.0.as_mut().expect("child");
         if c.try_wait().expect("try_wait").is_some() {
-            return g.0.take().expect("child").wait_with_output().expect("output");
+            return true;
         }
         if Instant::now() > deadline {
-            let c = g.0.take().expect("child");
-            let mut c = c;
-            let _ = c.kill();
-            let out = c.wait_with_output().expect("output");
-            panic!(
-                "{what}: still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            return false;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Wait for the child within `limit` and collect its output; panic (killing it) past that.
+pub fn finish(mut g: Guard, limit: Duration, what: &str) -> Output {
+    let ended = ended_within(&mut g, limit);
+    let mut c = g.0.take().expect("child");
+    if ended {
+        return c.wait_with_output().expect("output");
+    }
+    let _ = c.kill();
+    let out = c.wait_with_output().expect("output");
+    panic!(
+        "{what}: still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A TCP port nobody listens on now (tests run in parallel, each exchange on its own port).

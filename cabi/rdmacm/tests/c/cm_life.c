@@ -1,13 +1,15 @@
 /*
  * cm_life.c: a connection's life cycle on the CM, for cabi/rdmacm/tests/life.rs.
  *
- *   cm_life server PORT N RELISTEN_MS [hold|noaccept]
+ *   cm_life server PORT N RELISTEN_MS [hold|noaccept|busy]
  *                                       accept N connections on PORT; between two, destroy the
  *                                       listening id, sleep RELISTEN_MS and listen again (as
  *                                       perftest -R does); then print each connection's events
  *                                       until it got DISCONNECTED and TIMEWAIT_EXIT (`hold`:
  *                                       print "holding" and sleep instead; `noaccept`: the same
- *                                       at the first CONNECT_REQUEST, without accepting)
+ *                                       at the first CONNECT_REQUEST, without accepting; `busy`:
+ *                                       spend RELISTEN_MS on the CPU instead of sleeping, as a
+ *                                       server starved of CPU on a loaded machine)
  *   cm_life client ADDR PORT N MODE     connect N ids in turn, each as soon as the previous is
  *                                       ESTABLISHED; MODE `disconnect`: rdma_disconnect each and
  *                                       print its events until TIMEWAIT_EXIT; `wait`: print
@@ -133,6 +135,14 @@ static void cleanup(int n)
 	printf("done\n");
 }
 
+/* Stay runnable for ms milliseconds (the CPU's, or waiting for it). */
+static void spin_ms(int ms)
+{
+	double end = now_ms() + ms;
+	while (now_ms() < end)
+		;
+}
+
 static struct rdma_cm_id *listen_on(int port)
 {
 	struct rdma_cm_id *l;
@@ -174,7 +184,10 @@ static int server(int port, int n, int relisten_ms, const char *mode)
 		}
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
 		if (!l) {
-			usleep(relisten_ms * 1000);
+			if (!strcmp(mode, "busy"))
+				spin_ms(relisten_ms);
+			else
+				usleep(relisten_ms * 1000);
 			l = listen_on(port);
 		}
 	}
@@ -245,6 +258,6 @@ int main(int argc, char **argv)
 		return server(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? argv[5] : "");
 	if (argc == 6 && !strcmp(argv[1], "client"))
 		return client(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
-	fprintf(stderr, "usage: cm_life server PORT N RELISTEN_MS [hold|noaccept] | client ADDR PORT N MODE\n");
+	fprintf(stderr, "usage: cm_life server PORT N RELISTEN_MS [hold|noaccept|busy] | client ADDR PORT N MODE\n");
 	return 1;
 }

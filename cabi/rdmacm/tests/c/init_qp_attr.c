@@ -3,36 +3,7 @@
  * and moved by the program with the attributes rdma_init_qp_attr gives, as `rping -q` does.
  * Prints each state's mask and the fields that matter; "ok" where a value must equal the
  * other side's (QP numbers, PSNs, GIDs). Usage: init_qp_attr PORT */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <arpa/inet.h>
-#include <rdma/rdma_cma.h>
-
-#define CHECK(x) do { if (!(x)) { fprintf(stderr, "line %d: %s failed (errno %d)\n", \
-	__LINE__, #x, errno); exit(1); } } while (0)
-
-static struct rdma_event_channel *ch;
-
-/* The next event, which must be `want`; acked, its id returned. */
-static struct rdma_cm_id *expect(enum rdma_cm_event_type want, const char *who)
-{
-	struct rdma_cm_event *e;
-	struct rdma_cm_id *id;
-
-	CHECK(rdma_get_cm_event(ch, &e) == 0);
-	if (who)
-		printf("%s event %s\n", who, rdma_event_str(e->event));
-	if (e->event != want || e->status) {
-		fprintf(stderr, "got %s status %d, wanted %s\n", rdma_event_str(e->event),
-			e->status, rdma_event_str(want));
-		exit(1);
-	}
-	id = e->id;
-	CHECK(rdma_ack_cm_event(e) == 0);
-	return id;
-}
+#include "cm_common.h"
 
 /* Ask for `state`'s attributes and apply them to `qp`. */
 static void move(struct rdma_cm_id *id, struct ibv_qp *qp, enum ibv_qp_state state,
@@ -59,7 +30,6 @@ static struct ibv_qp *make_qp(struct rdma_cm_id *id, struct ibv_cq *cq)
 int main(int argc, char **argv)
 {
 	struct rdma_cm_id *listen, *act, *pas;
-	struct sockaddr_in any = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
 	struct ibv_qp_attr a, pas_rtr, pas_rts, act_rtr, act_rts;
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1,
 				      .retry_count = 7, .rnr_retry_count = 7 };
@@ -77,18 +47,7 @@ int main(int argc, char **argv)
 
 	if (argc != 2)
 		return 2;
-	any.sin_port = dst.sin_port = htons(atoi(argv[1]));
-	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	CHECK(ch = rdma_create_event_channel());
-	CHECK(rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&any) == 0);
-	CHECK(rdma_listen(listen, 1) == 0);
-
-	CHECK(rdma_create_id(ch, &act, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_resolve_addr(act, NULL, (struct sockaddr *)&dst, 2000) == 0);
-	expect(RDMA_CM_EVENT_ADDR_RESOLVED, NULL);
-	CHECK(rdma_resolve_route(act, 2000) == 0);
-	expect(RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
+	loopback_pair(atoi(argv[1]), &listen, &act);
 
 	/* Before any connection: INIT without remote access; RTR is refused. */
 	memset(&a, 0, sizeof(a));
@@ -111,7 +70,7 @@ int main(int argc, char **argv)
 	printf("after connect: INIT mask %#x access %#x\n", mask, a.qp_access_flags);
 
 	/* The passive side: its QP through INIT, RTR and RTS before rdma_accept. */
-	pas = expect(RDMA_CM_EVENT_CONNECT_REQUEST, NULL);
+	pas = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
 	CHECK(pcq = ibv_create_cq(pas->verbs, 8, NULL, NULL, 0));
 	pqp = make_qp(pas, pcq);
 	move(pas, pqp, IBV_QPS_INIT, &a, &mask);
@@ -137,7 +96,7 @@ int main(int argc, char **argv)
 	CHECK(rdma_accept(pas, &cp) == 0);
 
 	/* The active side: CONNECT_RESPONSE (no CM-made QP), its QP to RTS, then the RTU. */
-	expect(RDMA_CM_EVENT_CONNECT_RESPONSE, "active");
+	expect_status(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, "active");
 	move(act, aqp, IBV_QPS_RTR, &act_rtr, &mask);
 	printf("active RTR mask %#x dest_qp %s rq_psn %s\n", mask,
 	       act_rtr.dest_qp_num == pqp->qp_num ? "ok" : "wrong",
@@ -146,7 +105,7 @@ int main(int argc, char **argv)
 	printf("active RTS mask %#x sq_psn %s\n", mask,
 	       act_rts.sq_psn == pas_rtr.rq_psn ? "ok" : "wrong");
 	CHECK(rdma_establish(act) == 0);
-	expect(RDMA_CM_EVENT_ESTABLISHED, "passive");
+	expect_status(RDMA_CM_EVENT_ESTABLISHED, 0, "passive");
 	n = rdma_establish(act);
 	printf("rdma_establish again: %d %s\n", n, errno == EINVAL ? "EINVAL" : "?");
 
@@ -160,8 +119,8 @@ int main(int argc, char **argv)
 	printf("received: %s\n", pbuf);
 
 	CHECK(rdma_disconnect(act) == 0);
-	expect(RDMA_CM_EVENT_DISCONNECTED, NULL);
-	expect(RDMA_CM_EVENT_DISCONNECTED, NULL);
+	expect(RDMA_CM_EVENT_DISCONNECTED);
+	expect(RDMA_CM_EVENT_DISCONNECTED);
 	ibv_destroy_qp(aqp);
 	ibv_destroy_qp(pqp);
 	ibv_dereg_mr(amr);

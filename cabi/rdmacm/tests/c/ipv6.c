@@ -3,35 +3,8 @@
  * rdma_bind_addr (to ::), rdma_resolve_addr, rdma_connect / rdma_accept, the ids' routes, the
  * QP's path (GID index 0, the peer's link-local GID) and a SEND over it; then a link-local
  * address without a scope id and one of no softverbs port. Usage: ipv6 PORT */
-#include <errno.h>
 #include <net/if.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <arpa/inet.h>
-#include <rdma/rdma_cma.h>
-
-#define CHECK(x) do { if (!(x)) { fprintf(stderr, "line %d: %s failed (errno %d)\n", \
-	__LINE__, #x, errno); exit(1); } } while (0)
-
-static struct rdma_event_channel *ch;
-
-/* The next event, which must be `want` with `status`; acked, its id returned. */
-static struct rdma_cm_id *expect(enum rdma_cm_event_type want, int status)
-{
-	struct rdma_cm_event *e;
-	struct rdma_cm_id *id;
-
-	CHECK(rdma_get_cm_event(ch, &e) == 0);
-	if (e->event != want || e->status != status) {
-		fprintf(stderr, "got %s status %d, wanted %s\n", rdma_event_str(e->event),
-			e->status, rdma_event_str(want));
-		exit(1);
-	}
-	id = e->id;
-	CHECK(rdma_ack_cm_event(e) == 0);
-	return id;
-}
+#include "cm_common.h"
 
 /* An address as text: IPv6 with its scope's interface name, or IPv4. */
 static const char *show(struct sockaddr *sa)
@@ -100,9 +73,9 @@ int main(int argc, char **argv)
 
 	CHECK(rdma_create_id(ch, &act, NULL, RDMA_PS_TCP) == 0);
 	CHECK(rdma_resolve_addr(act, NULL, res->ai_dst_addr, 2000) == 0);
-	expect(RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+	expect(RDMA_CM_EVENT_ADDR_RESOLVED);
 	CHECK(rdma_resolve_route(act, 2000) == 0);
-	expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
+	expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
 	printf("active: %s -> %s, sgid %s, dgid %s\n", show(rdma_get_local_addr(act)),
 	       show(rdma_get_peer_addr(act)), gid(act->route.addr.addr.ibaddr.sgid.raw),
 	       gid(act->route.addr.addr.ibaddr.dgid.raw));
@@ -110,7 +83,7 @@ int main(int argc, char **argv)
 	CHECK(rdma_create_qp(act, NULL, &qia) == 0);
 	CHECK(rdma_connect(act, NULL) == 0);
 
-	pas = expect(RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	pas = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
 	printf("passive: %s -> %s\n", show(rdma_get_local_addr(pas)),
 	       show(rdma_get_peer_addr(pas)));
 	qia = ia;
@@ -119,8 +92,8 @@ int main(int argc, char **argv)
 	sge = (struct ibv_sge){ (uintptr_t)pbuf, sizeof(pbuf), pmr->lkey };
 	CHECK(ibv_post_recv(pas->qp, &rwr, &bad_r) == 0);
 	CHECK(rdma_accept(pas, NULL) == 0);
-	expect(RDMA_CM_EVENT_ESTABLISHED, 0);
-	expect(RDMA_CM_EVENT_ESTABLISHED, 0);
+	expect(RDMA_CM_EVENT_ESTABLISHED);
+	expect(RDMA_CM_EVENT_ESTABLISHED);
 
 	CHECK(ibv_query_qp(act->qp, &qa, IBV_QP_AV, &qia) == 0);
 	printf("active QP: sgid_index %u, dgid %s\n", qa.ah_attr.grh.sgid_index,
@@ -134,8 +107,8 @@ int main(int argc, char **argv)
 	printf("received: %s\n", pbuf);
 
 	CHECK(rdma_disconnect(act) == 0);
-	expect(RDMA_CM_EVENT_DISCONNECTED, 0);
-	expect(RDMA_CM_EVENT_DISCONNECTED, 0);
+	expect(RDMA_CM_EVENT_DISCONNECTED);
+	expect(RDMA_CM_EVENT_DISCONNECTED);
 	rdma_destroy_qp(act);
 	rdma_destroy_qp(pas);
 	ibv_dereg_mr(amr);
@@ -152,7 +125,7 @@ int main(int argc, char **argv)
 	inet_pton(AF_INET6, "fe80::1", &ll.sin6_addr);
 	ll.sin6_scope_id = 1;
 	CHECK(rdma_resolve_addr(bad, NULL, (struct sockaddr *)&ll, 2000) == 0);
-	expect(RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH);
+	expect_status(RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH, NULL);
 	printf("fe80::1: ADDR_ERROR, -EHOSTUNREACH\n");
 	CHECK(rdma_destroy_id(bad) == 0);
 	CHECK(rdma_destroy_id(listen) == 0);

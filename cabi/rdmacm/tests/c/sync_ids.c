@@ -2,16 +2,8 @@
  * (tests/ep.rs runs it): each call returns with its event in id->event; rdma_get_request
  * wants a synchronous listener; and a blocking rdma_connect to a listener that never answers
  * gives up after its bound with ETIMEDOUT. Usage: sync_ids PORT */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <arpa/inet.h>
-#include <rdma/rdma_cma.h>
-
-#define CHECK(x) do { if (!(x)) { fprintf(stderr, "line %d: %s failed (errno %d)\n", \
-	__LINE__, #x, errno); exit(1); } } while (0)
+#include "cm_common.h"
 
 int main(int argc, char **argv)
 {

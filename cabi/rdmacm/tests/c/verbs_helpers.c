@@ -5,33 +5,8 @@
  * rdma_post_sendv / _recvv, rdma_post_write / _writev, rdma_post_read / _readv,
  * rdma_get_send_comp and rdma_get_recv_comp, each completion's fields and the bytes that
  * landed printed. Usage: verbs_helpers PORT */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <arpa/inet.h>
-#include <rdma/rdma_cma.h>
+#include "cm_common.h"
 #include <rdma/rdma_verbs.h>
-
-#define CHECK(x) do { if (!(x)) { fprintf(stderr, "line %d: %s failed (errno %d)\n", \
-	__LINE__, #x, errno); exit(1); } } while (0)
-
-static struct rdma_event_channel *ch;
-
-static struct rdma_cm_id *expect(enum rdma_cm_event_type want)
-{
-	struct rdma_cm_event *e;
-	struct rdma_cm_id *id;
-
-	CHECK(rdma_get_cm_event(ch, &e) == 0);
-	if (e->event != want || e->status) {
-		fprintf(stderr, "got %s status %d\n", rdma_event_str(e->event), e->status);
-		exit(1);
-	}
-	id = e->id;
-	CHECK(rdma_ack_cm_event(e) == 0);
-	return id;
-}
 
 /* One send-side completion through rdma_get_send_comp (it waits on id->send_cq_channel). */
 static void send_comp(struct rdma_cm_id *id, const char *what)
@@ -55,7 +30,6 @@ static void recv_comp(struct rdma_cm_id *id, const char *what, const char *buf)
 int main(int argc, char **argv)
 {
 	struct rdma_cm_id *listen, *act, *pas;
-	struct sockaddr_in any = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET };
 	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
 		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 2, .max_recv_sge = 2,
 			 .max_inline_data = 64 } };
@@ -66,17 +40,7 @@ int main(int argc, char **argv)
 
 	if (argc != 2)
 		return 2;
-	any.sin_port = dst.sin_port = htons(atoi(argv[1]));
-	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	CHECK(ch = rdma_create_event_channel());
-	CHECK(rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&any) == 0);
-	CHECK(rdma_listen(listen, 1) == 0);
-	CHECK(rdma_create_id(ch, &act, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_resolve_addr(act, NULL, (struct sockaddr *)&dst, 2000) == 0);
-	expect(RDMA_CM_EVENT_ADDR_RESOLVED);
-	CHECK(rdma_resolve_route(act, 2000) == 0);
-	expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+	loopback_pair(atoi(argv[1]), &listen, &act);
 	CHECK(rdma_create_qp(act, NULL, &ia) == 0);
 	printf("CM-made CQs: %s\n", act->send_cq && act->recv_cq && act->send_cq_channel &&
 	       act->recv_cq_channel && ia.send_cq == act->send_cq ? "yes" : "no");

@@ -1,13 +1,15 @@
-//! What the CM tests of ep.rs, qpattr.rs and ipv6.rs share: an Env that also holds this
-//! package's librdmacm.so.1, a bounded wait for a listener's name, what the CM left behind,
-//! rping's payloads, and a C test program compiled and run.
+//! What the CM tests share: an Env that also holds this package's librdmacm.so.1, a bounded
+//! wait for a listener's name, a server and a client run as two processes (a server that does
+//! not end is shown with its threads' stacks and the client's output), what the CM left
+//! behind, rping's payloads, the lines ucmatose and udaddy print, and C test programs compiled
+//! and run.
 #![allow(dead_code)]
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{self, tool, Env, Guard};
+use crate::common::{self, text, tool, Env, Guard};
 
 /// An Env whose library directory also holds this package's librdmacm.so.1.
 pub fn env() -> Env {
@@ -19,17 +21,135 @@ pub fn env() -> Env {
     e
 }
 
-/// Wait (at most 10 s) until `name` (`a.b.c.d:port`) is a listening name in the fabric's CM
-/// directory, then a moment more for the server to reach its event loop.
+/// Wait (at most 10 s) until `name` is a listening name in the fabric's CM directory, then a
+/// moment more for the server to reach its event loop (the name appears at `rdma_bind_addr`).
+/// `name` is `a.b.c.d:port`, or `:port` for a listener on any address.
 pub fn wait_listening(env: &Env, name: &str, server: &mut Guard) {
-    let path = env.fabric.path().join("cm").join(name);
+    let dir = env.fabric.path().join("cm");
+    let found = || match name.starts_with(':') {
+        true => std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(name)),
+        false => std::fs::symlink_metadata(dir.join(name)).is_ok(),
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::symlink_metadata(&path).is_err() {
+    while !found() {
         let exited = server.0.as_mut().expect("server").try_wait().expect("try_wait");
-        assert!(exited.is_none() && Instant::now() < deadline, "never listened ({exited:?})");
+        assert!(
+            exited.is_none() && Instant::now() < deadline,
+            "the server never listened as {name} ({exited:?})"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Run `server` (program and arguments) and, once it listens as `name` ([`wait_listening`]),
+/// `client`; each within `limit`. (server, client) output, whatever their exit statuses.
+pub fn run_pair(
+    env: &Env,
+    (sp, sargs): (&Path, &[&str]),
+    name: &str,
+    (cp, cargs): (&Path, &[&str]),
+    limit: Duration,
+) -> (Output, Output) {
+    let mut server = Guard(Some(env.command(sp).args(sargs).spawn().expect("spawn server")));
+    wait_listening(env, name, &mut server);
+    let client = env.run(cp, cargs, limit);
+    let what = format!("{} {}", sp.display(), sargs.join(" "));
+    (finish_server(server, limit, &what, &client), client)
+}
+
+/// [`run_pair`] with both to exit 0: (server, client) output, each as (stdout, stderr).
+pub fn pair_ok(
+    env: &Env,
+    server: (&Path, &[&str]),
+    name: &str,
+    client: (&Path, &[&str]),
+    limit: Duration,
+) -> ((String, String), (String, String)) {
+    let (s, c) = run_pair(env, server, name, client, limit);
+    let ((so, se), (co, ce)) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "{}: client {:?}:\n{co}{ce}\nserver {:?}:\n{so}{se}",
+        server.0.display(),
+        c.status,
+        s.status
+    );
+    ((so, se), (co, ce))
+}
+
+/// Wait for the server within `limit` after its client ended. One still running is killed,
+/// and the panic says what it was doing: its threads' stacks (gdb, when installed; else the
+/// kernel's word on each thread), its output so far, and the client's status and output (a
+/// server often waits for something its client never sent because the client failed).
+pub fn finish_server(mut g: Guard, limit: Duration, what: &str, client: &Output) -> Output {
+    if common::ended_within(&mut g, limit) {
+        return g.0.take().expect("server").wait_with_output().expect("output");
+    }
+    // Still in its Guard while gdb looks, so that it is killed whatever happens.
+    let stacks = stacks_of(g.0.as_ref().expect("server").id());
+    let mut c = g.0.take().expect("server");
+    let _ = c.kill();
+    let out = c.wait_with_output().expect("output");
+    let ((so, se), (co, ce)) = (text(&out), text(client));
+    panic!(
+        "{what}: still running {limit:?} after its client ended.\nWhere it waited:\n{stacks}\n\
+         server stdout (a pipe: what the program had not flushed died with it):\n{so}\n\
+         server stderr:\n{se}\nclient {}, stdout:\n{co}\nclient stderr:\n{ce}",
+        client.status
+    );
+}
+
+/// The threads of process `pid`: `gdb -batch` backtraces (within 60 s) when gdb is on PATH and
+/// may attach; else each thread's name, state and kernel wait channel from /proc.
+fn stacks_of(pid: u32) -> String {
+    let gdb = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("gdb")).find(|f| f.is_file()));
+    if let Some(gdb) = gdb {
+        let child = Command::new(gdb)
+            .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        if let Ok(child) = child {
+            let mut g = Guard(Some(child));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                let c = g.0.as_mut().expect("gdb");
+                if c.try_wait().ok().flatten().is_some() {
+                    let out = g.0.take().expect("gdb").wait_with_output().expect("gdb output");
+                    let bt = String::from_utf8_lossy(&out.stdout).into_owned();
+                    if bt.contains("Thread ") {
+                        return bt;
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    let mut lines: Vec<String> = tasks
+        .map(|t| {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            let stat = read("stat");
+            let state =
+                stat.rsplit_once(')').map_or("?", |(_, r)| r.trim_start().get(..1).unwrap_or("?"));
+            format!(
+                "thread {} ({}): state {state}, waits in {}",
+                t.file_name().to_string_lossy(),
+                read("comm").trim(),
+                read("wchan").trim()
+            )
+        })
+        .collect();
+    lines.sort();
+    lines.join("\n")
 }
 
 /// What the CM left in the fabric's directory (nothing, once every process destroyed its ids
@@ -52,12 +172,54 @@ pub fn ping_text(n: usize) -> String {
     s
 }
 
-/// Compile `tests/c/<name>.c` against the system headers and run it in `env` with `args`
-/// (30 s at most); None (skipped with a note) without a C compiler or librdmacm-dev.
-pub fn run_c(test: &str, env: &Env, name: &str, args: &[&str]) -> Option<Output> {
+/// Each of `want` is a whole line of `out` (`who`'s output, shown if one is not).
+pub fn assert_lines(who: &str, out: &str, want: &[&str]) {
+    for w in want {
+        assert!(out.lines().any(|l| l == *w), "{who}: no line `{w}`:\n{out}");
+    }
+}
+
+/// ucmatose's server and client (output each) connected, moved their data and disconnected.
+pub fn assert_ucmatose(server: &str, client: &str) {
+    assert_lines(
+        "server",
+        server,
+        &["cmatose: starting server", "data transfers complete", "disconnected", "return status 0"],
+    );
+    assert_lines(
+        "client",
+        client,
+        &["cmatose: connecting", "data transfers complete", "return status 0"],
+    );
+}
+
+/// udaddy's server and client (output each) resolved each other and exchanged datagrams both
+/// ways.
+pub fn assert_udaddy(server: &str, client: &str) {
+    assert_lines(
+        "server",
+        server,
+        &["sending replies", "data transfers complete", "return status 0"],
+    );
+    assert_lines(
+        "client",
+        client,
+        &[
+            "initiating data transfers",
+            "receiving data transfers",
+            "data transfers complete",
+            "return status 0",
+        ],
+    );
+}
+
+/// Compile the C program `src` (relative to this package) against the system headers as
+/// `name` in `env`'s library directory; None (skipped with a note) without a C compiler or
+/// librdmacm-dev.
+pub fn compile(test: &str, env: &Env, src: &str, name: &str) -> Option<PathBuf> {
     let cc = tool(test, "cc", "gcc")?;
     common::file(test, "/usr/include/rdma/rdma_cma.h", "librdmacm-dev")?;
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
     let exe = env.lib.path().join(name);
     let out = Command::new(cc)
         .args(["-Wall", "-Wextra", "-Werror", "-o"])
@@ -67,5 +229,11 @@ pub fn run_c(test: &str, env: &Env, name: &str, args: &[&str]) -> Option<Output>
         .output()
         .expect("cc");
     assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some(exe)
+}
+
+/// Compile `tests/c/<name>.c` ([`compile`]) and run it in `env` with `args` (30 s at most).
+pub fn run_c(test: &str, env: &Env, name: &str, args: &[&str]) -> Option<Output> {
+    let exe = compile(test, env, &format!("tests/c/{name}.c"), name)?;
     Some(env.run(&exe, args, Duration::from_secs(30)))
 }
