@@ -61,6 +61,13 @@ impl Pair {
     fn sent(&self) -> u64 {
         self.soft.stats("softverbs0").unwrap().nic.tx_packets
     }
+    /// A signaled WRITE of a's first 64 bytes to the start of b's MR, which must succeed
+    /// with the completion of [`ok`].
+    fn write_ok(&self, id: u64) {
+        let sges = [self.a.mr.sge(0, 64)];
+        let wc = self.run(write_wr(&sges, id, self.b.mr.addr(), self.b.mr.rkey()));
+        ok(&wc, id, WcOpcode::RdmaWrite, 64, self.a.qp.qp_num());
+    }
     /// Post `wr` on a's QP and wait for its one completion.
     fn run(&self, wr: SendWr<'_>) -> WorkCompletion {
         self.a.qp.post_send(&[wr]).expect("post_send");
@@ -257,51 +264,24 @@ fn nothing_is_reached_while_a_tap_could_see_the_wire() {
             })),
         )
         .unwrap();
-    let sges = [p.a.mr.sge(0, 64)];
-    ok(
-        &p.run(write_wr(&sges, 1, p.b.mr.addr(), p.b.mr.rkey())),
-        1,
-        WcOpcode::RdmaWrite,
-        64,
-        p.a.qp.qp_num(),
-    );
+    p.write_ok(1);
     assert_eq!(p.reached(), 0);
     assert!(seen.load(Ordering::Relaxed) >= 2, "the tap saw the WRITE and its ACK");
     // A tap on the responder only: it publishes that it is observed.
     let p = pair("reach_tap_b", true);
     p.soft.set_tap("softverbs1", Some(Arc::new(|_: TapDir, _: &[u8]| {}))).unwrap();
-    let sges = [p.a.mr.sge(0, 64)];
-    ok(
-        &p.run(write_wr(&sges, 2, p.b.mr.addr(), p.b.mr.rkey())),
-        2,
-        WcOpcode::RdmaWrite,
-        64,
-        p.a.qp.qp_num(),
-    );
+    p.write_ok(2);
     assert_eq!(p.reached(), 0, "the responder's tap must see the WRITE");
     // Taken off again: reached.
     p.soft.set_tap("softverbs1", None).unwrap();
-    ok(
-        &p.run(write_wr(&sges, 3, p.b.mr.addr(), p.b.mr.rkey())),
-        3,
-        WcOpcode::RdmaWrite,
-        64,
-        p.a.qp.qp_num(),
-    );
+    p.write_ok(3);
     assert_eq!(p.reached(), 1);
 }
 
 #[test]
 fn with_reach_off_everything_goes_as_packets() {
     let p = pair("reach_off", false);
-    let sges = [p.a.mr.sge(0, 64)];
-    ok(
-        &p.run(write_wr(&sges, 1, p.b.mr.addr(), p.b.mr.rkey())),
-        1,
-        WcOpcode::RdmaWrite,
-        64,
-        p.a.qp.qp_num(),
-    );
+    p.write_ok(1);
     assert_eq!(p.reached(), 0);
     assert_eq!(p.sent(), 1);
 }
@@ -310,13 +290,7 @@ fn with_reach_off_everything_goes_as_packets() {
 fn a_qp_out_of_rts_at_the_responder_is_not_reached() {
     let p = pair("reach_err", true);
     let sges = [p.a.mr.sge(0, 64)];
-    ok(
-        &p.run(write_wr(&sges, 1, p.b.mr.addr(), p.b.mr.rkey())),
-        1,
-        WcOpcode::RdmaWrite,
-        64,
-        p.a.qp.qp_num(),
-    );
+    p.write_ok(1);
     assert_eq!(p.reached(), 1);
     // b's QP to ERR: a's next WRITE must not land; it goes as packets, which b drops, and
     // a's retries run out.
