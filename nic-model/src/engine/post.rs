@@ -31,23 +31,16 @@ impl Nic {
         let mut result = Ok(());
         let mut quiet = true;
         for (i, wr) in wrs.iter().enumerate() {
-            let mut reachable = reach::candidate(qp, &self.hca, wr.opcode);
-            if reachable {
-                match reach::post(qp, &mut self.hca, wr) {
-                    Some(true) => continue,
-                    Some(false) => reachable = false,
-                    None => {}
-                }
-            } else if req::post_now(qp, &mut self.hca, now, wr) {
-                quiet = false;
+            if reach::candidate(qp, &self.hca, wr.opcode) && reach::post(qp, &mut self.hca, wr) {
                 continue;
             }
             quiet = false;
+            if req::post_now(qp, &mut self.hca, now, wr) {
+                continue;
+            }
             match self.hca.check_send(qp, wr, max_msg) {
                 Ok(wqe) => {
-                    if !(reachable && reach::run(qp, &mut self.hca, &wqe)) {
-                        qp.sq.push_back(wqe);
-                    }
+                    qp.sq.push_back(wqe);
                 }
                 Err(e) => {
                     result = Err(Error::new(

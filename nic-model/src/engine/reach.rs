@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use verbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
-use super::qp::{Qp, SendWqe};
+use super::qp::Qp;
 use super::{Hca, Nic};
 
 /// What a requester asks the host to reach: the responder QP it is connected to, the range
@@ -122,7 +122,7 @@ pub(crate) fn candidate(qp: &Qp, hca: &Hca, opcode: WrOpcode) -> bool {
         && hca.wire.as_deref().is_some_and(|w| w.reaches())
 }
 
-/// One operation to do by reach: what a WQE or a WR says about it.
+/// One operation to do by reach, as its WR says it.
 struct Op<'a> {
     opcode: WrOpcode,
     wr_id: u64,
@@ -136,20 +136,20 @@ struct Op<'a> {
     swap: u64,
 }
 
-/// The fast path of `ibv_post_send` for a reachable WR: the checks `check_send` makes, then
-/// [`place`], straight from the WR (inline data, which must be read at post time, is copied
-/// from where it is straight into the peer's memory). `None` when something about the WR is
-/// unusual or wrong (the general path then checks it and says what); `Some(false)` when the
-/// responder cannot be reached for it (it goes as packets).
+/// Does a [`candidate`] WR by direct reach, straight from the WR, after the checks
+/// `check_send` makes (inline data, which must be read at post time, is copied from where it
+/// is straight into the peer's memory). False, having done nothing, when the responder cannot
+/// be reached for it (it goes as packets) or when the WR is wrong: every WR these checks
+/// refuse is one `check_send` refuses too, so only the general path reports errors.
 #[inline]
-pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> Option<bool> {
+pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> bool {
     use verbs_api::SendFlags;
     let inline = wr.send_flags.contains(SendFlags::INLINE) || wr.inline_data.is_some();
     let max_inline = qp.cap.max_inline_data as usize;
     let (len, data) = match wr.inline_data {
         Some(d) if inline => {
             if wr.opcode != WrOpcode::RdmaWrite || d.len() > max_inline {
-                return None;
+                return false;
             }
             (d.len() as u64, Some(d))
         }
@@ -157,23 +157,23 @@ pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> Option
             if wr.sg_list.len() > qp.cap.max_send_sge as usize
                 || hca.check_sges(qp.pd, wr.sg_list).is_err()
             {
-                return None;
+                return false;
             }
             let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
             if inline && (wr.opcode != WrOpcode::RdmaWrite || len > max_inline as u64) {
-                return None;
+                return false;
             }
             (len, None)
         }
     };
-    let len = u32::try_from(len).ok()?;
+    let Ok(len) = u32::try_from(len) else { return false };
     let atomic = wr.opcode.is_atomic();
     let (rkey, va) = match atomic {
         true => (wr.atomic.rkey, wr.atomic.remote_addr),
         false => (wr.rdma.rkey, wr.rdma.remote_addr),
     };
     if atomic && (len != 8 || !va.is_multiple_of(8)) {
-        return None;
+        return false;
     }
     let op = Op {
         opcode: wr.opcode,
@@ -186,25 +186,6 @@ pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> Option
         va,
         compare_add: wr.atomic.compare_add,
         swap: wr.atomic.swap,
-    };
-    Some(place(qp, hca, &op))
-}
-
-/// Does the checked WQE `w` by direct reach and completes it; false (having done nothing)
-/// when the host cannot reach the responder's memory for it, and it goes as packets.
-pub(crate) fn run(qp: &Qp, hca: &mut Hca, w: &SendWqe) -> bool {
-    let atomic = w.opcode.is_atomic();
-    let op = Op {
-        opcode: w.opcode,
-        wr_id: w.wr_id,
-        signaled: w.signaled,
-        len: w.len,
-        sges: &w.sges,
-        inline: w.inline.as_deref(),
-        rkey: if atomic { w.atomic.rkey } else { w.rdma.rkey },
-        va: if atomic { w.atomic.remote_addr } else { w.rdma.remote_addr },
-        compare_add: w.atomic.compare_add,
-        swap: w.atomic.swap,
     };
     place(qp, hca, &op)
 }

@@ -127,26 +127,23 @@ pub(crate) fn reach<'l>(
             at
         }
     };
-    match &mut views[at].1 {
+    let blocked = match &mut views[at].1 {
         PeerReach::Absent(n) => {
             *n -= 1;
-            if *n == 0 {
-                views.remove(at);
-            }
+            Some(*n == 0)
+        }
+        PeerReach::Mapped(v) => v.blocked(),
+    };
+    match blocked {
+        // Gone (closed, dead, or looked for long enough): the LID's next owner has a new file.
+        Some(true) => {
+            views.remove(at);
             None
         }
-        PeerReach::Mapped(v) => {
-            if let Some(closed) = v.blocked() {
-                if closed {
-                    // Closed or dead: a new owner of the LID has a new file.
-                    views.remove(at);
-                }
-                return None;
-            }
-            match &views[at].1 {
-                PeerReach::Mapped(v) => v.resolve(ask),
-                PeerReach::Absent(_) => None,
-            }
-        }
+        Some(false) => None,
+        None => match &views[at].1 {
+            PeerReach::Mapped(v) => v.resolve(ask),
+            PeerReach::Absent(_) => None,
+        },
     }
 }

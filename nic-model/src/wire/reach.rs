@@ -300,7 +300,6 @@ impl ReachArena {
 
     /// Publishes an MR whose memory is `ptr..ptr+len`; false (and nothing published) when that
     /// memory is not in the arena or its slot holds another MR.
-    #[allow(clippy::too_many_arguments)]
     pub fn publish_mr(
         &self,
         key: u32,
