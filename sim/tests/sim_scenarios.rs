@@ -29,9 +29,10 @@ fn run_capture(sc: &Scenario, seed: Option<u64>, pcap: Option<PathBuf>) -> Repor
 
 fn check(name: &str) -> Report {
     let sc = scenario(name);
-    let dir = std::env::temp_dir().join(format!("softverbs-scenario-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcaps = [dir.join(format!("{name}.1.pcap")), dir.join(format!("{name}.2.pcap"))];
+    // Removed with its captures when dropped, even when an assertion below fails.
+    let dir = tempfile::Builder::new().prefix("softverbs-scenario-").tempdir().unwrap();
+    let pcaps =
+        [dir.path().join(format!("{name}.1.pcap")), dir.path().join(format!("{name}.2.pcap"))];
     let first = run_capture(&sc, None, Some(pcaps[0].clone()));
     assert!(first.passed, "{name}: {:?}", first.failure);
     for c in &first.connections {
@@ -44,9 +45,6 @@ fn check(name: &str) -> Report {
     assert_eq!(first.trace_records, second.trace_records);
     assert_eq!(first.completion_ns, second.completion_ns);
     let [a, b] = pcaps.each_ref().map(|p| std::fs::read(p).unwrap());
-    for p in &pcaps {
-        let _ = std::fs::remove_file(p);
-    }
     assert!(a.len() > 24, "{name}: the capture holds packets");
     let differ = a.iter().zip(&b).position(|(x, y)| x != y);
     assert_eq!((a.len(), differ), (b.len(), None), "{name}: same seed, different capture");

@@ -205,15 +205,29 @@ fn lock_exclusive(_file: &File) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("softverbs-capture-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join(name)
+    /// A directory of its own for one test, removed with what it holds when dropped, even when
+    /// the test fails.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(test: &str) -> TempDir {
+            let dir = std::env::temp_dir()
+                .join(format!("softverbs-capture-{}-{test}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     #[test]
     fn pid_in_the_name_is_this_process_and_one_file_is_shared() {
-        let name = temp("run-{pid}.pcap");
+        let dir = TempDir::new("shared");
+        let name = dir.0.join("run-{pid}.pcap");
         let a = Capture::open(&name, "SOFTVERBS_PCAP").unwrap();
         let b = Capture::open(&name, "SOFTVERBS_PCAP").unwrap();
         assert!(Arc::ptr_eq(&a, &b), "devices of one process share the file");
@@ -229,12 +243,12 @@ mod tests {
         a.record(true, &d);
         drop((a, b));
         assert_eq!(std::fs::read(&path).unwrap().len(), 24 + 2 * (16 + 14 + 40));
-        let _ = std::fs::remove_file(path);
     }
 
     #[test]
     fn a_file_another_writer_holds_is_refused_naming_the_variable() {
-        let path = temp("held.pcap");
+        let dir = TempDir::new("held");
+        let path = dir.0.join("held.pcap");
         let held = File::create(&path).unwrap();
         lock_exclusive(&held).unwrap();
         let e = Capture::open(&path, "SOFTVERBS_PCAP").err().expect("refused");
@@ -252,6 +266,5 @@ mod tests {
             "{}",
             e.message
         );
-        let _ = std::fs::remove_file(path);
     }
 }
