@@ -209,6 +209,9 @@ pub(crate) struct Hca {
     wire: Option<Box<dyn Wire>>,
     /// The host has datagrams the wire refused: until they are gone, everything queues.
     wire_paused: bool,
+    /// Whether datagrams that go straight onto the lent wire carry their ICRC: `Unset` only
+    /// on a wire that takes them without (`Wire::takes_unset_icrc`, asked when it was lent).
+    direct_icrc: crate::packet::Icrc,
     /// Datagram buffers given back with [`Nic::recycle`], reused by the next transmits.
     spare: Vec<Vec<u8>>,
     /// The requester's payload buffer, kept between calls so sending allocates nothing.
@@ -247,6 +250,7 @@ impl Nic {
                 last_tx_ack: None,
                 wire: None,
                 wire_paused: false,
+                direct_icrc: crate::packet::Icrc::Carried,
                 spare: Vec::new(),
                 scratch: Vec::new(),
                 events: VecDeque::new(),

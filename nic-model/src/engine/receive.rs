@@ -18,7 +18,16 @@ impl Nic {
     }
 
     /// [`Nic::handle_packet`] at a time that may be read only if the packet needs it.
+    #[inline]
     pub fn handle_packet_at(&mut self, now: &mut Now<'_>, data: &[u8]) {
+        self.handle_packet_with(now, data, packet::Icrc::Carried);
+    }
+
+    /// [`Nic::handle_packet_at`] of a datagram that carries its ICRC or not (`icrc`): a host
+    /// whose wire told it the sender left the ICRC unset, and which has nothing that looks at
+    /// the datagram, passes [`packet::Icrc::Unset`], and every check but the ICRC's is made
+    /// (docs/architecture.md, "The ICRC where nobody looks"). IPv6 datagrams always carry it.
+    pub fn handle_packet_with(&mut self, now: &mut Now<'_>, data: &[u8], icrc: packet::Icrc) {
         // The packets latency waits on take fast paths that read them without building a
         // `Packet`: an RC SEND ONLY in sequence with a receive posted for it (the responder's),
         // and an RC ACKNOWLEDGE (the completer's). Anything else, or anything wrong with them,
@@ -28,7 +37,7 @@ impl Nic {
         // QP; the fast paths leave a stranger's packet to the general path, which counts it.
         match packet::opcode_of(data) {
             Some(packet::Opcode::RC_SEND_ONLY | packet::Opcode::RC_SEND_ONLY_WITH_IMMEDIATE) => {
-                if let Some(send) = packet::peek_rc_send_only(data) {
+                if let Some(send) = packet::peek_rc_send_only(data, icrc) {
                     if let Some(qp) = self.qps.get_mut(&send.bth.dest_qp) {
                         if qp.is_from_path(send.src)
                             && resp::receive_send_only(qp, &mut self.hca, &send)
@@ -42,7 +51,7 @@ impl Nic {
                 }
             }
             Some(packet::Opcode::RC_ACKNOWLEDGE) => {
-                if let Some(ack) = packet::peek_rc_acknowledge(data) {
+                if let Some(ack) = packet::peek_rc_acknowledge(data, icrc) {
                     if let Some(qp) = self.qps.get_mut(&ack.bth.dest_qp) {
                         if qp.qp_type == QpType::Rc && qp.is_from_path(ack.src) {
                             self.hca.stats.rx_packets += 1;
@@ -56,18 +65,23 @@ impl Nic {
             }
             _ => {}
         }
-        self.handle_packet_general(now, data);
+        self.handle_packet_general(now, data, icrc);
     }
 
     /// [`Nic::handle_packet_at`] without the responder's fast path: every packet parsed in
     /// full (the fast path's tests compare the two).
-    pub(super) fn handle_packet_general(&mut self, now: &mut Now<'_>, data: &[u8]) {
+    pub(super) fn handle_packet_general(
+        &mut self,
+        now: &mut Now<'_>,
+        data: &[u8],
+        icrc: packet::Icrc,
+    ) {
         // RoCE v2 over IPv6 (a QP sending from a link-local GID), else over IPv4.
         let parsed = match data.first() {
             Some(b) if b >> 4 == 6 => {
                 packet::parse_datagram6(data).map(|(ip, p)| (Src::V6(ip.src), p))
             }
-            _ => packet::parse_datagram(data).map(|(ip, p)| (Src::V4(ip.src), p)),
+            _ => packet::parse_datagram_with(data, icrc).map(|(ip, p)| (Src::V4(ip.src), p)),
         };
         let (src, pkt) = match parsed {
             Ok(v) => v,

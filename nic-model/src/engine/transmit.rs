@@ -64,6 +64,25 @@ pub trait Wire: Send {
     fn reaches(&self) -> bool {
         false
     }
+
+    /// Whether datagrams may go onto this wire without their ICRC
+    /// ([`Wire::send_without_icrc`]): true only for a wire on which nothing can look at them
+    /// on the sender's side (no capture, tap or fault plan), whose receivers set or skip the
+    /// ICRC themselves (docs/architecture.md, "The ICRC where nobody looks"). Asked once,
+    /// when the wire is lent ([`Nic::set_wire`]).
+    fn takes_unset_icrc(&self) -> bool {
+        false
+    }
+
+    /// [`Wire::send`] of a datagram whose ICRC the engine left unset
+    /// ([`packet::Icrc::Unset`]: four zero bytes), marked so for its receiver; called only on
+    /// a wire that [`takes_unset_icrc`](Wire::takes_unset_icrc). The default sets the ICRC in
+    /// a copy and sends that, so it is right on any wire.
+    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
+        let mut whole = datagram.to_vec();
+        packet::set_icrc_ipv4(&mut whole);
+        self.send(dst, &whole)
+    }
 }
 
 impl Nic {
@@ -83,8 +102,14 @@ impl Nic {
     }
 
     /// Lend the NIC a way onto the wire (see [`Wire`]); `None` takes it back, after which
-    /// every datagram is queued for [`Nic::poll_transmit`].
+    /// every datagram is queued for [`Nic::poll_transmit`]. Datagrams queued that way always
+    /// carry their ICRC; those sent straight onto a wire that
+    /// [`takes_unset_icrc`](Wire::takes_unset_icrc) do not.
     pub fn set_wire(&mut self, wire: Option<Box<dyn Wire>>) {
+        self.hca.direct_icrc = match wire.as_deref().is_some_and(|w| w.takes_unset_icrc()) {
+            true => packet::Icrc::Unset,
+            false => packet::Icrc::Carried,
+        };
         self.hca.wire = wire;
     }
 
@@ -223,8 +248,9 @@ impl Hca {
             // lines still owned by the reader's core (docs/decisions.md, "Build a direct
             // datagram on the stack, then copy").
             let mut local = [0u8; DIRECT_DATAGRAM];
-            packet::emit_engine_datagram_into(&ip, pkt, &mut local[..len]);
-            return self.send_built(dst, &local[..len]);
+            let icrc = self.direct_icrc;
+            packet::emit_engine_datagram_into(&ip, pkt, &mut local[..len], icrc);
+            return self.send_built(dst, &mut local[..len], icrc);
         }
         let mut data = self.spare.pop().unwrap_or_default();
         packet::emit_engine_datagram(&ip, pkt, &mut data);
@@ -246,8 +272,9 @@ impl Hca {
     ) {
         let ip = self.next_ip_udp(qp.dst_ip, qp.ip_tos_ttl, qp.sport);
         let mut local = [0u8; DIRECT_DATAGRAM];
-        let len = packet::emit_request_into(&ip, bth, reth, imm, payload, &mut local);
-        self.send_built(qp.dst_ip, &local[..len]);
+        let icrc = self.icrc_for_direct();
+        let len = packet::emit_request_into(&ip, bth, reth, imm, payload, &mut local, icrc);
+        self.send_built(qp.dst_ip, &mut local[..len], icrc);
     }
 
     /// Emit an ACKNOWLEDGE (an ACK or a NAK) of `qp` from its template: the same datagram
@@ -268,8 +295,9 @@ impl Hca {
         };
         let ident = self.next_datagram();
         let mut local = [0u8; packet::ACK_DATAGRAM_LEN];
-        template.emit_into(ident, psn, aeth, &mut local);
-        self.send_built(qp.dst_ip, &local)
+        let icrc = self.icrc_for_direct();
+        template.emit_into(ident, psn, aeth, &mut local, icrc);
+        self.send_built(qp.dst_ip, &mut local, icrc)
     }
 
     /// Accounts for one more datagram sent and returns its IPv4 identification. It ends any
@@ -290,13 +318,33 @@ impl Hca {
         IpUdp { src: self.cfg.ip(), dst, src_port: sport, ident, tos, ttl, ..IpUdp::default() }
     }
 
-    /// Sends a datagram already built: onto the host's wire if it may go now and the wire
-    /// takes it, else into the transmit queue. Returns whether it was queued.
-    fn send_built(&mut self, dst: [u8; 4], bytes: &[u8]) -> bool {
+    /// How a datagram about to be built for [`Hca::send_built`] treats its ICRC: unset only
+    /// if it may go straight onto a wire that takes it so (one that goes into the queue
+    /// instead has it set after all).
+    #[inline]
+    fn icrc_for_direct(&self) -> packet::Icrc {
+        match self.may_send_direct() {
+            true => self.direct_icrc,
+            false => packet::Icrc::Carried,
+        }
+    }
+
+    /// Sends a datagram already built (its ICRC set or not, as `icrc` says): onto the host's
+    /// wire if it may go now and the wire takes it, else into the transmit queue, with its
+    /// ICRC set. Returns whether it was queued.
+    fn send_built(&mut self, dst: [u8; 4], bytes: &mut [u8], icrc: packet::Icrc) -> bool {
         if let Some(wire) = self.direct_wire() {
-            if wire.send(dst, bytes) != WireOutcome::Full {
+            let outcome = match icrc {
+                packet::Icrc::Carried => wire.send(dst, bytes),
+                packet::Icrc::Unset => wire.send_without_icrc(dst, bytes),
+            };
+            if outcome != WireOutcome::Full {
                 return false;
             }
+        }
+        if icrc == packet::Icrc::Unset {
+            // A queued datagram may meet a tap or a capture before it goes: it is whole.
+            packet::set_icrc_ipv4(bytes);
         }
         let mut data = self.spare.pop().unwrap_or_default();
         data.clear();

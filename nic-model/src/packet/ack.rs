@@ -1,7 +1,7 @@
 //! The ACK template: an RC QP's ACKNOWLEDGE datagram built once, so that each ACK or NAK only
 //! patches the few bytes that change (identification, checksum, PSN, AETH) and its ICRC.
 
-use super::datagram::{emit_engine_datagram, ICRC_LEN};
+use super::datagram::{emit_engine_datagram, Icrc, ICRC_LEN};
 use super::headers::{Aeth, Bth};
 use super::icrc::IcrcPatch;
 use super::ipv4_udp::{fold_ones_complement, IpUdp, IPV4_UDP_LEN};
@@ -86,9 +86,9 @@ impl AckTemplate {
     }
 
     /// Writes into `out`, which is exactly [`ACK_DATAGRAM_LEN`] bytes, the ACK (or NAK) with
-    /// this identification, PSN and AETH.
-    pub(crate) fn emit_into(&self, ident: u16, psn: Psn, aeth: Aeth, out: &mut [u8]) {
-        let (covered, icrc) = out.split_at_mut(ACK_COVERED_LEN);
+    /// this identification, PSN and AETH, with its ICRC or not (`icrc`).
+    pub(crate) fn emit_into(&self, ident: u16, psn: Psn, aeth: Aeth, out: &mut [u8], icrc: Icrc) {
+        let (covered, out_icrc) = out.split_at_mut(ACK_COVERED_LEN);
         covered.copy_from_slice(&self.bytes);
         covered[IDENT_AT..IDENT_AT + 2].copy_from_slice(&ident.to_be_bytes());
         // RFC 1624: the identification went from 0 to `ident`, so the header's one's-complement
@@ -99,8 +99,11 @@ impl AckTemplate {
         covered[AETH_AT..AETH_AT + 4].copy_from_slice(&aeth.to_bytes());
         // The bytes just written, read back at the offsets the tables were built for; the
         // template has zeros there, so they are also the changes from it.
-        let changes = ACK_PATCHED_AT.map(|at| covered[at]);
-        icrc.copy_from_slice(&ACK_ICRC_PATCH.icrc(self.icrc, changes).to_le_bytes());
+        let value = match icrc {
+            Icrc::Carried => ACK_ICRC_PATCH.icrc(self.icrc, ACK_PATCHED_AT.map(|at| covered[at])),
+            Icrc::Unset => 0,
+        };
+        out_icrc.copy_from_slice(&value.to_le_bytes());
     }
 }
 
@@ -165,7 +168,13 @@ mod tests {
                             // Into a buffer with stale bytes in it (a ring slot).
                             fast.clear();
                             fast.resize(ACK_DATAGRAM_LEN, 0x5A);
-                            template.emit_into(ident, Psn::new(psn), aeth, &mut fast);
+                            template.emit_into(
+                                ident,
+                                Psn::new(psn),
+                                aeth,
+                                &mut fast,
+                                Icrc::Carried,
+                            );
                             let pkt = ack_packet(dest_qp, psn, aeth);
                             emit_datagram(&IpUdp { ident, ..ip }, &pkt, &mut general).unwrap();
                             assert_eq!(
@@ -173,6 +182,11 @@ mod tests {
                                 "{ip:?} qp {dest_qp:#x} ident {ident} psn {psn}"
                             );
                             assert_eq!(fast.len(), ACK_DATAGRAM_LEN);
+                            // Without its ICRC: the same bytes up to it, then zeros.
+                            fast.fill(0x5A);
+                            template.emit_into(ident, Psn::new(psn), aeth, &mut fast, Icrc::Unset);
+                            assert_eq!(fast[..ACK_COVERED_LEN], general[..ACK_COVERED_LEN]);
+                            assert_eq!(fast[ACK_COVERED_LEN..], [0; ICRC_LEN]);
                         }
                     }
                 }
@@ -196,7 +210,7 @@ mod tests {
             // with stale bytes in it (a ring slot).
             let template = AckTemplate::new(&ip, dest_qp);
             let mut fast = [stale; ACK_DATAGRAM_LEN];
-            template.emit_into(ident, Psn::new(psn), aeth, &mut fast);
+            template.emit_into(ident, Psn::new(psn), aeth, &mut fast, Icrc::Carried);
             let pkt = ack_packet(dest_qp, psn, aeth);
             let ip = IpUdp { ident, ..ip };
             let mut general = Vec::new();

@@ -21,6 +21,28 @@ use crate::small_copy;
 /// Bytes of the ICRC that ends every datagram.
 pub const ICRC_LEN: usize = 4;
 
+/// Whether a datagram's last [`ICRC_LEN`] bytes hold its ICRC. On a softverbs wire that
+/// nothing observes (no capture, tap or fault plan on the sender's side), the engine's fast
+/// paths leave it unset and the wire marks the datagram so; a receiver that observes its side
+/// sets it before anything sees the datagram, one that does not skips the check
+/// (docs/architecture.md, "The ICRC where nobody looks"). Every other datagram carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Icrc {
+    /// The datagram ends with its ICRC: computed when built, checked when received.
+    Carried,
+    /// The datagram ends with four zero bytes where its ICRC goes: its sender did not compute
+    /// it, and its receiver does not check it.
+    Unset,
+}
+
+/// Computes the ICRC of a whole IPv4 datagram (at least [`ICRC_LEN`] bytes) and writes it into
+/// its last four bytes: a datagram built with [`Icrc::Unset`] made whole, for whatever is
+/// about to look at it (a capture, a tap, a fault plan) or to keep it in a queue.
+pub fn set_icrc_ipv4(datagram: &mut [u8]) {
+    let Some((covered, icrc)) = datagram.split_last_chunk_mut::<ICRC_LEN>() else { return };
+    *icrc = icrc_ipv4(covered).to_le_bytes();
+}
+
 /// Total datagram length [`emit_datagram`] would produce: IPv4 + UDP + transport + ICRC.
 pub fn datagram_len(pkt: &Packet<'_>) -> usize {
     IPV4_UDP_LEN + pkt.transport_len() + ICRC_LEN
@@ -99,8 +121,9 @@ fn datagram_head(
 /// The datagram of a request the requester's fast path sends (`engine::req::post_now`: a SEND
 /// or RDMA WRITE of one packet): what [`emit_engine_datagram_into`] writes for the same packet,
 /// built without a [`Packet`]. IPv4 and UDP, the BTH (its `PadCnt` computed), a RETH if
-/// `reth`, ImmDt if `imm`, the payload, the pad and the ICRC, written to the front of `out`;
-/// returns the datagram's length. The headers must be the ones `bth.opcode`'s row lists.
+/// `reth`, ImmDt if `imm`, the payload, the pad and the ICRC (zeros if `icrc` is
+/// [`Icrc::Unset`]), written to the front of `out`; returns the datagram's length. The headers
+/// must be the ones `bth.opcode`'s row lists.
 ///
 /// # Panics
 /// If `out` is shorter than the datagram: an engine bug.
@@ -112,6 +135,7 @@ pub(crate) fn emit_request_into(
     imm: Option<u32>,
     payload: &[u8],
     out: &mut [u8],
+    icrc: Icrc,
 ) -> usize {
     let header_len =
         Bth::LEN + reth.map_or(0, |_| super::Reth::LEN) + imm.map_or(0, |_| super::IMMDT_LEN);
@@ -133,21 +157,25 @@ pub(crate) fn emit_request_into(
         rest[at..at + super::IMMDT_LEN].copy_from_slice(&imm.to_be_bytes());
         at += super::IMMDT_LEN;
     }
-    write_body_into(out, IPV4_UDP_LEN + at, payload);
+    write_body_into(out, IPV4_UDP_LEN + at, payload, icrc);
     total
 }
 
 /// The rest of a datagram whose headers fill the first `head_len` bytes of `out`, which is
-/// exactly the datagram's length: the payload, the pad (zeros) and the ICRC.
+/// exactly the datagram's length: the payload, the pad (zeros) and the ICRC (zeros if
+/// [`Icrc::Unset`]).
 #[inline(always)]
-fn write_body_into(out: &mut [u8], head_len: usize, payload: &[u8]) {
+fn write_body_into(out: &mut [u8], head_len: usize, payload: &[u8], icrc: Icrc) {
     let covered_len = out.len() - ICRC_LEN;
     let (body, pad) = out[head_len..covered_len].split_at_mut(payload.len());
     small_copy::copy_from_slice(body, payload);
     cost::copied(CopyAt::Packet, payload.len());
     pad.fill(0);
-    let icrc = icrc_ipv4(&out[..covered_len]);
-    out[covered_len..].copy_from_slice(&icrc.to_le_bytes());
+    let value = match icrc {
+        Icrc::Carried => icrc_ipv4(&out[..covered_len]),
+        Icrc::Unset => 0,
+    };
+    out[covered_len..].copy_from_slice(&value.to_le_bytes());
 }
 
 /// Write the datagram of a checked packet into the empty `out`: the headers are built on the
@@ -185,18 +213,18 @@ pub(crate) fn engine_datagram_len(pkt: &Packet<'_>) -> usize {
     datagram_len_of(pkt, info)
 }
 
-/// [`emit_engine_datagram`] into `out`, which is exactly [`engine_datagram_len`] bytes: for a
-/// host that lends the engine the wire's own buffer (a ring slot) to build the datagram in.
+/// [`emit_engine_datagram`] into `out`, which is exactly [`engine_datagram_len`] bytes, with its
+/// ICRC or without (`icrc`).
 ///
 /// # Panics
 /// As [`emit_engine_datagram`], or if `out` has another length.
-pub(crate) fn emit_engine_datagram_into(ip: &IpUdp, pkt: &Packet<'_>, out: &mut [u8]) {
+pub(crate) fn emit_engine_datagram_into(ip: &IpUdp, pkt: &Packet<'_>, out: &mut [u8], icrc: Icrc) {
     let (info, total_len) = engine_packet_shape(pkt);
     assert_eq!(out.len(), usize::from(total_len), "the buffer fits the datagram exactly");
     let head = datagram_head(ip, pkt, total_len);
     let head_len = IPV4_UDP_LEN + info.header_len;
     out[..head_len].copy_from_slice(&head[..head_len]);
-    write_body_into(out, head_len, pkt.payload);
+    write_body_into(out, head_len, pkt.payload, icrc);
 }
 
 /// Parse and check a datagram: IPv4 version, IHL 5, no fragmentation, protocol 17, header
@@ -205,7 +233,17 @@ pub(crate) fn emit_engine_datagram_into(ip: &IpUdp, pkt: &Packet<'_>, out: &mut 
 /// Never panics on any input. The UDP checksum is ignored (RoCEv2 senders leave it 0).
 #[inline]
 pub fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), PacketError> {
-    let Checked { ipv4, udp, transport } = checked_datagram(bytes)?;
+    parse_datagram_with(bytes, Icrc::Carried)
+}
+
+/// [`parse_datagram`] of a datagram that carries its ICRC or not (`icrc`): with
+/// [`Icrc::Unset`], every check but the ICRC's.
+#[inline]
+pub(crate) fn parse_datagram_with(
+    bytes: &[u8],
+    icrc: Icrc,
+) -> Result<(IpUdp, Packet<'_>), PacketError> {
+    let Checked { ipv4, udp, transport } = checked_datagram(bytes, icrc)?;
     let got = bytes.len();
     let bth = Bth::parse(transport)?;
     let info = bth.opcode.info().ok_or(PacketError::UnknownOpcode(bth.opcode.0))?;
@@ -237,9 +275,10 @@ pub(super) struct Checked<'a> {
     pub(super) transport: &'a [u8],
 }
 
-/// The checks [`parse_datagram`] makes of the IPv4 and UDP headers and the ICRC.
+/// The checks [`parse_datagram`] makes of the IPv4 and UDP headers and the ICRC (which is not
+/// checked if the datagram's sender left it [`Icrc::Unset`]).
 #[inline(always)]
-pub(super) fn checked_datagram(bytes: &[u8]) -> Result<Checked<'_>, PacketError> {
+pub(super) fn checked_datagram(bytes: &[u8], icrc: Icrc) -> Result<Checked<'_>, PacketError> {
     let got = bytes.len();
     let ipv4: &[u8; IPV4_LEN] =
         bytes.first_chunk().ok_or(PacketError::Truncated { needed: IPV4_LEN, got })?;
@@ -282,14 +321,16 @@ pub(super) fn checked_datagram(bytes: &[u8]) -> Result<Checked<'_>, PacketError>
     }
 
     let min_len = IPV4_UDP_LEN + Bth::LEN + ICRC_LEN;
-    let (covered, icrc) = bytes
+    let (covered, carried) = bytes
         .split_last_chunk::<ICRC_LEN>()
         .filter(|_| got >= min_len)
         .ok_or(PacketError::Truncated { needed: min_len, got })?;
-    let expected = icrc_ipv4(covered);
-    let carried = u32::from_le_bytes(*icrc);
-    if expected != carried {
-        return Err(PacketError::BadIcrc { expected, got: carried });
+    if icrc == Icrc::Carried {
+        let expected = icrc_ipv4(covered);
+        let carried = u32::from_le_bytes(*carried);
+        if expected != carried {
+            return Err(PacketError::BadIcrc { expected, got: carried });
+        }
     }
 
     let transport = covered.get(IPV4_UDP_LEN..).unwrap_or(&[]);
@@ -627,8 +668,23 @@ mod tests {
                     assert_eq!(engine, general, "engine entry: {} with {len} bytes", info.name);
                     // Into a buffer of the right length with stale bytes in it (a ring slot).
                     let mut slot = vec![0xA5; engine_datagram_len(&pkt)];
-                    emit_engine_datagram_into(&ip, &pkt, &mut slot);
+                    emit_engine_datagram_into(&ip, &pkt, &mut slot, Icrc::Carried);
                     assert_eq!(slot, general, "into a slot: {} with {len} bytes", info.name);
+                    // Without its ICRC: the same bytes, zeros where the ICRC goes, and the
+                    // ICRC set afterwards is the one it would have carried.
+                    slot.fill(0xA5);
+                    emit_engine_datagram_into(&ip, &pkt, &mut slot, Icrc::Unset);
+                    let (covered, icrc) = slot.split_at(slot.len() - ICRC_LEN);
+                    assert_eq!(covered, &general[..covered.len()], "{}", info.name);
+                    assert_eq!(icrc, [0; ICRC_LEN], "{}: the ICRC is left zero", info.name);
+                    assert_eq!(
+                        parse_datagram_with(&slot, Icrc::Unset),
+                        Ok((ip, pkt)),
+                        "{}: every check but the ICRC's passes",
+                        info.name
+                    );
+                    set_icrc_ipv4(&mut slot);
+                    assert_eq!(slot, general, "set afterwards: {} with {len} bytes", info.name);
                     assert_eq!(parse_datagram(&fast), oracle::parse_datagram(&general));
                     assert_eq!(parse_datagram(&fast), Ok((ip, pkt)), "{}", info.name);
                 }
@@ -712,8 +768,13 @@ mod tests {
             let mut general = Vec::new();
             emit_datagram(&ip, &pkt, &mut general).unwrap();
             let mut out = [stale; 300];
-            let len = emit_request_into(&ip, &pkt.bth, pkt.reth.as_ref(), pkt.imm, pkt.payload, &mut out);
+            let len = emit_request_into(&ip, &pkt.bth, pkt.reth.as_ref(), pkt.imm, pkt.payload, &mut out, Icrc::Carried);
             prop_assert_eq!(&out[..len], &general[..]);
+            let mut unset = [stale; 300];
+            let unset_len = emit_request_into(&ip, &pkt.bth, pkt.reth.as_ref(), pkt.imm, pkt.payload, &mut unset, Icrc::Unset);
+            prop_assert_eq!(unset_len, len);
+            prop_assert_eq!(&unset[..len - ICRC_LEN], &general[..len - ICRC_LEN]);
+            prop_assert_eq!(&unset[len - ICRC_LEN..len], &[0; ICRC_LEN][..]);
         }
     }
 

@@ -38,9 +38,10 @@ mod testing;
 mod transport;
 
 pub(crate) use ack::{AckTemplate, ACK_DATAGRAM_LEN};
-pub use datagram::{datagram_len, emit_datagram, parse_datagram, ICRC_LEN};
+pub use datagram::{datagram_len, emit_datagram, parse_datagram, set_icrc_ipv4, Icrc, ICRC_LEN};
 pub(crate) use datagram::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
+    parse_datagram_with,
 };
 pub use datagram6::{datagram6_len, emit_datagram6, parse_any_datagram, parse_datagram6};
 pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Reth};

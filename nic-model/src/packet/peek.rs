@@ -2,7 +2,7 @@
 //! bytes, without building a [`Packet`](super::Packet), under exactly the checks
 //! [`parse_datagram`](super::parse_datagram) makes (property tests hold the two to that).
 
-use super::datagram::{checked_datagram, Checked};
+use super::datagram::{checked_datagram, Checked, Icrc};
 use super::headers::{Aeth, Bth};
 use super::ipv4_udp::IPV4_UDP_LEN;
 use super::opcode::{OpFlags, Opcode, IMMDT_LEN};
@@ -54,8 +54,8 @@ pub(crate) struct SendOnly<'a> {
 /// [`parse_datagram`]: super::parse_datagram
 /// [`Packet`]: super::Packet
 #[inline]
-pub(crate) fn peek_rc_send_only(bytes: &[u8]) -> Option<SendOnly<'_>> {
-    let Checked { ipv4, transport, .. } = checked_datagram(bytes).ok()?;
+pub(crate) fn peek_rc_send_only(bytes: &[u8], icrc: Icrc) -> Option<SendOnly<'_>> {
+    let Checked { ipv4, transport, .. } = checked_datagram(bytes, icrc).ok()?;
     let bth = Bth::parse(transport).ok()?;
     let header_len = match bth.opcode {
         Opcode::RC_SEND_ONLY => SEND_ONLY_HEADER_LEN,
@@ -95,8 +95,8 @@ pub(crate) struct Acknowledge {
 /// [`parse_datagram`]: super::parse_datagram
 /// [`Packet`]: super::Packet
 #[inline]
-pub(crate) fn peek_rc_acknowledge(bytes: &[u8]) -> Option<Acknowledge> {
-    let Checked { ipv4, transport, .. } = checked_datagram(bytes).ok()?;
+pub(crate) fn peek_rc_acknowledge(bytes: &[u8], icrc: Icrc) -> Option<Acknowledge> {
+    let Checked { ipv4, transport, .. } = checked_datagram(bytes, icrc).ok()?;
     let bth = Bth::parse(transport).ok()?;
     if bth.opcode != Opcode::RC_ACKNOWLEDGE {
         return None;
@@ -118,7 +118,7 @@ pub(crate) fn opcode_of(datagram: &[u8]) -> Option<Opcode> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::datagram::{emit_datagram, parse_datagram, ICRC_LEN};
+    use super::super::datagram::{emit_datagram, parse_datagram_with, ICRC_LEN};
     use super::super::ipv4_udp::IPV4_LEN;
     use super::super::opcode::opcode_table;
     use super::super::testing::{any_ip_udp, reseal, sample};
@@ -183,14 +183,17 @@ mod tests {
             let send_only = |p: &Packet<'_>| {
                 matches!(p.bth.opcode, Opcode::RC_SEND_ONLY | Opcode::RC_SEND_ONLY_WITH_IMMEDIATE)
             };
-            match (peek_rc_send_only(&bytes), parse_datagram(&bytes)) {
-                (Some(s), Ok((ip, p))) => {
-                    prop_assert!(send_only(&p));
-                    prop_assert_eq!(s, SendOnly { src: ip.src, bth: p.bth, imm: p.imm, payload: p.payload });
+            // With the ICRC checked, and without (the sender left it unset).
+            for icrc in [Icrc::Carried, Icrc::Unset] {
+                match (peek_rc_send_only(&bytes, icrc), parse_datagram_with(&bytes, icrc)) {
+                    (Some(s), Ok((ip, p))) => {
+                        prop_assert!(send_only(&p));
+                        prop_assert_eq!(s, SendOnly { src: ip.src, bth: p.bth, imm: p.imm, payload: p.payload });
+                    }
+                    (None, Ok((_, p))) => prop_assert!(!send_only(&p), "peek refused {:?}", p),
+                    (Some(s), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", s, e),
+                    (None, Err(_)) => {}
                 }
-                (None, Ok((_, p))) => prop_assert!(!send_only(&p), "peek refused {:?}", p),
-                (Some(s), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", s, e),
-                (None, Err(_)) => {}
             }
         }
     }
@@ -222,14 +225,16 @@ mod tests {
             // makes them count).
             bytes[IPV4_UDP_LEN + 1] = (bytes[IPV4_UDP_LEN + 1] & !0x30) | (pad << 4);
             mangle(&mut bytes, damage, resize, reframe);
-            match (peek_rc_acknowledge(&bytes), parse_datagram(&bytes)) {
-                (Some(a), Ok((ip, p))) => {
-                    prop_assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
-                    prop_assert_eq!(Some(a), p.aeth.map(|aeth| Acknowledge { src: ip.src, bth: p.bth, aeth }));
+            for icrc in [Icrc::Carried, Icrc::Unset] {
+                match (peek_rc_acknowledge(&bytes, icrc), parse_datagram_with(&bytes, icrc)) {
+                    (Some(a), Ok((ip, p))) => {
+                        prop_assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+                        prop_assert_eq!(Some(a), p.aeth.map(|aeth| Acknowledge { src: ip.src, bth: p.bth, aeth }));
+                    }
+                    (None, Ok((_, p))) => prop_assert_ne!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE, "peek refused {:?}", p),
+                    (Some(a), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", a, e),
+                    (None, Err(_)) => {}
                 }
-                (None, Ok((_, p))) => prop_assert_ne!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE, "peek refused {:?}", p),
-                (Some(a), Err(e)) => prop_assert!(false, "peek took {:?}, parse refused: {:?}", a, e),
-                (None, Err(_)) => {}
             }
         }
     }

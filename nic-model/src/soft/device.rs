@@ -24,39 +24,18 @@ use verbs_api::{AsyncElement, AsyncEvent};
 use super::capture::Capture;
 use super::counters::{self, PortCounters, Tally, WireCounters};
 use super::faults::{Dir, FaultCounters, PortFaults, Verdict};
-use super::port::{Links, Port, SendOutcome};
+use super::port::{Port, SendOutcome};
+use super::port_wire::{capture_tap, lock_faults, with_icrc_set, PortWire, Tap, TapDir};
 use super::reach::SoftReach;
 use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
 use crate::engine::{ip_of_slot, Nic, NicEvent, NicStats, Now, Transmit};
-use crate::engine::{ReachAsk, Reached, Wire};
-use crate::packet::{Opcode, Transport, IPV4_UDP_LEN};
+use crate::packet::{Icrc, Opcode, Transport, IPV4_UDP_LEN};
 use crate::wire::os;
-
-/// Receives a copy of every datagram a device sends or receives, for teaching output (the demo
-/// prints each packet) and captures. It runs on whichever thread runs the engine, with the
-/// device locked: it must be quick, must not call verbs of the same device, and must not hold
-/// the device's handles (that would keep the device alive forever).
-pub type Tap = Arc<dyn Fn(TapDir, &[u8]) + Send + Sync>;
-
-/// The tap that records a device's datagrams into `capture`.
-fn capture_tap(capture: &Arc<Capture>) -> Tap {
-    let c = capture.clone();
-    Arc::new(move |dir, datagram| c.record(dir == TapDir::Rx, datagram))
-}
 
 /// What [`super::Soft::watch_async_events`] calls for each async event: quick, and never a
 /// verb of the device (it may run on the NIC thread with the device locked).
 pub type AsyncWatcher = Arc<dyn Fn() + Send + Sync>;
-
-/// Direction of a tapped datagram.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TapDir {
-    /// Sent by this device.
-    Tx,
-    /// Received by this device.
-    Rx,
-}
 
 /// Standby intervals in a row after which the NIC thread makes itself a background thread
 /// (`SCHED_BATCH` on Linux) until it takes over again, so that its wake-ups never preempt a
@@ -88,95 +67,6 @@ pub(crate) enum Round {
     /// Polling a CQ: stop receiving once a packet has added a completion (see
     /// [`Core::progress_locked`]).
     Poll,
-}
-
-/// The device's port lent to its NIC ([`Nic::set_wire`]): small datagrams go into the
-/// destination's ring slot as the engine makes them, queued ones when `flush_tx` sends them,
-/// and the tap sees each one that went into a slot.
-pub(crate) struct PortWire {
-    port: Arc<dyn Port>,
-    /// The port's connections to the inboxes this device sends to.
-    links: Links,
-    tap: Option<Tap>,
-    /// The device's port counters (what went into a peer's inbox, and what was unreachable).
-    tally: Arc<Tally>,
-    /// The port's faults (`SOFTVERBS_FAULTS`), if it has a plan.
-    faults: Option<Arc<Mutex<PortFaults>>>,
-}
-
-impl PortWire {
-    fn lend(
-        port: &Arc<dyn Port>,
-        tap: Option<Tap>,
-        tally: &Arc<Tally>,
-        faults: &Option<Arc<Mutex<PortFaults>>>,
-    ) -> Box<dyn Wire> {
-        Box::new(PortWire {
-            port: port.clone(),
-            links: Links::default(),
-            tap,
-            tally: tally.clone(),
-            faults: faults.clone(),
-        })
-    }
-
-    #[inline]
-    fn send_clean(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        let outcome = self.port.send(&mut self.links, dst, datagram);
-        match outcome {
-            SendOutcome::Sent => {
-                self.tally.sent(datagram.len());
-                if let Some(tap) = &self.tap {
-                    tap(TapDir::Tx, datagram);
-                }
-            }
-            SendOutcome::Unreachable => counters::add(&self.tally.unreachable, 1),
-            SendOutcome::Full => {}
-        }
-        outcome
-    }
-
-    /// A send under a fault plan: lost (as on a link, the sender does not know), held for
-    /// its jitter, or sent (changed, and copied, as the plan's dice say).
-    #[cold]
-    fn send_faulted(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        let Some(f) = &self.faults else { return self.send_clean(dst, datagram) };
-        let verdict = lock_faults(f).judge(Dir::Tx, dst, datagram);
-        match verdict {
-            Verdict::Drop | Verdict::Held => SendOutcome::Sent,
-            Verdict::Pass { altered, dup } => {
-                let bytes = altered.as_deref().unwrap_or(datagram);
-                let outcome = self.send_clean(dst, bytes);
-                if dup && outcome == SendOutcome::Sent {
-                    let _ = self.send_clean(dst, bytes);
-                }
-                outcome
-            }
-        }
-    }
-}
-
-fn lock_faults(f: &Mutex<PortFaults>) -> MutexGuard<'_, PortFaults> {
-    f.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Wire for PortWire {
-    #[inline]
-    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        if self.faults.is_some() {
-            return self.send_faulted(dst, datagram);
-        }
-        self.send_clean(dst, datagram)
-    }
-
-    fn reach(&mut self, dst: [u8; 4], ask: &ReachAsk) -> Option<Reached<'_>> {
-        self.port.reach(&mut self.links, dst, ask)
-    }
-
-    // Nothing may look at the wire (a capture or tap, a fault plan) while a peer is reached.
-    fn reaches(&self) -> bool {
-        self.tap.is_none() && self.faults.is_none() && self.port.arena().is_some()
-    }
 }
 
 /// What the device lock protects: the engine and what travels with it.
@@ -454,7 +344,17 @@ impl Core {
         now: &mut Now<'_>,
         tap: &Option<Tap>,
         pkt: &[u8],
+        icrc: Icrc,
     ) {
+        // The plan looks at the datagram (and may damage it): it must be whole first.
+        let whole;
+        let pkt = match icrc {
+            Icrc::Carried => pkt,
+            Icrc::Unset => {
+                whole = with_icrc_set(pkt);
+                &whole
+            }
+        };
         let verdict = lock_faults(f).judge(Dir::Rx, [0; 4], pkt);
         if let Verdict::Pass { altered, dup } = verdict {
             let bytes = altered.as_deref().unwrap_or(pkt);
@@ -619,15 +519,25 @@ impl Core {
         let mut now = Now::Lazy(&mut clock);
         let tally = &self.tally;
         let faults = self.faults.as_deref();
-        let received = self.port.recv_burst(RX_BURST, &mut |pkt| {
+        let received = self.port.recv_burst(RX_BURST, &mut |pkt, icrc| {
             if let Some(f) = faults {
-                self.receive_faulted(f, nic, &mut now, tap, pkt);
+                self.receive_faulted(f, nic, &mut now, tap, pkt, icrc);
             } else {
                 tally.received(pkt.len());
-                if let Some(t) = tap {
-                    t(TapDir::Rx, pkt);
+                match (tap.as_ref(), icrc) {
+                    // Nothing looks at this side: a datagram whose sender left its ICRC
+                    // unset is checked for everything else.
+                    (None, icrc) => nic.handle_packet_with(&mut now, pkt, icrc),
+                    (Some(t), Icrc::Carried) => {
+                        t(TapDir::Rx, pkt);
+                        nic.handle_packet_at(&mut now, pkt);
+                    }
+                    (Some(t), Icrc::Unset) => {
+                        let whole = with_icrc_set(pkt);
+                        t(TapDir::Rx, &whole);
+                        nic.handle_packet_at(&mut now, &whole);
+                    }
                 }
-                nic.handle_packet_at(&mut now, pkt);
             }
             completions_before.is_none_or(|before| nic.completions_pending() == before)
         });

@@ -12,6 +12,7 @@ mod device;
 mod env;
 pub mod faults;
 mod port;
+mod port_wire;
 mod reach;
 #[cfg(test)]
 mod tests;
@@ -28,12 +29,13 @@ use verbs_api::{
 };
 
 pub use counters::WireCounters;
-pub use device::{AsyncWatcher, DeviceStats, Tap, TapDir};
+pub use device::{AsyncWatcher, DeviceStats};
 pub use env::{
     EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES, PID_PLACEHOLDER,
 };
 pub use faults::{FaultCounters, FaultPlan};
 pub use port::{Links, LoopPort, Loopback, Port, SendOutcome, ShmPort};
+pub use port_wire::{Tap, TapDir};
 
 use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};

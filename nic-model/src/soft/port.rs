@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::reach::{self, PeerReach};
 use crate::engine::{ip_of_slot, slot_of_ip, ReachAsk, Reached};
+use crate::packet::Icrc;
 use crate::wire::reach::ReachArena;
 use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
 
@@ -36,9 +37,22 @@ pub trait Port: Send + Sync + 'static {
     /// (and adding to) the connections in `links`, which the caller owns and does not share:
     /// so a send takes no lock of its own.
     fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome;
-    /// Hand up to `max` received datagrams to `f`, stopping early after one for which `f`
-    /// returns false; returns how many were handed over.
-    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize;
+    /// Whether the port carries datagrams whose ICRC is unset, with the mark that tells their
+    /// receiver so ([`Port::send_without_icrc`]).
+    fn carries_unset_icrc(&self) -> bool {
+        false
+    }
+    /// [`Port::send`] of a datagram whose ICRC the engine left unset, marked so; called only
+    /// on a port that [`carries_unset_icrc`](Port::carries_unset_icrc). The default sets the
+    /// ICRC in a copy and sends that.
+    fn send_without_icrc(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let mut whole = datagram.to_vec();
+        crate::packet::set_icrc_ipv4(&mut whole);
+        self.send(links, dst, &whole)
+    }
+    /// Hand up to `max` received datagrams to `f`, each with whether it carries its ICRC,
+    /// stopping early after one for which `f` returns false; returns how many were handed over.
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize;
     /// Sleep until a datagram arrives, `unpark` is called, or `timeout` passes.
     fn park(&self, timeout: Duration);
     /// Wake a parked receiver.
@@ -156,7 +170,7 @@ impl Port for LoopPort {
         SendOutcome::Sent
     }
 
-    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize {
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
         let mut n = 0;
         while n < max {
             let Some(pkt) = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
@@ -164,7 +178,7 @@ impl Port for LoopPort {
                 break;
             };
             n += 1;
-            if !f(&pkt) {
+            if !f(&pkt, Icrc::Carried) {
                 break;
             }
         }
@@ -240,12 +254,16 @@ impl ShmPort {
     }
 }
 
-impl Port for ShmPort {
-    fn lid(&self) -> u16 {
-        self.inbox.lid()
-    }
-
-    fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+impl ShmPort {
+    /// [`Port::send`], with the mark that says whether the datagram's ICRC is unset.
+    #[inline]
+    fn send_marked(
+        &self,
+        links: &mut Links,
+        dst: [u8; 4],
+        datagram: &[u8],
+        icrc_unset: bool,
+    ) -> SendOutcome {
         let lid = slot_of_ip(dst);
         if lid == 0 {
             return SendOutcome::Unreachable;
@@ -270,7 +288,7 @@ impl Port for ShmPort {
             },
         };
         let sender = &peers[at].1;
-        match sender.send(datagram) {
+        match sender.send_marked(datagram, icrc_unset) {
             Ok(()) => SendOutcome::Sent,
             Err(WireError::Full) => {
                 if sender.owner_alive() {
@@ -289,9 +307,31 @@ impl Port for ShmPort {
             }
         }
     }
+}
 
-    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8]) -> bool) -> usize {
-        self.inbox.recv_while(max, f)
+impl Port for ShmPort {
+    fn lid(&self) -> u16 {
+        self.inbox.lid()
+    }
+
+    #[inline]
+    fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        self.send_marked(links, dst, datagram, false)
+    }
+
+    fn carries_unset_icrc(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn send_without_icrc(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        self.send_marked(links, dst, datagram, true)
+    }
+
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
+        self.inbox.recv_while_marked(max, |bytes, icrc_unset| {
+            f(bytes, if icrc_unset { Icrc::Unset } else { Icrc::Carried })
+        })
     }
 
     fn park(&self, timeout: Duration) {

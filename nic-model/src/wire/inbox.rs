@@ -6,7 +6,9 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::layout::{self, lap_seq, CORRUPTED, STATE_BROKEN, STATE_CLOSED, STATE_READY};
+use super::layout::{
+    self, lap_seq, CORRUPTED, LEN_ICRC_UNSET, STATE_BROKEN, STATE_CLOSED, STATE_READY,
+};
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::sender::wake_if_parked;
@@ -205,7 +207,7 @@ impl Inbox {
     /// Makes no system call.
     pub fn recv_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let _receiving = Receiving::claim(&self.receiving)?;
-        let out = self.take(f)?;
+        let out = self.take(|bytes, _| f(bytes))?;
         add_as_receiver(&self.counters.received, 1);
         Some(out)
     }
@@ -223,6 +225,13 @@ impl Inbox {
     /// [`recv_burst`](Inbox::recv_burst) that also stops after a packet for which `f` returns
     /// false (that packet is consumed and counted).
     pub fn recv_while(&self, max: usize, mut f: impl FnMut(&[u8]) -> bool) -> usize {
+        self.recv_while_marked(max, |bytes, _| f(bytes))
+    }
+
+    /// [`recv_while`](Inbox::recv_while) that also hands `f` the sender's mark: whether it
+    /// left the RoCE datagram's ICRC unset ([`Sender::send_marked`](super::Sender::send_marked)).
+    #[inline]
+    pub fn recv_while_marked(&self, max: usize, mut f: impl FnMut(&[u8], bool) -> bool) -> usize {
         // An empty ring, the common case of a busy poll, costs two loads and no claim: the
         // head slot is free for this lap and no sender has claimed it (a claimed one goes on,
         // so that `take` can tell a dead writer). docs/decisions.md, "Empty inbox without the
@@ -251,9 +260,10 @@ impl Inbox {
         n
     }
 
-    /// The body of a receive, for the holder of the receiving role: hands the head packet to
-    /// `f` and frees its slot, or returns `None` if no packet is ready.
-    fn take<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    /// The body of a receive, for the holder of the receiving role: hands the head packet and
+    /// its sender's mark (ICRC unset) to `f` and frees its slot, or returns `None` if no packet
+    /// is ready.
+    fn take<R>(&self, f: impl FnOnce(&[u8], bool) -> R) -> Option<R> {
         let slot_size = self.slot_size();
         // Bounded: each extra round follows a slot that was dropped or just published.
         for _ in 0..=self.slots() {
@@ -277,7 +287,8 @@ impl Inbox {
                 // Empty, or still being written.
                 return None;
             }
-            let len = slot.len.load(Ordering::Relaxed) as usize;
+            let word = slot.len.load(Ordering::Relaxed);
+            let len = (word & !LEN_ICRC_UNSET) as usize;
             if len > slot_size {
                 bump(&self.counters.corrupt);
                 self.release(pos, &slot);
@@ -289,7 +300,7 @@ impl Inbox {
             // sender touches it again until `release` stores the next lap's sequence number
             // after `f` returns.
             let bytes = unsafe { self.seg.payload(&slot, len) };
-            let out = f(bytes);
+            let out = f(bytes, word & LEN_ICRC_UNSET != 0);
             drop(release);
             return Some(out);
         }

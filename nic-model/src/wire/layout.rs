@@ -8,7 +8,7 @@
 //! offset  size  field
 //! ------  ----  ------------------------------------------------ line 0: identity, never changes
 //!      0     8  magic            b"SVWIRE\0\x01"
-//!      8     4  version          layout version, LAYOUT_VERSION (3)
+//!      8     4  version          layout version, LAYOUT_VERSION (4)
 //!     12     4  header_size      bytes before slot 0, HEADER_SIZE (896)
 //!     16     4  slots            slot count, a power of two in 2..=65536
 //!     20     4  slot_size        payload bytes per slot, a multiple of 64 in 64..=65536
@@ -33,7 +33,8 @@
 //! ------  ----  ------------------------------------------------ slots, each 64 + slot_size bytes
 //!    896        slot i at HEADER_SIZE + i * (64 + slot_size), line-aligned:
 //!                 +0  4  seq         Vyukov sequence mod 2^32: i + k*slots free, + 1 full
-//!                 +4  4  len         payload length in bytes
+//!                 +4  4  len         payload length in bytes; bit 31 (LEN_ICRC_UNSET) set if
+//!                                    the sender left the packet's ICRC unset
 //!                 +8  4  writer_pid  pid of the sender that claimed the slot, 0 when free
 //!                +12     payload     slot_size bytes (the rest of the slot is padding)
 //! ```
@@ -50,6 +51,11 @@
 //! carries them. Layout 2 had no counters block (docs/decisions.md, "Port counters in the
 //! inbox header").
 //!
+//! The length word's top bit is the sender's word to the receiver that the RoCE datagram in
+//! the slot ends with four zero bytes where its ICRC goes: nothing observed the sender's side,
+//! and the receiver sets the ICRC if something observes its own side, or skips the check
+//! (docs/architecture.md, "The ICRC where nobody looks"). Layout 3 had no such bit.
+//!
 //! Indices are `u64` and never wrap in practice (2^64 packets); a slot keeps the low 32 bits
 //! of its sequence, enough to tell this lap from the last (laps are `slots` apart and every
 //! lap rewrites every slot). The header's identity line is written before `state` becomes
@@ -59,7 +65,7 @@
 /// The first eight bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"SVWIRE\0\x01";
 /// The layout described in this module; bump it for any incompatible change.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// Cache line size the layout is padded to.
 pub const CACHE_LINE: usize = 64;
 /// Bytes before slot 0.
@@ -111,6 +117,10 @@ pub const SLOT_OFF_SEQ: usize = 0;
 pub const SLOT_OFF_LEN: usize = 4;
 pub const SLOT_OFF_WRITER: usize = 8;
 pub const SLOT_OFF_PAYLOAD: usize = 12;
+/// The bit of a slot's `len` word that says its packet's ICRC was left unset; the length is
+/// the word without it (at most [`MAX_SLOT_SIZE`], far below).
+pub const LEN_ICRC_UNSET: u32 = 1 << 31;
+const _: () = assert!(MAX_SLOT_SIZE < LEN_ICRC_UNSET);
 
 /// Values of the `state` word.
 pub const STATE_INITIALISING: u32 = 0;
@@ -410,10 +420,14 @@ mod tests {
         let mut b = h.encode();
         // A segment of the previous layout (a process of an older softverbs on the fabric).
         b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&1u32.to_ne_bytes());
-        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 1, expected 3");
+        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 1, expected 4");
         // Layout 2 had no counters block: its slots start where layout 3's counters are.
         b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&2u32.to_ne_bytes());
-        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 2, expected 3");
+        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 2, expected 4");
+        // Layout 3 had no mark for an unset ICRC: its readers would take the mark for a
+        // length longer than a slot.
+        b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&3u32.to_ne_bytes());
+        assert_eq!(Header::parse(&b, len).unwrap_err(), "layout version 3, expected 4");
 
         assert!(Header::parse(&h.encode()[..50], 50).unwrap_err().contains("truncated"));
         assert!(h.check(100).unwrap_err().contains("truncated"));

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::layout::{self, lap_seq, Header, CORRUPTED, STATE_CLOSED, STATE_READY};
+use super::layout::{self, lap_seq, Header, CORRUPTED, LEN_ICRC_UNSET, STATE_CLOSED, STATE_READY};
 use super::os;
 use super::segment::{Segment, SlotWords};
 use super::WireError;
@@ -98,7 +98,15 @@ impl Sender {
     /// naming the file if the ring is corrupted (see [`Inbox`](super::Inbox)). Makes a system
     /// call only to wake an owner that is parked on its doorbell.
     pub fn send(&self, pkt: &[u8]) -> Result<(), WireError> {
-        self.send_with(pkt.len(), |slot| {
+        self.send_marked(pkt, false)
+    }
+
+    /// [`send`](Sender::send), telling the receiver whether the RoCE datagram `pkt` ends
+    /// with its ICRC left unset (`icrc_unset`: four zero bytes; see the layout's `len` word):
+    /// the receiver's [`Inbox::recv_while_marked`](super::Inbox::recv_while_marked) hands
+    /// that on. The wire itself never looks inside a packet.
+    pub fn send_marked(&self, pkt: &[u8], icrc_unset: bool) -> Result<(), WireError> {
+        self.send_with_mark(pkt.len(), icrc_unset, |slot| {
             small_copy::copy_from_slice(slot, pkt);
             cost::copied(CopyAt::Packet, pkt.len());
         })
@@ -110,6 +118,17 @@ impl Sender {
     /// error `fill` is not called. Should `fill` panic, the slot is published with an empty
     /// packet (the consumer drops it as malformed), so the ring never waits for it.
     pub fn send_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WireError> {
+        self.send_with_mark(len, false, fill)
+    }
+
+    /// [`send_with`](Sender::send_with) with the mark of [`send_marked`](Sender::send_marked).
+    #[inline]
+    fn send_with_mark(
+        &self,
+        len: usize,
+        icrc_unset: bool,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), WireError> {
         let max = self.slot_size();
         if len > max {
             return Err(WireError::TooLarge { len, max });
@@ -175,8 +194,8 @@ impl Sender {
         // consumer is done with the slot's last lap), so until `publish` stores its sequence
         // number no other process reads or writes its payload; the slice is gone by then.
         fill(unsafe { self.seg.payload_mut(&publish.slot, len) });
-        // Fits: checked against slot_size (at most 65536) above.
-        publish.len = len as u32;
+        // Fits: checked against slot_size (at most 65536) above, below the mark's bit.
+        publish.len = len as u32 | if icrc_unset { LEN_ICRC_UNSET } else { 0 };
         drop(publish);
         wake_if_parked(&self.seg);
         Ok(())

@@ -134,6 +134,38 @@ fn full_ring_pushes_back_and_oversized_packets_are_refused() {
 }
 
 #[test]
+fn the_unset_icrc_mark_reaches_the_receiver_with_each_packet_and_not_its_length() {
+    let fabric = TempFabric::new("mark");
+    let inbox = fabric.create_inbox(small(4)).expect("create inbox");
+    let tx = fabric.connect(inbox.lid()).expect("connect");
+    // Full-size packets too: the mark is a bit above any length a slot holds.
+    let sent = [(vec![1; 8], true), (vec![2; 64], false), (vec![3; 64], true), (vec![], false)];
+    for (pkt, unset) in &sent {
+        tx.send_marked(pkt, *unset).expect("send");
+    }
+    let mut got = Vec::new();
+    assert_eq!(
+        inbox.recv_while_marked(usize::MAX, |b, unset| {
+            got.push((b.to_vec(), unset));
+            true
+        }),
+        4
+    );
+    assert_eq!(got, sent, "each packet, its length and its own mark, in order");
+    // A plain send is unmarked, and a receiver that does not ask gets the bytes alone.
+    tx.send(&[4; 8]).expect("send");
+    tx.send_marked(&[5; 8], true).expect("send");
+    let mut marks = Vec::new();
+    inbox.recv_while_marked(1, |_, unset| {
+        marks.push(unset);
+        true
+    });
+    assert_eq!(marks, [false]);
+    assert_eq!(inbox.recv_with(|b| b.to_vec()), Some(vec![5; 8]));
+    assert_eq!(inbox.stats().corrupt, 0);
+}
+
+#[test]
 fn a_burst_takes_at_most_its_count_in_ring_order() {
     let fabric = TempFabric::new("burst");
     let inbox = fabric.create_inbox(small(8)).expect("create inbox");
@@ -299,7 +331,7 @@ fn corrupted_segments_are_refused_with_the_file_named() {
     let p = write_segment(&fabric, 2, me, |b| {
         b[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&2u32.to_ne_bytes())
     });
-    expect_bad_segment(fabric.connect(2), &p, "layout version 2, expected 3");
+    expect_bad_segment(fabric.connect(2), &p, "layout version 2, expected 4");
 
     let p = write_segment(&fabric, 3, me, |b| b.truncate(100));
     expect_bad_segment(fabric.connect(3), &p, "truncated");

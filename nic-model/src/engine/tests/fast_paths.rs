@@ -253,7 +253,7 @@ proptest::proptest! {
             let now = p.now;
             for d in &arriving {
                 p.b.handle_packet_at(&mut Now::At(now), d);
-                slow.handle_packet_general(&mut Now::At(now), d);
+                slow.handle_packet_general(&mut Now::At(now), d, packet::Icrc::Carried);
             }
             let fast_out: Vec<Vec<u8>> = std::iter::from_fn(|| p.b.poll_transmit()).map(|t| t.data).collect();
             let slow_out: Vec<Vec<u8>> = std::iter::from_fn(|| slow.poll_transmit()).map(|t| t.data).collect();
@@ -374,7 +374,7 @@ proptest::proptest! {
                 let arriving = befall(sent, &mut fates);
                 for d in &arriving {
                     p.a.handle_packet_at(&mut Now::At(now), d);
-                    slow.handle_packet_general(&mut Now::At(now), d);
+                    slow.handle_packet_general(&mut Now::At(now), d, packet::Icrc::Carried);
                 }
                 let fw = poll_all(&mut p.a, fa.cq);
                 let sw = poll_all(&mut slow, sa.cq);

@@ -569,12 +569,15 @@ fn parsed(t: &Transmit) -> (Opcode, u32, Option<packet::Aeth>) {
 }
 
 /// A wire to one port (by LID) that records what it takes, or refuses everything while
-/// `full` is set.
+/// `full` is set; with `unset_icrc`, it takes datagrams without their ICRC, and records
+/// those apart.
 #[derive(Clone, Default)]
 struct FakeWire {
     to: u16,
     sent: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
     full: Arc<std::sync::atomic::AtomicBool>,
+    unset_icrc: bool,
+    sent_unset: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
 }
 
 impl Wire for FakeWire {
@@ -586,10 +589,29 @@ impl Wire for FakeWire {
         self.sent.lock().unwrap().push(datagram.to_vec());
         WireOutcome::Sent
     }
+
+    fn takes_unset_icrc(&self) -> bool {
+        self.unset_icrc
+    }
+
+    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
+        assert!(self.unset_icrc, "only a wire that takes them gets datagrams without an ICRC");
+        assert_eq!(slot_of_ip(dst), self.to, "every datagram here goes to the other side");
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+            return WireOutcome::Full;
+        }
+        self.sent_unset.lock().unwrap().push(datagram.to_vec());
+        WireOutcome::Sent
+    }
 }
 
 impl FakeWire {
     fn take(&self) -> Vec<Vec<u8>> {
+        assert!(self.sent_unset.lock().unwrap().is_empty() || self.unset_icrc);
         std::mem::take(&mut *self.sent.lock().unwrap())
+    }
+
+    fn take_unset(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.sent_unset.lock().unwrap())
     }
 }

@@ -245,6 +245,83 @@ fn acks_on_a_lent_wire_go_one_by_one_and_a_large_datagram_takes_the_queue() {
     assert_eq!(big.data.len(), 20 + 8 + 12 + 1000 + 4);
 }
 
+#[test]
+fn a_wire_that_takes_datagrams_without_their_icrc_gets_them_so_and_the_queue_gets_them_whole() {
+    // Both sides lend a wire on which nothing looks at the datagrams (the soft backend's, with
+    // no capture, tap or fault plan): the SEND and its ACK go onto it with four zero bytes
+    // where the ICRC goes, and each receiver, told so, checks everything but the ICRC.
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let wa = FakeWire { to: 2, unset_icrc: true, ..FakeWire::default() };
+    let wb = FakeWire { to: 1, unset_icrc: true, ..FakeWire::default() };
+    p.a.set_wire(Some(Box::new(wa.clone())));
+    p.b.set_wire(Some(Box::new(wb.clone())));
+    for id in 1..=3 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    a.mem.write(0, b"abcdefgh").unwrap();
+    let sg = [sge(&a, 0, 8)];
+    let send =
+        |id: u64| SendWr { wr_id: id, sg_list: &sg, send_flags: signaled(), ..Default::default() };
+    post_send(&mut p, &a, send(1));
+    assert!(wa.take().is_empty(), "nothing went with its ICRC");
+    let unset = wa.take_unset();
+    assert_eq!(unset.len(), 1);
+    let d = &unset[0];
+    assert_eq!(d[d.len() - 4..], [0; 4], "the ICRC is left zero");
+    let mut whole = d.clone();
+    packet::set_icrc_ipv4(&mut whole);
+    let (_, pkt) = packet::parse_datagram(&whole).expect("whole once its ICRC is set");
+    assert_eq!((pkt.bth.opcode, pkt.bth.psn.value()), (Opcode::RC_SEND_ONLY, 0xFFFFF0));
+    assert_eq!(pkt.payload, b"abcdefgh");
+
+    // Taken as carrying an ICRC, it is a bad one, dropped and counted; told it has none,
+    // the receiver takes it.
+    p.b.handle_packet(p.now, d);
+    assert_eq!((p.b.stats().rx_bad_icrc, p.b.stats().rx_malformed), (1, 1));
+    assert!(poll_all(&mut p.b, b.cq).is_empty());
+    let now = p.now;
+    p.b.handle_packet_with(&mut Now::At(now), d, packet::Icrc::Unset);
+    let got = poll_all(&mut p.b, b.cq);
+    assert_eq!(
+        got.iter().map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.qp_num)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success, WcOpcode::Recv, 8, b.qpn)]
+    );
+    assert_eq!(read_mem(&b, 64, 8), b"abcdefgh");
+
+    // The ACK went back the same way, and completes the SEND.
+    let acks = wb.take_unset();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0][acks[0].len() - 4..], [0; 4]);
+    p.a.handle_packet_with(&mut Now::At(now), &acks[0], packet::Icrc::Unset);
+    let done = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        done.iter().map(|w| (w.wr_id, w.status, w.opcode, w.qp_num)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success, WcOpcode::Send, a.qpn)]
+    );
+
+    // A datagram the wire refuses waits in the queue, where a host may tap it: it carries
+    // its ICRC, and so does the one queued behind it.
+    wa.full.store(true, std::sync::atomic::Ordering::Relaxed);
+    post_send(&mut p, &a, send(2));
+    wa.full.store(false, std::sync::atomic::Ordering::Relaxed);
+    post_send(&mut p, &a, send(3));
+    assert!(wa.take().is_empty() && wa.take_unset().is_empty());
+    let queued: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
+    assert_eq!(queued.len(), 2);
+    for (t, psn) in queued.iter().zip([0xFFFFF1, 0xFFFFF2]) {
+        let (_, pkt) = packet::parse_datagram(&t.data).expect("a queued datagram is whole");
+        assert_eq!(pkt.bth.psn.value(), psn);
+    }
+
+    // Lent again without that property, the wire gets every datagram whole.
+    let plain = FakeWire { to: 2, ..FakeWire::default() };
+    p.a.set_wire(Some(Box::new(plain.clone())));
+    post_send(&mut p, &a, send(4));
+    let sent = plain.take();
+    assert_eq!(sent.len(), 1);
+    packet::parse_datagram(&sent[0]).expect("a whole datagram");
+}
+
 // ---------------- a retry and the requests still queued ----------------
 
 #[test]
