@@ -4,7 +4,7 @@
 
 use nic_model::engine::slot_of_datagram_addr;
 
-use super::event::{EventKind, SOURCE_BITS, SOURCE_WIRE};
+use super::event::{event_key, EventKind, SOURCE_BITS, SOURCE_WIRE};
 use super::link::InFlight;
 use super::trace::{TraceKind, NONE};
 use super::{LinkId, Node, NodeId, World};
@@ -217,7 +217,7 @@ impl World {
         let l = &mut self.links[link];
         if l.wire.is_empty() {
             let key = seq << SOURCE_BITS | SOURCE_WIRE | link as u64;
-            self.heap.push(std::cmp::Reverse((arrive_ns, key)));
+            self.heap.push(event_key(arrive_ns, key));
         }
         l.wire.push_back(InFlight { arrive_ns, seq, data });
     }

@@ -89,6 +89,7 @@ pub struct TraceRecord {
 
 impl TraceRecord {
     /// The canonical encoding the hash folds: four little-endian 64-bit words.
+    #[inline(always)]
     fn words(&self) -> [u64; 4] {
         [
             self.time_ns,
@@ -143,6 +144,7 @@ impl Trace {
     }
 
     /// Fold one record in.
+    #[inline(always)]
     pub fn record(&mut self, r: TraceRecord) {
         for w in r.words() {
             // FNV-1a over 64-bit words (one xor-multiply per word) rather than bytes: the same
@@ -186,7 +188,7 @@ impl Trace {
 
 /// Peek the BTH fields of a datagram (IPv4 20 B or IPv6 40 B ‖ UDP 8 B ‖ BTH): opcode, PSN,
 /// destination QP; `NONE` for each field the bytes are too short to hold.
-#[inline]
+#[inline(always)]
 pub fn peek_bth(data: &[u8]) -> (u32, u32, u32) {
     let bth = if data.first().is_some_and(|b| b >> 4 == 6) { 48 } else { 28 };
     // Every packet but a runt holds the whole BTH: one bounds check for its three fields.
