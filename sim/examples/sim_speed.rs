@@ -51,6 +51,10 @@ const CAP: QpCap = QpCap {
     max_inline_data: 0,
 };
 
+/// Simulated packets per wall second, in millions, the targeted workloads must reach at 4N on
+/// one core (issue 21; issue 4 asked for 3).
+const TARGET_M: f64 = 5.0;
+
 /// WRITEs each QP keeps outstanding.
 const DEPTH: u64 = 512;
 /// One signaled WRITE per this many, as streaming programs do.
@@ -71,7 +75,7 @@ struct Workload {
     packets_per_write: u64,
     /// Build the world and connect the senders; the pairs are (sender, receiver).
     build: fn() -> Setup,
-    /// Whether the 3 M packets/s target applies (the 4 KiB stream is shown for the copy cost).
+    /// Whether the [`TARGET_M`] target applies (the 4 KiB stream is shown for the copy cost).
     target: bool,
 }
 
@@ -332,7 +336,7 @@ fn main() {
                 cpu_ns / base_cpu_ns,
             );
         }
-        if w.target && last_rate < 3.0 {
+        if w.target && last_rate < TARGET_M {
             below_target.push(w.name);
         }
     }
@@ -341,12 +345,10 @@ fn main() {
         "vs. N: ns/packet relative to the N-sized run, in wall and in CPU time (1.00 = cost grows \
          linearly with packets)"
     );
+    let target = format!("target (>= {TARGET_M} M simulated packets per wall second at 4N)");
     if below_target.is_empty() {
-        println!("target (>= 3 M simulated packets per wall second at 4N): met by every targeted workload");
+        println!("{target}: met by every targeted workload");
     } else {
-        println!(
-            "target (>= 3 M simulated packets per wall second at 4N): NOT met by {}",
-            below_target.join(", ")
-        );
+        println!("{target}: NOT met by {}", below_target.join(", "));
     }
 }

@@ -35,7 +35,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Also print how fast it simulated: simulated packets (datagrams over one link) and
-    /// events per wall-clock second.
+    /// events per wall-clock second, and wall time per event.
     #[arg(long)]
     pub stats: bool,
     /// No progress lines on stderr.

@@ -28,7 +28,23 @@ pub(super) enum EventKind {
 /// number makes the order total and FIFO among equal times; the source says where the event's
 /// body is: a slot of the slab, or (with [`SOURCE_WIRE`]) the packet at the head of a link's
 /// wire. So the heap moves 16-byte keys, not packets.
-pub(super) type EventKey = std::cmp::Reverse<(u64, u64)>;
+///
+/// The pair is packed into one `u128` (time in the high half), which orders exactly as the
+/// pair does and compares without a branch: the heap's sifts are a tenth of a busy run's
+/// work in the simulator itself.
+pub(super) type EventKey = std::cmp::Reverse<u128>;
+
+/// The heap key of an event at `at_ns` with `key` (sequence number and source).
+#[inline]
+pub(super) fn event_key(at_ns: u64, key: u64) -> EventKey {
+    std::cmp::Reverse((at_ns as u128) << 64 | key as u128)
+}
+
+/// The (time, sequence number and source) of a heap key.
+#[inline]
+fn split_key(k: &EventKey) -> (u64, u64) {
+    ((k.0 >> 64) as u64, k.0 as u64)
+}
 
 /// Bits of the key below the sequence number.
 pub(super) const SOURCE_BITS: u32 = 25;
@@ -71,13 +87,13 @@ impl RunOutcome {
 impl World {
     /// The time of the next event, if any.
     pub fn next_event_ns(&self) -> Option<u64> {
-        self.heap.peek().map(|e| e.0 .0)
+        self.heap.peek().map(|k| split_key(k).0)
     }
 
     /// Run the next event; false if there is none.
     pub fn step(&mut self) -> bool {
         let Some(mut top) = self.heap.peek_mut() else { return false };
-        let std::cmp::Reverse((at_ns, key)) = *top;
+        let (at_ns, key) = split_key(&top);
         debug_assert!(at_ns >= self.now_ns, "the clock never goes back");
         self.now_ns = at_ns;
         self.events_run += 1;
@@ -91,7 +107,7 @@ impl World {
             // The next packet on the wire takes its place in the heap: one sift, not two.
             match wire.front() {
                 Some(next) => {
-                    *top = std::cmp::Reverse((next.arrive_ns, next.seq << SOURCE_BITS | source));
+                    *top = event_key(next.arrive_ns, next.seq << SOURCE_BITS | source);
                     drop(top);
                 }
                 None => drop(PeekMut::pop(top)),
@@ -170,6 +186,6 @@ impl World {
                 (self.slab.len() - 1) as u32
             }
         };
-        self.heap.push(std::cmp::Reverse((at_ns, seq << SOURCE_BITS | slot as u64)));
+        self.heap.push(event_key(at_ns, seq << SOURCE_BITS | slot as u64));
     }
 }

@@ -2,14 +2,12 @@
 //! (faults, queueing, serialisation), and delivery at the far end (to a NIC, or a switch that
 //! forwards it on).
 
-use std::collections::VecDeque;
-
 use nic_model::engine::slot_of_datagram_addr;
 
-use super::event::{EventKind, SOURCE_BITS, SOURCE_WIRE};
+use super::event::{event_key, EventKind, SOURCE_BITS, SOURCE_WIRE};
 use super::link::InFlight;
 use super::trace::{TraceKind, NONE};
-use super::{LinkId, NodeId, World};
+use super::{LinkId, Node, NodeId, World};
 
 impl World {
     fn capture_drop(&mut self, data: &[u8]) {
@@ -27,58 +25,105 @@ impl World {
         if self.routes_dirty {
             self.compute_routes();
         }
-        let set = *self.next_hop.get(from)?.get(to)?;
+        let n = self.nodes.len();
+        if from >= n || to >= n {
+            return None;
+        }
+        let set = self.next_hop[from * n + to];
         match set.len {
             0 => None,
             1 => Some(self.hop_pool[set.start as usize]),
-            n => Some(self.hop_pool[set.start as usize + (flow_hash(data) % n as u64) as usize]),
+            k => Some(self.hop_pool[set.start as usize + (flow_hash(data) % k as u64) as usize]),
         }
+    }
+
+    /// The first links of every shortest path from `from` to `to`, in link-index order (none
+    /// if no path leads there or either node does not exist): the set [`World::route`] picks
+    /// from, for tests.
+    #[cfg(test)]
+    pub(super) fn next_links(&mut self, from: NodeId, to: NodeId) -> &[LinkId] {
+        if self.routes_dirty {
+            self.compute_routes();
+        }
+        let n = self.nodes.len();
+        if from >= n || to >= n {
+            return &[];
+        }
+        let set = self.next_hop[from * n + to];
+        &self.hop_pool[set.start as usize..(set.start + set.len) as usize]
     }
 
     /// Shortest paths by hop count (BFS from every destination over reversed links), and for
     /// each (from, to) every link that starts one, in link-index order, so routing is
     /// deterministic.
-    fn compute_routes(&mut self) {
+    ///
+    /// It runs once per topology (the first packet after a node or link is added), not per
+    /// packet, and it is the one part of a run whose cost grows with the square of the node
+    /// count (a table of every (from, to)), so it works on flat arrays: the links into each
+    /// node as one list, and per destination only the nodes its search reached.
+    pub(super) fn compute_routes(&mut self) {
         let n = self.nodes.len();
-        self.next_hop = vec![vec![HopSet::NONE; n]; n];
+        self.route_computations += 1;
+        self.next_hop = vec![HopSet::NONE; n * n];
         self.hop_pool.clear();
-        // Links into each node, in link-index order: the BFS visits them in the same order as a
-        // scan of all links would, without costing a pass over every link per node visited.
-        let mut incoming = vec![Vec::new(); n];
-        for (id, l) in self.links.iter().enumerate() {
-            incoming[l.dst].push(id);
+        // Links into each node, in link-index order (a counting sort by destination): the BFS
+        // visits them in the same order as a scan of all links would, without a pass over
+        // every link per node visited.
+        let mut into_start = vec![0u32; n + 1];
+        for l in &self.links {
+            into_start[l.dst + 1] += 1;
         }
+        for v in 0..n {
+            into_start[v + 1] += into_start[v];
+        }
+        let mut fill = into_start.clone();
+        let mut into: Vec<(u32, u32)> = vec![(0, 0); self.links.len()];
+        for (id, l) in self.links.iter().enumerate() {
+            let at = &mut fill[l.dst];
+            into[*at as usize] = (id as u32, l.src as u32);
+            *at += 1;
+        }
+        // Switches relay, NICs do not.
+        let relays: Vec<bool> = self.nodes.iter().map(Node::is_switch).collect();
         let mut firsts: Vec<Vec<LinkId>> = vec![Vec::new(); n];
-        let mut dist = vec![usize::MAX; n];
-        let mut frontier = VecDeque::new();
+        let mut dist = vec![u32::MAX; n];
+        let mut reached: Vec<usize> = Vec::with_capacity(n);
         for to in 0..n {
-            dist.fill(usize::MAX);
-            firsts.iter_mut().for_each(Vec::clear);
+            for &v in &reached {
+                dist[v] = u32::MAX;
+                firsts[v].clear();
+            }
+            reached.clear();
             dist[to] = 0;
-            frontier.push_back(to);
-            while let Some(v) = frontier.pop_front() {
-                for &id in &incoming[v] {
-                    let l = &self.links[id];
-                    // A packet at `l.src` can reach `v` through `l`; switches relay, NICs do not.
-                    if v != to && !self.nodes[v].is_switch() {
-                        continue;
-                    }
-                    if dist[l.src] == usize::MAX {
-                        dist[l.src] = dist[v] + 1;
-                        frontier.push_back(l.src);
+            reached.push(to);
+            let mut head = 0;
+            while let Some(&v) = reached.get(head) {
+                head += 1;
+                // A packet at a link's source can reach `v` through it only if `v` is the
+                // destination or relays.
+                if v != to && !relays[v] {
+                    continue;
+                }
+                let next = dist[v] + 1;
+                for &(id, src) in &into[into_start[v] as usize..into_start[v + 1] as usize] {
+                    let src = src as usize;
+                    if dist[src] == u32::MAX {
+                        dist[src] = next;
+                        reached.push(src);
                     }
                     // Every link into a node one hop nearer starts a shortest path.
-                    if dist[l.src] == dist[v] + 1 {
-                        firsts[l.src].push(id);
+                    if dist[src] == next {
+                        firsts[src].push(id as LinkId);
                     }
                 }
             }
-            for (from, links) in firsts.iter_mut().enumerate() {
+            for &from in &reached {
+                let links = &mut firsts[from];
                 if links.is_empty() {
                     continue;
                 }
                 links.sort_unstable();
-                self.next_hop[from][to] =
+                self.next_hop[from * n + to] =
                     HopSet { start: self.hop_pool.len() as u32, len: links.len() as u32 };
                 self.hop_pool.extend_from_slice(links);
             }
@@ -171,7 +216,7 @@ impl World {
         let now = self.now_ns;
         let l = &mut self.links[link];
         let start = now.max(l.busy_until_ns);
-        let finish = start + l.params.serialisation_ns(data.len());
+        let finish = start + l.serialisation_ns(data.len());
         l.busy_until_ns = finish;
         l.note_queued(now, finish);
         let arrive_ns = finish + l.params.latency_ns + extra_ns;
@@ -182,7 +227,7 @@ impl World {
         let l = &mut self.links[link];
         if l.wire.is_empty() {
             let key = seq << SOURCE_BITS | SOURCE_WIRE | link as u64;
-            self.heap.push(std::cmp::Reverse((arrive_ns, key)));
+            self.heap.push(event_key(arrive_ns, key));
         }
         l.wire.push_back(InFlight { arrive_ns, seq, data });
     }

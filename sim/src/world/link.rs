@@ -171,6 +171,10 @@ pub struct Link {
     pub(crate) busy_until_ns: u64,
     /// Indices of offered packets to drop.
     pub(crate) drop_nth: DropNth,
+    /// The last (datagram length, serialisation time) this link computed: a stream's
+    /// datagrams are mostly one size, and the time is a floating-point division and a rounding
+    /// per packet otherwise. Cleared when the parameters change.
+    last_serialisation: (usize, u64),
 }
 
 impl Link {
@@ -185,12 +189,16 @@ impl Link {
             wire: VecDeque::new(),
             busy_until_ns: 0,
             drop_nth: DropNth::default(),
+            last_serialisation: NO_SERIALISATION,
         }
     }
 
     pub(crate) fn apply(&mut self, change: &LinkChange) {
         match change {
-            LinkChange::Params(p) => self.params = p.clone(),
+            LinkChange::Params(p) => {
+                self.params = p.clone();
+                self.last_serialisation = NO_SERIALISATION;
+            }
             LinkChange::Partition => self.partitioned = true,
             LinkChange::Heal => self.partitioned = false,
             LinkChange::DropNth(n) => self.drop_nth.add(*n),
@@ -205,6 +213,15 @@ impl Link {
         self.queue.len()
     }
 
+    /// [`LinkParams::serialisation_ns`] of `bytes` on this link, remembering the last answer.
+    #[inline]
+    pub(crate) fn serialisation_ns(&mut self, bytes: usize) -> u64 {
+        if self.last_serialisation.0 != bytes {
+            self.last_serialisation = (bytes, self.params.serialisation_ns(bytes));
+        }
+        self.last_serialisation.1
+    }
+
     /// Record a packet entering the FIFO at `now_ns` that leaves it at `finish_ns`, forgetting
     /// those that have left (so an unbounded link's FIFO does not grow with every packet).
     pub(crate) fn note_queued(&mut self, now_ns: u64, finish_ns: u64) {
@@ -214,6 +231,9 @@ impl Link {
 }
 
 /// A packet on a link's wire: its arrival key and its bytes.
+/// No serialisation time remembered yet (no datagram is `usize::MAX` bytes long).
+const NO_SERIALISATION: (usize, u64) = (usize::MAX, 0);
+
 #[derive(Clone, Debug)]
 pub(crate) struct InFlight {
     pub(super) arrive_ns: u64,

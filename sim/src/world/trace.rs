@@ -89,6 +89,7 @@ pub struct TraceRecord {
 
 impl TraceRecord {
     /// The canonical encoding the hash folds: four little-endian 64-bit words.
+    #[inline(always)]
     fn words(&self) -> [u64; 4] {
         [
             self.time_ns,
@@ -143,6 +144,7 @@ impl Trace {
     }
 
     /// Fold one record in.
+    #[inline(always)]
     pub fn record(&mut self, r: TraceRecord) {
         for w in r.words() {
             // FNV-1a over 64-bit words (one xor-multiply per word) rather than bytes: the same
@@ -186,8 +188,14 @@ impl Trace {
 
 /// Peek the BTH fields of a datagram (IPv4 20 B or IPv6 40 B ‖ UDP 8 B ‖ BTH): opcode, PSN,
 /// destination QP; `NONE` for each field the bytes are too short to hold.
+#[inline(always)]
 pub fn peek_bth(data: &[u8]) -> (u32, u32, u32) {
     let bth = if data.first().is_some_and(|b| b >> 4 == 6) { 48 } else { 28 };
+    // Every packet but a runt holds the whole BTH: one bounds check for its three fields.
+    if let Some(&[op, _, _, _, _, q0, q1, q2, _, p0, p1, p2]) = data.get(bth..bth + 12) {
+        let be24 = |a: u8, b: u8, c: u8| u32::from_be_bytes([0, a, b, c]);
+        return (op as u32, be24(p0, p1, p2), be24(q0, q1, q2));
+    }
     let opcode = data.get(bth).map_or(NONE, |&b| b as u32);
     let be24 = |at: usize| {
         data.get(at..at + 3).map_or(NONE, |b| u32::from_be_bytes([0, b[0], b[1], b[2]]))

@@ -62,9 +62,9 @@ impl Plan {
     /// every other connection with another seed).
     pub fn pattern(&self, i: usize, len: usize) -> Vec<u8> {
         let base = mix(self.seed ^ mix(i as u64));
-        let mut out = Vec::with_capacity(len.next_multiple_of(8));
-        for w in 0..len.div_ceil(8) {
-            out.extend_from_slice(&mix(base.wrapping_add(w as u64)).to_le_bytes());
+        let mut out = vec![0u8; len.next_multiple_of(8)];
+        for (w, word) in out.chunks_exact_mut(8).enumerate() {
+            word.copy_from_slice(&mix(base.wrapping_add(w as u64)).to_le_bytes());
         }
         out.truncate(len);
         out
@@ -234,6 +234,11 @@ impl Plan {
 
 /// `Err` naming the first byte where `got` differs from `want`.
 fn compare(what: &str, side: &str, want: &[u8], got: &[u8]) -> Result<(), String> {
+    // The usual case in one `memcmp`; the byte-by-byte search only to name a difference (a
+    // 256-host run checks 16 MiB or more, and the search was an eighth of its process time).
+    if want == got {
+        return Ok(());
+    }
     match want.iter().zip(got).position(|(w, g)| w != g) {
         None if want.len() == got.len() => Ok(()),
         None => Err(format!("{what}: {side} holds {} bytes, expected {}", got.len(), want.len())),

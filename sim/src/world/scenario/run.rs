@@ -351,6 +351,8 @@ fn run_inner(
     let mut touched: Vec<NodeId> = Vec::new();
     let mut finished = vec![false; conns.len()];
     let mut unfinished = conns.len();
+    // Routing belongs to building the world; the wall time is the traffic's.
+    world.lock().prepare_routes();
     let wall = std::time::Instant::now();
     let mut cqes: Option<Vec<(u64, usize, String)>> = opts.packets.then(Vec::new);
     loop {
@@ -754,5 +756,27 @@ mod tests {
             let why = r.failure.unwrap();
             assert!(why.contains(want), "{why}");
         }
+    }
+
+    /// The `--stats` line gives the traffic's packets and events, its wall time, both rates
+    /// and the wall time per event, from the report's counts (here with a wall time of
+    /// exactly 2 ms, so the rates are known).
+    #[test]
+    fn the_stats_line_gives_rates_and_the_time_per_event() {
+        let mut r = run_damaged(&mut |_, _| {});
+        assert!(r.hops > 0 && r.events >= r.hops, "{} hops, {} events", r.hops, r.events);
+        r.wall_ns = 2_000_000;
+        let mut out = Vec::new();
+        r.write_stats(&mut out).unwrap();
+        let want = format!(
+            "  stats: {} simulated packets (datagrams over one link), {} events, in 2.000 ms of \
+             wall time: {:.2} M packets/s, {:.2} M events/s, {} ns per event\n",
+            r.hops,
+            r.events,
+            r.hops as f64 / 2e3,
+            r.events as f64 / 2e3,
+            2_000_000 / r.events
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), want);
     }
 }
