@@ -333,7 +333,7 @@ impl ReachArena {
     }
 
     /// Withdraws the MR `key` (if published): no peer starts using it after this, and those
-    /// using it have finished when it returns (or [`DRAIN_LIMIT`] passed: a peer that died
+    /// using it have finished when it returns (or a second passed: a peer that died
     /// in the middle of a copy never finishes).
     pub fn withdraw_mr(&self, key: u32) {
         let m = &self.mapping;
@@ -495,7 +495,7 @@ impl ReachView {
 
     /// None while the owner runs and lets peers reach; `Some(true)` once it is gone (closed
     /// its port, or died: this file will not come back), `Some(false)` while something
-    /// observes its wire. Checks that the owner is alive (see [`ALIVE_EVERY`]).
+    /// observes its wire. Checks that the owner is alive at most once a millisecond.
     pub fn blocked(&mut self) -> Option<bool> {
         let m = &self.mapping;
         if m.word(H_STATE).load(Ordering::Acquire) != 0 {
