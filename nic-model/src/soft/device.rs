@@ -24,7 +24,7 @@ use verbs_api::{AsyncElement, AsyncEvent};
 use super::capture::Capture;
 use super::counters::{self, PortCounters, Tally, WireCounters};
 use super::faults::{Dir, FaultCounters, PortFaults, Verdict};
-use super::port::{Port, PortReceiver, SendOutcome};
+use super::port::{Port, SendOutcome};
 use super::port_wire::{capture_tap, lock_faults, with_icrc_set, PortWire, Tap, TapDir};
 use super::reach::SoftReach;
 use super::{ChannelInner, SoftCq};
@@ -75,8 +75,6 @@ pub(crate) struct State {
     /// Datagrams the wire refused (inbox full), sent first on the next round.
     backlog: VecDeque<Transmit>,
     tap: Option<Tap>,
-    /// The port's receiving end, used only under the device lock.
-    rx: Box<dyn PortReceiver>,
     /// Rounds since the last one that read the clock (see [`TIMER_CHECK_EVERY`]).
     rounds_since_clock: u32,
     wire: WireCounters,
@@ -208,7 +206,6 @@ impl Device {
                 nic,
                 backlog: VecDeque::new(),
                 tap,
-                rx: port.receiver(),
                 rounds_since_clock: 0,
                 wire: WireCounters::default(),
             }),
@@ -444,7 +441,7 @@ impl Core {
         self.port_error.get().is_some()
     }
 
-    /// Looks at the port's end of the wire ([`PortReceiver::check`]); the first time it is found
+    /// Looks at the port's end of the wire ([`Port::check`]); the first time it is found
     /// broken (a stray write corrupted the inbox), the port goes down for good, as a real
     /// port whose link fails: `ibv_query_port` says `PORT_DOWN` and `IBV_EVENT_PORT_ERR` is
     /// queued, with the reason, naming the segment, in [`DeviceStats::port_error`]. The inbox
@@ -455,8 +452,7 @@ impl Core {
         if self.port_error.get().is_some() {
             return;
         }
-        let found = self.lock().rx.check();
-        let why = match (found, &self.faults) {
+        let why = match (self.port.check(), &self.faults) {
             (Some(why), _) => why,
             (None, Some(f)) if lock_faults(f).fail_due() => {
                 let at = lock_faults(f).fail_at().unwrap_or(0);
@@ -510,7 +506,7 @@ impl Core {
     /// completion reaches the program without waiting for packets that arrived behind it; the
     /// next round takes those.
     fn progress_locked(&self, st: &mut State, round: Round) -> bool {
-        let State { nic, backlog, tap, rx, rounds_since_clock, wire } = st;
+        let State { nic, backlog, tap, rounds_since_clock, wire } = st;
         let mut did = false;
         if nic.has_transmit() && backlog.is_empty() {
             did |= self.flush_tx(nic, backlog, wire);
@@ -523,7 +519,7 @@ impl Core {
         let mut now = Now::Lazy(&mut clock);
         let tally = &self.tally;
         let faults = self.faults.as_deref();
-        let received = rx.recv_burst(RX_BURST, &mut |pkt, icrc| {
+        let received = self.port.recv_burst(RX_BURST, &mut |pkt, icrc| {
             if let Some(f) = faults {
                 self.receive_faulted(f, nic, &mut now, tap, pkt, icrc);
             } else {

@@ -11,7 +11,7 @@ use super::reach::{self, PeerReach};
 use crate::engine::{ip_of_slot, slot_of_ip, ReachAsk, Reached};
 use crate::packet::Icrc;
 use crate::wire::reach::ReachArena;
-use crate::wire::{Fabric, Inbox, InboxConfig, Receiver, Sender, WireError};
+use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
 
 /// What became of a datagram handed to the wire: `Sent` (in the destination's inbox), `Full`
 /// (backpressure: try again later) or `Unreachable` (no port has that address, or its owner
@@ -27,18 +27,6 @@ pub struct Links {
     senders: Vec<(u16, Sender)>,
     /// The reach files of the peers this port reached, or looked for (sorted by LID).
     views: Vec<(u16, PeerReach)>,
-}
-
-/// A port's receiving end ([`Port::receiver`]).
-pub trait PortReceiver: Send {
-    /// Hand up to `max` received datagrams to `f`, each with whether it carries its ICRC,
-    /// stopping early after one for which `f` returns false; returns how many were handed over.
-    fn recv_burst(&mut self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize;
-    /// Whether the port's own end of the wire is broken for good, and how (naming the file);
-    /// for the NIC thread's idle moments, not for every round. None while it works.
-    fn check(&self) -> Option<String> {
-        None
-    }
 }
 
 /// One port's attachment to a wire.
@@ -62,15 +50,20 @@ pub trait Port: Send + Sync + 'static {
         crate::packet::set_icrc_ipv4(&mut whole);
         self.send(links, dst, &whole)
     }
-    /// The port's receiving end, which the device that owns the port takes once, when it
-    /// starts, and uses under its lock.
-    fn receiver(&self) -> Box<dyn PortReceiver>;
+    /// Hand up to `max` received datagrams to `f`, each with whether it carries its ICRC,
+    /// stopping early after one for which `f` returns false; returns how many were handed over.
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize;
     /// Sleep until a datagram arrives, `unpark` is called, or `timeout` passes.
     fn park(&self, timeout: Duration);
     /// Wake a parked receiver.
     fn unpark(&self);
     /// Where this port lives (for `devinfo`, errors and `fabric`).
     fn describe(&self) -> String;
+    /// Whether the port's own end of the wire is broken for good, and how (naming the file);
+    /// for the NIC thread's idle moments, not for every round. None while it works.
+    fn check(&self) -> Option<String> {
+        None
+    }
     /// The last error a send met that names a destination's broken end of the wire (a
     /// corrupted inbox segment), if any: the datagram was lost, as it is to a port that is
     /// down, and this says why.
@@ -177,8 +170,19 @@ impl Port for LoopPort {
         SendOutcome::Sent
     }
 
-    fn receiver(&self) -> Box<dyn PortReceiver> {
-        Box::new(LoopReceiver(self.inbox.clone()))
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(pkt) = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+            else {
+                break;
+            };
+            n += 1;
+            if !f(&pkt, Icrc::Carried) {
+                break;
+            }
+        }
+        n
     }
 
     fn park(&self, timeout: Duration) {
@@ -203,57 +207,10 @@ impl Port for LoopPort {
 
 // ---------------- shared memory: devices of different processes ----------------
 
-/// The loopback port's receiving end: its queue, taken from one datagram at a time.
-struct LoopReceiver(Arc<LoopInbox>);
-
-impl PortReceiver for LoopReceiver {
-    fn recv_burst(&mut self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
-        let mut n = 0;
-        while n < max {
-            let Some(pkt) = self.0.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
-            else {
-                break;
-            };
-            n += 1;
-            if !f(&pkt, Icrc::Carried) {
-                break;
-            }
-        }
-        n
-    }
-}
-
-/// A shared-memory port's receiving end: the inbox's receiving role, held for the device's
-/// life (docs/decisions.md, "The receiving role held by the device").
-enum ShmReceiver {
-    Held(Receiver),
-    PerBurst(Arc<Inbox>),
-}
-
-impl PortReceiver for ShmReceiver {
-    fn recv_burst(&mut self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
-        let mut marked = |bytes: &[u8], icrc_unset: bool| {
-            f(bytes, if icrc_unset { Icrc::Unset } else { Icrc::Carried })
-        };
-        match self {
-            ShmReceiver::Held(r) => r.recv_while_marked(max, &mut marked),
-            ShmReceiver::PerBurst(inbox) => inbox.recv_while_marked(max, &mut marked),
-        }
-    }
-
-    fn check(&self) -> Option<String> {
-        let (inbox, what) = match self {
-            ShmReceiver::Held(r) => (r.inbox(), r.check_health()?),
-            ShmReceiver::PerBurst(inbox) => (&**inbox, inbox.check_health()?),
-        };
-        Some(format!("{}: {what}", inbox.path().display()))
-    }
-}
-
 /// A port whose inbox is a shared-memory segment of a [`Fabric`].
 pub struct ShmPort {
     fabric: Fabric,
-    inbox: Arc<Inbox>,
+    inbox: Inbox,
     /// The port's reach file (None with `SOFTVERBS_REACH=off`, or if it could not be made).
     arena: Option<Arc<ReachArena>>,
     /// See [`Port::peer_problem`]; written only when a send fails that way.
@@ -275,7 +232,7 @@ impl ShmPort {
                 }
             })
             .flatten();
-        Ok(ShmPort { fabric, inbox: Arc::new(inbox), arena, peer_problem: Mutex::new(None) })
+        Ok(ShmPort { fabric, inbox, arena, peer_problem: Mutex::new(None) })
     }
 
     /// The fabric it belongs to.
@@ -371,12 +328,9 @@ impl Port for ShmPort {
         self.send_marked(links, dst, datagram, true)
     }
 
-    fn receiver(&self) -> Box<dyn PortReceiver> {
-        // Nobody else receives from a port's inbox; should a look at it (`ShmPort::inbox`)
-        // hold the role this instant, the device claims it per burst instead.
-        Box::new(match self.inbox.receiver() {
-            Some(held) => ShmReceiver::Held(held),
-            None => ShmReceiver::PerBurst(self.inbox.clone()),
+    fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
+        self.inbox.recv_while_marked(max, |bytes, icrc_unset| {
+            f(bytes, if icrc_unset { Icrc::Unset } else { Icrc::Carried })
         })
     }
 
@@ -390,6 +344,11 @@ impl Port for ShmPort {
 
     fn describe(&self) -> String {
         format!("shared-memory inbox {}", self.inbox.path().display())
+    }
+
+    fn check(&self) -> Option<String> {
+        let what = self.inbox.check_health()?;
+        Some(format!("{}: {what}", self.inbox.path().display()))
     }
 
     fn peer_problem(&self) -> Option<String> {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::layout::{
@@ -106,45 +106,6 @@ pub struct Inbox {
     counters: Counters,
     /// What made the inbox broken (see "A stray write into the ring").
     broken: OnceLock<String>,
-}
-
-/// The receiving role of an inbox, held for its whole life ([`Inbox::receiver`]).
-pub struct Receiver {
-    inbox: Arc<Inbox>,
-}
-
-impl Receiver {
-    /// [`Inbox::recv_while_marked`], without claiming the role again: this holds it.
-    #[inline]
-    pub fn recv_while_marked(&mut self, max: usize, f: impl FnMut(&[u8], bool) -> bool) -> usize {
-        if self.inbox.looks_empty() {
-            return 0;
-        }
-        self.inbox.take_while(max, f)
-    }
-
-    /// The inbox this receives from.
-    pub fn inbox(&self) -> &Inbox {
-        &self.inbox
-    }
-
-    /// [`Inbox::check_health`], for the holder of the receiving role (which a plain
-    /// `check_health` could not claim for the ring's checks while this lives).
-    pub fn check_health(&self) -> Option<&str> {
-        self.inbox.check_health_holding(true)
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.inbox.receiving.store(false, Ordering::Release);
-    }
-}
-
-impl std::fmt::Debug for Receiver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Receiver").field("inbox", &self.inbox.path()).finish()
-    }
 }
 
 /// Holds the single-consumer role for the duration of one `recv`.
@@ -270,44 +231,21 @@ impl Inbox {
     /// [`recv_while`](Inbox::recv_while) that also hands `f` the sender's mark: whether it
     /// left the RoCE datagram's ICRC unset ([`Sender::send_marked`](super::Sender::send_marked)).
     #[inline]
-    pub fn recv_while_marked(&self, max: usize, f: impl FnMut(&[u8], bool) -> bool) -> usize {
-        if self.looks_empty() {
+    pub fn recv_while_marked(&self, max: usize, mut f: impl FnMut(&[u8], bool) -> bool) -> usize {
+        // An empty ring, the common case of a busy poll, costs two loads and no claim: the
+        // head slot is free for this lap and no sender has claimed it (a claimed one goes on,
+        // so that `take` can tell a dead writer). docs/decisions.md, "Empty inbox without the
+        // receiving claim".
+        let pos = self.seg.head().load(Ordering::Relaxed);
+        let slot = self.seg.slot(pos);
+        if slot.seq.load(Ordering::Acquire) == lap_seq(pos)
+            && slot.writer.load(Ordering::Relaxed) == 0
+        {
             return 0;
         }
         let Some(_receiving) = Receiving::claim(&self.receiving) else {
             return 0;
         };
-        self.take_while(max, f)
-    }
-
-    /// Takes the receiving role for as long as the returned [`Receiver`] lives, so that its
-    /// receives need no claim each (one compare-exchange less per burst, for an owner that
-    /// receives from one thread at a time anyway, such as a device under its lock); `None`
-    /// while another receive holds the role. Meanwhile every other receive of this inbox finds
-    /// the role taken and receives nothing.
-    pub fn receiver(self: &Arc<Self>) -> Option<Receiver> {
-        Receiving::claim(&self.receiving).map(|held| {
-            // The role is released when the Receiver drops, not now.
-            std::mem::forget(held);
-            Receiver { inbox: self.clone() }
-        })
-    }
-
-    /// Whether the ring is empty, the common case of a busy poll, told by two loads and no
-    /// claim: the head slot is free for this lap and no sender has claimed it (a claimed one
-    /// goes on, so that `take` can tell a dead writer). docs/decisions.md, "Empty inbox
-    /// without the receiving claim".
-    #[inline]
-    fn looks_empty(&self) -> bool {
-        let pos = self.seg.head().load(Ordering::Relaxed);
-        let slot = self.seg.slot(pos);
-        slot.seq.load(Ordering::Acquire) == lap_seq(pos) && slot.writer.load(Ordering::Relaxed) == 0
-    }
-
-    /// The burst of [`recv_while_marked`](Inbox::recv_while_marked), for the holder of the
-    /// receiving role.
-    #[inline]
-    fn take_while(&self, max: usize, mut f: impl FnMut(&[u8], bool) -> bool) -> usize {
         let mut n = 0;
         while n < max {
             let Some(more) = self.take(&mut f) else { break };
@@ -471,13 +409,6 @@ impl Inbox {
     /// it is sane. A few loads, no system call; meant for the owner's idle moments (before it
     /// parks), not for every receive. Skips the ring check while another thread is receiving.
     pub fn check_health(&self) -> Option<&str> {
-        self.check_health_holding(false)
-    }
-
-    /// [`check_health`](Inbox::check_health), by a caller that holds the receiving role
-    /// (`holding`: a [`Receiver`]) or not (then it claims the role for the ring's checks, and
-    /// skips them while another receive holds it).
-    fn check_health_holding(&self, holding: bool) -> Option<&str> {
         if self.broken.get().is_none() {
             let state = self.seg.state().load(Ordering::Acquire);
             if state != STATE_READY {
@@ -488,15 +419,12 @@ impl Inbox {
                     )),
                     other => layout::check_state(other).err(),
                 });
-            } else {
-                let claimed = if holding { None } else { Receiving::claim(&self.receiving) };
-                if holding || claimed.is_some() {
-                    // Holding the receiving role, the head cannot move under the reads.
-                    let head = self.seg.head().load(Ordering::Relaxed);
-                    let tail = self.seg.tail().load(Ordering::Acquire);
-                    let seq = self.seg.slot(head).seq.load(Ordering::Acquire);
-                    self.set_broken(|| layout::ring_problem(self.slots(), head, tail, seq));
-                }
+            } else if let Some(_receiving) = Receiving::claim(&self.receiving) {
+                // Holding the receiving role, the head cannot move under the reads.
+                let head = self.seg.head().load(Ordering::Relaxed);
+                let tail = self.seg.tail().load(Ordering::Acquire);
+                let seq = self.seg.slot(head).seq.load(Ordering::Acquire);
+                self.set_broken(|| layout::ring_problem(self.slots(), head, tail, seq));
             }
         }
         self.problem()

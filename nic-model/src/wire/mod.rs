@@ -37,7 +37,7 @@ mod tests;
 
 pub use error::WireError;
 pub use fabric::{Fabric, InboxConfig, PublishedCounters, SegmentInfo, FABRIC_ENV};
-pub use inbox::{Inbox, InboxStats, Receiver, MAX_PARK, WRITER_STALL_CHECK};
+pub use inbox::{Inbox, InboxStats, MAX_PARK, WRITER_STALL_CHECK};
 pub use layout::{CORRUPTED, LAYOUT_VERSION, MAX_LID};
 pub use sender::Sender;
 

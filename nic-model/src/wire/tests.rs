@@ -166,36 +166,6 @@ fn the_unset_icrc_mark_reaches_the_receiver_with_each_packet_and_not_its_length(
 }
 
 #[test]
-fn a_held_receiver_has_the_role_to_itself_and_gives_it_back_when_dropped() {
-    let fabric = TempFabric::new("held");
-    let inbox = std::sync::Arc::new(fabric.create_inbox(small(8)).expect("create inbox"));
-    let tx = fabric.connect(inbox.lid()).expect("connect");
-    let mut rx = inbox.receiver().expect("the role is free");
-    assert!(inbox.receiver().is_none(), "one holder at a time");
-    tx.send_marked(b"one", true).expect("send");
-    tx.send(b"two").expect("send");
-    // Every other receive finds the role taken, and takes nothing.
-    assert_eq!(inbox.recv_with(|b| b.to_vec()), None);
-    assert_eq!(inbox.recv_burst(8, |_| panic!("not while the role is held")), 0);
-    let mut got = Vec::new();
-    let n = rx.recv_while_marked(8, |b, unset| {
-        got.push((b.to_vec(), unset));
-        true
-    });
-    assert_eq!(n, 2);
-    assert_eq!(got, [(b"one".to_vec(), true), (b"two".to_vec(), false)]);
-    assert_eq!(inbox.stats().received, 2);
-    // The holder still checks the ring: damage is found through it, and not missed because
-    // a plain check cannot claim the role.
-    assert_eq!(rx.check_health(), None, "a sane ring");
-    inbox.segment().tail().store(1001, Ordering::Relaxed);
-    let said = rx.check_health().expect("the damage is found").to_string();
-    assert!(said.contains("more than a ring apart"), "{said}");
-    drop(rx);
-    assert!(inbox.receiver().is_some(), "dropped, the role is free again");
-}
-
-#[test]
 fn a_burst_takes_at_most_its_count_in_ring_order() {
     let fabric = TempFabric::new("burst");
     let inbox = fabric.create_inbox(small(8)).expect("create inbox");
