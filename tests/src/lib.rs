@@ -157,6 +157,47 @@ pub fn ping_imm(i: u64) -> Option<u32> {
 /// The `INFO` line and its parser live with the peer launcher, [`softverbs_sim::peer`].
 pub use softverbs_sim::peer::{info_line, parse_info_line};
 
+// ---------------- two connected devices in this process ----------------
+
+/// Two connected RC endpoints, softverbs0 (`a`, QP number exchanged as PSN 0x100) and
+/// softverbs1 (`b`, 0x200), on a shared-memory fabric of the test's own: the set-up of the
+/// tests that look at what goes between two soft devices (direct reach, the ICRC).
+pub struct RcPair {
+    /// The provider both devices were opened from (for taps, stats, direct reach).
+    pub soft: nic_model::soft::Soft,
+    /// softverbs0's endpoint.
+    pub a: softverbs_sim::conn::Endpoint,
+    /// softverbs1's endpoint.
+    pub b: softverbs_sim::conn::Endpoint,
+    /// The fabric directory, removed last.
+    pub dir: FabricDir,
+}
+
+impl RcPair {
+    /// The pair, each endpoint with `cap`, a CQ of 64 and an MR of `mr_len` bytes, connected
+    /// with `opts`; `configure` runs on the provider before the devices open (e.g. to turn
+    /// direct reach off).
+    pub fn new(
+        test: &str,
+        cap: verbs_api::QpCap,
+        mr_len: usize,
+        opts: &ConnOpts,
+        configure: impl FnOnce(&nic_model::soft::Soft),
+    ) -> RcPair {
+        use softverbs_sim::conn::{connect, Endpoint};
+        let dir = FabricDir::new(test);
+        let soft = nic_model::soft::Soft::shared_memory(Some(dir.path())).expect("soft");
+        configure(&soft);
+        let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
+        let a = Endpoint::new(&c0, verbs_api::QpType::Rc, cap, 64, mr_len).unwrap();
+        let b = Endpoint::new(&c1, verbs_api::QpType::Rc, cap, 64, mr_len).unwrap();
+        let (ia, ib) = (a.info(0x100).unwrap(), b.info(0x200).unwrap());
+        connect(&a.qp, 0x100, &ib, opts).unwrap();
+        connect(&b.qp, 0x200, &ia, opts).unwrap();
+        RcPair { soft, a, b, dir }
+    }
+}
+
 // ---------------- the test's side: fabric directories and children ----------------
 
 static DIR_COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -15,7 +15,7 @@ use nic_model::packet::{parse_datagram, set_icrc_ipv4, Opcode};
 use nic_model::soft::{Soft, TapDir};
 use nic_model::wire::{Fabric, InboxConfig};
 use softverbs_sim::conn::{self, ConnOpts, Endpoint};
-use softverbs_tests::{pattern, FabricDir};
+use softverbs_tests::{pattern, FabricDir, RcPair};
 use verbs_api::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -30,24 +30,9 @@ fn cap() -> QpCap {
     }
 }
 
-/// Two connected RC endpoints, softverbs0 (a) and softverbs1 (b), on a fabric of their own.
-struct Pair {
-    soft: Soft,
-    a: Endpoint,
-    b: Endpoint,
-    _dir: FabricDir,
-}
-
-fn pair(test: &str) -> Pair {
-    let dir = FabricDir::new(test);
-    let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
-    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
-    let a = Endpoint::new(&c0, QpType::Rc, cap(), 64, 1 << 16).unwrap();
-    let b = Endpoint::new(&c1, QpType::Rc, cap(), 64, 1 << 16).unwrap();
-    let (ia, ib) = (a.info(0x100).unwrap(), b.info(0x200).unwrap());
-    conn::connect(&a.qp, 0x100, &ib, &ConnOpts::default()).unwrap();
-    conn::connect(&b.qp, 0x200, &ia, &ConnOpts::default()).unwrap();
-    Pair { soft, a, b, _dir: dir }
+/// softverbs0 (a) and softverbs1 (b), connected.
+fn pair(test: &str) -> RcPair {
+    RcPair::new(test, cap(), 1 << 16, &ConnOpts::default(), |_| {})
 }
 
 /// Every datagram a tap saw, with its direction.
@@ -64,51 +49,50 @@ fn tap(soft: &Soft, device: &str) -> Seen {
     seen
 }
 
-impl Pair {
-    /// `n` SENDs of 8 to 40 bytes from a to b, each received into its own buffer and checked:
-    /// the bytes that landed and both sides' completions.
-    fn sends(&self, n: u64) {
-        let (a, b) = (&self.a, &self.b);
-        for i in 0..n {
-            let off = 256 * i as usize;
-            let rsge = [b.mr.sge(off, 256)];
-            b.qp.post_recv(&[RecvWr { wr_id: 100 + i, sg_list: &rsge }]).unwrap();
-            let len = 8 + 4 * (i as usize % 9);
-            let data = pattern(i, 0, len);
-            a.mr.write(off, &data).unwrap();
-            let sge = [a.mr.sge(off, len as u32)];
-            let wr = SendWr {
-                wr_id: i,
-                sg_list: &sge,
-                send_flags: SendFlags::SIGNALED,
-                ..Default::default()
-            };
-            a.qp.post_send(&[wr]).unwrap();
-            let sent = a.cq.poll_n(1, WAIT).expect("the SEND's completion")[0];
-            let got = b.cq.poll_n(1, WAIT).expect("the receive's completion")[0];
-            let want = |wr_id, opcode, byte_len, qp_num| WorkCompletion {
-                wr_id,
-                status: WcStatus::Success,
-                opcode,
-                byte_len,
-                qp_num,
-                ..WorkCompletion::default()
-            };
-            // As rxe does, a send completion's byte_len is the message's length.
-            assert_eq!(sent, want(i, WcOpcode::Send, len as u32, a.qp.qp_num()), "SEND {i}");
-            // An RC receive names the sending QP, as rxe's does.
-            let recv = WorkCompletion {
-                src_qp: a.qp.qp_num(),
-                ..want(100 + i, WcOpcode::Recv, len as u32, b.qp.qp_num())
-            };
-            assert_eq!(got, recv, "receive {i}");
-            assert_eq!(b.mr.read_vec(off, len).unwrap(), data, "message {i}'s bytes");
-        }
+/// `n` SENDs of 8 to 40 bytes from a to b, each received into its own buffer and checked:
+/// the bytes that landed and both sides' completions.
+fn sends(p: &RcPair, n: u64) {
+    let (a, b) = (&p.a, &p.b);
+    for i in 0..n {
+        let off = 256 * i as usize;
+        let rsge = [b.mr.sge(off, 256)];
+        b.qp.post_recv(&[RecvWr { wr_id: 100 + i, sg_list: &rsge }]).unwrap();
+        let len = 8 + 4 * (i as usize % 9);
+        let data = pattern(i, 0, len);
+        a.mr.write(off, &data).unwrap();
+        let sge = [a.mr.sge(off, len as u32)];
+        let wr = SendWr {
+            wr_id: i,
+            sg_list: &sge,
+            send_flags: SendFlags::SIGNALED,
+            ..Default::default()
+        };
+        a.qp.post_send(&[wr]).unwrap();
+        let sent = a.cq.poll_n(1, WAIT).expect("the SEND's completion")[0];
+        let got = b.cq.poll_n(1, WAIT).expect("the receive's completion")[0];
+        let want = |wr_id, opcode, byte_len, qp_num| WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+            qp_num,
+            ..WorkCompletion::default()
+        };
+        // As rxe does, a send completion's byte_len is the message's length.
+        assert_eq!(sent, want(i, WcOpcode::Send, len as u32, a.qp.qp_num()), "SEND {i}");
+        // An RC receive names the sending QP, as rxe's does.
+        let recv = WorkCompletion {
+            src_qp: a.qp.qp_num(),
+            ..want(100 + i, WcOpcode::Recv, len as u32, b.qp.qp_num())
+        };
+        assert_eq!(got, recv, "receive {i}");
+        assert_eq!(b.mr.read_vec(off, len).unwrap(), data, "message {i}'s bytes");
     }
+}
 
-    fn bad_icrcs(&self, device: &str) -> u64 {
-        self.soft.stats(device).unwrap().nic.rx_bad_icrc
-    }
+/// The datagrams `device` dropped for a bad ICRC.
+fn bad_icrcs(p: &RcPair, device: &str) -> u64 {
+    p.soft.stats(device).unwrap().nic.rx_bad_icrc
 }
 
 /// Every datagram is whole: it parses, ICRC checked, as an RC SEND ONLY or ACKNOWLEDGE.
@@ -128,22 +112,22 @@ fn all_whole(seen: &Seen, dir: TapDir, expect: &[Opcode]) -> usize {
 fn a_tap_on_the_receiver_only_sees_whole_datagrams_from_a_sender_that_left_the_icrc_unset() {
     let p = pair("icrc_rx_tap");
     let seen = tap(&p.soft, "softverbs1");
-    p.sends(10);
+    sends(&p, 10);
     // b received the SENDs (sent by a, which nothing observes) and sent the ACKs.
     assert_eq!(all_whole(&seen, TapDir::Rx, &[Opcode::RC_SEND_ONLY]), 10);
     assert!(all_whole(&seen, TapDir::Tx, &[Opcode::RC_ACKNOWLEDGE]) >= 1);
-    assert_eq!((p.bad_icrcs("softverbs0"), p.bad_icrcs("softverbs1")), (0, 0));
+    assert_eq!((bad_icrcs(&p, "softverbs0"), bad_icrcs(&p, "softverbs1")), (0, 0));
 }
 
 #[test]
 fn a_tap_on_the_sender_only_sees_whole_datagrams_both_ways() {
     let p = pair("icrc_tx_tap");
     let seen = tap(&p.soft, "softverbs0");
-    p.sends(10);
+    sends(&p, 10);
     assert_eq!(all_whole(&seen, TapDir::Tx, &[Opcode::RC_SEND_ONLY]), 10);
     // The ACKs came from b, which nothing observes: made whole for a's tap.
     assert!(all_whole(&seen, TapDir::Rx, &[Opcode::RC_ACKNOWLEDGE]) >= 1);
-    assert_eq!((p.bad_icrcs("softverbs0"), p.bad_icrcs("softverbs1")), (0, 0));
+    assert_eq!((bad_icrcs(&p, "softverbs0"), bad_icrcs(&p, "softverbs1")), (0, 0));
 }
 
 #[test]
@@ -225,7 +209,7 @@ fn a_datagram_that_claims_an_icrc_has_it_checked() {
     // counted, as on any RoCE port. The same bytes marked as having none are taken (every
     // other check holds), so the mark, not the bytes, decides whether the ICRC is checked.
     let p = pair("icrc_claimed");
-    let fabric = Fabric::open(Some(p._dir.path())).unwrap();
+    let fabric = Fabric::open(Some(p.dir.path())).unwrap();
     let b_ip = p.b.info(0).unwrap().gid.to_ipv4().expect("b's IPv4 GID");
     let to_b = fabric.connect(slot_of_ip(b_ip)).unwrap();
     let (a, b) = (&p.a, &p.b);
@@ -257,10 +241,10 @@ fn a_datagram_that_claims_an_icrc_has_it_checked() {
     next[at..at + 3].copy_from_slice(&psn.to_be_bytes()[1..]);
     let n = next.len();
     next[n - 4..].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
-    let before = p.bad_icrcs("softverbs1");
+    let before = bad_icrcs(&p, "softverbs1");
     to_b.send_marked(&next, false).unwrap();
     assert!(b.cq.poll_n(1, Duration::from_millis(300)).is_err(), "a bad ICRC is dropped");
-    assert_eq!(p.bad_icrcs("softverbs1"), before + 1, "and counted");
+    assert_eq!(bad_icrcs(&p, "softverbs1"), before + 1, "and counted");
     to_b.send_marked(&next, true).unwrap();
     let got = b.cq.poll_n(1, WAIT).expect("taken when marked")[0];
     assert_eq!((got.wr_id, got.status, got.byte_len), (8, WcStatus::Success, 8));

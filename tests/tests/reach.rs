@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nic_model::soft::{Soft, TapDir};
-use softverbs_sim::conn::{self, ConnOpts, Endpoint};
-use softverbs_tests::{pattern, FabricDir};
+use nic_model::soft::TapDir;
+use softverbs_sim::conn::ConnOpts;
+use softverbs_tests::{pattern, RcPair};
 use verbs_api::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -32,26 +32,19 @@ fn cap() -> QpCap {
     }
 }
 
-/// Two connected endpoints, softverbs0 (a) and softverbs1 (b), on a fabric of their own.
-struct Pair {
-    soft: Soft,
-    a: Endpoint,
-    b: Endpoint,
-    _dir: FabricDir,
+/// softverbs0 (a) and softverbs1 (b), connected, with direct reach on or off.
+struct Pair(RcPair);
+
+impl std::ops::Deref for Pair {
+    type Target = RcPair;
+    fn deref(&self) -> &RcPair {
+        &self.0
+    }
 }
 
 fn pair(test: &str, reach: bool) -> Pair {
-    let dir = FabricDir::new(test);
-    let soft = Soft::shared_memory(Some(dir.path())).expect("soft on the fabric");
-    soft.set_reach(reach);
-    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
-    let a = Endpoint::new(&c0, QpType::Rc, cap(), 64, MR_LEN).unwrap();
-    let b = Endpoint::new(&c1, QpType::Rc, cap(), 64, MR_LEN).unwrap();
     let opts = ConnOpts { retry_cnt: 2, timeout: 12, ..ConnOpts::default() };
-    let (ia, ib) = (a.info(0x100).unwrap(), b.info(0x200).unwrap());
-    conn::connect(&a.qp, 0x100, &ib, &opts).unwrap();
-    conn::connect(&b.qp, 0x200, &ia, &opts).unwrap();
-    Pair { soft, a, b, _dir: dir }
+    Pair(RcPair::new(test, cap(), MR_LEN, &opts, |soft| soft.set_reach(reach)))
 }
 
 impl Pair {
