@@ -230,10 +230,10 @@ impl Link {
     }
 }
 
-/// A packet on a link's wire: its arrival key and its bytes.
 /// No serialisation time remembered yet (no datagram is `usize::MAX` bytes long).
 const NO_SERIALISATION: (usize, u64) = (usize::MAX, 0);
 
+/// A packet on a link's wire: its arrival key and its bytes.
 #[derive(Clone, Debug)]
 pub(crate) struct InFlight {
     pub(super) arrive_ns: u64,
