@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nic_model::engine::{ip_of_slot, slot_of_ip};
-use nic_model::packet::{parse_datagram, set_icrc_ipv4, Opcode};
+use nic_model::packet::{parse_datagram, with_icrc_ipv4, Opcode};
 use nic_model::soft::{Soft, TapDir};
 use nic_model::wire::{Fabric, InboxConfig};
 use softverbs_sim::conn::{self, ConnOpts, Endpoint};
@@ -189,8 +189,7 @@ fn an_unobserved_device_marks_what_it_leaves_unset_and_an_observed_one_sends_it_
     assert!(unset, "the slot is marked");
     assert_eq!(bytes[bytes.len() - 4..], [0; 4], "four zero bytes where the ICRC goes");
     assert!(parse_datagram(&bytes).is_err(), "without its ICRC it is not a whole datagram");
-    let mut whole = bytes.clone();
-    set_icrc_ipv4(&mut whole);
+    let whole = with_icrc_ipv4(&bytes);
     check(&whole, 1);
     // A tap on softverbs0: whole, unmarked, and the bytes the tap saw.
     let seen = tap(&soft, "softverbs0");

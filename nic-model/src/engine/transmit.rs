@@ -79,9 +79,7 @@ pub trait Wire: Send {
     /// a wire that [`takes_unset_icrc`](Wire::takes_unset_icrc). The default sets the ICRC in
     /// a copy and sends that, so it is right on any wire.
     fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
-        let mut whole = datagram.to_vec();
-        packet::set_icrc_ipv4(&mut whole);
-        self.send(dst, &whole)
+        self.send(dst, &packet::with_icrc_ipv4(datagram))
     }
 }
 

@@ -43,6 +43,15 @@ pub fn set_icrc_ipv4(datagram: &mut [u8]) {
     *icrc = icrc_ipv4(covered).to_le_bytes();
 }
 
+/// A copy of `datagram` with its ICRC set ([`set_icrc_ipv4`]): for a datagram built with
+/// [`Icrc::Unset`] whose bytes are not the caller's to change (a ring slot, a borrowed buffer).
+#[cold]
+pub fn with_icrc_ipv4(datagram: &[u8]) -> Vec<u8> {
+    let mut whole = datagram.to_vec();
+    set_icrc_ipv4(&mut whole);
+    whole
+}
+
 /// Total datagram length [`emit_datagram`] would produce: IPv4 + UDP + transport + ICRC.
 pub fn datagram_len(pkt: &Packet<'_>) -> usize {
     IPV4_UDP_LEN + pkt.transport_len() + ICRC_LEN

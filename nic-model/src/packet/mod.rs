@@ -38,7 +38,9 @@ mod testing;
 mod transport;
 
 pub(crate) use ack::{AckTemplate, ACK_DATAGRAM_LEN};
-pub use datagram::{datagram_len, emit_datagram, parse_datagram, set_icrc_ipv4, Icrc, ICRC_LEN};
+pub use datagram::{
+    datagram_len, emit_datagram, parse_datagram, set_icrc_ipv4, with_icrc_ipv4, Icrc, ICRC_LEN,
+};
 pub(crate) use datagram::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
     parse_datagram_with,

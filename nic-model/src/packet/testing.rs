@@ -1,9 +1,7 @@
 //! Helpers the packet layer's tests share: a valid packet of any opcode, IPv4/UDP fields to vary,
 //! and resealing a mutated datagram so that parsing reaches the checks behind its checksums.
 
-use super::datagram::ICRC_LEN;
 use super::headers::{Aeth, AtomicEth, Bth, Deth, Reth};
-use super::icrc::icrc_ipv4;
 use super::ipv4_udp::{ones_complement_sum, IpUdp, IPV4_LEN};
 use super::opcode::{OpFlags, Opcode};
 use super::psn::Psn;
@@ -97,9 +95,5 @@ pub(super) fn reseal(bytes: &mut [u8]) {
         let checksum = !ones_complement_sum(&header);
         bytes[10..12].copy_from_slice(&checksum.to_be_bytes());
     }
-    if bytes.len() >= ICRC_LEN {
-        let n = bytes.len() - ICRC_LEN;
-        let icrc = icrc_ipv4(&bytes[..n]);
-        bytes[n..].copy_from_slice(&icrc.to_le_bytes());
-    }
+    super::set_icrc_ipv4(bytes);
 }

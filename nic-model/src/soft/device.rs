@@ -25,12 +25,12 @@ use super::capture::Capture;
 use super::counters::{self, PortCounters, Tally, WireCounters};
 use super::faults::{Dir, FaultCounters, PortFaults, Verdict};
 use super::port::{Port, SendOutcome};
-use super::port_wire::{capture_tap, lock_faults, with_icrc_set, PortWire, Tap, TapDir};
+use super::port_wire::{capture_tap, lock_faults, PortWire, Tap, TapDir};
 use super::reach::SoftReach;
 use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
 use crate::engine::{ip_of_slot, Nic, NicEvent, NicStats, Now, Transmit};
-use crate::packet::{Icrc, Opcode, Transport, IPV4_UDP_LEN};
+use crate::packet::{with_icrc_ipv4, Icrc, Opcode, Transport, IPV4_UDP_LEN};
 use crate::wire::os;
 
 /// What [`super::Soft::watch_async_events`] calls for each async event: quick, and never a
@@ -351,7 +351,7 @@ impl Core {
         let pkt = match icrc {
             Icrc::Carried => pkt,
             Icrc::Unset => {
-                whole = with_icrc_set(pkt);
+                whole = with_icrc_ipv4(pkt);
                 &whole
             }
         };
@@ -533,7 +533,8 @@ impl Core {
                         nic.handle_packet_at(&mut now, pkt);
                     }
                     (Some(t), Icrc::Unset) => {
-                        let whole = with_icrc_set(pkt);
+                        // A copy: the ring slot is the sender's lap, not ours to change.
+                        let whole = with_icrc_ipv4(pkt);
                         t(TapDir::Rx, &whole);
                         nic.handle_packet_at(&mut now, &whole);
                     }

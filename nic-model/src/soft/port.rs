@@ -46,9 +46,7 @@ pub trait Port: Send + Sync + 'static {
     /// on a port that [`carries_unset_icrc`](Port::carries_unset_icrc). The default sets the
     /// ICRC in a copy and sends that.
     fn send_without_icrc(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        let mut whole = datagram.to_vec();
-        crate::packet::set_icrc_ipv4(&mut whole);
-        self.send(links, dst, &whole)
+        self.send(links, dst, &crate::packet::with_icrc_ipv4(datagram))
     }
     /// Hand up to `max` received datagrams to `f`, each with whether it carries its ICRC,
     /// stopping early after one for which `f` returns false; returns how many were handed over.

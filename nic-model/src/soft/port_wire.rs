@@ -1,7 +1,6 @@
 //! The wire a soft device lends its NIC ([`PortWire`]): its port, its connections to other
 //! ports' inboxes, and what looks at the datagrams on their way out (the device's tap and
-//! capture, its fault plan); the [`Tap`] type; and how a received datagram whose ICRC its
-//! sender left unset is made whole for whatever looks at it on the way in.
+//! capture, its fault plan); and the [`Tap`] type.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -10,7 +9,6 @@ use super::counters::{self, Tally};
 use super::faults::{Dir, PortFaults, Verdict};
 use super::port::{Links, Port, SendOutcome};
 use crate::engine::{ReachAsk, Reached, Wire};
-use crate::packet;
 
 /// Receives a copy of every datagram a device sends or receives, for teaching output (the demo
 /// prints each packet) and captures. It runs on whichever thread runs the engine, with the
@@ -143,14 +141,4 @@ impl Wire for PortWire {
         self.count(outcome, datagram.len());
         outcome
     }
-}
-
-/// A received datagram whose sender left its ICRC unset, made whole (its ICRC set) for what
-/// looks at this side (a tap, a capture, a fault plan), which must see a valid RoCEv2
-/// datagram: a copy, since the ring slot belongs to the sender's lap.
-#[cold]
-pub(super) fn with_icrc_set(datagram: &[u8]) -> Vec<u8> {
-    let mut whole = datagram.to_vec();
-    packet::set_icrc_ipv4(&mut whole);
-    whole
 }

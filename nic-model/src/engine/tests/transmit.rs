@@ -268,8 +268,7 @@ fn a_wire_that_takes_datagrams_without_their_icrc_gets_them_so_and_the_queue_get
     assert_eq!(unset.len(), 1);
     let d = &unset[0];
     assert_eq!(d[d.len() - 4..], [0; 4], "the ICRC is left zero");
-    let mut whole = d.clone();
-    packet::set_icrc_ipv4(&mut whole);
+    let whole = packet::with_icrc_ipv4(d);
     let (_, pkt) = packet::parse_datagram(&whole).expect("whole once its ICRC is set");
     assert_eq!((pkt.bth.opcode, pkt.bth.psn.value()), (Opcode::RC_SEND_ONLY, 0xFFFFF0));
     assert_eq!(pkt.payload, b"abcdefgh");
