@@ -37,15 +37,25 @@ impl Hca {
 
     /// Complete a send WQE: visible if signaled or failed.
     pub(crate) fn complete_send(&mut self, qp: &Qp, w: &SendWqe, status: WcStatus) {
-        if status == WcStatus::Success && !w.signaled {
+        self.complete_send_wr(qp, (w.wr_id, w.opcode, w.len, w.signaled), status);
+    }
+
+    /// [`Hca::complete_send`] of a WR known by its id, opcode, length and signaling (one done
+    /// by direct reach has no WQE).
+    pub(crate) fn complete_send_wr(
+        &mut self,
+        qp: &Qp,
+        (wr_id, opcode, len, signaled): (u64, verbs_api::WrOpcode, u32, bool),
+        status: WcStatus,
+    ) {
+        if status == WcStatus::Success && !signaled {
             return;
         }
-        let byte_len = if w.opcode.is_atomic() { 8 } else { w.len };
         let wc = WorkCompletion {
-            wr_id: w.wr_id,
+            wr_id,
             status,
-            opcode: WcOpcode::for_send(w.opcode),
-            byte_len,
+            opcode: WcOpcode::for_send(opcode),
+            byte_len: if opcode.is_atomic() { 8 } else { len },
             qp_num: qp.qpn,
             ..WorkCompletion::default()
         };

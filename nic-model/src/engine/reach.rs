@@ -203,7 +203,8 @@ fn place(qp: &Qp, hca: &mut Hca, w: &Op<'_>) -> bool {
         WrOpcode::RdmaRead => AccessFlags::REMOTE_READ,
         _ => AccessFlags::REMOTE_ATOMIC,
     };
-    if atomic && (!w.va.is_multiple_of(8) || w.sges.len() != 1 || w.sges[0].length < 8) {
+    // (`post` checked the atomic's length and alignment.)
+    if atomic && (w.sges.len() != 1 || w.sges[0].length < 8) {
         return false;
     }
     // Where the data lands locally must take it (a READ's or atomic's SGEs need LOCAL_WRITE);
@@ -272,16 +273,6 @@ fn place(qp: &Qp, hca: &mut Hca, w: &Op<'_>) -> bool {
         drop(r);
     }
     hca.stats.reached += 1;
-    if w.signaled {
-        let wc = verbs_api::WorkCompletion {
-            wr_id: w.wr_id,
-            status: WcStatus::Success,
-            opcode: verbs_api::WcOpcode::for_send(w.opcode),
-            byte_len: if atomic { 8 } else { w.len },
-            qp_num: qp.qpn,
-            ..verbs_api::WorkCompletion::default()
-        };
-        hca.complete(qp.send_cq, wc, false);
-    }
+    hca.complete_send_wr(qp, (w.wr_id, w.opcode, w.len, w.signaled), WcStatus::Success);
     true
 }
