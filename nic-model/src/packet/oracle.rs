@@ -10,7 +10,7 @@
 //! headers each opcode carries (its own table, from IBA Table 38, not `opcode.rs`); the RoCEv2
 //! port and the ICRC with its masked fields (IBA Annex A17), the CRC by `crc32fast`, not
 //! `icrc.rs`. Nothing here calls a codec function: it uses only the plain field structs
-//! ([`Packet`], [`Bth`], …) to state its answers, and the codec's [`PacketError`] values (the
+//! ([`Packet`], [`Bth`], …, and [`Psn`]'s 24-bit wrapper) to state its answers, and the codec's [`PacketError`] values (the
 //! codec's documented error for each broken rule, checked in the codec's documented order) so
 //! that both answers can be compared with `==`.
 //!
@@ -86,11 +86,11 @@ const BTH_ACKREQ: usize = 8;
 const BTH_PSN: usize = 9;
 /// Bytes of a BTH.
 const BTH: usize = 12;
-/// Bytes of the invariant CRC that ends the packet (IBA 7.8.1; Annex A17 for RoCEv2).
+/// Bytes of the invariant CRC that ends the packet (IBA 7.8; Annex A17 for RoCEv2).
 const ICRC: usize = 4;
 
-/// An extension header (IBA 9.3), in the order they follow the BTH (IBA 9.2, Figure 36 style
-/// "packet header format": DETH, then RETH or AtomicETH, AETH, AtomicAckETH, then ImmDt or IETH).
+/// An extension header (IBA 9.3), in the order they follow the BTH (IBA 9.2's packet header
+/// format: DETH, then RETH or AtomicETH, AETH, AtomicAckETH, then ImmDt or IETH).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ext {
     /// Datagram ETH: Q_Key 32, reserved 8, SrcQP 24.
@@ -231,7 +231,7 @@ fn ones_complement_sum(header: &[u8]) -> u16 {
 }
 
 /// The ICRC of a RoCEv2-over-IPv4 datagram without its last four bytes, by its definition
-/// (IBA Annex A17.3.3 and 7.8.1): CRC-32 (IEEE 802.3) over 8 bytes of ones standing for the LRH,
+/// (IBA 7.8 and Annex A17): CRC-32 (IEEE 802.3) over 8 bytes of ones standing for the LRH,
 /// then a copy of the datagram in which the fields that may change in flight are all ones: the
 /// IPv4 TOS, TTL and header checksum, the UDP checksum and the BTH's resv8a byte (FECN, BECN).
 pub(super) fn icrc_by_definition(datagram_without_icrc: &[u8]) -> u32 {
