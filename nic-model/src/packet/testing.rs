@@ -1,5 +1,6 @@
 //! Helpers the packet layer's tests share: a valid packet of any opcode, IPv4/UDP fields to vary,
-//! and resealing a mutated datagram so that parsing reaches the checks behind its checksums.
+//! resealing a mutated datagram so that parsing reaches the checks behind its checksums, and the
+//! golden frames of the wire-format reference.
 
 use super::headers::{Aeth, AtomicEth, Bth, Deth, Reth};
 use super::ipv4_udp::{ones_complement_sum, IpUdp, IPV4_LEN};
@@ -96,4 +97,42 @@ pub(super) fn reseal(bytes: &mut [u8]) {
         bytes[10..12].copy_from_slice(&checksum.to_be_bytes());
     }
     super::set_icrc_ipv4(bytes);
+}
+
+/// Golden frames from the wire-format reference (whole Ethernet frames).
+pub(super) const FRAME_1: &str = concat!(
+    "02000000000202000000000108004502004c12344000401114690a0000010a000002c00012b70038",
+    "00000a30ffff000000118012345600007f0000001000123456780000000d68656c6c6f2c2072646d",
+    "6121210000005a89b4d9",
+);
+pub(super) const FRAME_4: &str = concat!(
+    "02000000000202000000000108004502003012344000401114850a0000010a000002c00012b7001c",
+    "00001100ffff00000022001234572e0000012d4c7d4e",
+);
+pub(super) const FRAME_5: &str = concat!(
+    "02000000000202000000000108004502003012344000401114850a0000010a000002c00012b7001c",
+    "00001100ffff0000002200123457600000012363b635",
+);
+pub(super) const FRAME_9: &str = concat!(
+    "020000000002020000000001080045020038123440004011147d0a0000010a000002c00012b70024",
+    "00001000ffff00000022001234591f0000025245414444415441686eda4a",
+);
+pub(super) const FRAME_10: &str = concat!(
+    "020000000002020000000001080045020048123440004011146d0a0000010a000002c00012b70034",
+    "00001300ffff000000118012345a00007f00000030000000beef0000000000000007000000000000",
+    "0000ad3c3acd",
+);
+pub(super) const FRAME_12: &str = concat!(
+    "02000000000202000000000108004502004012344000401114750a0000010a000002c00012b7002c",
+    "00006410ffff0000004400000001111111110000003375642d646174616772616d00fdc54a20",
+);
+
+/// The datagram inside a golden Ethernet frame.
+pub(super) fn datagram(frame_hex: &str) -> Vec<u8> {
+    let frame: Vec<u8> = (0..frame_hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&frame_hex[i..i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(&frame[12..14], &[0x08, 0x00], "Ethernet II carrying IPv4");
+    frame[14..].to_vec()
 }

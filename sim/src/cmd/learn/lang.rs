@@ -3,6 +3,17 @@
 //! lessons keep printing English and a run stays live. Only lines found in the table change:
 //! wire lines, verbs names, measured lines and the `RESULT` line are never in it. Nothing here
 //! names a lesson, so `softverbs demo` can wrap its output the same way.
+//!
+//! The table is keyed on whole printed lines, so `sim/tests/learn_lang.rs` holds it to what the
+//! lessons, the demo and the drills print, in both directions: every key must still be a line
+//! some run prints (a reworded or rewrapped English line fails there instead of silently
+//! losing its Chinese), and every *explanatory* line printed must have its translation. A line
+//! (without its indentation) is explanatory unless it is empty or the `RESULT` line; carries a
+//! number (an ASCII digit: measurements, sizes, PSNs, QPNs, addresses, device names); names a
+//! verbs constant (`IBV_`); is a command (`softverbs learn|demo|perf|devinfo …`, `man …`), a
+//! wire or verbs result line (`wire `, `-> `, `=> `) or a table's column heading; or is listed
+//! there as English by choice (the lines of a paragraph that quotes the run's numbers, and the
+//! live run's narration).
 
 use std::io::{self, Write};
 
@@ -205,7 +216,80 @@ const ZH_TW: &[(&str, &str)] = &[
         "Takeaway: RDMA's data path needs no system call and no copy by the program or the kernel; what it costs here is the emulated NIC's.",
         "重點：RDMA 的資料路徑不需要系統呼叫，程式與核心也不必複製；這裡的成本屬於模擬網卡。",
     ),
+    // qp-states and mr: one process, two devices.
+    (
+        "The live run (two devices of this process on the in-process loopback wire):",
+        "即時執行（本行程的兩個裝置，經由行程內的 loopback 線路）：",
+    ),
+    (
+        "A QP is a state machine the program drives with ibv_modify_qp: RESET -> INIT -> RTR",
+        "QP 是一個狀態機，由程式用 ibv_modify_qp 驅動：RESET -> INIT -> RTR",
+    ),
+    (
+        "(ready to receive) -> RTS (ready to send). Each step must carry exactly the attributes",
+        "（可以接收）-> RTS（可以傳送）。每一步都必須恰好帶著 IBA 對它要求的",
+    ),
+    (
+        "the IBA requires for it, named by the attribute mask; a missing one is refused and the",
+        "屬性，由屬性遮罩指出；少了一個就會被拒絕，",
+    ),
+    (
+        "QP does not move. ERR flushes every posted work request; RESET clears the QP for reuse.",
+        "QP 也不會移動。ERR 清空每個已送出的工作請求；RESET 把 QP 清乾淨以便重新使用。",
+    ),
+    (
+        "Nothing on the control path: ibv_modify_qp checks the IBA's table of required and",
+        "控制路徑上沒有任何東西是模擬的：ibv_modify_qp 依 IBA 的表格檢查每個轉換",
+    ),
+    (
+        "optional attributes per transition (verbs-api's qp_state.rs), as a real NIC's driver",
+        "必要與選用的屬性（verbs-api 的 qp_state.rs），就像真實網卡的驅動程式",
+    ),
+    (
+        "does; the flush completions are made by the emulated NIC as a real one makes them.",
+        "所做的；清空產生的完成由模擬網卡產生，就像真實網卡一樣。",
+    ),
+    (
+        "Takeaway: a QP moves only by ibv_modify_qp with the attributes its next state needs; ERR",
+        "重點：QP 只會因帶著下一個狀態所需屬性的 ibv_modify_qp 而移動；ERR",
+    ),
+    ("flushes, RESET makes it new.", "會清空，RESET 讓它煥然一新。"),
+    (
+        "Registering memory gives it two keys: the lkey, which this side's work requests name,",
+        "註冊記憶體會得到兩把金鑰：lkey，由本端的工作請求指名使用；",
+    ),
+    (
+        "and the rkey, which a peer puts in an RDMA WRITE, READ or atomic. The NIC checks every",
+        "以及 rkey，由對方放進 RDMA WRITE、READ 或原子操作中。網卡會拿每一次",
+    ),
+    (
+        "remote access against the region's bounds and access flags, with no CPU involved: a",
+        "遠端存取比對區域的範圍與存取旗標，完全不需要 CPU：對一塊",
+    ),
+    (
+        "WRITE to memory registered without IBV_ACCESS_REMOTE_WRITE is refused on the wire.",
+        "沒有以 IBV_ACCESS_REMOTE_WRITE 註冊的記憶體做 WRITE，會在線路上被拒絕。",
+    ),
+    (
+        "The key, bounds and access checks are the target NIC's, made by the emulated NIC before",
+        "金鑰、範圍與存取檢查屬於目標端網卡，由模擬網卡在碰觸記憶體之前完成，",
+    ),
+    (
+        "it touches memory, as a real NIC makes them in hardware; the target program did nothing.",
+        "就像真實網卡在硬體中做的一樣；目標端程式什麼都沒做。",
+    ),
+    (
+        "Takeaway: an rkey is a capability: it opens exactly the registered range for exactly the",
+        "重點：rkey 是一種權限憑證：它只開放恰好註冊的範圍，只允許恰好",
+    ),
+    ("access flags given, and it dies with ibv_dereg_mr.", "給定的存取旗標，並隨 ibv_dereg_mr 失效。"),
 ];
+
+/// Every English line the table translates (the lessons' and the demo's), for the test that
+/// holds the table to what the runs print.
+pub fn english_lines() -> impl Iterator<Item = &'static str> {
+    ZH_TW.iter().chain(lang_demo::ZH_TW).map(|(en, _)| *en)
+}
 
 /// `line` in `lang`: its translation, indentation kept, or the line itself.
 pub fn line(lang: Lang, line: &str) -> String {

@@ -108,12 +108,12 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
         "== 發起端叫醒目標端後，它看到了什麼（它的程式到現在為止什麼都沒做）：",
     ),
     (
-        "Its only completion is the SEND's: wr_id 100 names the receive it posted, src_qp and",
-        "它唯一的完成是 SEND 的：wr_id 100 指出它掛的接收請求，src_qp 與",
+        "Its only completion is the SEND's: wr_id 100 names the receive it posted, src_qp and slid",
+        "它唯一的完成是 SEND 的：wr_id 100 指出它掛的接收請求，src_qp 與 slid",
     ),
     (
-        "slid the sending QP and port. The WRITE and the atomics changed its memory without one,",
-        "slid 指出傳送的 QP 與埠。WRITE 與原子操作改變了它的記憶體卻沒有產生完成，",
+        "the sending QP and port. The WRITE and the atomics changed its memory without one,",
+        "指出傳送的 QP 與埠。WRITE 與原子操作改變了它的記憶體卻沒有產生完成，",
     ),
     (
         "and without its program, as its threads' CPU times above show.",
