@@ -80,6 +80,7 @@ mod reach;
 mod receive;
 mod req;
 mod resp;
+mod rights;
 mod srq;
 mod time;
 mod timers;
@@ -96,6 +97,7 @@ pub use addr::{
 };
 pub use config::{splitmix64, Limits, NicConfig};
 pub use reach::{QpFacts, ReachAsk, Reached};
+pub use rights::{Grant, MrRights, RemoteOp, Request};
 pub use time::{Nanos, Now};
 pub use transmit::{Transmit, Wire, WireOutcome, SPARE_BUFFERS};
 
