@@ -1,12 +1,17 @@
-//! The post path: `ibv_post_send` and `ibv_post_recv`, with the checks that turn a WR into a
-//! WQE (or an error naming what is wrong); the requester takes the WQEs from there.
+//! The post path: `ibv_post_send` and `ibv_post_recv`. A send WR goes through one pipeline:
+//! [`check_send`] makes every check `ibv_post_send` makes (or returns the error naming what is
+//! wrong) and gives a [`CheckedWr`], the only way to have one; then an executor takes it, the
+//! first that can: direct reach (`reach::post`), the send-now fast path (`req::post_now`), or
+//! the send queue ([`CheckedWr::queued_wqe`], for the requester). The executors test only
+//! whether they can do the WR (an empty send queue, a reachable peer, a small payload...), never
+//! whether it is right: a rule for every send WR goes into [`check_send`] and every path obeys it.
 
-use verbs_api::{Error, QpState, QpType, RecvWr, Result, SendFlags, SendWr, WrOpcode};
+use verbs_api::{AccessFlags, Error, QpState, QpType, RecvWr, Result, SendFlags, SendWr, WrOpcode};
 
 use crate::packet;
 
 use super::addr::av_destination;
-use super::mr::{self, PdId};
+use super::mr::{MrTable, PdId};
 use super::qp::{self, Qp, RecvWqe, SendWqe};
 use super::time::{Nanos, Now};
 use super::timers::refile_timer;
@@ -23,7 +28,6 @@ impl Nic {
     /// [`Nic::post_send`] at a time that is read only if a packet arms the ACK timer (not
     /// when one is already running for an earlier request).
     pub fn post_send_at(&mut self, now: &mut Now<'_>, qpn: u32, wrs: &[SendWr<'_>]) -> Result<()> {
-        let max_msg = self.hca.cfg.limits.max_msg_sz;
         let qp = self
             .qps
             .get_mut(&qpn)
@@ -31,17 +35,8 @@ impl Nic {
         let mut result = Ok(());
         let mut quiet = true;
         for (i, wr) in wrs.iter().enumerate() {
-            if reach::candidate(qp, &self.hca, wr.opcode) && reach::post(qp, &mut self.hca, wr) {
-                continue;
-            }
-            quiet = false;
-            if req::post_now(qp, &mut self.hca, now, wr) {
-                continue;
-            }
-            match self.hca.check_send(qp, wr, max_msg) {
-                Ok(wqe) => {
-                    qp.sq.push_back(wqe);
-                }
+            let wr = match check_send(qp, &self.hca, wr) {
+                Ok(checked) => checked,
                 Err(e) => {
                     result = Err(Error::new(
                         e.errno,
@@ -49,7 +44,18 @@ impl Nic {
                     ));
                     break;
                 }
+            };
+            if reach::candidate(qp, &self.hca, wr.wr().opcode)
+                && reach::post(qp, &mut self.hca, &wr)
+            {
+                continue;
             }
+            quiet = false;
+            if req::post_now(qp, &mut self.hca, now, &wr) {
+                continue;
+            }
+            let wqe = wr.queued_wqe(qp, &self.hca.mrs);
+            qp.sq.push_back(wqe);
         }
         self.hca.quiet_post = quiet && result.is_ok();
         if qp.state == QpState::Err {
@@ -145,22 +151,141 @@ impl Hca {
         }
         Ok(())
     }
+}
 
-    fn check_send(&self, qp: &Qp, wr: &SendWr<'_>, max_msg: u32) -> Result<SendWqe> {
-        let inval = |m: String| Err(Error::inval(m));
-        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe) {
-            return inval(format!("QP {:#x} is in {}; ibv_post_send needs RTS", qp.qpn, qp.state));
+/// A send WR that passed every check of `ibv_post_send`: only [`check_send`] makes one. It keeps
+/// what the checks found (the message length, whether its data is read at post time, the UD
+/// destination) beside the WR, and copies nothing: an executor reads the data once, where it
+/// goes (a packet, the peer's memory, the WQE).
+pub(crate) struct CheckedWr<'w, 'd> {
+    wr: &'w SendWr<'d>,
+    len: u32,
+    inline: bool,
+    signaled: bool,
+    ud: Option<qp::UdDest>,
+}
+
+impl<'w, 'd> CheckedWr<'w, 'd> {
+    /// The WR.
+    #[inline]
+    pub(crate) fn wr(&self) -> &'w SendWr<'d> {
+        self.wr
+    }
+
+    /// The message length in bytes (8 for an atomic).
+    #[inline]
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether it completes with a work completion (`IBV_SEND_SIGNALED` or `sq_sig_all`).
+    #[inline]
+    pub(crate) fn signaled(&self) -> bool {
+        self.signaled
+    }
+
+    /// Reads the message into `out` (its length): the WR's `inline_data`, or its gather list
+    /// (an inline WR without `inline_data` is gathered from its SGEs too).
+    #[inline]
+    pub(crate) fn read_into(&self, qp: &Qp, mrs: &MrTable, out: &mut [u8]) {
+        debug_assert_eq!(out.len(), self.len as usize);
+        match self.wr.inline_data {
+            Some(d) => out.copy_from_slice(d),
+            None => mrs
+                .gather(qp.pd, self.wr.sg_list, 0, out)
+                .expect("check_send checked every SGE the gather reads"),
         }
-        if !wr.opcode.valid_for(qp.qp_type) {
-            return inval(format!("{} is not valid on a {:?} QP", wr.opcode.name(), qp.qp_type));
+    }
+
+    /// The send queue's executor: the WQE the requester sends from (inline data copied in now).
+    pub(crate) fn queued_wqe(&self, qp: &Qp, mrs: &MrTable) -> SendWqe {
+        let inline = match (self.inline, self.wr.inline_data) {
+            (false, _) => None,
+            (true, Some(d)) => Some(qp::InlineData::from(d)),
+            (true, None) => Some(
+                qp::InlineData::filled(self.len as usize, |buf| {
+                    mrs.gather(qp.pd, self.wr.sg_list, 0, buf)
+                })
+                .expect("check_send checked every SGE the gather reads"),
+            ),
+        };
+        let npsn = match self.wr.opcode.is_atomic() || qp.qp_type == QpType::Ud {
+            true => 1,
+            false => qp.packets_for(self.len),
+        };
+        self.wqe(inline, npsn)
+    }
+
+    /// The WQE of a WR that `req::post_now` sent whole, at `psn`, as one packet carrying
+    /// `payload`.
+    #[inline]
+    pub(crate) fn sent_wqe(&self, payload: &[u8], psn: packet::Psn) -> SendWqe {
+        let inline = self.inline.then(|| qp::InlineData::from(payload));
+        let mut wqe = self.wqe(inline, 1);
+        wqe.first_psn = psn;
+        wqe.started = true;
+        wqe
+    }
+
+    #[inline]
+    fn wqe(&self, inline: Option<qp::InlineData>, npsn: u32) -> SendWqe {
+        let wr = self.wr;
+        SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            signaled: self.signaled,
+            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+            fence: wr.send_flags.contains(SendFlags::FENCE),
+            sges: match self.inline {
+                true => qp::SgList::default(),
+                false => qp::SgList::from(wr.sg_list),
+            },
+            inline,
+            len: self.len,
+            rdma: wr.rdma,
+            atomic: wr.atomic,
+            imm: wr.imm_data,
+            ud: self.ud,
+            first_psn: packet::Psn::new(0),
+            npsn,
+            started: false,
         }
-        if qp.sq.len() >= qp.cap.max_send_wr as usize {
-            return Err(Error::nomem(format!(
-                "the send queue is full ({} WRs, max_send_wr)",
-                qp.cap.max_send_wr
-            )));
-        }
-        let inline_flag = wr.send_flags.contains(SendFlags::INLINE);
+    }
+}
+
+/// The checks a send WR must pass at `ibv_post_send`, in order, each failure with its message:
+/// the QP's state, the opcode for the QP type, room in the send queue, inline data (allowed for
+/// the opcode, within `max_inline_data`, its SGEs readable), the gather list (within
+/// `max_send_sge`, each SGE of an MR of the QP's PD and inside it), the message length, an
+/// atomic's one 8-byte SGE and aligned address, a UD WR's address handle and path MTU.
+#[inline]
+pub(crate) fn check_send<'w, 'd>(
+    qp: &Qp,
+    hca: &Hca,
+    wr: &'w SendWr<'d>,
+) -> Result<CheckedWr<'w, 'd>> {
+    let inval = |m: String| Err(Error::inval(m));
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe) {
+        return inval(format!("QP {:#x} is in {}; ibv_post_send needs RTS", qp.qpn, qp.state));
+    }
+    if !wr.opcode.valid_for(qp.qp_type) {
+        return inval(format!("{} is not valid on a {:?} QP", wr.opcode.name(), qp.qp_type));
+    }
+    if qp.sq.len() >= qp.cap.max_send_wr as usize {
+        return Err(Error::nomem(format!(
+            "the send queue is full ({} WRs, max_send_wr)",
+            qp.cap.max_send_wr
+        )));
+    }
+    let too_many_sges = || {
+        Error::inval(format!(
+            "{} SGEs exceed max_send_sge {}",
+            wr.sg_list.len(),
+            qp.cap.max_send_sge
+        ))
+    };
+    let inline = wr.send_flags.contains(SendFlags::INLINE) || wr.inline_data.is_some();
+    let len: u64 = if inline {
         let inline_ok = matches!(
             wr.opcode,
             WrOpcode::Send
@@ -168,132 +293,94 @@ impl Hca {
                 | WrOpcode::RdmaWrite
                 | WrOpcode::RdmaWriteWithImm
         );
-        let mut inline = None;
-        let mut sges = qp::SgList::default();
-        let len: u64;
-        if inline_flag || wr.inline_data.is_some() {
-            if !inline_ok {
-                return inval(format!("IBV_SEND_INLINE is not valid with {}", wr.opcode.name()));
-            }
-            let too_long = |len: usize| {
-                Error::inval(format!(
-                    "{len} bytes of inline data exceed max_inline_data {}",
-                    qp.cap.max_inline_data
-                ))
-            };
-            let data = match wr.inline_data {
-                Some(d) if d.len() > qp.cap.max_inline_data as usize => {
-                    return Err(too_long(d.len()))
-                }
-                Some(d) => qp::InlineData::from(d),
-                None => {
-                    if wr.sg_list.len() > qp.cap.max_send_sge as usize {
-                        return inval(format!(
-                            "{} SGEs exceed max_send_sge {}",
-                            wr.sg_list.len(),
-                            qp.cap.max_send_sge
-                        ));
-                    }
-                    let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
-                    let gathered = match total <= qp.cap.max_inline_data as usize {
-                        true => qp::InlineData::filled(total, |buf| {
-                            self.mrs.gather(qp.pd, wr.sg_list, 0, buf)
-                        }),
-                        false => Err(mr::DmaError::Length),
-                    };
-                    match gathered {
-                        Ok(data) => data,
-                        Err(e) => {
-                            // The gather checks each SGE as `check_sges` does: only a failure
-                            // walks them again, for the message that names the bad one.
-                            self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
-                            return match e {
-                                mr::DmaError::Length => Err(too_long(total)),
-                                e => inval(format!("inline gather failed: {e:?}")),
-                            };
-                        }
-                    }
-                }
-            };
-            len = data.len() as u64;
-            inline = Some(data);
-        } else {
-            if wr.sg_list.len() > qp.cap.max_send_sge as usize {
-                return inval(format!(
-                    "{} SGEs exceed max_send_sge {}",
-                    wr.sg_list.len(),
-                    qp.cap.max_send_sge
-                ));
-            }
-            self.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
-            sges = qp::SgList::from(wr.sg_list);
-            len = sges.iter().map(|s| s.length as u64).sum();
+        if !inline_ok {
+            return inval(format!("IBV_SEND_INLINE is not valid with {}", wr.opcode.name()));
         }
-        // A message longer than max_msg_sz is accepted here and fails at execution with
-        // LOC_LEN_ERR, as on hardware; it must still fit the 32-bit length field.
-        let _ = max_msg;
-        if len > u32::MAX as u64 {
-            return inval(format!("message of {len} bytes does not fit a 32-bit length"));
-        }
-        if wr.opcode.is_atomic() {
-            if len != 8 {
-                return inval(format!(
-                    "{} needs one 8-byte SGE for the original value, got {len} bytes",
-                    wr.opcode.name()
-                ));
-            }
-            if !wr.atomic.remote_addr.is_multiple_of(8) {
-                return inval(format!(
-                    "atomic remote_addr {:#x} is not 8-byte aligned",
-                    wr.atomic.remote_addr
-                ));
-            }
-        }
-        let mut ud = None;
-        if qp.qp_type == QpType::Ud {
-            let Some(wr_ud) = &wr.ud else {
-                return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
-            };
-            let ah = wr_ud.ah.attr();
-            let dst_ip = match av_destination(self.cfg.ip(), &ah) {
-                Ok(ip) => ip,
-                Err((_, why)) => return inval(format!("the address handle: {why}")),
-            };
-            ud = Some(qp::UdDest {
-                dst_ip,
-                ip_tos_ttl: qp::ip_tos_ttl(&ah),
-                remote_qpn: wr_ud.remote_qpn,
-                remote_qkey: wr_ud.remote_qkey,
-            });
-            // UD messages are single packets of at most the port's MTU.
-            let mtu = self.cfg.max_mtu.bytes();
-            if len > mtu as u64 {
-                return inval(format!("a UD message of {len} bytes exceeds the path MTU {mtu}"));
-            }
-        }
-        let signaled = qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
-        let mut wqe = SendWqe {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            signaled,
-            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
-            fence: wr.send_flags.contains(SendFlags::FENCE),
-            sges,
-            inline,
-            len: len as u32,
-            rdma: wr.rdma,
-            atomic: wr.atomic,
-            imm: wr.imm_data,
-            ud,
-            first_psn: packet::Psn::new(0),
-            npsn: 0,
-            started: false,
+        let too_long = |len: usize| {
+            Error::inval(format!(
+                "{len} bytes of inline data exceed max_inline_data {}",
+                qp.cap.max_inline_data
+            ))
         };
-        wqe.npsn = if wqe.opcode.is_atomic() || qp.qp_type == QpType::Ud {
-            1
-        } else {
-            qp.packets_for(wqe.len)
-        };
-        Ok(wqe)
+        match wr.inline_data {
+            Some(d) if d.len() > qp.cap.max_inline_data as usize => return Err(too_long(d.len())),
+            Some(d) => d.len() as u64,
+            None => {
+                if wr.sg_list.len() > qp.cap.max_send_sge as usize {
+                    return Err(too_many_sges());
+                }
+                let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
+                if total > qp.cap.max_inline_data as usize {
+                    hca.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
+                    return Err(too_long(total));
+                }
+                // The gather reads the SGEs that hold bytes, each as `check_sges` checks it;
+                // only a failure walks them all, for the message that names the bad one.
+                let unreadable = wr
+                    .sg_list
+                    .iter()
+                    .filter(|s| s.length != 0)
+                    .find_map(|s| hca.mrs.resolve_local(qp.pd, s, AccessFlags::empty()).err());
+                if let Some(e) = unreadable {
+                    hca.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
+                    return inval(format!("inline gather failed: {e:?}"));
+                }
+                total as u64
+            }
+        }
+    } else {
+        if wr.sg_list.len() > qp.cap.max_send_sge as usize {
+            return Err(too_many_sges());
+        }
+        hca.check_sges(qp.pd, wr.sg_list).map_err(Error::inval)?;
+        wr.sg_list.iter().map(|s| s.length as u64).sum()
+    };
+    // A message longer than max_msg_sz is accepted here and fails at execution with
+    // LOC_LEN_ERR, as on hardware; it must still fit the 32-bit length field.
+    if len > u32::MAX as u64 {
+        return inval(format!("message of {len} bytes does not fit a 32-bit length"));
     }
+    if wr.opcode.is_atomic() {
+        if len != 8 {
+            return inval(format!(
+                "{} needs one 8-byte SGE for the original value, got {len} bytes",
+                wr.opcode.name()
+            ));
+        }
+        if !wr.atomic.remote_addr.is_multiple_of(8) {
+            return inval(format!(
+                "atomic remote_addr {:#x} is not 8-byte aligned",
+                wr.atomic.remote_addr
+            ));
+        }
+    }
+    let mut ud = None;
+    if qp.qp_type == QpType::Ud {
+        let Some(wr_ud) = &wr.ud else {
+            return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
+        };
+        let ah = wr_ud.ah.attr();
+        let dst_ip = match av_destination(hca.cfg.ip(), &ah) {
+            Ok(ip) => ip,
+            Err((_, why)) => return inval(format!("the address handle: {why}")),
+        };
+        ud = Some(qp::UdDest {
+            dst_ip,
+            ip_tos_ttl: qp::ip_tos_ttl(&ah),
+            remote_qpn: wr_ud.remote_qpn,
+            remote_qkey: wr_ud.remote_qkey,
+        });
+        // UD messages are single packets of at most the port's MTU.
+        let mtu = hca.cfg.max_mtu.bytes();
+        if len > mtu as u64 {
+            return inval(format!("a UD message of {len} bytes exceeds the path MTU {mtu}"));
+        }
+    }
+    Ok(CheckedWr {
+        wr,
+        len: len as u32,
+        inline,
+        signaled: qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
+        ud,
+    })
 }
