@@ -10,15 +10,16 @@
 //! `rights` that the packet responder runs: access flags, key, PD, range, MR access) are
 //! checked over what the responder published, which the host's wire reads and hands to
 //! [`ReachAsk::check`], and anything that fails a check goes as packets, so every error is the
-//! responder's NAK as before. The WR itself was checked by `post::check_send`, as every WR is. Why, and what was measured: `docs/decisions.md`, "Direct reach".
+//! responder's NAK as before. The WR itself was checked by `send_check::check_send`, as every
+//! WR is. Why, and what was measured: `docs/decisions.md`, "Direct reach".
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use verbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
-use super::post::CheckedWr;
 use super::qp::Qp;
 use super::rights::{self, Grant, MrRights, QpRights, RemoteOp, Request};
+use super::send_check::CheckedWr;
 use super::{Hca, Nic};
 
 /// What a requester asks the host to reach: the responder QP it is connected to, and the
@@ -40,7 +41,7 @@ impl ReachAsk {
     /// (`qp`) and for the MR the rkey names (`mr`; None: no such MR). First what a packet's
     /// arrival proves before the responder looks at it (the QP takes requests, in RTR, RTS or
     /// SQD; the requester is its connected peer, rxe's `check_addr`), then every rule of
-    /// [`rights::check`], so that what the packet responder refuses is refused here too.
+    /// `rights::check`, so that what the packet responder refuses is refused here too.
     /// None refuses: the WR then goes as packets, and the responder's NAK reports it.
     #[inline]
     pub fn check(&self, qp: &QpFacts, mr: Option<&MrRights>) -> Option<Grant> {

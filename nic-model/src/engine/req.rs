@@ -3,8 +3,8 @@
 
 use verbs_api::{QpState, QpType, WcStatus, WrOpcode};
 
-use super::post::CheckedWr;
 use super::qp::Qp;
+use super::send_check::CheckedWr;
 use super::time::Now;
 use super::Hca;
 use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};

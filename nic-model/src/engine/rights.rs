@@ -110,7 +110,7 @@ impl MrRights {
     }
 }
 
-/// What [`check`] grants.
+/// What the responder's rules (`rights::check`) grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grant {
     /// The request's bytes start this many bytes into the MR.
@@ -128,8 +128,9 @@ pub enum Grant {
 /// 2. An atomic's address is 8-byte aligned (rxe's `RESPST_ERR_MISALIGNED_ATOMIC`): invalid
 ///    request.
 /// 3. A zero-length READ or WRITE is granted with no further check (C9-88).
-/// 4. The QP allows the operation remotely (`qp_access_flags`; rxe's `check_op_valid`):
-///    remote access error.
+/// 4. The QP allows the operation remotely (`qp_access_flags`; rxe's `check_op_valid` →
+///    `check_qp_attr_access`, which rxe makes before rule 1 and answers with an invalid
+///    request NAK): remote access error, as softverbs has always answered it.
 /// 5. The MR's key, PD, range and access ([`check_mr`]): remote access error.
 #[inline]
 pub fn check(qp: &QpRights, req: &Request, mr: Option<&MrRights>) -> Result<Grant, NakCode> {
