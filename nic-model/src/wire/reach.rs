@@ -4,8 +4,9 @@
 //! for the responder's CPU, as a real NIC's DMA does (`docs/architecture.md`, "Direct reach").
 //!
 //! The file is `port-<lid>.reach` beside the port's inbox (mode 0600). It holds a header, a
-//! table of the owner's QPs and one of its MRs (the rights a responder checks: state, access
-//! flags, PD, the connected peer; key, range, access), and the **arena**: a large sparse
+//! table of the owner's QPs and one of its MRs (the facts a responder's rights depend on:
+//! state, access flags, PD, the connected peer; key, PD, range, access; this layer only reads
+//! them for the engine's rules, `ReachAsk::check`), and the **arena**: a large sparse
 //! region from which the owner allocates the memory of the MRs it owns
 //! ([`ReachArena::allocate`]). Tables are written only by the owner, under its device lock,
 //! each slot behind a sequence lock; readers retry a torn read. A peer that uses an MR counts
