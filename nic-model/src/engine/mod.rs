@@ -50,7 +50,9 @@
 //! The transport is split as the specification and Linux's rxe split it: `req` (the requester
 //! turns WQEs into request packets), `resp` (the responder executes requests and answers) and
 //! `comp` (the completer retires WQEs on ACKs and runs the retry and RNR timers). Around them:
-//! `post` (the post path and its checks) hands WQEs to `req`; `receive` dispatches arriving
+//! `post` (the post path) checks each send WR once (`send_check`) and hands it to the first
+//! executor that can take it (`reach`, `req`'s send-now, the send queue); `resp` and `reach`
+//! hold requests to the responder's rules in `rights`; `receive` dispatches arriving
 //! datagrams to `resp` and `comp`; `transmit` puts what they make on the wire; `timers` files
 //! QPs by deadline. Each object's verbs sit beside it (`mr`, `cq`, `srq`; the QP's in
 //! `qp_verbs`, above the transport they start), and `completion` turns finished WQEs into work
@@ -80,6 +82,8 @@ mod reach;
 mod receive;
 mod req;
 mod resp;
+mod rights;
+mod send_check;
 mod srq;
 mod time;
 mod timers;
@@ -96,6 +100,7 @@ pub use addr::{
 };
 pub use config::{splitmix64, Limits, NicConfig};
 pub use reach::{QpFacts, ReachAsk, Reached};
+pub use rights::{Grant, MrRights, RemoteOp, Request};
 pub use time::{Nanos, Now};
 pub use transmit::{Transmit, Wire, WireOutcome, SPARE_BUFFERS};
 

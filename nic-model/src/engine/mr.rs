@@ -314,26 +314,6 @@ impl MrTable {
         Ok((mr, off))
     }
 
-    /// Resolve a remote access (`rkey`, `va`, `len`) for `need` rights.
-    pub fn resolve_remote(
-        &self,
-        pd: PdId,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: AccessFlags,
-    ) -> std::result::Result<(&Mr, usize), DmaError> {
-        let mr = self.get(rkey).ok_or(DmaError::BadKey)?;
-        if mr.pd != pd {
-            return Err(DmaError::WrongPd);
-        }
-        let off = mr.offset_of(va, len).ok_or(DmaError::Bounds)?;
-        if !mr.access.contains(need) {
-            return Err(DmaError::Access);
-        }
-        Ok((mr, off))
-    }
-
     /// Gather `out.len()` bytes starting `msg_off` bytes into the message described by `sges`.
     pub fn gather(
         &self,

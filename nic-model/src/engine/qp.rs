@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::ops::Deref;
 
 use verbs_api::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, AtomicTarget, QpAttr, QpAttrMask, QpCap,
-    QpState, QpType, RdmaTarget, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AsyncElement, AsyncEvent, AsyncEventType, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState,
+    QpType, RdmaTarget, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use super::addr::Ip6Path;
@@ -471,11 +471,6 @@ impl Qp {
         self.qp_type != QpType::Ud
             && (self.ip6.is_some_and(|p| p.dst == *src)
                 || matches!(self.state, QpState::Reset | QpState::Init))
-    }
-
-    /// Whether the responder accepts this remote operation on this QP.
-    pub fn allows(&self, need: AccessFlags) -> bool {
-        self.attr.qp_access_flags.contains(need)
     }
 
     /// Outstanding READ/atomic WQEs (sent, not completed).

@@ -6,20 +6,24 @@
 //! What keeps the transport's semantics: the QP's send queue is empty (every earlier WQE was
 //! acknowledged, so the responder has placed everything sent before, and the order of
 //! placements and completions holds); no PSN is used, so the PSN sequences of both ends stay
-//! as they were; the responder's rights (QP state and access flags, the connected peer, key,
-//! PD, range, MR access) are checked by the host from what the responder published, and
-//! anything that fails a check goes as packets, so every error is the responder's NAK as
-//! before. Why, and what was measured: `docs/decisions.md`, "Direct reach".
+//! as they were; the responder's rights (QP state, the connected peer, then the rules of
+//! `rights` that the packet responder runs: access flags, key, PD, range, MR access) are
+//! checked over what the responder published, which the host's wire reads and hands to
+//! [`ReachAsk::check`], and anything that fails a check goes as packets, so every error is the
+//! responder's NAK as before. The WR itself was checked by `send_check::check_send`, as every
+//! WR is. Why, and what was measured: `docs/decisions.md`, "Direct reach".
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use verbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
 use super::qp::Qp;
+use super::rights::{self, Grant, MrRights, QpRights, RemoteOp, Request};
+use super::send_check::CheckedWr;
 use super::{Hca, Nic};
 
-/// What a requester asks the host to reach: the responder QP it is connected to, the range
-/// and the right.
+/// What a requester asks the host to reach: the responder QP it is connected to, and the
+/// request (operation, rkey, range) the responder's rules are checked against.
 #[derive(Clone, Copy, Debug)]
 pub struct ReachAsk {
     /// The requester's QP.
@@ -28,16 +32,29 @@ pub struct ReachAsk {
     pub src_ip: [u8; 4],
     /// The responder's QP (the requester's `dest_qp_num`).
     pub dest_qpn: u32,
-    /// The rkey.
-    pub rkey: u32,
-    /// The first byte's address (iova).
-    pub va: u64,
-    /// Bytes.
-    pub len: u64,
-    /// The access bit the operation needs (`IBV_ACCESS_REMOTE_WRITE`, `_READ` or `_ATOMIC`).
-    pub need: u32,
-    /// A READ or an atomic: the responder must allow some (`max_dest_rd_atomic` > 0).
-    pub rd_atomic: bool,
+    /// The operation and the memory it names, as its RETH or AtomicETH would carry them.
+    pub request: Request,
+}
+
+impl ReachAsk {
+    /// The responder's rules for this ask, over the facts the responder published for its QP
+    /// (`qp`) and for the MR the rkey names (`mr`; None: no such MR). First what a packet's
+    /// arrival proves before the responder looks at it (the QP takes requests, in RTR, RTS or
+    /// SQD; the requester is its connected peer, rxe's `check_addr`), then every rule of
+    /// `rights::check`, so that what the packet responder refuses is refused here too.
+    /// None refuses: the WR then goes as packets, and the responder's NAK reports it.
+    #[inline]
+    pub fn check(&self, qp: &QpFacts, mr: Option<&MrRights>) -> Option<Grant> {
+        if !qp.live || qp.dest_qpn != self.src_qpn || qp.dest_ip != self.src_ip {
+            return None;
+        }
+        let rights = QpRights {
+            access: AccessFlags::from_bits_retain(qp.access),
+            pd: qp.pd,
+            max_dest_rd_atomic: qp.max_dest_rd_atomic,
+        };
+        rights::check(&rights, &self.request, mr).ok()
+    }
 }
 
 /// A reached range of a peer's MR: its first byte in this process, valid until this drops
@@ -104,7 +121,8 @@ impl Nic {
     }
 }
 
-/// Whether `wr` is one that direct reach may do, on this QP, now (before its checks).
+/// Whether direct reach may take a WR with this opcode on this QP now: its own eligibility
+/// (a cheap test; `check_send` has already checked the WR).
 #[inline]
 pub(crate) fn candidate(qp: &Qp, hca: &Hca, opcode: WrOpcode) -> bool {
     matches!(
@@ -122,108 +140,48 @@ pub(crate) fn candidate(qp: &Qp, hca: &Hca, opcode: WrOpcode) -> bool {
         && hca.wire.as_deref().is_some_and(|w| w.reaches())
 }
 
-/// One operation to do by reach, as its WR says it.
-struct Op<'a> {
-    opcode: WrOpcode,
-    wr_id: u64,
-    signaled: bool,
-    len: u32,
-    sges: &'a [verbs_api::Sge],
-    inline: Option<&'a [u8]>,
-    rkey: u32,
-    va: u64,
-    compare_add: u64,
-    swap: u64,
-}
-
-/// Does a [`candidate`] WR by direct reach, straight from the WR, after the checks
-/// `check_send` makes (inline data, which must be read at post time, is copied from where it
-/// is straight into the peer's memory). False, having done nothing, when the responder cannot
-/// be reached for it (it goes as packets) or when the WR is wrong: every WR these checks
-/// refuse is one `check_send` refuses too, so only the general path reports errors.
+/// The direct-reach executor of `ibv_post_send`: does a [`candidate`] WR, checked by
+/// `check_send`, in the responder's memory (inline data, which must be read at post time, is
+/// copied from where it is straight into the peer's memory) and completes it. False, having
+/// done nothing, when it cannot be done so (the responder cannot be reached for it, or refuses
+/// it, or it fails at execution): the WR then goes as packets, whose NAK or completion reports
+/// what is wrong, so only the packet path reports errors.
 #[inline]
-pub(crate) fn post(qp: &Qp, hca: &mut Hca, wr: &verbs_api::SendWr<'_>) -> bool {
-    use verbs_api::SendFlags;
-    let inline = wr.send_flags.contains(SendFlags::INLINE) || wr.inline_data.is_some();
-    let max_inline = qp.cap.max_inline_data as usize;
-    let (len, data) = match wr.inline_data {
-        Some(d) if inline => {
-            if wr.opcode != WrOpcode::RdmaWrite || d.len() > max_inline {
-                return false;
-            }
-            (d.len() as u64, Some(d))
-        }
-        _ => {
-            if wr.sg_list.len() > qp.cap.max_send_sge as usize
-                || hca.check_sges(qp.pd, wr.sg_list).is_err()
-            {
-                return false;
-            }
-            let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
-            if inline && (wr.opcode != WrOpcode::RdmaWrite || len > max_inline as u64) {
-                return false;
-            }
-            (len, None)
-        }
-    };
-    let Ok(len) = u32::try_from(len) else { return false };
-    let atomic = wr.opcode.is_atomic();
-    let (rkey, va) = match atomic {
-        true => (wr.atomic.rkey, wr.atomic.remote_addr),
-        false => (wr.rdma.rkey, wr.rdma.remote_addr),
-    };
-    if atomic && (len != 8 || !va.is_multiple_of(8)) {
-        return false;
-    }
-    let op = Op {
-        opcode: wr.opcode,
-        wr_id: wr.wr_id,
-        signaled: qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
-        len,
-        sges: wr.sg_list,
-        inline: data,
-        rkey,
-        va,
-        compare_add: wr.atomic.compare_add,
-        swap: wr.atomic.swap,
-    };
-    place(qp, hca, &op)
+pub(crate) fn post(qp: &Qp, hca: &mut Hca, w: &CheckedWr<'_, '_>) -> bool {
+    place(qp, hca, w)
 }
 
-/// Does `w` in the responder's memory and completes it; false (having done nothing) when it
-/// cannot be done so.
-fn place(qp: &Qp, hca: &mut Hca, w: &Op<'_>) -> bool {
-    let atomic = w.opcode.is_atomic();
-    let read = w.opcode == WrOpcode::RdmaRead;
-    if w.len > hca.cfg.limits.max_msg_sz || ((read || atomic) && qp.attr.max_rd_atomic == 0) {
+/// [`post`]'s work, out of line.
+fn place(qp: &Qp, hca: &mut Hca, w: &CheckedWr<'_, '_>) -> bool {
+    let wr = w.wr();
+    let atomic = wr.opcode.is_atomic();
+    let read = wr.opcode == WrOpcode::RdmaRead;
+    // What the send queue would fail at execution (LOC_LEN_ERR, LOC_QP_OP_ERR) goes there.
+    if w.len() > hca.cfg.limits.max_msg_sz || ((read || atomic) && qp.attr.max_rd_atomic == 0) {
         return false;
     }
-    let need = match w.opcode {
-        WrOpcode::RdmaWrite => AccessFlags::REMOTE_WRITE,
-        WrOpcode::RdmaRead => AccessFlags::REMOTE_READ,
-        _ => AccessFlags::REMOTE_ATOMIC,
-    };
-    // (`post` checked the atomic's length and alignment.)
-    if atomic && (w.sges.len() != 1 || w.sges[0].length < 8) {
+    // The original value lands in one SGE (`check_send` made it 8 bytes).
+    if atomic && wr.sg_list.len() != 1 {
         return false;
     }
     // Where the data lands locally must take it (a READ's or atomic's SGEs need LOCAL_WRITE);
-    // the wire path reports a failure here as LOC_PROT_ERR, so leave it to it.
+    // the packet path reports a failure here as LOC_PROT_ERR, so leave it to it.
     if read || atomic {
         let local = AccessFlags::LOCAL_WRITE;
-        if w.sges.iter().any(|s| hca.mrs.resolve_local(qp.pd, s, local).is_err()) {
+        if wr.sg_list.iter().any(|s| hca.mrs.resolve_local(qp.pd, s, local).is_err()) {
             return false;
         }
     }
+    let (op, rkey, va) = match (read, atomic) {
+        (_, true) => (RemoteOp::Atomic, wr.atomic.rkey, wr.atomic.remote_addr),
+        (true, _) => (RemoteOp::Read, wr.rdma.rkey, wr.rdma.remote_addr),
+        _ => (RemoteOp::Write, wr.rdma.rkey, wr.rdma.remote_addr),
+    };
     let ask = ReachAsk {
         src_qpn: qp.qpn,
         src_ip: hca.cfg.ip(),
         dest_qpn: qp.attr.dest_qp_num,
-        rkey: w.rkey,
-        va: w.va,
-        len: u64::from(w.len),
-        need: need.bits(),
-        rd_atomic: read || atomic,
+        request: Request { op, rkey, va, len: u64::from(w.len()) },
     };
     let Hca { wire, mrs, .. } = hca;
     let Some(wire) = wire.as_deref_mut() else { return false };
@@ -232,28 +190,32 @@ fn place(qp: &Qp, hca: &mut Hca, w: &Op<'_>) -> bool {
         // SAFETY: the host checked that the 8 bytes lie in the peer's MR; the address is
         // 8-aligned (iova and memory share their offset within 8 bytes, checked at reg_mr).
         let word = unsafe { AtomicU64::from_ptr(r.ptr as *mut u64) };
-        let orig = if w.opcode == WrOpcode::AtomicCmpAndSwp {
-            match word.compare_exchange(w.compare_add, w.swap, Ordering::AcqRel, Ordering::Acquire)
-            {
+        let (compare_add, swap) = (wr.atomic.compare_add, wr.atomic.swap);
+        let orig = if wr.opcode == WrOpcode::AtomicCmpAndSwp {
+            match word.compare_exchange(compare_add, swap, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(v) | Err(v) => v,
             }
         } else {
-            word.fetch_add(w.compare_add, Ordering::AcqRel)
+            word.fetch_add(compare_add, Ordering::AcqRel)
         };
         drop(r);
-        let s = w.sges[0];
+        let s = wr.sg_list[0];
         if let Ok((mr, off)) = mrs.resolve_local(qp.pd, &s, AccessFlags::LOCAL_WRITE) {
             let _ = mr.memory.write(off, &orig.to_ne_bytes());
         }
     } else {
         let mut done = 0usize;
-        if let Some(data) = w.inline {
+        if let Some(data) = wr.inline_data {
             // SAFETY: the host checked [ptr, ptr + len) against the peer's MR; inline data
             // is the whole message.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr, data.len()) };
         } else {
-            for s in w.sges {
+            for s in wr.sg_list {
                 let n = s.length as usize;
+                if n == 0 {
+                    // Nothing to copy (an inline gather list may name no MR for it).
+                    continue;
+                }
                 let need = if read { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
                 let Ok((mr, off)) = mrs.resolve_local(qp.pd, s, need) else { break };
                 // SAFETY: `done + n` is within the message, which the host checked against
@@ -273,6 +235,6 @@ fn place(qp: &Qp, hca: &mut Hca, w: &Op<'_>) -> bool {
         drop(r);
     }
     hca.stats.reached += 1;
-    hca.complete_send_wr(qp, (w.wr_id, w.opcode, w.len, w.signaled), WcStatus::Success);
+    hca.complete_send_wr(qp, (wr.wr_id, wr.opcode, w.len(), w.signaled()), WcStatus::Success);
     true
 }

@@ -3,7 +3,8 @@
 
 use verbs_api::{QpState, QpType, WcStatus, WrOpcode};
 
-use super::qp::{InlineData, Qp, SendWqe, SgList};
+use super::qp::Qp;
+use super::send_check::CheckedWr;
 use super::time::Now;
 use super::Hca;
 use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};
@@ -22,26 +23,27 @@ pub(crate) fn drive(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>) {
     }
 }
 
-/// The fast path of `ibv_post_send` for the message latency waits on: an RC SEND or RDMA
-/// WRITE, with or without immediate data, that is one small packet, posted to a QP that is
-/// sending nothing else (every earlier WQE has gone out) and has room in its send window. It
-/// does what `check_send` and [`step`] do for such a WR, with the same checks, packet and WQE,
-/// but builds the packet straight from the WR rather than from a queued WQE. Returns false
-/// (having done nothing) when the WR is not such a case, or when anything about it would be
-/// an error; the general path then takes it and reports what is wrong.
+/// The send-now executor of `ibv_post_send`, for the message latency waits on: an RC SEND or
+/// RDMA WRITE, with or without immediate data, that is one small packet, posted to a QP that
+/// is sending nothing else (every earlier WQE has gone out) and has room in its send window.
+/// It sends the packet [`step`] would send for the WQE, built straight from the checked WR,
+/// and queues the WQE as sent. Returns false (having done nothing) when the WR is not such a
+/// case; the send queue then takes it.
 pub(crate) fn post_now(
     qp: &mut Qp,
     hca: &mut Hca,
     now: &mut Now<'_>,
-    wr: &verbs_api::SendWr<'_>,
+    checked: &CheckedWr<'_, '_>,
 ) -> bool {
     use verbs_api::SendFlags;
+    let wr = checked.wr();
     let is_send = match wr.opcode {
         WrOpcode::Send | WrOpcode::SendWithImm => true,
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => false,
         _ => return false,
     };
     let req = &qp.req;
+    let len = checked.len();
     if qp.qp_type != QpType::Rc
         || qp.state != QpState::Rts
         || req.next != qp.sq.len()
@@ -49,45 +51,20 @@ pub(crate) fn post_now(
         || req.rnr_timer_ns.is_some()
         || req.psn != req.high_psn
         || req.psn.diff(req.comp_psn) >= hca.cfg.window as i32
-        || qp.sq.len() >= qp.cap.max_send_wr as usize
         || wr.send_flags.contains(SendFlags::FENCE)
         || qp.ip6.is_some()
+        || len as usize > FAST_PAYLOAD
+        || len > qp.mtu()
+        || len > hca.cfg.limits.max_msg_sz
         || !hca.may_send_direct()
     {
         return false;
     }
-    // The payload, gathered now (inline data is copied at post time anyway, and a gather
-    // list that goes out at once is read at once).
+    // The payload, read now (inline data is copied at post time anyway, and a gather list
+    // that goes out at once is read at once).
     let mut buf = [0u8; FAST_PAYLOAD];
-    let inline = wr.send_flags.contains(SendFlags::INLINE) || wr.inline_data.is_some();
-    let len = match wr.inline_data {
-        Some(d) if inline => {
-            if d.len() > qp.cap.max_inline_data as usize || d.len() > FAST_PAYLOAD {
-                return false;
-            }
-            buf[..d.len()].copy_from_slice(d);
-            d.len()
-        }
-        _ => {
-            if wr.sg_list.len() > qp.cap.max_send_sge as usize {
-                return false;
-            }
-            let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
-            // A gather list is checked whole at post time (zero-length SGEs too), as
-            // `check_send` does; inline data only needs the bytes it gathers.
-            if total > FAST_PAYLOAD
-                || (inline && total > qp.cap.max_inline_data as usize)
-                || (!inline && hca.check_sges(qp.pd, wr.sg_list).is_err())
-                || hca.mrs.gather(qp.pd, wr.sg_list, 0, &mut buf[..total]).is_err()
-            {
-                return false;
-            }
-            total
-        }
-    };
-    if len as u32 > qp.mtu() || len as u32 > hca.cfg.limits.max_msg_sz {
-        return false;
-    }
+    let len = len as usize;
+    checked.read_into(qp, &hca.mrs, &mut buf[..len]);
     let payload = &buf[..len];
     let psn = qp.req.psn;
     let with_imm = wr.opcode.has_imm();
@@ -107,23 +84,7 @@ pub(crate) fn post_now(
         dma_len: len as u32,
     });
     hca.transmit_request(qp, &bth, reth.as_ref(), with_imm.then_some(wr.imm_data), payload);
-    qp.sq.push_back(SendWqe {
-        wr_id: wr.wr_id,
-        opcode: wr.opcode,
-        signaled: qp.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
-        solicited,
-        fence: false,
-        sges: if inline { SgList::default() } else { SgList::from(wr.sg_list) },
-        inline: inline.then(|| InlineData::from(payload)),
-        len: len as u32,
-        rdma: wr.rdma,
-        atomic: wr.atomic,
-        imm: wr.imm_data,
-        ud: None,
-        first_psn: psn,
-        npsn: 1,
-        started: true,
-    });
+    qp.sq.push_back(checked.sent_wqe(payload, psn));
     qp.req.next += 1;
     qp.req.psn = psn.next();
     qp.req.high_psn = qp.req.psn;

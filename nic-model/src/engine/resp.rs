@@ -1,6 +1,7 @@
 //! The responder: checks each request's PSN (duplicates, gaps), executes SENDs into receive
-//! WQEs, RDMA WRITEs and READs against MRs, and atomics; answers with ACKs, NAKs, READ
-//! responses and atomic ACKs; keeps the READ/atomic resources that answer duplicates.
+//! WQEs, RDMA WRITEs and READs against MRs, and atomics (each first checked by the rules of
+//! `rights`); answers with ACKs, NAKs, READ responses and atomic ACKs; keeps the READ/atomic
+//! resources that answer duplicates.
 
 use verbs_api::{
     AccessFlags, AsyncEventType, QpState, QpType, WcFlags, WcOpcode, WcStatus, GRH_LEN,
@@ -8,6 +9,7 @@ use verbs_api::{
 
 use super::mr::DmaError;
 use super::qp::{Qp, RdResource, WriteCtx};
+use super::rights::{self, RemoteOp, Request};
 use super::{Hca, Hex};
 use crate::cost::{self, CopyAt};
 use crate::packet::{Aeth, Bth, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
@@ -241,22 +243,15 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
             nak_error(qp, hca, psn, NakCode::InvalidRequest);
             return;
         };
-        if reth.dma_len > 0 {
-            let ok = qp.allows(AccessFlags::REMOTE_WRITE)
-                && hca
-                    .mrs
-                    .resolve_remote(
-                        qp.pd,
-                        reth.rkey,
-                        reth.va,
-                        reth.dma_len as u64,
-                        AccessFlags::REMOTE_WRITE,
-                    )
-                    .is_ok();
-            if !ok {
-                nak_error(qp, hca, psn, NakCode::RemoteAccessError);
-                return;
-            }
+        let req = Request {
+            op: RemoteOp::Write,
+            rkey: reth.rkey,
+            va: reth.va,
+            len: u64::from(reth.dma_len),
+        };
+        if let Err(code) = rights::request(qp, &hca.mrs, &req) {
+            nak_error(qp, hca, psn, code);
+            return;
         }
         qp.resp.write = Some(WriteCtx {
             rkey: reth.rkey,
@@ -276,9 +271,8 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
         return;
     }
     if n > 0 {
-        let placed = hca
-            .mrs
-            .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
+        let need = AccessFlags::REMOTE_WRITE;
+        let placed = rights::remote(&hca.mrs, qp.pd, ctx.rkey, ctx.va, n as u64, need)
             .map(|(mr, off)| mr.memory.write(off, pkt.payload));
         if !matches!(placed, Ok(Ok(()))) {
             nak_error(qp, hca, psn, NakCode::RemoteAccessError); // deregistered mid-message
@@ -320,26 +314,11 @@ fn on_read(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     };
-    if qp.attr.max_dest_rd_atomic == 0 {
-        nak_error(qp, hca, psn, NakCode::InvalidRequest);
+    let req =
+        Request { op: RemoteOp::Read, rkey: reth.rkey, va: reth.va, len: u64::from(reth.dma_len) };
+    if let Err(code) = rights::request(qp, &hca.mrs, &req) {
+        nak_error(qp, hca, psn, code);
         return;
-    }
-    if reth.dma_len > 0 {
-        let ok = qp.allows(AccessFlags::REMOTE_READ)
-            && hca
-                .mrs
-                .resolve_remote(
-                    qp.pd,
-                    reth.rkey,
-                    reth.va,
-                    reth.dma_len as u64,
-                    AccessFlags::REMOTE_READ,
-                )
-                .is_ok();
-        if !ok {
-            nak_error(qp, hca, psn, NakCode::RemoteAccessError);
-            return;
-        }
     }
     let npkts = qp.packets_for(reth.dma_len);
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
@@ -376,10 +355,10 @@ fn send_read_responses(
         let n = (len as usize - off).min(mtu);
         let data = &mut buf[..n];
         if n > 0 {
-            let read = hca
-                .mrs
-                .resolve_remote(qp.pd, rkey, va + off as u64, n as u64, AccessFlags::REMOTE_READ)
-                .map(|(mr, o)| mr.memory.read(o, data));
+            let at = va + off as u64;
+            let read =
+                rights::remote(&hca.mrs, qp.pd, rkey, at, n as u64, AccessFlags::REMOTE_READ)
+                    .map(|(mr, o)| mr.memory.read(o, data));
             if !matches!(read, Ok(Ok(()))) {
                 nak_error(qp, hca, first.add(i), NakCode::RemoteAccessError);
                 return;
@@ -413,25 +392,20 @@ fn on_atomic(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         nak_error(qp, hca, psn, NakCode::InvalidRequest);
         return;
     };
-    if qp.attr.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
-        nak_error(qp, hca, psn, NakCode::InvalidRequest);
-        return;
-    }
-    if !qp.allows(AccessFlags::REMOTE_ATOMIC) {
-        nak_error(qp, hca, psn, NakCode::RemoteAccessError);
-        return;
-    }
     let is_cas = pkt.bth.opcode == Opcode::RC_COMPARE_SWAP;
-    let orig = match hca.mrs.resolve_remote(qp.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC) {
-        Ok((mr, off)) => {
+    let req = Request { op: RemoteOp::Atomic, rkey: a.rkey, va: a.va, len: 8 };
+    let orig = match rights::request(qp, &hca.mrs, &req) {
+        Ok(Some((mr, off))) => {
             if is_cas {
                 mr.memory.compare_swap(off, a.compare, a.swap_add)
             } else {
                 mr.memory.fetch_add(off, a.swap_add)
             }
         }
-        Err(_) => {
-            nak_error(qp, hca, psn, NakCode::RemoteAccessError);
+        // (An atomic always names 8 bytes: `Nothing` is never its grant.)
+        Ok(None) => None,
+        Err(code) => {
+            nak_error(qp, hca, psn, code);
             return;
         }
     };
@@ -599,18 +573,9 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     // RDMA WRITE (with immediate).
     if flags.contains(OpFlags::START) {
         let ok = pkt.reth.is_some_and(|r| {
-            r.dma_len == 0
-                || (qp.allows(AccessFlags::REMOTE_WRITE)
-                    && hca
-                        .mrs
-                        .resolve_remote(
-                            qp.pd,
-                            r.rkey,
-                            r.va,
-                            r.dma_len as u64,
-                            AccessFlags::REMOTE_WRITE,
-                        )
-                        .is_ok())
+            let req =
+                Request { op: RemoteOp::Write, rkey: r.rkey, va: r.va, len: u64::from(r.dma_len) };
+            rights::request(qp, &hca.mrs, &req).is_ok()
         });
         let Some(r) = pkt.reth.filter(|_| ok) else {
             hca.stats.dropped_messages += 1;
@@ -627,11 +592,16 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     let n = pkt.payload.len() as u32;
     let placed = n <= ctx.remaining
         && (n == 0
-            || hca
-                .mrs
-                .resolve_remote(qp.pd, ctx.rkey, ctx.va, n as u64, AccessFlags::REMOTE_WRITE)
-                .map(|(mr, off)| mr.memory.write(off, pkt.payload).is_ok())
-                .unwrap_or(false));
+            || rights::remote(
+                &hca.mrs,
+                qp.pd,
+                ctx.rkey,
+                ctx.va,
+                n as u64,
+                AccessFlags::REMOTE_WRITE,
+            )
+            .map(|(mr, off)| mr.memory.write(off, pkt.payload).is_ok())
+            .unwrap_or(false));
     if placed {
         cost::copied(CopyAt::Scatter, n as usize);
     }

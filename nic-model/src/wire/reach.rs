@@ -4,8 +4,9 @@
 //! for the responder's CPU, as a real NIC's DMA does (`docs/architecture.md`, "Direct reach").
 //!
 //! The file is `port-<lid>.reach` beside the port's inbox (mode 0600). It holds a header, a
-//! table of the owner's QPs and one of its MRs (the rights a responder checks: state, access
-//! flags, PD, the connected peer; key, range, access), and the **arena**: a large sparse
+//! table of the owner's QPs and one of its MRs (the facts a responder's rights depend on:
+//! state, access flags, PD, the connected peer; key, PD, range, access; this layer only reads
+//! them for the engine's rules, `ReachAsk::check`), and the **arena**: a large sparse
 //! region from which the owner allocates the memory of the MRs it owns
 //! ([`ReachArena::allocate`]). Tables are written only by the owner, under its device lock,
 //! each slot behind a sequence lock; readers retry a torn read. A peer that uses an MR counts
@@ -25,9 +26,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
+use verbs_api::AccessFlags;
 
 use super::{os, WireError};
-use crate::engine::{QpFacts, ReachAsk, Reached};
+use crate::engine::{Grant, MrRights, QpFacts, ReachAsk, Reached};
 
 const MAGIC: u64 = u64::from_be_bytes(*b"SVREACH1");
 const VERSION: u32 = 1;
@@ -517,47 +519,51 @@ impl ReachView {
         None
     }
 
-    /// Checks `ask` against the responder's QP and MR; on success the bytes' address in this
-    /// mapping and a guard that keeps the MR from being withdrawn until it drops.
+    /// Reads what the responder published for `ask` (its QP's facts, the MR the rkey names)
+    /// and hands them to the engine's rules ([`ReachAsk::check`]); when they grant it, the
+    /// bytes' address in this mapping and a guard that keeps the MR from being withdrawn until
+    /// it drops. This layer decides nothing but that the published MR lies in the arena.
     pub fn resolve(&self, ask: &ReachAsk) -> Option<Reached<'_>> {
         let m = &self.mapping;
         let qp = self.read_qp(ask.dest_qpn)?;
-        if !qp.live
-            || qp.dest_qpn != ask.src_qpn
-            || qp.dest_ip != ask.src_ip
-            || qp.access & ask.need == 0
-            || (ask.rd_atomic && qp.max_dest_rd_atomic == 0)
-        {
-            return None;
-        }
-        let i = mr_slot(ask.rkey);
+        let i = mr_slot(ask.request.rkey);
         let users = m.mr(i, M_USERS);
         users.fetch_add(1, Ordering::SeqCst);
         let mut guard = Reached::new(users);
+        let mr = self.read_mr(i);
+        guard.ptr = match ask.check(&qp, mr.as_ref().map(|(facts, _)| facts))? {
+            // Nothing to touch: a pointer valid for no bytes.
+            Grant::Nothing => std::ptr::NonNull::dangling().as_ptr(),
+            Grant::At(start) => {
+                let (facts, off) = mr?;
+                if off.checked_add(facts.len)? > ARENA_LEN as u64 {
+                    return None;
+                }
+                // SAFETY: the rules put [start, +len) inside the MR's `facts.len` bytes, which
+                // lie inside the arena from `off` (checked just above).
+                unsafe { m.arena().add((off + start) as usize) }
+            }
+        };
+        Some(guard)
+    }
+
+    /// The MR published in slot `i` and its arena offset, if the slot holds a valid one (read
+    /// under its sequence lock; the caller has counted itself in the slot's users first).
+    fn read_mr(&self, i: usize) -> Option<(MrRights, u64)> {
+        let m = &self.mapping;
         if m.mr(i, M_VALID).load(Ordering::SeqCst) == 0 {
             return None;
         }
-        let (key, pd, access, iova, len, off) = loop_read(m.mr(i, M_SEQ), || {
-            (
-                m.mr(i, M_KEY).load(Ordering::Relaxed),
-                m.mr(i, M_PD).load(Ordering::Relaxed),
-                m.mr(i, M_ACCESS).load(Ordering::Relaxed),
-                m.mr64(i, M_IOVA),
-                m.mr64(i, M_LEN),
-                m.mr64(i, M_OFF),
-            )
-        })?;
-        if key != ask.rkey || pd != qp.pd || access & ask.need == 0 {
-            return None;
-        }
-        let start = ask.va.checked_sub(iova)?;
-        if start.checked_add(ask.len)? > len || off.checked_add(len)? > ARENA_LEN as u64 {
-            return None;
-        }
-        // SAFETY: [off + start, +ask.len) lies inside the arena (checked just above).
-        let ptr = unsafe { m.arena().add((off + start) as usize) };
-        guard.ptr = ptr;
-        Some(guard)
+        loop_read(m.mr(i, M_SEQ), || {
+            let facts = MrRights {
+                key: m.mr(i, M_KEY).load(Ordering::Relaxed),
+                pd: m.mr(i, M_PD).load(Ordering::Relaxed),
+                access: AccessFlags::from_bits_retain(m.mr(i, M_ACCESS).load(Ordering::Relaxed)),
+                iova: m.mr64(i, M_IOVA),
+                len: m.mr64(i, M_LEN),
+            };
+            (facts, m.mr64(i, M_OFF))
+        })
     }
 
     fn read_qp(&self, qpn: u32) -> Option<QpFacts> {
@@ -596,6 +602,7 @@ fn loop_read<T>(seq: &AtomicU32, read: impl Fn() -> T) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{RemoteOp, Request};
     use std::sync::Arc;
 
     /// A private directory, removed when dropped.
@@ -634,11 +641,7 @@ mod tests {
             src_qpn: 0x77,
             src_ip: [10, 0, 0, 2],
             dest_qpn: 0x12,
-            rkey,
-            va,
-            len,
-            need: 0b10, // REMOTE_WRITE
-            rd_atomic: false,
+            request: Request { op: RemoteOp::Write, rkey, va, len },
         }
     }
 

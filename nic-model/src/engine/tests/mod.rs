@@ -18,6 +18,7 @@ mod lazy_clock;
 mod mtu;
 mod rc_ops;
 mod rc_recovery;
+mod reach;
 mod source;
 mod srq;
 mod transmit;

@@ -1,0 +1,273 @@
+//! The responder's rights: the rules an RDMA WRITE, READ or atomic must pass before the
+//! responder touches the memory it names, written once. The packet responder (`resp`: RC
+//! WRITE, READ and atomic, UC WRITE) runs them on each request's first packet, and direct reach
+//! (`reach`) runs the same ones over the facts a responder publishes in its reach file, which
+//! the shared-memory layer (`wire::reach`) only reads and hands over. rxe splits them between
+//! `check_op_valid` (the QP's access flags), `check_resource` (READ/atomic resources) and
+//! `check_rkey` (`lookup_mr`: key, PD, access; `mr_check_range`: range).
+//!
+//! [`check`] applies them in one order, each failure with the NAK it has always had: an invalid
+//! request NAK for a request the QP cannot take at all (no READ/atomic resources, a misaligned
+//! atomic), a remote access error NAK for one it may not take on this memory (the QP's access
+//! flag, then the MR's key, PD, range and access; IBA 9.9.3, class C; rxe's
+//! `RESPST_ERR_RKEY_VIOLATION`). A new responder rule goes into [`check`], with what the
+//! requester says in [`Request`] and what the responder knows in [`QpRights`]: every path that
+//! executes a request runs it then.
+
+use verbs_api::AccessFlags;
+
+use super::mr::{DmaError, Mr, MrTable, PdId};
+use super::qp::Qp;
+use crate::packet::NakCode;
+
+/// The remote operations that name the responder's memory, each with the access right it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteOp {
+    /// RDMA WRITE (with or without immediate): `IBV_ACCESS_REMOTE_WRITE`.
+    Write,
+    /// RDMA READ: `IBV_ACCESS_REMOTE_READ`.
+    Read,
+    /// Compare-and-swap or fetch-and-add: `IBV_ACCESS_REMOTE_ATOMIC`.
+    Atomic,
+}
+
+impl RemoteOp {
+    /// The access right it needs, of the QP (`qp_access_flags`) and of the MR.
+    #[inline]
+    pub fn need(self) -> AccessFlags {
+        match self {
+            RemoteOp::Write => AccessFlags::REMOTE_WRITE,
+            RemoteOp::Read => AccessFlags::REMOTE_READ,
+            RemoteOp::Atomic => AccessFlags::REMOTE_ATOMIC,
+        }
+    }
+}
+
+/// What a request asks of the responder's memory: its RETH (or AtomicETH), as a packet
+/// carries it or as a requester doing direct reach states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The operation.
+    pub op: RemoteOp,
+    /// The R_Key.
+    pub rkey: u32,
+    /// The first byte's address (iova).
+    pub va: u64,
+    /// Bytes (the RETH's DMA length; 8 for an atomic).
+    pub len: u64,
+}
+
+/// What the responder's QP contributes to the rules.
+#[derive(Clone, Copy, Debug)]
+pub struct QpRights {
+    /// `qp_access_flags`.
+    pub access: AccessFlags,
+    /// Its PD: an MR of another PD is not this QP's to grant.
+    pub pd: PdId,
+    /// `max_dest_rd_atomic`: READs and atomics it may have in hand.
+    pub max_dest_rd_atomic: u32,
+}
+
+impl QpRights {
+    /// A QP of this engine's.
+    #[inline]
+    pub(crate) fn of(qp: &Qp) -> QpRights {
+        QpRights {
+            access: qp.attr.qp_access_flags,
+            pd: qp.pd,
+            max_dest_rd_atomic: u32::from(qp.attr.max_dest_rd_atomic),
+        }
+    }
+}
+
+/// What an MR contributes to the rules, from this engine's MR table or from a slot a peer
+/// publishes (raw facts, no memory).
+#[derive(Clone, Copy, Debug)]
+pub struct MrRights {
+    /// Its key (`lkey` and `rkey`).
+    pub key: u32,
+    /// Its PD.
+    pub pd: PdId,
+    /// The rights it was registered with.
+    pub access: AccessFlags,
+    /// The iova of its first byte.
+    pub iova: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+impl MrRights {
+    /// An MR of this engine's table.
+    #[inline]
+    pub(crate) fn of(mr: &Mr) -> MrRights {
+        MrRights {
+            key: mr.key,
+            pd: mr.pd,
+            access: mr.access,
+            iova: mr.iova,
+            len: mr.memory.len() as u64,
+        }
+    }
+}
+
+/// What the responder's rules (`rights::check`) grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// The request's bytes start this many bytes into the MR.
+    At(u64),
+    /// A zero-length READ or WRITE: nothing to touch, and no key to check (C9-88; rxe's
+    /// `check_rkey` sets no MR for it).
+    Nothing,
+}
+
+/// The responder's rules for `req` on a QP with `qp`'s rights, where `mr` is what the request's
+/// R_Key names (None: nothing). In order:
+///
+/// 1. A READ or atomic needs responder resources (`max_dest_rd_atomic` > 0; rxe's
+///    `check_resource`): invalid request.
+/// 2. An atomic's address is 8-byte aligned (rxe's `RESPST_ERR_MISALIGNED_ATOMIC`): invalid
+///    request.
+/// 3. A zero-length READ or WRITE is granted with no further check (C9-88).
+/// 4. The QP allows the operation remotely (`qp_access_flags`; rxe's `check_op_valid` →
+///    `check_qp_attr_access`, which rxe makes before rule 1 and answers with an invalid
+///    request NAK): remote access error, as softverbs has always answered it.
+/// 5. The MR's key, PD, range and access ([`check_mr`]): remote access error.
+#[inline]
+pub fn check(qp: &QpRights, req: &Request, mr: Option<&MrRights>) -> Result<Grant, NakCode> {
+    let rd_atomic = req.op != RemoteOp::Write;
+    if rd_atomic && qp.max_dest_rd_atomic == 0 {
+        return Err(NakCode::InvalidRequest);
+    }
+    if req.op == RemoteOp::Atomic && !req.va.is_multiple_of(8) {
+        return Err(NakCode::InvalidRequest);
+    }
+    if req.len == 0 && req.op != RemoteOp::Atomic {
+        return Ok(Grant::Nothing);
+    }
+    let need = req.op.need();
+    if !qp.access.contains(need) {
+        return Err(NakCode::RemoteAccessError);
+    }
+    match check_mr(mr, req.rkey, qp.pd, req.va, req.len, need) {
+        Ok(at) => Ok(Grant::At(at)),
+        Err(_) => Err(NakCode::RemoteAccessError),
+    }
+}
+
+/// The MR's part of the rules (rxe's `lookup_mr` and `mr_check_range`): `rkey` names `mr`, which
+/// belongs to the QP's PD `pd`, holds `[va, va+len)` and was registered with `need`. The offset
+/// of `va` in the MR, or what failed first. A request's later packets are held to this part
+/// alone (rxe's `rxe_recheck_mr`): the MR may have been deregistered since the first.
+#[inline]
+pub fn check_mr(
+    mr: Option<&MrRights>,
+    rkey: u32,
+    pd: PdId,
+    va: u64,
+    len: u64,
+    need: AccessFlags,
+) -> Result<u64, DmaError> {
+    let mr = match mr {
+        Some(mr) if mr.key == rkey => mr,
+        _ => return Err(DmaError::BadKey),
+    };
+    if mr.pd != pd {
+        return Err(DmaError::WrongPd);
+    }
+    let start = va.checked_sub(mr.iova).ok_or(DmaError::Bounds)?;
+    match start.checked_add(len) {
+        Some(end) if end <= mr.len => {}
+        _ => return Err(DmaError::Bounds),
+    }
+    if !mr.access.contains(need) {
+        return Err(DmaError::Access);
+    }
+    Ok(start)
+}
+
+/// [`check`] for a request that arrived at `qp` as packets: the MR from this engine's table,
+/// and where the bytes are (None for [`Grant::Nothing`]).
+#[inline]
+pub(crate) fn request<'m>(
+    qp: &Qp,
+    mrs: &'m MrTable,
+    req: &Request,
+) -> Result<Option<(&'m Mr, usize)>, NakCode> {
+    let mr = mrs.get(req.rkey);
+    match check(&QpRights::of(qp), req, mr.map(MrRights::of).as_ref())? {
+        Grant::At(at) => Ok(mr.map(|mr| (mr, at as usize))),
+        Grant::Nothing => Ok(None),
+    }
+}
+
+/// [`check_mr`] against this engine's table, for a later packet of a request (a WRITE's
+/// payload, a READ's next response): the MR and the offset of `va` in it.
+#[inline]
+pub(crate) fn remote(
+    mrs: &MrTable,
+    pd: PdId,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: AccessFlags,
+) -> Result<(&Mr, usize), DmaError> {
+    let mr = mrs.get(rkey).ok_or(DmaError::BadKey)?;
+    let at = check_mr(Some(&MrRights::of(mr)), rkey, pd, va, len, need)?;
+    Ok((mr, at as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: AccessFlags = AccessFlags::all();
+
+    fn qp(access: AccessFlags, rd: u32) -> QpRights {
+        QpRights { access, pd: 3, max_dest_rd_atomic: rd }
+    }
+
+    fn mr(access: AccessFlags) -> MrRights {
+        MrRights { key: 0x105, pd: 3, access, iova: 0x1000, len: 64 }
+    }
+
+    fn req(op: RemoteOp, va: u64, len: u64) -> Request {
+        Request { op, rkey: 0x105, va, len }
+    }
+
+    #[test]
+    fn the_rules_fail_in_their_order_with_their_naks() {
+        use NakCode::{InvalidRequest as Ir, RemoteAccessError as Rae};
+        let m = mr(ALL);
+        let ok = qp(ALL, 1);
+        // 1, before anything else: no resources for a READ, even of nothing.
+        assert_eq!(check(&qp(AccessFlags::empty(), 0), &req(RemoteOp::Read, 0, 0), None), Err(Ir));
+        assert_eq!(check(&ok, &req(RemoteOp::Read, 0x1000, 0), Some(&m)), Ok(Grant::Nothing));
+        // 2, before the QP's flags.
+        let none = qp(AccessFlags::empty(), 1);
+        assert_eq!(check(&none, &req(RemoteOp::Atomic, 0x1004, 8), Some(&m)), Err(Ir));
+        assert_eq!(check(&none, &req(RemoteOp::Atomic, 0x1008, 8), Some(&m)), Err(Rae));
+        // 3: a zero-length WRITE needs no key; an atomic always does.
+        assert_eq!(check(&none, &req(RemoteOp::Write, 0, 0), None), Ok(Grant::Nothing));
+        assert_eq!(check(&ok, &req(RemoteOp::Atomic, 0x1008, 8), None), Err(Rae));
+        // 4 and 5.
+        assert_eq!(check(&ok, &req(RemoteOp::Write, 0x1008, 8), Some(&m)), Ok(Grant::At(8)));
+        let wo = qp(AccessFlags::REMOTE_WRITE, 1);
+        assert_eq!(check(&wo, &req(RemoteOp::Read, 0x1008, 8), Some(&m)), Err(Rae));
+        assert_eq!(check(&ok, &req(RemoteOp::Write, 0x1038, 9), Some(&m)), Err(Rae));
+    }
+
+    #[test]
+    fn the_mr_part_names_what_failed_first() {
+        let need = AccessFlags::REMOTE_WRITE;
+        let m = mr(AccessFlags::REMOTE_READ);
+        assert_eq!(check_mr(None, 0x105, 3, 0x1000, 8, need), Err(DmaError::BadKey));
+        assert_eq!(check_mr(Some(&m), 0x205, 3, 0x1000, 8, need), Err(DmaError::BadKey));
+        assert_eq!(check_mr(Some(&m), 0x105, 4, 0x1000, 8, need), Err(DmaError::WrongPd));
+        assert_eq!(check_mr(Some(&m), 0x105, 3, 0xfff, 8, need), Err(DmaError::Bounds));
+        assert_eq!(check_mr(Some(&m), 0x105, 3, 0x1000, 65, need), Err(DmaError::Bounds));
+        assert_eq!(check_mr(Some(&m), 0x105, 3, u64::MAX, 8, need), Err(DmaError::Bounds));
+        assert_eq!(check_mr(Some(&m), 0x105, 3, 0x1000, 64, need), Err(DmaError::Access));
+        let r = AccessFlags::REMOTE_READ;
+        assert_eq!(check_mr(Some(&m), 0x105, 3, 0x1000, 64, r), Ok(0));
+    }
+}

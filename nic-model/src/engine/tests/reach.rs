@@ -1,0 +1,211 @@
+//! Direct reach against packets, as a property: an RDMA WRITE, READ or atomic that a requester
+//! does in the responder's memory (`engine::reach`, through a wire that reaches as a soft
+//! device's does, over the facts the responder publishes) ends as the same WR sent as packets
+//! ends: the post's result, every completion, both QPs' states and the bytes in both sides'
+//! memory, whatever the responder's access flags and resources, the key, the range and the MR.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Mutex;
+
+use super::*;
+
+/// What the responder published: its QPs' facts, and its MRs' with their memory's address.
+type Published = (Vec<QpFacts>, Vec<(MrRights, u64)>);
+
+/// A wire that reaches the responder's memory from what it published, checked by
+/// [`ReachAsk::check`] as `wire::reach` does; it refuses every datagram (`Full`), so packets
+/// queue for the [`Pair`] to carry.
+#[derive(Clone, Default)]
+struct ReachWire {
+    published: Arc<Mutex<Published>>,
+    users: Arc<AtomicU32>,
+}
+
+impl ReachWire {
+    /// Publishes what `nic` (the responder) would: its QPs and the MRs `keys` name.
+    fn publish(&self, nic: &Nic, keys: &[u32]) {
+        let mut g = self.published.lock().unwrap();
+        nic.qp_facts(&mut g.0);
+        g.1 = keys
+            .iter()
+            .filter_map(|&k| nic.hca.mrs.get(k))
+            .map(|mr| (MrRights::of(mr), mr.memory.addr()))
+            .collect();
+    }
+}
+
+impl Wire for ReachWire {
+    fn send(&mut self, _dst: [u8; 4], _datagram: &[u8]) -> WireOutcome {
+        WireOutcome::Full
+    }
+
+    fn reach(&mut self, _dst: [u8; 4], ask: &ReachAsk) -> Option<Reached<'_>> {
+        let g = self.published.lock().unwrap();
+        let qp = g.0.iter().find(|f| f.qpn == ask.dest_qpn)?;
+        let mr = g.1.iter().find(|(m, _)| m.key == ask.request.rkey).copied();
+        self.users.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut r = Reached::new(&self.users);
+        r.ptr = match ask.check(qp, mr.as_ref().map(|(m, _)| m))? {
+            Grant::Nothing => std::ptr::NonNull::dangling().as_ptr(),
+            Grant::At(at) => (mr?.1 + at) as *mut u8,
+        };
+        Some(r)
+    }
+
+    fn reaches(&self) -> bool {
+        true
+    }
+}
+
+/// One generated WR.
+#[derive(Clone, Debug)]
+struct GenOp {
+    /// 0: WRITE; 1: READ; 2: compare-and-swap; 3: fetch-and-add.
+    op: u8,
+    len: u32,
+    /// 0 and 1: inside the MR; 2: over its end; 3: before its start; 4: 4 bytes off (an
+    /// atomic's alignment).
+    at: u8,
+    /// 0 and 1: the MR; 2: a bad key; 3: an MR without REMOTE_WRITE and REMOTE_ATOMIC; 4: an
+    /// MR of another PD.
+    key: u8,
+    seed: u8,
+}
+
+fn gen_op() -> impl proptest::strategy::Strategy<Value = GenOp> {
+    use proptest::prelude::*;
+    let len = prop_oneof![3 => 1u32..=64, 1 => Just(0u32), 1 => 65u32..=600];
+    (0u8..4, len, 0u8..5, 0u8..5, any::<u8>()).prop_map(|(op, len, at, key, seed)| GenOp {
+        op,
+        len,
+        at,
+        key,
+        seed,
+    })
+}
+
+/// Where the responder's MRs start (the same in both pairs, so that messages naming addresses
+/// are the same): its main one, a read-only one, one of another PD.
+const MAIN: u64 = 0x30_0000;
+const READ_ONLY: u64 = 0x10_0000;
+const OTHER_PD: u64 = 0x20_0000;
+
+/// A pair whose responder lets its QP do `access` with `rd` READ/atomic resources, and has an
+/// MR at [`MAIN`] (the responder side's `mem`), a read-only one and one of another PD; the
+/// requester reaches if `reach`. Returns the pair, the sides, the responder's three keys and
+/// the wire.
+fn reach_pair(access: AccessFlags, rd: u8, reach: bool) -> (Pair, Side, Side, [u32; 3], ReachWire) {
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let mut b = side(&mut p.b, ALL);
+    b.key = p.b.reg_mr(b.pd, b.mem.clone(), MAIN, ALL).unwrap();
+    let local = AccessFlags::LOCAL_WRITE;
+    let ro = p.b.reg_mr(
+        b.pd,
+        MrMemory::allocate(4096).unwrap(),
+        0x10_0000,
+        local | AccessFlags::REMOTE_READ,
+    );
+    let other_pd = p.b.alloc_pd().unwrap();
+    let other = p.b.reg_mr(other_pd, MrMemory::allocate(4096).unwrap(), OTHER_PD, ALL);
+    connect(&mut p.a, a.qpn, 2, b.qpn, ConnOpts::default());
+    connect(
+        &mut p.b,
+        b.qpn,
+        1,
+        a.qpn,
+        ConnOpts { access, max_rd_atomic: rd, ..Default::default() },
+    );
+    let wire = ReachWire::default();
+    if reach {
+        p.a.set_wire(Some(Box::new(wire.clone())));
+    }
+    let keys = [b.key, ro.unwrap(), other.unwrap()];
+    (p, a, b, keys, wire)
+}
+
+/// Posts `g` on the pair's requester and runs the pair until idle; the post's result.
+fn run_op(p: &mut Pair, a: &Side, keys: &[u32; 3], g: &GenOp, id: u64) -> String {
+    let atomic = g.op >= 2;
+    let len = if atomic { 8 } else { g.len };
+    a.mem.write(4096, &pattern(len as usize, g.seed)).unwrap();
+    let (base, mr_len) = match g.key {
+        3 => (READ_ONLY, 4096),
+        4 => (OTHER_PD, 4096),
+        _ => (MAIN, MR_LEN as u64),
+    };
+    let va = match g.at {
+        0 | 1 => base + 8 * u64::from(g.seed),
+        2 => base + mr_len - u64::from(len / 2) / 8 * 8,
+        3 => base - 8,
+        _ => base + 4,
+    };
+    let rkey = match g.key {
+        0 | 1 => keys[0],
+        2 => keys[0] ^ 0x100,
+        3 => keys[1],
+        _ => keys[2],
+    };
+    let sg = [sge(a, 4096, len)];
+    let wr = SendWr {
+        wr_id: id,
+        sg_list: &sg,
+        opcode: match g.op {
+            0 => WrOpcode::RdmaWrite,
+            1 => WrOpcode::RdmaRead,
+            2 => WrOpcode::AtomicCmpAndSwp,
+            _ => WrOpcode::AtomicFetchAndAdd,
+        },
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: va, rkey },
+        atomic: AtomicTarget { remote_addr: va, rkey, compare_add: u64::from(g.seed), swap: id },
+        ..Default::default()
+    };
+    let now = p.now;
+    let result = format!("{:?}", p.a.post_send(now, a.qpn, &[wr]));
+    p.drive();
+    result
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Direct reach and packets end every WR alike; and a WR every rule allows is reached.
+    #[test]
+    fn direct_reach_does_what_packets_do(
+        access in 0u32..8,
+        rd in proptest::sample::select(vec![0u8, 4]),
+        ops in proptest::collection::vec(gen_op(), 1..8),
+    ) {
+        let access = AccessFlags::from_bits_truncate(access << 1); // REMOTE_WRITE, _READ, _ATOMIC
+        let (mut fast, fa, fb, fkeys, wire) = reach_pair(access, rd, true);
+        let (mut slow, sa, sb, skeys, _) = reach_pair(access, rd, false);
+        for (i, g) in ops.iter().enumerate() {
+            let id = i as u64 + 1;
+            wire.publish(&fast.b, &fkeys);
+            let reached = fast.a.stats().reached;
+            let idle = fast.a.qps[&fa.qpn].state == QpState::Rts && fast.a.qps[&fa.qpn].sq.is_empty();
+            let got = run_op(&mut fast, &fa, &fkeys, g, id);
+            let want = run_op(&mut slow, &sa, &skeys, g, id);
+            proptest::prop_assert_eq!(&got, &want, "post result of {:?}", g);
+            let key = |w: &WorkCompletion| (w.wr_id, w.status, w.opcode, w.byte_len);
+            let fw: Vec<_> = poll_all(&mut fast.a, fa.cq).iter().map(key).collect();
+            let sw: Vec<_> = poll_all(&mut slow.a, sa.cq).iter().map(key).collect();
+            proptest::prop_assert_eq!(&fw, &sw, "completions of {:?}", g);
+            proptest::prop_assert_eq!(fast.a.qps[&fa.qpn].state, slow.a.qps[&sa.qpn].state);
+            proptest::prop_assert_eq!(fast.b.qps[&fb.qpn].state, slow.b.qps[&sb.qpn].state);
+            proptest::prop_assert_eq!(read_mem(&fa, 0, MR_LEN), read_mem(&sa, 0, MR_LEN));
+            proptest::prop_assert_eq!(read_mem(&fb, 0, MR_LEN), read_mem(&sb, 0, MR_LEN));
+            let allowed = g.key < 2
+                && g.at < 2
+                && (g.op == 0 || rd > 0)
+                && access.contains(match g.op {
+                    0 => AccessFlags::REMOTE_WRITE,
+                    1 => AccessFlags::REMOTE_READ,
+                    _ => AccessFlags::REMOTE_ATOMIC,
+                });
+            if idle && allowed {
+                proptest::prop_assert_eq!(fast.a.stats().reached, reached + 1, "{:?} reached", g);
+            }
+        }
+    }
+}
