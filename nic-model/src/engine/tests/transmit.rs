@@ -152,8 +152,8 @@ fn an_ack_is_not_coalesced_past_a_response_queued_after_it() {
 #[test]
 fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
     let (mut p, a, b) = setup(ConnOpts::default());
-    let wire = FakeWire { to: 2, ..FakeWire::default() };
-    p.a.set_wire(Some(Box::new(wire.clone())));
+    let wire = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(wire.clone())));
     for id in 1..=4 {
         p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
     }
@@ -181,13 +181,16 @@ fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
     assert!(wire.take().is_empty(), "nothing overtakes a queued datagram");
     let queued: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
     assert_eq!(queued.iter().map(|t| parsed(t).1).collect::<Vec<_>>(), [0xFFFFF1, 0xFFFFF2]);
-    // A paused wire (the host holds refused datagrams) queues too.
-    p.a.pause_wire(true);
+    // One refused again when the NIC flushes its queue waits there, for room (the queue is
+    // the NIC's one backlog).
+    wire.full.store(true, std::sync::atomic::Ordering::Relaxed);
     post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 3, 1)], ..send(4) });
+    let flushed = p.a.flush_transmit();
+    assert_eq!((flushed.moved, flushed.backpressured, p.a.transmit_waits()), (false, 1, true));
+    wire.full.store(false, std::sync::atomic::Ordering::Relaxed);
     assert!(wire.take().is_empty());
     let paused: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
     assert_eq!(paused.len(), 1);
-    p.a.pause_wire(false);
     assert_eq!(p.a.stats().tx_packets, 4, "each datagram counted once, whichever way it went");
 
     // Every SEND arrives once, in order; the receiver completes all four.
@@ -207,8 +210,8 @@ fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
 #[test]
 fn acks_on_a_lent_wire_go_one_by_one_and_a_large_datagram_takes_the_queue() {
     let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() });
-    let wire = FakeWire { to: 1, ..FakeWire::default() };
-    p.b.set_wire(Some(Box::new(wire.clone())));
+    let wire = FakeEgress { to: 1, ..FakeEgress::default() };
+    p.b.set_egress(Some(Box::new(wire.clone())));
     for id in 1..=3 {
         p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 2048 * id, 1024)] }])
             .unwrap();
@@ -251,10 +254,10 @@ fn a_wire_that_takes_datagrams_without_their_icrc_gets_them_so_and_the_queue_get
     // no capture, tap or fault plan): the SEND and its ACK go onto it with four zero bytes
     // where the ICRC goes, and each receiver, told so, checks everything but the ICRC.
     let (mut p, a, b) = setup(ConnOpts::default());
-    let wa = FakeWire { to: 2, unset_icrc: true, ..FakeWire::default() };
-    let wb = FakeWire { to: 1, unset_icrc: true, ..FakeWire::default() };
-    p.a.set_wire(Some(Box::new(wa.clone())));
-    p.b.set_wire(Some(Box::new(wb.clone())));
+    let wa = FakeEgress { to: 2, unset_icrc: true, ..FakeEgress::default() };
+    let wb = FakeEgress { to: 1, unset_icrc: true, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(wa.clone())));
+    p.b.set_egress(Some(Box::new(wb.clone())));
     for id in 1..=3 {
         p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
     }
@@ -313,8 +316,8 @@ fn a_wire_that_takes_datagrams_without_their_icrc_gets_them_so_and_the_queue_get
     }
 
     // Lent again without that property, the wire gets every datagram whole.
-    let plain = FakeWire { to: 2, ..FakeWire::default() };
-    p.a.set_wire(Some(Box::new(plain.clone())));
+    let plain = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(plain.clone())));
     post_send(&mut p, &a, send(4));
     let sent = plain.take();
     assert_eq!(sent.len(), 1);
