@@ -568,7 +568,7 @@ fn parsed(t: &Transmit) -> (Opcode, u32, Option<packet::Aeth>) {
     (p.bth.opcode, p.bth.psn.value(), p.aeth)
 }
 
-/// A wire to one port (by LID) that records what it takes, or refuses everything while
+/// An egress to one port (by LID) that records what it takes, or refuses everything while
 /// `full` is set; with `unset_icrc`, it takes datagrams without their ICRC, and records
 /// those apart.
 #[derive(Clone, Default)]
