@@ -132,6 +132,7 @@ impl<E: Egress + ?Sized> Egress for Box<E> {
 
 /// What one [`Nic::flush_transmit`] did, for the host's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use = "refused datagrams are the host's counters to keep"]
 pub struct Flushed {
     /// Whether anything left the queue (sent, lost, dropped) or the egress released
     /// something it held.
