@@ -114,7 +114,7 @@ fn counters_of_another_process_match_the_engines_counts_exactly() {
         assert_eq!(stats.nic.tx_packets, WRITES + 1, "one packet per message: {stats:?}");
         assert_eq!(stats.nic.rx_packets, WRITES + 1, "one ACK per message: {stats:?}");
         assert_eq!(stats.port.xmit_packets, WRITES + 1);
-        let want = values(&stats.nic, &stats.wire, &stats.port, &stats.faults, false);
+        let want = values(&stats.nic, &stats.backpressure, &stats.port, &stats.faults, false);
 
         // The owner publishes when its NIC thread idles: wait (bounded) until it has.
         let deadline = Instant::now() + WAIT;

@@ -137,8 +137,8 @@ fn ud_datagrams_that_meet_a_full_inbox_are_dropped_and_counted() {
         assert_eq!((wc.byte_len, wc.qp_num), (16, qp.qp_num()), "{wc:?}");
     }
     let stats = soft.stats("softverbs0").expect("stats");
-    assert_eq!(stats.wire.ud_dropped_inbox_full, MESSAGES - SLOTS as u64, "{stats:?}");
-    assert_eq!(stats.wire.backpressured, 0, "UD never waits in the backlog: {stats:?}");
+    assert_eq!(stats.backpressure.ud_dropped_inbox_full, MESSAGES - SLOTS as u64, "{stats:?}");
+    assert_eq!(stats.backpressure.backpressured, 0, "UD never waits in the backlog: {stats:?}");
     // What arrived is the first SLOTS datagrams, whole; nothing comes later.
     let got = drain(&inbox);
     assert_eq!(got.len(), SLOTS as usize, "{got:?}");
@@ -166,8 +166,8 @@ fn rc_packets_that_meet_a_full_inbox_wait_and_arrive_in_order() {
         qp.post_send(&[wr]).expect("post_send");
     }
     let stats = soft.stats("softverbs0").expect("stats");
-    assert_eq!(stats.wire.backpressured, MESSAGES - SLOTS as u64, "{stats:?}");
-    assert_eq!(stats.wire.ud_dropped_inbox_full, 0, "{stats:?}");
+    assert_eq!(stats.backpressure.backpressured, MESSAGES - SLOTS as u64, "{stats:?}");
+    assert_eq!(stats.backpressure.ud_dropped_inbox_full, 0, "{stats:?}");
     // Free the ring a few slots at a time: the NIC thread (the program is not calling in)
     // sends what waited, in order, with nothing lost or doubled.
     let mut got = Vec::new();
@@ -228,7 +228,7 @@ fn a_read_burst_longer_than_the_requesters_inbox_completes() {
     assert_eq!(a.mr.read_vec(0, 5).unwrap(), [0; 5]);
     assert_eq!(a.mr.read_vec(5 + len, 64).unwrap(), [0; 64]);
     let responder = soft.stats("softverbs1").expect("stats");
-    assert!(responder.wire.backpressured > 0, "the burst met a full inbox: {responder:?}");
+    assert!(responder.backpressure.backpressured > 0, "the burst met a full inbox: {responder:?}");
     let requester = soft.stats("softverbs0").expect("stats");
     assert_eq!(requester.nic.retransmits, 0, "nothing was lost, so nothing was asked again");
 }

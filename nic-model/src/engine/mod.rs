@@ -25,10 +25,17 @@
 //!
 //! # What the host pulls, after each call
 //!
-//! - **[`Nic::poll_transmit`]**: RoCEv2 datagrams for the wire, each to its [`Transmit::dst`],
-//!   until `None` ([`Nic::has_transmit`] says whether any wait). Nothing but what goes through
-//!   a lent [`Wire`] leaves the NIC unless the host takes it; a host that leaves datagrams
-//!   queued stalls the NIC's peers.
+//! - **[`Nic::flush_transmit`]**, for a host that lent an [`Egress`]: the NIC sends its
+//!   transmit queue through it, in order, until the egress refuses one for want of room (the
+//!   destination's inbox is full). A refused RC or UC datagram waits at the head of the queue
+//!   with everything behind it, and nothing goes straight out meanwhile, so none overtakes
+//!   it; a refused UD datagram is dropped. The host calls it after any call that left
+//!   datagrams queued ([`Nic::has_transmit`]), and again soon while some wait
+//!   ([`Nic::transmit_waits`]); the returned [`Flushed`] counts the refusals.
+//! - **[`Nic::poll_transmit`]**, for a host that puts datagrams on the wire itself (the
+//!   simulator, which paces them by its links): RoCEv2 datagrams, each to its
+//!   [`Transmit::dst`], until `None`. Nothing leaves the NIC but through the egress or by
+//!   this call; a host that leaves datagrams queued stalls the NIC's peers.
 //! - **[`Nic::next_timeout`]**: when to call [`Nic::handle_timeout`] next; it changes after any
 //!   call, so the host asks again after each.
 //! - **[`Nic::poll_event`]**: CQ notifications for armed CQs and asynchronous events, for the
@@ -40,10 +47,12 @@
 //!
 //! - **[`Nic::recycle`]**: a datagram's buffer once its bytes are delivered or copied, so the
 //!   next transmit reuses it (at most [`SPARE_BUFFERS`] are kept). Optional.
-//! - **A [`Wire`]** ([`Nic::set_wire`]): a way straight onto the wire, for small datagrams made
-//!   while nothing is queued. The host may send what it polls through the same wire
-//!   ([`Nic::wire_mut`]); while it holds datagrams the wire refused, it pauses direct emission
-//!   ([`Nic::pause_wire`]) so that none overtakes them.
+//! - **An [`Egress`]** ([`Nic::set_egress`]): the host's way out, lent for good (a port's
+//!   sending half, or layers around one: a capture, a tap, a fault plan). Small datagrams made
+//!   while nothing is queued go straight into it; the queue goes through it on
+//!   [`Nic::flush_transmit`]; direct reach goes through it ([`Egress::reach`]). The calls go
+//!   one way: the engine calls the egress, never the reverse, and the host never borrows it
+//!   back (lending another replaces it).
 //!
 //! # Inside
 //!
@@ -53,7 +62,8 @@
 //! `post` (the post path) checks each send WR once (`send_check`) and hands it to the first
 //! executor that can take it (`reach`, `req`'s send-now, the send queue); `resp` and `reach`
 //! hold requests to the responder's rules in `rights`; `receive` dispatches arriving
-//! datagrams to `resp` and `comp`; `transmit` puts what they make on the wire; `timers` files
+//! datagrams to `resp` and `comp`; `transmit` (the transmit room: the one transmit queue, the
+//! lent egress, the datagram buffers) puts what they make on its way out; `timers` files
 //! QPs by deadline. Each object's verbs sit beside it (`mr`, `cq`, `srq`; the QP's in
 //! `qp_verbs`, above the transport they start), and `completion` turns finished WQEs into work
 //! completions. The NIC-wide state every transport step borrows beside its QP is `Hca`.
@@ -99,10 +109,10 @@ pub use addr::{
     slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
 pub use config::{splitmix64, Limits, NicConfig};
-pub use reach::{QpFacts, ReachAsk, Reached};
+pub use reach::{LocalSges, QpFacts, ReachAsk, ReachOp};
 pub use rights::{Grant, MrRights, RemoteOp, Request};
 pub use time::{Nanos, Now};
-pub use transmit::{Transmit, Wire, WireOutcome, SPARE_BUFFERS};
+pub use transmit::{Egress, Flushed, SendOutcome, Transmit, SPARE_BUFFERS};
 
 use cq::{Cq, CqId};
 use mr::{MrTable, PdId};
@@ -191,7 +201,7 @@ pub struct Nic {
 }
 
 /// The host channel adapter around the QPs (the IBA's HCA, less its QPs): configuration, PDs,
-/// MRs, CQs, SRQs, the transmit queue and the host's wire, events and counters. It is split
+/// MRs, CQs, SRQs, the transmit room (the queue and the host's egress), events and counters. It is split
 /// from the QP table so that a QP and the rest can be borrowed at once: every transport step
 /// takes `(qp, hca)`.
 pub(crate) struct Hca {
@@ -206,32 +216,18 @@ pub(crate) struct Hca {
     /// The QP number the next QP gets if it is free (`Nic::create_qp`): the sequence starts
     /// at [`NicConfig::first_qpn`] and wraps within the 24-bit space.
     next_qpn: u32,
-    tx: VecDeque<Transmit>,
-    /// The QP whose ACK is the last datagram in `tx`, if it is one: a later ACK of that QP
-    /// replaces it (`resp::ack`).
-    last_tx_ack: Option<u32>,
-    /// The host's wire, if it lent one ([`Nic::set_wire`]).
-    wire: Option<Box<dyn Wire>>,
-    /// The host has datagrams the wire refused: until they are gone, everything queues.
-    wire_paused: bool,
-    /// Whether datagrams that go straight onto the lent wire carry their ICRC: `Unset` only
-    /// on a wire that takes them without (`Wire::takes_unset_icrc`, asked when it was lent).
-    direct_icrc: crate::packet::Icrc,
-    /// Datagram buffers given back with [`Nic::recycle`], reused by the next transmits.
-    spare: Vec<Vec<u8>>,
-    /// The requester's payload buffer, kept between calls so sending allocates nothing.
-    pub(crate) scratch: Vec<u8>,
+    /// The transmit room: the one transmit queue, the lent egress, the buffers.
+    pub(crate) tx: transmit::TxRoom,
     events: VecDeque<NicEvent>,
     /// [`Nic::completions_pending`].
     reportable: usize,
-    /// Moves on whenever a QP's state or attributes may have changed (modify, destroy, an
-    /// error): a host that publishes QPs for direct reach republishes when it moved.
     /// The last `post_send` did every WR by direct reach: nothing for the wire (see
     /// [`Nic::take_quiet_post`]).
     quiet_post: bool,
+    /// Moves on whenever a QP's state or attributes may have changed (modify, destroy, an
+    /// error): a host that publishes QPs for direct reach republishes when it moved.
     qp_epoch: u64,
     stats: NicStats,
-    ip_ident: u16,
 }
 
 impl Nic {
@@ -251,19 +247,12 @@ impl Nic {
                 next_pd: 1,
                 next_cq: 1,
                 next_qpn,
-                tx: VecDeque::new(),
-                last_tx_ack: None,
-                wire: None,
-                wire_paused: false,
-                direct_icrc: crate::packet::Icrc::Carried,
-                spare: Vec::new(),
-                scratch: Vec::new(),
+                tx: transmit::TxRoom::new(),
                 events: VecDeque::new(),
                 reportable: 0,
                 stats: NicStats::default(),
                 qp_epoch: 0,
                 quiet_post: false,
-                ip_ident: 0,
             },
         }
     }

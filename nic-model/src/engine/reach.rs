@@ -1,7 +1,10 @@
 //! Direct reach, the requester's half: an RDMA WRITE, RDMA READ or atomic of an RC QP that
 //! is sending nothing else is done in the responder's memory at post time, when the host's
-//! wire can reach that memory ([`Wire::reach`]) and nothing observes the wire, instead of as
-//! packets. The WR then completes at once, with the completion its ACK would have brought.
+//! egress can reach that memory ([`Egress::reach`](super::Egress::reach)) and nothing observes
+//! the wire, instead of as packets. The WR then completes at once, with the completion its ACK
+//! would have brought.
+//! The engine says what to do ([`ReachOp`]) and the egress does it: the call goes one way,
+//! engine → egress → the shared-memory fabric, and only the outcome comes back.
 //!
 //! What keeps the transport's semantics: the QP's send queue is empty (every earlier WQE was
 //! acknowledged, so the responder has placed everything sent before, and the order of
@@ -13,10 +16,9 @@
 //! responder's NAK as before. The WR itself was checked by `send_check::check_send`, as every
 //! WR is. Why, and what was measured: `docs/decisions.md`, "Direct reach".
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
 use verbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
+use super::mr::{MrMemory, MrTable, PdId};
 use super::qp::Qp;
 use super::rights::{self, Grant, MrRights, QpRights, RemoteOp, Request};
 use super::send_check::CheckedWr;
@@ -57,25 +59,49 @@ impl ReachAsk {
     }
 }
 
-/// A reached range of a peer's MR: its first byte in this process, valid until this drops
-/// (the owner's `ibv_dereg_mr` waits for it).
-pub struct Reached<'a> {
-    users: &'a AtomicU32,
-    /// The first byte.
-    pub ptr: *mut u8,
+/// What direct reach does in the responder's memory ([`Egress::reach`](super::Egress::reach)):
+/// the engine says what, the egress does it, and nothing comes back but the outcome.
+#[derive(Clone, Copy)]
+pub enum ReachOp<'a> {
+    /// An RDMA WRITE of inline data: these bytes, the whole message.
+    WriteInline(&'a [u8]),
+    /// An RDMA WRITE from the requester's memory: these places, in order.
+    Write(LocalSges<'a>),
+    /// An RDMA READ into the requester's memory: these places, in order.
+    Read(LocalSges<'a>),
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` on the 8-byte word.
+    CompareSwap {
+        /// The value compared with.
+        compare: u64,
+        /// The value stored if they are equal.
+        swap: u64,
+    },
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD` on the 8-byte word.
+    FetchAdd {
+        /// The value added.
+        add: u64,
+    },
 }
 
-impl<'a> Reached<'a> {
-    /// A guard over `users`, which the host has already counted this use in; it uncounts it
-    /// when dropped. `ptr` starts null.
-    pub fn new(users: &'a AtomicU32) -> Reached<'a> {
-        Reached { users, ptr: std::ptr::null_mut() }
-    }
+/// The local SGEs of a reached WR: the requester's own memory, as its MRs hold it.
+#[derive(Clone, Copy)]
+pub struct LocalSges<'a> {
+    mrs: &'a MrTable,
+    pd: PdId,
+    sges: &'a [verbs_api::Sge],
+    need: AccessFlags,
 }
 
-impl Drop for Reached<'_> {
-    fn drop(&mut self) {
-        self.users.fetch_sub(1, Ordering::SeqCst);
+impl<'a> LocalSges<'a> {
+    /// Each SGE's memory, the offset of its first byte there and its length, in order
+    /// (`post` checked every one; the list stops at one that no longer resolves).
+    pub fn pieces(&self) -> impl Iterator<Item = (&'a MrMemory, usize, usize)> + 'a {
+        let (mrs, pd, need) = (self.mrs, self.pd, self.need);
+        // A zero-length SGE copies nothing and may name no MR (an inline gather list's).
+        self.sges.iter().filter(|s| s.length != 0).map_while(move |s| {
+            let (mr, off) = mrs.resolve_local(pd, s, need).ok()?;
+            Some((&*mr.memory, off, s.length as usize))
+        })
     }
 }
 
@@ -136,8 +162,7 @@ pub(crate) fn candidate(qp: &Qp, hca: &Hca, opcode: WrOpcode) -> bool {
         && qp.state == QpState::Rts
         && qp.ip6.is_none()
         && qp.req.rnr_timer_ns.is_none()
-        && !hca.wire_paused
-        && hca.wire.as_deref().is_some_and(|w| w.reaches())
+        && hca.tx.may_reach()
 }
 
 /// The direct-reach executor of `ibv_post_send`: does a [`candidate`] WR, checked by
@@ -183,56 +208,25 @@ fn place(qp: &Qp, hca: &mut Hca, w: &CheckedWr<'_, '_>) -> bool {
         dest_qpn: qp.attr.dest_qp_num,
         request: Request { op, rkey, va, len: u64::from(w.len()) },
     };
-    let Hca { wire, mrs, .. } = hca;
-    let Some(wire) = wire.as_deref_mut() else { return false };
-    let Some(r) = wire.reach(qp.dst_ip, &ask) else { return false };
+    let Hca { tx, mrs, .. } = hca;
+    let mrs = &*mrs;
+    let local = |need| LocalSges { mrs, pd: qp.pd, sges: wr.sg_list, need };
+    let (compare_add, swap) = (wr.atomic.compare_add, wr.atomic.swap);
+    let op = match wr.opcode {
+        WrOpcode::AtomicCmpAndSwp => ReachOp::CompareSwap { compare: compare_add, swap },
+        WrOpcode::AtomicFetchAndAdd => ReachOp::FetchAdd { add: compare_add },
+        WrOpcode::RdmaRead => ReachOp::Read(local(AccessFlags::LOCAL_WRITE)),
+        _ => match wr.inline_data {
+            Some(data) => ReachOp::WriteInline(data),
+            None => ReachOp::Write(local(AccessFlags::empty())),
+        },
+    };
+    let Some(orig) = tx.reach(qp.dst_ip, &ask, &op) else { return false };
     if atomic {
-        // SAFETY: the host checked that the 8 bytes lie in the peer's MR; the address is
-        // 8-aligned (iova and memory share their offset within 8 bytes, checked at reg_mr).
-        let word = unsafe { AtomicU64::from_ptr(r.ptr as *mut u64) };
-        let (compare_add, swap) = (wr.atomic.compare_add, wr.atomic.swap);
-        let orig = if wr.opcode == WrOpcode::AtomicCmpAndSwp {
-            match word.compare_exchange(compare_add, swap, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            }
-        } else {
-            word.fetch_add(compare_add, Ordering::AcqRel)
-        };
-        drop(r);
         let s = wr.sg_list[0];
         if let Ok((mr, off)) = mrs.resolve_local(qp.pd, &s, AccessFlags::LOCAL_WRITE) {
             let _ = mr.memory.write(off, &orig.to_ne_bytes());
         }
-    } else {
-        let mut done = 0usize;
-        if let Some(data) = wr.inline_data {
-            // SAFETY: the host checked [ptr, ptr + len) against the peer's MR; inline data
-            // is the whole message.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr, data.len()) };
-        } else {
-            for s in wr.sg_list {
-                let n = s.length as usize;
-                if n == 0 {
-                    // Nothing to copy (an inline gather list may name no MR for it).
-                    continue;
-                }
-                let need = if read { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
-                let Ok((mr, off)) = mrs.resolve_local(qp.pd, s, need) else { break };
-                // SAFETY: `done + n` is within the message, which the host checked against
-                // the peer's MR; the local range was checked by `resolve_local`.
-                let remote = unsafe { r.ptr.add(done) };
-                // SAFETY: as above; local MR memory and the peer's arena never overlap.
-                unsafe {
-                    if read {
-                        mr.memory.copy_from_raw(off, remote, n);
-                    } else {
-                        mr.memory.copy_to_raw(off, remote, n);
-                    }
-                }
-                done += n;
-            }
-        }
-        drop(r);
     }
     hca.stats.reached += 1;
     hca.complete_send_wr(qp, (wr.wr_id, wr.opcode, w.len(), w.signaled()), WcStatus::Success);

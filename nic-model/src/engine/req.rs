@@ -99,9 +99,9 @@ const FAST_PAYLOAD: usize = 128;
 
 /// [`drive`] for a QP with WQEs to (continue to) send.
 fn send_queued(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>) {
-    let mut scratch = std::mem::take(&mut hca.scratch);
+    let mut scratch = std::mem::take(&mut hca.tx.scratch);
     while step(qp, hca, now, &mut scratch) {}
-    hca.scratch = scratch;
+    hca.tx.scratch = scratch;
 }
 
 /// Send one packet; false if the requester must wait.

@@ -92,7 +92,7 @@ fn payload_fits_mtu(qp: &Qp, pkt: &Packet<'_>, flags: OpFlags) -> bool {
 fn ack(qp: &Qp, hca: &mut Hca, psn: Psn) {
     hca.retract_ack(qp.qpn);
     if hca.transmit_aeth(qp, psn, Aeth::ack(qp.resp.msn)) {
-        hca.last_tx_ack = Some(qp.qpn);
+        hca.tx.queued_ack(qp.qpn);
     }
 }
 

@@ -1,15 +1,20 @@
-//! Transmit: how the packets the transport makes become IPv4/UDP datagrams, straight onto the
-//! host's wire when they may go now, else into the transmit queue the host polls; and the
-//! buffers the host gives back for reuse.
+//! Transmit, the NIC's way out: how the packets the transport makes become IPv4/UDP
+//! datagrams, straight onto the host's [`Egress`] when they may go now, else into the NIC's
+//! one transmit queue, which the NIC itself drains into the egress ([`Nic::flush_transmit`])
+//! or the host pulls ([`Nic::poll_transmit`]); and the buffers given back for reuse. All of it
+//! is the transmit room ([`TxRoom`]), which the rest of the NIC reaches as `hca.tx`.
 
-use crate::packet::{self, Ip6Udp, IpUdp, Packet};
+use std::collections::VecDeque;
+
+use crate::packet::{self, Icrc, Ip6Udp, IpUdp, Packet};
 
 use super::addr::Ip6Path;
 use super::qp::Qp;
+use super::reach::{ReachAsk, ReachOp};
 use super::{Hca, Nic};
 
-/// The longest datagram that goes straight onto a host's [`Wire`] (built on the stack, then
-/// copied into the wire's buffer); longer ones take the transmit queue, as fast for them
+/// The longest datagram that goes straight onto a host's [`Egress`] (built on the stack, then
+/// copied into the egress's buffer); longer ones take the transmit queue, as fast for them
 /// (docs/decisions.md, "Direct wire for small datagrams only").
 const DIRECT_DATAGRAM: usize = 256;
 
@@ -29,65 +34,205 @@ pub struct Transmit {
     pub data: Vec<u8>,
 }
 
-/// What a [`Wire`] did with a datagram.
+/// What an [`Egress`] did with a datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WireOutcome {
-    /// It is on the wire.
+pub enum SendOutcome {
+    /// It is on its way (in the destination's inbox, or taken by a layer that delays or
+    /// loses it as a link would).
     Sent,
-    /// The wire has no room for it now (the destination's inbox is full).
+    /// No room for it now (the destination's inbox is full): backpressure, try again later.
     Full,
-    /// No port has the destination address: the datagram is gone, as a NIC's is.
+    /// No port has the destination address (or its owner is dead): the datagram is gone, as a
+    /// NIC's is, and RC will retry and eventually report `RETRY_EXC_ERR`.
     Unreachable,
 }
 
-/// A way onto the wire that a host can lend its NIC ([`Nic::set_wire`]), so that a datagram
-/// goes into the wire's own buffer (a ring slot) as soon as it is made, instead of into a
-/// [`Transmit`] that waits in a queue until the host copies it there. While the NIC's transmit
-/// queue is empty and the wire is not paused ([`Nic::pause_wire`]), every datagram of up to
-/// 256 bytes goes this way (the ACKs and small messages that latency waits for); one the wire
-/// refuses (`Full`) is queued for [`Nic::poll_transmit`], and so is everything after it, so
-/// order holds. An ACK sent this way is not coalesced with the next.
-pub trait Wire: Send {
-    /// Puts `datagram` for `dst` on the wire (copies it into the wire's buffer), unless the
+/// The way out that a host lends its NIC ([`Nic::set_egress`]): a port's sending half, or
+/// layers around one (a capture, a tap, a fault plan), as smoltcp's `PcapWriter` and
+/// `FaultInjector` wrap a device. A datagram goes into the egress's own buffer (a ring slot)
+/// as soon as it is made, instead of into a [`Transmit`] that waits in a queue. While the
+/// NIC's transmit queue is empty, every datagram of up to 256 bytes goes this way (the ACKs
+/// and small messages that latency waits for); one the egress refuses (`Full`) is queued, and
+/// so is everything after it, so order holds; the NIC sends its queue through the same
+/// egress when the host calls [`Nic::flush_transmit`]. An ACK sent straight out is not
+/// coalesced with the next.
+///
+/// The calls go one way: the engine calls the egress, which never calls the engine back.
+pub trait Egress: Send {
+    /// Puts `datagram` for `dst` on its way (copies it into the egress's buffer), unless the
     /// outcome is `Full` or `Unreachable`.
-    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome;
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome;
 
-    /// Direct reach: the bytes `ask` names in the memory of the port at `dst`, when this wire
-    /// can reach them without packets, nothing observes it, and the responder's published
-    /// rights allow the access (`engine::reach`); None sends packets, which every wire can.
-    fn reach(&mut self, _dst: [u8; 4], _ask: &super::ReachAsk) -> Option<super::Reached<'_>> {
+    /// Direct reach: does `op` in the memory of the port at `dst`, at the range and with the
+    /// right `ask` names, when this egress can reach that memory without packets, nothing
+    /// observes it, and the responder's published rights allow the access (`engine::reach`).
+    /// Returns the word an atomic found there (0 for a WRITE or READ); None, having done
+    /// nothing, sends packets, which every egress can.
+    fn reach(&mut self, _dst: [u8; 4], _ask: &ReachAsk, _op: &ReachOp<'_>) -> Option<u64> {
         None
     }
 
-    /// Whether [`Wire::reach`] may succeed at all (a cheap test made before each candidate
-    /// WR's checks, so that a wire that never reaches costs nothing).
+    /// Whether [`Egress::reach`] may succeed at all (a cheap test made before each candidate
+    /// WR's checks, so that an egress that never reaches costs nothing).
     fn reaches(&self) -> bool {
         false
     }
 
-    /// Whether datagrams may go onto this wire without their ICRC
-    /// ([`Wire::send_without_icrc`]): true only for a wire on which nothing can look at them
-    /// on the sender's side (no capture, tap or fault plan), whose receivers set or skip the
-    /// ICRC themselves (docs/architecture.md, "The ICRC where nobody looks"). Asked once,
-    /// when the wire is lent ([`Nic::set_wire`]).
+    /// Whether datagrams may go out without their ICRC ([`Egress::send_without_icrc`]): true
+    /// only for an egress on which nothing can look at them on the sender's side (no capture,
+    /// tap or fault plan), whose receivers set or skip the ICRC themselves
+    /// (docs/architecture.md, "The ICRC where nobody looks"). Asked once, when the egress is
+    /// lent ([`Nic::set_egress`]).
     fn takes_unset_icrc(&self) -> bool {
         false
     }
 
-    /// [`Wire::send`] of a datagram whose ICRC the engine left unset
+    /// [`Egress::send`] of a datagram whose ICRC the engine left unset
     /// ([`packet::Icrc::Unset`]: four zero bytes), marked so for its receiver; called only on
-    /// a wire that [`takes_unset_icrc`](Wire::takes_unset_icrc). The default sets the ICRC in
-    /// a copy and sends that, so it is right on any wire.
-    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
+    /// an egress that [`takes_unset_icrc`](Egress::takes_unset_icrc). The default sets the
+    /// ICRC in a copy and sends that, so it is right on any egress.
+    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         self.send(dst, &packet::with_icrc_ipv4(datagram))
+    }
+
+    /// Sends what the egress held back and whose time has come (a fault plan's reordered
+    /// datagrams); whether it sent or dropped any. [`Nic::flush_transmit`] calls it first.
+    fn release(&mut self) -> bool {
+        false
+    }
+}
+
+/// A boxed egress is one: so layers compose over an egress chosen at run time.
+impl<E: Egress + ?Sized> Egress for Box<E> {
+    #[inline]
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        (**self).send(dst, datagram)
+    }
+    #[inline]
+    fn reach(&mut self, dst: [u8; 4], ask: &ReachAsk, op: &ReachOp<'_>) -> Option<u64> {
+        (**self).reach(dst, ask, op)
+    }
+    #[inline]
+    fn reaches(&self) -> bool {
+        (**self).reaches()
+    }
+    #[inline]
+    fn takes_unset_icrc(&self) -> bool {
+        (**self).takes_unset_icrc()
+    }
+    #[inline]
+    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        (**self).send_without_icrc(dst, datagram)
+    }
+    #[inline]
+    fn release(&mut self) -> bool {
+        (**self).release()
+    }
+}
+
+/// What one [`Nic::flush_transmit`] did, for the host's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use = "refused datagrams are the host's counters to keep"]
+pub struct Flushed {
+    /// Whether anything left the queue (sent, lost, dropped) or the egress released
+    /// something it held.
+    pub moved: bool,
+    /// RC and UC datagrams that began to wait for room in the queue: the one the egress
+    /// refused, unless it was waiting already, and every one behind it that was not.
+    pub backpressured: u64,
+    /// UD datagrams the egress refused from the queue, dropped (UD never retransmits: this
+    /// is loss the program sees, as behind a congested switch).
+    pub ud_dropped: u64,
+}
+
+/// The transmit room: the NIC's one transmit queue and everything it takes to emit a
+/// datagram. Nothing else in the NIC holds a datagram on its way out.
+pub(crate) struct TxRoom {
+    /// Datagrams made and not yet sent, in order. The first `refused` of them met a full
+    /// destination on a flush and wait for room; nothing goes straight out while any wait.
+    queue: VecDeque<Transmit>,
+    refused: usize,
+    /// The QP whose ACK is the last datagram in `queue`, if it is one and has not been
+    /// offered to the egress: a later ACK of that QP replaces it (`resp::ack`).
+    last_ack: Option<u32>,
+    /// The host's egress, if it lent one ([`Nic::set_egress`]).
+    egress: Option<Box<dyn Egress>>,
+    /// Whether datagrams that go straight out carry their ICRC: `Unset` only on an egress
+    /// that takes them without (`Egress::takes_unset_icrc`, asked when it was lent).
+    direct_icrc: Icrc,
+    /// Datagram buffers given back with [`Nic::recycle`], reused by the next transmits.
+    spare: Vec<Vec<u8>>,
+    /// The requester's payload buffer, kept between calls so sending allocates nothing.
+    pub(crate) scratch: Vec<u8>,
+    /// The IPv4 identification of the last datagram.
+    ip_ident: u16,
+}
+
+impl TxRoom {
+    pub(crate) fn new() -> TxRoom {
+        TxRoom {
+            queue: VecDeque::new(),
+            refused: 0,
+            last_ack: None,
+            egress: None,
+            direct_icrc: Icrc::Carried,
+            spare: Vec::new(),
+            scratch: Vec::new(),
+            ip_ident: 0,
+        }
+    }
+
+    /// The ACK of `qpn` just queued is the queue's last datagram (see `resp::ack`).
+    pub(crate) fn queued_ack(&mut self, qpn: u32) {
+        self.last_ack = Some(qpn);
+    }
+
+    /// Whether direct reach may be tried: the host lent an egress that reaches, and no
+    /// datagram waits for room (whatever waits was posted before and goes first).
+    #[inline]
+    pub(crate) fn may_reach(&self) -> bool {
+        self.refused == 0 && self.egress.as_deref().is_some_and(|e| e.reaches())
+    }
+
+    /// Direct reach through the egress (see [`Egress::reach`]).
+    #[inline]
+    pub(crate) fn reach(&mut self, dst: [u8; 4], ask: &ReachAsk, op: &ReachOp<'_>) -> Option<u64> {
+        self.egress.as_deref_mut()?.reach(dst, ask, op)
+    }
+
+    fn recycle(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+        if spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX_BYTES {
+            buf.clear();
+            spare.push(buf);
+        }
+    }
+
+    /// Whether a datagram may go straight out now: the host lent an egress and nothing is
+    /// queued ahead (nothing waits for room either, then).
+    #[inline]
+    fn may_send_direct(&self) -> bool {
+        self.queue.is_empty() && self.egress.is_some()
+    }
+
+    /// The egress, if a datagram may go straight onto it now.
+    #[inline]
+    fn direct(&mut self) -> Option<&mut (dyn Egress + 'static)> {
+        match self.queue.is_empty() {
+            true => self.egress.as_deref_mut(),
+            false => None,
+        }
     }
 }
 
 impl Nic {
-    /// The next datagram to send.
+    /// The next datagram to send, for a host that puts the queue on the wire itself (the
+    /// simulator, which paces it by its links).
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.hca.last_tx_ack = None;
-        self.hca.tx.pop_front()
+        let tx = &mut self.hca.tx;
+        tx.last_ack = None;
+        let t = tx.queue.pop_front()?;
+        tx.refused = tx.refused.saturating_sub(1);
+        Some(t)
     }
 
     /// Give back the buffer of a datagram this NIC transmitted once its bytes are no longer
@@ -96,36 +241,76 @@ impl Nic {
     /// simply freed; any `Vec` is accepted. At most [`SPARE_BUFFERS`] are kept, so a NIC holds
     /// no more than it once had in flight.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        self.hca.recycle(buf);
+        TxRoom::recycle(&mut self.hca.tx.spare, buf);
     }
 
-    /// Lend the NIC a way onto the wire (see [`Wire`]); `None` takes it back, after which
-    /// every datagram is queued for [`Nic::poll_transmit`]. Datagrams queued that way always
-    /// carry their ICRC; those sent straight onto a wire that
-    /// [`takes_unset_icrc`](Wire::takes_unset_icrc) do not.
-    pub fn set_wire(&mut self, wire: Option<Box<dyn Wire>>) {
-        self.hca.direct_icrc = match wire.as_deref().is_some_and(|w| w.takes_unset_icrc()) {
-            true => packet::Icrc::Unset,
-            false => packet::Icrc::Carried,
+    /// Lend the NIC a way out (see [`Egress`]); `None` takes it back, after which every
+    /// datagram is queued for [`Nic::poll_transmit`]. Datagrams queued always carry their
+    /// ICRC; those sent straight out through an egress that
+    /// [`takes_unset_icrc`](Egress::takes_unset_icrc) do not. The host never borrows the
+    /// egress back: the NIC sends its queue through it ([`Nic::flush_transmit`]).
+    pub fn set_egress(&mut self, egress: Option<Box<dyn Egress>>) {
+        let tx = &mut self.hca.tx;
+        tx.direct_icrc = match egress.as_deref().is_some_and(|e| e.takes_unset_icrc()) {
+            true => Icrc::Unset,
+            false => Icrc::Carried,
         };
-        self.hca.wire = wire;
+        tx.egress = egress;
     }
 
-    /// The wire lent with [`Nic::set_wire`], for the host to send what it polled through it.
-    pub fn wire_mut(&mut self) -> Option<&mut (dyn Wire + 'static)> {
-        self.hca.wire.as_deref_mut()
-    }
-
-    /// While `paused`, datagrams are queued rather than emitted through the wire: a host
-    /// pauses it while it holds datagrams the wire refused, so that none overtakes them.
-    pub fn pause_wire(&mut self, paused: bool) {
-        self.hca.wire_paused = paused;
+    /// Sends the transmit queue through the lent egress, in order, until the egress refuses
+    /// one for want of room (first letting the egress release what it held back, see
+    /// [`Egress::release`]). A refused RC or UC datagram waits at the head of the queue with
+    /// everything behind it (backpressure: retried on the next flush, nothing lost, nothing
+    /// overtakes it, and nothing goes straight out meanwhile); a refused UD datagram is
+    /// dropped, as a congested switch drops it. Without an egress it does nothing. The host
+    /// calls it after each call that may have queued datagrams ([`Nic::has_transmit`]), and
+    /// soon again while some wait ([`Nic::transmit_waits`]).
+    pub fn flush_transmit(&mut self) -> Flushed {
+        let TxRoom { queue, refused, last_ack, egress, spare, .. } = &mut self.hca.tx;
+        let mut out = Flushed::default();
+        let Some(egress) = egress.as_deref_mut() else { return out };
+        out.moved = egress.release();
+        *last_ack = None;
+        while let Some(t) = queue.front() {
+            match egress.send(t.dst, &t.data) {
+                SendOutcome::Full if !is_ud(&t.data) => {
+                    out.backpressured += (queue.len() - *refused) as u64;
+                    *refused = queue.len();
+                    break;
+                }
+                outcome => {
+                    out.ud_dropped += u64::from(outcome == SendOutcome::Full);
+                    out.moved = true;
+                    *refused = refused.saturating_sub(1);
+                    let t = queue.pop_front().expect("the queue's head was just looked at");
+                    // The bytes are on their way: the buffer serves the next packet.
+                    TxRoom::recycle(spare, t.data);
+                }
+            }
+        }
+        out
     }
 
     /// Whether datagrams are waiting to be sent.
     pub fn has_transmit(&self) -> bool {
-        !self.hca.tx.is_empty()
+        !self.hca.tx.queue.is_empty()
     }
+
+    /// Whether datagrams the egress refused wait in the queue for room at their destination:
+    /// a host retries ([`Nic::flush_transmit`]) soon, since a receiver frees room without
+    /// telling its senders.
+    pub fn transmit_waits(&self) -> bool {
+        self.hca.tx.refused > 0
+    }
+}
+
+/// Whether a datagram the engine emitted is UD traffic (its BTH opcode's transport bits).
+fn is_ud(datagram: &[u8]) -> bool {
+    datagram
+        .get(packet::IPV4_UDP_LEN)
+        .and_then(|&op| packet::Opcode(op).info())
+        .is_some_and(|info| info.transport == packet::Transport::Ud)
 }
 
 impl Hca {
@@ -139,7 +324,7 @@ impl Hca {
     }
 
     /// Emit one packet of a QP whose path is IPv6 (RoCE v2 over IPv6) to the port at `dst`:
-    /// into a buffer of the spare pool, then straight onto the host's wire if it may go now,
+    /// into a buffer of the spare pool, then straight onto the host's egress if it may go now,
     /// else into the transmit queue. Returns whether it was queued. The GRH's traffic class
     /// and hop limit are the IPv6 header's, as the IPv4 TOS and TTL are over IPv4.
     fn transmit6(
@@ -159,25 +344,27 @@ impl Hca {
             flow_label: path.flow_label,
             hop_limit,
         };
-        let mut data = self.spare.pop().unwrap_or_default();
+        let tx = &mut self.tx;
+        let mut data = tx.spare.pop().unwrap_or_default();
         packet::emit_datagram6(&ip, pkt, &mut data)
             .expect("the engine builds only packets its opcode table allows, at most an MTU long");
-        if let Some(wire) = self.direct_wire() {
-            if wire.send(dst, &data) != WireOutcome::Full {
-                self.recycle(data);
+        if let Some(egress) = tx.direct() {
+            if egress.send(dst, &data) != SendOutcome::Full {
+                TxRoom::recycle(&mut tx.spare, data);
                 return false;
             }
         }
-        self.tx.push_back(Transmit { dst, data });
+        tx.queue.push_back(Transmit { dst, data });
         true
     }
 
     /// Take back the last queued datagram if it is an ACK of `qpn` (see `resp::ack`).
     pub(crate) fn retract_ack(&mut self, qpn: u32) {
-        if self.last_tx_ack == Some(qpn) {
-            if let Some(t) = self.tx.pop_back() {
+        let tx = &mut self.tx;
+        if tx.last_ack == Some(qpn) {
+            if let Some(t) = tx.queue.pop_back() {
                 self.stats.tx_packets -= 1;
-                self.recycle(t.data);
+                TxRoom::recycle(&mut tx.spare, t.data);
             }
         }
     }
@@ -186,23 +373,25 @@ impl Hca {
     /// retry is about to make them again from the PSN it goes back to: a NIC rewinds its send
     /// queue, and what had not left its port yet then goes once, from there, rather than once
     /// stale and once again. A host that paces its NIC by its line rate (the simulator) leaves
-    /// a window's worth here; one that drains the queue at once leaves nothing. Returns the
+    /// a window's worth here; one that drains the queue at once leaves nothing. Datagrams the
+    /// egress refused are not taken back: they were offered to the wire already. Returns the
     /// PSN of the first request taken back, which had never been sent. Runs on a retry only.
     pub(crate) fn unqueue_requests(&mut self, qp: &Qp) -> Option<packet::Psn> {
         const BTH: usize = packet::IPV4_UDP_LEN;
         let (dst, dest_qp) = (qp.dst_ip, qp.attr.dest_qp_num);
+        let tx = &mut self.tx;
         let mut first = None;
-        let mut kept = 0;
-        for i in 0..self.tx.len() {
-            let d = &self.tx[i].data;
-            let request = self.tx[i].dst == dst
+        let mut kept = tx.refused;
+        for i in tx.refused..tx.queue.len() {
+            let d = &tx.queue[i].data;
+            let request = tx.queue[i].dst == dst
                 && d.len() >= BTH + packet::Bth::LEN
                 && u32::from_be_bytes([0, d[BTH + 5], d[BTH + 6], d[BTH + 7]]) == dest_qp
                 && packet::Opcode(d[BTH])
                     .info()
                     .is_some_and(|o| o.flags.contains(packet::OpFlags::REQUEST));
             if !request {
-                self.tx.swap(kept, i);
+                tx.queue.swap(kept, i);
                 kept += 1;
                 continue;
             }
@@ -211,27 +400,20 @@ impl Hca {
                 first = Some(packet::Psn::new(psn));
             }
         }
-        while self.tx.len() > kept {
-            let t = self.tx.pop_back().expect("more than `kept` datagrams are queued");
+        while tx.queue.len() > kept {
+            let t = tx.queue.pop_back().expect("more than `kept` datagrams are queued");
             self.stats.tx_packets -= 1;
-            self.recycle(t.data);
+            TxRoom::recycle(&mut tx.spare, t.data);
         }
         if first.is_some() {
             // The last queued datagram may no longer be the ACK `retract_ack` would replace.
-            self.last_tx_ack = None;
+            tx.last_ack = None;
         }
         first
     }
 
-    fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX_BYTES {
-            buf.clear();
-            self.spare.push(buf);
-        }
-    }
-
-    /// Emit one packet: straight onto the host's wire if it is small and may go now (see
-    /// [`Wire`]), else into the transmit queue. Returns whether it was queued.
+    /// Emit one packet: straight onto the host's egress if it is small and may go now (see
+    /// [`Egress`]), else into the transmit queue. Returns whether it was queued.
     pub(crate) fn transmit_to(
         &mut self,
         dst: [u8; 4],
@@ -241,25 +423,25 @@ impl Hca {
     ) -> bool {
         let ip = self.next_ip_udp(dst, (tos, ttl), sport);
         let len = packet::engine_datagram_len(pkt);
-        if len <= DIRECT_DATAGRAM && self.direct_wire().is_some() {
+        if len <= DIRECT_DATAGRAM && self.tx.may_send_direct() {
             // Built in cache-hot memory, then copied: built in the ring slot, its ICRC waits for
             // lines still owned by the reader's core (docs/decisions.md, "Build a direct
             // datagram on the stack, then copy").
             let mut local = [0u8; DIRECT_DATAGRAM];
-            let icrc = self.direct_icrc;
+            let icrc = self.tx.direct_icrc;
             packet::emit_engine_datagram_into(&ip, pkt, &mut local[..len], icrc);
             return self.send_built(dst, &mut local[..len], icrc);
         }
-        let mut data = self.spare.pop().unwrap_or_default();
+        let mut data = self.tx.spare.pop().unwrap_or_default();
         packet::emit_engine_datagram(&ip, pkt, &mut data);
-        self.tx.push_back(Transmit { dst, data });
+        self.tx.queue.push_back(Transmit { dst, data });
         true
     }
 
     /// [`Hca::transmit_to`] for the requester's fast path (`req::post_now`): a request of
     /// `qp` built without a [`Packet`] (`packet::emit_request_into`; the headers are the ones
-    /// `bth.opcode` lists), small enough to go straight onto the wire, as `post_now` made sure
-    /// it may (a wire that refuses it queues it, as `send_built` does).
+    /// `bth.opcode` lists), small enough to go straight out, as `post_now` made sure it may
+    /// (an egress that refuses it queues it, as `send_built` does).
     pub(crate) fn transmit_request(
         &mut self,
         qp: &Qp,
@@ -277,7 +459,7 @@ impl Hca {
 
     /// Emit an ACKNOWLEDGE (an ACK or a NAK) of `qp` from its template: the same datagram
     /// [`Hca::transmit`] would build, for a fraction of the work. Returns whether it was
-    /// queued (rather than emitted through the host's wire).
+    /// queued (rather than sent straight out through the host's egress).
     pub(crate) fn transmit_aeth(&mut self, qp: &Qp, psn: packet::Psn, aeth: packet::Aeth) -> bool {
         let Some(template) = &qp.ack_template else {
             let bth = packet::Bth {
@@ -301,10 +483,10 @@ impl Hca {
     /// Accounts for one more datagram sent and returns its IPv4 identification. It ends any
     /// chance of replacing the last queued ACK (`resp::ack`).
     fn next_datagram(&mut self) -> u16 {
-        self.last_tx_ack = None;
+        self.tx.last_ack = None;
         self.stats.tx_packets += 1;
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        self.ip_ident
+        self.tx.ip_ident = self.tx.ip_ident.wrapping_add(1);
+        self.tx.ip_ident
     }
 
     /// The IPv4 and UDP fields of the next datagram this NIC sends to `dst` ([`next_datagram`]
@@ -317,51 +499,45 @@ impl Hca {
     }
 
     /// How a datagram about to be built for [`Hca::send_built`] treats its ICRC: unset only
-    /// if it may go straight onto a wire that takes it so (one that goes into the queue
+    /// if it may go straight onto an egress that takes it so (one that goes into the queue
     /// instead has it set after all).
     #[inline]
-    fn icrc_for_direct(&self) -> packet::Icrc {
-        match self.may_send_direct() {
-            true => self.direct_icrc,
-            false => packet::Icrc::Carried,
+    fn icrc_for_direct(&self) -> Icrc {
+        match self.tx.may_send_direct() {
+            true => self.tx.direct_icrc,
+            false => Icrc::Carried,
         }
     }
 
     /// Sends a datagram already built (its ICRC set or not, as `icrc` says): onto the host's
-    /// wire if it may go now and the wire takes it, else into the transmit queue, with its
-    /// ICRC set. Returns whether it was queued.
-    fn send_built(&mut self, dst: [u8; 4], bytes: &mut [u8], icrc: packet::Icrc) -> bool {
-        if let Some(wire) = self.direct_wire() {
+    /// egress if it may go now and the egress takes it, else into the transmit queue, with
+    /// its ICRC set. Returns whether it was queued.
+    fn send_built(&mut self, dst: [u8; 4], bytes: &mut [u8], icrc: Icrc) -> bool {
+        let tx = &mut self.tx;
+        if let Some(egress) = tx.direct() {
             let outcome = match icrc {
-                packet::Icrc::Carried => wire.send(dst, bytes),
-                packet::Icrc::Unset => wire.send_without_icrc(dst, bytes),
+                Icrc::Carried => egress.send(dst, bytes),
+                Icrc::Unset => egress.send_without_icrc(dst, bytes),
             };
-            if outcome != WireOutcome::Full {
+            if outcome != SendOutcome::Full {
                 return false;
             }
         }
-        if icrc == packet::Icrc::Unset {
+        if icrc == Icrc::Unset {
             // A queued datagram may meet a tap or a capture before it goes: it is whole.
             packet::set_icrc_ipv4(bytes);
         }
-        let mut data = self.spare.pop().unwrap_or_default();
+        let mut data = tx.spare.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(bytes);
-        self.tx.push_back(Transmit { dst, data });
+        tx.queue.push_back(Transmit { dst, data });
         true
     }
 
-    /// Whether a datagram may go straight onto the host's wire now (see [`Hca::direct_wire`]).
+    /// Whether a datagram may go straight onto the host's egress now: nothing is queued ahead
+    /// of it (and so nothing waits for room).
+    #[inline]
     pub(crate) fn may_send_direct(&self) -> bool {
-        self.tx.is_empty() && !self.wire_paused && self.wire.is_some()
-    }
-
-    /// The host's wire, if a datagram may go straight onto it now: nothing is queued ahead of
-    /// it and the host holds nothing the wire refused.
-    fn direct_wire(&mut self) -> Option<&mut (dyn Wire + 'static)> {
-        match self.may_send_direct() {
-            true => self.wire.as_deref_mut(),
-            false => None,
-        }
+        self.tx.may_send_direct()
     }
 }

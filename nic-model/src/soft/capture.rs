@@ -11,8 +11,11 @@
 //!   the variable, rather than interleaving records into a file nobody can read.
 //! - **Timestamps** are the wall clock (nanoseconds), so the files of two processes merge in
 //!   order.
-//! - **Cost**: nothing when no capture is asked for (the device's tap is `None`, a branch that
-//!   was already there); otherwise a lock and a copy into a 64 KiB buffer per datagram. The
+//! - **Where**: on the way out a layer around the port's sending half ([`Captured`], as
+//!   smoltcp's `PcapWriter` wraps a device) records what went into a peer's inbox; on the
+//!   way in the device's progress round records what it hands the engine.
+//! - **Cost**: nothing when no capture is asked for (no layer, and the device's receiving
+//!   tap is `None`, a branch that was already there); otherwise a lock and a copy into a 64 KiB buffer per datagram. The
 //!   buffer is written out when full, when a device's NIC thread goes idle, when the last
 //!   device using the file closes, and when the process exits normally (`exit`, or returning
 //!   from `main`) with devices still open, as C programs often do (an `atexit` handler).
@@ -27,6 +30,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use verbs_api::{Errno, Error, Result};
 
 use super::env::PID_PLACEHOLDER;
+use crate::engine::{Egress, SendOutcome};
 use crate::packet::PcapWriter;
 
 /// Bytes buffered before a write to the file.
@@ -182,6 +186,33 @@ impl Drop for Capture {
         if let Some(Err(e)) = inner.out.take().map(|w| w.into_inner()) {
             eprintln!("softverbs: writing the capture {} failed: {e}", self.path.display());
         }
+    }
+}
+
+/// A port's sending half (or its other layers) whose datagrams a capture records, each one
+/// that went into a peer's inbox.
+pub(crate) struct Captured<S> {
+    inner: S,
+    capture: Arc<Capture>,
+}
+
+impl<S: Egress> Captured<S> {
+    pub(crate) fn new(inner: S, capture: Arc<Capture>) -> Captured<S> {
+        Captured { inner, capture }
+    }
+}
+
+impl<S: Egress> Egress for Captured<S> {
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let outcome = self.inner.send(dst, datagram);
+        if outcome == SendOutcome::Sent {
+            self.capture.record(false, datagram);
+        }
+        outcome
+    }
+
+    fn release(&mut self) -> bool {
+        self.inner.release()
     }
 }
 

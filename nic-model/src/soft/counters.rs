@@ -70,9 +70,10 @@ pub fn index_of(name: &str) -> Option<usize> {
     COUNTERS.iter().position(|c| c.name == name)
 }
 
-/// What the device's port did with datagrams the wire refused.
+/// What became of datagrams a full destination inbox refused (the engine's
+/// [`Flushed`](crate::engine::Flushed), added up by the device).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WireCounters {
+pub struct Backpressure {
     /// RC and UC datagrams that found the destination inbox full and waited in the backlog
     /// (backpressure: they are sent later, in order, nothing is lost).
     pub backpressured: u64,
@@ -97,10 +98,10 @@ pub struct PortCounters {
 }
 
 /// [`PortCounters`] as the device keeps them: written only by whoever holds the device lock
-/// (the engine's wire and the progress loop), so an increment is a relaxed load and store, no
-/// locked instruction; read by [`Tally::snapshot`] from anywhere.
+/// (the port's sending half, lent to the engine, and the progress loop), so an increment is
+/// a relaxed load and store, no locked instruction; read by [`Tally::snapshot`] from anywhere.
 #[derive(Default)]
-pub(crate) struct Tally {
+pub struct Tally {
     pub(crate) xmit_packets: AtomicU64,
     pub(crate) xmit_bytes: AtomicU64,
     pub(crate) rcv_packets: AtomicU64,
@@ -129,7 +130,8 @@ impl Tally {
         add(&self.rcv_bytes, len as u64);
     }
 
-    pub(crate) fn snapshot(&self) -> PortCounters {
+    /// What the port counted so far.
+    pub fn snapshot(&self) -> PortCounters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         PortCounters {
             xmit_packets: get(&self.xmit_packets),
@@ -151,7 +153,7 @@ const _: () = assert!(COUNT <= crate::wire::layout::COUNTER_WORDS);
 /// port's counts; `link_downed` is whether the port has gone down.
 pub fn values(
     nic: &NicStats,
-    wire: &WireCounters,
+    backpressure: &Backpressure,
     port: &PortCounters,
     faults: &FaultCounters,
     link_downed: bool,
@@ -181,9 +183,9 @@ pub fn values(
         nic.rx_wrong_source,
         nic.rx_bad_length,
         nic.dropped_messages,
-        wire.ud_dropped_inbox_full,
+        backpressure.ud_dropped_inbox_full,
         port.unreachable,
-        wire.backpressured,
+        backpressure.backpressured,
         faults.loss_tx,
         faults.loss_rx,
         faults.duplicate,
@@ -207,7 +209,7 @@ mod tests {
         }
         let nic =
             NicStats { tx_packets: 5, rx_bad_icrc: 2, seq_naks_received: 3, ..NicStats::default() };
-        let wire = WireCounters { backpressured: 7, ud_dropped_inbox_full: 1 };
+        let backpressure = Backpressure { backpressured: 7, ud_dropped_inbox_full: 1 };
         let port = PortCounters {
             xmit_bytes: 400,
             rcv_packets: 9,
@@ -215,7 +217,7 @@ mod tests {
             ..PortCounters::default()
         };
         let faults = FaultCounters { loss_rx: 6, port_failed: 2, ..FaultCounters::default() };
-        let v = values(&nic, &wire, &port, &faults, true);
+        let v = values(&nic, &backpressure, &port, &faults, true);
         let at = |n: &str| v[index_of(n).expect(n)];
         assert_eq!(at("sent_pkts"), 5);
         assert_eq!(at("rcvd_bad_icrc"), 2);

@@ -21,16 +21,16 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{AsyncElement, AsyncEvent};
 
-use super::capture::Capture;
-use super::counters::{self, PortCounters, Tally, WireCounters};
-use super::faults::{Dir, FaultCounters, PortFaults, Verdict};
-use super::port::{Port, SendOutcome};
-use super::port_wire::{capture_tap, lock_faults, PortWire, Tap, TapDir};
+use super::capture::{Capture, Captured};
+use super::counters::{self, Backpressure, PortCounters, Tally};
+use super::faults::{lock_faults, Dir, FaultCounters, Faulted, PortFaults, Verdict};
+use super::port::Port;
 use super::reach::SoftReach;
+use super::tap::{observer, Tap, TapDir, Tapped};
 use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
-use crate::engine::{ip_of_slot, Nic, NicEvent, NicStats, Now, Transmit};
-use crate::packet::{with_icrc_ipv4, Icrc, Opcode, Transport, IPV4_UDP_LEN};
+use crate::engine::{ip_of_slot, Egress, Nic, NicEvent, NicStats, Now};
+use crate::packet::{with_icrc_ipv4, Icrc};
 use crate::wire::os;
 
 /// What [`super::Soft::watch_async_events`] calls for each async event: quick, and never a
@@ -69,15 +69,15 @@ pub(crate) enum Round {
     Poll,
 }
 
-/// What the device lock protects: the engine and what travels with it.
+/// What the device lock protects: the engine (with the port's sending half lent to it, and
+/// its one transmit queue) and what travels with it.
 pub(crate) struct State {
     pub(crate) nic: Nic,
-    /// Datagrams the wire refused (inbox full), sent first on the next round.
-    backlog: VecDeque<Transmit>,
-    tap: Option<Tap>,
+    /// What looks at the datagrams the port receives (the capture, then the tap), if anything.
+    rx_tap: Option<Tap>,
     /// Rounds since the last one that read the clock (see [`TIMER_CHECK_EVERY`]).
     rounds_since_clock: u32,
-    wire: WireCounters,
+    backpressure: Backpressure,
 }
 
 /// A snapshot of a soft device's counters ([`crate::soft::Soft::stats`]).
@@ -85,8 +85,8 @@ pub(crate) struct State {
 pub struct DeviceStats {
     /// The engine's counters.
     pub nic: NicStats,
-    /// The port's counters of the wire's backpressure.
-    pub wire: WireCounters,
+    /// What became of datagrams a full destination inbox refused.
+    pub backpressure: Backpressure,
     /// The port's packet and byte counts.
     pub port: PortCounters,
     /// The faults its plan injected (`SOFTVERBS_FAULTS`); zero without one.
@@ -152,13 +152,15 @@ pub(crate) struct Core {
     port_error: OnceLock<String>,
     spin: Duration,
     standby: Duration,
-    /// The capture file this device writes to (`SOFTVERBS_PCAP`, `--pcap`): its tap is part of
-    /// every tap the device has.
+    /// The capture file this device writes to (`SOFTVERBS_PCAP`, `--pcap`): a layer of
+    /// every sending half the device lends, and part of its receiving tap.
     capture: Option<Arc<Capture>>,
-    /// The port's own counters ([`DeviceStats::port`]); the engine's wire adds to them too.
+    /// The port's own counters ([`DeviceStats::port`]); the sending half lent to the engine
+    /// adds to them too.
     tally: Arc<Tally>,
-    /// The port's faults (`SOFTVERBS_FAULTS`), shared with the wire lent to the engine; None
-    /// without a plan, and then the packet paths never look further.
+    /// The port's faults (`SOFTVERBS_FAULTS`), shared with the layer around the sending half
+    /// lent to the engine; None without a plan, and then the receiving path never looks
+    /// further.
     faults: Option<Arc<Mutex<PortFaults>>>,
     /// What the device publishes for peers that reach its memory (a port with a reach file).
     pub(crate) reach: Option<SoftReach>,
@@ -194,9 +196,9 @@ impl Device {
         if let Some(c) = &capture {
             c.join(ip_of_slot(port.lid()));
         }
-        let tap = capture.as_ref().map(capture_tap);
+        let rx_tap = observer(capture.as_ref(), None);
         let tally = Arc::new(Tally::default());
-        nic.set_wire(Some(PortWire::lend(&port, tap.clone(), &tally, &faults)));
+        nic.set_egress(Some(lend(port.as_ref(), &tally, capture.as_ref(), None, faults.as_ref())));
         port.set_label(&name);
         let reach = port.arena().map(|a| SoftReach::new(a.clone()));
         let core = Arc::new(Core {
@@ -204,10 +206,9 @@ impl Device {
             serial: DEVICES_STARTED.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State {
                 nic,
-                backlog: VecDeque::new(),
-                tap,
+                rx_tap,
                 rounds_since_clock: 0,
-                wire: WireCounters::default(),
+                backpressure: Backpressure::default(),
             }),
             port,
             epoch: Instant::now(),
@@ -238,7 +239,7 @@ impl Device {
         {
             // Readers see every counter from the start, zero until the port does something.
             let st = core.lock();
-            core.publish_counters(&st.nic, &st.wire);
+            core.publish_counters(&st.nic, &st.backpressure);
         }
         let for_thread = core.clone();
         let handle = std::thread::Builder::new()
@@ -280,20 +281,16 @@ impl Core {
     /// Copy datagrams to `tap` (replacing the last one set), and to the capture file if the
     /// device writes one.
     pub(crate) fn set_tap(&self, tap: Option<Tap>) {
-        let tap = match (self.capture.as_ref().map(capture_tap), tap) {
-            (Some(c), Some(t)) => Some(Arc::new(move |dir: TapDir, d: &[u8]| {
-                c(dir, d);
-                t(dir, d);
-            }) as Tap),
-            (c, t) => c.or(t),
-        };
+        let rx_tap = observer(self.capture.as_ref(), tap.clone());
         if let Some(r) = &self.reach {
-            r.set_observed(tap.is_some() || self.faults.is_some());
+            r.set_observed(rx_tap.is_some() || self.faults.is_some());
         }
+        let egress =
+            lend(self.port.as_ref(), &self.tally, self.capture.as_ref(), tap, self.faults.as_ref());
         let mut st = self.lock();
-        // A fresh wire with the tap on its sends (it reconnects to peers on demand).
-        st.nic.set_wire(Some(PortWire::lend(&self.port, tap.clone(), &self.tally, &self.faults)));
-        st.tap = tap;
+        // A fresh sending half with the tap around it (it reconnects to peers on demand).
+        st.nic.set_egress(Some(egress));
+        st.rx_tap = rx_tap;
     }
 
     /// The id a CQ or SRQ handle of this device reports (`CqOps::id`, `SrqOps::id`) and async
@@ -306,7 +303,7 @@ impl Core {
         let st = self.lock();
         DeviceStats {
             nic: st.nic.stats().clone(),
-            wire: st.wire,
+            backpressure: st.backpressure,
             port: self.tally.snapshot(),
             faults: self.fault_counts(),
             port_error: self.port_error.get().cloned(),
@@ -318,10 +315,10 @@ impl Core {
     /// counters block, for `softverbs counters`): a few dozen relaxed stores, no system call.
     /// Called once per [`TIMER_CHECK_EVERY`] rounds and before the NIC thread parks, never
     /// per packet.
-    fn publish_counters(&self, nic: &Nic, wire: &WireCounters) {
+    fn publish_counters(&self, nic: &Nic, backpressure: &Backpressure) {
         let values = counters::values(
             nic.stats(),
-            wire,
+            backpressure,
             &self.tally.snapshot(),
             &self.fault_counts(),
             self.port_down(),
@@ -368,8 +365,9 @@ impl Core {
         }
     }
 
-    /// Sends or hands to the engine the packets the fault plan held for their reorder jitter
-    /// whose time has come; whether there were any.
+    /// Hands to the engine the received packets the fault plan held for their reorder jitter
+    /// whose time has come; whether there were any. (The ones held on the way out are the
+    /// fault layer's, released when the engine flushes: [`Egress::release`].)
     #[cold]
     fn release_held(
         &self,
@@ -380,28 +378,13 @@ impl Core {
     ) -> bool {
         let mut did = false;
         loop {
-            let mut g = lock_faults(f);
-            let Some(h) = g.take_due() else { break };
+            let Some(h) = lock_faults(f).take_due(Dir::Rx) else { break };
             did = true;
-            match h.dir {
-                Dir::Tx => {
-                    let faults = &mut *g;
-                    if self.port.send(&mut faults.links, h.dst, &h.data) == SendOutcome::Sent {
-                        self.tally.sent(h.data.len());
-                        if let Some(t) = tap {
-                            t(TapDir::Tx, &h.data);
-                        }
-                    }
-                }
-                Dir::Rx => {
-                    drop(g);
-                    self.tally.received(h.data.len());
-                    if let Some(t) = tap {
-                        t(TapDir::Rx, &h.data);
-                    }
-                    nic.handle_packet_at(now, &h.data);
-                }
+            self.tally.received(h.data.len());
+            if let Some(t) = tap {
+                t(TapDir::Rx, &h.data);
             }
+            nic.handle_packet_at(now, &h.data);
         }
         did
     }
@@ -421,7 +404,7 @@ impl Core {
     /// receive, no timer): then only the NIC thread is told that the program calls in.
     pub(crate) fn progress_after_verb(&self, st: &mut State) {
         let quiet = st.nic.take_quiet_post();
-        let waiting = !st.backlog.is_empty() || st.nic.has_transmit() || !self.port.idle();
+        let waiting = st.nic.has_transmit() || !self.port.idle();
         if quiet && !waiting && st.nic.next_timeout().is_none() {
             let n = self.inline_rounds.load(Ordering::Relaxed);
             self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
@@ -506,10 +489,10 @@ impl Core {
     /// completion reaches the program without waiting for packets that arrived behind it; the
     /// next round takes those.
     fn progress_locked(&self, st: &mut State, round: Round) -> bool {
-        let State { nic, backlog, tap, rounds_since_clock, wire } = st;
+        let State { nic, rx_tap: tap, rounds_since_clock, backpressure } = st;
         let mut did = false;
-        if nic.has_transmit() && backlog.is_empty() {
-            did |= self.flush_tx(nic, backlog, wire);
+        if nic.has_transmit() && !nic.transmit_waits() {
+            did |= flush(nic, backpressure);
         }
         let completions_before = match round {
             Round::Poll => Some(nic.completions_pending()),
@@ -549,7 +532,7 @@ impl Core {
         *rounds_since_clock += 1;
         if *rounds_since_clock >= TIMER_CHECK_EVERY {
             *rounds_since_clock = 0;
-            self.publish_counters(nic, wire);
+            self.publish_counters(nic, backpressure);
             if let Some(due) = nic.next_timeout() {
                 let now = now.get();
                 if due <= now {
@@ -558,8 +541,8 @@ impl Core {
                 }
             }
         }
-        if !backlog.is_empty() || nic.has_transmit() {
-            did |= self.flush_tx(nic, backlog, wire);
+        if nic.has_transmit() || faults.is_some() {
+            did |= flush(nic, backpressure);
         }
         while let Some(ev) = nic.poll_event() {
             did = true;
@@ -579,52 +562,6 @@ impl Core {
                 self.port.unpark();
             }
         }
-        did
-    }
-
-    /// Sends the backlog, then what the engine has queued, through the port the NIC was lent
-    /// (its [`PortWire`]), until the wire refuses one; pauses the NIC's direct emission while
-    /// datagrams wait, so that none overtakes them.
-    fn flush_tx(
-        &self,
-        nic: &mut Nic,
-        backlog: &mut VecDeque<Transmit>,
-        wire: &mut WireCounters,
-    ) -> bool {
-        let mut did = false;
-        loop {
-            let (t, was_waiting) = match backlog.pop_front() {
-                Some(t) => (t, true),
-                None => match nic.poll_transmit() {
-                    Some(t) => (t, false),
-                    None => break,
-                },
-            };
-            let port = nic.wire_mut().expect("a soft device lends its NIC its port");
-            match port.send(t.dst, &t.data) {
-                SendOutcome::Sent | SendOutcome::Unreachable => {
-                    // The bytes are in the peer's ring now: the buffer serves the next packet.
-                    nic.recycle(t.data);
-                    did = true;
-                }
-                SendOutcome::Full if is_ud(&t.data) => {
-                    wire.ud_dropped_inbox_full += 1;
-                    nic.recycle(t.data);
-                    did = true;
-                }
-                SendOutcome::Full => {
-                    // Backpressure, not loss: keep it (and everything after it) for later.
-                    wire.backpressured += u64::from(!was_waiting);
-                    backlog.push_front(t);
-                    while let Some(t) = nic.poll_transmit() {
-                        wire.backpressured += 1;
-                        backlog.push_back(t);
-                    }
-                    break;
-                }
-            }
-        }
-        nic.pause_wire(!backlog.is_empty());
         did
     }
 
@@ -666,12 +603,12 @@ impl Core {
         let now = self.now();
         let mut st = self.lock();
         // Idle: what the port did so far is what another process reads while it sleeps.
-        self.publish_counters(&st.nic, &st.wire);
+        self.publish_counters(&st.nic, &st.backpressure);
         // Timers that posts armed without the clock start now, at the latest.
         st.nic.stamp_timers(now);
-        let latest = match st.backlog.is_empty() {
-            true => now + MAX_PARK.as_nanos() as u64,
-            false => now + BACKLOG_RETRY.as_nanos() as u64,
+        let latest = match st.nic.transmit_waits() {
+            false => now + MAX_PARK.as_nanos() as u64,
+            true => now + BACKLOG_RETRY.as_nanos() as u64,
         };
         let mut until = st.nic.next_timeout().map_or(latest, |t| t.min(latest));
         if let Some(f) = &self.faults {
@@ -685,12 +622,38 @@ impl Core {
     }
 }
 
-/// Whether a datagram the engine emitted is UD traffic (its BTH opcode's transport bits).
-fn is_ud(datagram: &[u8]) -> bool {
-    datagram
-        .get(IPV4_UDP_LEN)
-        .and_then(|&op| Opcode(op).info())
-        .is_some_and(|info| info.transport == Transport::Ud)
+/// Has the engine send its transmit queue through the sending half it was lent (and the fault
+/// layer release what it held), adding what became of refused datagrams to the device's
+/// counters; whether anything moved.
+fn flush(nic: &mut Nic, backpressure: &mut Backpressure) -> bool {
+    let f = nic.flush_transmit();
+    backpressure.backpressured += f.backpressured;
+    backpressure.ud_dropped_inbox_full += f.ud_dropped;
+    f.moved
+}
+
+/// The sending half of `port` to lend its engine, inside the layers that look at what it
+/// sends: the capture, then the tap, then the fault plan (outermost: what it loses, nothing
+/// else sees; what it duplicates, each sees twice). Without them it is the port's own sending
+/// half, and a datagram pays one call.
+fn lend(
+    port: &dyn Port,
+    tally: &Arc<Tally>,
+    capture: Option<&Arc<Capture>>,
+    tap: Option<Tap>,
+    faults: Option<&Arc<Mutex<PortFaults>>>,
+) -> Box<dyn Egress> {
+    let mut egress = port.egress(tally);
+    if let Some(c) = capture {
+        egress = Box::new(Captured::new(egress, c.clone()));
+    }
+    if let Some(t) = tap {
+        egress = Box::new(Tapped::new(egress, t));
+    }
+    if let Some(f) = faults {
+        egress = Box::new(Faulted::new(egress, f.clone()));
+    }
+    egress
 }
 
 /// The NIC thread: stand by while the program runs the engine inline; otherwise progress while

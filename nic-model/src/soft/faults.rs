@@ -11,12 +11,17 @@
 //! `tx:`/`rx:` apply to both directions; `drop` without one counts the packets the port sends.
 //! `@FILE` reads the same words from a TOML file: `key = value` lines (the scenario files'
 //! link keys), under `[tx]`, `[rx]`, `[DEV]` or `[DEV.tx]` tables.
+//!
+//! On the way out the plan is a layer around the port's sending half (`Faulted`, as
+//! smoltcp's `FaultInjector` wraps a device); on the way in the device's progress round asks
+//! the same `PortFaults` before the engine sees a datagram.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::port::Links;
+use crate::engine::{Egress, SendOutcome};
 use crate::fault::{DropNth, FaultParams, Rng};
 use crate::packet::IPV4_UDP_LEN;
 
@@ -267,7 +272,6 @@ impl FaultPlan {
             fail_at_ns: None,
             failed: false,
             held: VecDeque::new(),
-            links: Links::default(),
             counts: FaultCounters::default(),
             epoch: Instant::now(),
             timed: false,
@@ -370,8 +374,6 @@ pub(crate) struct PortFaults {
     fail_at_ns: Option<u64>,
     failed: bool,
     held: VecDeque<Held>,
-    /// The port's connections for releasing held packets.
-    pub(crate) links: Links,
     pub(crate) counts: FaultCounters,
     epoch: Instant,
     /// Whether any fault depends on time (only then is the clock read per packet).
@@ -458,13 +460,13 @@ impl PortFaults {
         Verdict::Pass { altered, dup: fate.duplicate }
     }
 
-    /// A held packet whose time has come, if any.
-    pub(crate) fn take_due(&mut self) -> Option<Held> {
+    /// A packet held going `dir` whose time has come, if any.
+    pub(crate) fn take_due(&mut self, dir: Dir) -> Option<Held> {
         if self.held.is_empty() {
             return None;
         }
         let now = self.now_ns();
-        let at = self.held.iter().position(|h| h.due_ns <= now)?;
+        let at = self.held.iter().position(|h| h.due_ns <= now && h.dir == dir)?;
         self.held.remove(at)
     }
 
@@ -479,6 +481,53 @@ impl PortFaults {
     /// Nanoseconds since the device opened, as the plan's times count.
     pub(crate) fn elapsed_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// The fault plan's state, even if a thread panicked holding it.
+pub(crate) fn lock_faults(f: &Mutex<PortFaults>) -> MutexGuard<'_, PortFaults> {
+    f.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A port's sending half (or its other layers) under the port's fault plan: each datagram is
+/// lost (as on a link, the sender does not know), held for its jitter and sent when its time
+/// comes ([`Egress::release`]), or sent, changed and copied as the plan's dice say. The plan
+/// is shared with the device's receiving path, which applies its other direction.
+pub(crate) struct Faulted<S> {
+    inner: S,
+    plan: Arc<Mutex<PortFaults>>,
+}
+
+impl<S: Egress> Faulted<S> {
+    pub(crate) fn new(inner: S, plan: Arc<Mutex<PortFaults>>) -> Faulted<S> {
+        Faulted { inner, plan }
+    }
+}
+
+impl<S: Egress> Egress for Faulted<S> {
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let verdict = lock_faults(&self.plan).judge(Dir::Tx, dst, datagram);
+        match verdict {
+            Verdict::Drop | Verdict::Held => SendOutcome::Sent,
+            Verdict::Pass { altered, dup } => {
+                let bytes = altered.as_deref().unwrap_or(datagram);
+                let outcome = self.inner.send(dst, bytes);
+                if dup && outcome == SendOutcome::Sent {
+                    let _ = self.inner.send(dst, bytes);
+                }
+                outcome
+            }
+        }
+    }
+
+    fn release(&mut self) -> bool {
+        let mut did = self.inner.release();
+        loop {
+            let Some(h) = lock_faults(&self.plan).take_due(Dir::Tx) else { break };
+            did = true;
+            let _ = self.inner.send(h.dst, &h.data);
+        }
+        did
     }
 }
 

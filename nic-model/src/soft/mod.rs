@@ -12,8 +12,8 @@ mod device;
 mod env;
 pub mod faults;
 mod port;
-mod port_wire;
-mod reach;
+pub(crate) mod reach;
+mod tap;
 #[cfg(test)]
 mod tests;
 
@@ -28,21 +28,22 @@ use verbs_api::{
     AsyncEvent, CompChannel, CompletionQueue, DeviceInfo, Errno, Error, Result, WorkCompletion,
 };
 
-pub use counters::WireCounters;
+pub use counters::{Backpressure, Tally};
 pub use device::{AsyncWatcher, DeviceStats};
 pub use env::{
     EnvConfig, DEFAULT_DEVICES, DEFAULT_SPIN, DEFAULT_STANDBY, MAX_DEVICES, PID_PLACEHOLDER,
 };
 pub use faults::{FaultCounters, FaultPlan};
-pub use port::{Links, LoopPort, Loopback, Port, SendOutcome, ShmPort};
-pub use port_wire::{Tap, TapDir};
+pub use port::{LoopEgress, LoopPort, Loopback, Port, SendOutcome, ShmEgress, ShmPort};
+pub use tap::{Tap, TapDir};
 
 use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};
 use crate::wire::{Fabric, InboxConfig, WireError};
 use device::{Core, CqEntry, Device, Round};
 
-enum WireKind {
+/// What a set of soft devices' ports attach to.
+enum Medium {
     Loopback(Arc<Loopback>),
     Shm(Fabric),
 }
@@ -54,7 +55,7 @@ pub struct Soft {
 }
 
 struct SoftInner {
-    wire: WireKind,
+    medium: Medium,
     names: Vec<String>,
     devices: Mutex<BTreeMap<String, Weak<Device>>>,
     config: Mutex<NicConfig>,
@@ -71,7 +72,7 @@ struct SoftInner {
 }
 
 impl Soft {
-    fn with_wire(wire: WireKind, env: std::result::Result<EnvConfig, Error>) -> Soft {
+    fn with_medium(medium: Medium, env: std::result::Result<EnvConfig, Error>) -> Soft {
         let n = env.as_ref().map_or(DEFAULT_DEVICES, |e| e.devices);
         let pcap = env.as_ref().ok().and_then(|e| e.pcap.clone());
         // Checked when the environment was read: it parses.
@@ -83,7 +84,7 @@ impl Soft {
         });
         Soft {
             inner: Arc::new(SoftInner {
-                wire,
+                medium,
                 names: (0..n).map(|i| format!("softverbs{i}")).collect(),
                 devices: Mutex::new(BTreeMap::new()),
                 config: Mutex::new(NicConfig::new("", 0)),
@@ -99,7 +100,7 @@ impl Soft {
     /// process. An environment variable that does not parse ([`EnvConfig`]) makes every open
     /// of a device fail with an error naming it.
     pub fn loopback() -> Soft {
-        Soft::with_wire(WireKind::Loopback(Loopback::new()), EnvConfig::from_env())
+        Soft::with_medium(Medium::Loopback(Loopback::new()), EnvConfig::from_env())
     }
 
     /// Devices on the shared-memory fabric in `dir` (or `SOFTVERBS_FABRIC`, or
@@ -114,7 +115,7 @@ impl Soft {
             Err(WireError::NoFabric { .. }) => Fabric::locate(dir),
             Err(e) => return Err(Error::new(Errno::Io, e.to_string())),
         };
-        Ok(Soft::with_wire(WireKind::Shm(fabric), Ok(env)))
+        Ok(Soft::with_medium(Medium::Shm(fabric), Ok(env)))
     }
 
     /// Change the NIC settings (limits, retry quirks) used by devices opened from now on.
@@ -159,9 +160,9 @@ impl Soft {
 
     /// The fabric directory, for a shared-memory `Soft`.
     pub fn fabric(&self) -> Option<&Fabric> {
-        match &self.inner.wire {
-            WireKind::Shm(f) => Some(f),
-            WireKind::Loopback(_) => None,
+        match &self.inner.medium {
+            Medium::Shm(f) => Some(f),
+            Medium::Loopback(_) => None,
         }
     }
 
@@ -229,13 +230,13 @@ impl Soft {
         if let Some(d) = devices.get(name).and_then(Weak::upgrade) {
             return Ok(d);
         }
-        let (port, lid): (Arc<dyn Port>, u16) = match &self.inner.wire {
-            WireKind::Loopback(lb) => {
+        let (port, lid): (Arc<dyn Port>, u16) = match &self.inner.medium {
+            Medium::Loopback(lb) => {
                 let p = lb.attach(4096);
                 let lid = p.lid();
                 (Arc::new(p), lid)
             }
-            WireKind::Shm(fabric) => {
+            Medium::Shm(fabric) => {
                 // Attaching the first port is what creates the fabric directory.
                 fabric
                     .create_dir()

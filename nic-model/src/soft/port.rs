@@ -1,53 +1,37 @@
-//! How a soft device reaches the wire: the [`Port`] trait, with an in-process loopback
-//! implementation (two or more devices in one process) and a shared-memory one (devices in
-//! different processes, through [`crate::wire`]).
+//! How a soft device reaches the wire: the [`Port`] trait, its receiving half (the inbox,
+//! which the device's NIC thread owns), and the sending halves it makes
+//! ([`Port::egress`]), which implement the engine's [`Egress`] themselves and are lent to it;
+//! with an in-process loopback implementation (two or more devices in one process) and a
+//! shared-memory one (devices in different processes, through [`crate::wire`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use super::counters::{self, Tally};
 use super::reach::{self, PeerReach};
-use crate::engine::{ip_of_slot, slot_of_ip, ReachAsk, Reached};
+use crate::engine::{ip_of_slot, slot_of_ip, Egress, ReachAsk, ReachOp};
 use crate::packet::Icrc;
 use crate::wire::reach::ReachArena;
 use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
 
-/// What became of a datagram handed to the wire: `Sent` (in the destination's inbox), `Full`
-/// (backpressure: try again later) or `Unreachable` (no port has that address, or its owner
-/// is dead: the datagram is lost, and RC will retry and eventually report RETRY_EXC_ERR).
-pub use crate::engine::WireOutcome as SendOutcome;
+/// What became of a datagram handed to a port's sending half: `Sent` (in the destination's
+/// inbox), `Full` (backpressure: try again later) or `Unreachable` (no port has that address,
+/// or its owner is dead: the datagram is lost, and RC will retry and eventually report
+/// RETRY_EXC_ERR). The engine's own word for it.
+pub use crate::engine::SendOutcome;
 
-/// The connections a port has made to other ports' inboxes, sorted by LID: a port talks to
-/// few peers, and a binary search over a short vector is the cheapest lookup for every
-/// datagram. A device keeps them in the wire it lends its engine, under the device lock, so
-/// a send pays for no other lock. (The loopback port needs none.)
-#[derive(Default)]
-pub struct Links {
-    senders: Vec<(u16, Sender)>,
-    /// The reach files of the peers this port reached, or looked for (sorted by LID).
-    views: Vec<(u16, PeerReach)>,
-}
-
-/// One port's attachment to a wire.
+/// One port's attachment to a wire, as the device holds it: the receiving half (its inbox,
+/// which the NIC thread drains and parks on), and the maker of its sending halves.
 pub trait Port: Send + Sync + 'static {
     /// The LID the fabric assigned.
     fn lid(&self) -> u16;
-    /// Put a copy of `datagram` into the inbox of the port with IPv4 address `dst`, through
-    /// (and adding to) the connections in `links`, which the caller owns and does not share:
-    /// so a send takes no lock of its own.
-    fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome;
-    /// Whether the port carries datagrams whose ICRC is unset, with the mark that tells their
-    /// receiver so ([`Port::send_without_icrc`]).
-    fn carries_unset_icrc(&self) -> bool {
-        false
-    }
-    /// [`Port::send`] of a datagram whose ICRC the engine left unset, marked so; called only
-    /// on a port that [`carries_unset_icrc`](Port::carries_unset_icrc). The default sets the
-    /// ICRC in a copy and sends that.
-    fn send_without_icrc(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        self.send(links, dst, &crate::packet::with_icrc_ipv4(datagram))
-    }
+    /// A new sending half of this port, to lend the engine (alone, or inside a capture, a tap
+    /// or a fault plan): it makes its own connections to other ports' inboxes on demand, and
+    /// counts what it sends into `tally`. It lives under the device lock with the engine, so
+    /// a send takes no other lock.
+    fn egress(&self, tally: &Arc<Tally>) -> Box<dyn Egress>;
     /// Hand up to `max` received datagrams to `f`, each with whether it carries its ICRC,
     /// stopping early after one for which `f` returns false; returns how many were handed over.
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize;
@@ -84,15 +68,15 @@ pub trait Port: Send + Sync + 'static {
     fn arena(&self) -> Option<&Arc<ReachArena>> {
         None
     }
-    /// Direct reach into the memory of the port at `dst` (see `engine::reach`), through (and
-    /// adding to) the peer reach files in `links`; None: send packets.
-    fn reach<'l>(
-        &self,
-        _links: &'l mut Links,
-        _dst: [u8; 4],
-        _ask: &ReachAsk,
-    ) -> Option<Reached<'l>> {
-        None
+}
+
+/// Counts a datagram of `len` bytes that went into a peer's inbox, or found no port.
+#[inline]
+fn count(tally: &Tally, outcome: SendOutcome, len: usize) {
+    match outcome {
+        SendOutcome::Sent => tally.sent(len),
+        SendOutcome::Unreachable => counters::add(&tally.unreachable, 1),
+        SendOutcome::Full => {}
     }
 }
 
@@ -139,20 +123,23 @@ impl Loopback {
     }
 }
 
-impl Drop for LoopPort {
-    fn drop(&mut self) {
-        self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ip_of_slot(self.lid));
+/// The sending half of a [`LoopPort`]: a copy of each datagram into the destination's queue.
+pub struct LoopEgress {
+    fabric: Arc<Loopback>,
+    tally: Arc<Tally>,
+}
+
+impl Egress for LoopEgress {
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let outcome = self.fabric.send(dst, datagram);
+        count(&self.tally, outcome, datagram.len());
+        outcome
     }
 }
 
-impl Port for LoopPort {
-    fn lid(&self) -> u16 {
-        self.lid
-    }
-
-    fn send(&self, _links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        let Some(inbox) =
-            self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).get(&dst).cloned()
+impl Loopback {
+    fn send(&self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let Some(inbox) = self.ports.lock().unwrap_or_else(|e| e.into_inner()).get(&dst).cloned()
         else {
             return SendOutcome::Unreachable;
         };
@@ -166,6 +153,22 @@ impl Port for LoopPort {
             inbox.ready.notify_one();
         }
         SendOutcome::Sent
+    }
+}
+
+impl Drop for LoopPort {
+    fn drop(&mut self) {
+        self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ip_of_slot(self.lid));
+    }
+}
+
+impl Port for LoopPort {
+    fn lid(&self) -> u16 {
+        self.lid
+    }
+
+    fn egress(&self, tally: &Arc<Tally>) -> Box<dyn Egress> {
+        Box::new(LoopEgress { fabric: self.fabric.clone(), tally: tally.clone() })
     }
 
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
@@ -205,14 +208,15 @@ impl Port for LoopPort {
 
 // ---------------- shared memory: devices of different processes ----------------
 
-/// A port whose inbox is a shared-memory segment of a [`Fabric`].
+/// A port whose inbox is a shared-memory segment of a [`Fabric`] (the receiving half; its
+/// sending halves are [`ShmEgress`]).
 pub struct ShmPort {
     fabric: Fabric,
     inbox: Inbox,
     /// The port's reach file (None with `SOFTVERBS_REACH=off`, or if it could not be made).
     arena: Option<Arc<ReachArena>>,
-    /// See [`Port::peer_problem`]; written only when a send fails that way.
-    peer_problem: Mutex<Option<String>>,
+    /// See [`Port::peer_problem`]; written by a sending half only when a send fails that way.
+    peer_problem: Arc<Mutex<Option<String>>>,
 }
 
 impl ShmPort {
@@ -230,7 +234,7 @@ impl ShmPort {
                 }
             })
             .flatten();
-        Ok(ShmPort { fabric, inbox, arena, peer_problem: Mutex::new(None) })
+        Ok(ShmPort { fabric, inbox, arena, peer_problem: Arc::new(Mutex::new(None)) })
     }
 
     /// The fabric it belongs to.
@@ -242,69 +246,6 @@ impl ShmPort {
     pub fn inbox(&self) -> &Inbox {
         &self.inbox
     }
-
-    /// Remembers a send's error if it names a corrupted destination segment.
-    #[cold]
-    fn note(&self, err: &WireError) {
-        if let WireError::BadSegment { .. } = err {
-            *self.peer_problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(err.to_string());
-        }
-    }
-}
-
-impl ShmPort {
-    /// [`Port::send`], with the mark that says whether the datagram's ICRC is unset.
-    #[inline]
-    fn send_marked(
-        &self,
-        links: &mut Links,
-        dst: [u8; 4],
-        datagram: &[u8],
-        icrc_unset: bool,
-    ) -> SendOutcome {
-        let lid = slot_of_ip(dst);
-        if lid == 0 {
-            return SendOutcome::Unreachable;
-        }
-        let peers = &mut links.senders;
-        let at = match peers.binary_search_by_key(&lid, |(l, _)| *l) {
-            Ok(at) => at,
-            Err(at) => match self.fabric.connect(lid) {
-                Ok(s) => {
-                    peers.insert(at, (lid, s));
-                    at
-                }
-                Err(WireError::OwnerDead { .. }) => {
-                    // The peer died: remove its segment so the LID can be reused.
-                    let _ = self.fabric.clean();
-                    return SendOutcome::Unreachable;
-                }
-                Err(e) => {
-                    self.note(&e);
-                    return SendOutcome::Unreachable;
-                }
-            },
-        };
-        let sender = &peers[at].1;
-        match sender.send_marked(datagram, icrc_unset) {
-            Ok(()) => SendOutcome::Sent,
-            Err(WireError::Full) => {
-                if sender.owner_alive() {
-                    SendOutcome::Full
-                } else {
-                    peers.remove(at);
-                    let _ = self.fabric.clean();
-                    SendOutcome::Unreachable
-                }
-            }
-            Err(e) => {
-                // Closed, dead or corrupted: forget the mapping; a later send reconnects.
-                self.note(&e);
-                peers.remove(at);
-                SendOutcome::Unreachable
-            }
-        }
-    }
 }
 
 impl Port for ShmPort {
@@ -312,18 +253,16 @@ impl Port for ShmPort {
         self.inbox.lid()
     }
 
-    #[inline]
-    fn send(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        self.send_marked(links, dst, datagram, false)
-    }
-
-    fn carries_unset_icrc(&self) -> bool {
-        true
-    }
-
-    #[inline]
-    fn send_without_icrc(&self, links: &mut Links, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
-        self.send_marked(links, dst, datagram, true)
+    fn egress(&self, tally: &Arc<Tally>) -> Box<dyn Egress> {
+        Box::new(ShmEgress {
+            fabric: self.fabric.clone(),
+            lid: self.inbox.lid(),
+            reach: self.arena.is_some(),
+            senders: Vec::new(),
+            views: Vec::new(),
+            peer_problem: self.peer_problem.clone(),
+            tally: tally.clone(),
+        })
     }
 
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
@@ -368,13 +307,116 @@ impl Port for ShmPort {
     fn idle(&self) -> bool {
         self.inbox.is_empty()
     }
+}
+
+/// The sending half of a [`ShmPort`], lent to the engine: its connections to the inboxes it
+/// sends to and the reach files of the peers it reached, each sorted by LID (a port talks to
+/// few peers, and a binary search over a short vector is the cheapest lookup for every
+/// datagram), and the port's counters.
+pub struct ShmEgress {
+    fabric: Fabric,
+    /// Its own port's LID (never reached: that is this process's own memory).
+    lid: u16,
+    /// Whether the port has a reach file (direct reach is on for this device).
+    reach: bool,
+    senders: Vec<(u16, Sender)>,
+    views: Vec<(u16, PeerReach)>,
+    peer_problem: Arc<Mutex<Option<String>>>,
+    tally: Arc<Tally>,
+}
+
+impl ShmEgress {
+    /// Remembers a send's error if it names a corrupted destination segment.
+    #[cold]
+    fn note(&self, err: &WireError) {
+        if let WireError::BadSegment { .. } = err {
+            *self.peer_problem.lock().unwrap_or_else(|e| e.into_inner()) = Some(err.to_string());
+        }
+    }
+
+    /// A send, with the mark that says whether the datagram's ICRC is unset, counted.
+    #[inline]
+    fn send_marked(&mut self, dst: [u8; 4], datagram: &[u8], icrc_unset: bool) -> SendOutcome {
+        let outcome = self.send_uncounted(dst, datagram, icrc_unset);
+        count(&self.tally, outcome, datagram.len());
+        outcome
+    }
 
     #[inline]
-    fn reach<'l>(&self, links: &'l mut Links, dst: [u8; 4], ask: &ReachAsk) -> Option<Reached<'l>> {
+    fn send_uncounted(&mut self, dst: [u8; 4], datagram: &[u8], icrc_unset: bool) -> SendOutcome {
         let lid = slot_of_ip(dst);
-        if lid == 0 || lid == self.inbox.lid() {
+        if lid == 0 {
+            return SendOutcome::Unreachable;
+        }
+        let at = match self.senders.binary_search_by_key(&lid, |(l, _)| *l) {
+            Ok(at) => at,
+            Err(at) => match self.fabric.connect(lid) {
+                Ok(s) => {
+                    self.senders.insert(at, (lid, s));
+                    at
+                }
+                Err(WireError::OwnerDead { .. }) => {
+                    // The peer died: remove its segment so the LID can be reused.
+                    let _ = self.fabric.clean();
+                    return SendOutcome::Unreachable;
+                }
+                Err(e) => {
+                    self.note(&e);
+                    return SendOutcome::Unreachable;
+                }
+            },
+        };
+        let sender = &self.senders[at].1;
+        match sender.send_marked(datagram, icrc_unset) {
+            Ok(()) => SendOutcome::Sent,
+            Err(WireError::Full) => {
+                if sender.owner_alive() {
+                    SendOutcome::Full
+                } else {
+                    self.senders.remove(at);
+                    let _ = self.fabric.clean();
+                    SendOutcome::Unreachable
+                }
+            }
+            Err(e) => {
+                // Closed, dead or corrupted: forget the mapping; a later send reconnects.
+                self.note(&e);
+                self.senders.remove(at);
+                SendOutcome::Unreachable
+            }
+        }
+    }
+}
+
+impl Egress for ShmEgress {
+    #[inline]
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        self.send_marked(dst, datagram, false)
+    }
+
+    // The receiver reads the slot's mark and checks everything but the ICRC; whatever looks
+    // at the datagrams on this side is a layer around this egress, which says no itself.
+    fn takes_unset_icrc(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        self.send_marked(dst, datagram, true)
+    }
+
+    // A layer around this egress (a capture, a tap, a fault plan) says no itself.
+    fn reaches(&self) -> bool {
+        self.reach
+    }
+
+    #[inline]
+    fn reach(&mut self, dst: [u8; 4], ask: &ReachAsk, op: &ReachOp<'_>) -> Option<u64> {
+        let lid = slot_of_ip(dst);
+        if lid == 0 || lid == self.lid {
             return None;
         }
-        reach::reach(&mut links.views, self.fabric.dir(), lid, ask)
+        let reached = reach::reach(&mut self.views, self.fabric.dir(), lid, ask)?;
+        Some(reach::place(&reached, op))
     }
 }

@@ -1,8 +1,9 @@
 //! Direct reach on the soft backend: the device's side (MR memory from its reach arena, and
 //! what it publishes there for peers: its MRs as they are registered, its RC QPs whenever the
 //! engine's QP epoch moves) and the peer's side (other ports' reach files, mapped on demand
-//! beside the port's connections to their inboxes). `engine::reach` says when a requester
-//! uses it; `wire::reach` holds the shared file.
+//! beside the sending half's connections to their inboxes, and [`place`], which does what
+//! the engine asked in the memory reached). `engine::reach` says when a requester uses it;
+//! `wire::reach` holds the shared file.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use verbs_api::{AccessFlags, Result};
 
 use crate::engine::mr::MrMemory;
-use crate::engine::{Nic, QpFacts, ReachAsk, Reached};
-use crate::wire::reach::{ReachArena, ReachView};
+use crate::engine::{Nic, QpFacts, ReachAsk, ReachOp};
+use crate::wire::reach::{ReachArena, ReachView, Reached};
 
 /// A device's own reach file and what it has published there.
 pub(crate) struct SoftReach {
@@ -145,5 +146,52 @@ pub(crate) fn reach<'l>(
             PeerReach::Mapped(v) => v.resolve(ask),
             PeerReach::Absent(_) => None,
         },
+    }
+}
+
+/// Does `op` in the peer's memory that `r` reached (the range the ask named, checked by
+/// [`ReachView::resolve`]) and returns the word an atomic found there (0 otherwise). The copies
+/// go between that range and the requester's own MR memory, in the order of its SGEs.
+pub(crate) fn place(r: &Reached<'_>, op: &ReachOp<'_>) -> u64 {
+    match *op {
+        ReachOp::CompareSwap { compare, swap } => {
+            // SAFETY: the 8 bytes lie in the peer's MR (resolve checked the range); the address
+            // is 8-aligned (iova and memory share their offset within 8 bytes, checked at
+            // reg_mr, and the engine checked the iova's alignment).
+            let word = unsafe { AtomicU64::from_ptr(r.ptr as *mut u64) };
+            match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            }
+        }
+        ReachOp::FetchAdd { add } => {
+            // SAFETY: as for CompareSwap.
+            let word = unsafe { AtomicU64::from_ptr(r.ptr as *mut u64) };
+            word.fetch_add(add, Ordering::AcqRel)
+        }
+        ReachOp::WriteInline(data) => {
+            // SAFETY: resolve checked [ptr, ptr + len) against the peer's MR; inline data is
+            // the whole message.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr, data.len()) };
+            0
+        }
+        ReachOp::Write(local) | ReachOp::Read(local) => {
+            let read = matches!(op, ReachOp::Read(_));
+            let mut done = 0usize;
+            for (memory, off, n) in local.pieces() {
+                // SAFETY: `done + n` is within the message, which resolve checked against the
+                // peer's MR; the local range was checked by the engine's `resolve_local`.
+                let remote = unsafe { r.ptr.add(done) };
+                // SAFETY: as above; local MR memory and the peer's arena never overlap.
+                unsafe {
+                    if read {
+                        memory.copy_from_raw(off, remote, n);
+                    } else {
+                        memory.copy_to_raw(off, remote, n);
+                    }
+                }
+                done += n;
+            }
+            0
+        }
     }
 }

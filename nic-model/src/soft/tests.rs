@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{AsyncElement, AsyncEventType, PortState};
 
-use super::{Links, Port, SendOutcome, ShmPort, Soft};
+use super::{Port, SendOutcome, ShmPort, Soft};
 use crate::engine::{ip_of_slot, slot_of_gid, GID_INDEX_IPV4};
 use crate::wire::layout::{HEADER_SIZE, OFF_HEAD, OFF_STATE, OFF_TAIL, SLOT_OFF_SEQ};
 use crate::wire::{Fabric, InboxConfig};
@@ -88,7 +88,7 @@ fn a_damaged_inbox_takes_the_port_down_with_an_event_naming_the_segment() {
         // down, and the port says why, naming the segment.
         let cfg = InboxConfig { slots: 4, slot_size: 64, gid: [0; 16] };
         let sender = ShmPort::create(fabric.clone(), cfg, false).expect("a sending port");
-        let outcome = sender.send(&mut Links::default(), ip_of_slot(slot), &[0; 60]);
+        let outcome = sender.egress(&Default::default()).send(ip_of_slot(slot), &[0; 60]);
         assert_eq!(outcome, SendOutcome::Unreachable, "{word}");
         let why = sender.peer_problem().unwrap_or_default();
         assert!(why.contains(&shown) && why.contains("corrupted: "), "{word}: {why:?}");

@@ -29,7 +29,7 @@ use memmap2::{MmapOptions, MmapRaw};
 use verbs_api::AccessFlags;
 
 use super::{os, WireError};
-use crate::engine::{Grant, MrRights, QpFacts, ReachAsk, Reached};
+use crate::engine::{Grant, MrRights, QpFacts, ReachAsk};
 
 const MAGIC: u64 = u64::from_be_bytes(*b"SVREACH1");
 const VERSION: u32 = 1;
@@ -579,6 +579,30 @@ impl ReachView {
             max_dest_rd_atomic: m.qp(i, Q_RD_ATOMIC).load(Ordering::Relaxed),
         })?;
         (f.qpn == qpn).then_some(f)
+    }
+}
+
+/// A reached range of a peer's MR ([`ReachView::resolve`]): its first byte in this process,
+/// valid until this drops (the owner's `ibv_dereg_mr` waits for it). Only the caller that
+/// resolved it uses it (the port's sending half, `soft::reach::place`): the pointer never
+/// goes back up to the engine.
+pub struct Reached<'a> {
+    users: &'a AtomicU32,
+    /// The first byte.
+    pub ptr: *mut u8,
+}
+
+impl<'a> Reached<'a> {
+    /// A guard over `users`, which the caller has already counted this use in; it uncounts
+    /// it when dropped. `ptr` starts null.
+    pub fn new(users: &'a AtomicU32) -> Reached<'a> {
+        Reached { users, ptr: std::ptr::null_mut() }
+    }
+}
+
+impl Drop for Reached<'_> {
+    fn drop(&mut self) {
+        self.users.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -1,9 +1,9 @@
 //! The event queue and the loop that runs it: events ordered by (time, sequence number), their
-//! bodies in a slab or at the head of a link's wire, and the run helpers.
+//! bodies in a slab or at the head of a link's packets in flight, and the run helpers.
 //!
 //! Packets on a link arrive in the order they were sent unless jitter or a latency change
-//! reorders them, so each link keeps its packets in flight in a FIFO (its wire) and only the
-//! head of each wire sits in the event heap; a packet that would arrive before the one queued
+//! reorders them, so each link keeps its packets in flight in a FIFO and only the head of
+//! each FIFO sits in the event heap; a packet that would arrive before the one queued
 //! ahead of it becomes an event of its own. Either way every event keeps its (time, sequence
 //! number) key and events run in exactly that order: the heap stays small (a few entries per
 //! link) however many packets are in flight.
@@ -26,8 +26,8 @@ pub(super) enum EventKind {
 
 /// The heap key of an event: (time, sequence number << SOURCE_BITS | source). The sequence
 /// number makes the order total and FIFO among equal times; the source says where the event's
-/// body is: a slot of the slab, or (with [`SOURCE_WIRE`]) the packet at the head of a link's
-/// wire. So the heap moves 16-byte keys, not packets.
+/// body is: a slot of the slab, or (with [`SOURCE_LINK`]) the packet at the head of a link's
+/// packets in flight. So the heap moves 16-byte keys, not packets.
 ///
 /// The pair is packed into one `u128` (time in the high half), which orders exactly as the
 /// pair does and compares without a branch: the heap's sifts are a tenth of a busy run's
@@ -48,8 +48,9 @@ fn split_key(k: &EventKey) -> (u64, u64) {
 
 /// Bits of the key below the sequence number.
 pub(super) const SOURCE_BITS: u32 = 25;
-/// Set in a source that names a link (its wire's head), clear in one that names a slab slot.
-pub(super) const SOURCE_WIRE: u64 = 1 << 24;
+/// Set in a source that names a link (the head of its packets in flight), clear in one that
+/// names a slab slot.
+pub(super) const SOURCE_LINK: u64 = 1 << 24;
 /// Slots the slab may hold at once, and links a world may have (24 bits of the source).
 pub(super) const MAX_SLOTS: usize = 1 << 24;
 
@@ -100,12 +101,12 @@ impl World {
         self.pending -= 1;
         let source = key & ((1 << SOURCE_BITS) - 1);
         let index = (source & (MAX_SLOTS as u64 - 1)) as usize;
-        if source & SOURCE_WIRE != 0 {
-            let wire = &mut self.links[index].wire;
-            let p = wire.pop_front().expect("a wire key names the packet at its head");
+        if source & SOURCE_LINK != 0 {
+            let in_flight = &mut self.links[index].in_flight;
+            let p = in_flight.pop_front().expect("a link key names the packet at its head");
             debug_assert_eq!((p.arrive_ns, p.seq), (at_ns, key >> SOURCE_BITS));
-            // The next packet on the wire takes its place in the heap: one sift, not two.
-            match wire.front() {
+            // The next packet in flight takes its place in the heap: one sift, not two.
+            match in_flight.front() {
                 Some(next) => {
                     *top = event_key(next.arrive_ns, next.seq << SOURCE_BITS | source);
                     drop(top);

@@ -4,7 +4,7 @@
 
 use nic_model::engine::slot_of_datagram_addr;
 
-use super::event::{event_key, EventKind, SOURCE_BITS, SOURCE_WIRE};
+use super::event::{event_key, EventKind, SOURCE_BITS, SOURCE_LINK};
 use super::link::InFlight;
 use super::trace::{TraceKind, NONE};
 use super::{LinkId, Node, NodeId, World};
@@ -210,7 +210,7 @@ impl World {
     }
 
     /// Serialise a packet behind those already in the link's FIFO and schedule its arrival:
-    /// on the link's wire behind the packets ahead of it, or as an event of its own if it
+    /// in the link's FIFO of packets in flight behind the ones ahead of it, or as an event of its own if it
     /// overtakes one of them (jitter, a lower latency).
     fn enqueue(&mut self, link: LinkId, data: Vec<u8>, extra_ns: u64) {
         let now = self.now_ns;
@@ -220,16 +220,16 @@ impl World {
         l.busy_until_ns = finish;
         l.note_queued(now, finish);
         let arrive_ns = finish + l.params.latency_ns + extra_ns;
-        if l.wire.back().is_some_and(|last| last.arrive_ns > arrive_ns) {
+        if l.in_flight.back().is_some_and(|last| last.arrive_ns > arrive_ns) {
             return self.push(arrive_ns, EventKind::Arrive { link, data });
         }
         let seq = self.next_seq();
         let l = &mut self.links[link];
-        if l.wire.is_empty() {
-            let key = seq << SOURCE_BITS | SOURCE_WIRE | link as u64;
+        if l.in_flight.is_empty() {
+            let key = seq << SOURCE_BITS | SOURCE_LINK | link as u64;
             self.heap.push(event_key(arrive_ns, key));
         }
-        l.wire.push_back(InFlight { arrive_ns, seq, data });
+        l.in_flight.push_back(InFlight { arrive_ns, seq, data });
     }
 
     pub(super) fn arrive(&mut self, link: LinkId, data: Vec<u8>) {

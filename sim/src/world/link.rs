@@ -166,7 +166,7 @@ pub struct Link {
     /// Finish times of the packets in its FIFO (waiting or being serialised), oldest first.
     pub(crate) queue: VecDeque<u64>,
     /// Packets serialised and propagating, in arrival order (see the world's event order).
-    pub(crate) wire: VecDeque<InFlight>,
+    pub(crate) in_flight: VecDeque<InFlight>,
     /// When the line is free again.
     pub(crate) busy_until_ns: u64,
     /// Indices of offered packets to drop.
@@ -186,7 +186,7 @@ impl Link {
             partitioned: false,
             stats: LinkStats::default(),
             queue: VecDeque::new(),
-            wire: VecDeque::new(),
+            in_flight: VecDeque::new(),
             busy_until_ns: 0,
             drop_nth: DropNth::default(),
             last_serialisation: NO_SERIALISATION,
@@ -233,7 +233,7 @@ impl Link {
 /// No serialisation time remembered yet (no datagram is `usize::MAX` bytes long).
 const NO_SERIALISATION: (usize, u64) = (usize::MAX, 0);
 
-/// A packet on a link's wire: its arrival key and its bytes.
+/// A packet in flight on a link: its arrival key and its bytes.
 #[derive(Clone, Debug)]
 pub(crate) struct InFlight {
     pub(super) arrive_ns: u64,

@@ -65,7 +65,7 @@ pub struct World {
     now_ns: u64,
     seq: u64,
     heap: BinaryHeap<EventKey>,
-    /// Events waiting: in the slab or on a wire.
+    /// Events waiting: in the slab or in flight on a link.
     pending: usize,
     /// Event bodies, by slot; `free` lists the empty slots.
     slab: Vec<Option<EventKind>>,

@@ -125,8 +125,8 @@ proptest::proptest! {
         };
         let (mut fast, fa, fb) = pair();
         let (mut slow, sa, sb) = pair();
-        let wire = FakeWire { to: 2, ..FakeWire::default() };
-        fast.a.set_wire(Some(Box::new(wire.clone())));
+        let wire = FakeEgress { to: 2, ..FakeEgress::default() };
+        fast.a.set_egress(Some(Box::new(wire.clone())));
         for (p, b) in [(&mut fast, &fb), (&mut slow, &sb)] {
             for id in 0..32 {
                 p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(b, 16384 + 512 * id, 512)] }])
@@ -156,7 +156,7 @@ proptest::proptest! {
                 while let Some(t) = p.b.poll_transmit() {
                     p.a.handle_packet(now, &t.data);
                 }
-                p.a.set_wire(None);
+                p.a.set_egress(None);
                 while let Some(t) = p.a.poll_transmit() {
                     p.b.handle_packet(now, &t.data);
                 }
@@ -164,7 +164,7 @@ proptest::proptest! {
                     p.a.handle_packet(now, &t.data);
                 }
             }
-            fast.a.set_wire(Some(Box::new(wire.clone())));
+            fast.a.set_egress(Some(Box::new(wire.clone())));
             let key = |w: &WorkCompletion| (w.wr_id, w.status, w.opcode, w.byte_len, w.imm_data, w.wc_flags, w.qp_num != 0);
             let fw: Vec<_> = poll_all(&mut fast.a, fa.cq).iter().chain(poll_all(&mut fast.b, fb.cq).iter()).map(key).collect();
             let sw: Vec<_> = poll_all(&mut slow.a, sa.cq).iter().chain(poll_all(&mut slow.b, sb.cq).iter()).map(key).collect();

@@ -569,11 +569,11 @@ fn parsed(t: &Transmit) -> (Opcode, u32, Option<packet::Aeth>) {
     (p.bth.opcode, p.bth.psn.value(), p.aeth)
 }
 
-/// A wire to one port (by LID) that records what it takes, or refuses everything while
+/// An egress to one port (by LID) that records what it takes, or refuses everything while
 /// `full` is set; with `unset_icrc`, it takes datagrams without their ICRC, and records
 /// those apart.
 #[derive(Clone, Default)]
-struct FakeWire {
+struct FakeEgress {
     to: u16,
     sent: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
     full: Arc<std::sync::atomic::AtomicBool>,
@@ -581,32 +581,32 @@ struct FakeWire {
     sent_unset: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
 }
 
-impl Wire for FakeWire {
-    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
+impl Egress for FakeEgress {
+    fn send(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         assert_eq!(slot_of_ip(dst), self.to, "every datagram here goes to the other side");
         if self.full.load(std::sync::atomic::Ordering::Relaxed) {
-            return WireOutcome::Full;
+            return SendOutcome::Full;
         }
         self.sent.lock().unwrap().push(datagram.to_vec());
-        WireOutcome::Sent
+        SendOutcome::Sent
     }
 
     fn takes_unset_icrc(&self) -> bool {
         self.unset_icrc
     }
 
-    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> WireOutcome {
+    fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         assert!(self.unset_icrc, "only a wire that takes them gets datagrams without an ICRC");
         assert_eq!(slot_of_ip(dst), self.to, "every datagram here goes to the other side");
         if self.full.load(std::sync::atomic::Ordering::Relaxed) {
-            return WireOutcome::Full;
+            return SendOutcome::Full;
         }
         self.sent_unset.lock().unwrap().push(datagram.to_vec());
-        WireOutcome::Sent
+        SendOutcome::Sent
     }
 }
 
-impl FakeWire {
+impl FakeEgress {
     fn take(&self) -> Vec<Vec<u8>> {
         std::mem::take(&mut *self.sent.lock().unwrap())
     }

@@ -1,5 +1,5 @@
 //! Direct reach against packets, as a property: an RDMA WRITE, READ or atomic that a requester
-//! does in the responder's memory (`engine::reach`, through a wire that reaches as a soft
+//! does in the responder's memory (`engine::reach`, through an egress that reaches as a soft
 //! device's does, over the facts the responder publishes) ends as the same WR sent as packets
 //! ends: the post's result, every completion, both QPs' states and the bytes in both sides'
 //! memory, whatever the responder's access flags and resources, the key, the range and the MR.
@@ -8,20 +8,22 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
 use super::*;
+use crate::wire::reach::Reached;
 
 /// What the responder published: its QPs' facts, and its MRs' with their memory's address.
 type Published = (Vec<QpFacts>, Vec<(MrRights, u64)>);
 
-/// A wire that reaches the responder's memory from what it published, checked by
-/// [`ReachAsk::check`] as `wire::reach` does; it refuses every datagram (`Full`), so packets
-/// queue for the [`Pair`] to carry.
+/// An egress that reaches the responder's memory from what it published, checked by
+/// [`ReachAsk::check`] as `wire::reach` does, and does the operation there with the soft
+/// backend's own `soft::reach::place`; it refuses every datagram (`Full`), so packets queue
+/// for the [`Pair`] to carry.
 #[derive(Clone, Default)]
-struct ReachWire {
+struct ReachEgress {
     published: Arc<Mutex<Published>>,
     users: Arc<AtomicU32>,
 }
 
-impl ReachWire {
+impl ReachEgress {
     /// Publishes what `nic` (the responder) would: its QPs and the MRs `keys` name.
     fn publish(&self, nic: &Nic, keys: &[u32]) {
         let mut g = self.published.lock().unwrap();
@@ -34,12 +36,12 @@ impl ReachWire {
     }
 }
 
-impl Wire for ReachWire {
-    fn send(&mut self, _dst: [u8; 4], _datagram: &[u8]) -> WireOutcome {
-        WireOutcome::Full
+impl Egress for ReachEgress {
+    fn send(&mut self, _dst: [u8; 4], _datagram: &[u8]) -> SendOutcome {
+        SendOutcome::Full
     }
 
-    fn reach(&mut self, _dst: [u8; 4], ask: &ReachAsk) -> Option<Reached<'_>> {
+    fn reach(&mut self, _dst: [u8; 4], ask: &ReachAsk, op: &ReachOp<'_>) -> Option<u64> {
         let g = self.published.lock().unwrap();
         let qp = g.0.iter().find(|f| f.qpn == ask.dest_qpn)?;
         let mr = g.1.iter().find(|(m, _)| m.key == ask.request.rkey).copied();
@@ -49,7 +51,7 @@ impl Wire for ReachWire {
             Grant::Nothing => std::ptr::NonNull::dangling().as_ptr(),
             Grant::At(at) => (mr?.1 + at) as *mut u8,
         };
-        Some(r)
+        Some(crate::soft::reach::place(&r, op))
     }
 
     fn reaches(&self) -> bool {
@@ -93,8 +95,12 @@ const OTHER_PD: u64 = 0x20_0000;
 /// A pair whose responder lets its QP do `access` with `rd` READ/atomic resources, and has an
 /// MR at [`MAIN`] (the responder side's `mem`), a read-only one and one of another PD; the
 /// requester reaches if `reach`. Returns the pair, the sides, the responder's three keys and
-/// the wire.
-fn reach_pair(access: AccessFlags, rd: u8, reach: bool) -> (Pair, Side, Side, [u32; 3], ReachWire) {
+/// the egress.
+fn reach_pair(
+    access: AccessFlags,
+    rd: u8,
+    reach: bool,
+) -> (Pair, Side, Side, [u32; 3], ReachEgress) {
     let mut p = Pair::new();
     let a = side(&mut p.a, ALL);
     let mut b = side(&mut p.b, ALL);
@@ -116,12 +122,12 @@ fn reach_pair(access: AccessFlags, rd: u8, reach: bool) -> (Pair, Side, Side, [u
         a.qpn,
         ConnOpts { access, max_rd_atomic: rd, ..Default::default() },
     );
-    let wire = ReachWire::default();
+    let egress = ReachEgress::default();
     if reach {
-        p.a.set_wire(Some(Box::new(wire.clone())));
+        p.a.set_egress(Some(Box::new(egress.clone())));
     }
     let keys = [b.key, ro.unwrap(), other.unwrap()];
-    (p, a, b, keys, wire)
+    (p, a, b, keys, egress)
 }
 
 /// Posts `g` on the pair's requester and runs the pair until idle; the post's result.
@@ -177,11 +183,11 @@ proptest::proptest! {
         ops in proptest::collection::vec(gen_op(), 1..8),
     ) {
         let access = AccessFlags::from_bits_truncate(access << 1); // REMOTE_WRITE, _READ, _ATOMIC
-        let (mut fast, fa, fb, fkeys, wire) = reach_pair(access, rd, true);
+        let (mut fast, fa, fb, fkeys, egress) = reach_pair(access, rd, true);
         let (mut slow, sa, sb, skeys, _) = reach_pair(access, rd, false);
         for (i, g) in ops.iter().enumerate() {
             let id = i as u64 + 1;
-            wire.publish(&fast.b, &fkeys);
+            egress.publish(&fast.b, &fkeys);
             let reached = fast.a.stats().reached;
             let idle = fast.a.qps[&fa.qpn].state == QpState::Rts && fast.a.qps[&fa.qpn].sq.is_empty();
             let got = run_op(&mut fast, &fa, &fkeys, g, id);

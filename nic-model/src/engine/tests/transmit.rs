@@ -147,13 +147,13 @@ fn an_ack_is_not_coalesced_past_a_response_queued_after_it() {
     assert_eq!(out[2].2, Some(packet::Aeth::ack(3)));
 }
 
-// ---------------- a host's wire ----------------
+// ---------------- a host's egress ----------------
 
 #[test]
 fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
     let (mut p, a, b) = setup(ConnOpts::default());
-    let wire = FakeWire { to: 2, ..FakeWire::default() };
-    p.a.set_wire(Some(Box::new(wire.clone())));
+    let wire = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(wire.clone())));
     for id in 1..=4 {
         p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
     }
@@ -181,13 +181,16 @@ fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
     assert!(wire.take().is_empty(), "nothing overtakes a queued datagram");
     let queued: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
     assert_eq!(queued.iter().map(|t| parsed(t).1).collect::<Vec<_>>(), [0xFFFFF1, 0xFFFFF2]);
-    // A paused wire (the host holds refused datagrams) queues too.
-    p.a.pause_wire(true);
+    // One refused again when the NIC flushes its queue waits there, for room (the queue is
+    // the NIC's one backlog).
+    wire.full.store(true, std::sync::atomic::Ordering::Relaxed);
     post_send(&mut p, &a, SendWr { sg_list: &[sge(&a, 3, 1)], ..send(4) });
+    let flushed = p.a.flush_transmit();
+    assert_eq!((flushed.moved, flushed.backpressured, p.a.transmit_waits()), (false, 1, true));
+    wire.full.store(false, std::sync::atomic::Ordering::Relaxed);
     assert!(wire.take().is_empty());
     let paused: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit()).collect();
     assert_eq!(paused.len(), 1);
-    p.a.pause_wire(false);
     assert_eq!(p.a.stats().tx_packets, 4, "each datagram counted once, whichever way it went");
 
     // Every SEND arrives once, in order; the receiver completes all four.
@@ -207,8 +210,8 @@ fn small_datagrams_go_straight_onto_a_lent_wire_and_queue_when_it_is_full() {
 #[test]
 fn acks_on_a_lent_wire_go_one_by_one_and_a_large_datagram_takes_the_queue() {
     let (mut p, a, b) = setup(ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() });
-    let wire = FakeWire { to: 1, ..FakeWire::default() };
-    p.b.set_wire(Some(Box::new(wire.clone())));
+    let wire = FakeEgress { to: 1, ..FakeEgress::default() };
+    p.b.set_egress(Some(Box::new(wire.clone())));
     for id in 1..=3 {
         p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 2048 * id, 1024)] }])
             .unwrap();
@@ -251,10 +254,10 @@ fn a_wire_that_takes_datagrams_without_their_icrc_gets_them_so_and_the_queue_get
     // no capture, tap or fault plan): the SEND and its ACK go onto it with four zero bytes
     // where the ICRC goes, and each receiver, told so, checks everything but the ICRC.
     let (mut p, a, b) = setup(ConnOpts::default());
-    let wa = FakeWire { to: 2, unset_icrc: true, ..FakeWire::default() };
-    let wb = FakeWire { to: 1, unset_icrc: true, ..FakeWire::default() };
-    p.a.set_wire(Some(Box::new(wa.clone())));
-    p.b.set_wire(Some(Box::new(wb.clone())));
+    let wa = FakeEgress { to: 2, unset_icrc: true, ..FakeEgress::default() };
+    let wb = FakeEgress { to: 1, unset_icrc: true, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(wa.clone())));
+    p.b.set_egress(Some(Box::new(wb.clone())));
     for id in 1..=3 {
         p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
     }
@@ -313,8 +316,8 @@ fn a_wire_that_takes_datagrams_without_their_icrc_gets_them_so_and_the_queue_get
     }
 
     // Lent again without that property, the wire gets every datagram whole.
-    let plain = FakeWire { to: 2, ..FakeWire::default() };
-    p.a.set_wire(Some(Box::new(plain.clone())));
+    let plain = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(plain.clone())));
     post_send(&mut p, &a, send(4));
     let sent = plain.take();
     assert_eq!(sent.len(), 1);
@@ -354,4 +357,58 @@ fn a_retry_takes_back_the_requests_still_queued_and_sends_each_once() {
     assert_eq!(again, psns, "each PSN once, in order, from the one the retry went back to");
     assert_eq!(p.a.stats().retransmits, 1, "only the packet that had left was sent again");
     assert_eq!(p.a.stats().tx_packets, 5, "4 sent, 1 of them twice");
+}
+
+// ---------------- the queue as the one backlog ----------------
+
+#[test]
+fn a_datagram_the_egress_refuses_on_a_flush_waits_at_the_head_and_holds_back_the_rest() {
+    let (mut p, a, b) = setup(ConnOpts::default());
+    let egress = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(egress.clone())));
+    for id in 1..=2 {
+        p.b.post_recv(b.qpn, &[RecvWr { wr_id: id, sg_list: &[sge(&b, 64 * id, 64)] }]).unwrap();
+    }
+    let full = |on: bool| egress.full.store(on, std::sync::atomic::Ordering::Relaxed);
+    let send = |id: u64| SendWr { wr_id: id, sg_list: &[], ..Default::default() };
+    // Refused straight out, then refused again from the queue: it waits, counted once.
+    full(true);
+    post_send(&mut p, &a, send(1));
+    assert_eq!(p.a.flush_transmit(), Flushed { moved: false, backpressured: 1, ud_dropped: 0 });
+    assert!(p.a.transmit_waits());
+    assert_eq!(p.a.flush_transmit(), Flushed::default(), "a datagram waiting is counted once");
+    // With room again, the next one does not overtake it: it queues behind.
+    full(false);
+    post_send(&mut p, &a, send(2));
+    assert!(egress.take().is_empty() && p.a.has_transmit());
+    assert_eq!(p.a.flush_transmit(), Flushed { moved: true, backpressured: 0, ud_dropped: 0 });
+    assert!(!p.a.transmit_waits() && !p.a.has_transmit());
+    let sent = egress.take();
+    let psns: Vec<u32> = sent
+        .iter()
+        .map(|d| packet::parse_datagram(d).expect("whole datagrams").1.bth.psn.value())
+        .collect();
+    assert_eq!(psns, [0xFFFFF0, 0xFFFFF1], "in order, each once");
+    assert_eq!(p.a.stats().tx_packets, 2);
+}
+
+#[test]
+fn a_ud_datagram_the_egress_refuses_on_a_flush_is_dropped() {
+    let (mut p, a, _b, qa, qb) = ud_pair();
+    let egress = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(egress.clone())));
+    let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(roce_av(2))));
+    egress.full.store(true, std::sync::atomic::Ordering::Relaxed);
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &[sge(&a, 0, 6)],
+        ud: Some(UdTarget { ah, remote_qpn: qb, remote_qkey: 0x2222 }),
+        ..Default::default()
+    };
+    let now = p.now;
+    p.a.post_send(now, qa, &[wr]).unwrap();
+    assert!(p.a.has_transmit(), "refused straight out, it is queued");
+    assert_eq!(p.a.flush_transmit(), Flushed { moved: true, backpressured: 0, ud_dropped: 1 });
+    assert!(!p.a.has_transmit() && !p.a.transmit_waits());
+    assert!(egress.take().is_empty());
 }
