@@ -2,7 +2,10 @@
 //! processes, the deterministic simulator, and the `softverbs` command-line tool's commands.
 
 pub mod cmd;
-pub mod conn;
 pub mod ladder;
 pub mod peer;
 pub mod world;
+
+/// The connection helpers, now in `verbs-api` ([`verbs_api::conn`]), named here too so that
+/// programs written against `softverbs_sim::conn` keep compiling.
+pub use verbs_api::conn;

@@ -17,6 +17,11 @@
 //! `hw` (feature `rdma-sys`) is the libibverbs backend. It implements the provider traits and,
 //! like every backend, is named by nothing above except [`device`] (through [`hw_provider`]).
 
+// Transitional: `conn` (moved here from softverbs-sim) still names this crate `verbs_api`; the
+// next commit makes its paths `crate::` and removes this line.
+extern crate self as verbs_api;
+
+pub mod conn;
 pub mod device;
 pub mod error;
 pub mod object;
