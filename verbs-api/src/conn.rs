@@ -3,7 +3,7 @@
 //! INIT, RTR and RTS with the attribute masks the IBA state table requires, addressing the
 //! peer by its GID from a GID index of this port.
 
-use verbs_api::{
+use crate::{
     AccessFlags, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Mtu, ProtectionDomain,
     QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, Result,
 };
@@ -114,7 +114,7 @@ impl PortAddress {
         let port = ctx.query_port(1)?;
         let gid_index = match gid_index {
             Some(i) if i >= port.gid_tbl_len.max(1) => {
-                return Err(verbs_api::Error::inval(format!(
+                return Err(crate::Error::inval(format!(
                     "GID index {i} does not exist: port 1 has {} GID{} (gid_tbl_len)",
                     port.gid_tbl_len,
                     if port.gid_tbl_len == 1 { "" } else { "s" }
@@ -125,7 +125,7 @@ impl PortAddress {
         };
         let gid = ctx.query_gid(1, gid_index)?;
         if gid.is_zero() {
-            return Err(verbs_api::Error::inval(format!(
+            return Err(crate::Error::inval(format!(
                 "GID index {gid_index} of port 1 is empty (see `softverbs devinfo -v` or \
                  `ibv_devinfo -v` for the GIDs the port has)"
             )));
@@ -137,7 +137,7 @@ impl PortAddress {
     /// this port's GID index.
     pub fn conn_opts(&self, opts: ConnOpts) -> Result<ConnOpts> {
         let sgid_index = u8::try_from(self.gid_index).map_err(|_| {
-            verbs_api::Error::inval(format!("GID index {} is larger than 255", self.gid_index))
+            crate::Error::inval(format!("GID index {} is larger than 255", self.gid_index))
         })?;
         Ok(ConnOpts { mtu: opts.mtu.min(self.active_mtu), sgid_index, ..opts })
     }
