@@ -55,7 +55,7 @@ pub const LABS: &[Lab] = &[
         n: 1,
         dir: "1-open-and-register",
         title: "open a device and register memory",
-        readme: include_str!("../../../../labs/1-open-and-register/README.md"),
+        readme: include_str!("../../../../../labs/1-open-and-register/README.md"),
         wire: &[],
         wcs: &[],
         lines: &[
@@ -67,7 +67,7 @@ pub const LABS: &[Lab] = &[
         n: 2,
         dir: "2-qp-to-rts",
         title: "bring a QP to RTS",
-        readme: include_str!("../../../../labs/2-qp-to-rts/README.md"),
+        readme: include_str!("../../../../../labs/2-qp-to-rts/README.md"),
         wire: &[("RC SEND ONLY", 1, RTS_HINT)],
         wcs: &[WcWant { side: "responder", opcode: "IBV_WC_RECV", byte_len: Some(6), imm: None, hint: RTS_HINT }],
         lines: &[
@@ -79,7 +79,7 @@ pub const LABS: &[Lab] = &[
         n: 3,
         dir: "3-send-recv",
         title: "SEND and RECV",
-        readme: include_str!("../../../../labs/3-send-recv/README.md"),
+        readme: include_str!("../../../../../labs/3-send-recv/README.md"),
         wire: &[("RC SEND ONLY", 1, SEND_HINT)],
         wcs: &[
             WcWant { side: "requester", opcode: "IBV_WC_SEND", byte_len: None, imm: None, hint: "post an IBV_WR_SEND with IBV_SEND_SIGNALED" },
@@ -91,7 +91,7 @@ pub const LABS: &[Lab] = &[
         n: 4,
         dir: "4-write-imm",
         title: "RDMA WRITE with immediate",
-        readme: include_str!("../../../../labs/4-write-imm/README.md"),
+        readme: include_str!("../../../../../labs/4-write-imm/README.md"),
         wire: &[("RC RDMA WRITE ONLY WITH IMMEDIATE", 1, WRITE_IMM_HINT)],
         wcs: &[
             WcWant { side: "requester", opcode: "IBV_WC_RDMA_WRITE", byte_len: None, imm: None, hint: WRITE_IMM_HINT },
@@ -103,7 +103,7 @@ pub const LABS: &[Lab] = &[
         n: 5,
         dir: "5-read",
         title: "RDMA READ",
-        readme: include_str!("../../../../labs/5-read/README.md"),
+        readme: include_str!("../../../../../labs/5-read/README.md"),
         wire: &[("RC RDMA READ REQUEST", 1, READ_HINT), ("RC RDMA READ RESPONSE ONLY", 1, READ_HINT)],
         wcs: &[WcWant { side: "requester", opcode: "IBV_WC_RDMA_READ", byte_len: Some(8), imm: None, hint: READ_HINT }],
         lines: &[("mem requester read me", "read the 8 bytes \"read me\\0\" at offset 2048 of the responder's buffer into the requester's buffer at offset 128")],
@@ -112,7 +112,7 @@ pub const LABS: &[Lab] = &[
         n: 6,
         dir: "6-atomic-counter",
         title: "an atomic counter shared by four processes",
-        readme: include_str!("../../../../labs/6-atomic-counter/README.md"),
+        readme: include_str!("../../../../../labs/6-atomic-counter/README.md"),
         wire: &[("RC FETCH ADD", 400, ATOMIC_HINT), ("RC ATOMIC ACKNOWLEDGE", 400, ATOMIC_HINT)],
         wcs: &[
             WcWant { side: "client1", opcode: "IBV_WC_FETCH_ADD", byte_len: Some(8), imm: None, hint: ATOMIC_HINT },
@@ -124,7 +124,7 @@ pub const LABS: &[Lab] = &[
         n: 7,
         dir: "7-events",
         title: "events instead of polling",
-        readme: include_str!("../../../../labs/7-events/README.md"),
+        readme: include_str!("../../../../../labs/7-events/README.md"),
         wire: &[("RC SEND ONLY", 1, "the requester's SEND is given; if it is missing, the program stopped before it")],
         wcs: &[WcWant { side: "responder", opcode: "IBV_WC_RECV", byte_len: Some(6), imm: None, hint: EVENT_HINT }],
         lines: &[("event responder cq", EVENT_HINT), ("mem responder hello", EVENT_HINT)],
@@ -133,7 +133,7 @@ pub const LABS: &[Lab] = &[
         n: 8,
         dir: "8-fix-it",
         title: "fix a broken program",
-        readme: include_str!("../../../../labs/8-fix-it/README.md"),
+        readme: include_str!("../../../../../labs/8-fix-it/README.md"),
         wire: &[("RC SEND ONLY", 1, FIX_SEND_HINT), ("RC RDMA WRITE ONLY", 1, FIX_WRITE_HINT)],
         wcs: &[
             WcWant { side: "requester", opcode: "IBV_WC_SEND", byte_len: None, imm: None, hint: FIX_SEND_HINT },
