@@ -7,14 +7,14 @@ use clap::Parser;
 #[derive(Parser)]
 struct PeerCli {
     #[command(flatten)]
-    perf: softverbs_sim::cmd::perf::PerfArgs,
+    perf: softverbs::cmd::perf::PerfArgs,
 }
 
 fn main() -> std::process::ExitCode {
     if std::env::args().any(|a| a == "--peer") {
-        return softverbs_sim::cmd::perf::run(PeerCli::parse().perf, &[]);
+        return softverbs::cmd::perf::run(PeerCli::parse().perf, &[]);
     }
-    match softverbs_sim::cmd::perf::bench(&[]) {
+    match softverbs::cmd::perf::bench(&[]) {
         Ok((lat, bw)) => {
             println!(
                 "bench summary: 8 B SEND half round trip median {:.3} us (p99 {:.3} us); 1 MiB RDMA WRITE {:.3} GB/s",

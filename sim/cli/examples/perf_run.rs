@@ -5,9 +5,9 @@ use clap::Parser;
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
-    perf: softverbs_sim::cmd::perf::PerfArgs,
+    perf: softverbs::cmd::perf::PerfArgs,
 }
 
 fn main() -> std::process::ExitCode {
-    softverbs_sim::cmd::perf::run(Cli::parse().perf, &[])
+    softverbs::cmd::perf::run(Cli::parse().perf, &[])
 }

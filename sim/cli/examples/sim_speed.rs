@@ -18,9 +18,9 @@
 use std::time::Instant;
 
 use clap::Parser;
-use softverbs_sim::cmd::perf::process_cpu_ns;
-use softverbs_sim::conn::{ConnOpts, Endpoint};
+use softverbs::cmd::perf::process_cpu_ns;
 use softverbs_sim::world::{connect_rc, LinkParams, SimWorld, World};
+use verbs_api::conn::{ConnOpts, Endpoint};
 use verbs_api::{
     Mtu, QpCap, RdmaTarget, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

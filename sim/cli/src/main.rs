@@ -24,11 +24,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use softverbs_sim::cmd::counters::{self, CountersArgs};
-use softverbs_sim::cmd::devinfo::{self, DevinfoArgs};
-use softverbs_sim::cmd::fabric::{self, FabricAction};
-use softverbs_sim::cmd::logs::{self, LogOpt};
-use softverbs_sim::cmd::{self, demo, labs, learn, perf, pingpong, run, sim, CliError};
+use softverbs::cmd::counters::{self, CountersArgs};
+use softverbs::cmd::devinfo::{self, DevinfoArgs};
+use softverbs::cmd::fabric::{self, FabricAction};
+use softverbs::cmd::logs::{self, LogOpt};
+use softverbs::cmd::{self, demo, labs, learn, perf, pingpong, run, sim, CliError};
 
 #[derive(Parser)]
 #[command(

@@ -836,7 +836,7 @@ fn run_into_closed_pipe(args: &[&str], stderr_too: bool) -> (ExitStatus, String)
 #[test]
 fn a_closed_stdout_ends_every_command_quietly() {
     let fabric = TempFabric::new("epipe");
-    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/lossy-link.toml");
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/lossy-link.toml");
     let commands: [&[&str]; 8] = [
         &["devices", "--fabric", fabric.path()],
         &["devinfo", "--fabric", fabric.path()],

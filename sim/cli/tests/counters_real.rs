@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use nic_model::soft::counters::{values, COUNTERS};
 use nic_model::soft::Soft;
-use softverbs_sim::conn::{self, ConnOpts, Endpoint};
 use softverbs_sim::peer::{FabricDir, Peer, Stderr};
+use verbs_api::conn::{self, ConnOpts, Endpoint};
 use verbs_api::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
@@ -140,7 +140,7 @@ fn counters_of_another_process_match_the_engines_counts_exactly() {
         let gids: Vec<String> = (0..16)
             .filter_map(|i| ctx.query_gid(1, i).ok())
             .filter(|g| g.0 != [0; 16])
-            .map(|g| softverbs_sim::cmd::gid_ntop(&g))
+            .map(|g| softverbs::cmd::gid_ntop(&g))
             .collect();
         assert!(
             gids.iter().any(|g| json.contains(&format!("\"gid\":\"{g}\",\"pid\":{me},"))),
@@ -234,7 +234,7 @@ fn a_dead_owners_segment_is_not_shown_and_says_why() {
 
 #[test]
 fn the_guide_names_every_counter() {
-    let guide = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide.md");
+    let guide = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/guide.md");
     let text = std::fs::read_to_string(&guide).expect("reading docs/guide.md");
     for c in COUNTERS {
         assert!(

@@ -42,7 +42,12 @@ const COMMAND_PAGES: [&str; 17] = [
 ];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+    // This crate is sim/cli/, two levels below the workspace root.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the workspace root")
+        .to_path_buf()
 }
 
 fn page(rel: &str) -> String {

@@ -242,7 +242,7 @@ fn a_drill_draws_its_packet_ladder_in_the_terminal_and_as_svg() {
 /// write) render.
 #[test]
 fn the_svgs_in_the_docs_render() {
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
     let mut n = 0;
     for dir in [docs.join("learn"), docs.clone()] {
         for e in std::fs::read_dir(&dir).expect("the docs directory").flatten() {

@@ -9,8 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nic_model::soft::Soft;
-use softverbs_sim::conn::{self, ConnOpts, Endpoint};
 use softverbs_sim::peer::{FabricDir, Peer, Stderr};
+use verbs_api::conn::{self, ConnOpts, Endpoint};
 use verbs_api::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");

@@ -10,14 +10,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::xml::{attr_values, well_formed};
-use softverbs_sim::cmd::sweep::{explain, parse_param, plot, sweep, table, with_param};
+use softverbs::cmd::sweep::{explain, parse_param, plot, sweep, table, with_param};
 use softverbs_sim::ladder::{from_sim, svg};
 use softverbs_sim::world::scenario::{run, RunOptions, Scenario};
 
 const LOSSES: [f64; 4] = [0.0, 0.001, 0.01, 0.05];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    // This crate is sim/cli/, two levels below the workspace root.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the workspace root")
+        .to_path_buf()
 }
 
 fn scenario(name: &str) -> Scenario {

@@ -9,7 +9,12 @@ use std::time::{Duration, Instant};
 
 /// The workspace root: `scripts/` lives there.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+    // This crate is sim/cli/, two levels below the workspace root.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the workspace root")
+        .to_path_buf()
 }
 
 /// Write an executable shell script.

@@ -1,9 +1,9 @@
 //! The `softverbs` commands, one file each, and what they share: the error that carries an exit
 //! status, registering the backends, and opening a device by name.
 //!
-//! They are programs built on this crate's library (the connection helpers in [`crate::conn`],
-//! the peer launcher in [`crate::peer`], the simulator in [`crate::world`]), which never names
-//! them; they sit in this crate because the design card puts the `softverbs` binary in `sim/`.
+//! They are programs built on the crates below (the connection helpers in [`verbs_api::conn`],
+//! the peer launcher in [`softverbs_sim::peer`], the simulator in [`softverbs_sim::world`]), which
+//! never name them.
 
 /// `println!` for a command's report lines: a reader that has gone (EPIPE) ends the command
 /// quietly ([`CliError::output_closed`]) instead of panicking; `?` passes it up.
@@ -33,10 +33,10 @@ use std::net::Ipv6Addr;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::conn::{PortAddress, QpInfo};
 use nic_model::engine::slot_of_gid;
 use nic_model::soft::Soft;
 use nic_model::wire::{Fabric, WireError, FABRIC_ENV};
+use verbs_api::conn::{PortAddress, QpInfo};
 use verbs_api::{Context, Errno, Gid};
 
 /// A command's failure: the message to print and the exit status (1: something failed,

@@ -16,6 +16,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use verbs_api::conn::QpInfo;
 use verbs_api::{
     AccessFlags, AhAttr, CompChannel, CompletionQueue, Context, Gid, LinkLayer, MemoryRegion, Mtu,
     QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr,
@@ -23,7 +24,6 @@ use verbs_api::{
 };
 
 use crate::cmd::{self, gid_ntop, CliError};
-use crate::conn::QpInfo;
 
 /// `wr_id` of receives, as in `ibv_rc_pingpong`.
 const RECV_WRID: u64 = 1;

@@ -5,8 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use softverbs_sim::world::scenario::{self, RunOptions, Scenario};
+
 use super::CliError;
-use crate::world::scenario::{self, RunOptions, Scenario};
 
 /// What `softverbs sim` does besides running one scenario.
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -98,16 +99,17 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
             drop(out);
             if let Some(run) = &report.packets {
                 let title = format!("softverbs sim {}, seed {seed}: packet ladder", sc.name);
-                let l = crate::ladder::from_sim::ladder(&title, run);
+                let l = softverbs_sim::ladder::from_sim::ladder(&title, run);
                 if args.ladder {
                     let mut out = std::io::stdout().lock();
-                    if let Err(e) = writeln!(out).and_then(|()| crate::ladder::print(&l, &mut out))
+                    if let Err(e) =
+                        writeln!(out).and_then(|()| softverbs_sim::ladder::print(&l, &mut out))
                     {
                         return super::output_error(e).report("sim");
                     }
                 }
                 if let Some(path) = &args.svg {
-                    if let Err(e) = crate::ladder::write_svg(&l, path) {
+                    if let Err(e) = softverbs_sim::ladder::write_svg(&l, path) {
                         return CliError::failed(e).report("sim");
                     }
                 }

@@ -7,9 +7,10 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
+use softverbs_sim::ladder::svg::escape;
+use softverbs_sim::world::scenario::{self, Report, RunOptions, Scenario};
+
 use super::CliError;
-use crate::ladder::svg::escape;
-use crate::world::scenario::{self, Report, RunOptions, Scenario};
 
 /// Arguments of `softverbs sim sweep`.
 #[derive(clap::Args, Debug, Clone)]

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use nic_model::packet::{self, rnr_timer_ns, AethKind, NakCode};
 use nic_model::soft::TapDir;
+use softverbs_sim::peer::{Parent, Peer, Stderr};
+use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
 use verbs_api::{
     AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, Context, Mtu, QpAttr, QpAttrMask, QpCap,
     QpState, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode,
@@ -22,8 +24,6 @@ use super::ladder::Recorder;
 use super::w;
 use crate::cmd::words::describe_packet;
 use crate::cmd::{self, CliError};
-use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
-use crate::peer::{Parent, Peer, Stderr};
 
 /// The drills, in the order `--break`'s error lists them.
 pub const KINDS: [&str; 8] =

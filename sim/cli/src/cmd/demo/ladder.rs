@@ -1,6 +1,6 @@
 //! The demo's packet ladder (`demo --ladder`, `demo --svg FILE`): what the wire tap of the
 //! initiator's device saw and the completions the demo polled, kept in order during the run
-//! and drawn after it with [`crate::ladder`].
+//! and drawn after it with [`softverbs_sim::ladder`].
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,10 +8,10 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use nic_model::soft::TapDir;
+use softverbs_sim::ladder::{self, Ladder, MarkKind, Packet};
 use verbs_api::WorkCompletion;
 
 use crate::cmd::CliError;
-use crate::ladder::{self, Ladder, MarkKind, Packet};
 
 /// The initiator's lifeline and the target's.
 const INITIATOR: usize = 0;
@@ -110,7 +110,7 @@ impl Recorder {
                     let p = Packet::from_datagram(from, to, since(*t), data);
                     let is_send = p.opcode_name().contains("SEND ONLY")
                         || p.opcode_name().contains("SEND LAST");
-                    let acked = matches!(p.response, Some(crate::ladder::Response::Ack));
+                    let acked = matches!(p.response, Some(softverbs_sim::ladder::Response::Ack));
                     l.packet(p);
                     if from == INITIATOR && is_send {
                         // The last transmission of the SEND so far: if an ACK follows, this
@@ -120,13 +120,13 @@ impl Recorder {
                         if let (Some(at), Some(c), false) =
                             (last_send.take(), &target_cqe, recv_shown)
                         {
-                            let mark = crate::ladder::Mark {
+                            let mark = softverbs_sim::ladder::Mark {
                                 lane: TARGET,
                                 time_ns: None,
                                 kind: MarkKind::Completion,
                                 label: c.clone(),
                             };
-                            l.events.insert(at, crate::ladder::Event::Mark(mark));
+                            l.events.insert(at, softverbs_sim::ladder::Event::Mark(mark));
                             recv_shown = true;
                         }
                     }
@@ -198,8 +198,12 @@ mod tests {
             .events
             .iter()
             .map(|e| match e {
-                crate::ladder::Event::Packet(p) => format!("{}->{} {}", p.from, p.to, p.label()),
-                crate::ladder::Event::Mark(m) => format!("{} {:?} {}", m.lane, m.kind, m.label),
+                softverbs_sim::ladder::Event::Packet(p) => {
+                    format!("{}->{} {}", p.from, p.to, p.label())
+                }
+                softverbs_sim::ladder::Event::Mark(m) => {
+                    format!("{} {:?} {}", m.lane, m.kind, m.label)
+                }
             })
             .collect();
         assert_eq!(

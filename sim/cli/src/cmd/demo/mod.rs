@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nic_model::soft::{Soft, TapDir, DEFAULT_SPIN, DEFAULT_STANDBY};
+use softverbs_sim::peer::{Parent, Peer, Stderr};
+use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress};
 use verbs_api::{
     AtomicTarget, Context, Mtu, QpCap, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, WcStatus,
     WorkCompletion, WrOpcode,
@@ -24,8 +26,6 @@ use verbs_api::{
 use crate::cmd::learn::measure;
 pub use crate::cmd::words::{describe_packet, describe_wc};
 use crate::cmd::{self, gid_ntop, CliError};
-use crate::conn::{self, ConnOpts, Endpoint, PortAddress};
-use crate::peer::{Parent, Peer, Stderr};
 use wire::{explain_wire, printable};
 
 /// Where in the target's MR each operation lands.

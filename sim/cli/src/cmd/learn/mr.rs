@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nic_model::soft::{Soft, TapDir};
+use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress};
 use verbs_api::{
     AccessFlags, MemoryRegion, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, SendFlags,
     SendWr, WcStatus, WrOpcode,
@@ -19,7 +20,6 @@ use verbs_api::{
 use super::table;
 use crate::cmd::words::{describe_packet, describe_wc};
 use crate::cmd::CliError;
-use crate::conn::{self, ConnOpts, Endpoint, PortAddress};
 
 /// How long a completion may take on the loopback wire before the lesson gives up.
 const WAIT: Duration = Duration::from_secs(10);

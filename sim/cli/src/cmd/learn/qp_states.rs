@@ -10,13 +10,13 @@ use std::io::Write;
 use std::time::Duration;
 
 use nic_model::soft::Soft;
+use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
 use verbs_api::{
     QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
 };
 
 use super::table;
 use crate::cmd::CliError;
-use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
 
 /// How long a completion may take on the loopback wire before the lesson gives up.
 const WAIT: Duration = Duration::from_secs(10);

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use softverbs_sim::peer::{fabric_base, remove_dead_runs, FabricDir, Parent, Peer, Stderr};
+use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress};
 use verbs_api::{
     Mtu, QpCap, QpType, RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
@@ -18,8 +20,6 @@ use verbs_api::{
 use super::measure::{self, Snap};
 use super::tcp::{self, Tcp, TcpCount};
 use crate::cmd::{self, CliError};
-use crate::conn::{self, ConnOpts, Endpoint, PortAddress};
-use crate::peer::{fabric_base, remove_dead_runs, FabricDir, Parent, Peer, Stderr};
 
 /// Bound on each handshake step and each command's reply.
 pub const WAIT: Duration = Duration::from_secs(120);

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use softverbs_sim::peer::Parent;
 use verbs_api::{RdmaTarget, SendFlags, SendWr, WorkCompletion, WrOpcode};
 
 use super::runner::{
@@ -12,7 +13,6 @@ use super::runner::{
 use super::stats::median;
 use super::Common;
 use crate::cmd::CliError;
-use crate::peer::Parent;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(super) struct BwArgs {

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use softverbs_sim::peer::Parent;
+
 use super::runner::{machine, run_dir, Launcher, HANDSHAKE, PHASE};
 use super::stats::{iterations, median, us, Dist};
 use crate::cmd::CliError;
-use crate::peer::Parent;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(super) struct FloorArgs {

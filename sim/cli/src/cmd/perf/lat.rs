@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use softverbs_sim::peer::Parent;
+use verbs_api::conn::Endpoint;
 use verbs_api::{RecvWr, SendFlags, SendWr, WorkCompletion, WrOpcode};
 
 use super::runner::{
@@ -13,8 +15,6 @@ use super::runner::{
 use super::stats::{iterations, median, us, Dist};
 use super::Common;
 use crate::cmd::CliError;
-use crate::conn::Endpoint;
-use crate::peer::Parent;
 
 /// Ping-pong sends are signaled every this many (selective signaling, as perftest does).
 const SIGNAL_EVERY: u64 = 32;

@@ -6,6 +6,8 @@
 
 use std::time::Instant;
 
+use softverbs_sim::peer::{FabricDir, Parent};
+use verbs_api::conn::{self, PortAddress};
 use verbs_api::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, QpCap, QpType, QueuePair, RdmaTarget,
     SendFlags, SendWr, WorkCompletion, WrOpcode,
@@ -14,8 +16,6 @@ use verbs_api::{
 use super::runner::{self, poll_some, run_dir, Launcher, HANDSHAKE, PHASE, RX_DEPTH, SQ_DEPTH};
 use super::Common;
 use crate::cmd::{self, CliError};
-use crate::conn::{self, PortAddress};
-use crate::peer::{FabricDir, Parent};
 use nic_model::wire::InboxConfig;
 
 /// Most QPs one run connects (the device's `max_qp` bounds it too).

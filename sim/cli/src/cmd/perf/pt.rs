@@ -8,6 +8,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use softverbs_sim::peer::Parent;
+use verbs_api::conn::{self, ConnOpts, PortAddress, QpInfo};
 use verbs_api::{
     AhAttr, CompChannel, Context, LinkLayer, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
     UdTarget,
@@ -17,8 +19,6 @@ use super::pt_out::{self, AddrLine, BwRow, LatDurRow, LatRow, Progress, RULE};
 use super::pt_run::{self, AtomicType, Kind, Plan, Remote, Side, Verb};
 use super::runner::{run_dir, Launcher, HANDSHAKE};
 use crate::cmd::{self, CliError};
-use crate::conn::{self, ConnOpts, PortAddress, QpInfo};
-use crate::peer::Parent;
 
 /// perftest's largest message (`MAX_SIZE`, 8 MiB): the end of an `-a` sweep.
 const MAX_SIZE: u32 = 1 << 23;
@@ -505,10 +505,10 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
     let mut args =
         vec![t.sub(), "--peer".into(), "--fabric".into(), dir.path().display().to_string()];
     args.extend(peer_args(a));
-    let mut peer = crate::peer::Peer::spawn(
+    let mut peer = softverbs_sim::peer::Peer::spawn(
         "the server process",
         me.command(&args)?,
-        crate::peer::Stderr::Inherit,
+        softverbs_sim::peer::Stderr::Inherit,
     )?;
     let mut mine = Vec::new();
     let mut theirs = Vec::new();

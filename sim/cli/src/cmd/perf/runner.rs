@@ -1,18 +1,18 @@
 //! What every measurement of `softverbs perf` shares: its bounds and queue depths, the machine
 //! line, the run's fabric directory, starting this program again as the peer process
-//! ([`crate::peer`]), connecting the two QPs, and the busy poll of the completion queue.
+//! ([`softverbs_sim::peer`]), connecting the two QPs, and the busy poll of the completion queue.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use softverbs_sim::peer::{fabric_base, FabricDir, Parent, Peer, Stderr};
+use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
 use verbs_api::{CompletionQueue, Mtu, QpCap, QpType, QueuePair, WcStatus, WorkCompletion};
 
 use super::Common;
 use crate::cmd::{self, CliError};
-use crate::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
-use crate::peer::{fabric_base, FabricDir, Parent, Peer, Stderr};
 
 /// Bound on every handshake step with the peer.
 pub(super) const HANDSHAKE: Duration = Duration::from_secs(20);
@@ -122,9 +122,9 @@ pub(super) fn run_dir(given: Option<&Path>) -> Result<FabricDir, String> {
 /// The name of a run's own fabric directory, before the run's pid.
 const PERF_DIR_PREFIX: &str = "softverbs-perf-";
 
-/// The directories of earlier perf runs that were killed, removed ([`crate::peer::remove_dead_runs`]).
+/// The directories of earlier perf runs that were killed, removed ([`softverbs_sim::peer::remove_dead_runs`]).
 fn remove_dead_runs(base: &Path) -> Vec<(PathBuf, u32)> {
-    crate::peer::remove_dead_runs(base, PERF_DIR_PREFIX)
+    softverbs_sim::peer::remove_dead_runs(base, PERF_DIR_PREFIX)
 }
 
 fn cap() -> QpCap {
