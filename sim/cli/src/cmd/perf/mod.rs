@@ -3,8 +3,8 @@
 //! bandwidth (`bw.rs`), the raw shared-memory floor (`floor.rs`), idle CPU (`idle.rs`), system
 //! calls per iteration (`syscalls.rs`), resident memory per object (`memory.rs`) and the NIC thread's spin window (`spin.rs`) — with their
 //! statistics in `stats.rs` and the plumbing they share in `runner.rs`; and perftest's eight
-//! verbs tests (`send_lat` … `atomic_bw`: flags and set-up in `pt.rs`, the measured loops in
-//! `pt_run.rs`, banner, tables, JSON and plot in `pt_out.rs`), which print perftest's table
+//! verbs tests (`send_lat` … `atomic_bw`, in their own room `perftest/`: flags and set-up in
+//! `mod.rs`, the measured loops in `run.rs`, banner, tables, JSON and plot in `out.rs`), which print perftest's table
 //! rather than a `RESULT` line.
 //!
 //! Every measurement spawns its peer as a second process of the same binary (hidden `--peer`),
@@ -16,17 +16,9 @@ mod floor;
 mod idle;
 mod lat;
 mod memory;
-// Transitional (this commit only): perftest's files in their sub-room under their old module names.
-#[path = "perftest/mod.rs"]
-mod pt;
-#[path = "perftest/out.rs"]
-mod pt_out;
-#[path = "perftest/run.rs"]
-mod pt_run;
+mod perftest;
 mod runner;
 mod spin;
-#[path = "perftest/stamp.rs"]
-mod stamp;
 mod stats;
 mod syscalls;
 
@@ -66,7 +58,7 @@ enum PerfCmd {
     /// perftest's eight tests: send_lat, send_bw, write_lat, write_bw, read_lat, read_bw,
     /// atomic_lat, atomic_bw.
     #[command(flatten)]
-    Perftest(pt::PtCmd),
+    Perftest(perftest::PtCmd),
 }
 
 /// Options every subcommand shares.

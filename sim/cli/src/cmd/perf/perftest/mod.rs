@@ -3,7 +3,11 @@
 //! their meanings, its banner and result table, plus `--json` and `--plot`. The client process
 //! (this one) starts the server as its peer process, exchanges QP and MR information over the
 //! peer's stdin/stdout (where perftest uses a TCP socket), and per message size says `RUN`,
-//! measures (`pt_run.rs`) and prints a row (`pt_out.rs`).
+//! measures (`run.rs`, with `stamp.rs`'s per-post timestamps) and prints a row (`out.rs`).
+
+mod out;
+mod run;
+mod stamp;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,10 +19,10 @@ use verbs_api::{
     UdTarget,
 };
 
-use super::pt_out::{self, AddrLine, BwRow, LatDurRow, LatRow, Progress, RULE};
-use super::pt_run::{self, AtomicType, Kind, Plan, Remote, Side, Verb};
 use super::runner::{run_dir, Launcher, HANDSHAKE};
 use crate::cmd::{self, CliError};
+use out::{AddrLine, BwRow, LatDurRow, LatRow, Progress, RULE};
+use run::{AtomicType, Kind, Plan, Remote, Side, Verb};
 
 /// perftest's largest message (`MAX_SIZE`, 8 MiB): the end of an `-a` sweep.
 const MAX_SIZE: u32 = 1 << 23;
@@ -184,14 +188,14 @@ impl PtCmd {
 
 /// The test: its verb and kind, and its names.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Test {
-    pub(super) verb: Verb,
-    pub(super) kind: Kind,
+struct Test {
+    verb: Verb,
+    kind: Kind,
 }
 
 impl Test {
     /// `write_bw` and the like: the subcommand.
-    pub(super) fn sub(self) -> String {
+    fn sub(self) -> String {
         let v = match self.verb {
             Verb::Send => "send",
             Verb::Write => "write",
@@ -378,11 +382,11 @@ fn open_side(
     } else {
         None
     };
-    let depth = a.qps * (s.tx_depth.max(16) + pt_run::RX_DEPTH) + 64;
+    let depth = a.qps * (s.tx_depth.max(16) + run::RX_DEPTH) + 64;
     let cq = ctx.create_cq(depth, channel.as_ref(), 0).map_err(|x| e("ibv_create_cq", x))?;
     let cap = QpCap {
         max_send_wr: s.tx_depth.max(32) + 1,
-        max_recv_wr: pt_run::RX_DEPTH + 1,
+        max_recv_wr: run::RX_DEPTH + 1,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: s.inline,
@@ -536,7 +540,7 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
     }
     let remote = Remote { addr: theirs[0].1, rkey: theirs[0].2, half: (s.mr_len / 2) as u64 };
     if t.verb == Verb::Send && t.kind == Kind::Lat {
-        pt_run::post_receives(&side)?;
+        run::post_receives(&side)?;
     }
     let mut progress = Progress::new();
     let mut plot = Vec::new();
@@ -553,8 +557,8 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
             })
         };
         let raw = match t.kind {
-            Kind::Lat => pt_run::client_lat(&side, p, remote, &mut tick)?,
-            Kind::Bw => pt_run::client_bw(&side, p, remote, &mut tick)?,
+            Kind::Lat => run::client_lat(&side, p, remote, &mut tick)?,
+            Kind::Bw => run::client_bw(&side, p, remote, &mut tick)?,
         };
         peer.send_line("END")?;
         let served: u64 = peer
@@ -570,7 +574,7 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
             )));
         }
         let row = match (t.kind, a.duration) {
-            (Kind::Bw, _) => Row::Bw(pt_out::bw_row(
+            (Kind::Bw, _) => Row::Bw(out::bw_row(
                 size,
                 raw.ops,
                 raw.elapsed_ns,
@@ -582,7 +586,7 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
                 Row::LatDur(LatDurRow::of(size, raw.ops, raw.elapsed_ns, t.rtt_factor()))
             }
             (Kind::Lat, None) => Row::Lat(
-                pt_out::lat_row(size, &raw.posted, t.rtt_factor())
+                out::lat_row(size, &raw.posted, t.rtt_factor())
                     .ok_or("too few iterations for latency statistics")?,
             ),
         };
@@ -615,7 +619,7 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
             (Kind::Lat, _) => "t_typical [usec]",
         };
         let title = format!("softverbs perf {} ({}, {})", t.sub(), a.conn.name(), a.ib_dev);
-        std::fs::write(file, pt_out::svg_plot(&title, y, &plot))
+        std::fs::write(file, out::svg_plot(&title, y, &plot))
             .map_err(|e| CliError::failed(format!("--plot {}: {e}", file.display())))?;
     }
     Ok(())
@@ -623,10 +627,10 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
 
 fn header(t: Test, a: &PtArgs) -> &'static str {
     match (t.kind, a.duration, a.report_gbits) {
-        (Kind::Bw, _, false) => pt_out::BW_HEADER,
-        (Kind::Bw, _, true) => pt_out::BW_HEADER_G,
-        (Kind::Lat, Some(_), _) => pt_out::LAT_DUR_HEADER,
-        (Kind::Lat, None, _) => pt_out::LAT_HEADER,
+        (Kind::Bw, _, false) => out::BW_HEADER,
+        (Kind::Bw, _, true) => out::BW_HEADER_G,
+        (Kind::Lat, Some(_), _) => out::LAT_DUR_HEADER,
+        (Kind::Lat, None, _) => out::LAT_HEADER,
     }
 }
 
@@ -649,7 +653,7 @@ fn banner(
     outln!(" Connection type : {}\t\tUsing SRQ      : OFF", a.conn.name());
     outln!(" TX depth        : {}", s.tx_depth);
     if t.verb == Verb::Send {
-        outln!(" RX depth        : {}", pt_run::RX_DEPTH);
+        outln!(" RX depth        : {}", run::RX_DEPTH);
     }
     if t.kind == Kind::Bw {
         outln!(" CQ Moderation   : {}", s.cq_mod);
@@ -684,7 +688,7 @@ fn addr_lines(t: Test, side: &str, info: &QpInfo, rkey: u32, vaddr: u64) -> Resu
         rdma: matches!(t.verb, Verb::Read | Verb::Write).then_some((rkey, vaddr)),
     };
     outln!("{}", line.render());
-    outln!("{}", pt_out::gid_line(&info.gid));
+    outln!("{}", out::gid_line(&info.gid));
     Ok(())
 }
 
@@ -703,7 +707,7 @@ fn server(t: Test, a: &PtArgs) -> Result<(), CliError> {
     }
     let remote = remote.ok_or("no QP")?;
     if t.verb == Verb::Send {
-        pt_run::post_receives(&side)?;
+        run::post_receives(&side)?;
     }
     parent.say("READY")?;
     while let Some(line) = parent.line()? {
@@ -721,13 +725,11 @@ fn server(t: Test, a: &PtArgs) -> Result<(), CliError> {
         parent.say("GO")?;
         let first = HANDSHAKE;
         let served = match (t.verb, t.kind) {
-            (Verb::Send | Verb::Write, Kind::Lat) => {
-                pt_run::peer_pingpong(&side, p, remote, first)?
-            }
+            (Verb::Send | Verb::Write, Kind::Lat) => run::peer_pingpong(&side, p, remote, first)?,
             (Verb::Send, Kind::Bw) => {
                 // UC and UD may lose messages: count until the sender goes quiet.
                 let expect = if a.conn == ConnType::Rc { iters * u64::from(a.qps) } else { 0 };
-                pt_run::peer_receive(&side, p, expect, first)?
+                run::peer_receive(&side, p, expect, first)?
             }
             // READ, WRITE and atomics need nothing of the target's CPU.
             _ => 0,

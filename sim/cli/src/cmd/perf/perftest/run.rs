@@ -1,6 +1,6 @@
 //! The measured loops of the perftest-style tests (`perf send_lat` … `perf atomic_bw`), both
 //! sides: what `ib_send_lat`, `ib_write_bw` and the rest do between their set-up and their
-//! report, on QPs `pt.rs` has connected. The client records a timestamp per post (and per
+//! report, on QPs `mod.rs` has connected. The client records a timestamp per post (and per
 //! completion for bandwidth); the peer serves (ping-pong replies, receives) or stays passive.
 
 use std::time::{Duration, Instant};
