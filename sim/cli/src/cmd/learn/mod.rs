@@ -1,41 +1,26 @@
 //! `softverbs learn CONCEPT`: the primer's RDMA concepts, each shown live between two processes
 //! on the soft backend and measured against TCP between the same two processes in the same run,
-//! with the emulation's own cost shown for what it is. One file per lesson (`zero_copy`,
+//! with the emulation's own cost shown for what it is. One file per lesson in `lessons/` (`zero_copy`,
 //! `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`, and the control path's `qp_states` and
 //! `mr`, which run in this process alone); what they share: the two processes and
 //! the target's commands (`session`), the measured runs (`runs`), the TCP side (`tcp`), the
 //! per-thread measurements (`measure`), the table (`table`) and the language of the explanatory
 //! lines (`lang`, with `lang_demo`: the demo's lines, which `softverbs demo --lang` uses).
 
-// Transitional (this commit only): the lessons in their sub-room under their old module names.
-#[path = "lessons/bypass.rs"]
-mod bypass;
 pub mod lang;
 mod lang_demo;
+mod lessons;
 pub(crate) mod measure;
-#[path = "lessons/messages.rs"]
-mod messages;
-#[path = "lessons/mr.rs"]
-mod mr;
-#[path = "lessons/one_sided.rs"]
-mod one_sided;
-#[path = "lessons/qp_states.rs"]
-mod qp_states;
 mod runs;
 mod session;
-#[path = "lessons/sge.rs"]
-mod sge;
 mod table;
 mod tcp;
-#[path = "lessons/vs_tcp.rs"]
-mod vs_tcp;
-#[path = "lessons/zero_copy.rs"]
-mod zero_copy;
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use crate::cmd::{json_str, CliError};
+use lessons::{bypass, messages, mr, one_sided, qp_states, sge, vs_tcp, zero_copy};
 
 /// The lessons: name and one line each, in the order of the primer.
 pub const LESSONS: [(&str, &str); 8] = [

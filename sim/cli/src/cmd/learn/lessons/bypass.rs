@@ -6,9 +6,9 @@
 
 use std::io::Write;
 
-use super::runs::{self, Run};
-use super::session::Session;
-use super::table::{self, Table};
+use crate::cmd::learn::runs::{self, Run};
+use crate::cmd::learn::session::Session;
+use crate::cmd::learn::table::{self, Table};
 use crate::cmd::CliError;
 
 /// The system calls of the program threads on the data path, as counted by softverbs: the soft

@@ -4,8 +4,8 @@
 
 use std::io::Write;
 
-use super::session::{self, Session};
-use super::table::{self, Table};
+use crate::cmd::learn::session::{self, Session};
+use crate::cmd::learn::table::{self, Table};
 use crate::cmd::CliError;
 
 /// The three message sizes.

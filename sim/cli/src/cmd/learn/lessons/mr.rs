@@ -17,7 +17,7 @@ use verbs_api::{
     SendWr, WcStatus, WrOpcode,
 };
 
-use super::table;
+use crate::cmd::learn::table;
 use crate::cmd::words::{describe_packet, describe_wc};
 use crate::cmd::CliError;
 

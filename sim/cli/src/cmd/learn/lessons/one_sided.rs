@@ -5,9 +5,9 @@
 
 use std::io::Write;
 
-use super::runs::{self, Run, Way};
-use super::session::Session;
-use super::table::{self, ms, Table};
+use crate::cmd::learn::runs::{self, Run, Way};
+use crate::cmd::learn::session::Session;
+use crate::cmd::learn::table::{self, ms, Table};
 use crate::cmd::CliError;
 
 /// The target's compute loop over one phase: iterations, its CPU (ns), wall time (ns).

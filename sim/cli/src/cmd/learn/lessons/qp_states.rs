@@ -15,7 +15,7 @@ use verbs_api::{
     QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
 };
 
-use super::table;
+use crate::cmd::learn::table;
 use crate::cmd::CliError;
 
 /// How long a completion may take on the loopback wire before the lesson gives up.

@@ -7,8 +7,8 @@ use std::io::Write;
 
 use verbs_api::{SendFlags, SendWr, WrOpcode};
 
-use super::session::{self, Session};
-use super::table::{self, Table};
+use crate::cmd::learn::session::{self, Session};
+use crate::cmd::learn::table::{self, Table};
 use crate::cmd::CliError;
 
 /// The three pieces the SEND gathers: (offset in the sender's MR, bytes).

@@ -6,9 +6,9 @@
 use std::io::Write;
 
 use super::bypass::program_calls;
-use super::runs::{self, Run, Way};
-use super::session::Session;
-use super::table::{self, Table};
+use crate::cmd::learn::runs::{self, Run, Way};
+use crate::cmd::learn::session::Session;
+use crate::cmd::learn::table::{self, Table};
 use crate::cmd::CliError;
 
 /// The sizes a run covers: `largest`, then each 16 times smaller, down to 64 bytes.

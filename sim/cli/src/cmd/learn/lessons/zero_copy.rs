@@ -6,12 +6,12 @@
 
 use std::io::Write;
 
-use super::runs::{self, Run, Way};
-use super::session::Session;
-use super::table::{self, ms, Table};
+use crate::cmd::learn::runs::{self, Run, Way};
+use crate::cmd::learn::session::Session;
+use crate::cmd::learn::table::{self, ms, Table};
 use crate::cmd::CliError;
 
-fn rw(s: &super::measure::ThreadSample) -> u64 {
+fn rw(s: &crate::cmd::learn::measure::ThreadSample) -> u64 {
     s.rchar + s.wchar
 }
 
