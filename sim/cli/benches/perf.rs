@@ -1,4 +1,4 @@
-//! `cargo bench -p softverbs-sim`: the 8-byte SEND ping-pong latency and the 1 MiB RDMA WRITE
+//! `cargo bench -p softverbs`: the 8-byte SEND ping-pong latency and the 1 MiB RDMA WRITE
 //! bandwidth between two processes, printed as `softverbs perf lat` and `softverbs perf bw`
 //! print them. The bench binary is also its own peer process (spawned with `--peer`).
 

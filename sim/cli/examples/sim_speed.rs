@@ -2,7 +2,7 @@
 //! WRITE stream and a 16-node incast through a switch, and whether the cost per packet stays
 //! flat as runs grow (N, 2N and 4N messages). Run in release:
 //!
-//! `cargo run -p softverbs-sim --release --example sim_speed -- [--runs R] [--quick]
+//! `cargo run -p softverbs --release --example sim_speed -- [--runs R] [--quick]
 //! [--only NAME] [--verbose]`; docs/performance.md ("Current figures") states the results and
 //! docs/journal/performance.md keeps the measuring rounds.
 //!
@@ -291,7 +291,7 @@ fn main() {
     let (runs, scale) = if args.quick { (3, 4) } else { (5, 1) };
     let runs = args.runs.unwrap_or(runs).max(1);
     println!(
-        "command: cargo run -p softverbs-sim --release --example sim_speed -- {}",
+        "command: cargo run -p softverbs --release --example sim_speed -- {}",
         std::env::args()
             .skip(1)
             .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })

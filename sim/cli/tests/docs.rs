@@ -204,13 +204,13 @@ struct Form(&'static [&'static str], &'static str, &'static [&'static str]);
 /// iterations, shorter sleeps, a free TCP port for `pingpong`. Every command runs on the
 /// test's own fabric (`SOFTVERBS_FABRIC`).
 const PLANS: &[(&str, Plan)] = &[
-    ("cargo run --release -p softverbs-sim --bin softverbs -- demo", Plan::Run(DEMO)),
+    ("cargo run --release -p softverbs -- demo", Plan::Run(DEMO)),
     ("cargo test --workspace", Plan::NotRun("it is the command that runs this test")),
     ("softverbs --help", Plan::Run(&[Form(&["--help"], "Usage: softverbs [OPTIONS] <COMMAND>", &[])])),
     ("softverbs demo [-d DEV] [--in-process]", Plan::Run(DEMO_FORMS)),
     ("softverbs demo [-d DEV] [-g GID_INDEX] [--in-process]", Plan::Run(DEMO_FORMS)),
     ("softverbs demo", Plan::Run(DEMO)),
-    // Packet ladders and sweeps (docs/learn/ladders.md); sim/tests/ladder.rs and
+    // Packet ladders and sweeps (docs/learn/ladders.md); sim/cli/tests/ladder.rs and
     // ladder_sweep.rs check what they draw.
     ("softverbs demo --ladder", Plan::Run(&[Form(&["demo", "--ladder"], "packet ladder of the initiator", &[])])),
     (
@@ -219,7 +219,7 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "softverbs demo --in-process --ladder --svg demo.svg",
-        Plan::NotRun("sim/tests/ladder.rs runs it with the SVG on a private path and checks it against the wire lines"),
+        Plan::NotRun("sim/cli/tests/ladder.rs runs it with the SVG on a private path and checks it against the wire lines"),
     ),
     (
         "softverbs sim sim/scenarios/ladder.toml --ladder",
@@ -235,7 +235,7 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "softverbs sim sim/scenarios/ladder.toml --svg docs/learn/ladder-lossy.svg",
-        Plan::NotRun("it rewrites the committed SVG; sim/tests/ladder_sweep.rs checks the file is what it writes"),
+        Plan::NotRun("it rewrites the committed SVG; sim/cli/tests/ladder_sweep.rs checks the file is what it writes"),
     ),
     (
         "softverbs sim sweep",
@@ -251,7 +251,7 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "softverbs sim sweep sim/scenarios/go-back-n.toml --param loss=0,0.001,0.01,0.05 --plot docs/learn/go-back-n-sweep.svg",
-        Plan::NotRun("it rewrites the committed SVG; sim/tests/ladder_sweep.rs checks the file is what it writes"),
+        Plan::NotRun("it rewrites the committed SVG; sim/cli/tests/ladder_sweep.rs checks the file is what it writes"),
     ),
     (
         "softverbs sim sweep sim/scenarios/go-back-n.toml --param latency_ns=1000,10000,100000",
@@ -274,7 +274,7 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs devinfo [-d DEV] [-i PORT] [-l] [-v]", Plan::Run(DEVINFO)),
     (
         "softverbs devinfo | head",
-        Plan::NotRun("a pipe of the shell; sim/tests/cli.rs closes stdout early on every command"),
+        Plan::NotRun("a pipe of the shell; sim/cli/tests/cli.rs closes stdout early on every command"),
     ),
     ("softverbs pingpong [-d DEV] [-g N] [-p PORT] [HOST]", Plan::Pingpong(&["-d", "softverbs1", "-g", "1"])),
     ("softverbs pingpong [OPTIONS]", Plan::Pingpong(&["-s", "8192", "-m", "2048", "-e", "-g", "1"])),
@@ -307,15 +307,15 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs sim SCENARIO.toml", Plan::Run(SIM)),
     (
         "SOFTVERBS_FAULTS='seed=7 loss=5%' softverbs pingpong -g 1",
-        Plan::NotRun("a Form sets no environment; sim/tests/faults_real.rs runs a pingpong pair under this plan"),
+        Plan::NotRun("a Form sets no environment; sim/cli/tests/faults_real.rs runs a pingpong pair under this plan"),
     ),
     (
         "SOFTVERBS_FAULTS='tx:dup=1% rx:corrupt=0.1% reorder=50us drop=ack#3' softverbs demo",
-        Plan::NotRun("a Form sets no environment; sim/tests/faults_real.rs runs the demo under this plan"),
+        Plan::NotRun("a Form sets no environment; sim/cli/tests/faults_real.rs runs the demo under this plan"),
     ),
     (
         "SOFTVERBS_FAULTS='softverbs0:fail@2s' softverbs pingpong -g 1 localhost",
-        Plan::NotRun("sim/tests/faults_real.rs fails a port with fail@ and checks PORT_ERR and RETRY_EXC_ERR"),
+        Plan::NotRun("sim/cli/tests/faults_real.rs fails a port with fail@ and checks PORT_ERR and RETRY_EXC_ERR"),
     ),
     (
         "SOFTVERBS_FAULTS=@plan.toml softverbs pingpong -g 1",
@@ -337,7 +337,7 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs counters --json", Plan::Run(&[Form(&["counters", "--json"], "\"ports\":[", &[])])),
     (
         "softverbs counters -d softverbs0 --watch 1",
-        Plan::NotRun("-d needs a live port; sim/tests/counters_real.rs runs -d and --watch against a real peer"),
+        Plan::NotRun("-d needs a live port; sim/cli/tests/counters_real.rs runs -d and --watch against a real peer"),
     ),
     (
         "softverbs counters [-d DEV] [--watch [SECS]] [--count N] [--json]",
@@ -345,15 +345,15 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "softverbs demo --in-process --pcap /tmp/demo.pcap",
-        Plan::NotRun("sim/tests/pcap_real.rs runs it on a private path and checks the file with tshark"),
+        Plan::NotRun("sim/cli/tests/pcap_real.rs runs it on a private path and checks the file with tshark"),
     ),
     (
         "SOFTVERBS_PCAP=/tmp/pp-{pid}.pcap softverbs pingpong -g 1",
-        Plan::NotRun("sim/tests/pcap_real.rs runs a pingpong pair so and checks the files with tshark"),
+        Plan::NotRun("sim/cli/tests/pcap_real.rs runs a pingpong pair so and checks the files with tshark"),
     ),
     (
         "tshark -r /tmp/demo.pcap -d udp.port==4791,infiniband -T fields -e infiniband.bth.opcode -e infiniband.bth.psn -e infiniband.invariant.crc",
-        Plan::NotRun("sim/tests/pcap_real.rs runs tshark with these fields on the files it makes"),
+        Plan::NotRun("sim/cli/tests/pcap_real.rs runs tshark with these fields on the files it makes"),
     ),
     ("softverbs sim", Plan::Run(SIM)),
     (
@@ -372,29 +372,29 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "softverbs labs [list | show N | check N PROGRAM]",
-        Plan::NotRun("its forms are run below (list, show) and by sim/tests/labs.rs (check)"),
+        Plan::NotRun("its forms are run below (list, show) and by sim/cli/tests/labs.rs (check)"),
     ),
     ("softverbs labs", Plan::Run(&[Form(&["labs"], "labs/1-open-and-register", &[])])),
     (
         "softverbs labs check N ./a.out",
-        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/tests/labs.rs checks every lab"),
+        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/cli/tests/labs.rs checks every lab"),
     ),
     (
         "softverbs labs check N PROGRAM",
-        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/tests/labs.rs checks every lab"),
+        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/cli/tests/labs.rs checks every lab"),
     ),
     ("softverbs labs list", Plan::Run(&[Form(&["labs", "list"], "labs/8-fix-it", &[])])),
     ("softverbs labs show 4", Plan::Run(&[Form(&["labs", "show", "4"], "# Lab 4: RDMA WRITE with immediate", &[])])),
     (
         "softverbs labs check 4 ./lab4",
-        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/tests/labs.rs checks every lab's solution, skeleton and typical mistakes"),
+        Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/cli/tests/labs.rs checks every lab's solution, skeleton and typical mistakes"),
     ),
     (
         "cc -o lab4 labs/4-write-imm/lab.c -libverbs",
-        Plan::NotRun("not softverbs: sim/tests/labs.rs compiles every lab with cc"),
+        Plan::NotRun("not softverbs: sim/cli/tests/labs.rs compiles every lab with cc"),
     ),
     (
-        "cargo build -p softverbs-ibverbs -p softverbs-sim",
+        "cargo build -p softverbs-ibverbs -p softverbs",
         Plan::NotRun("the tests run on what cargo test built"),
     ),
     ("softverbs -v devinfo", Plan::Run(&[Form(&["-v", "devinfo"], "PORT_ACTIVE", &[])])),
@@ -406,12 +406,12 @@ const PLANS: &[(&str, Plan)] = &[
     (
         "RUST_LOG=nic_model::engine::comp=debug softverbs sim sim/scenarios/partition-heals.toml -q",
         Plan::NotRun(
-            "a Form sets no environment; sim/tests/cli.rs runs RUST_LOG overriding -v, and \
+            "a Form sets no environment; sim/cli/tests/cli.rs runs RUST_LOG overriding -v, and \
              sim/tests/sim_logs.rs checks the events of partition-heals.toml this shows",
         ),
     ),
     ("softverbs pingpong -g 1 -v", Plan::Pingpong(&["-g", "1", "-v"])),
-    // The failure drills (docs/learn/drills.md): sim/tests/drills.rs checks each one's lines.
+    // The failure drills (docs/learn/drills.md): sim/cli/tests/drills.rs checks each one's lines.
     ("softverbs demo --break KIND [--lang zh-TW] [--ladder] [--svg FILE]", Plan::Run(&[Form(&["demo", "--break", "rkey"], "NAK: remote access error (syndrome 0x62)", &[]), Form(&["demo", "--break", "rkey", "--ladder"], "NAK remote access error ─", &[])])),
     ("softverbs demo --break rkey", Plan::Run(&[Form(&["demo", "--break", "rkey"], "NAK: remote access error (syndrome 0x62)", &[])])),
     ("softverbs demo --break bounds", Plan::Run(&[Form(&["demo", "--break", "bounds"], "status=IBV_WC_REM_ACCESS_ERR (10,", &[])])),
@@ -422,7 +422,7 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs demo --break no-gid", Plan::Run(&[Form(&["demo", "--break", "no-gid"], "failed: EINVAL (errno 22)", &[])])),
     ("softverbs demo --break cq-overrun", Plan::Run(&[Form(&["demo", "--break", "cq-overrun"], "target async event: IBV_EVENT_CQ_ERR", &[])])),
     ("softverbs demo --lang zh-TW --break no-recv", Plan::Run(&[Form(&["demo", "--lang", "zh-TW", "--break", "no-recv"], "為什麼，以及在真實程式中如何修正：", &[])])),
-    // The lessons (docs/learn/), in smaller sizes: sim/tests/learn.rs checks their numbers.
+    // The lessons (docs/learn/), in smaller sizes: sim/cli/tests/learn.rs checks their numbers.
     ("softverbs learn [CONCEPT]", Plan::Run(LEARN)),
     ("softverbs learn", Plan::Run(LEARN)),
     ("softverbs learn zero-copy", Plan::Run(ZERO_COPY)),
@@ -551,7 +551,7 @@ fn every_command_in_the_readme_and_guide_is_planned() {
         all.iter().filter(|(_, c)| plan(c).is_none()).map(|(at, c)| format!("{at}: {c}")).collect();
     assert!(
         unplanned.is_empty(),
-        "commands the docs show that sim/tests/docs.rs neither runs nor lists as not run \
+        "commands the docs show that sim/cli/tests/docs.rs neither runs nor lists as not run \
          (add each to PLANS):\n{}",
         unplanned.join("\n")
     );

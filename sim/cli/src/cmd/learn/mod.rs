@@ -1,8 +1,8 @@
 //! `softverbs learn CONCEPT`: the primer's RDMA concepts, each shown live between two processes
 //! on the soft backend and measured against TCP between the same two processes in the same run,
-//! with the emulation's own cost shown for what it is. One file per lesson in `lessons/` (`zero_copy`,
-//! `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`, and the control path's `qp_states` and
-//! `mr`, which run in this process alone); what they share: the two processes and
+//! with the emulation's own cost shown for what it is. One file per lesson in `lessons/`
+//! (`zero_copy`, `bypass`, `one_sided`, `messages`, `sge`, `vs_tcp`, and the control path's
+//! `qp_states` and `mr`, which run in this process alone); what they share: the two processes and
 //! the target's commands (`session`), the measured runs (`runs`), the TCP side (`tcp`), the
 //! per-thread measurements (`measure`), the table (`table`) and the language of the explanatory
 //! lines (`lang`, with `lang_demo`: the demo's lines, which `softverbs demo --lang` uses).

@@ -4,8 +4,8 @@
 //! calls per iteration (`syscalls.rs`), resident memory per object (`memory.rs`) and the NIC thread's spin window (`spin.rs`) — with their
 //! statistics in `stats.rs` and the plumbing they share in `runner.rs`; and perftest's eight
 //! verbs tests (`send_lat` … `atomic_bw`, in their own room `perftest/`: flags and set-up in
-//! `mod.rs`, the measured loops in `run.rs`, banner, tables, JSON and plot in `out.rs`), which print perftest's table
-//! rather than a `RESULT` line.
+//! `mod.rs`, the measured loops in `run.rs`, banner, tables, JSON and plot in `out.rs`), which
+//! print perftest's table rather than a `RESULT` line.
 //!
 //! Every measurement spawns its peer as a second process of the same binary (hidden `--peer`),
 //! exchanges QP information over the child's stdin/stdout, bounds every wait, and ends with
