@@ -2,7 +2,7 @@
 # perftest through softverbs' libibverbs.so.1 against the same measurement by `softverbs perf`,
 # in alternated rounds so both see the same host load (docs/performance.md, "C programs through
 # libibverbs.so.1"). Needs perftest installed and a release build:
-#   cargo build --release -p softverbs-sim -p softverbs-ibverbs
+#   cargo build --release -p softverbs -p softverbs-ibverbs
 # Usage: scripts/c-vs-rust.sh [ROUNDS]   (CARGO_TARGET_DIR is honoured)
 set -u
 cd "$(dirname "$0")/.."

@@ -38,7 +38,7 @@ FI_PINGPONG=${FI_PINGPONG:-fi_pingpong}
 
 # The binary cargo built: its own report of the artifact, so CARGO_TARGET_DIR and a
 # target-dir in cargo's config both count; else the target directory cargo metadata names.
-SV=$(cargo build --release -q -p softverbs-sim --bin softverbs --message-format=json |
+SV=$(cargo build --release -q -p softverbs --bin softverbs --message-format=json |
     sed -n 's/.*"executable":"\([^"]*\/softverbs\)".*/\1/p' | tail -1)
 if [[ -z $SV ]]; then
     dir=$(cargo metadata --format-version 1 --no-deps 2>/dev/null |

@@ -170,7 +170,7 @@ mod tests {
     use super::*;
 
     // The byte counters are checked exactly end to end, one device per process
-    // (sim/tests/learn.rs, zero-copy): here other tests copy at the same time.
+    // (sim/cli/tests/learn.rs, zero-copy): here other tests copy at the same time.
     #[test]
     fn system_calls_count_by_thread_and_subtract() {
         let before = snapshot();

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::conn::QpInfo;
+use verbs_api::conn::QpInfo;
 
 /// How often a bounded wait for an exit looks again.
 const POLL: Duration = Duration::from_millis(2);

@@ -5,6 +5,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+// The capture helpers live with the command line's capture tests (sim/cli/tests/pcap_check/),
+// which have the other user of them.
+#[path = "../cli/tests/pcap_check/mod.rs"]
 mod pcap_check;
 use pcap_check::{num, read_pcap, tshark_fields};
 

@@ -6,7 +6,7 @@
 //! all three crates an example may use (`verbs_api`, `nic_model`, `softverbs_sim`) and on
 //! nothing a user's program would not, is never published, and forwards the `rdma-sys`
 //! feature, so the hardware page's example compiles with the real-NIC backend too. The
-//! scenarios (```toml) and the command lines of the pages are run by `sim/tests/docs.rs`.
+//! scenarios (```toml) and the command lines of the pages are run by `sim/cli/tests/docs.rs`.
 
 #[doc = include_str!("../../README.md")]
 pub struct Readme;

@@ -19,6 +19,7 @@ const CRATES: &[(&str, &str)] = &[
     ("verbs_api", "verbs-api/src"),
     ("nic_model", "nic-model/src"),
     ("softverbs_sim", "sim/src"),
+    ("softverbs", "sim/cli/src"),
     ("softverbs_tests", "tests/src"),
 ];
 

@@ -12,11 +12,15 @@
 //!   AH), each holding the trait a backend implements and the handle a program holds;
 //! - [`provider`]: what a backend implements, in one place: [`Provider`] and the objects' traits;
 //! - [`device`]: the provider registry, the device list, and the one module that maps a device
-//!   name to its backend, including the `hw` backend below.
+//!   name to its backend, including the `hw` backend below;
+//! - [`conn`]: connecting RC/UC QPs as verbs programs do (the QP information two sides exchange,
+//!   INIT → RTR → RTS), on top: it uses only the handles and vocabulary, so it works on every
+//!   backend and a program that connects two QPs needs nothing beyond this crate and a provider.
 //!
 //! `hw` (feature `rdma-sys`) is the libibverbs backend. It implements the provider traits and,
 //! like every backend, is named by nothing above except [`device`] (through [`hw_provider`]).
 
+pub mod conn;
 pub mod device;
 pub mod error;
 pub mod object;

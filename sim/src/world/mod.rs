@@ -22,6 +22,9 @@ mod event;
 mod fabric;
 mod link;
 mod node;
+// Behind the `prop` feature (on by default), which the `softverbs` command line turns off so
+// that proptest is not built into it.
+#[cfg(feature = "prop")]
 pub mod prop;
 pub mod proto;
 mod rng;

@@ -1,0 +1,357 @@
+//! `softverbs labs`: every reference solution in labs/solutions/ passes its check, every
+//! skeleton as given fails it with the expected diagnosis, and typical mistakes (small patched
+//! variants of the solutions, made here) get the right one. Needs cc, the libibverbs header and
+//! the softverbs-ibverbs library (`cargo test --workspace` builds it): without them each test
+//! says so and skips, unless `SOFTVERBS_REQUIRE_C=1`, which makes that a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
+
+fn root() -> PathBuf {
+    // This crate is sim/cli/, two levels below the workspace root.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+fn required() -> bool {
+    std::env::var("SOFTVERBS_REQUIRE_C").as_deref() == Ok("1")
+}
+
+/// The built `libsoftverbs_ibverbs.so` and that cc and the header are there; None (said on
+/// stderr) to skip.
+fn ready(test: &str) -> Option<PathBuf> {
+    let dir = Path::new(BIN).parent().expect("target/<profile>");
+    let lib = [dir.join("libsoftverbs_ibverbs.so"), dir.join("deps/libsoftverbs_ibverbs.so")]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p);
+    let cc = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("cc").is_file()));
+    let header = Path::new("/usr/include/infiniband/verbs.h").is_file();
+    let missing = match (&lib, cc, header) {
+        (None, _, _) => "libsoftverbs_ibverbs.so is not built (cargo build -p softverbs-ibverbs)",
+        (_, false, _) => "cc is not on PATH (apt-get install gcc)",
+        (_, _, false) => {
+            "/usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)"
+        }
+        _ => return lib,
+    };
+    assert!(!required(), "SOFTVERBS_REQUIRE_C=1 but {missing}");
+    eprintln!("{test}: skipped: {missing} (SOFTVERBS_REQUIRE_C=1 makes this an error)");
+    None
+}
+
+/// The lab's directory name under labs/.
+fn dir(n: u32) -> &'static str {
+    [
+        "1-open-and-register",
+        "2-qp-to-rts",
+        "3-send-recv",
+        "4-write-imm",
+        "5-read",
+        "6-atomic-counter",
+        "7-events",
+        "8-fix-it",
+    ][n as usize - 1]
+}
+
+fn solution(n: u32) -> String {
+    let p = root().join("labs/solutions").join(format!("{}.c", dir(n)));
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn skeleton(n: u32) -> String {
+    let p = root().join("labs").join(dir(n)).join("lab.c");
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `source` with each `(from, to)` replaced, insisting each `from` is there (else the variant
+/// would silently be the solution).
+fn patched(mut source: String, edits: &[(&str, &str)]) -> String {
+    for (from, to) in edits {
+        assert!(source.contains(from), "the source has no {from:?}");
+        source = source.replace(from, to);
+    }
+    source
+}
+
+/// Compile `source` as a lab program (its `#include "../common/labkit.h"` resolved to
+/// labs/common) in `tmp`, and return the executable.
+fn build(tmp: &Path, name: &str, source: &str) -> PathBuf {
+    let common = tmp.join("common");
+    if !common.exists() {
+        std::os::unix::fs::symlink(root().join("labs/common"), &common).expect("symlink");
+    }
+    std::fs::create_dir_all(tmp.join("src")).expect("mkdir");
+    let c = tmp.join("src").join(format!("{name}.c"));
+    std::fs::write(&c, source).expect("write");
+    let exe = tmp.join(name);
+    let out = Command::new("cc")
+        .arg("-Wall")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .arg("-libverbs")
+        .output()
+        .expect("cc runs");
+    assert!(out.status.success(), "cc {name}: {}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// `softverbs labs check N exe`: its exit status and stdout, within a bound (the check's own
+/// limit is 20 s).
+fn check(lib: &Path, n: u32, exe: &Path) -> (i32, String) {
+    let mut child = Command::new(BIN)
+        .args(["labs", "check", &n.to_string()])
+        .arg(exe)
+        .env("SOFTVERBS_IBVERBS_LIB", lib)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("softverbs runs");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("labs check {n} still running after 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Build `source`, check it against lab `n`, and insist on a failure whose output has every
+/// one of `said`.
+fn fails_with(lib: &Path, n: u32, name: &str, source: &str, said: &[&str]) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let exe = build(tmp.path(), name, source);
+    let (code, out) = check(lib, n, &exe);
+    assert_eq!(code, 1, "{name}: exit status, output:\n{out}");
+    for s in said {
+        assert!(out.contains(s), "{name}: no {s:?} in:\n{out}");
+    }
+    assert!(
+        out.lines()
+            .last()
+            .is_some_and(|l| l.starts_with(&format!("lab {n}: ")) && l.ends_with(": fail")),
+        "{name}:\n{out}"
+    );
+}
+
+#[test]
+fn every_solution_passes_with_full_points() {
+    let Some(lib) = ready("every_solution_passes_with_full_points") else { return };
+    let tmp = tempfile::tempdir().expect("tmp");
+    for n in 1..=8 {
+        let exe = build(tmp.path(), &format!("solution{n}"), &solution(n));
+        let (code, out) = check(&lib, n, &exe);
+        assert_eq!(code, 0, "lab {n}'s solution:\n{out}");
+        let last = out.lines().last().unwrap_or_default();
+        let (got, total) = last
+            .strip_prefix(&format!("lab {n}: "))
+            .and_then(|r| r.strip_suffix(" points: pass"))
+            .and_then(|r| r.split_once('/'))
+            .unwrap_or_else(|| panic!("lab {n}: grade line {last:?}"));
+        assert_eq!(got, total, "lab {n}:\n{out}");
+        assert!(!out.contains("[FAIL]"), "lab {n}:\n{out}");
+    }
+}
+
+#[test]
+fn every_skeleton_as_given_fails_with_its_diagnosis() {
+    let Some(lib) = ready("every_skeleton_as_given_fails_with_its_diagnosis") else { return };
+    let want: [&[&str]; 8] = [
+        &["lab 1: the program did not print `device softverbs0`: open softverbs0"],
+        &["lab 2: the program printed `qp requester state=IBV_QPS_RESET`, expected `qp requester state=IBV_QPS_RTS`"],
+        &["lab 3: no RC SEND ONLY packet was on the wire, expected 1: post an IBV_WR_SEND"],
+        &["lab 4: the responder printed no completion (a `wc responder ...` line), expected one with opcode IBV_WC_RECV_RDMA_WITH_IMM"],
+        &["lab 5: no RC RDMA READ REQUEST packet was on the wire, expected 1"],
+        &["lab 6: the program printed `mem server counter=0`, expected `mem server counter=400`", "lab 6: no RC FETCH ADD packet was on the wire, expected 400"],
+        &["lab 7: the program did not print `event responder cq`: arm the CQ with ibv_req_notify_cq"],
+        &["lab 8: the program exited with status 1, expected 0: ibv_modify_qp to RTR was refused; an RC QP's move to RTR requires the mask IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN"],
+    ];
+    for n in 1..=8u32 {
+        fails_with(&lib, n, &format!("skeleton{n}"), &skeleton(n), want[n as usize - 1]);
+    }
+}
+
+#[test]
+fn lab1_mistakes() {
+    let Some(lib) = ready("lab1_mistakes") else { return };
+    let short = patched(
+        solution(1),
+        &[("ibv_reg_mr(pd, buf, LEN, access)", "ibv_reg_mr(pd, buf, 1024, access)")],
+    );
+    fails_with(&lib, 1, "short", &short, &["lab 1: the program printed `mr length=1024 access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ`, expected `mr length=4096"]);
+    let no_read = patched(
+        solution(1),
+        &[("IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;", "IBV_ACCESS_REMOTE_WRITE;")],
+    );
+    fails_with(
+        &lib,
+        1,
+        "no_read",
+        &no_read,
+        &["lab 1: the program printed `mr length=4096 access=LOCAL_WRITE|REMOTE_WRITE`, expected"],
+    );
+}
+
+#[test]
+fn lab2_mistakes() {
+    let Some(lib) = ready("lab2_mistakes") else { return };
+    let rtr = patched(solution(2), &[("IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |", "IBV_QP_PATH_MTU |")]);
+    fails_with(&lib, 2, "rtr_mask", &rtr, &["ibv_modify_qp to RTR was refused", "IBV_QP_DEST_QPN"]);
+    let rts = patched(solution(2), &[("IBV_QP_STATE | IBV_QP_SQ_PSN |", "IBV_QP_STATE |")]);
+    fails_with(&lib, 2, "rts_mask", &rts, &["ibv_modify_qp to RTS was refused", "IBV_QP_SQ_PSN"]);
+}
+
+const RECV_POST: &str = "\tif (ibv_post_recv(s.qp, &wr, &bad))\n\t\tlab_die(\"ibv_post_recv\");\n";
+
+#[test]
+fn lab3_mistakes() {
+    let Some(lib) = ready("lab3_mistakes") else { return };
+    let no_recv = patched(solution(3), &[(RECV_POST, "\t(void)wr; (void)bad;\n")]);
+    fails_with(&lib, 3, "no_recv", &no_recv, &["lab 3: the requester's completion has status IBV_WC_RNR_RETRY_EXC_ERR, expected IBV_WC_SUCCESS: the responder had no receive posted"]);
+    let short = patched(solution(3), &[(".length = 6,", ".length = 5,")]);
+    fails_with(
+        &lib,
+        3,
+        "short",
+        &short,
+        &["lab 3: the responder's IBV_WC_RECV completion has byte_len=5, expected 6"],
+    );
+}
+
+#[test]
+fn lab4_mistakes() {
+    let Some(lib) = ready("lab4_mistakes") else { return };
+    let send_imm = patched(
+        solution(4),
+        &[
+            ("IBV_WR_RDMA_WRITE_WITH_IMM", "IBV_WR_SEND_WITH_IMM"),
+            (".sg_list = NULL, .num_sge = 0 }", ".sg_list = &(struct ibv_sge){ .addr = (uintptr_t)s.buf, .length = 64, .lkey = s.mr->lkey }, .num_sge = 1 }"),
+        ],
+    );
+    fails_with(&lib, 4, "send_imm", &send_imm, &[
+        "lab 4: the responder's completion has opcode IBV_WC_RECV, expected IBV_WC_RECV_RDMA_WITH_IMM: post an IBV_WR_RDMA_WRITE_WITH_IMM",
+        "lab 4: no RC RDMA WRITE ONLY WITH IMMEDIATE packet was on the wire, expected 1",
+    ]);
+    let host_order = patched(solution(4), &[("htonl(0x1234)", "0x1234")]);
+    fails_with(&lib, 4, "host_order", &host_order, &["lab 4: the responder's completion has imm=0x34120000, expected 0x1234 (imm_data is in network byte order"]);
+}
+
+#[test]
+fn lab5_mistakes() {
+    let Some(lib) = ready("lab5_mistakes") else { return };
+    let rkey = patched(
+        solution(5),
+        &[("wr.wr.rdma.rkey = peer.rkey;", "wr.wr.rdma.rkey = peer.rkey ^ 0xff00;")],
+    );
+    fails_with(&lib, 5, "rkey", &rkey, &["lab 5: the requester's completion has status IBV_WC_REM_ACCESS_ERR, expected IBV_WC_SUCCESS: the responder refused the access"]);
+    let offset = patched(solution(5), &[("peer.addr + 2048", "peer.addr + 1024")]);
+    fails_with(
+        &lib,
+        5,
+        "offset",
+        &offset,
+        &["lab 5: the program printed `mem requester`, expected `mem requester read me`"],
+    );
+}
+
+#[test]
+fn lab6_mistakes() {
+    let Some(lib) = ready("lab6_mistakes") else { return };
+    let add0 = patched(solution(6), &[("compare_add = 1;", "compare_add = 0;")]);
+    fails_with(
+        &lib,
+        6,
+        "add0",
+        &add0,
+        &["lab 6: the program printed `mem server counter=0`, expected `mem server counter=400`"],
+    );
+    let no_atomic = patched(solution(6), &[("\taccess |= IBV_ACCESS_REMOTE_ATOMIC;\n", "")]);
+    fails_with(&lib, 6, "no_atomic", &no_atomic, &["lab 6: the client1's completion has status IBV_WC_REM_ACCESS_ERR, expected IBV_WC_SUCCESS: the responder refused the access"]);
+}
+
+#[test]
+fn lab7_mistakes() {
+    let Some(lib) = ready("lab7_mistakes") else { return };
+    let unarmed = patched(
+        solution(7),
+        &[("\tif (ibv_req_notify_cq(s.cq, 0))\n\t\tlab_die(\"ibv_req_notify_cq\");\n", "")],
+    );
+    fails_with(
+        &lib,
+        7,
+        "unarmed",
+        &unarmed,
+        &["lab 7: the program was still running after 20 s and was stopped"],
+    );
+    let solicited =
+        patched(solution(7), &[("ibv_req_notify_cq(s.cq, 0)", "ibv_req_notify_cq(s.cq, 1)")]);
+    fails_with(
+        &lib,
+        7,
+        "solicited",
+        &solicited,
+        &[
+            "lab 7: the program was still running after 20 s",
+            "lab 7: the responder printed no completion",
+        ],
+    );
+}
+
+#[test]
+fn lab8_partial_fixes_get_the_next_diagnosis() {
+    let Some(lib) = ready("lab8_partial_fixes_get_the_next_diagnosis") else { return };
+    let mask = ("IBV_QP_PATH_MTU |\n", "IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |\n");
+    let one = patched(skeleton(8), &[mask]);
+    fails_with(
+        &lib,
+        8,
+        "mask_fixed",
+        &one,
+        &[
+            "lab 8: the requester's completion has status IBV_WC_RNR_RETRY_EXC_ERR",
+            "lab 8: no RC RDMA WRITE ONLY packet was on the wire",
+        ],
+    );
+    let recv = "\tconnect_qp(&s, 2000, &peer);\n\tlab_signal(sock);";
+    let recv_fixed = "\tconnect_qp(&s, 2000, &peer);\n\tstruct ibv_sge sge = { .addr = (uintptr_t)s.buf, .length = 64, .lkey = s.mr->lkey };\n\tstruct ibv_recv_wr wr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1 }, *bad;\n\tif (ibv_post_recv(s.qp, &wr, &bad))\n\t\treturn 1;\n\tlab_signal(sock);";
+    let two = patched(skeleton(8), &[mask, (recv, recv_fixed)]);
+    fails_with(&lib, 8, "recv_fixed", &two, &["lab 8: the requester's completion has status IBV_WC_REM_ACCESS_ERR, expected IBV_WC_SUCCESS", "[pass] 2/2  output: mem responder hello"]);
+}
+
+#[test]
+fn list_show_and_bad_usage() {
+    let out = Command::new(BIN).args(["labs", "list"]).output().expect("runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for n in 1..=8 {
+        assert!(text.contains(&format!("labs/{}", dir(n))), "{text}");
+    }
+    let out = Command::new(BIN).args(["labs", "show", "4"]).output().expect("runs");
+    assert!(out.status.success());
+    let readme =
+        std::fs::read_to_string(root().join("labs/4-write-imm/README.md")).expect("readme");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), readme);
+    let out = Command::new(BIN).args(["labs", "show", "9"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("there is no lab 9: the labs are 1, 2, 3, 4, 5, 6, 7, 8"));
+    let out = Command::new(BIN)
+        .args(["labs", "check", "3", "/nonexistent/a.out"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/a.out is not a file"));
+}
