@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_void};
 
 use verbs_api::WorkCompletion;
 
-use crate::abi::*;
+use softverbs_cabi_abi::*;
 use crate::verbs::{cq_of, make_cq, wc_c};
 
 /// The completion the last start/next poll took.

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use verbs_api::provider::Provider;
 use verbs_api::{Context, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr};
 
-use crate::abi::*;
+use softverbs_cabi_abi::*;
 use crate::{cq_ex, qp, refuse, refuse_err, refuse_null, set_errno, soft, srq_ah, verbs, Magic};
 
 /// One listed device: the C struct, then what softverbs knows of it.

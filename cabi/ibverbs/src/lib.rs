@@ -9,7 +9,6 @@
 //! foreign objects where that can be seen. docs/c.md is the user's guide.
 #![allow(clippy::missing_safety_doc)]
 
-pub mod abi;
 mod cq_ex;
 mod device;
 mod qp;

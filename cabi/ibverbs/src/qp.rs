@@ -11,7 +11,7 @@ use verbs_api::{
     RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
 };
 
-use crate::abi::*;
+use softverbs_cabi_abi::*;
 use crate::qp_ex::{self, Batch, QpHead};
 use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
 use crate::verbs::{access, cq_of, lookup, obj, post_recv_chain, sges, track, Pd, MAX_SGE, QPS};

@@ -11,7 +11,7 @@ use std::ffi::{c_int, c_void};
 
 use verbs_api::{AtomicTarget, QueuePair, RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode};
 
-use crate::abi::*;
+use softverbs_cabi_abi::*;
 use crate::srq_ah::ah_of;
 use crate::{refuse, Magic};
 

@@ -8,7 +8,7 @@ use verbs_api::{
     AddressHandle, AhAttr, Gid, SharedReceiveQueue, SrqAttr, SrqAttrMask, SrqInitAttr,
 };
 
-use crate::abi::*;
+use softverbs_cabi_abi::*;
 use crate::device::ctx_of;
 use crate::verbs::{free, obj, post_recv_chain, track, Pd, SRQS};
 use crate::{refuse, refuse_err, refuse_null, Magic};

@@ -16,7 +16,7 @@ use verbs_api::{
     MemoryRegion, ProtectionDomain, RecvWr, Sge, WcOpcode, WorkCompletion,
 };
 
-use crate::abi::*;
+use softverbs_cabi_abi::*;
 use crate::device::ctx_of;
 use crate::{refuse, refuse_err, refuse_null, set_errno, Magic};
 

@@ -1,15 +1,12 @@
-//! The hand-written C layouts (src/abi.rs) against the system `<infiniband/verbs.h>`: a small C
+//! The hand-written C layouts (the softverbs-cabi-abi crate, cabi/abi) against the system `<infiniband/verbs.h>`: a small C
 //! program prints every `sizeof` and `offsetof` the inline verbs and the tools use, and each
 //! must equal Rust's.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/abi.rs"]
-mod abi;
 mod common;
 
 use std::mem::{offset_of, size_of};
 
-use abi::*;
+use softverbs_cabi_abi::*;
 
 /// (label, C expression, Rust value).
 fn table() -> Vec<(&'static str, String, usize)> {

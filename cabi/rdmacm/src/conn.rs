@@ -3,7 +3,7 @@
 //! REJ, DREQ and DREP messages, and `rdma_get_cm_event` turning what arrives into events.
 use std::ffi::{c_int, c_void};
 
-use crate::abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
+use softverbs_cabi_abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
 use crate::cm_abi::*;
 use crate::state::*;
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
 
-use crate::abi::{ibv_pd, ibv_qp_init_attr, ibv_srq, ibv_srq_init_attr};
+use softverbs_cabi_abi::{ibv_pd, ibv_qp_init_attr, ibv_srq, ibv_srq_init_attr};
 use crate::cm_abi::*;
 use crate::conn::{rdma_create_qp, rdma_destroy_qp};
 use crate::cq::{destroy_cqs, give_pd, Raw};

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
 
-use crate::abi::ibv_qp_attr;
+use softverbs_cabi_abi::ibv_qp_attr;
 use crate::cm_abi::*;
 use crate::conn::{
     psn, ACCESS, AV, DEST_QPN, INIT, MAX_DEST_RD, MAX_RD, MIN_RNR, MTU, PKEY, PORT, QKEY, RETRY,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::abi::{ibv_context, ibv_device, ibv_gid};
+use softverbs_cabi_abi::{ibv_context, ibv_device, ibv_gid};
 use crate::cm_abi::rdma_event_channel;
 
 unsafe extern "C" {

@@ -1,6 +1,7 @@
 //! The C layouts of `<infiniband/verbs.h>` (rdma-core 44, x86_64) that programs read, write or
 //! call through: written by hand so the workspace builds with Rust alone, and checked field by
-//! field against the system header by `tests/layout.rs`.
+//! field against the system header by `cabi/ibverbs/tests/layout.rs`. One crate, so that
+//! softverbs' libibverbs.so.1 and librdmacm.so.1 share one copy.
 #![allow(non_camel_case_types, missing_docs)]
 
 use std::ffi::{c_char, c_int, c_void};
