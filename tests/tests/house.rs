@@ -20,6 +20,9 @@ const CRATES: &[(&str, &str)] = &[
     ("nic_model", "nic-model/src"),
     ("softverbs_sim", "sim/src"),
     ("softverbs_tests", "tests/src"),
+    ("softverbs_cabi_abi", "cabi/abi/src"),
+    ("softverbs_ibverbs", "cabi/ibverbs/src"),
+    ("softverbs_rdmacm", "cabi/rdmacm/src"),
 ];
 
 /// "About 800 lines": the most non-test lines one source file may have.
@@ -633,7 +636,7 @@ fn sibling_modules_name_each_other_in_one_direction() {
     let mut found = Vec::new();
     for (name, src) in CRATES {
         let krate = load_crate(&root, name, src);
-        assert!(krate.modules.len() > 1, "{src}: no modules found; is the path right?");
+        assert!(!krate.modules.is_empty(), "{src}: no modules found; is the path right?");
         for (parent, edges) in sibling_edges(&krate, name) {
             for cycle in cycles(&edges) {
                 let mut lines = Vec::new();

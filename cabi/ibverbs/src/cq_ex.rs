@@ -9,8 +9,9 @@ use std::ffi::{c_int, c_void};
 
 use verbs_api::WorkCompletion;
 
+use crate::convert::wc_c;
+use crate::verbs::{cq_of, make_cq};
 use softverbs_cabi_abi::*;
-use crate::verbs::{cq_of, make_cq, wc_c};
 
 /// The completion the last start/next poll took.
 ///

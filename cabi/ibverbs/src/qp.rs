@@ -11,11 +11,13 @@ use verbs_api::{
     RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
 };
 
-use softverbs_cabi_abi::*;
+use crate::convert::{access, post_recv_chain, sges, MAX_SGE};
+use crate::object::{free, lookup, obj, track, Magic, QPS};
 use crate::qp_ex::{self, Batch, QpHead};
 use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
-use crate::verbs::{access, cq_of, lookup, obj, post_recv_chain, sges, track, Pd, MAX_SGE, QPS};
-use crate::{refuse, refuse_err, refuse_null, Magic};
+use crate::verbs::{cq_of, Pd};
+use crate::{refuse, refuse_err, refuse_null};
+use softverbs_cabi_abi::*;
 
 /// A queue pair.
 #[repr(C)]
@@ -336,7 +338,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
         track(&QPS, q.head.c.qp_base.qp_num, None);
     }
     // SAFETY: checked live.
-    unsafe { crate::verbs::free::<Qp, ibv_qp_ex>(p as *mut ibv_qp_ex) };
+    unsafe { free::<Qp, ibv_qp_ex>(p as *mut ibv_qp_ex) };
     0
 }
 
