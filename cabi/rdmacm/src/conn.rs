@@ -3,9 +3,9 @@
 //! REJ, DREQ and DREP messages, and `rdma_get_cm_event` turning what arrives into events.
 use std::ffi::{c_int, c_void};
 
-use softverbs_cabi_abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
 use crate::cm_abi::*;
 use crate::state::*;
+use softverbs_cabi_abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
 
 unsafe extern "C" {
     fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;

@@ -3,11 +3,11 @@
 //! librdmacm gives, and the id state and QP move with it; and `rdma_destroy_id`.
 use std::ffi::c_int;
 
-use softverbs_cabi_abi::ibv_qp_attr;
 use crate::cm_abi::*;
 use crate::conn::{modify, qp_connect, ERR, STATE};
 use crate::ids::make_id;
 use crate::state::*;
+use softverbs_cabi_abi::ibv_qp_attr;
 
 /// An event: its C struct first, then the private data it points to.
 #[repr(C)]
@@ -48,7 +48,8 @@ fn event(id: *mut Id, kind: i32, status: i32, m: Option<&Msg>) -> Box<Ev> {
 /// Give a UD id's event the peer's address handle attributes, QP number and Q_Key (the
 /// `param.ud` of librdmacm's SIDR events) instead of the connection parameters.
 fn ud_param(e: &mut Ev, peer_ip: [u8; 4], m: &Msg) {
-    let mut ah = softverbs_cabi_abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
+    let mut ah =
+        softverbs_cabi_abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
     ah.grh.dgid.raw = gid_of(peer_ip);
     ah.grh.sgid_index = 1;
     ah.grh.hop_limit = 64;

@@ -6,13 +6,13 @@ use std::collections::HashSet;
 use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
 
-use softverbs_cabi_abi::ibv_qp_attr;
 use crate::cm_abi::*;
 use crate::conn::{
     psn, ACCESS, AV, DEST_QPN, INIT, MAX_DEST_RD, MAX_RD, MIN_RNR, MTU, PKEY, PORT, QKEY, RETRY,
     RNR_RETRY, RQ_PSN, RTR, RTS, SQ_PSN, STATE, TIMEOUT,
 };
 use crate::state::*;
+use softverbs_cabi_abi::ibv_qp_attr;
 
 // <infiniband/verbs.h>: enum ibv_access_flags (the mask bits and states are conn.rs's).
 const REMOTE_WRITE: u32 = 2;

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use softverbs_cabi_abi::{ibv_context, ibv_device, ibv_gid};
 use crate::cm_abi::rdma_event_channel;
+use softverbs_cabi_abi::{ibv_context, ibv_device, ibv_gid};
 
 unsafe extern "C" {
     fn ibv_get_device_list(n: *mut c_int) -> *mut *mut ibv_device;
