@@ -22,16 +22,18 @@ pub trait IbvEnum: Copy + PartialEq + Sized + 'static {
     const TABLE: &'static [(Self, u32, &'static str)];
 
     /// The `IBV_*` value of this variant (its first row).
-    fn to_ibv(self) -> u32 {
-        Self::TABLE
-            .iter()
-            .find(|r| r.0 == self)
-            .map(|r| r.1)
-            .expect("every variant is in its table (tested)")
-    }
+    fn to_ibv(self) -> u32;
     /// The variant of an `IBV_*` value; `None` for a value softverbs has no variant for.
-    fn from_ibv(value: u32) -> Option<Self> {
-        Self::TABLE.iter().find(|r| r.1 == value).map(|r| r.0)
+    fn from_ibv(value: u32) -> Option<Self>;
+    /// The value as the C `int` field that holds it (`ibv_qp_attr.qp_state`, `ibv_wc.status`).
+    #[inline]
+    fn to_c_int(self) -> i32 {
+        self.to_ibv() as i32
+    }
+    /// The variant of a C `int` field; `None` for a negative value or one with no variant.
+    #[inline]
+    fn from_c_int(value: i32) -> Option<Self> {
+        u32::try_from(value).ok().and_then(Self::from_ibv)
     }
     /// The `IBV_*` name of this variant (`IBV_QPS_RTS`).
     fn ibv_name(self) -> &'static str {
@@ -43,13 +45,29 @@ pub trait IbvEnum: Copy + PartialEq + Sized + 'static {
     }
 }
 
-/// Writes the `IbvEnum` impl of one enum from its rows `Variant = value`.
+/// Writes the `IbvEnum` impl of one enum from its rows `Variant = value IBV_NAME`: the table,
+/// and both conversions as `match`es over the same rows (a jump table on the post and poll
+/// paths, not a search; a later row for a variant already listed is only read).
 macro_rules! ibv_enum {
     ($ty:ident, $c:literal, [$($v:ident = $n:literal $name:ident),* $(,)?]) => {
         impl IbvEnum for $ty {
             const C_ENUM: &'static str = $c;
             const TABLE: &'static [(Self, u32, &'static str)] =
                 &[$(($ty::$v, $n, stringify!($name))),*];
+            #[inline]
+            #[allow(unreachable_patterns)]
+            fn to_ibv(self) -> u32 {
+                match self {
+                    $($ty::$v => $n,)*
+                }
+            }
+            #[inline]
+            fn from_ibv(value: u32) -> Option<Self> {
+                match value {
+                    $($n => Some($ty::$v),)*
+                    _ => None,
+                }
+            }
         }
     };
 }

@@ -4,9 +4,7 @@
 use std::ffi::{c_int, c_void};
 
 use softverbs_cabi_abi::*;
-use verbs_api::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, RecvWr, Sge, WcOpcode, WorkCompletion,
-};
+use verbs_api::{AccessFlags, AsyncElement, AsyncEvent, IbvEnum, RecvWr, Sge, WorkCompletion};
 
 use crate::object::{lookup, CQS, QPS, SRQS};
 use crate::{refuse, refuse_err};
@@ -33,26 +31,13 @@ pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
     Ok(AccessFlags::from_bits_truncate(f))
 }
 
-/// `enum ibv_wc_opcode` of a softverbs completion opcode.
-pub(crate) fn wc_opcode(op: WcOpcode) -> c_int {
-    match op {
-        WcOpcode::Send => 0,
-        WcOpcode::RdmaWrite => 1,
-        WcOpcode::RdmaRead => 2,
-        WcOpcode::CompSwap => 3,
-        WcOpcode::FetchAdd => 4,
-        WcOpcode::Recv => 128,
-        WcOpcode::RecvRdmaWithImm => 129,
-    }
-}
-
 /// `struct ibv_wc` of a softverbs work completion.
 #[inline]
 pub(crate) fn wc_c(w: &WorkCompletion) -> ibv_wc {
     ibv_wc {
         wr_id: w.wr_id,
-        status: w.status as c_int,
-        opcode: wc_opcode(w.opcode),
+        status: w.status.to_c_int(),
+        opcode: w.opcode.to_c_int(),
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
         imm_data: w.imm_data.to_be(),
@@ -119,19 +104,7 @@ pub(crate) fn post_recv_chain(
 
 /// `enum ibv_event_type` and the element of a softverbs async event.
 pub(crate) fn async_event_c(ev: &AsyncEvent) -> (c_int, *mut c_void) {
-    let ty = match ev.event_type {
-        AsyncEventType::CqErr => 0,
-        AsyncEventType::QpFatal => 1,
-        AsyncEventType::QpReqErr => 2,
-        AsyncEventType::QpAccessErr => 3,
-        AsyncEventType::CommEst => 4,
-        AsyncEventType::SqDrained => 5,
-        AsyncEventType::DeviceFatal => 8,
-        AsyncEventType::PortActive => 9,
-        AsyncEventType::PortErr => 10,
-        AsyncEventType::SrqLimitReached => 15,
-        AsyncEventType::QpLastWqeReached => 16,
-    };
+    let ty = ev.event_type.to_c_int();
     let el = match ev.element {
         AsyncElement::Qp(n) => lookup(&QPS, n),
         AsyncElement::Cq(id) => lookup(&CQS, id),

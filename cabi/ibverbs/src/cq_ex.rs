@@ -7,7 +7,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use verbs_api::WorkCompletion;
+use verbs_api::{IbvEnum, WorkCompletion};
 
 use crate::convert::wc_c;
 use crate::verbs::{cq_of, make_cq};
@@ -31,7 +31,7 @@ unsafe fn take(q: *mut ibv_cq_ex, what: &str) -> c_int {
             // SAFETY: polling is serialised by the program (libibverbs' rule).
             unsafe {
                 *cq.current_ptr() = wc[0];
-                (*q).status = wc[0].status as c_int;
+                (*q).status = wc[0].status.to_c_int();
                 (*q).wr_id = wc[0].wr_id;
             }
             0

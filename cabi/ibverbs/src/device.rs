@@ -8,7 +8,7 @@ use std::ptr::null_mut;
 use std::sync::OnceLock;
 
 use verbs_api::provider::Provider;
-use verbs_api::{DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr};
+use verbs_api::{DeviceAttr, GidEntry, GidType, IbvEnum, PortAttr};
 
 use crate::convert::async_event_c;
 use crate::object::ctx_of;
@@ -211,9 +211,9 @@ pub(crate) unsafe extern "C" fn query_device_ex(
 /// Fill `struct ibv_port_attr` from softverbs' port attributes.
 fn port_attr(p: &PortAttr) -> ibv_port_attr {
     ibv_port_attr {
-        state: p.state as c_int,
-        max_mtu: p.max_mtu as c_int,
-        active_mtu: p.active_mtu as c_int,
+        state: p.state.to_c_int(),
+        max_mtu: p.max_mtu.to_c_int(),
+        active_mtu: p.active_mtu.to_c_int(),
         gid_tbl_len: p.gid_tbl_len as c_int,
         port_cap_flags: p.port_cap_flags,
         max_msg_sz: p.max_msg_sz,
@@ -225,10 +225,7 @@ fn port_attr(p: &PortAttr) -> ibv_port_attr {
         active_width: p.active_width,
         active_speed: p.active_speed,
         phys_state: p.phys_state,
-        link_layer: match p.link_layer {
-            LinkLayer::InfiniBand => 1,
-            LinkLayer::Ethernet => 2,
-        },
+        link_layer: p.link_layer.to_ibv() as u8,
         ..Default::default()
     }
 }
@@ -302,11 +299,7 @@ fn gid_entry_c(e: &GidEntry) -> ibv_gid_entry {
         gid: ibv_gid { raw: e.gid.0 },
         gid_index: e.gid_index,
         port_num: e.port_num,
-        gid_type: match e.gid_type {
-            GidType::Ib => 0,
-            GidType::RoceV1 => 1,
-            GidType::RoceV2 => 2,
-        },
+        gid_type: e.gid_type.to_ibv(),
         ndev_ifindex: e.ndev_ifindex,
     }
 }

@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use std::ptr::null_mut;
 
 use verbs_api::{
-    AtomicTarget, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair,
+    AtomicTarget, IbvEnum, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair,
     RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
 };
 
@@ -27,18 +27,9 @@ pub(crate) struct Qp {
     max_inline: u32,
 }
 
-fn qp_type(t: c_int) -> Option<QpType> {
-    match t {
-        2 => Some(QpType::Rc),
-        3 => Some(QpType::Uc),
-        4 => Some(QpType::Ud),
-        _ => None,
-    }
-}
-
 fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) -> *mut ibv_qp {
     let Some(pd) = obj::<Pd, _>(what, p, Magic::Pd) else { return null_mut() };
-    let Some(ty) = qp_type(init.qp_type) else {
+    let Some(ty) = QpType::from_c_int(init.qp_type) else {
         return refuse_null(
             what,
             libc::EOPNOTSUPP,
@@ -166,19 +157,6 @@ pub(crate) fn qp_of<'a>(what: &str, p: *mut ibv_qp) -> Option<&'a Qp> {
     obj::<Qp, ibv_qp_ex>(what, p as *mut ibv_qp_ex, Magic::Qp)
 }
 
-fn qp_state(s: c_int) -> Option<QpState> {
-    Some(match s {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Err,
-        _ => return None,
-    })
-}
-
 /// `ibv_modify_qp`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_modify_qp(
@@ -200,7 +178,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             &format!("attr_mask {mask:#x} has bits softverbs lacks"),
         );
     };
-    let st = |s| qp_state(s).ok_or(());
+    let st = |s| QpState::from_c_int(s).ok_or(());
     let (Ok(state), Ok(cur)) = (
         if m.contains(QpAttrMask::STATE) { st(a.qp_state) } else { Ok(QpState::Reset) },
         if m.contains(QpAttrMask::CUR_STATE) { st(a.cur_qp_state) } else { Ok(QpState::Reset) },
@@ -208,7 +186,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         return refuse(W, libc::EINVAL, "qp_state is not a QP state");
     };
     let mtu = if m.contains(QpAttrMask::PATH_MTU) {
-        match Mtu::from_ibv(a.path_mtu as u32) {
+        match Mtu::from_c_int(a.path_mtu) {
             Some(m) => m,
             None => return refuse(W, libc::EINVAL, &format!("path_mtu {} is no MTU", a.path_mtu)),
         }
@@ -288,9 +266,9 @@ pub unsafe extern "C" fn ibv_query_qp(
         max_inline_data: cap.max_inline_data,
     };
     let c = ibv_qp_attr {
-        qp_state: a.qp_state as c_int,
-        cur_qp_state: a.cur_qp_state as c_int,
-        path_mtu: a.path_mtu as c_int,
+        qp_state: a.qp_state.to_c_int(),
+        cur_qp_state: a.cur_qp_state.to_c_int(),
+        path_mtu: a.path_mtu.to_c_int(),
         path_mig_state: 0,
         qkey: a.qkey,
         rq_psn: a.rq_psn,
@@ -322,7 +300,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         i.cap = ccap;
         i.qp_type = (*p).qp_type;
         i.sq_sig_all = 0;
-        (*p).state = a.qp_state as c_int;
+        (*p).state = a.qp_state.to_c_int();
     }
     0
 }
@@ -342,24 +320,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
     0
 }
 
-fn wr_opcode(op: c_int) -> Option<WrOpcode> {
-    Some(match op {
-        0 => WrOpcode::RdmaWrite,
-        1 => WrOpcode::RdmaWriteWithImm,
-        2 => WrOpcode::Send,
-        3 => WrOpcode::SendWithImm,
-        4 => WrOpcode::RdmaRead,
-        5 => WrOpcode::AtomicCmpAndSwp,
-        6 => WrOpcode::AtomicFetchAndAdd,
-        _ => return None,
-    })
-}
-
 /// Post one C send WR.
 #[inline]
 fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
     const W: &str = "ibv_post_send";
-    let Some(opcode) = wr_opcode(w.opcode) else {
+    let Some(opcode) = WrOpcode::from_c_int(w.opcode) else {
         return refuse(
             W,
             libc::EINVAL,
@@ -395,7 +360,7 @@ fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
         None
     };
     let u = w.wr;
-    let ud = if q.head.c.qp_base.qp_type == 4 {
+    let ud = if QpType::from_c_int(q.head.c.qp_base.qp_type) == Some(QpType::Ud) {
         let Some(ah) = ah_of(W, u.w0 as *mut ibv_ah) else { return libc::EINVAL };
         Some(UdTarget {
             ah: ah.ah.clone(),

@@ -19,9 +19,9 @@ unsafe extern "C" {
 }
 
 /// `IBV_QPT_XRC_RECV`: XRC is not modelled.
-const XRC_RECV: c_int = 10;
+const XRC_RECV: c_int = verbs_api::ibv::IBV_QPT_XRC_RECV as c_int;
 /// `IBV_QPT_XRC_SEND`.
-const XRC_SEND: c_int = 9;
+const XRC_SEND: c_int = verbs_api::ibv::IBV_QPT_XRC_SEND as c_int;
 
 /// The QP attributes a passive endpoint gives the ids `rdma_get_request` returns, by token.
 fn passive() -> &'static Mutex<HashMap<u64, Raw<ibv_qp_init_attr>>> {

@@ -6,9 +6,9 @@
 use std::ffi::{c_char, c_int, c_uint};
 
 use rdma_sys::{
-    ibv_ah_attr, ibv_atomic_cap, ibv_device_attr, ibv_gid, ibv_global_route,
-    ibv_mtu, ibv_port_attr, ibv_port_state, ibv_qp_attr, ibv_qp_cap, ibv_qp_state, ibv_qp_type,
-    ibv_wc, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode,
+    ibv_ah_attr, ibv_atomic_cap, ibv_device_attr, ibv_gid, ibv_global_route, ibv_mtu,
+    ibv_port_attr, ibv_port_state, ibv_qp_attr, ibv_qp_cap, ibv_qp_state, ibv_qp_type, ibv_wc,
+    ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode,
 };
 
 #[cfg(test)]
