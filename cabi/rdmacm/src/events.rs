@@ -4,9 +4,11 @@
 use std::ffi::c_int;
 
 use crate::cm_abi::*;
-use crate::conn::{modify, qp_connect, ERR, STATE};
+use crate::conn::{modify, qp_connect, STATE};
 use crate::ids::make_id;
 use crate::state::*;
+use verbs_api::{IbvEnum, QpState};
+
 use softverbs_cabi_abi::ibv_qp_attr;
 
 /// An event: its C struct first, then the private data it points to.
@@ -107,7 +109,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             st.peer_psn = m.psn;
             st.req_rd_atomic = m.rd_atomic;
             st.rnr_retry = m.rnr_retry;
-            st.addr_resolved = true;
+            st.state.move_to(CmState::Connect);
             drop(st);
             set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
             crate::watch::watch_peers();
@@ -161,7 +163,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 drop(st);
                 return Some(event(idp, ev::CONNECT_ERROR, -libc::EINVAL, Some(m)));
             }
-            st.connected = true;
+            st.state.move_to(CmState::Established);
             let to = m.reply_path();
             drop(st);
             crate::watch::watch_peers();
@@ -171,21 +173,22 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             Some(event(idp, ev::ESTABLISHED, 0, Some(m)))
         }
         kind::RTU => {
-            id.st.lock().expect("id").connected = true;
+            id.st.lock().expect("id").state.move_to(CmState::Established);
             crate::watch::watch_peers();
             Some(event(idp, ev::ESTABLISHED, 0, None))
         }
         kind::GONE => {
             // Decided when read: an RTU queued before this has made the id established.
             let st = id.st.lock().expect("id");
-            let (k, status) = match (st.disconnected, st.connected, st.peer.is_some()) {
-                (true, _, _) => return None,
-                (false, true, _) => (kind::DREQ, 0),
-                // A CONNECT_REQUEST (accepted or not) whose requester died: timeout.
-                (false, false, true) => (kind::REJ, 4),
-                // A REQ the listener's process took and never answered: consumer defined.
-                (false, false, false) => (kind::REJ, 28),
-            };
+            let (k, status) =
+                match (st.state.disconnected(), st.state.established(), st.peer.is_some()) {
+                    (true, _, _) => return None,
+                    (false, true, _) => (kind::DREQ, 0),
+                    // A CONNECT_REQUEST (accepted or not) whose requester died: timeout.
+                    (false, false, true) => (kind::REJ, 4),
+                    // A REQ the listener's process took and never answered: consumer defined.
+                    (false, false, false) => (kind::REJ, 28),
+                };
             drop(st);
             let mut as_sent = *m;
             as_sent.kind = k;
@@ -200,7 +203,12 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             drop(st);
             // As the kernel's CM: a rejected id's QP goes to ERR.
             if !id.c.qp.is_null() && !ud {
-                modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+                modify(
+                    id.c.qp,
+                    ibv_qp_attr { qp_state: QpState::Err.to_c_int(), ..Default::default() },
+                    STATE,
+                    "ERR",
+                );
             }
             Some(event(idp, ev::REJECTED, m.status, Some(m)))
         }
@@ -211,14 +219,17 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 r.from = id.token;
                 send(ch, &m.reply_path(), &r);
             }
-            if st.disconnected {
+            if !st.state.move_to(CmState::Disconnect) {
                 return None;
             }
-            st.disconnected = true;
-            st.connected = false;
             drop(st);
             if !id.c.qp.is_null() {
-                modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+                modify(
+                    id.c.qp,
+                    ibv_qp_attr { qp_state: QpState::Err.to_c_int(), ..Default::default() },
+                    STATE,
+                    "ERR",
+                );
             }
             // As the IB CM: a connected id enters timewait, and TIMEWAIT_EXIT follows when it
             // ends (UD ids have no connection, hence no timewait).
@@ -312,7 +323,7 @@ pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
     if let Some(l) = &st.listen {
         close_listener(l, &channel_of(id).path);
     }
-    if let (Some((to, tok)), false) = (&st.peer, st.disconnected) {
+    if let (Some((to, tok)), false) = (&st.peer, st.state.disconnected()) {
         let mut m = Msg::new(kind::DREQ, *tok);
         m.from = id.token;
         let ch = channel_of(id);

@@ -8,6 +8,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod cm_abi;
+mod cm_state;
 mod conn;
 mod cq;
 mod ep;
