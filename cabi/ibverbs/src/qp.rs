@@ -108,23 +108,18 @@ pub unsafe extern "C" fn ibv_create_qp(p: *mut ibv_pd, init: *mut ibv_qp_init_at
 }
 
 /// `verbs_context.create_qp_ex`: `struct ibv_qp_init_attr_ex` begins with the fields of
-/// `ibv_qp_init_attr`, then `comp_mask` (at 60) and `pd` (at 64). Only `IBV_QP_INIT_ATTR_PD`
-/// is supported; the `ibv_wr_*` API (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) and the rest are
-/// refused with `EOPNOTSUPP`.
+/// `ibv_qp_init_attr`. `IBV_QP_INIT_ATTR_PD` is required, `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`
+/// (the `ibv_wr_*` API) taken; the rest is refused with `EOPNOTSUPP`.
 pub(crate) unsafe extern "C" fn create_qp_ex(
     _c: *mut ibv_context,
-    init: *mut ibv_qp_init_attr,
+    init: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     if init.is_null() {
         return refuse_null("ibv_create_qp_ex", libc::EINVAL, "qp_init_attr_ex is NULL");
     }
-    // SAFETY: init points at a struct ibv_qp_init_attr_ex (136 bytes).
-    let (mask, pd) = unsafe {
-        let b = init as *mut u8;
-        (*(b.add(60) as *const u32), *(b.add(64) as *const *mut ibv_pd))
-    };
-    // IBV_QP_INIT_ATTR_PD is required; IBV_QP_INIT_ATTR_SEND_OPS_FLAGS asks for ibv_wr_*.
-    if mask & 1 == 0 || mask & !(1 | SEND_OPS_FLAGS) != 0 {
+    // SAFETY: checked non-NULL; the caller's struct ibv_qp_init_attr_ex.
+    let (mask, pd) = unsafe { ((*init).comp_mask, (*init).pd) };
+    if mask & IBV_QP_INIT_ATTR_PD == 0 || mask & !(IBV_QP_INIT_ATTR_PD | SEND_OPS_FLAGS) != 0 {
         return refuse_null(
             "ibv_create_qp_ex",
             libc::EOPNOTSUPP,
@@ -134,12 +129,14 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             ),
         );
     }
-    // SAFETY: checked non-NULL; the prefix is an ibv_qp_init_attr.
-    make_qp("ibv_create_qp_ex", pd, unsafe { &mut *init }, mask & SEND_OPS_FLAGS != 0)
+    // SAFETY: checked non-NULL; its prefix is laid out as an ibv_qp_init_attr (the layout test
+    // checks both structs against verbs.h).
+    let base = unsafe { &mut *(init as *mut ibv_qp_init_attr) };
+    make_qp("ibv_create_qp_ex", pd, base, mask & SEND_OPS_FLAGS != 0)
 }
 
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
-const SEND_OPS_FLAGS: u32 = 1 << 6;
+const SEND_OPS_FLAGS: u32 = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
 /// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`;
 /// NULL for any other, as libibverbs gives.
