@@ -2,7 +2,7 @@
 //! value, the one place softverbs writes those numbers down. The `hw` backend (through
 //! `rdma-sys`), both C libraries (`cabi/`) and the tests' wire codec convert through
 //! [`IbvEnum`]; nothing else relies on a variant's order or discriminant. The values are facts
-//! of the header (rdma-core 44; `/work/shared/reference/libibverbs-abi.md`), checked against
+//! of the header (rdma-core 44's `<infiniband/verbs.h>`), checked against
 //! `rdma-sys`' bindings by the `hw` backend's tests and against the C header by the C library's
 //! layout test.
 
