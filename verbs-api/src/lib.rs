@@ -6,8 +6,9 @@
 //! behind the `rdma-sys` feature). The backend is chosen by device name.
 //!
 //! The modules stand in layers, each naming only those below it:
-//! - the vocabulary: [`types`] (the structs, enums and flags of `verbs.h`), [`error`], and
-//!   [`qp_state`] (the IBA modify-QP table);
+//! - the vocabulary: [`types`] (the structs, enums and flags of `verbs.h`), [`error`],
+//!   [`ibv`] (each enum's `IBV_*` values, one table per enum) and [`qp_state`] (the IBA
+//!   modify-QP table);
 //! - [`object`]: one room per verbs object (context, PD, MR, CQ and completion channel, QP, SRQ,
 //!   AH), each holding the trait a backend implements and the handle a program holds;
 //! - [`provider`]: what a backend implements, in one place: [`Provider`] and the objects' traits;
@@ -23,6 +24,7 @@
 pub mod conn;
 pub mod device;
 pub mod error;
+pub mod ibv;
 pub mod object;
 pub mod provider;
 pub mod qp_state;
@@ -33,6 +35,7 @@ pub use device::{
     Device,
 };
 pub use error::{Errno, Error, Result};
+pub use ibv::IbvEnum;
 pub use object::{
     AddressHandle, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
     QpInitAttr, QueuePair, SendWr, SharedReceiveQueue, UdTarget,

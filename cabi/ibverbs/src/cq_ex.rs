@@ -7,10 +7,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use verbs_api::WorkCompletion;
+use verbs_api::{IbvEnum, WorkCompletion};
 
-use crate::abi::*;
-use crate::verbs::{cq_of, make_cq, wc_c};
+use crate::convert::wc_c;
+use crate::verbs::{cq_of, make_cq};
+use softverbs_cabi_abi::*;
 
 /// The completion the last start/next poll took.
 ///
@@ -30,7 +31,7 @@ unsafe fn take(q: *mut ibv_cq_ex, what: &str) -> c_int {
             // SAFETY: polling is serialised by the program (libibverbs' rule).
             unsafe {
                 *cq.current_ptr() = wc[0];
-                (*q).status = wc[0].status as c_int;
+                (*q).status = wc[0].status.to_c_int();
                 (*q).wr_id = wc[0].wr_id;
             }
             0

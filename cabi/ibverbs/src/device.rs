@@ -3,21 +3,23 @@
 //! the queries: device, port, GID, GID type, P_Key, and the async events.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::mem::{offset_of, size_of};
+use std::mem::size_of;
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 
 use verbs_api::provider::Provider;
-use verbs_api::{Context, DeviceAttr, GidEntry, GidType, LinkLayer, PortAttr};
+use verbs_api::{DeviceAttr, GidEntry, GidType, IbvEnum, PortAttr};
 
-use crate::abi::*;
-use crate::{cq_ex, qp, refuse, refuse_err, refuse_null, set_errno, soft, srq_ah, verbs, Magic};
+use crate::convert::async_event_c;
+use crate::object::ctx_of;
+use crate::{refuse, refuse_err, refuse_null, set_errno, soft};
+use softverbs_cabi_abi::*;
 
 /// One listed device: the C struct, then what softverbs knows of it.
 #[repr(C)]
 pub(crate) struct Dev {
     c: ibv_device,
-    name: String,
+    pub(crate) name: String,
     guid: u64,
     index: c_int,
 }
@@ -65,7 +67,7 @@ fn fill(dst: &mut [c_char], s: &str) {
 }
 
 /// The listed device behind `dev`, if it is one.
-fn dev_of(dev: *mut ibv_device) -> Option<&'static Dev> {
+pub(crate) fn dev_of(dev: *mut ibv_device) -> Option<&'static Dev> {
     devices().ok()?.iter().find(|d| std::ptr::eq(&d.c, dev)).map(|d| d as &Dev)
 }
 
@@ -122,125 +124,6 @@ pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
     dev_of(dev).map_or(-1, |d| d.index)
-}
-
-/// An open device: the `verbs_context` (and in it the `ibv_context` programs hold), then
-/// softverbs' context.
-#[repr(C)]
-pub(crate) struct Ctx {
-    v: verbs_context,
-    magic: Magic,
-    pub ctx: Context,
-    /// The device's name and the token of the watcher that signals `async_fd`.
-    name: String,
-    watch: u64,
-}
-
-/// The [`Ctx`] behind an `ibv_context` pointer, or None (with a log line) if it is not an open
-/// softverbs context.
-pub(crate) fn ctx_of<'a>(what: &str, c: *mut ibv_context) -> Option<&'a Ctx> {
-    if c.is_null() {
-        refuse(what, libc::EINVAL, "the context is NULL");
-        return None;
-    }
-    // SAFETY: an ibv_context we handed out sits at this offset in a Ctx; the magic check
-    // refuses other memory where it can.
-    let ctx = unsafe { &*((c as *mut u8).sub(offset_of!(verbs_context, context)) as *const Ctx) };
-    if ctx.magic != Magic::Context {
-        refuse(what, libc::EINVAL, "not an open device context (closed, or not softverbs')");
-        return None;
-    }
-    Some(ctx)
-}
-
-/// `ibv_open_device`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-    let Some(d) = dev_of(dev) else {
-        return refuse_null("ibv_open_device", libc::EINVAL, "not a listed device");
-    };
-    let soft = match soft() {
-        Ok(s) => s,
-        Err(e) => return refuse_null("ibv_open_device", e.errno.code(), &e.message),
-    };
-    let ctx = match soft.open(&d.name) {
-        Ok(c) => c,
-        Err(e) => return refuse_null("ibv_open_device", e.errno.code(), &e.message),
-    };
-    let mut ops = [std::ptr::null::<c_void>(); 39];
-    ops[vslot::QUERY_PORT] = query_port_ex as *const c_void;
-    ops[vslot::QUERY_DEVICE_EX] = query_device_ex as *const c_void;
-    ops[vslot::CREATE_QP_EX] = qp::create_qp_ex as *const c_void;
-    ops[vslot::CREATE_CQ_EX] = cq_ex::create_cq_ex as *const c_void;
-    // SAFETY: ibv_context_ops is all pointers; all zeroes (NULL) is valid.
-    let mut cops: ibv_context_ops = unsafe { std::mem::zeroed() };
-    cops.poll_cq = Some(verbs::poll_cq);
-    cops.req_notify_cq = Some(verbs::req_notify_cq);
-    cops.post_srq_recv = Some(srq_ah::post_srq_recv);
-    cops.post_send = Some(qp::post_send);
-    cops.post_recv = Some(qp::post_recv);
-    // The async event fd: an eventfd the device signals once per event it queues, so the fd is
-    // readable while `ibv_get_async_event` would not block.
-    // SAFETY: plain syscall; semaphore mode makes one read take one event.
-    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-    if async_fd < 0 {
-        return refuse_null("ibv_open_device", libc::EMFILE, "no eventfd for the async events");
-    }
-    let signal = move || {
-        let one = 1u64;
-        // SAFETY: the fd stays open until the watcher is removed (ibv_close_device).
-        unsafe { libc::write(async_fd, &one as *const u64 as *const c_void, 8) };
-    };
-    let watch = match soft.watch_async_events(&d.name, std::sync::Arc::new(signal)) {
-        Ok(t) => t,
-        Err(e) => {
-            // SAFETY: our fd.
-            unsafe { libc::close(async_fd) };
-            return refuse_null("ibv_open_device", e.errno.code(), &e.message);
-        }
-    };
-    let b = Box::new(Ctx {
-        v: verbs_context {
-            ops,
-            sz: size_of::<verbs_context>(),
-            context: ibv_context {
-                device: dev,
-                ops: cops,
-                cmd_fd: -1,
-                async_fd,
-                num_comp_vectors: 1,
-                mutex: pthread_mutex_t([0; 40]),
-                abi_compat: usize::MAX as *mut c_void,
-            },
-        },
-        magic: Magic::Context,
-        ctx,
-        name: d.name.clone(),
-        watch,
-    });
-    let p = Box::into_raw(b);
-    // SAFETY: p is a live box.
-    unsafe { &mut (*p).v.context }
-}
-
-/// `ibv_close_device`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
-    if ctx_of("ibv_close_device", c).is_none() {
-        return -1;
-    }
-    // SAFETY: ctx_of checked this is a live Ctx made by Box::into_raw.
-    let p = unsafe { (c as *mut u8).sub(offset_of!(verbs_context, context)) as *mut Ctx };
-    // SAFETY: as above; the watcher goes before its fd, the magic before the memory.
-    unsafe {
-        (*p).magic = Magic::Dead;
-        if let Ok(soft) = soft() {
-            soft.unwatch_async_events(&(*p).name, (*p).watch);
-        }
-        libc::close((*p).v.context.async_fd);
-        drop(Box::from_raw(p));
-    }
-    0
 }
 
 /// Fill `struct ibv_device_attr` from softverbs' attributes.
@@ -300,7 +183,7 @@ pub unsafe extern "C" fn ibv_query_device(
 
 /// `verbs_context.query_device_ex`, which the inline `ibv_query_device_ex` calls with the size
 /// of the `ibv_device_attr_ex` the program was compiled with.
-unsafe extern "C" fn query_device_ex(
+pub(crate) unsafe extern "C" fn query_device_ex(
     c: *mut ibv_context,
     _input: *const c_void,
     attr: *mut ibv_device_attr_ex,
@@ -328,9 +211,9 @@ unsafe extern "C" fn query_device_ex(
 /// Fill `struct ibv_port_attr` from softverbs' port attributes.
 fn port_attr(p: &PortAttr) -> ibv_port_attr {
     ibv_port_attr {
-        state: p.state as c_int,
-        max_mtu: p.max_mtu as c_int,
-        active_mtu: p.active_mtu as c_int,
+        state: p.state.to_c_int(),
+        max_mtu: p.max_mtu.to_c_int(),
+        active_mtu: p.active_mtu.to_c_int(),
         gid_tbl_len: p.gid_tbl_len as c_int,
         port_cap_flags: p.port_cap_flags,
         max_msg_sz: p.max_msg_sz,
@@ -342,10 +225,7 @@ fn port_attr(p: &PortAttr) -> ibv_port_attr {
         active_width: p.active_width,
         active_speed: p.active_speed,
         phys_state: p.phys_state,
-        link_layer: match p.link_layer {
-            LinkLayer::InfiniBand => 1,
-            LinkLayer::Ethernet => 2,
-        },
+        link_layer: p.link_layer.to_ibv() as u8,
         ..Default::default()
     }
 }
@@ -377,7 +257,7 @@ pub unsafe extern "C" fn ibv_query_port(c: *mut ibv_context, port: u8, attr: *mu
 }
 
 /// `verbs_context.query_port`, which the inline `ibv_query_port` calls.
-unsafe extern "C" fn query_port_ex(
+pub(crate) unsafe extern "C" fn query_port_ex(
     c: *mut ibv_context,
     port: u8,
     attr: *mut ibv_port_attr,
@@ -419,11 +299,7 @@ fn gid_entry_c(e: &GidEntry) -> ibv_gid_entry {
         gid: ibv_gid { raw: e.gid.0 },
         gid_index: e.gid_index,
         port_num: e.port_num,
-        gid_type: match e.gid_type {
-            GidType::Ib => 0,
-            GidType::RoceV1 => 1,
-            GidType::RoceV2 => 2,
-        },
+        gid_type: e.gid_type.to_ibv(),
         ndev_ifindex: e.ndev_ifindex,
     }
 }
@@ -587,7 +463,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
     }
     match ctx.ctx.get_async_event(None) {
         Ok(ev) => {
-            let (ty, element) = verbs::async_event_c(&ev);
+            let (ty, element) = async_event_c(&ev);
             // SAFETY: checked non-NULL.
             unsafe { event.write(ibv_async_event { element, event_type: ty }) };
             0

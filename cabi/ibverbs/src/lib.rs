@@ -9,9 +9,11 @@
 //! foreign objects where that can be seen. docs/c.md is the user's guide.
 #![allow(clippy::missing_safety_doc)]
 
-pub mod abi;
+mod convert;
 mod cq_ex;
 mod device;
+mod object;
+mod ops;
 mod qp;
 mod qp_ex;
 mod srq_ah;
@@ -78,20 +80,4 @@ fn refuse_err(what: &str, e: &Error) -> c_int {
 fn refuse_null<T>(what: &str, errno: c_int, why: &str) -> *mut T {
     refuse(what, errno, why);
     std::ptr::null_mut()
-}
-
-/// A magic word after each C struct, different per object type, so a destroyed object or a
-/// pointer to something else is refused with `EINVAL` instead of being used.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u64)]
-enum Magic {
-    Dead = 0,
-    Context = 0x736f_6674_6374_7831,
-    Pd = 0x736f_6674_7064_3031,
-    Mr = 0x736f_6674_6d72_3031,
-    Cq = 0x736f_6674_6371_3031,
-    Channel = 0x736f_6674_6368_3031,
-    Qp = 0x736f_6674_7170_3031,
-    Srq = 0x736f_6674_7372_3031,
-    Ah = 0x736f_6674_6168_3031,
 }

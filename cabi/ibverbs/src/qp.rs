@@ -7,15 +7,17 @@ use std::ffi::c_int;
 use std::ptr::null_mut;
 
 use verbs_api::{
-    AtomicTarget, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair,
+    AtomicTarget, IbvEnum, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair,
     RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
 };
 
-use crate::abi::*;
+use crate::convert::{access, post_recv_chain, sges, MAX_SGE};
+use crate::object::{free, lookup, obj, track, Magic, QPS};
 use crate::qp_ex::{self, Batch, QpHead};
 use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
-use crate::verbs::{access, cq_of, lookup, obj, post_recv_chain, sges, track, Pd, MAX_SGE, QPS};
-use crate::{refuse, refuse_err, refuse_null, Magic};
+use crate::verbs::{cq_of, Pd};
+use crate::{refuse, refuse_err, refuse_null};
+use softverbs_cabi_abi::*;
 
 /// A queue pair.
 #[repr(C)]
@@ -25,18 +27,9 @@ pub(crate) struct Qp {
     max_inline: u32,
 }
 
-fn qp_type(t: c_int) -> Option<QpType> {
-    match t {
-        2 => Some(QpType::Rc),
-        3 => Some(QpType::Uc),
-        4 => Some(QpType::Ud),
-        _ => None,
-    }
-}
-
 fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) -> *mut ibv_qp {
     let Some(pd) = obj::<Pd, _>(what, p, Magic::Pd) else { return null_mut() };
-    let Some(ty) = qp_type(init.qp_type) else {
+    let Some(ty) = QpType::from_c_int(init.qp_type) else {
         return refuse_null(
             what,
             libc::EOPNOTSUPP,
@@ -115,23 +108,18 @@ pub unsafe extern "C" fn ibv_create_qp(p: *mut ibv_pd, init: *mut ibv_qp_init_at
 }
 
 /// `verbs_context.create_qp_ex`: `struct ibv_qp_init_attr_ex` begins with the fields of
-/// `ibv_qp_init_attr`, then `comp_mask` (at 60) and `pd` (at 64). Only `IBV_QP_INIT_ATTR_PD`
-/// is supported; the `ibv_wr_*` API (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) and the rest are
-/// refused with `EOPNOTSUPP`.
+/// `ibv_qp_init_attr`. `IBV_QP_INIT_ATTR_PD` is required, `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`
+/// (the `ibv_wr_*` API) taken; the rest is refused with `EOPNOTSUPP`.
 pub(crate) unsafe extern "C" fn create_qp_ex(
     _c: *mut ibv_context,
-    init: *mut ibv_qp_init_attr,
+    init: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     if init.is_null() {
         return refuse_null("ibv_create_qp_ex", libc::EINVAL, "qp_init_attr_ex is NULL");
     }
-    // SAFETY: init points at a struct ibv_qp_init_attr_ex (136 bytes).
-    let (mask, pd) = unsafe {
-        let b = init as *mut u8;
-        (*(b.add(60) as *const u32), *(b.add(64) as *const *mut ibv_pd))
-    };
-    // IBV_QP_INIT_ATTR_PD is required; IBV_QP_INIT_ATTR_SEND_OPS_FLAGS asks for ibv_wr_*.
-    if mask & 1 == 0 || mask & !(1 | SEND_OPS_FLAGS) != 0 {
+    // SAFETY: checked non-NULL; the caller's struct ibv_qp_init_attr_ex.
+    let (mask, pd) = unsafe { ((*init).comp_mask, (*init).pd) };
+    if mask & IBV_QP_INIT_ATTR_PD == 0 || mask & !(IBV_QP_INIT_ATTR_PD | SEND_OPS_FLAGS) != 0 {
         return refuse_null(
             "ibv_create_qp_ex",
             libc::EOPNOTSUPP,
@@ -141,12 +129,14 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             ),
         );
     }
-    // SAFETY: checked non-NULL; the prefix is an ibv_qp_init_attr.
-    make_qp("ibv_create_qp_ex", pd, unsafe { &mut *init }, mask & SEND_OPS_FLAGS != 0)
+    // SAFETY: checked non-NULL; its prefix is laid out as an ibv_qp_init_attr (the layout test
+    // checks both structs against verbs.h).
+    let base = unsafe { &mut *(init as *mut ibv_qp_init_attr) };
+    make_qp("ibv_create_qp_ex", pd, base, mask & SEND_OPS_FLAGS != 0)
 }
 
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
-const SEND_OPS_FLAGS: u32 = 1 << 6;
+const SEND_OPS_FLAGS: u32 = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
 /// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`;
 /// NULL for any other, as libibverbs gives.
@@ -162,19 +152,6 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(p: *mut ibv_qp) -> *mut ibv_qp_ex {
 /// The QP box behind `p`, if it is a live softverbs QP.
 pub(crate) fn qp_of<'a>(what: &str, p: *mut ibv_qp) -> Option<&'a Qp> {
     obj::<Qp, ibv_qp_ex>(what, p as *mut ibv_qp_ex, Magic::Qp)
-}
-
-fn qp_state(s: c_int) -> Option<QpState> {
-    Some(match s {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Err,
-        _ => return None,
-    })
 }
 
 /// `ibv_modify_qp`.
@@ -198,7 +175,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             &format!("attr_mask {mask:#x} has bits softverbs lacks"),
         );
     };
-    let st = |s| qp_state(s).ok_or(());
+    let st = |s| QpState::from_c_int(s).ok_or(());
     let (Ok(state), Ok(cur)) = (
         if m.contains(QpAttrMask::STATE) { st(a.qp_state) } else { Ok(QpState::Reset) },
         if m.contains(QpAttrMask::CUR_STATE) { st(a.cur_qp_state) } else { Ok(QpState::Reset) },
@@ -206,7 +183,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         return refuse(W, libc::EINVAL, "qp_state is not a QP state");
     };
     let mtu = if m.contains(QpAttrMask::PATH_MTU) {
-        match Mtu::from_ibv(a.path_mtu as u32) {
+        match Mtu::from_c_int(a.path_mtu) {
             Some(m) => m,
             None => return refuse(W, libc::EINVAL, &format!("path_mtu {} is no MTU", a.path_mtu)),
         }
@@ -286,9 +263,9 @@ pub unsafe extern "C" fn ibv_query_qp(
         max_inline_data: cap.max_inline_data,
     };
     let c = ibv_qp_attr {
-        qp_state: a.qp_state as c_int,
-        cur_qp_state: a.cur_qp_state as c_int,
-        path_mtu: a.path_mtu as c_int,
+        qp_state: a.qp_state.to_c_int(),
+        cur_qp_state: a.cur_qp_state.to_c_int(),
+        path_mtu: a.path_mtu.to_c_int(),
         path_mig_state: 0,
         qkey: a.qkey,
         rq_psn: a.rq_psn,
@@ -320,7 +297,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         i.cap = ccap;
         i.qp_type = (*p).qp_type;
         i.sq_sig_all = 0;
-        (*p).state = a.qp_state as c_int;
+        (*p).state = a.qp_state.to_c_int();
     }
     0
 }
@@ -336,28 +313,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
         track(&QPS, q.head.c.qp_base.qp_num, None);
     }
     // SAFETY: checked live.
-    unsafe { crate::verbs::free::<Qp, ibv_qp_ex>(p as *mut ibv_qp_ex) };
+    unsafe { free::<Qp, ibv_qp_ex>(p as *mut ibv_qp_ex) };
     0
-}
-
-fn wr_opcode(op: c_int) -> Option<WrOpcode> {
-    Some(match op {
-        0 => WrOpcode::RdmaWrite,
-        1 => WrOpcode::RdmaWriteWithImm,
-        2 => WrOpcode::Send,
-        3 => WrOpcode::SendWithImm,
-        4 => WrOpcode::RdmaRead,
-        5 => WrOpcode::AtomicCmpAndSwp,
-        6 => WrOpcode::AtomicFetchAndAdd,
-        _ => return None,
-    })
 }
 
 /// Post one C send WR.
 #[inline]
 fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
     const W: &str = "ibv_post_send";
-    let Some(opcode) = wr_opcode(w.opcode) else {
+    let Some(opcode) = WrOpcode::from_c_int(w.opcode) else {
         return refuse(
             W,
             libc::EINVAL,
@@ -393,7 +357,7 @@ fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
         None
     };
     let u = w.wr;
-    let ud = if q.head.c.qp_base.qp_type == 4 {
+    let ud = if QpType::from_c_int(q.head.c.qp_base.qp_type) == Some(QpType::Ud) {
         let Some(ah) = ah_of(W, u.w0 as *mut ibv_ah) else { return libc::EINVAL };
         Some(UdTarget {
             ah: ah.ah.clone(),

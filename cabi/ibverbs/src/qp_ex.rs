@@ -11,9 +11,10 @@ use std::ffi::{c_int, c_void};
 
 use verbs_api::{AtomicTarget, QueuePair, RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode};
 
-use crate::abi::*;
+use crate::object::Magic;
+use crate::refuse;
 use crate::srq_ah::ah_of;
-use crate::{refuse, Magic};
+use softverbs_cabi_abi::*;
 
 /// The front of every QP box (`crate::qp::Qp`): the C struct, the magic word, and the batch
 /// the `ibv_wr_*` calls build.

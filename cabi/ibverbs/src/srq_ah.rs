@@ -8,10 +8,11 @@ use verbs_api::{
     AddressHandle, AhAttr, Gid, SharedReceiveQueue, SrqAttr, SrqAttrMask, SrqInitAttr,
 };
 
-use crate::abi::*;
-use crate::device::ctx_of;
-use crate::verbs::{free, obj, post_recv_chain, track, Pd, SRQS};
-use crate::{refuse, refuse_err, refuse_null, Magic};
+use crate::convert::post_recv_chain;
+use crate::object::{ctx_of, free, obj, track, Magic, SRQS};
+use crate::verbs::Pd;
+use crate::{refuse, refuse_err, refuse_null};
+use softverbs_cabi_abi::*;
 
 /// A shared receive queue.
 #[repr(C)]

@@ -1,9 +1,8 @@
 //! The objects below a context that QPs, SRQs and AHs build on: PDs, MRs over any memory of the
 //! process, CQs and their polling, completion channels (an eventfd a pump thread signals, so the
-//! channel's `fd` works with `poll`/`epoll`), the registry of C objects by backend key, and the
-//! async-event conversion.
+//! channel's `fd` works with `poll`/`epoll`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,73 +11,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use verbs_api::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, CompChannel, CompletionQueue, Errno,
-    MemoryRegion, ProtectionDomain, RecvWr, Sge, WcOpcode, WorkCompletion,
+    CompChannel, CompletionQueue, Errno, MemoryRegion, ProtectionDomain, WorkCompletion,
 };
 
-use crate::abi::*;
-use crate::device::ctx_of;
-use crate::{refuse, refuse_err, refuse_null, set_errno, Magic};
-
-/// The most SGEs one work request may carry here (the soft NIC's `max_sge` is 32).
-pub(crate) const MAX_SGE: usize = 32;
-
-/// Where a C object's box is, by the key the backend names it with (QPN, CQ id, SRQ id), so
-/// events (completion and async) can name the C object.
-pub(crate) static CQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
-pub(crate) static QPS: Mutex<Option<HashMap<u32, usize>>> = Mutex::new(None);
-pub(crate) static SRQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
-
-/// Record (`Some`) or forget (`None`) the C object for `key`.
-pub(crate) fn track<K: std::hash::Hash + Eq>(
-    map: &Mutex<Option<HashMap<K, usize>>>,
-    key: K,
-    ptr: Option<usize>,
-) {
-    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
-    let m = m.get_or_insert_with(HashMap::new);
-    match ptr {
-        Some(p) => m.insert(key, p),
-        None => m.remove(&key),
-    };
-}
-
-/// The C object recorded for `key`, or NULL.
-pub(crate) fn lookup<K: std::hash::Hash + Eq>(
-    map: &Mutex<Option<HashMap<K, usize>>>,
-    key: K,
-) -> usize {
-    let m = map.lock().unwrap_or_else(|e| e.into_inner());
-    m.as_ref().and_then(|m| m.get(&key).copied()).unwrap_or(0)
-}
-
-/// Check `p` is a live object of kind `magic` (the magic word follows the C struct `C`) and
-/// return the box it belongs to.
-pub(crate) fn obj<'a, T, C>(what: &str, p: *mut C, magic: Magic) -> Option<&'a T> {
-    if p.is_null() {
-        refuse(what, libc::EINVAL, "NULL object");
-        return None;
-    }
-    // SAFETY: objects we hand out are boxes of T whose first field is C and whose second is
-    // the magic; a mismatching magic refuses memory that is not one (where readable).
-    let m = unsafe { *((p as *const u8).add(std::mem::size_of::<C>()) as *const u64) };
-    if m != magic as u64 {
-        refuse(what, libc::EINVAL, "destroyed object, or not one softverbs made");
-        return None;
-    }
-    // SAFETY: as above.
-    Some(unsafe { &*(p as *const T) })
-}
-
-/// Free a box made by [`obj`]'s conventions after clearing its magic.
-pub(crate) unsafe fn free<T, C>(p: *mut C) {
-    // SAFETY: the caller checked p with obj(); the magic is cleared so later use is refused
-    // while the allocator has not reused the memory.
-    unsafe {
-        *((p as *mut u8).add(std::mem::size_of::<C>()) as *mut u64) = Magic::Dead as u64;
-        drop(Box::from_raw(p as *mut T));
-    }
-}
+use crate::convert::{access, wc_c};
+use crate::object::{ctx_of, free, lookup, obj, track, Magic, CQS};
+use crate::{refuse, refuse_err, refuse_null, set_errno};
+use softverbs_cabi_abi::*;
 
 /// A protection domain.
 #[repr(C)]
@@ -119,25 +58,6 @@ pub(crate) struct Mr {
     c: ibv_mr,
     magic: Magic,
     mr: MemoryRegion,
-}
-
-/// The access flags softverbs enforces, from `enum ibv_access_flags`: the optional bits
-/// (`IBV_ACCESS_RELAXED_ORDERING` and up, which a device may ignore) and `IBV_ACCESS_MW_BIND`
-/// and `IBV_ACCESS_HUGETLB` (hints) are dropped; zero-based and on-demand MRs are refused.
-pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
-    const OPTIONAL_FIRST: u32 = 1 << 20;
-    const IGNORED: u32 = 0x10 | 0x80;
-    let f = flags & (OPTIONAL_FIRST - 1) & !IGNORED;
-    if f & !0xf != 0 {
-        return Err(refuse(
-            what,
-            libc::EOPNOTSUPP,
-            &format!(
-                "access flags {flags:#x}: zero-based, on-demand and flush MRs are not supported"
-            ),
-        ));
-    }
-    Ok(AccessFlags::from_bits_truncate(f))
 }
 
 fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -> *mut ibv_mr {
@@ -462,39 +382,6 @@ pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: u32) {
     unsafe { (*p).comp_events_completed = (*p).comp_events_completed.wrapping_add(nevents) };
 }
 
-/// `enum ibv_wc_opcode` of a softverbs completion opcode.
-pub(crate) fn wc_opcode(op: WcOpcode) -> c_int {
-    match op {
-        WcOpcode::Send => 0,
-        WcOpcode::RdmaWrite => 1,
-        WcOpcode::RdmaRead => 2,
-        WcOpcode::CompSwap => 3,
-        WcOpcode::FetchAdd => 4,
-        WcOpcode::Recv => 128,
-        WcOpcode::RecvRdmaWithImm => 129,
-    }
-}
-
-/// `struct ibv_wc` of a softverbs work completion.
-#[inline]
-pub(crate) fn wc_c(w: &WorkCompletion) -> ibv_wc {
-    ibv_wc {
-        wr_id: w.wr_id,
-        status: w.status as c_int,
-        opcode: wc_opcode(w.opcode),
-        vendor_err: w.vendor_err,
-        byte_len: w.byte_len,
-        imm_data: w.imm_data.to_be(),
-        qp_num: w.qp_num,
-        src_qp: w.src_qp,
-        wc_flags: w.wc_flags.bits(),
-        pkey_index: w.pkey_index,
-        slid: w.slid,
-        sl: w.sl,
-        dlid_path_bits: w.dlid_path_bits,
-    }
-}
-
 /// `ops.poll_cq`, behind the inline `ibv_poll_cq`: up to `n` completions, or -1.
 pub(crate) unsafe extern "C" fn poll_cq(p: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     let Some(cq) = cq_of("ibv_poll_cq", p) else { return -1 };
@@ -533,80 +420,4 @@ pub(crate) unsafe extern "C" fn req_notify_cq(p: *mut ibv_cq, solicited_only: c_
         Ok(()) => 0,
         Err(e) => refuse_err("ibv_req_notify_cq", &e),
     }
-}
-
-/// Convert a C gather/scatter list into `buf`; None (with a log line) if too long or NULL.
-#[inline]
-pub(crate) fn sges<'a>(
-    what: &str,
-    list: *const ibv_sge,
-    n: c_int,
-    buf: &'a mut [Sge; MAX_SGE],
-) -> Option<&'a [Sge]> {
-    if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
-        refuse(what, libc::EINVAL, &format!("num_sge {n}: at most {MAX_SGE}, and a list"));
-        return None;
-    }
-    for (i, s) in buf.iter_mut().enumerate().take(n as usize) {
-        // SAFETY: the caller's list has num_sge entries.
-        let c = unsafe { &*list.add(i) };
-        *s = Sge { addr: c.addr, length: c.length, lkey: c.lkey };
-    }
-    Some(&buf[..n as usize])
-}
-
-/// Post a chain of receive WRs through `post` one by one; on failure `bad` names the WR.
-#[inline]
-pub(crate) fn post_recv_chain(
-    what: &str,
-    mut wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-    post: impl Fn(&[RecvWr<'_>]) -> verbs_api::Result<()>,
-) -> c_int {
-    let mut buf = [Sge::default(); MAX_SGE];
-    while !wr.is_null() {
-        // SAFETY: the caller's WR chain.
-        let w = unsafe { &*wr };
-        let rc = match sges(what, w.sg_list, w.num_sge, &mut buf) {
-            Some(sg) => match post(&[RecvWr { wr_id: w.wr_id, sg_list: sg }]) {
-                Ok(()) => 0,
-                Err(e) => refuse_err(what, &e),
-            },
-            None => libc::EINVAL,
-        };
-        if rc != 0 {
-            if !bad.is_null() {
-                // SAFETY: the caller's out pointer.
-                unsafe { *bad = wr };
-            }
-            return rc;
-        }
-        wr = w.next;
-    }
-    0
-}
-
-/// `enum ibv_event_type` and the element of a softverbs async event.
-pub(crate) fn async_event_c(ev: &AsyncEvent) -> (c_int, *mut c_void) {
-    let ty = match ev.event_type {
-        AsyncEventType::CqErr => 0,
-        AsyncEventType::QpFatal => 1,
-        AsyncEventType::QpReqErr => 2,
-        AsyncEventType::QpAccessErr => 3,
-        AsyncEventType::CommEst => 4,
-        AsyncEventType::SqDrained => 5,
-        AsyncEventType::DeviceFatal => 8,
-        AsyncEventType::PortActive => 9,
-        AsyncEventType::PortErr => 10,
-        AsyncEventType::SrqLimitReached => 15,
-        AsyncEventType::QpLastWqeReached => 16,
-    };
-    let el = match ev.element {
-        AsyncElement::Qp(n) => lookup(&QPS, n),
-        AsyncElement::Cq(id) => lookup(&CQS, id),
-        AsyncElement::Srq(id) => lookup(&SRQS, id),
-        AsyncElement::Port(p) => p as usize,
-        AsyncElement::Device => 0,
-    };
-    (ty, el as *mut c_void)
 }

@@ -1,15 +1,16 @@
-//! The hand-written C layouts (src/abi.rs) against the system `<infiniband/verbs.h>`: a small C
+//! The hand-written C layouts (the softverbs-cabi-abi crate, cabi/abi) against the system `<infiniband/verbs.h>`: a small C
 //! program prints every `sizeof` and `offsetof` the inline verbs and the tools use, and each
 //! must equal Rust's.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/abi.rs"]
-mod abi;
 mod common;
 
 use std::mem::{offset_of, size_of};
 
-use abi::*;
+use softverbs_cabi_abi::*;
+use verbs_api::{
+    AsyncEventType, GidType, IbvEnum, LinkLayer, Mtu, PortState, QpState, QpType, WcOpcode,
+    WcStatus, WrOpcode,
+};
 
 /// (label, C expression, Rust value).
 fn table() -> Vec<(&'static str, String, usize)> {
@@ -160,8 +161,35 @@ fn table() -> Vec<(&'static str, String, usize)> {
          pkey_index, slid, sl, dlid_path_bits);
     off!(ibv_async_event: element, event_type);
     off!(ibv_grh: version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid);
-    other!("ibv_qp_init_attr_ex.comp_mask", "offsetof(struct ibv_qp_init_attr_ex, comp_mask)", 60);
-    other!("ibv_qp_init_attr_ex.pd", "offsetof(struct ibv_qp_init_attr_ex, pd)", 64);
+    size!(ibv_qp_init_attr_ex = ibv_qp_init_attr_ex, ibv_rx_hash_conf = ibv_rx_hash_conf);
+    off!(ibv_qp_init_attr_ex: qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all,
+         comp_mask, pd, xrcd, create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn,
+         send_ops_flags);
+    off!(ibv_rx_hash_conf: rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask);
+    other!("IBV_QP_INIT_ATTR_PD", "IBV_QP_INIT_ATTR_PD", IBV_QP_INIT_ATTR_PD as usize);
+    other!(
+        "IBV_QP_INIT_ATTR_SEND_OPS_FLAGS",
+        "IBV_QP_INIT_ATTR_SEND_OPS_FLAGS",
+        IBV_QP_INIT_ATTR_SEND_OPS_FLAGS as usize
+    );
+    // verbs-api's one table per verbs enum (verbs_api::ibv), value by value against the header.
+    fn values<T: IbvEnum>(t: &mut Vec<(&'static str, String, usize)>) {
+        for &(_, value, name) in T::TABLE {
+            t.push((name, name.to_string(), value as usize));
+        }
+    }
+    values::<QpType>(&mut t);
+    values::<QpState>(&mut t);
+    values::<WrOpcode>(&mut t);
+    values::<WcOpcode>(&mut t);
+    values::<WcStatus>(&mut t);
+    values::<Mtu>(&mut t);
+    values::<PortState>(&mut t);
+    values::<LinkLayer>(&mut t);
+    values::<GidType>(&mut t);
+    values::<AsyncEventType>(&mut t);
+    other!("IBV_QPT_XRC_SEND", "IBV_QPT_XRC_SEND", verbs_api::ibv::IBV_QPT_XRC_SEND as usize);
+    other!("IBV_QPT_XRC_RECV", "IBV_QPT_XRC_RECV", verbs_api::ibv::IBV_QPT_XRC_RECV as usize);
     t
 }
 

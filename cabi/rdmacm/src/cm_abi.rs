@@ -5,7 +5,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::abi::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp, ibv_srq};
+use softverbs_cabi_abi::{
+    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp, ibv_srq,
+};
 
 /// `struct rdma_event_channel`: the descriptor programs poll.
 #[repr(C)]

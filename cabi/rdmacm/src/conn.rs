@@ -3,9 +3,11 @@
 //! REJ, DREQ and DREP messages, and `rdma_get_cm_event` turning what arrives into events.
 use std::ffi::{c_int, c_void};
 
-use crate::abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
 use crate::cm_abi::*;
 use crate::state::*;
+use verbs_api::{IbvEnum, Mtu, QpAttrMask, QpState};
+
+use softverbs_cabi_abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
 
 unsafe extern "C" {
     fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
@@ -13,34 +15,34 @@ unsafe extern "C" {
     fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
 }
 
-// ibv_qp_attr_mask bits and states (<infiniband/verbs.h>).
-pub const STATE: c_int = 1;
-pub const ACCESS: c_int = 1 << 3;
-pub const PKEY: c_int = 1 << 4;
-pub const PORT: c_int = 1 << 5;
-pub const QKEY: c_int = 1 << 6;
-pub const AV: c_int = 1 << 7;
-pub const MTU: c_int = 1 << 8;
-pub const TIMEOUT: c_int = 1 << 9;
-pub const RETRY: c_int = 1 << 10;
-pub const RNR_RETRY: c_int = 1 << 11;
-pub const RQ_PSN: c_int = 1 << 12;
-pub const MAX_RD: c_int = 1 << 13;
-pub const MIN_RNR: c_int = 1 << 15;
-pub const SQ_PSN: c_int = 1 << 16;
-pub const MAX_DEST_RD: c_int = 1 << 17;
-pub const DEST_QPN: c_int = 1 << 20;
-pub const INIT: c_int = 1;
-pub const RTR: c_int = 2;
-pub const RTS: c_int = 3;
-pub const ERR: c_int = 6;
+// The `ibv_qp_attr_mask` bits the CM's moves use, from verbs-api's `QpAttrMask` (libibverbs'
+// values).
+const fn mask(m: QpAttrMask) -> c_int {
+    m.bits() as c_int
+}
+pub const STATE: c_int = mask(QpAttrMask::STATE);
+pub const ACCESS: c_int = mask(QpAttrMask::ACCESS_FLAGS);
+pub const PKEY: c_int = mask(QpAttrMask::PKEY_INDEX);
+pub const PORT: c_int = mask(QpAttrMask::PORT);
+pub const QKEY: c_int = mask(QpAttrMask::QKEY);
+pub const AV: c_int = mask(QpAttrMask::AV);
+pub const MTU: c_int = mask(QpAttrMask::PATH_MTU);
+pub const TIMEOUT: c_int = mask(QpAttrMask::TIMEOUT);
+pub const RETRY: c_int = mask(QpAttrMask::RETRY_CNT);
+pub const RNR_RETRY: c_int = mask(QpAttrMask::RNR_RETRY);
+pub const RQ_PSN: c_int = mask(QpAttrMask::RQ_PSN);
+pub const MAX_RD: c_int = mask(QpAttrMask::MAX_QP_RD_ATOMIC);
+pub const MIN_RNR: c_int = mask(QpAttrMask::MIN_RNR_TIMER);
+pub const SQ_PSN: c_int = mask(QpAttrMask::SQ_PSN);
+pub const MAX_DEST_RD: c_int = mask(QpAttrMask::MAX_DEST_RD_ATOMIC);
+pub const DEST_QPN: c_int = mask(QpAttrMask::DEST_QPN);
 
 /// Move `qp` with `attr`/`mask`, naming the step in the message if the verbs refuse.
 pub fn modify(qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: c_int, step: &str) -> c_int {
     // SAFETY: qp is the id's live QP.
     let r = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
     // A move to ERR can race the peer's DREQ (the QP is then in ERR already): not worth a line.
-    if r != 0 && attr.qp_state != ERR {
+    if r != 0 && QpState::from_c_int(attr.qp_state) != Some(QpState::Err) {
         eprintln!("librdmacm (softverbs): moving the QP to {step} failed (errno {r})");
     }
     r
@@ -48,20 +50,30 @@ pub fn modify(qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: c_int, step: &str) -
 
 /// The QP to INIT (UD: on to RTS, as librdmacm does for UD ids).
 fn qp_init(qp: *mut ibv_qp, ud: bool) -> c_int {
-    let mut a = ibv_qp_attr { qp_state: INIT, port_num: 1, pkey_index: 0, ..Default::default() };
+    let mut a = ibv_qp_attr {
+        qp_state: QpState::Init.to_c_int(),
+        port_num: 1,
+        pkey_index: 0,
+        ..Default::default()
+    };
     if ud {
         a.qkey = RDMA_UDP_QKEY;
         let r = modify(qp, a, STATE | PKEY | PORT | QKEY, "INIT");
         if r != 0 {
             return r;
         }
-        let r = modify(qp, ibv_qp_attr { qp_state: RTR, ..Default::default() }, STATE, "RTR");
+        let r = modify(
+            qp,
+            ibv_qp_attr { qp_state: QpState::Rtr.to_c_int(), ..Default::default() },
+            STATE,
+            "RTR",
+        );
         if r != 0 {
             return r;
         }
         return modify(
             qp,
-            ibv_qp_attr { qp_state: RTS, ..Default::default() },
+            ibv_qp_attr { qp_state: QpState::Rts.to_c_int(), ..Default::default() },
             STATE | SQ_PSN,
             "RTS",
         );
@@ -80,8 +92,8 @@ pub fn qp_connect(
     gid: ([u8; 16], u8),
 ) -> c_int {
     let mut a = ibv_qp_attr {
-        qp_state: RTR,
-        path_mtu: 3, // IBV_MTU_1024, the active MTU of a softverbs port on a 1500-byte link
+        qp_state: QpState::Rtr.to_c_int(),
+        path_mtu: Mtu::Mtu1024.to_c_int(), // the active MTU of a softverbs port on a 1500-byte link
         dest_qp_num: st.peer_qpn,
         rq_psn: st.peer_psn,
         max_dest_rd_atomic: responder.max(1),
@@ -98,7 +110,7 @@ pub fn qp_connect(
         return r;
     }
     let b = ibv_qp_attr {
-        qp_state: RTS,
+        qp_state: QpState::Rts.to_c_int(),
         sq_psn: st.my_psn,
         // The local ACK timeout the kernel's CM gives a RoCE QP: the path's packet life time
         // (16) + 1, 4.096 µs * 2^17 = 0.54 s a try. (14, 67 ms, let a process starved of CPU
@@ -225,10 +237,11 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
         return fail(libc::EINVAL);
     };
     let mut st = id.st.lock().expect("id");
-    if !st.addr_resolved {
+    if !st.state.has_addr() {
         eprintln!("librdmacm (softverbs): rdma_connect before the address and route are resolved");
         return fail(libc::EINVAL);
     }
+    st.state.move_to(CmState::Connect);
     st.my_psn = psn() & 0xff_ffff;
     st.rnr_retry = p.map_or(7, |p| p.rnr_retry_count);
     let ch = channel_of(id);
@@ -350,14 +363,19 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let st = id.st.lock().expect("id");
     let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };
-    let done = st.disconnected;
+    let done = st.state.disconnected();
     drop(st);
     if done {
         // The peer's DREQ came first: the QP is already in ERR and DISCONNECTED delivered.
         return 0;
     }
     if !id.c.qp.is_null() {
-        modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+        modify(
+            id.c.qp,
+            ibv_qp_attr { qp_state: QpState::Err.to_c_int(), ..Default::default() },
+            STATE,
+            "ERR",
+        );
     }
     let ch = channel_of(id);
     let mut m = Msg::new(kind::DREQ, tok);

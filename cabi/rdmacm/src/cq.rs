@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp_init_attr};
 use crate::cm_abi::*;
 use crate::state::*;
+use softverbs_cabi_abi::{ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp_init_attr};
 
 unsafe extern "C" {
     fn ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd;

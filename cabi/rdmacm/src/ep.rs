@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
 
-use crate::abi::{ibv_pd, ibv_qp_init_attr, ibv_srq, ibv_srq_init_attr};
 use crate::cm_abi::*;
 use crate::conn::{rdma_create_qp, rdma_destroy_qp};
 use crate::cq::{destroy_cqs, give_pd, Raw};
@@ -12,6 +11,7 @@ use crate::events::rdma_ack_cm_event;
 use crate::ids::rdma_bind_addr;
 use crate::state::*;
 use crate::sync::{self, rdma_create_id, rdma_destroy_id, rdma_resolve_addr, rdma_resolve_route};
+use softverbs_cabi_abi::{ibv_pd, ibv_qp_init_attr, ibv_srq, ibv_srq_init_attr};
 
 unsafe extern "C" {
     fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
@@ -19,9 +19,9 @@ unsafe extern "C" {
 }
 
 /// `IBV_QPT_XRC_RECV`: XRC is not modelled.
-const XRC_RECV: c_int = 10;
+const XRC_RECV: c_int = verbs_api::ibv::IBV_QPT_XRC_RECV as c_int;
 /// `IBV_QPT_XRC_SEND`.
-const XRC_SEND: c_int = 9;
+const XRC_SEND: c_int = verbs_api::ibv::IBV_QPT_XRC_SEND as c_int;
 
 /// The QP attributes a passive endpoint gives the ids `rdma_get_request` returns, by token.
 fn passive() -> &'static Mutex<HashMap<u64, Raw<ibv_qp_init_attr>>> {

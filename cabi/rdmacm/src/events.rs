@@ -3,11 +3,13 @@
 //! librdmacm gives, and the id state and QP move with it; and `rdma_destroy_id`.
 use std::ffi::c_int;
 
-use crate::abi::ibv_qp_attr;
 use crate::cm_abi::*;
-use crate::conn::{modify, qp_connect, ERR, STATE};
+use crate::conn::{modify, qp_connect, STATE};
 use crate::ids::make_id;
 use crate::state::*;
+use verbs_api::{IbvEnum, QpState};
+
+use softverbs_cabi_abi::ibv_qp_attr;
 
 /// An event: its C struct first, then the private data it points to.
 #[repr(C)]
@@ -48,7 +50,8 @@ fn event(id: *mut Id, kind: i32, status: i32, m: Option<&Msg>) -> Box<Ev> {
 /// Give a UD id's event the peer's address handle attributes, QP number and Q_Key (the
 /// `param.ud` of librdmacm's SIDR events) instead of the connection parameters.
 fn ud_param(e: &mut Ev, peer_ip: [u8; 4], m: &Msg) {
-    let mut ah = crate::abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
+    let mut ah =
+        softverbs_cabi_abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
     ah.grh.dgid.raw = gid_of(peer_ip);
     ah.grh.sgid_index = 1;
     ah.grh.hop_limit = 64;
@@ -106,7 +109,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             st.peer_psn = m.psn;
             st.req_rd_atomic = m.rd_atomic;
             st.rnr_retry = m.rnr_retry;
-            st.addr_resolved = true;
+            st.state.move_to(CmState::Connect);
             drop(st);
             set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
             crate::watch::watch_peers();
@@ -160,7 +163,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 drop(st);
                 return Some(event(idp, ev::CONNECT_ERROR, -libc::EINVAL, Some(m)));
             }
-            st.connected = true;
+            st.state.move_to(CmState::Established);
             let to = m.reply_path();
             drop(st);
             crate::watch::watch_peers();
@@ -170,21 +173,22 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             Some(event(idp, ev::ESTABLISHED, 0, Some(m)))
         }
         kind::RTU => {
-            id.st.lock().expect("id").connected = true;
+            id.st.lock().expect("id").state.move_to(CmState::Established);
             crate::watch::watch_peers();
             Some(event(idp, ev::ESTABLISHED, 0, None))
         }
         kind::GONE => {
             // Decided when read: an RTU queued before this has made the id established.
             let st = id.st.lock().expect("id");
-            let (k, status) = match (st.disconnected, st.connected, st.peer.is_some()) {
-                (true, _, _) => return None,
-                (false, true, _) => (kind::DREQ, 0),
-                // A CONNECT_REQUEST (accepted or not) whose requester died: timeout.
-                (false, false, true) => (kind::REJ, 4),
-                // A REQ the listener's process took and never answered: consumer defined.
-                (false, false, false) => (kind::REJ, 28),
-            };
+            let (k, status) =
+                match (st.state.disconnected(), st.state.established(), st.peer.is_some()) {
+                    (true, _, _) => return None,
+                    (false, true, _) => (kind::DREQ, 0),
+                    // A CONNECT_REQUEST (accepted or not) whose requester died: timeout.
+                    (false, false, true) => (kind::REJ, 4),
+                    // A REQ the listener's process took and never answered: consumer defined.
+                    (false, false, false) => (kind::REJ, 28),
+                };
             drop(st);
             let mut as_sent = *m;
             as_sent.kind = k;
@@ -199,7 +203,12 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             drop(st);
             // As the kernel's CM: a rejected id's QP goes to ERR.
             if !id.c.qp.is_null() && !ud {
-                modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+                modify(
+                    id.c.qp,
+                    ibv_qp_attr { qp_state: QpState::Err.to_c_int(), ..Default::default() },
+                    STATE,
+                    "ERR",
+                );
             }
             Some(event(idp, ev::REJECTED, m.status, Some(m)))
         }
@@ -210,14 +219,17 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
                 r.from = id.token;
                 send(ch, &m.reply_path(), &r);
             }
-            if st.disconnected {
+            if !st.state.move_to(CmState::Disconnect) {
                 return None;
             }
-            st.disconnected = true;
-            st.connected = false;
             drop(st);
             if !id.c.qp.is_null() {
-                modify(id.c.qp, ibv_qp_attr { qp_state: ERR, ..Default::default() }, STATE, "ERR");
+                modify(
+                    id.c.qp,
+                    ibv_qp_attr { qp_state: QpState::Err.to_c_int(), ..Default::default() },
+                    STATE,
+                    "ERR",
+                );
             }
             // As the IB CM: a connected id enters timewait, and TIMEWAIT_EXIT follows when it
             // ends (UD ids have no connection, hence no timewait).
@@ -311,7 +323,7 @@ pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
     if let Some(l) = &st.listen {
         close_listener(l, &channel_of(id).path);
     }
-    if let (Some((to, tok)), false) = (&st.peer, st.disconnected) {
+    if let (Some((to, tok)), false) = (&st.peer, st.state.disconnected()) {
         let mut m = Msg::new(kind::DREQ, *tok);
         m.from = id.token;
         let ch = channel_of(id);

@@ -5,6 +5,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use verbs_api::{IbvEnum, QpType};
+
 use crate::cm_abi::*;
 use crate::state::*;
 
@@ -32,7 +34,7 @@ pub fn make_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> 
     c.channel = ch;
     c.context = context;
     c.ps = ps;
-    c.qp_type = if ps == RDMA_PS_TCP { 2 } else { 4 };
+    c.qp_type = (if ps == RDMA_PS_TCP { QpType::Rc } else { QpType::Ud }).to_c_int();
     let id = Box::into_raw(Box::new(Id { c, token: token(), st: Mutex::new(St::default()) }));
     // SAFETY: just made.
     let t = unsafe { (*id).token };
@@ -262,7 +264,7 @@ pub unsafe fn resolve_addr(
     }
     st.src.0 = dev.ip;
     st.dst = d;
-    st.addr_resolved = true;
+    st.state.move_to(CmState::AddrResolved);
     let src = st.src;
     drop(st);
     // SAFETY: the caller's live id.
@@ -280,10 +282,13 @@ pub unsafe fn resolve_addr(
 /// ROUTE_RESOLVED.
 pub unsafe fn resolve_route(cid: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
-    if !id.st.lock().expect("id").addr_resolved {
+    let mut st = id.st.lock().expect("id");
+    if !st.state.has_addr() {
         eprintln!("librdmacm (softverbs): rdma_resolve_route before rdma_resolve_addr");
         return fail(libc::EINVAL);
     }
+    st.state.move_to(CmState::RouteResolved);
+    drop(st);
     post_local(id, ev::ROUTE_RESOLVED, 0);
     0
 }

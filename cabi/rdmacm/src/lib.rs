@@ -7,10 +7,8 @@
 //! `$SOFTVERBS_FABRIC/cm/`, one per event channel, which is also the channel's pollable `fd`.
 #![allow(clippy::missing_safety_doc)]
 
-#[allow(dead_code, non_camel_case_types, clippy::all)]
-#[path = "../../ibverbs/src/abi.rs"]
-mod abi;
 mod cm_abi;
+mod cm_state;
 mod conn;
 mod cq;
 mod ep;

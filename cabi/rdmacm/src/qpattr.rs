@@ -6,18 +6,20 @@ use std::collections::HashSet;
 use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
 
-use crate::abi::ibv_qp_attr;
 use crate::cm_abi::*;
 use crate::conn::{
-    psn, ACCESS, AV, DEST_QPN, INIT, MAX_DEST_RD, MAX_RD, MIN_RNR, MTU, PKEY, PORT, QKEY, RETRY,
-    RNR_RETRY, RQ_PSN, RTR, RTS, SQ_PSN, STATE, TIMEOUT,
+    psn, ACCESS, AV, DEST_QPN, MAX_DEST_RD, MAX_RD, MIN_RNR, MTU, PKEY, PORT, QKEY, RETRY,
+    RNR_RETRY, RQ_PSN, SQ_PSN, STATE, TIMEOUT,
 };
 use crate::state::*;
+use verbs_api::{AccessFlags, IbvEnum, Mtu, QpState};
+
+use softverbs_cabi_abi::ibv_qp_attr;
 
 // <infiniband/verbs.h>: enum ibv_access_flags (the mask bits and states are conn.rs's).
-const REMOTE_WRITE: u32 = 2;
-const REMOTE_READ: u32 = 4;
-const REMOTE_ATOMIC: u32 = 8;
+const REMOTE_WRITE: u32 = AccessFlags::REMOTE_WRITE.bits();
+const REMOTE_READ: u32 = AccessFlags::REMOTE_READ.bits();
+const REMOTE_ATOMIC: u32 = AccessFlags::REMOTE_ATOMIC.bits();
 
 /// `rdma_init_qp_attr`: for the state in `attr.qp_state`, the attributes and mask with which
 /// the program moves its own QP along with the connection, as the kernel's CM gives them:
@@ -50,9 +52,10 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     // SAFETY: the caller's attributes, read for the state asked for.
     let want = unsafe { (*attr).qp_state };
     let mut st = id.st.lock().expect("id");
+    let state = QpState::from_c_int(want);
     let mut a = ibv_qp_attr { qp_state: want, ..Default::default() };
     let peer = st.peer.is_some();
-    let m = if id.c.ps != RDMA_PS_TCP || want == INIT {
+    let m = if id.c.ps != RDMA_PS_TCP || state == Some(QpState::Init) {
         a.pkey_index = 0;
         a.port_num = 1;
         if id.c.ps != RDMA_PS_TCP {
@@ -72,22 +75,22 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     } else if !peer {
         eprintln!(
             "librdmacm (softverbs): rdma_init_qp_attr: no {} attributes before the peer's connection request or reply",
-            if want == RTR { "RTR" } else { "RTS" }
+            if state == Some(QpState::Rtr) { "RTR" } else { "RTS" }
         );
         return fail(libc::EINVAL);
-    } else if want == RTR {
+    } else if state == Some(QpState::Rtr) {
         a.ah_attr.is_global = 1;
         a.ah_attr.port_num = 1;
         (a.ah_attr.grh.dgid.raw, a.ah_attr.grh.sgid_index) =
             crate::v6::path_gid(id.token, st.dst.0);
         a.ah_attr.grh.hop_limit = 64;
-        a.path_mtu = 3; // IBV_MTU_1024, as the CM's own moves
+        a.path_mtu = Mtu::Mtu1024.to_c_int(); // as the CM's own moves
         a.dest_qp_num = st.peer_qpn;
         a.rq_psn = st.peer_psn;
         a.max_dest_rd_atomic = st.req_rd_atomic.max(1);
         a.min_rnr_timer = 0;
         STATE | AV | MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD | MIN_RNR
-    } else if want == RTS {
+    } else if state == Some(QpState::Rts) {
         if st.my_psn == 0 {
             // The passive side before rdma_accept: the PSN its REP will carry.
             st.my_psn = (psn() & 0xff_ffff).max(1);
@@ -134,7 +137,7 @@ pub unsafe extern "C" fn rdma_establish(cid: *mut rdma_cm_id) -> c_int {
         eprintln!("librdmacm (softverbs): rdma_establish is for an id without a CM-made QP after its CONNECT_RESPONSE");
         return fail(libc::EINVAL);
     };
-    st.connected = true;
+    st.state.move_to(CmState::Established);
     drop(st);
     let mut rtu = Msg::new(kind::RTU, tok);
     rtu.from = id.token;

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::abi::{ibv_context, ibv_device, ibv_gid};
 use crate::cm_abi::rdma_event_channel;
+pub use crate::cm_state::CmState;
+use softverbs_cabi_abi::{ibv_context, ibv_device, ibv_gid};
 
 unsafe extern "C" {
     fn ibv_get_device_list(n: *mut c_int) -> *mut *mut ibv_device;
@@ -345,12 +346,12 @@ pub struct St {
     /// The REQ's responder resources / initiator depth (for an accept without parameters).
     pub req_rd_atomic: u8,
     pub rnr_retry: u8,
-    pub addr_resolved: bool,
-    pub connected: bool,
-    /// DISCONNECTED was delivered (each side gets it once).
-    pub disconnected: bool,
+    /// Where the id is in its life (resolved, connecting, established, disconnected).
+    pub state: CmState,
     /// Nothing more to watch: the peer's process was found dead and a DREQ or REJ sent on its
-    /// behalf (`watch`), or the connection attempt was rejected.
+    /// behalf (`watch`), or the connection attempt was rejected. Not a CM state: the watcher's
+    /// own mark, so that it reports a dead peer once (the kernel's CM learns of one by
+    /// timeouts, and has no such state).
     pub peer_gone: bool,
     /// The channel socket the REQ went to, until the REP comes (its process is watched).
     pub req_to: Option<PathBuf>,

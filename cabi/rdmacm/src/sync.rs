@@ -82,7 +82,7 @@ pub fn wait(cid: *mut rdma_cm_id, limit: Option<Duration>, what: &str) -> c_int 
     let Some(e) = next_event(channel_of(id), limit) else {
         if what == "rdma_disconnect" {
             // No DREP: disconnected all the same, as after the IB CM's DREQ timeout.
-            id.st.lock().expect("id").disconnected = true;
+            id.st.lock().expect("id").state.move_to(CmState::Disconnect);
             return 0;
         }
         eprintln!(
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
     // An id already disconnected (its DISCONNECTED delivered) has no event left to wait for.
-    let done = id_ref(cid).is_some_and(|id| id.st.lock().expect("id").disconnected);
+    let done = id_ref(cid).is_some_and(|id| id.st.lock().expect("id").state.disconnected());
     // SAFETY: as above.
     match unsafe { crate::conn::disconnect(cid) } {
         0 if !done => wait(cid, Some(DISCONNECT_WAIT), "rdma_disconnect"),

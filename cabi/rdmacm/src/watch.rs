@@ -274,7 +274,7 @@ fn check_peers(sock: &UnixDatagram) {
                 continue;
             }
             let Ok(st) = id.st.try_lock() else { continue };
-            if st.disconnected || st.peer_gone {
+            if st.state.disconnected() || st.peer_gone {
                 continue;
             }
             // The peer once known (a REQ or REP came), else where the REQ went.
@@ -298,7 +298,7 @@ fn check_peers(sock: &UnixDatagram) {
             // SAFETY: registered, so alive while the lock is held.
             let id = unsafe { &*(addr as *const Id) };
             let mut st = id.st.lock().ok()?;
-            let first = !st.peer_gone && !st.disconnected;
+            let first = !st.peer_gone && !st.state.disconnected();
             st.peer_gone = true;
             Some(first)
         });

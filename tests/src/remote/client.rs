@@ -14,7 +14,7 @@ use verbs_api::*;
 use super::codec::{
     code, malformed, put_ah, put_cap, put_qp_attr, put_recv_wrs, put_send_wr, put_srq_attr,
     take_cap, take_device_attr, take_event, take_gid, take_port_attr, take_qp_attr, take_srq_attr,
-    take_wc, unescape, Line, Tokens, QP_TYPES,
+    take_wc, unescape, Line, Tokens,
 };
 use super::{BLOCKING_CAP, REPLY_WAIT};
 use crate::Peer;
@@ -291,7 +291,7 @@ impl PdOps for RemotePd {
                 .ok_or_else(|| foreign("ibv_create_qp: srq"))?,
         };
         let mut l = self.r.req("create_qp");
-        l.num(code(&QP_TYPES, &init.qp_type))
+        l.num(code(init.qp_type))
             .num(cq_of(&init.send_cq, "ibv_create_qp: send_cq")?)
             .num(cq_of(&init.recv_cq, "ibv_create_qp: recv_cq")?)
             .num(srq);

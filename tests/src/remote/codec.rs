@@ -147,86 +147,17 @@ pub(super) fn unescape(s: &str) -> String {
     out
 }
 
-// Each enum travels as its index in a table.
-pub(super) const QP_TYPES: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
-pub(super) const QP_STATES: [QpState; 7] = [
-    QpState::Reset,
-    QpState::Init,
-    QpState::Rtr,
-    QpState::Rts,
-    QpState::Sqd,
-    QpState::Sqe,
-    QpState::Err,
-];
-pub(super) const MTUS: [Mtu; 5] =
-    [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
-pub(super) const WR_OPCODES: [WrOpcode; 7] = [
-    WrOpcode::Send,
-    WrOpcode::SendWithImm,
-    WrOpcode::RdmaWrite,
-    WrOpcode::RdmaWriteWithImm,
-    WrOpcode::RdmaRead,
-    WrOpcode::AtomicCmpAndSwp,
-    WrOpcode::AtomicFetchAndAdd,
-];
-pub(super) const WC_OPCODES: [WcOpcode; 7] = [
-    WcOpcode::Send,
-    WcOpcode::RdmaWrite,
-    WcOpcode::RdmaRead,
-    WcOpcode::CompSwap,
-    WcOpcode::FetchAdd,
-    WcOpcode::Recv,
-    WcOpcode::RecvRdmaWithImm,
-];
-pub(super) const WC_STATUSES: [WcStatus; 22] = [
-    WcStatus::Success,
-    WcStatus::LocLenErr,
-    WcStatus::LocQpOpErr,
-    WcStatus::LocEecOpErr,
-    WcStatus::LocProtErr,
-    WcStatus::WrFlushErr,
-    WcStatus::MwBindErr,
-    WcStatus::BadRespErr,
-    WcStatus::LocAccessErr,
-    WcStatus::RemInvReqErr,
-    WcStatus::RemAccessErr,
-    WcStatus::RemOpErr,
-    WcStatus::RetryExcErr,
-    WcStatus::RnrRetryExcErr,
-    WcStatus::LocRddViolErr,
-    WcStatus::RemInvRdReqErr,
-    WcStatus::RemAbortErr,
-    WcStatus::InvEecnErr,
-    WcStatus::InvEecStateErr,
-    WcStatus::FatalErr,
-    WcStatus::RespTimeoutErr,
-    WcStatus::GeneralErr,
-];
-pub(super) const EVENT_TYPES: [AsyncEventType; 11] = [
-    AsyncEventType::CqErr,
-    AsyncEventType::QpFatal,
-    AsyncEventType::QpReqErr,
-    AsyncEventType::QpAccessErr,
-    AsyncEventType::CommEst,
-    AsyncEventType::SqDrained,
-    AsyncEventType::QpLastWqeReached,
-    AsyncEventType::SrqLimitReached,
-    AsyncEventType::PortActive,
-    AsyncEventType::PortErr,
-    AsyncEventType::DeviceFatal,
-];
-pub(super) const PORT_STATES: [PortState; 5] =
-    [PortState::Nop, PortState::Down, PortState::Init, PortState::Armed, PortState::Active];
-pub(super) const LINK_LAYERS: [LinkLayer; 2] = [LinkLayer::InfiniBand, LinkLayer::Ethernet];
+// Each enum travels as its `IBV_*` value, from verbs-api's one table per enum (verbs_api::ibv).
 
-pub(super) fn code<T: PartialEq + std::fmt::Debug>(table: &[T], v: &T) -> u64 {
-    let i = table.iter().position(|x| x == v);
-    i.unwrap_or_else(|| panic!("{v:?} is missing from its code table")) as u64
+/// The `IBV_*` value an enum travels as.
+pub(super) fn code<T: IbvEnum>(v: T) -> u64 {
+    v.to_ibv().into()
 }
 
-pub(super) fn decode<T: Copy>(table: &[T], t: &mut Tokens<'_>, what: &str) -> Result<T> {
-    let c: usize = t.num(what)?;
-    table.get(c).copied().ok_or_else(|| malformed(format!("{what} code {c} is unknown")))
+/// The enum of the `IBV_*` value read as `what`; a value with no variant is a malformed line.
+pub(super) fn decode<T: IbvEnum>(t: &mut Tokens<'_>, what: &str) -> Result<T> {
+    let c: u32 = t.num(what)?;
+    T::from_ibv(c).ok_or_else(|| malformed(format!("{what} code {c} is unknown ({})", T::C_ENUM)))
 }
 
 pub(super) fn put_sges(l: &mut Line, sges: &[Sge]) {
@@ -302,9 +233,9 @@ pub(super) fn take_ah(t: &mut Tokens<'_>) -> Result<AhAttr> {
 }
 
 pub(super) fn put_qp_attr(l: &mut Line, a: &QpAttr) {
-    l.num(code(&QP_STATES, &a.qp_state))
-        .num(code(&QP_STATES, &a.cur_qp_state))
-        .num(code(&MTUS, &a.path_mtu))
+    l.num(code(a.qp_state))
+        .num(code(a.cur_qp_state))
+        .num(code(a.path_mtu))
         .num(a.qkey)
         .num(a.rq_psn)
         .num(a.sq_psn)
@@ -326,9 +257,9 @@ pub(super) fn put_qp_attr(l: &mut Line, a: &QpAttr) {
 
 pub(super) fn take_qp_attr(t: &mut Tokens<'_>) -> Result<QpAttr> {
     Ok(QpAttr {
-        qp_state: decode(&QP_STATES, t, "qp_state")?,
-        cur_qp_state: decode(&QP_STATES, t, "cur_qp_state")?,
-        path_mtu: decode(&MTUS, t, "path_mtu")?,
+        qp_state: decode(t, "qp_state")?,
+        cur_qp_state: decode(t, "cur_qp_state")?,
+        path_mtu: decode(t, "path_mtu")?,
         qkey: t.num("qkey")?,
         rq_psn: t.num("rq_psn")?,
         sq_psn: t.num("sq_psn")?,
@@ -352,8 +283,8 @@ pub(super) fn take_qp_attr(t: &mut Tokens<'_>) -> Result<QpAttr> {
 
 pub(super) fn put_wc(l: &mut Line, w: &WorkCompletion) {
     l.num(w.wr_id)
-        .num(code(&WC_STATUSES, &w.status))
-        .num(code(&WC_OPCODES, &w.opcode))
+        .num(code(w.status))
+        .num(code(w.opcode))
         .num(w.vendor_err)
         .num(w.byte_len)
         .num(w.imm_data)
@@ -369,8 +300,8 @@ pub(super) fn put_wc(l: &mut Line, w: &WorkCompletion) {
 pub(super) fn take_wc(t: &mut Tokens<'_>) -> Result<WorkCompletion> {
     Ok(WorkCompletion {
         wr_id: t.num("wr_id")?,
-        status: decode(&WC_STATUSES, t, "status")?,
-        opcode: decode(&WC_OPCODES, t, "opcode")?,
+        status: decode(t, "status")?,
+        opcode: decode(t, "opcode")?,
         vendor_err: t.num("vendor_err")?,
         byte_len: t.num("byte_len")?,
         imm_data: t.num("imm_data")?,
@@ -445,9 +376,9 @@ pub(super) fn take_device_attr(t: &mut Tokens<'_>) -> Result<DeviceAttr> {
 }
 
 pub(super) fn put_port_attr(l: &mut Line, p: &PortAttr) {
-    l.num(code(&PORT_STATES, &p.state))
-        .num(code(&MTUS, &p.max_mtu))
-        .num(code(&MTUS, &p.active_mtu))
+    l.num(code(p.state))
+        .num(code(p.max_mtu))
+        .num(code(p.active_mtu))
         .num(p.gid_tbl_len)
         .num(p.port_cap_flags)
         .num(p.max_msg_sz)
@@ -458,14 +389,14 @@ pub(super) fn put_port_attr(l: &mut Line, p: &PortAttr) {
         .num(p.active_width)
         .num(p.active_speed)
         .num(p.phys_state)
-        .num(code(&LINK_LAYERS, &p.link_layer));
+        .num(code(p.link_layer));
 }
 
 pub(super) fn take_port_attr(t: &mut Tokens<'_>) -> Result<PortAttr> {
     Ok(PortAttr {
-        state: decode(&PORT_STATES, t, "state")?,
-        max_mtu: decode(&MTUS, t, "max_mtu")?,
-        active_mtu: decode(&MTUS, t, "active_mtu")?,
+        state: decode(t, "state")?,
+        max_mtu: decode(t, "max_mtu")?,
+        active_mtu: decode(t, "active_mtu")?,
         gid_tbl_len: t.num("gid_tbl_len")?,
         port_cap_flags: t.num("port_cap_flags")?,
         max_msg_sz: t.num("max_msg_sz")?,
@@ -476,7 +407,7 @@ pub(super) fn take_port_attr(t: &mut Tokens<'_>) -> Result<PortAttr> {
         active_width: t.num("active_width")?,
         active_speed: t.num("active_speed")?,
         phys_state: t.num("phys_state")?,
-        link_layer: decode(&LINK_LAYERS, t, "link_layer")?,
+        link_layer: decode(t, "link_layer")?,
     })
 }
 
@@ -488,11 +419,11 @@ pub(super) fn put_event(l: &mut Line, e: &AsyncEvent) {
         AsyncElement::Port(p) => (3, p as u64),
         AsyncElement::Device => (4, 0),
     };
-    l.num(code(&EVENT_TYPES, &e.event_type)).num(kind as u64).num(v);
+    l.num(code(e.event_type)).num(kind as u64).num(v);
 }
 
 pub(super) fn take_event(t: &mut Tokens<'_>) -> Result<AsyncEvent> {
-    let event_type = decode(&EVENT_TYPES, t, "event_type")?;
+    let event_type = decode(t, "event_type")?;
     let kind: u8 = t.num("element kind")?;
     let element = match kind {
         0 => AsyncElement::Qp(t.num("qp_num")?),
@@ -523,7 +454,7 @@ pub(super) fn take_srq_attr(t: &mut Tokens<'_>) -> Result<SrqAttr> {
 /// `ah` is the address handle's handle in the child (0: none).
 pub(super) fn put_send_wr(l: &mut Line, w: &SendWr<'_>, ah: u64) {
     l.num(w.wr_id)
-        .num(code(&WR_OPCODES, &w.opcode))
+        .num(code(w.opcode))
         .num(w.send_flags.bits())
         .num(w.imm_data)
         .num(w.rdma.remote_addr)
@@ -556,7 +487,7 @@ pub(super) struct OwnedSendWr {
 pub(super) fn take_send_wr(t: &mut Tokens<'_>) -> Result<OwnedSendWr> {
     Ok(OwnedSendWr {
         wr_id: t.num("wr_id")?,
-        opcode: decode(&WR_OPCODES, t, "opcode")?,
+        opcode: decode(t, "opcode")?,
         send_flags: SendFlags::from_bits(t.num("send_flags")?)
             .ok_or_else(|| malformed("unknown send_flags bits".into()))?,
         imm_data: t.num("imm_data")?,
@@ -646,8 +577,8 @@ mod tests {
             rnr_retry: 6,
         };
         assert_eq!(round_trip(|l| put_qp_attr(l, &attr), take_qp_attr), attr);
-        for status in WC_STATUSES {
-            for opcode in WC_OPCODES {
+        for status in WcStatus::TABLE.iter().map(|r| r.0) {
+            for opcode in WcOpcode::TABLE.iter().map(|r| r.0) {
                 let wc = WorkCompletion {
                     wr_id: u64::MAX,
                     status,
@@ -686,7 +617,7 @@ mod tests {
             ..PortAttr::default()
         };
         assert_eq!(round_trip(|l| put_port_attr(l, &port), take_port_attr), port);
-        for event_type in EVENT_TYPES {
+        for event_type in AsyncEventType::TABLE.iter().map(|r| r.0) {
             for element in [
                 AsyncElement::Qp(3),
                 AsyncElement::Cq(u64::MAX),

@@ -9,7 +9,7 @@ use verbs_api::*;
 use super::codec::{
     decode, escape, malformed, put_cap, put_device_attr, put_event, put_port_attr, put_qp_attr,
     put_srq_attr, put_wc, take_ah, take_cap, take_qp_attr, take_recv_wrs, take_send_wr,
-    take_srq_attr, Line, OwnedSendWr, Tokens, QP_TYPES,
+    take_srq_attr, Line, OwnedSendWr, Tokens,
 };
 use super::BLOCKING_CAP;
 
@@ -120,7 +120,7 @@ impl Server {
             }
             "create_qp" => {
                 let pd = self.pd(t)?.clone();
-                let qp_type = decode(&QP_TYPES, t, "qp_type")?;
+                let qp_type = decode::<QpType>(t, "qp_type")?;
                 let send_cq = self.opt_cq(t.num("send_cq")?)?.cloned();
                 let recv_cq = self.opt_cq(t.num("recv_cq")?)?.cloned();
                 let srq_h: u64 = t.num("srq")?;

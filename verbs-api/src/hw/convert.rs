@@ -1,28 +1,39 @@
 //! Pure conversions between the softverbs vocabulary and libibverbs' C structs and enums. No
 //! verb is called here, so every mapping is unit-tested against the constants of the bindings.
+//! The enums' values come from [`crate::ibv`]'s tables (one per enum, shared with the C
+//! libraries and the tests' codec); the pairs below only check those tables against `rdma-sys`.
 
 use std::ffi::{c_char, c_int, c_uint};
 
 use rdma_sys::{
-    ibv_ah_attr, ibv_atomic_cap, ibv_device_attr, ibv_event_type, ibv_gid, ibv_global_route,
-    ibv_mtu, ibv_port_attr, ibv_port_state, ibv_qp_attr, ibv_qp_cap, ibv_qp_state, ibv_qp_type,
-    ibv_wc, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode,
+    ibv_ah_attr, ibv_atomic_cap, ibv_device_attr, ibv_gid, ibv_global_route, ibv_mtu,
+    ibv_port_attr, ibv_port_state, ibv_qp_attr, ibv_qp_cap, ibv_qp_state, ibv_qp_type, ibv_wc,
+    ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode,
 };
 
+#[cfg(test)]
+use rdma_sys::ibv_event_type;
+
+use crate::ibv::IbvEnum;
 use crate::types::AsyncEventType;
 use crate::types::*;
 
-/// `IBV_LINK_LAYER_*` (preprocessor macros in verbs.h, so not in the bindings).
+/// `IBV_LINK_LAYER_*` (preprocessor macros in verbs.h, so not in the bindings), for the tests.
+#[cfg(test)]
 pub(crate) const IBV_LINK_LAYER_UNSPECIFIED: u8 = 0;
 /// `IBV_LINK_LAYER_INFINIBAND`.
+#[cfg(test)]
 pub(crate) const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
 /// `IBV_LINK_LAYER_ETHERNET`.
+#[cfg(test)]
 pub(crate) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 /// Every `ibv_qp_attr_mask` bit softverbs knows (`IBV_QP_STATE` ..= `IBV_QP_DEST_QPN`).
 pub(crate) const QP_ATTR_MASK_ALL: c_int = (1 << 21) - 1;
 
-/// One table of `(softverbs, libibverbs)` pairs per enum; both directions are derived from it.
+/// The bindings' constant for each variant, per enum: the tests hold [`crate::ibv`]'s tables to
+/// them.
+#[cfg(test)]
 const QP_STATES: [(QpState, ibv_qp_state::Type); 7] = [
     (QpState::Reset, ibv_qp_state::IBV_QPS_RESET),
     (QpState::Init, ibv_qp_state::IBV_QPS_INIT),
@@ -33,12 +44,14 @@ const QP_STATES: [(QpState, ibv_qp_state::Type); 7] = [
     (QpState::Err, ibv_qp_state::IBV_QPS_ERR),
 ];
 
+#[cfg(test)]
 const QP_TYPES: [(QpType, ibv_qp_type::Type); 3] = [
     (QpType::Rc, ibv_qp_type::IBV_QPT_RC),
     (QpType::Uc, ibv_qp_type::IBV_QPT_UC),
     (QpType::Ud, ibv_qp_type::IBV_QPT_UD),
 ];
 
+#[cfg(test)]
 const WR_OPCODES: [(WrOpcode, ibv_wr_opcode::Type); 7] = [
     (WrOpcode::Send, ibv_wr_opcode::IBV_WR_SEND),
     (WrOpcode::SendWithImm, ibv_wr_opcode::IBV_WR_SEND_WITH_IMM),
@@ -49,6 +62,7 @@ const WR_OPCODES: [(WrOpcode, ibv_wr_opcode::Type); 7] = [
     (WrOpcode::AtomicFetchAndAdd, ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD),
 ];
 
+#[cfg(test)]
 const WC_OPCODES: [(WcOpcode, ibv_wc_opcode::Type); 7] = [
     (WcOpcode::Send, ibv_wc_opcode::IBV_WC_SEND),
     (WcOpcode::RdmaWrite, ibv_wc_opcode::IBV_WC_RDMA_WRITE),
@@ -59,6 +73,7 @@ const WC_OPCODES: [(WcOpcode, ibv_wc_opcode::Type); 7] = [
     (WcOpcode::RecvRdmaWithImm, ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM),
 ];
 
+#[cfg(test)]
 const WC_STATUSES: [(WcStatus, ibv_wc_status::Type); 22] = [
     (WcStatus::Success, ibv_wc_status::IBV_WC_SUCCESS),
     (WcStatus::LocLenErr, ibv_wc_status::IBV_WC_LOC_LEN_ERR),
@@ -84,6 +99,7 @@ const WC_STATUSES: [(WcStatus, ibv_wc_status::Type); 22] = [
     (WcStatus::GeneralErr, ibv_wc_status::IBV_WC_GENERAL_ERR),
 ];
 
+#[cfg(test)]
 const PORT_STATES: [(PortState, ibv_port_state::Type); 6] = [
     (PortState::Nop, ibv_port_state::IBV_PORT_NOP),
     (PortState::Down, ibv_port_state::IBV_PORT_DOWN),
@@ -95,7 +111,8 @@ const PORT_STATES: [(PortState, ibv_port_state::Type); 6] = [
 ];
 
 /// The async events softverbs can name. The others (path migration, LID/P_Key/SM/GID changes,
-/// client reregister, SRQ and WQ errors) have no [`AsyncEventType`] and are skipped.
+/// client reregister, SRQ and WQ errors) have no [`AsyncEventType`].
+#[cfg(test)]
 const EVENT_TYPES: [(AsyncEventType, ibv_event_type); 11] = [
     (AsyncEventType::CqErr, ibv_event_type::IBV_EVENT_CQ_ERR),
     (AsyncEventType::QpFatal, ibv_event_type::IBV_EVENT_QP_FATAL),
@@ -110,45 +127,37 @@ const EVENT_TYPES: [(AsyncEventType, ibv_event_type); 11] = [
     (AsyncEventType::DeviceFatal, ibv_event_type::IBV_EVENT_DEVICE_FATAL),
 ];
 
-fn to_c<A: PartialEq + Copy, C: Copy>(table: &[(A, C)], a: A) -> C {
-    table.iter().find(|(x, _)| *x == a).map(|&(_, c)| c).expect("every variant is in its table")
-}
-
-fn from_c<A: Copy, C: PartialEq + Copy>(table: &[(A, C)], c: C) -> Option<A> {
-    table.iter().find(|(_, y)| *y == c).map(|&(a, _)| a)
-}
-
 /// `QpState` → `enum ibv_qp_state`.
 pub(crate) fn qp_state_to_ibv(s: QpState) -> ibv_qp_state::Type {
-    to_c(&QP_STATES, s)
+    s.to_ibv()
 }
 /// `enum ibv_qp_state` → `QpState` (`IBV_QPS_UNKNOWN` and other values: `None`).
 pub(crate) fn qp_state_from_ibv(s: ibv_qp_state::Type) -> Option<QpState> {
-    from_c(&QP_STATES, s)
+    QpState::from_ibv(s)
 }
 /// `QpType` → `enum ibv_qp_type`.
 pub(crate) fn qp_type_to_ibv(t: QpType) -> ibv_qp_type::Type {
-    to_c(&QP_TYPES, t)
+    t.to_ibv()
 }
 #[cfg(test)]
 /// `enum ibv_qp_type` → `QpType` (XRC, raw packet and driver QPs: `None`).
 pub(crate) fn qp_type_from_ibv(t: ibv_qp_type::Type) -> Option<QpType> {
-    from_c(&QP_TYPES, t)
+    QpType::from_ibv(t)
 }
 /// `WrOpcode` → `enum ibv_wr_opcode`.
 pub(crate) fn wr_opcode_to_ibv(op: WrOpcode) -> ibv_wr_opcode::Type {
-    to_c(&WR_OPCODES, op)
+    op.to_ibv()
 }
 #[cfg(test)]
 /// `WcOpcode` → `enum ibv_wc_opcode`.
 pub(crate) fn wc_opcode_to_ibv(op: WcOpcode) -> ibv_wc_opcode::Type {
-    to_c(&WC_OPCODES, op)
+    op.to_ibv()
 }
 /// `enum ibv_wc_opcode` → `WcOpcode`. softverbs posts no memory-window, invalidate, TSO or
 /// tag-matching WRs, so those never complete; should one appear, a receive-side opcode (bit 7
 /// set) reads as `Recv` and a send-side one as `Send`.
 pub(crate) fn wc_opcode_from_ibv(op: ibv_wc_opcode::Type) -> WcOpcode {
-    from_c(&WC_OPCODES, op).unwrap_or(if op & ibv_wc_opcode::IBV_WC_RECV != 0 {
+    WcOpcode::from_ibv(op).unwrap_or(if op & ibv_wc_opcode::IBV_WC_RECV != 0 {
         WcOpcode::Recv
     } else {
         WcOpcode::Send
@@ -157,37 +166,33 @@ pub(crate) fn wc_opcode_from_ibv(op: ibv_wc_opcode::Type) -> WcOpcode {
 #[cfg(test)]
 /// `WcStatus` → `enum ibv_wc_status`.
 pub(crate) fn wc_status_to_ibv(s: WcStatus) -> ibv_wc_status::Type {
-    to_c(&WC_STATUSES, s)
+    s.to_ibv()
 }
 /// `enum ibv_wc_status` → `WcStatus`; the tag-matching statuses (and anything newer) are
 /// `GeneralErr`.
 pub(crate) fn wc_status_from_ibv(s: ibv_wc_status::Type) -> WcStatus {
-    from_c(&WC_STATUSES, s).unwrap_or(WcStatus::GeneralErr)
+    WcStatus::from_ibv(s).unwrap_or(WcStatus::GeneralErr)
 }
 /// `enum ibv_port_state` → `PortState` (unknown values: `Down`).
 pub(crate) fn port_state_from_ibv(s: ibv_port_state::Type) -> PortState {
-    from_c(&PORT_STATES, s).unwrap_or(PortState::Down)
+    PortState::from_ibv(s).unwrap_or(PortState::Down)
 }
 /// `enum ibv_event_type` (as the raw integer) → `AsyncEventType`.
 pub(crate) fn event_type_from_ibv(t: c_uint) -> Option<AsyncEventType> {
-    EVENT_TYPES.iter().find(|&&(_, c)| c as c_uint == t).map(|&(a, _)| a)
+    AsyncEventType::from_ibv(t)
 }
 /// `enum ibv_mtu` → `Mtu` (unknown values: 1024, the smallest MTU every RoCE port supports).
 pub(crate) fn mtu_from_ibv(m: ibv_mtu::Type) -> Mtu {
     Mtu::from_ibv(m).unwrap_or(Mtu::Mtu1024)
 }
-/// `Mtu` → `enum ibv_mtu` (the discriminants are the `IBV_MTU_*` values).
+/// `Mtu` → `enum ibv_mtu`.
 pub(crate) fn mtu_to_ibv(m: Mtu) -> ibv_mtu::Type {
-    m as ibv_mtu::Type
+    m.to_ibv()
 }
 /// `IBV_LINK_LAYER_*` → `LinkLayer`; "unspecified" is InfiniBand, as libibverbs treats it.
 pub(crate) fn link_layer_from_ibv(l: u8) -> LinkLayer {
-    match l {
-        IBV_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
-        IBV_LINK_LAYER_INFINIBAND | IBV_LINK_LAYER_UNSPECIFIED => LinkLayer::InfiniBand,
-        // A link layer newer than this code: the verbs behave as on InfiniBand.
-        _ => LinkLayer::InfiniBand,
-    }
+    // A link layer newer than this code: the verbs behave as on InfiniBand.
+    LinkLayer::from_ibv(l.into()).unwrap_or(LinkLayer::InfiniBand)
 }
 
 /// `Gid` → `union ibv_gid`.
@@ -502,6 +507,12 @@ mod tests {
             assert_eq!(mtu_from_ibv(mtu_to_ibv(m)), m);
         }
         assert_eq!(mtu_to_ibv(Mtu::Mtu4096), ibv_mtu::IBV_MTU_4096);
+        for (t, c) in QP_TYPES {
+            assert_eq!(qp_type_to_ibv(t), c);
+        }
+        for (s, c) in PORT_STATES {
+            assert_eq!(port_state_from_ibv(c), s);
+        }
         assert_eq!(port_state_from_ibv(ibv_port_state::IBV_PORT_ACTIVE), PortState::Active);
         assert_eq!(port_state_from_ibv(ibv_port_state::IBV_PORT_ACTIVE_DEFER), PortState::Active);
         for (t, c) in EVENT_TYPES {

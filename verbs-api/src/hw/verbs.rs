@@ -19,6 +19,8 @@ use rdma_sys::{
 };
 
 use super::context::HwContext;
+use crate::ibv::IbvEnum;
+
 use super::convert::{device_attr_from_ibv, gid_from_ibv, port_attr_from_ibv};
 use super::cq::{HwCompChannel, HwCq};
 use super::pd::HwPd;

@@ -1,6 +1,7 @@
 //! The C layouts of `<infiniband/verbs.h>` (rdma-core 44, x86_64) that programs read, write or
 //! call through: written by hand so the workspace builds with Rust alone, and checked field by
-//! field against the system header by `tests/layout.rs`.
+//! field against the system header by `cabi/ibverbs/tests/layout.rs`. One crate, so that
+//! softverbs' libibverbs.so.1 and librdmacm.so.1 share one copy.
 #![allow(non_camel_case_types, missing_docs)]
 
 use std::ffi::{c_char, c_int, c_void};
@@ -350,6 +351,44 @@ pub struct ibv_qp_init_attr {
     pub qp_type: c_int,
     pub sq_sig_all: c_int,
 }
+
+/// `struct ibv_rx_hash_conf` (RSS; softverbs refuses it, the struct only takes room).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: the fields of `ibv_qp_init_attr` (so `comp_mask` sits in what
+/// is that struct's tail padding), then the extended ones. `ibv_create_qp_ex` passes it.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    /// `IBV_QP_INIT_ATTR_*` bits saying which of the fields below are set.
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `IBV_QP_INIT_ATTR_PD` in `ibv_qp_init_attr_ex.comp_mask`.
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: the QP gets the `ibv_wr_*` API.
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 
 /// `struct ibv_srq_attr`.
 #[repr(C)]
