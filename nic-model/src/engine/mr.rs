@@ -495,6 +495,10 @@ impl Nic {
         if !self.hca.pds.contains_key(&pd) {
             return Err(Error::inval(format!("ibv_reg_mr: PD {pd} does not exist")));
         }
+        if memory.is_empty() {
+            // ib_umem_get pins no pages for it, and refuses.
+            return Err(Error::inval("ibv_reg_mr: length 0"));
+        }
         let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
         if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
             return Err(Error::inval(
