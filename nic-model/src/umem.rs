@@ -109,7 +109,7 @@ fn first_unmapped(start: u64, end: u64) -> Option<(u64, &'static str)> {
     }
     let (mut lo, mut hi) = (start, end);
     while hi - lo > page {
-        let mid = lo + ((hi - lo) / 2 & !(page - 1)).max(page);
+        let mid = lo + (((hi - lo) / 2) & !(page - 1)).max(page);
         if mapped(lo, mid) {
             lo = mid;
         } else {

@@ -69,7 +69,7 @@ fn refusals(pd: &ProtectionDomain) {
     let two = Mapping::new(2, libc::PROT_READ | libc::PROT_WRITE);
     let e = refused(pd, two.at(0), 0, rw).expect("length 0");
     assert_eq!(e.errno, Errno::Inval, "{e}");
-    let e = pd.reg_mr(0, rw).err().expect("length 0 of owned memory");
+    let Err(e) = pd.reg_mr(0, rw) else { panic!("length 0 of owned memory was registered") };
     assert_eq!(e.errno, Errno::Inval, "{e}");
 
     // A range that runs off the end of its mapping: the first byte past it is named.
