@@ -6,6 +6,7 @@
 //! - [`engine`]: the sans-IO transport (requester, responder, completer, QP state, CQs, MRs);
 //! - [`wire`]: shared-memory inbox segments that carry packets between processes;
 //! - [`soft`]: the `soft` backend, which drives engines over a wire with real time;
+//! - [`umem`]: what `ibv_reg_mr` of a program's memory may pin, as the kernel checks it;
 //! - [`cost`]: process-wide counters of the emulation's own copies and system calls.
 
 pub mod cost;
@@ -14,5 +15,6 @@ pub mod fault;
 pub mod packet;
 mod small_copy;
 pub mod soft;
+pub mod umem;
 pub mod verbs;
 pub mod wire;

@@ -284,9 +284,9 @@ impl<H: Host> PdOps for EnginePd<H> {
         len: usize,
         access: AccessFlags,
     ) -> Result<Arc<dyn MrOps>> {
-        if addr.is_null() && len > 0 {
-            return Err(Error::inval("ibv_reg_mr: addr is NULL"));
-        }
+        // As the kernel pins: every page mapped as the access needs (EFAULT), length 0
+        // refused (EINVAL); so no peer's WRITE can fault in this process's NIC.
+        crate::umem::check_pinnable(addr as u64, len, access)?;
         // SAFETY: the caller guarantees the memory outlives the MR (PdOps::reg_mr_raw contract).
         let memory = unsafe { MrMemory::borrow_raw(addr, len) };
         self.register(memory, addr as u64, access)

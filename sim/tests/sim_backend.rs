@@ -309,3 +309,30 @@ fn a_stale_retransmission_from_a_third_node_does_not_reach_a_new_connection() {
         "node 0's 3 retries all reach B's QP once it is connected"
     );
 }
+
+/// Memory keys in the simulator come from its seed (issue 29, item 10): a run with the same
+/// seed has the same keys, so it reproduces; another seed, or another node, has others, as rxe
+/// draws a key byte per registration and devices' indices differ.
+#[test]
+fn keys_come_from_the_seed() {
+    use verbs_api::AccessFlags;
+    let keys = |seed: u64| -> Vec<u32> {
+        let world = SimWorld::mesh(seed, 2, LinkParams::default());
+        let mut keys = Vec::new();
+        for node in 0..2 {
+            let ctx = world.context(node).unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            for _ in 0..3 {
+                let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+                assert_eq!(mr.lkey(), mr.rkey());
+                keys.push(mr.rkey());
+            }
+        }
+        keys
+    };
+    let run = keys(11);
+    assert_eq!(run, keys(11), "the same seed, the same keys");
+    assert_ne!(run[0], run[3], "two nodes' first MRs: {run:x?}");
+    assert_ne!(run[0] >> 8, run[3] >> 8, "two nodes' indices: {run:x?}");
+    assert_ne!(run, keys(12), "another seed, other keys");
+}

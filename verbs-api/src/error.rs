@@ -28,6 +28,9 @@ pub enum Errno {
     /// `ENODATA`: a table entry within the table's size holds nothing (`ibv_query_gid_ex` on
     /// an empty GID table entry).
     NoData,
+    /// `EFAULT`: an address the call was given is not mapped as the call needs it (memory
+    /// that `ibv_reg_mr` cannot pin).
+    Fault,
 }
 
 impl Errno {
@@ -45,6 +48,7 @@ impl Errno {
             Errno::Io => 5,
             Errno::NotSup => 95,
             Errno::NoData => 61,
+            Errno::Fault => 14,
         }
     }
 
@@ -62,6 +66,7 @@ impl Errno {
             Errno::Io => "EIO",
             Errno::NotSup => "EOPNOTSUPP",
             Errno::NoData => "ENODATA",
+            Errno::Fault => "EFAULT",
         }
     }
 
@@ -78,6 +83,7 @@ impl Errno {
             1 | 13 => Errno::Perm,
             95 => Errno::NotSup,
             61 => Errno::NoData,
+            14 => Errno::Fault,
             _ => Errno::Io,
         }
     }

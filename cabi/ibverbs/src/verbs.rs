@@ -66,11 +66,9 @@ fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -
         Ok(a) => a,
         Err(_) => return null_mut(),
     };
-    if addr.is_null() && len != 0 {
-        return refuse_null(what, libc::EINVAL, "addr is NULL");
-    }
     // SAFETY: libibverbs' contract: the memory stays valid until ibv_dereg_mr, and the program
-    // does not free it while WRs use it.
+    // does not free it while WRs use it. reg_mr_raw pins as the kernel does: a range that is
+    // not mapped as the access needs (NULL included) is EFAULT, length 0 EINVAL.
     match unsafe { pd.pd.reg_mr_raw(addr as *mut u8, len, acc) } {
         Ok(mr) => {
             let c = ibv_mr {

@@ -94,7 +94,10 @@ pub struct NicConfig {
     /// start where these say ([`first_qpn`](NicConfig::first_qpn)), as a hardware NIC's do
     /// not start at a fixed number: a NIC made in place of another (a process that restarted
     /// on a freed address) does not hand out the numbers of the one before, so a stale packet
-    /// for an old QP finds no QP of the same number. The soft backend draws them from the
+    /// for an old QP finds no QP of the same number. Its memory keys come from them too
+    /// (a random first MR index and a random key byte per registration, as rxe makes keys; see
+    /// [`MrTable`](super::mr::MrTable)), so a program that sends its own rkey for its peer's
+    /// fails as on rxe. The soft backend draws them from the
     /// operating system for each device it opens, the simulator from its seed;
     /// [`NicConfig::new`] derives them from the slot, so that tests made with it are
     /// deterministic.

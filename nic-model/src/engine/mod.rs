@@ -234,12 +234,13 @@ impl Nic {
     /// A NIC with no resources.
     pub fn new(cfg: NicConfig) -> Nic {
         let next_qpn = cfg.first_qpn();
+        let mrs = MrTable::new(cfg.entropy);
         Nic {
             qps: BTreeMap::new(),
             timers: TimerIndex::default(),
             hca: Hca {
                 cfg,
-                mrs: MrTable::default(),
+                mrs,
                 cqs: BTreeMap::new(),
                 pds: BTreeMap::new(),
                 srqs: BTreeMap::new(),

@@ -227,17 +227,76 @@ pub enum DmaError {
     Length,
 }
 
-/// The MR table of one device, indexed by key. Keys are `index << 8 | generation`, so a key of a
-/// deregistered MR never names the MR that later reuses its slot.
-#[derive(Default)]
+/// The highest MR index a key can carry: the index is the key's upper 24 bits, and index 0 is
+/// never used (as rxe's MR pool starts at index 1), so no key is below `0x100`.
+const MAX_MR_INDEX: u32 = 0x00FF_FFFF;
+/// Slots of a new table; it doubles when full (up to the device's `max_mr`).
+const FIRST_SLOTS: usize = 16;
+
+/// The MR table of one device. A key is made as rxe makes it: `index << 8 | key byte`, where
+/// the index comes from a cyclic counter that starts at a random point of the 24-bit space
+/// (rxe's pool is one per device, shared by every process, so a program's MRs have indices
+/// that differ from any other program's), and the key byte is random for each registration
+/// (rxe's `rxe_get_next_key`). `lkey` and `rkey` are the same key, as in rxe. The randomness
+/// is drawn from [`NicConfig::entropy`](super::NicConfig::entropy), so that the simulator's
+/// keys come from its seed.
+///
+/// The MR a key names is in slot `index & mask`: lookups are one index and one compare. As in
+/// rxe, an index is not given again until the counter comes round (the next registration takes
+/// the next free index), so a key of a deregistered MR never names a later MR.
 pub struct MrTable {
     slots: Vec<Option<Mr>>,
-    generations: Vec<u8>,
-    free: Vec<usize>,
     count: usize,
+    /// The index the next registration tries first.
+    next_index: u32,
+    /// The key-byte stream: its seed and how many bytes were drawn.
+    key_seed: u64,
+    drawn: u64,
+}
+
+impl Default for MrTable {
+    /// A table whose randomness is all zero bits (for unit tests).
+    fn default() -> MrTable {
+        MrTable::new(0)
+    }
 }
 
 impl MrTable {
+    /// An empty table whose indices and key bytes are drawn from `entropy`.
+    pub fn new(entropy: u64) -> MrTable {
+        // A stream of its own: the NIC's first QP number comes from the same word.
+        let key_seed = super::splitmix64(entropy ^ 0x4D52_5F4B_4559_5321);
+        MrTable {
+            slots: (0..FIRST_SLOTS).map(|_| None).collect(),
+            count: 0,
+            next_index: 1 + (key_seed % u64::from(MAX_MR_INDEX)) as u32,
+            key_seed,
+            drawn: 0,
+        }
+    }
+
+    #[inline]
+    fn slot_of(&self, key: u32) -> usize {
+        (key >> 8) as usize & (self.slots.len() - 1)
+    }
+
+    /// A random key byte (`rxe_get_next_key`).
+    fn key_byte(&mut self) -> u32 {
+        self.drawn += 1;
+        (super::splitmix64(self.key_seed.wrapping_add(self.drawn)) & 0xff) as u32
+    }
+
+    /// Doubles the slots, each MR going to the slot its index names in the larger table
+    /// (indices distinct modulo the old size are distinct modulo the new one).
+    fn grow(&mut self) {
+        let old = std::mem::take(&mut self.slots);
+        self.slots = (0..old.len() * 2).map(|_| None).collect();
+        for mr in old.into_iter().flatten() {
+            let i = self.slot_of(mr.key);
+            self.slots[i] = Some(mr);
+        }
+    }
+
     /// Register `memory`, named from `iova`; returns the key.
     pub fn insert(
         &mut self,
@@ -246,17 +305,18 @@ impl MrTable {
         iova: u64,
         access: AccessFlags,
     ) -> u32 {
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(None);
-                self.generations.push(0);
-                self.slots.len() - 1
-            }
-        };
-        self.generations[idx] = self.generations[idx].wrapping_add(1);
-        let key = ((idx as u32 + 1) << 8) | self.generations[idx] as u32;
-        self.slots[idx] = Some(Mr { pd, memory, access, key, iova });
+        if self.count == self.slots.len() {
+            self.grow();
+        }
+        // A free slot is within one lap of the table (it is not full).
+        let mut index = self.next_index;
+        while self.slots[index as usize & (self.slots.len() - 1)].is_some() {
+            index = next_mr_index(index);
+        }
+        self.next_index = next_mr_index(index);
+        let key = index << 8 | self.key_byte();
+        let i = self.slot_of(key);
+        self.slots[i] = Some(Mr { pd, memory, access, key, iova });
         self.count += 1;
         key
     }
@@ -264,18 +324,16 @@ impl MrTable {
     /// The MR this key names.
     #[inline]
     pub fn get(&self, key: u32) -> Option<&Mr> {
-        let idx = (key >> 8).checked_sub(1)? as usize;
-        self.slots.get(idx)?.as_ref().filter(|mr| mr.key == key)
+        self.slots[self.slot_of(key)].as_ref().filter(|mr| mr.key == key)
     }
 
     /// Deregister; `None` if the key names no MR.
     pub fn remove(&mut self, key: u32) -> Option<Mr> {
-        let idx = (key >> 8).checked_sub(1)? as usize;
-        let slot = self.slots.get_mut(idx)?;
+        let i = self.slot_of(key);
+        let slot = &mut self.slots[i];
         if slot.as_ref()?.key != key {
             return None;
         }
-        self.free.push(idx);
         self.count -= 1;
         slot.take()
     }
@@ -381,6 +439,15 @@ impl MrTable {
     }
 }
 
+/// The index after `index`, cyclic in `1..=MAX_MR_INDEX`.
+fn next_mr_index(index: u32) -> u32 {
+    if index >= MAX_MR_INDEX {
+        1
+    } else {
+        index + 1
+    }
+}
+
 impl Nic {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&mut self) -> Result<PdId> {
@@ -427,6 +494,10 @@ impl Nic {
     ) -> Result<u32> {
         if !self.hca.pds.contains_key(&pd) {
             return Err(Error::inval(format!("ibv_reg_mr: PD {pd} does not exist")));
+        }
+        if memory.is_empty() {
+            // ib_umem_get pins no pages for it, and refuses.
+            return Err(Error::inval("ibv_reg_mr: length 0"));
         }
         let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
         if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
@@ -475,18 +546,63 @@ impl Nic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::splitmix64;
 
     #[test]
     fn keys_of_deregistered_mrs_stay_dead() {
-        let mut t = MrTable::default();
+        let mut t = MrTable::new(7);
         let m = MrMemory::allocate(64).unwrap();
         let k1 = t.insert(1, m.clone(), m.addr(), AccessFlags::LOCAL_WRITE);
         assert!(t.get(k1).is_some());
         t.remove(k1).unwrap();
-        let k2 = t.insert(1, m.clone(), m.addr(), AccessFlags::LOCAL_WRITE);
-        assert_ne!(k1, k2, "a reused slot gets a new key");
-        assert!(t.get(k1).is_none());
-        assert!(t.remove(k1).is_none());
+        // Round and round the table: no later MR answers to the first key.
+        for _ in 0..3 * FIRST_SLOTS {
+            let k2 = t.insert(1, m.clone(), m.addr(), AccessFlags::LOCAL_WRITE);
+            assert_ne!(k1 >> 8, k2 >> 8, "an index is not given again within a lap");
+            assert!(t.get(k1).is_none());
+            assert!(t.remove(k1).is_none());
+            t.remove(k2).unwrap();
+        }
+    }
+
+    #[test]
+    fn keys_are_made_as_rxe_makes_them() {
+        let m = MrMemory::allocate(64).unwrap();
+        let first_keys = |entropy: u64, n: usize| -> Vec<u32> {
+            let mut t = MrTable::new(entropy);
+            (0..n).map(|_| t.insert(1, m.clone(), m.addr(), AccessFlags::LOCAL_WRITE)).collect()
+        };
+        // Reproducible from the entropy (the simulator's seed).
+        assert_eq!(first_keys(42, 40), first_keys(42, 40));
+        // Consecutive indices from a random start, a random key byte each, never index 0.
+        let keys = first_keys(42, 40);
+        for w in keys.windows(2) {
+            assert_eq!(next_mr_index(w[0] >> 8), w[1] >> 8, "{:#x} then {:#x}", w[0], w[1]);
+        }
+        assert!(keys.iter().all(|&k| k >> 8 != 0));
+        let bytes: std::collections::BTreeSet<u32> = keys.iter().map(|k| k & 0xff).collect();
+        assert!(bytes.len() > 20, "the key byte varies: {keys:x?}");
+        // Two devices' (two processes') first MRs do not share a key, nor an index.
+        let firsts: std::collections::BTreeSet<u32> =
+            (0..64u64).map(|e| first_keys(splitmix64(e), 1)[0]).collect();
+        assert_eq!(firsts.len(), 64, "{firsts:x?}");
+        let indices: std::collections::BTreeSet<u32> = firsts.iter().map(|k| k >> 8).collect();
+        assert_eq!(indices.len(), 64);
+    }
+
+    #[test]
+    fn the_table_grows_and_wraps_the_index_space() {
+        let m = MrMemory::allocate(64).unwrap();
+        // A table whose counter is two short of the last index.
+        let mut t = MrTable { next_index: MAX_MR_INDEX - 2, ..MrTable::new(3) };
+        let keys: Vec<u32> = (0..100)
+            .map(|i| t.insert(1, m.clone(), 0x1000 * i, AccessFlags::LOCAL_WRITE))
+            .collect();
+        assert!(keys.iter().any(|&k| k >> 8 == 1), "wrapped to index 1: {keys:x?}");
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(t.get(k).map(|mr| mr.iova), Some(0x1000 * i as u64), "key {k:#x}");
+        }
+        assert_eq!(t.len(), 100);
     }
 
     #[test]

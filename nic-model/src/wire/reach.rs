@@ -39,7 +39,8 @@ const HEADER: usize = 4096;
 const SLOT: usize = 64;
 /// QP slots (a QP number maps to slot `qpn % QP_SLOTS`).
 pub const QP_SLOTS: usize = 4096;
-/// MR slots (a key maps to slot `(key >> 8) % MR_SLOTS`).
+/// MR slots (a key maps to slot `(key >> 8) & (MR_SLOTS - 1)`: its index, masked; the engine
+/// gives live MRs indices that differ in their low bits, `engine::mr::MrTable`).
 pub const MR_SLOTS: usize = 16384;
 /// Where the tables end.
 const TABLES_END: usize = HEADER + (QP_SLOTS + MR_SLOTS) * SLOT;
@@ -412,7 +413,8 @@ impl Drop for ReachArena {
 }
 
 fn mr_slot(key: u32) -> usize {
-    (key >> 8) as usize % MR_SLOTS
+    const _: () = assert!(MR_SLOTS.is_power_of_two());
+    (key >> 8) as usize & (MR_SLOTS - 1)
 }
 
 /// Memory of the arena owned by one MR; given back (zeroed) when dropped.

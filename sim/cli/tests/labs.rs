@@ -245,6 +245,11 @@ fn lab4_mistakes() {
         "lab 4: the responder's completion has opcode IBV_WC_RECV, expected IBV_WC_RECV_RDMA_WITH_IMM: post an IBV_WR_RDMA_WRITE_WITH_IMM",
         "lab 4: no RC RDMA WRITE ONLY WITH IMMEDIATE packet was on the wire, expected 1",
     ]);
+    // The requester's own rkey for the responder's: keys differ between processes, as on
+    // rxe, so the responder refuses (this bug once passed, when every first MR was 0x101).
+    let own_rkey =
+        patched(solution(4), &[("wr.wr.rdma.rkey = peer.rkey;", "wr.wr.rdma.rkey = s.mr->rkey;")]);
+    fails_with(&lib, 4, "own_rkey", &own_rkey, &["lab 4: the requester's completion has status IBV_WC_REM_ACCESS_ERR, expected IBV_WC_SUCCESS: the responder refused the access"]);
     let host_order = patched(solution(4), &[("htonl(0x1234)", "0x1234")]);
     fails_with(&lib, 4, "host_order", &host_order, &["lab 4: the responder's completion has imm=0x34120000, expected 0x1234 (imm_data is in network byte order"]);
 }
@@ -257,6 +262,9 @@ fn lab5_mistakes() {
         &[("wr.wr.rdma.rkey = peer.rkey;", "wr.wr.rdma.rkey = peer.rkey ^ 0xff00;")],
     );
     fails_with(&lib, 5, "rkey", &rkey, &["lab 5: the requester's completion has status IBV_WC_REM_ACCESS_ERR, expected IBV_WC_SUCCESS: the responder refused the access"]);
+    let own_rkey =
+        patched(solution(5), &[("wr.wr.rdma.rkey = peer.rkey;", "wr.wr.rdma.rkey = s.mr->rkey;")]);
+    fails_with(&lib, 5, "own_rkey", &own_rkey, &["lab 5: the requester's completion has status IBV_WC_REM_ACCESS_ERR, expected IBV_WC_SUCCESS: the responder refused the access"]);
     let offset = patched(solution(5), &[("peer.addr + 2048", "peer.addr + 1024")]);
     fails_with(
         &lib,

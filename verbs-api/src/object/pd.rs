@@ -17,7 +17,9 @@ use crate::types::{AccessFlags, AhAttr, SrqInitAttr};
 pub trait PdOps: Send + Sync {
     /// `ibv_reg_mr` over memory the MR owns: `len` zeroed bytes.
     fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Arc<dyn MrOps>>;
-    /// `ibv_reg_mr` over caller memory.
+    /// `ibv_reg_mr` over caller memory. As the kernel pins it: a range whose pages are not all
+    /// mapped as `access` needs (readable; writable when the MR may be written) is `EFAULT`,
+    /// length 0 is `EINVAL`.
     ///
     /// # Safety
     /// `addr..addr+len` must stay valid, and must be touched only through the NIC and the MR's

@@ -1,0 +1,62 @@
+//! tests/c/reg_mr.c on the library: `ibv_reg_mr` refuses memory the kernel could not pin —
+//! not mapped (`EFAULT`), mapped without the access the flags need (`EFAULT`), length 0
+//! (`EINVAL`) — and a valid registration still takes an RDMA WRITE; with direct reach on and
+//! off (issue 29, item 13).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{text, tool, Env};
+
+const EXPECTED: &str = "\
+unmapped 0x10000: refused errno=EFAULT
+NULL: refused errno=EFAULT
+length 0: refused errno=EINVAL
+past the mapping's end: refused errno=EFAULT
+inside the mapping: registered errno=0
+read-only, LOCAL_WRITE: refused errno=EFAULT
+read-only, REMOTE_READ: registered errno=0
+PROT_NONE: refused errno=EFAULT
+lkey == rkey: yes
+post_send: 0
+write: n=1 wr_id=9 status=success landed=landed
+still running
+";
+
+#[test]
+fn reg_mr_refuses_what_the_kernel_cannot_pin_and_takes_the_rest() {
+    let test = "reg_mr_refuses_what_the_kernel_cannot_pin_and_takes_the_rest";
+    let Some(cc) = tool(test, "cc", "gcc") else { return };
+    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("reg_mr");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/reg_mr.c");
+    let out = Command::new(cc)
+        .arg("-Wall")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    for reach in ["on", "off"] {
+        let env = Env::new();
+        let mut cmd = env.command(&exe);
+        cmd.env("SOFTVERBS_REACH", reach).env("SOFTVERBS_LOG", "warn");
+        let out = common::finish(
+            common::Guard(Some(cmd.spawn().expect("spawn"))),
+            Duration::from_secs(60),
+            test,
+        );
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "reach {reach}: {:?}\n{o}{e}", out.status);
+        assert_eq!(o, EXPECTED, "reach {reach}");
+        assert!(e.contains("the memory at 0x10000 is not mapped"), "the log names it:\n{e}");
+    }
+}
