@@ -46,13 +46,20 @@ impl ReachArena {
         let keeper = Keeper { arena: self.clone(), _on_this_thread: std::marker::PhantomData };
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        // The libc keeps the owner's thread id in the mutex's futex word (the kernel's robust
-        // futex protocol requires it); find which word that is, so peers need not know the
-        // libc's layout. The first word that holds it: glibc and musl put the lock word before
-        // any owner field.
-        let at = (0..KEEPER_LEN / 4)
-            .map(|k| H_KEEPER + 4 * k)
-            .find(|&o| self.mapping.word(o).load(Ordering::Relaxed) & FUTEX_TID_MASK == tid)?;
+        // Where the kernel will look when the thread dies: the thread's robust list starts at
+        // the entry of the mutex it locked last (this one), and the list's head says where an
+        // entry's futex word is. Peers read that word, so they need not know the C library's
+        // layout; if it is not in this mutex or does not name this thread, the kernel would
+        // not mark it, and there is no keeper.
+        let word = robust_word()?;
+        let mutex = mutex as usize;
+        if word < mutex || word + 4 > mutex + KEEPER_LEN || !word.is_multiple_of(4) {
+            return None;
+        }
+        let at = H_KEEPER + (word - mutex);
+        if self.mapping.word(at).load(Ordering::Relaxed) & FUTEX_TID_MASK != tid {
+            return None;
+        }
         self.mapping.word(H_KEEPER_TID).store(tid, Ordering::Relaxed);
         self.mapping.word(H_KEEPER_AT).store(at as u32, Ordering::Release);
         Some(keeper)
@@ -78,4 +85,38 @@ impl Drop for Keeper {
         // SAFETY: this thread locked the mutex in `keep` and still holds it.
         unsafe { libc::pthread_mutex_unlock(self.arena.keeper_mutex()) };
     }
+}
+
+/// The kernel's `struct robust_list_head` (`linux/futex.h`).
+#[repr(C)]
+struct RobustListHead {
+    /// The first entry (`struct robust_list *`), the one locked last.
+    list: usize,
+    /// From an entry to its futex word, in bytes.
+    futex_offset: libc::c_long,
+    list_op_pending: usize,
+}
+
+/// The address of the futex word of the first entry on the calling thread's robust list: the
+/// word the kernel marks `FUTEX_OWNER_DIED` when the thread dies holding that lock.
+fn robust_word() -> Option<usize> {
+    let mut head: *const RobustListHead = std::ptr::null();
+    let mut len: libc::size_t = 0;
+    // SAFETY: get_robust_list writes the head's address and size into the two locals.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_get_robust_list, 0, &mut head as *mut _, &mut len as *mut _)
+    };
+    if rc != 0 || head.is_null() || len != std::mem::size_of::<RobustListHead>() {
+        return None;
+    }
+    // SAFETY: the kernel returned the address of this thread's registered head, which the C
+    // library keeps in the thread's control block for the thread's life.
+    let h = unsafe { std::ptr::read(head) };
+    // Bit 0 of an entry pointer marks a priority-inheritance lock; the head points to itself
+    // when the list is empty.
+    let entry = h.list & !1;
+    if entry == 0 || entry == head as usize {
+        return None;
+    }
+    Some(entry.wrapping_add(h.futex_offset as usize))
 }
