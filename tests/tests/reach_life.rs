@@ -22,7 +22,7 @@ const WAIT: Duration = Duration::from_secs(20);
 const LINE_WAIT: Duration = Duration::from_secs(30);
 
 fn cap() -> QpCap {
-    QpCap { max_send_wr: 16, max_recv_wr: 4, max_send_sge: 2, max_recv_sge: 1, max_inline_data: 0 }
+    QpCap { max_send_wr: 16, max_recv_wr: 4, max_send_sge: 16, max_recv_sge: 1, max_inline_data: 0 }
 }
 
 /// softverbs0 (a) and softverbs1 (b), connected, with direct reach on or off; an ACK timeout
@@ -339,4 +339,65 @@ fn a_message_over_1_mib_goes_as_packets_with_reach_on() {
 #[test]
 fn a_message_over_1_mib_goes_as_packets_with_reach_off() {
     large_messages(false);
+}
+
+// ---------------- the tail split across SGEs ----------------
+
+/// WRITEs and READs whose last 8 bytes (placed last) are spread over several SGEs, and short
+/// ones that are all tail: the same bytes land as with one copy, and nothing around them.
+fn tails_across_sges(reach: bool) {
+    let tag = if reach { "tails_on" } else { "tails_off" };
+    let p = pair(tag, reach, 1 << 16, 18);
+    let src = pattern(11, 0, 4096);
+    p.a.mr.write(0, &src).unwrap();
+    let shapes: [&[u32]; 6] =
+        [&[1000, 3, 2, 5], &[7, 1], &[1, 1, 1, 1, 1, 1, 1, 1, 1], &[3], &[9], &[8]];
+    let mut id = 0;
+    for shape in shapes {
+        let len: usize = shape.iter().map(|&n| n as usize).sum();
+        // Local pieces 16 bytes apart, so their order matters.
+        let mut at = 0usize;
+        let pieces: Vec<(usize, u32)> = shape
+            .iter()
+            .map(|&n| {
+                let piece = (at, n);
+                at += n as usize + 16;
+                piece
+            })
+            .collect();
+        let gathered: Vec<u8> =
+            pieces.iter().flat_map(|&(o, n)| src[o..o + n as usize].to_vec()).collect();
+        let sges: Vec<Sge> = pieces.iter().map(|&(o, n)| p.a.mr.sge(o, n)).collect();
+        // WRITE to b at +8192 + 3 (unaligned), surrounded by a known byte.
+        p.b.mr.write(8192, &[0x5c; 2048]).unwrap();
+        id += 1;
+        let wc = run(&p.a, write_wr(&sges, id, p.b.mr.addr() + 8195, p.b.mr.rkey()));
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, len as u32), "{shape:?}");
+        let got = p.b.mr.read_vec(8192, 2048).unwrap();
+        assert_eq!(&got[3..3 + len], &gathered[..], "WRITE {shape:?}");
+        assert!(got[..3].iter().chain(&got[3 + len..]).all(|&b| b == 0x5c), "{shape:?}");
+        // READ it back into a's pieces at +16384, scattered the same way.
+        p.a.mr.write(16384, &[0xc5; 4096]).unwrap();
+        let back: Vec<Sge> = pieces.iter().map(|&(o, n)| p.a.mr.sge(16384 + o, n)).collect();
+        id += 1;
+        let wc = run(&p.a, read_wr(&back, id, p.b.mr.addr() + 8195, p.b.mr.rkey()));
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, len as u32), "{shape:?}");
+        let mine = p.a.mr.read_vec(16384, 4096).unwrap();
+        let mut want = vec![0xc5; 4096];
+        for &(o, n) in &pieces {
+            want[o..o + n as usize].copy_from_slice(&src[o..o + n as usize]);
+        }
+        assert!(mine == want, "READ {shape:?}");
+    }
+    assert_eq!(reached(&p), if reach { 2 * shapes.len() as u64 } else { 0 });
+}
+
+#[test]
+fn tails_split_across_sges_land_whole_with_reach_on() {
+    tails_across_sges(true);
+}
+
+#[test]
+fn tails_split_across_sges_land_whole_with_reach_off() {
+    tails_across_sges(false);
 }
