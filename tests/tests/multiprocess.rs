@@ -635,8 +635,8 @@ fn a_peer_killed_mid_transfer_fails_the_transfer_fast_and_its_segment_is_cleaned
 
 /// Direct reach into a peer process's memory, and that peer's death: WRITEs are reached (no
 /// packet, the bytes in the target's MR, which the target reads back and reports), and once
-/// the target is SIGKILLed the next WRITEs stop being reached within a bounded number and
-/// time (`wire::reach`: the owner is checked at most 1 ms or 64 reaches apart), go as packets,
+/// the target is SIGKILLed and reaped not one more WRITE is reached (`wire::reach`: the kernel
+/// marks the dead NIC thread's keeper mutex, which every reach looks at): they go as packets
 /// and fail with RETRY_EXC_ERR as they do to any dead peer.
 #[test]
 fn a_reached_peer_that_dies_is_noticed() {
@@ -700,6 +700,7 @@ fn a_reached_peer_that_dies_is_noticed() {
              failed with RETRY_EXC_ERR {:?} after it",
             killed_at.elapsed()
         );
+        assert_eq!((reached_after, i), (0, 8), "the first WRITE after the kill fails");
     }
     finish(&dir, &mut [&mut target]);
 }

@@ -120,6 +120,16 @@ impl MrMemory {
         Ok(())
     }
 
+    /// [`MrMemory::write`] of a message's bytes as a NIC places them: the last bytes become
+    /// visible last (`small_copy::copy_ordered`), so a program polling the last byte of an
+    /// RDMA WRITE's target finds every byte before it there.
+    pub fn place(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
+        unsafe { small_copy::copy_ordered(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+
     /// Copy `n` bytes at `offset` out to `dst` (direct reach: into a peer's memory); bytes
     /// outside the MR are not copied.
     ///

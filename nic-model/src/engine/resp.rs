@@ -273,7 +273,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
     if n > 0 {
         let need = AccessFlags::REMOTE_WRITE;
         let placed = rights::remote(&hca.mrs, qp.pd, ctx.rkey, ctx.va, n as u64, need)
-            .map(|(mr, off)| mr.memory.write(off, pkt.payload));
+            .map(|(mr, off)| mr.memory.place(off, pkt.payload));
         if !matches!(placed, Ok(Ok(()))) {
             nak_error(qp, hca, psn, NakCode::RemoteAccessError); // deregistered mid-message
             return;
@@ -600,7 +600,7 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
                 n as u64,
                 AccessFlags::REMOTE_WRITE,
             )
-            .map(|(mr, off)| mr.memory.write(off, pkt.payload).is_ok())
+            .map(|(mr, off)| mr.memory.place(off, pkt.payload).is_ok())
             .unwrap_or(false));
     if placed {
         cost::copied(CopyAt::Scatter, n as usize);

@@ -242,10 +242,18 @@ impl Device {
             core.publish_counters(&st.nic, &st.backpressure);
         }
         let for_thread = core.clone();
+        // The NIC thread keeps the reach file (peers see the owner alive while it lives): the
+        // device is open once it does.
+        let (kept, keeping) = std::sync::mpsc::sync_channel(1);
         let handle = std::thread::Builder::new()
             .name(format!("{}-nic", core.name))
-            .spawn(move || nic_thread(for_thread))
+            .spawn(move || {
+                let _keeper = for_thread.reach.as_ref().and_then(|r| r.keep());
+                let _ = kept.send(());
+                nic_thread(for_thread)
+            })
             .expect("spawning the NIC thread");
+        let _ = keeping.recv();
         let _ = core.nic_thread.set(handle.thread().clone());
         tracing::info!(device = %core.name, slot = core.state.lock().map_or(0, |s| s.nic.config().slot),
             "device opened");

@@ -5,14 +5,15 @@
 //! the engine asked in the memory reached). `engine::reach` says when a requester uses it;
 //! `wire::reach` holds the shared file.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use verbs_api::{AccessFlags, Result};
 
 use crate::engine::mr::MrMemory;
 use crate::engine::{Nic, QpFacts, ReachAsk, ReachOp};
-use crate::wire::reach::{ReachArena, ReachView, Reached};
+use crate::small_copy::{store_in_order, TAIL};
+use crate::wire::reach::{Keeper, ReachArena, ReachView, Reached};
 
 /// A device's own reach file and what it has published there.
 pub(crate) struct SoftReach {
@@ -63,8 +64,21 @@ impl SoftReach {
         self.arena.publish_mr(key, pd, access.bits(), iova, ptr, memory.len());
     }
 
+    /// Withdraws the MR: when this returns no peer is inside it, or its memory is held back
+    /// until the last one leaves (`ReachArena::withdraw_mr`); either way it is deregistered.
     pub(crate) fn mr_withdrawn(&self, key: u32) {
-        self.arena.withdraw_mr(key);
+        let _ = self.arena.withdraw_mr(key);
+    }
+
+    /// Makes the calling thread (the device's NIC thread) the reach file's keeper, whose
+    /// death peers see at their next reach ([`ReachArena::keep`]).
+    pub(crate) fn keep(&self) -> Option<Keeper> {
+        let keeper = self.arena.keep();
+        if keeper.is_none() {
+            tracing::info!(path = %self.arena.path().display(),
+                "no keeper for the reach file: peers send packets to this port");
+        }
+        keeper
     }
 
     /// Publishes the engine's RC QPs if its QP epoch moved since the last time: one compare
@@ -109,6 +123,13 @@ pub(crate) enum PeerReach {
 /// How many asks go by before a port without a reach file is looked for again.
 const ABSENT_RETRY: u32 = 4096;
 
+/// The largest message reached: a longer one goes as packets. A reach copies inside
+/// `ibv_post_send` with the device lock held, and the device answers no other peer meanwhile;
+/// this bounds that to one copy of 1 MiB (tens of microseconds, as long as the packet path
+/// holds the lock to gather a window of packets), where a 1 GiB message would stop the device
+/// for a tenth of a second (docs/decisions.md, "Reach: bounded copies").
+pub(crate) const REACH_MAX_BYTES: u64 = 1 << 20;
+
 /// The reach of the peer at `lid`, opened on first use among `views` (sorted by LID); then
 /// `ask` checked against it.
 pub(crate) fn reach<'l>(
@@ -117,6 +138,9 @@ pub(crate) fn reach<'l>(
     lid: u16,
     ask: &ReachAsk,
 ) -> Option<Reached<'l>> {
+    if ask.request.len > REACH_MAX_BYTES {
+        return None;
+    }
     let at = match views.binary_search_by_key(&lid, |(l, _)| *l) {
         Ok(at) => at,
         Err(at) => {
@@ -152,6 +176,13 @@ pub(crate) fn reach<'l>(
 /// Does `op` in the peer's memory that `r` reached (the range the ask named, checked by
 /// [`ReachView::resolve`]) and returns the word an atomic found there (0 otherwise). The copies
 /// go between that range and the requester's own MR memory, in the order of its SGEs.
+///
+/// The last bytes of a message become visible last, as a NIC's DMA writes it in address order
+/// and as programs that poll a message's last byte rely on (`ib_write_lat`, FaRM- and
+/// HERD-style rings): everything but the last [`TAIL`] bytes is copied (a `memcpy` may store
+/// in any order), then a release fence, then the tail, byte by byte in address order (one
+/// 8-byte store when it is an aligned word). That holds for a WRITE in the peer's memory and
+/// for a READ in the requester's.
 pub(crate) fn place(r: &Reached<'_>, op: &ReachOp<'_>) -> u64 {
     match *op {
         ReachOp::CompareSwap { compare, swap } => {
@@ -171,25 +202,65 @@ pub(crate) fn place(r: &Reached<'_>, op: &ReachOp<'_>) -> u64 {
         ReachOp::WriteInline(data) => {
             // SAFETY: resolve checked [ptr, ptr + len) against the peer's MR; inline data is
             // the whole message.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr, data.len()) };
+            unsafe { crate::small_copy::copy_ordered(data.as_ptr(), r.ptr, data.len()) };
             0
         }
-        ReachOp::Write(local) | ReachOp::Read(local) => {
-            let read = matches!(op, ReachOp::Read(_));
+        ReachOp::Write(local) => {
+            let body = r.len.saturating_sub(TAIL);
+            let mut tail = [0u8; TAIL];
             let mut done = 0usize;
             for (memory, off, n) in local.pieces() {
+                let head = n.min(body.saturating_sub(done));
                 // SAFETY: `done + n` is within the message, which resolve checked against the
-                // peer's MR; the local range was checked by the engine's `resolve_local`.
-                let remote = unsafe { r.ptr.add(done) };
-                // SAFETY: as above; local MR memory and the peer's arena never overlap.
+                // peer's MR; the local range was checked by the engine's `resolve_local`; local
+                // MR memory and the peer's arena never overlap; the tail's part of the piece
+                // lies in `tail` (it starts at `body`, and the message ends at `body + TAIL`).
                 unsafe {
-                    if read {
-                        memory.copy_from_raw(off, remote, n);
-                    } else {
-                        memory.copy_to_raw(off, remote, n);
+                    if head != 0 {
+                        memory.copy_to_raw(off, r.ptr.add(done), head);
+                    }
+                    if head != n {
+                        let into = tail.as_mut_ptr().add(done + head - body);
+                        memory.copy_to_raw(off + head, into, n - head);
                     }
                 }
                 done += n;
+            }
+            let end = done.max(body);
+            fence(Ordering::Release);
+            // SAFETY: [body, end) is the message's tail, inside the range resolve checked.
+            unsafe { store_in_order(r.ptr.add(body), &tail[..end - body]) };
+            0
+        }
+        ReachOp::Read(local) => {
+            let body = r.len.saturating_sub(TAIL);
+            // The local places of the tail's bytes, written after the fence.
+            let mut tail: [(*mut u8, u8); TAIL] = [(std::ptr::null_mut(), 0); TAIL];
+            let mut tail_n = 0usize;
+            let mut done = 0usize;
+            for (memory, off, n) in local.pieces() {
+                let head = n.min(body.saturating_sub(done));
+                if head != 0 {
+                    // SAFETY: as for Write, the other way round.
+                    unsafe { memory.copy_from_raw(off, r.ptr.add(done), head) };
+                }
+                let base = memory.addr() as *mut u8;
+                for k in head..n {
+                    // Within the local MR (`resolve_local` checked [off, off + n)).
+                    if off + k < memory.len() {
+                        // SAFETY: `done + k` is within the message (resolve checked it).
+                        let byte = unsafe { r.ptr.add(done + k).read_volatile() };
+                        // SAFETY: within the local MR's memory (checked just above).
+                        tail[tail_n] = (unsafe { base.add(off + k) }, byte);
+                        tail_n += 1;
+                    }
+                }
+                done += n;
+            }
+            fence(Ordering::Release);
+            for &(at, byte) in &tail[..tail_n] {
+                // SAFETY: each place lies in the requester's MR memory (recorded above).
+                unsafe { AtomicU8::from_ptr(at).store(byte, Ordering::Release) };
             }
             0
         }

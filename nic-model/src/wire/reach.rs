@@ -10,10 +10,18 @@
 //! region from which the owner allocates the memory of the MRs it owns
 //! ([`ReachArena::allocate`]). Tables are written only by the owner, under its device lock,
 //! each slot behind a sequence lock; readers retry a torn read. A peer that uses an MR counts
-//! itself in the slot's `users` first and checks `valid` after; the owner clears `valid` and
-//! then waits for `users` to drain before `ibv_dereg_mr` returns, so no peer touches memory
-//! after its MR is gone (the two sides use sequentially consistent operations, so one of them
-//! always sees the other).
+//! itself in the QP slot's and the MR slot's `users` first and reads the slots after; the
+//! owner withdraws a slot (an MR's `valid`, a QP's `live`) and then waits for its `users` to
+//! drain before `ibv_dereg_mr`, `ibv_modify_qp` or `ibv_destroy_qp` returns, so no peer
+//! touches memory after its MR or QP is gone (the two sides use sequentially consistent
+//! operations, so one of them always sees the other). The count is never forced: memory a
+//! peer is still counted in on after the wait's bound is held back from reuse
+//! ([`ReachArena::withdraw_mr`]).
+//!
+//! The owner's death is seen per operation without a system call: its NIC thread holds a
+//! robust, process-shared mutex in the header ([`ReachArena::keep`]); the kernel marks the
+//! mutex's word `FUTEX_OWNER_DIED` (and clears its owner) as that thread dies, and a peer
+//! reads the word before every reach ([`ReachView::blocked`]).
 //!
 //! Reach is used only when nothing can look at the wire: the owner sets `observed` when its
 //! device has a capture, a tap or a fault plan, and a requester with any of them sends packets.
@@ -31,8 +39,11 @@ use verbs_api::AccessFlags;
 use super::{os, WireError};
 use crate::engine::{Grant, MrRights, QpFacts, ReachAsk};
 
+mod keeper;
+pub use keeper::Keeper;
+
 const MAGIC: u64 = u64::from_be_bytes(*b"SVREACH1");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Header bytes (one page).
 const HEADER: usize = 4096;
 /// Bytes per table slot.
@@ -50,8 +61,11 @@ const ARENA_OFF: usize = TABLES_END.next_multiple_of(2 << 20);
 pub const ARENA_LEN: usize = 64 << 30;
 /// The granule of arena allocations (MR memory is 64-byte aligned, as the heap's is).
 const GRANULE: usize = 64;
-/// How long `ibv_dereg_mr` waits for peers still copying (then it goes on and says so).
+/// How long `ibv_dereg_mr`, `ibv_modify_qp` and `ibv_destroy_qp` wait for peers still
+/// copying (then they return, and the MR's memory is held back until the peers leave).
 const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+/// The bits of a robust futex word that name its owner thread (`FUTEX_TID_MASK`).
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 
 // Header words (byte offsets).
 const H_MAGIC: usize = 0;
@@ -61,6 +75,14 @@ const H_START: usize = 16;
 const H_STATE: usize = 24;
 const H_OBSERVED: usize = 28;
 const H_LEN: usize = 32;
+/// The keeper: a robust, process-shared `pthread_mutex_t` the owner's NIC thread holds.
+const H_KEEPER: usize = 64;
+/// Room for it (glibc's is 40 bytes on 64-bit targets, musl's 40, 24 on 32-bit ones).
+const KEEPER_LEN: usize = 48;
+/// The byte offset of the keeper's futex word in the file (0: no keeper yet), and the id of
+/// the thread that holds it.
+const H_KEEPER_AT: usize = H_KEEPER + KEEPER_LEN;
+const H_KEEPER_TID: usize = H_KEEPER_AT + 4;
 
 // QP slot words (u32 index within the slot).
 const Q_SEQ: usize = 0;
@@ -71,6 +93,8 @@ const Q_PD: usize = 4;
 const Q_DEST_QPN: usize = 5;
 const Q_DEST_IP: usize = 6;
 const Q_RD_ATOMIC: usize = 7;
+/// Peers inside an operation on this QP (the slot's last word).
+const Q_USERS: usize = 15;
 
 // MR slot words (u32 index within the slot; 64-bit values take two).
 const M_SEQ: usize = 0;
@@ -172,6 +196,18 @@ pub struct ReachArena {
     path: PathBuf,
     /// Free arena ranges (offset, length), sorted by offset.
     free: Mutex<Vec<(usize, usize)>>,
+    /// MRs withdrawn while a peer was still counted in on their slot ([`ReachArena::withdraw_mr`]):
+    /// their slots are not reused, nor their memory, until the count drops.
+    held: Mutex<Vec<Held>>,
+}
+
+/// An MR slot withdrawn with a peer still inside, and the memory it named.
+struct Held {
+    slot: usize,
+    /// The MR's arena offset (its block's, which starts there).
+    off: usize,
+    /// The block's size once it was given back (the MR is gone), else None.
+    size: Option<usize>,
 }
 
 // SAFETY: the mapping is shared memory reached only through atomics and raw copies.
@@ -213,7 +249,13 @@ impl ReachArena {
         mapping.word(H_VERSION).store(VERSION, Ordering::Relaxed);
         mapping.word64(H_LEN).store((ARENA_OFF + ARENA_LEN) as u64, Ordering::Relaxed);
         mapping.word64(H_MAGIC).store(MAGIC, Ordering::Release);
-        Ok(ReachArena { mapping, file, path, free: Mutex::new(vec![(0, ARENA_LEN)]) })
+        Ok(ReachArena {
+            mapping,
+            file,
+            path,
+            free: Mutex::new(vec![(0, ARENA_LEN)]),
+            held: Mutex::new(Vec::new()),
+        })
     }
 
     /// The file's path.
@@ -230,6 +272,7 @@ impl ReachArena {
     /// the caller then allocates from the heap, and that MR is not reachable.
     pub fn allocate(self: &std::sync::Arc<Self>, len: usize) -> Option<ArenaBlock> {
         let size = len.max(1).next_multiple_of(GRANULE);
+        self.reap();
         let off = {
             let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
             let i = free.iter().position(|&(_, l)| l >= size)?;
@@ -321,6 +364,11 @@ impl ReachArena {
         if m.mr(i, M_VALID).load(Ordering::SeqCst) != 0 {
             return false;
         }
+        // A slot a peer may still be using under an MR withdrawn before keeps its count.
+        self.reap();
+        if self.lock_held().iter().any(|h| h.slot == i) {
+            return false;
+        }
         let seq = m.mr(i, M_SEQ);
         seq.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::Release);
@@ -336,32 +384,74 @@ impl ReachArena {
     }
 
     /// Withdraws the MR `key` (if published): no peer starts using it after this, and those
-    /// using it have finished when it returns (or a second passed: a peer that died
-    /// in the middle of a copy never finishes).
-    pub fn withdraw_mr(&self, key: u32) {
+    /// using it have finished when it returns true. A peer still counted in after
+    /// a second (a stopped process, or one that died in the middle of a copy) is never
+    /// uncounted by force: it returns false, and the slot and the MR's memory are held back
+    /// (neither reused) until the count drops, so a late copy lands in memory nobody uses and
+    /// a late uncount finds its own count. `ibv_dereg_mr` returns either way, as rxe's does
+    /// once the MR takes no new access.
+    pub fn withdraw_mr(&self, key: u32) -> bool {
         let m = &self.mapping;
         let i = mr_slot(key);
         if m.mr(i, M_KEY).load(Ordering::Relaxed) != key
             || m.mr(i, M_VALID).load(Ordering::SeqCst) == 0
         {
-            return;
+            return true;
         }
         m.mr(i, M_VALID).store(0, Ordering::SeqCst);
+        let off = m.mr64(i, M_OFF) as usize;
         let seq = m.mr(i, M_SEQ);
         seq.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::Release);
         m.mr(i, M_KEY).store(0, Ordering::Relaxed);
         seq.fetch_add(1, Ordering::Release);
-        let start = Instant::now();
-        while m.mr(i, M_USERS).load(Ordering::SeqCst) != 0 {
-            if start.elapsed() > DRAIN_LIMIT {
-                tracing::warn!(path = %self.path.display(), key,
-                    "a peer never finished using a deregistered MR (it died mid-copy?)");
-                m.mr(i, M_USERS).store(0, Ordering::SeqCst);
-                break;
-            }
-            std::thread::yield_now();
+        if drain(m.mr(i, M_USERS)) {
+            return true;
         }
+        tracing::warn!(path = %self.path.display(), key,
+            "a peer is still inside a deregistered MR (stopped, or died mid-copy): its memory \
+             is held back until it leaves");
+        self.lock_held().push(Held { slot: i, off, size: None });
+        false
+    }
+
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, Vec<Held>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives back the memory of held MRs whose peers have left (their count dropped).
+    fn reap(&self) {
+        let mut freed = Vec::new();
+        {
+            let mut held = self.lock_held();
+            if held.is_empty() {
+                return;
+            }
+            held.retain(|h| {
+                let inside = self.mapping.mr(h.slot, M_USERS).load(Ordering::SeqCst) != 0;
+                if !inside {
+                    freed.extend(h.size.map(|size| (h.off, size)));
+                }
+                inside
+            });
+        }
+        for (off, size) in freed {
+            self.release(off, size);
+        }
+    }
+
+    /// A block's range comes back from its MR: released, unless a peer is still inside it.
+    fn give_back(&self, off: usize, size: usize) {
+        {
+            let mut held = self.lock_held();
+            if let Some(h) = held.iter_mut().find(|h| h.off == off && h.size.is_none()) {
+                h.size = Some(size);
+                drop(held);
+                self.reap();
+                return;
+            }
+        }
+        self.release(off, size);
     }
 
     /// Publishes a QP's facts (replacing what its slot said), or clears its slot when
@@ -383,11 +473,15 @@ impl ReachArena {
         m.qp(i, Q_DEST_QPN).store(facts.dest_qpn, Ordering::Relaxed);
         m.qp(i, Q_DEST_IP).store(u32::from_be_bytes(facts.dest_ip), Ordering::Relaxed);
         m.qp(i, Q_RD_ATOMIC).store(facts.max_dest_rd_atomic, Ordering::Relaxed);
-        seq.fetch_add(1, Ordering::Release);
+        // Sequentially consistent: a peer that counts itself in after a withdrawing owner
+        // looked at `users` reads this (`ReachView::resolve`).
+        seq.fetch_add(1, Ordering::SeqCst);
         true
     }
 
-    /// Clears the slot of QP `qpn` if it holds that QP.
+    /// Clears the slot of QP `qpn` if it holds that QP, and waits (at most a second)
+    /// until no peer is inside an operation on it: no byte lands through it once this returns
+    /// (`ibv_modify_qp` to a state that takes no requests, `ibv_destroy_qp`).
     pub fn withdraw_qp(&self, qpn: u32) {
         let i = qpn as usize % QP_SLOTS;
         if self.mapping.qp(i, Q_QPN).load(Ordering::Relaxed) == qpn {
@@ -401,8 +495,25 @@ impl ReachArena {
                 max_dest_rd_atomic: 0,
             };
             self.publish_qp(&facts);
+            if !drain(self.mapping.qp(i, Q_USERS)) {
+                tracing::warn!(path = %self.path.display(), qpn,
+                    "a peer is still inside an operation on a QP taken out of service \
+                     (stopped, or died mid-copy)");
+            }
         }
     }
+}
+
+/// Waits until `users` is zero, at most [`DRAIN_LIMIT`]; whether it got there.
+fn drain(users: &AtomicU32) -> bool {
+    let start = Instant::now();
+    while users.load(Ordering::SeqCst) != 0 {
+        if start.elapsed() > DRAIN_LIMIT {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
 }
 
 impl Drop for ReachArena {
@@ -439,30 +550,21 @@ impl ArenaBlock {
 
 impl Drop for ArenaBlock {
     fn drop(&mut self) {
-        self.arena.release(self.off, self.size);
+        self.arena.give_back(self.off, self.size);
     }
 }
 
 /// A peer's side: another port's reach file, mapped.
 pub struct ReachView {
     mapping: Mapping,
-    pid: u32,
-    start: u64,
-    /// Reaches since the clock was last read.
-    since_check: u32,
-    /// When the owner was last seen alive.
-    checked_at: Instant,
+    /// Where the owner's keeper word is ([`ReachArena::keep`]; 0 until it is known) and the
+    /// thread it names while the owner lives.
+    keeper_at: usize,
+    keeper_tid: u32,
 }
 
 // SAFETY: shared memory reached only through atomics and raw copies.
 unsafe impl Send for ReachView {}
-
-/// How often a peer's owner is checked to be alive (a system call), at most: a reach after
-/// the owner died goes on to succeed (into memory nobody will read) for up to this long, or
-/// [`CLOCK_EVERY`] reaches, before its requester sends packets and finds the peer dead.
-const ALIVE_EVERY: Duration = Duration::from_millis(1);
-/// Reaches between two looks at the clock.
-const CLOCK_EVERY: u32 = 64;
 
 impl ReachView {
     /// Maps the reach file of the port with this LID in `dir`; None if it has none (reach
@@ -494,12 +596,31 @@ impl ReachView {
         if !os::process_alive(pid, start) {
             return None;
         }
-        Some(ReachView { mapping, pid, start, since_check: 0, checked_at: Instant::now() })
+        let mut view = ReachView { mapping, keeper_at: 0, keeper_tid: 0 };
+        view.find_keeper();
+        Some(view)
+    }
+
+    /// Reads where the owner's keeper word is, once the owner has published it.
+    #[cold]
+    fn find_keeper(&mut self) -> bool {
+        let at = self.mapping.word(H_KEEPER_AT).load(Ordering::Acquire) as usize;
+        let keeper = H_KEEPER..H_KEEPER + KEEPER_LEN;
+        if !keeper.contains(&at) || !at.is_multiple_of(4) {
+            return false;
+        }
+        self.keeper_tid = self.mapping.word(H_KEEPER_TID).load(Ordering::Relaxed);
+        self.keeper_at = at;
+        true
     }
 
     /// None while the owner runs and lets peers reach; `Some(true)` once it is gone (closed
     /// its port, or died: this file will not come back), `Some(false)` while something
-    /// observes its wire. Checks that the owner is alive at most once a millisecond.
+    /// observes its wire (or its keeper is not there yet). Three loads, no system call: the
+    /// owner's death is seen by the first reach after its keeper thread died, since the
+    /// kernel marks the keeper's word before the process's death can be observed (its exit
+    /// status, its pidfd).
+    #[inline]
     pub fn blocked(&mut self) -> Option<bool> {
         let m = &self.mapping;
         if m.word(H_STATE).load(Ordering::Acquire) != 0 {
@@ -508,15 +629,12 @@ impl ReachView {
         if m.word(H_OBSERVED).load(Ordering::Acquire) != 0 {
             return Some(false);
         }
-        self.since_check += 1;
-        if self.since_check >= CLOCK_EVERY {
-            self.since_check = 0;
-            if self.checked_at.elapsed() >= ALIVE_EVERY {
-                self.checked_at = Instant::now();
-                if !os::process_alive(self.pid, self.start) {
-                    return Some(true);
-                }
-            }
+        if self.keeper_at == 0 && !self.find_keeper() {
+            return Some(false);
+        }
+        let keeper = self.mapping.word(self.keeper_at).load(Ordering::Acquire);
+        if keeper & FUTEX_TID_MASK != self.keeper_tid {
+            return Some(true);
         }
         None
     }
@@ -527,11 +645,16 @@ impl ReachView {
     /// it drops. This layer decides nothing but that the published MR lies in the arena.
     pub fn resolve(&self, ask: &ReachAsk) -> Option<Reached<'_>> {
         let m = &self.mapping;
-        let qp = self.read_qp(ask.dest_qpn)?;
+        // Counted in on the QP and the MR before reading either (see `withdraw_qp`,
+        // `withdraw_mr`): an owner that withdraws one after this waits for the guard.
+        let qp_users = m.qp(ask.dest_qpn as usize % QP_SLOTS, Q_USERS);
+        qp_users.fetch_add(1, Ordering::SeqCst);
         let i = mr_slot(ask.request.rkey);
         let users = m.mr(i, M_USERS);
         users.fetch_add(1, Ordering::SeqCst);
-        let mut guard = Reached::new(users);
+        let mut guard = Reached::new(qp_users, users);
+        guard.len = ask.request.len as usize;
+        let qp = self.read_qp(ask.dest_qpn)?;
         let mr = self.read_mr(i);
         guard.ptr = match ask.check(&qp, mr.as_ref().map(|(facts, _)| facts))? {
             // Nothing to touch: a pointer valid for no bytes.
@@ -585,33 +708,39 @@ impl ReachView {
 }
 
 /// A reached range of a peer's MR ([`ReachView::resolve`]): its first byte in this process,
-/// valid until this drops (the owner's `ibv_dereg_mr` waits for it). Only the caller that
-/// resolved it uses it (the port's sending half, `soft::reach::place`): the pointer never
-/// goes back up to the engine.
+/// valid until this drops (the owner's `ibv_dereg_mr`, `ibv_modify_qp` and `ibv_destroy_qp`
+/// wait for it). Only the caller that resolved it uses it (the port's sending half,
+/// `soft::reach::place`): the pointer never goes back up to the engine.
 pub struct Reached<'a> {
+    qp_users: &'a AtomicU32,
     users: &'a AtomicU32,
     /// The first byte.
     pub ptr: *mut u8,
+    /// The message's length: the bytes from `ptr` that the operation may touch.
+    pub len: usize,
 }
 
 impl<'a> Reached<'a> {
-    /// A guard over `users`, which the caller has already counted this use in; it uncounts
-    /// it when dropped. `ptr` starts null.
-    pub fn new(users: &'a AtomicU32) -> Reached<'a> {
-        Reached { users, ptr: std::ptr::null_mut() }
+    /// A guard over the QP slot's `qp_users` and the MR slot's `users`, which the caller has
+    /// already counted this use in; it uncounts both when dropped. `ptr` starts null, `len`
+    /// at 0.
+    pub fn new(qp_users: &'a AtomicU32, users: &'a AtomicU32) -> Reached<'a> {
+        Reached { qp_users, users, ptr: std::ptr::null_mut(), len: 0 }
     }
 }
 
 impl Drop for Reached<'_> {
     fn drop(&mut self) {
         self.users.fetch_sub(1, Ordering::SeqCst);
+        self.qp_users.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 /// Reads a slot under its sequence lock: a few tries, None if the owner kept writing.
 fn loop_read<T>(seq: &AtomicU32, read: impl Fn() -> T) -> Option<T> {
     for _ in 0..8 {
-        let s1 = seq.load(Ordering::Acquire);
+        // Sequentially consistent (a plain load on x86): ordered after the caller's count.
+        let s1 = seq.load(Ordering::SeqCst);
         if !s1.is_multiple_of(2) {
             std::hint::spin_loop();
             continue;
@@ -749,13 +878,16 @@ mod tests {
     #[test]
     fn a_closed_owner_is_gone_for_its_peers_and_its_file_with_it() {
         let d = dir("closed");
-        let arena = ReachArena::create(d.path(), 8).expect("create");
+        let arena = Arc::new(ReachArena::create(d.path(), 8).expect("create"));
         let mut view = ReachView::open(d.path(), 8).expect("mapped");
+        assert_eq!(view.blocked(), Some(false), "no keeper yet: packets");
+        let keeper = arena.keep().expect("a keeper");
         assert_eq!(view.blocked(), None);
         arena.set_observed(true);
         assert_eq!(view.blocked(), Some(false), "observed: packets, but the file stays");
         arena.set_observed(false);
         let path = arena.path().to_path_buf();
+        drop(keeper);
         drop(arena);
         assert_eq!(view.blocked(), Some(true), "closed");
         assert!(!path.exists(), "removed with its owner");
@@ -765,5 +897,95 @@ mod tests {
         assert!(owner_gone(&reach_path(d.path(), 9)));
         assert!(ReachView::open(d.path(), 9).is_none());
         assert!(!is_reach_file(&d.path().join("port-9.inbox")));
+    }
+
+    /// A thread that dies holding the keeper (as every thread of a SIGKILLed process does):
+    /// the kernel marks the keeper's word, and the very next reach sees the owner gone.
+    #[test]
+    fn a_keeper_that_dies_is_seen_at_the_next_reach() {
+        let d = dir("keeper");
+        let arena = Arc::new(ReachArena::create(d.path(), 10).expect("create"));
+        let a2 = arena.clone();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (kept_tx, kept_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let keeper = a2.keep().expect("a keeper");
+            kept_tx.send(()).unwrap();
+            rx.recv().unwrap();
+            // Dies holding it: no unlock, as when the process is killed.
+            std::mem::forget(keeper);
+        });
+        kept_rx.recv().unwrap();
+        let mut view = ReachView::open(d.path(), 10).expect("mapped");
+        for _ in 0..1000 {
+            assert_eq!(view.blocked(), None, "alive while its keeper lives");
+        }
+        tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(view.blocked(), Some(true), "gone at the first reach after the death");
+    }
+
+    /// A peer still inside an MR when its deregistration gives up waiting: the count is never
+    /// forced (its late uncount leaves 0, not a wrapped count), and the MR's memory and slot
+    /// are held back until it leaves, so its late bytes land in memory nobody was given.
+    #[test]
+    fn an_mr_a_stopped_peer_is_inside_is_held_back_not_freed() {
+        let d = dir("held");
+        let arena = Arc::new(ReachArena::create(d.path(), 11).expect("create"));
+        let block = arena.allocate(4096).expect("room");
+        let first = block.ptr();
+        arena.publish_qp(&facts(0x12));
+        assert!(arena.publish_mr(0x101, 3, 0b1111, 0, first, 4096));
+        let view = ReachView::open(d.path(), 11).expect("mapped");
+        let r = view.resolve(&ask(0x101, 0, 64)).expect("reached");
+        let started = Instant::now();
+        assert!(!arena.withdraw_mr(0x101), "a peer is still inside");
+        assert!(started.elapsed() >= DRAIN_LIMIT, "waited its bound");
+        assert!(view.resolve(&ask(0x101, 0, 64)).is_none(), "withdrawn for new accesses");
+        drop(block); // the MR is gone: its memory would go back to the arena
+        let again = arena.allocate(4096).expect("room");
+        assert_ne!(again.ptr(), first, "memory a peer is inside is not handed out again");
+        let slot = arena.allocate(64).expect("room");
+        assert!(!arena.publish_mr(0x101, 3, 0b1111, 0, slot.ptr(), 64), "nor is its slot");
+        // The stopped peer goes on: its bytes land in the held memory, nobody's.
+        // SAFETY: 64 bytes of the reached range.
+        unsafe { std::ptr::write_bytes(r.ptr, 0xab, 64) };
+        drop(r);
+        let m = &arena.mapping;
+        assert_eq!(m.mr(mr_slot(0x101), M_USERS).load(Ordering::SeqCst), 0, "no wrap");
+        assert_eq!(m.qp(0x12, Q_USERS).load(Ordering::SeqCst), 0, "no wrap");
+        drop(again);
+        drop(slot);
+        let back = arena.allocate(4096).expect("room");
+        assert_eq!(back.ptr(), first, "given back once the peer left");
+        // SAFETY: the block is 4096 bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(back.ptr(), 4096) };
+        assert!(bytes.iter().all(|&x| x == 0), "zeroed for its next MR");
+        assert!(arena.publish_mr(0x101, 3, 0b1111, 0, back.ptr(), 4096), "the slot is free");
+    }
+
+    /// Taking a QP out of service waits for the peer inside an operation on it: no byte lands
+    /// through it once `ibv_modify_qp(ERR)` or `ibv_destroy_qp` returned.
+    #[test]
+    fn withdrawing_a_qp_waits_for_the_peer_inside() {
+        let d = dir("qpwait");
+        let arena = Arc::new(ReachArena::create(d.path(), 12).expect("create"));
+        let block = arena.allocate(64).expect("room");
+        arena.publish_qp(&facts(0x12));
+        arena.publish_mr(0x101, 3, 0b1111, 0, block.ptr(), 64);
+        let view = ReachView::open(d.path(), 12).expect("mapped");
+        let r = view.resolve(&ask(0x101, 0, 8)).expect("reached");
+        let a2 = arena.clone();
+        let started = Instant::now();
+        let t = std::thread::spawn(move || {
+            a2.withdraw_qp(0x12);
+            started.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!t.is_finished(), "the QP's withdrawal waits while a peer is inside");
+        drop(r);
+        let waited = t.join().expect("withdraw");
+        assert!(waited >= Duration::from_millis(100) && waited < DRAIN_LIMIT, "{waited:?}");
+        assert!(view.resolve(&ask(0x101, 0, 8)).is_none(), "no new operation on it");
     }
 }
