@@ -288,6 +288,21 @@ pub struct RespState {
     pub resources: VecDeque<RdResource>,
     /// UC: drop packets until the next FIRST/ONLY after a gap.
     pub drop_msg: bool,
+    /// Where the host keeps `epsn` for peers that reach this QP (direct reach): written
+    /// whenever `epsn` moves, before any ACK that follows ([`RespState::set_epsn`]).
+    pub(crate) mirror: Option<super::reach::PsnMirror>,
+}
+
+impl RespState {
+    /// Moves the expected PSN, and its mirror with it: a requester that learns of the move
+    /// from this responder's ACK (sent after this) finds the new value published.
+    #[inline]
+    pub fn set_epsn(&mut self, psn: Psn) {
+        self.epsn = psn;
+        if let Some(m) = &self.mirror {
+            m.store(psn);
+        }
+    }
 }
 
 /// One queue pair.
@@ -408,7 +423,7 @@ impl Qp {
         }
         if m.contains(QpAttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
-            self.resp.epsn = Psn::new(attr.rq_psn);
+            self.resp.set_epsn(Psn::new(attr.rq_psn));
         }
         if m.contains(QpAttrMask::SQ_PSN) {
             a.sq_psn = attr.sq_psn;

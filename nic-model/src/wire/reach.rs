@@ -15,8 +15,14 @@
 //! after its MR is gone (the two sides use sequentially consistent operations, so one of them
 //! always sees the other).
 //!
-//! Reach is used only when nothing can look at the wire: the owner sets `observed` when its
-//! device has a capture, a tap or a fault plan, and a requester with any of them sends packets.
+//! Reach is used only when nothing can look at the wire and the port is up: the owner sets
+//! `observed` when its device has a capture, a tap or a fault plan, or its port went down, and
+//! a requester with any of them sends packets.
+//!
+//! A QP's slot also holds its expected PSN, which the responder keeps current as packets move
+//! it ([`ReachArena::epsn_word`]), and its path MTU. Beside the tables, one counter block per
+//! QP slot holds the packets that reached operations stood for (written by the one requester
+//! connected to that QP, read by the owner for its port counters, [`ReachArena::reached`]).
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -29,10 +35,10 @@ use memmap2::{MmapOptions, MmapRaw};
 use verbs_api::AccessFlags;
 
 use super::{os, WireError};
-use crate::engine::{Grant, MrRights, QpFacts, ReachAsk};
+use crate::engine::{Grant, MrRights, QpFacts, ReachAsk, Traffic};
 
 const MAGIC: u64 = u64::from_be_bytes(*b"SVREACH1");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Header bytes (one page).
 const HEADER: usize = 4096;
 /// Bytes per table slot.
@@ -43,8 +49,13 @@ pub const QP_SLOTS: usize = 4096;
 pub const MR_SLOTS: usize = 16384;
 /// Where the tables end.
 const TABLES_END: usize = HEADER + (QP_SLOTS + MR_SLOTS) * SLOT;
-/// Where the arena starts: after the tables, at a 2 MiB boundary.
-const ARENA_OFF: usize = TABLES_END.next_multiple_of(2 << 20);
+/// The reached-traffic counters, one block of [`SLOT`] bytes per QP slot (four u64 words, see
+/// [`ReachView::count`]), after the tables.
+const COUNTS: usize = TABLES_END;
+/// Where the shared words end (the header, the tables and the counters).
+const SHARED_END: usize = COUNTS + QP_SLOTS * SLOT;
+/// Where the arena starts: after the shared words, at a 2 MiB boundary.
+const ARENA_OFF: usize = SHARED_END.next_multiple_of(2 << 20);
 /// The arena's size: address space only (the file is sparse; pages exist once allocated).
 pub const ARENA_LEN: usize = 64 << 30;
 /// The granule of arena allocations (MR memory is 64-byte aligned, as the heap's is).
@@ -60,6 +71,15 @@ const H_START: usize = 16;
 const H_STATE: usize = 24;
 const H_OBSERVED: usize = 28;
 const H_LEN: usize = 32;
+/// Set by a requester that counted reached traffic, cleared by the owner that adds it up (on
+/// a cache line of its own: requesters read the words above on every reach).
+const H_COUNTED: usize = 64;
+
+// Why peers must send packets (bits of the `observed` word).
+/// A capture, a tap or a fault plan looks at the wire.
+const PACKETS_OBSERVED: u32 = 1;
+/// The port is down (its inbox was found damaged): nothing reaches it.
+const PACKETS_PORT_DOWN: u32 = 2;
 
 // QP slot words (u32 index within the slot).
 const Q_SEQ: usize = 0;
@@ -70,6 +90,8 @@ const Q_PD: usize = 4;
 const Q_DEST_QPN: usize = 5;
 const Q_DEST_IP: usize = 6;
 const Q_RD_ATOMIC: usize = 7;
+const Q_EPSN: usize = 8;
+const Q_MTU: usize = 9;
 
 // MR slot words (u32 index within the slot; 64-bit values take two).
 const M_SEQ: usize = 0;
@@ -89,18 +111,22 @@ struct Mapping {
 
 impl Mapping {
     fn word(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off + 4 <= TABLES_END && off.is_multiple_of(4));
+        debug_assert!(off + 4 <= SHARED_END && off.is_multiple_of(4));
         // SAFETY: offsets are within the header and tables (which the mapping always covers)
         // and 4-aligned (the mapping is page-aligned); shared words are only used as atomics.
         unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(off) as *mut u32) }
     }
     fn word64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off.is_multiple_of(8));
+        debug_assert!(off + 8 <= SHARED_END && off.is_multiple_of(8));
         // SAFETY: as for `word`, 8-aligned.
         unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(off) as *mut u64) }
     }
     fn qp(&self, i: usize, w: usize) -> &AtomicU32 {
         self.word(HEADER + i * SLOT + w * 4)
+    }
+    /// Counter `w` (0..4) of QP slot `i`'s reached traffic.
+    fn count(&self, i: usize, w: usize) -> &AtomicU64 {
+        self.word64(COUNTS + i * SLOT + w * 8)
     }
     fn mr(&self, i: usize, w: usize) -> &AtomicU32 {
         self.word(HEADER + (QP_SLOTS + i) * SLOT + w * 4)
@@ -196,7 +222,7 @@ impl ReachArena {
                 .map_err(|e| WireError::io(&path, e))?;
             // The header and tables are reserved (a full tmpfs fails here, not by SIGBUS); the
             // arena's pages only as MRs take them.
-            os::reserve(&file, TABLES_END as u64).map_err(|e| WireError::io(&path, e))?;
+            os::reserve(&file, SHARED_END as u64).map_err(|e| WireError::io(&path, e))?;
             file.set_len((ARENA_OFF + ARENA_LEN) as u64).map_err(|e| WireError::io(&path, e))?;
             map_file(&file, &path)
         };
@@ -222,7 +248,54 @@ impl ReachArena {
 
     /// Whether peers must send packets rather than reach (a capture, tap or fault plan).
     pub fn set_observed(&self, observed: bool) {
-        self.mapping.word(H_OBSERVED).store(u32::from(observed), Ordering::SeqCst);
+        let w = self.mapping.word(H_OBSERVED);
+        match observed {
+            true => w.fetch_or(PACKETS_OBSERVED, Ordering::SeqCst),
+            false => w.fetch_and(!PACKETS_OBSERVED, Ordering::SeqCst),
+        };
+    }
+
+    /// The port went down for good (its inbox was found damaged): peers send packets, which
+    /// are lost as to any port that is down, and its own requests go as packets too.
+    pub fn set_port_down(&self) {
+        self.mapping.word(H_OBSERVED).fetch_or(PACKETS_PORT_DOWN, Ordering::SeqCst);
+    }
+
+    /// Whether [`ReachArena::set_port_down`] was called.
+    pub fn port_down(&self) -> bool {
+        self.mapping.word(H_OBSERVED).load(Ordering::Relaxed) & PACKETS_PORT_DOWN != 0
+    }
+
+    /// The word of QP `qpn`'s slot that holds its expected PSN, for the responder to keep
+    /// current ([`crate::engine::PsnMirror`]); valid as long as this arena lives. Only while
+    /// the slot holds that QP, published live, is it that QP's.
+    pub fn epsn_word(&self, qpn: u32) -> std::ptr::NonNull<AtomicU32> {
+        std::ptr::NonNull::from(self.mapping.qp(qpn as usize % QP_SLOTS, Q_EPSN))
+    }
+
+    /// Whether a peer counted reached traffic since the last call (which clears the mark).
+    pub fn take_counted(&self) -> bool {
+        self.mapping.word(H_COUNTED).swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// The traffic peers' reached operations stood for in the QP slots `slots` (the ones
+    /// this port has published QPs in), seen from this port: their requests received, the
+    /// ACKs and responses sent. Counters are never reset while the file exists, so the sum
+    /// over every slot ever used is the port's total.
+    pub fn reached(&self, slots: &[u16]) -> Traffic {
+        let m = &self.mapping;
+        let mut t = Traffic::default();
+        for &i in slots {
+            let get = |w| m.count(usize::from(i), w).load(Ordering::Relaxed);
+            let seen = Traffic {
+                sent_packets: get(0),
+                sent_bytes: get(1),
+                received_packets: get(2),
+                received_bytes: get(3),
+            };
+            t.add(&seen.mirrored());
+        }
+        t
     }
 
     /// `len` zeroed bytes of the arena, or None when the arena (or `/dev/shm`) has no room:
@@ -382,6 +455,8 @@ impl ReachArena {
         m.qp(i, Q_DEST_QPN).store(facts.dest_qpn, Ordering::Relaxed);
         m.qp(i, Q_DEST_IP).store(u32::from_be_bytes(facts.dest_ip), Ordering::Relaxed);
         m.qp(i, Q_RD_ATOMIC).store(facts.max_dest_rd_atomic, Ordering::Relaxed);
+        m.qp(i, Q_EPSN).store(facts.epsn, Ordering::Relaxed);
+        m.qp(i, Q_MTU).store(facts.mtu, Ordering::Relaxed);
         seq.fetch_add(1, Ordering::Release);
         true
     }
@@ -398,6 +473,8 @@ impl ReachArena {
                 dest_qpn: 0,
                 dest_ip: [0; 4],
                 max_dest_rd_atomic: 0,
+                epsn: 0,
+                mtu: 0,
             };
             self.publish_qp(&facts);
         }
@@ -547,6 +624,24 @@ impl ReachView {
         Some(guard)
     }
 
+    /// Counts in QP `qpn`'s slot the packets an operation reached there stood for (seen from
+    /// the requester: `t`), for the owner's port counters, and marks that something was
+    /// counted. One requester QP is connected to the QP, and it reaches under its own device
+    /// lock, so each counter has one writer: a load and a store, no locked instruction.
+    pub fn count(&self, qpn: u32, t: &Traffic) {
+        let m = &self.mapping;
+        let i = qpn as usize % QP_SLOTS;
+        let values = [t.sent_packets, t.sent_bytes, t.received_packets, t.received_bytes];
+        for (w, v) in values.into_iter().enumerate() {
+            let c = m.count(i, w);
+            c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+        }
+        let counted = m.word(H_COUNTED);
+        if counted.load(Ordering::Relaxed) == 0 {
+            counted.store(1, Ordering::Release);
+        }
+    }
+
     /// The MR published in slot `i` and its arena offset, if the slot holds a valid one (read
     /// under its sequence lock; the caller has counted itself in the slot's users first).
     fn read_mr(&self, i: usize) -> Option<(MrRights, u64)> {
@@ -577,6 +672,8 @@ impl ReachView {
             dest_qpn: m.qp(i, Q_DEST_QPN).load(Ordering::Relaxed),
             dest_ip: m.qp(i, Q_DEST_IP).load(Ordering::Relaxed).to_be_bytes(),
             max_dest_rd_atomic: m.qp(i, Q_RD_ATOMIC).load(Ordering::Relaxed),
+            epsn: m.qp(i, Q_EPSN).load(Ordering::Relaxed),
+            mtu: m.qp(i, Q_MTU).load(Ordering::Relaxed),
         })?;
         (f.qpn == qpn).then_some(f)
     }
@@ -657,6 +754,8 @@ mod tests {
             dest_qpn: 0x77,
             dest_ip: [10, 0, 0, 2],
             max_dest_rd_atomic: 4,
+            epsn: 0x100,
+            mtu: 1024,
         }
     }
 
@@ -666,6 +765,9 @@ mod tests {
             src_ip: [10, 0, 0, 2],
             dest_qpn: 0x12,
             request: Request { op: RemoteOp::Write, rkey, va, len },
+            psn: 0x100,
+            mtu: 1024,
+            traffic: Traffic::default(),
         }
     }
 
