@@ -109,7 +109,8 @@ pub use addr::{
     slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
 pub use config::{splitmix64, Limits, NicConfig};
-pub use reach::{LocalSges, PsnMirror, QpFacts, ReachAsk, ReachOp, Traffic};
+pub use qp::PsnMirror;
+pub use reach::{LocalSges, QpFacts, ReachAsk, ReachOp, Traffic};
 pub use rights::{Grant, MrRights, RemoteOp, Request};
 pub use time::{Nanos, Now};
 pub use transmit::{Egress, Flushed, SendOutcome, Transmit, SPARE_BUFFERS};

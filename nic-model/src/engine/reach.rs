@@ -16,19 +16,14 @@
 //! responder's NAK as before. The WR itself was checked by `send_check::check_send`, as every
 //! WR is. Why, and what was measured: `docs/decisions.md`, "Direct reach".
 
-use std::any::Any;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
-
 use verbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
 use super::mr::{MrMemory, MrTable, PdId};
-use super::qp::Qp;
+use super::qp::{PsnMirror, Qp};
 use super::rights::{self, Grant, MrRights, QpRights, RemoteOp, Request};
 use super::send_check::CheckedWr;
 use super::{Hca, Nic};
-use crate::packet::{Opcode, Psn, ICRC_LEN, IPV4_UDP_LEN};
+use crate::packet::{Opcode, ICRC_LEN, IPV4_UDP_LEN};
 
 /// What a requester asks the host to reach: the responder QP it is connected to, and the
 /// request (operation, rkey, range) the responder's rules are checked against.
@@ -240,44 +235,6 @@ impl Traffic {
             ),
         };
         Traffic { sent_packets, sent_bytes, received_packets, received_bytes }
-    }
-}
-
-/// One word of a host's memory where a responder QP's expected PSN is kept current for the
-/// peers that reach it (a slot of the port's reach file): the responder stores every move
-/// there ([`super::qp::RespState::set_epsn`]), before the ACK that tells the requester of it
-/// is sent, so a requester whose requests were all acknowledged finds the PSN its next
-/// request would carry. A plain store, no system call.
-#[derive(Clone)]
-pub struct PsnMirror {
-    word: NonNull<AtomicU32>,
-    _keep: Arc<dyn Any + Send + Sync>,
-}
-
-// SAFETY: the word is shared memory reached only atomically, valid while `_keep` lives.
-unsafe impl Send for PsnMirror {}
-// SAFETY: as above.
-unsafe impl Sync for PsnMirror {}
-
-impl PsnMirror {
-    /// A mirror writing to `word`.
-    ///
-    /// # Safety
-    /// `word` must stay valid for atomic access as long as `keep` lives.
-    pub unsafe fn new(word: NonNull<AtomicU32>, keep: Arc<dyn Any + Send + Sync>) -> PsnMirror {
-        PsnMirror { word, _keep: keep }
-    }
-
-    #[inline]
-    pub(crate) fn store(&self, psn: Psn) {
-        // SAFETY: `new`'s contract keeps the word valid while `_keep` lives, as it does here.
-        unsafe { self.word.as_ref() }.store(psn.value(), Ordering::Release);
-    }
-}
-
-impl std::fmt::Debug for PsnMirror {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PsnMirror").field("word", &self.word).finish()
     }
 }
 
