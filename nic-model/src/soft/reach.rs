@@ -5,7 +5,7 @@
 //! the engine asked in the memory reached). `engine::reach` says when a requester uses it;
 //! `wire::reach` holds the shared file.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use verbs_api::{AccessFlags, Result};
@@ -26,6 +26,9 @@ pub(crate) struct SoftReach {
     /// The reached traffic last added up ([`SoftReach::reached`]): sent packets and bytes,
     /// received packets and bytes.
     reached: [AtomicU64; 4],
+    /// Whether the last look found the mark set: the next adds up again, since a peer's
+    /// counts may land just after the mark it saw set was cleared.
+    again: AtomicBool,
 }
 
 impl SoftReach {
@@ -36,6 +39,7 @@ impl SoftReach {
             published: Mutex::new((Vec::new(), Vec::new())),
             slots: Mutex::new(Vec::new()),
             reached: Default::default(),
+            again: AtomicBool::new(false),
         }
     }
 
@@ -51,10 +55,14 @@ impl SoftReach {
 
     /// What peers' reached operations in this port's memory stood for, seen from this port
     /// (requests received; ACKs and responses sent), for its counters. Added up again only when
-    /// a peer counted something since the last time, or when `fresh` (an idle moment, or
-    /// `Soft::stats`): one load otherwise.
+    /// a peer counted something since the last look or the one before, or when `fresh`
+    /// (`Soft::stats`): two loads and a store otherwise.
     pub(crate) fn reached(&self, fresh: bool) -> Traffic {
-        if fresh || self.arena.take_counted() {
+        let counted = self.arena.take_counted();
+        // Under the device lock: one writer.
+        let again = self.again.load(Ordering::Relaxed);
+        self.again.store(counted, Ordering::Relaxed);
+        if fresh || counted || again {
             let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             let t = self.arena.reached(&slots);
             let v = [t.sent_packets, t.sent_bytes, t.received_packets, t.received_bytes];

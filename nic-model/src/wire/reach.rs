@@ -275,7 +275,8 @@ impl ReachArena {
 
     /// Whether a peer counted reached traffic since the last call (which clears the mark).
     pub fn take_counted(&self) -> bool {
-        self.mapping.word(H_COUNTED).swap(0, Ordering::AcqRel) != 0
+        let w = self.mapping.word(H_COUNTED);
+        w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
     }
 
     /// The traffic peers' reached operations stood for in the QP slots `slots` (the ones
@@ -574,7 +575,8 @@ impl ReachView {
 
     /// None while the owner runs and lets peers reach; `Some(true)` once it is gone (closed
     /// its port, or died: this file will not come back), `Some(false)` while something
-    /// observes its wire. Checks that the owner is alive at most once a millisecond.
+    /// observes its wire or its port is down. Checks that the owner is alive at most once a
+    /// millisecond.
     pub fn blocked(&mut self) -> Option<bool> {
         let m = &self.mapping;
         if m.word(H_STATE).load(Ordering::Acquire) != 0 {
