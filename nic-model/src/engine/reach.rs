@@ -184,7 +184,8 @@ impl Traffic {
         self.received_bytes = self.received_bytes.wrapping_add(other.received_bytes);
     }
 
-    /// What an RC operation `op` of `len` bytes on a path MTU of `mtu` bytes is on the wire,
+    /// What an RC operation `op` of `len` bytes on a path MTU of `mtu` bytes (a power of two,
+    /// as every path MTU is) is on the wire,
     /// seen from its requester, when nothing else is in flight (its send queue was empty):
     /// a WRITE's request packets and one ACK per ACK they ask for (at the last packet and
     /// every `ack_every`; the packet path may coalesce ACKs of requests that arrive together,
@@ -195,7 +196,8 @@ impl Traffic {
             let padded = u64::from(payload.next_multiple_of(4));
             (IPV4_UDP_LEN + opcode.row().header_len + ICRC_LEN) as u64 + padded
         };
-        let n = len.div_ceil(mtu).max(1);
+        // A path MTU is a power of two: a shift, not a division, on the reach path.
+        let n = ((u64::from(len) + u64::from(mtu) - 1) >> mtu.trailing_zeros()).max(1) as u32;
         let last = len - (n - 1) * mtu;
         // Packets of `len` bytes cut at the MTU: ONLY, or FIRST, MIDDLEs and LAST.
         let cut = |only: Opcode, first: Opcode, middle: Opcode, end: Opcode| match n {
@@ -208,7 +210,10 @@ impl Traffic {
         };
         let (sent_packets, sent_bytes, received_packets, received_bytes) = match op {
             RemoteOp::Write => {
-                let acks = n.div_ceil(ack_every.max(1));
+                let acks = match n <= ack_every {
+                    true => 1,
+                    false => n.div_ceil(ack_every),
+                };
                 let bytes = cut(
                     Opcode::RC_RDMA_WRITE_ONLY,
                     Opcode::RC_RDMA_WRITE_FIRST,
