@@ -210,7 +210,7 @@ impl Traffic {
         };
         let (sent_packets, sent_bytes, received_packets, received_bytes) = match op {
             RemoteOp::Write => {
-                let acks = match n <= ack_every {
+                let acks = match n <= ack_every || ack_every == 0 {
                     true => 1,
                     false => n.div_ceil(ack_every),
                 };
