@@ -109,7 +109,8 @@ pub use addr::{
     slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
 pub use config::{splitmix64, Limits, NicConfig};
-pub use reach::{LocalSges, QpFacts, ReachAsk, ReachOp};
+pub use qp::PsnMirror;
+pub use reach::{LocalSges, QpFacts, ReachAsk, ReachOp, Traffic};
 pub use rights::{Grant, MrRights, RemoteOp, Request};
 pub use time::{Nanos, Now};
 pub use transmit::{Egress, Flushed, SendOutcome, Transmit, SPARE_BUFFERS};
@@ -188,6 +189,11 @@ pub struct NicStats {
     /// RDMA WRITEs, READs and atomics done by direct reach in the responder's memory, with
     /// no packet (`docs/architecture.md`, "Direct reach").
     pub reached: u64,
+    /// The packets those reached operations stand for, seen from this requester (their
+    /// requests sent, their ACKs and responses received): not in `tx_packets` and
+    /// `rx_packets`, which count the wire's, and added to them in the port counters
+    /// (`softverbs counters`), so that these read as with reach off.
+    pub reached_traffic: Traffic,
 }
 
 /// One software NIC: its PDs, MRs, CQs and QPs, and the transport that runs them.

@@ -32,8 +32,11 @@ impl Nic {
             .ok_or_else(|| Error::inval(format!("ibv_post_send: QP {qpn:#x} does not exist")))?;
         let mut result = Ok(());
         let mut quiet = true;
+        // WRs of this call done by direct reach: each holds a slot of the send queue until
+        // the call ends, as on rxe (`check_send`).
+        let mut done_at_once = 0;
         for (i, wr) in wrs.iter().enumerate() {
-            let wr = match check_send(qp, &self.hca, wr) {
+            let wr = match check_send(qp, &self.hca, wr, done_at_once) {
                 Ok(checked) => checked,
                 Err(e) => {
                     result = Err(Error::new(
@@ -46,6 +49,7 @@ impl Nic {
             if reach::candidate(qp, &self.hca, wr.wr().opcode)
                 && reach::post(qp, &mut self.hca, &wr)
             {
+                done_at_once += 1;
                 continue;
             }
             quiet = false;

@@ -2,8 +2,12 @@
 //! the QP state machine (attributes, reset, and the error transition with its flush). The QP
 //! verbs are in `qp_verbs`.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::ops::Deref;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use verbs_api::{
     AsyncElement, AsyncEvent, AsyncEventType, AtomicTarget, QpAttr, QpAttrMask, QpCap, QpState,
@@ -271,6 +275,44 @@ pub struct WriteCtx {
     pub total: u32,
 }
 
+/// One word of a host's memory where a responder QP's expected PSN is kept current for the
+/// peers that reach it (a slot of the port's reach file): the responder stores every move
+/// there ([`RespState::set_epsn`]), before the ACK that tells the requester of it
+/// is sent, so a requester whose requests were all acknowledged finds the PSN its next
+/// request would carry. A plain store, no system call.
+#[derive(Clone)]
+pub struct PsnMirror {
+    word: NonNull<AtomicU32>,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the word is shared memory reached only atomically, valid while `_keep` lives.
+unsafe impl Send for PsnMirror {}
+// SAFETY: as above.
+unsafe impl Sync for PsnMirror {}
+
+impl PsnMirror {
+    /// A mirror writing to `word`.
+    ///
+    /// # Safety
+    /// `word` must stay valid for atomic access as long as `keep` lives.
+    pub unsafe fn new(word: NonNull<AtomicU32>, keep: Arc<dyn Any + Send + Sync>) -> PsnMirror {
+        PsnMirror { word, _keep: keep }
+    }
+
+    #[inline]
+    pub(crate) fn store(&self, psn: Psn) {
+        // SAFETY: `new`'s contract keeps the word valid while `_keep` lives, as it does here.
+        unsafe { self.word.as_ref() }.store(psn.value(), Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for PsnMirror {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PsnMirror").field("word", &self.word).finish()
+    }
+}
+
 /// Responder state of one QP (the receive side).
 #[derive(Clone, Debug, Default)]
 pub struct RespState {
@@ -288,6 +330,21 @@ pub struct RespState {
     pub resources: VecDeque<RdResource>,
     /// UC: drop packets until the next FIRST/ONLY after a gap.
     pub drop_msg: bool,
+    /// Where the host keeps `epsn` for peers that reach this QP (direct reach): written
+    /// whenever `epsn` moves, before any ACK that follows ([`RespState::set_epsn`]).
+    pub(crate) mirror: Option<PsnMirror>,
+}
+
+impl RespState {
+    /// Moves the expected PSN, and its mirror with it: a requester that learns of the move
+    /// from this responder's ACK (sent after this) finds the new value published.
+    #[inline]
+    pub fn set_epsn(&mut self, psn: Psn) {
+        self.epsn = psn;
+        if let Some(m) = &self.mirror {
+            m.store(psn);
+        }
+    }
 }
 
 /// One queue pair.
@@ -408,7 +465,7 @@ impl Qp {
         }
         if m.contains(QpAttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
-            self.resp.epsn = Psn::new(attr.rq_psn);
+            self.resp.set_epsn(Psn::new(attr.rq_psn));
         }
         if m.contains(QpAttrMask::SQ_PSN) {
             a.sq_psn = attr.sq_psn;

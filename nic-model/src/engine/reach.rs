@@ -19,10 +19,11 @@
 use verbs_api::{AccessFlags, QpState, QpType, WcStatus, WrOpcode};
 
 use super::mr::{MrMemory, MrTable, PdId};
-use super::qp::Qp;
+use super::qp::{PsnMirror, Qp};
 use super::rights::{self, Grant, MrRights, QpRights, RemoteOp, Request};
 use super::send_check::CheckedWr;
 use super::{Hca, Nic};
+use crate::packet::{Opcode, ICRC_LEN, IPV4_UDP_LEN};
 
 /// What a requester asks the host to reach: the responder QP it is connected to, and the
 /// request (operation, rkey, range) the responder's rules are checked against.
@@ -36,18 +37,36 @@ pub struct ReachAsk {
     pub dest_qpn: u32,
     /// The operation and the memory it names, as its RETH or AtomicETH would carry them.
     pub request: Request,
+    /// The requester's next PSN: the PSN its first packet would carry. Its send queue is
+    /// empty and everything it sent was acknowledged, so on a pair set up right this is the
+    /// responder's expected PSN.
+    pub psn: u32,
+    /// The requester's path MTU in bytes.
+    pub mtu: u32,
+    /// The packets the operation stands for, which both ports count
+    /// (`softverbs counters`), seen from the requester.
+    pub traffic: Traffic,
 }
 
 impl ReachAsk {
     /// The responder's rules for this ask, over the facts the responder published for its QP
     /// (`qp`) and for the MR the rkey names (`mr`; None: no such MR). First what a packet's
     /// arrival proves before the responder looks at it (the QP takes requests, in RTR, RTS or
-    /// SQD; the requester is its connected peer, rxe's `check_addr`), then every rule of
+    /// SQD; the requester is its connected peer, rxe's `check_addr`); then what its packets
+    /// would meet first: their PSN is the responder's expected PSN (else a sequence error NAK,
+    /// or a duplicate, on rxe as here) and each packet's length passes the responder's path
+    /// MTU (`rights::message_fits_mtu`; else an invalid request NAK); then every rule of
     /// `rights::check`, so that what the packet responder refuses is refused here too.
     /// None refuses: the WR then goes as packets, and the responder's NAK reports it.
     #[inline]
     pub fn check(&self, qp: &QpFacts, mr: Option<&MrRights>) -> Option<Grant> {
         if !qp.live || qp.dest_qpn != self.src_qpn || qp.dest_ip != self.src_ip {
+            return None;
+        }
+        let (sent_mtu, mtu) = (u64::from(self.mtu), u64::from(qp.mtu));
+        if qp.epsn != self.psn
+            || !rights::message_fits_mtu(self.request.op, self.request.len, sent_mtu, mtu)
+        {
             return None;
         }
         let rights = QpRights {
@@ -122,6 +141,106 @@ pub struct QpFacts {
     pub dest_ip: [u8; 4],
     /// `max_dest_rd_atomic`.
     pub max_dest_rd_atomic: u32,
+    /// Its expected PSN (the responder's, 24 bits): kept current as packets move it
+    /// ([`PsnMirror`]).
+    pub epsn: u32,
+    /// Its path MTU in bytes.
+    pub mtu: u32,
+}
+
+/// The packets a reached operation stands for, seen from one port: what it would have sent
+/// and received, and their datagrams' bytes (IPv4 header to ICRC), as the port counters count
+/// them (`docs/guide.md`, "Counters").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Datagrams sent.
+    pub sent_packets: u64,
+    /// Their bytes.
+    pub sent_bytes: u64,
+    /// Datagrams received.
+    pub received_packets: u64,
+    /// Their bytes.
+    pub received_bytes: u64,
+}
+
+impl Traffic {
+    /// The same packets seen from the other end.
+    #[inline]
+    pub fn mirrored(self) -> Traffic {
+        Traffic {
+            sent_packets: self.received_packets,
+            sent_bytes: self.received_bytes,
+            received_packets: self.sent_packets,
+            received_bytes: self.sent_bytes,
+        }
+    }
+
+    /// Adds `other` in (wrapping, as counters do).
+    #[inline]
+    pub fn add(&mut self, other: &Traffic) {
+        self.sent_packets = self.sent_packets.wrapping_add(other.sent_packets);
+        self.sent_bytes = self.sent_bytes.wrapping_add(other.sent_bytes);
+        self.received_packets = self.received_packets.wrapping_add(other.received_packets);
+        self.received_bytes = self.received_bytes.wrapping_add(other.received_bytes);
+    }
+
+    /// What an RC operation `op` of `len` bytes on a path MTU of `mtu` bytes (a power of two,
+    /// as every path MTU is) is on the wire,
+    /// seen from its requester, when nothing else is in flight (its send queue was empty):
+    /// a WRITE's request packets and one ACK per ACK they ask for (at the last packet and
+    /// every `ack_every`; the packet path may coalesce ACKs of requests that arrive together,
+    /// which a lone message's do not); a READ's request and its responses; an atomic's
+    /// request and its atomic ACK.
+    pub fn of(op: RemoteOp, len: u32, mtu: u32, ack_every: u32) -> Traffic {
+        let datagram = |opcode: Opcode, payload: u32| {
+            let padded = u64::from(payload.next_multiple_of(4));
+            (IPV4_UDP_LEN + opcode.row().header_len + ICRC_LEN) as u64 + padded
+        };
+        // A path MTU is a power of two: a shift, not a division, on the reach path.
+        let n = ((u64::from(len) + u64::from(mtu) - 1) >> mtu.trailing_zeros()).max(1) as u32;
+        let last = len - (n - 1) * mtu;
+        // Packets of `len` bytes cut at the MTU: ONLY, or FIRST, MIDDLEs and LAST.
+        let cut = |only: Opcode, first: Opcode, middle: Opcode, end: Opcode| match n {
+            1 => datagram(only, len),
+            _ => {
+                datagram(first, mtu)
+                    + u64::from(n - 2) * datagram(middle, mtu)
+                    + datagram(end, last)
+            }
+        };
+        let (sent_packets, sent_bytes, received_packets, received_bytes) = match op {
+            RemoteOp::Write => {
+                let acks = match n <= ack_every || ack_every == 0 {
+                    true => 1,
+                    false => n.div_ceil(ack_every),
+                };
+                let bytes = cut(
+                    Opcode::RC_RDMA_WRITE_ONLY,
+                    Opcode::RC_RDMA_WRITE_FIRST,
+                    Opcode::RC_RDMA_WRITE_MIDDLE,
+                    Opcode::RC_RDMA_WRITE_LAST,
+                );
+                let ack = datagram(Opcode::RC_ACKNOWLEDGE, 0);
+                (u64::from(n), bytes, u64::from(acks), u64::from(acks) * ack)
+            }
+            RemoteOp::Read => {
+                let bytes = cut(
+                    Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                );
+                (1, datagram(Opcode::RC_RDMA_READ_REQUEST, 0), u64::from(n), bytes)
+            }
+            RemoteOp::Atomic => (
+                1,
+                datagram(Opcode::RC_FETCH_ADD, 0),
+                1,
+                datagram(Opcode::RC_ATOMIC_ACKNOWLEDGE, 0),
+            ),
+        };
+        Traffic { sent_packets, sent_bytes, received_packets, received_bytes }
+    }
 }
 
 impl Nic {
@@ -143,7 +262,21 @@ impl Nic {
             dest_qpn: q.attr.dest_qp_num,
             dest_ip: q.dst_ip,
             max_dest_rd_atomic: u32::from(q.attr.max_dest_rd_atomic),
+            epsn: q.resp.epsn.value(),
+            mtu: q.mtu(),
         }));
+    }
+
+    /// Has RC QP `qpn`'s responder keep its expected PSN current in `mirror` (None: nowhere)
+    /// from now on, starting with the PSN it expects now; a host that publishes the QP's
+    /// [`QpFacts`] for direct reach gives it the published word. False if there is no such QP.
+    pub fn set_psn_mirror(&mut self, qpn: u32, mirror: Option<PsnMirror>) -> bool {
+        let Some(q) = self.qps.get_mut(&qpn) else { return false };
+        if let Some(m) = &mirror {
+            m.store(q.resp.epsn);
+        }
+        q.resp.mirror = mirror;
+        true
     }
 }
 
@@ -202,11 +335,16 @@ fn place(qp: &Qp, hca: &mut Hca, w: &CheckedWr<'_, '_>) -> bool {
         (true, _) => (RemoteOp::Read, wr.rdma.rkey, wr.rdma.remote_addr),
         _ => (RemoteOp::Write, wr.rdma.rkey, wr.rdma.remote_addr),
     };
+    let (mtu, len) = (qp.mtu(), w.len());
+    let traffic = Traffic::of(op, len, mtu, hca.cfg.ack_every);
     let ask = ReachAsk {
         src_qpn: qp.qpn,
         src_ip: hca.cfg.ip(),
         dest_qpn: qp.attr.dest_qp_num,
-        request: Request { op, rkey, va, len: u64::from(w.len()) },
+        request: Request { op, rkey, va, len: u64::from(len) },
+        psn: qp.req.psn.value(),
+        mtu,
+        traffic,
     };
     let Hca { tx, mrs, .. } = hca;
     let mrs = &*mrs;
@@ -229,6 +367,7 @@ fn place(qp: &Qp, hca: &mut Hca, w: &CheckedWr<'_, '_>) -> bool {
         }
     }
     hca.stats.reached += 1;
+    hca.stats.reached_traffic.add(&traffic);
     hca.complete_send_wr(qp, (wr.wr_id, wr.opcode, w.len(), w.signaled()), WcStatus::Success);
     true
 }

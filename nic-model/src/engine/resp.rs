@@ -78,11 +78,7 @@ fn payload_fits_mtu(qp: &Qp, pkt: &Packet<'_>, flags: OpFlags) -> bool {
         return true;
     }
     let (len, mtu) = (pkt.payload.len() as u64, u64::from(qp.mtu()));
-    match (flags.contains(OpFlags::START), flags.contains(OpFlags::END)) {
-        (true, true) => len <= mtu,
-        (false, true) => (1..=mtu).contains(&len),
-        _ => len == mtu,
-    }
+    rights::payload_fits(flags.contains(OpFlags::START), flags.contains(OpFlags::END), len, mtu)
 }
 
 /// Acknowledge everything up to `psn`. If the last datagram queued for the wire is an ACK of
@@ -162,7 +158,7 @@ fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid
         }
     }
     let off = off + pkt.payload.len() as u64;
-    qp.resp.epsn = psn.next();
+    qp.resp.set_epsn(psn.next());
     if flags.contains(OpFlags::END) {
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         let imm = pkt.imm;
@@ -210,7 +206,7 @@ pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>)
     }
     let w = qp.rq.pop_front().expect("the receive just written");
     qp.resp.nak_sent = false;
-    qp.resp.epsn = psn.next();
+    qp.resp.set_epsn(psn.next());
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
     hca.complete_recv(
         qp,
@@ -282,7 +278,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
     }
     ctx.va += n as u64;
     ctx.remaining -= n;
-    qp.resp.epsn = psn.next();
+    qp.resp.set_epsn(psn.next());
     if last {
         qp.resp.write = None;
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
@@ -331,7 +327,7 @@ fn on_read(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         msn: qp.resp.msn,
     };
     save_resource(qp, res);
-    qp.resp.epsn = psn.add(npkts);
+    qp.resp.set_epsn(psn.add(npkts));
     send_read_responses(qp, hca, psn, npkts, reth.rkey, reth.va, reth.dma_len, 0, qp.resp.msn);
 }
 
@@ -415,7 +411,7 @@ fn on_atomic(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     };
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
     save_resource(qp, RdResource::Atomic { psn, orig, msn: qp.resp.msn });
-    qp.resp.epsn = psn.next();
+    qp.resp.set_epsn(psn.next());
     send_atomic_ack(qp, hca, psn, orig, qp.resp.msn);
 }
 
@@ -504,7 +500,7 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     if psn != qp.resp.epsn {
         uc_abandon(qp, hca);
     }
-    qp.resp.epsn = psn.next();
+    qp.resp.set_epsn(psn.next());
     if !payload_fits_mtu(qp, pkt, flags) {
         // UC has no NAK: the malformed packet loses its message, as a gap does.
         hca.stats.rx_bad_length += 1;

@@ -185,6 +185,45 @@ pub fn check_mr(
     Ok(start)
 }
 
+/// Whether one SEND or RDMA WRITE packet carries what its place in the message allows at a
+/// path MTU of `mtu` bytes (IBA 9.7.5.1.2 length checks; rxe's `check_length`): a FIRST or
+/// MIDDLE packet exactly one MTU, a LAST packet 1 to MTU bytes, an ONLY packet at most one
+/// MTU. The packet responder holds every SEND and WRITE packet to it (a requester on a larger
+/// path MTU is NAKed, invalid request), and [`message_fits_mtu`] holds direct reach to it.
+#[inline]
+pub fn payload_fits(first: bool, last: bool, len: u64, mtu: u64) -> bool {
+    match (first, last) {
+        (true, true) => len <= mtu,
+        (false, true) => (1..=mtu).contains(&len),
+        _ => len == mtu,
+    }
+}
+
+/// Whether a message of `len` bytes that a requester on a path MTU of `sent_mtu` bytes sends
+/// as packets would be taken by a responder on a path MTU of `mtu` bytes, packet by packet:
+/// an RDMA WRITE's packets, cut at `sent_mtu`, each pass [`payload_fits`] at `mtu`; an RDMA
+/// READ's responses, cut at `mtu`, are the ones the requester's completer expects at
+/// `sent_mtu` (`comp`: every response but the last one MTU long, else `BAD_RESP_ERR`); an
+/// atomic carries no payload. Direct reach ([`crate::engine::ReachAsk::check`]) asks it, so
+/// that a pair whose path MTUs disagree fails by reach exactly as by packets.
+#[inline]
+pub fn message_fits_mtu(op: RemoteOp, len: u64, sent_mtu: u64, mtu: u64) -> bool {
+    if op == RemoteOp::Atomic || sent_mtu == mtu {
+        return true;
+    }
+    // On different MTUs only a message of one packet under both passes: a WRITE's ONLY
+    // packet fits the responder's MTU; a READ's one response is the ONLY one expected.
+    let one = sent_mtu.min(mtu);
+    match op {
+        RemoteOp::Write if len <= sent_mtu => payload_fits(true, true, len, mtu),
+        RemoteOp::Write => {
+            // FIRST at `sent_mtu` bytes: never exactly `mtu` when they differ.
+            payload_fits(true, false, sent_mtu, mtu)
+        }
+        _ => len <= one,
+    }
+}
+
 /// [`check`] for a request that arrived at `qp` as packets: the MR from this engine's table,
 /// and where the bytes are (None for [`Grant::Nothing`]).
 #[inline]
@@ -254,6 +293,30 @@ mod tests {
         let wo = qp(AccessFlags::REMOTE_WRITE, 1);
         assert_eq!(check(&wo, &req(RemoteOp::Read, 0x1008, 8), Some(&m)), Err(Rae));
         assert_eq!(check(&ok, &req(RemoteOp::Write, 0x1038, 9), Some(&m)), Err(Rae));
+    }
+
+    #[test]
+    fn a_message_fits_the_responders_mtu_as_its_packets_would() {
+        use RemoteOp::{Atomic, Read, Write};
+        // Equal MTUs: anything.
+        assert!(message_fits_mtu(Write, 1 << 20, 1024, 1024));
+        assert!(message_fits_mtu(Read, 1 << 20, 1024, 1024));
+        // A larger requester MTU: an ONLY packet up to the responder's MTU passes, not more.
+        assert!(message_fits_mtu(Write, 256, 1024, 256));
+        assert!(!message_fits_mtu(Write, 257, 1024, 256));
+        assert!(!message_fits_mtu(Write, 4096, 1024, 256));
+        // A smaller requester MTU: one packet passes; a FIRST of 256 bytes is not 1024.
+        assert!(message_fits_mtu(Write, 256, 256, 1024));
+        assert!(!message_fits_mtu(Write, 4096, 256, 1024));
+        assert!(message_fits_mtu(Write, 0, 256, 1024), "a zero-length WRITE");
+        // READ responses are cut at the responder's MTU, expected at the requester's.
+        assert!(message_fits_mtu(Read, 256, 1024, 256));
+        assert!(!message_fits_mtu(Read, 300, 1024, 256));
+        assert!(!message_fits_mtu(Read, 300, 256, 1024));
+        assert!(message_fits_mtu(Atomic, 8, 256, 4096));
+        // The per-packet rule itself.
+        assert!(payload_fits(true, true, 0, 256) && !payload_fits(false, true, 0, 256));
+        assert!(payload_fits(false, false, 256, 256) && !payload_fits(true, false, 255, 256));
     }
 
     #[test]

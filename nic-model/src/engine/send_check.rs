@@ -145,11 +145,18 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
 /// the opcode, within `max_inline_data`, its SGEs readable), the gather list (within
 /// `max_send_sge`, each SGE of an MR of the QP's PD and inside it), the message length, an
 /// atomic's one 8-byte SGE and aligned address, a UD WR's address handle and path MTU.
+///
+/// Room in the send queue is counted as rxe's ring counts it (`post_one_send`'s
+/// `queue_full`): a WR holds its slot from its post until the completer retires it, and the
+/// completer runs only after the call's doorbell, so every WR posted earlier in the same call
+/// holds one, even one direct reach completed at once (`done_at_once`: those, which are not in
+/// the send queue). A WR completed in an earlier call holds none, polled or not.
 #[inline]
 pub(crate) fn check_send<'w, 'd>(
     qp: &Qp,
     hca: &Hca,
     wr: &'w SendWr<'d>,
+    done_at_once: usize,
 ) -> Result<CheckedWr<'w, 'd>> {
     let inval = |m: String| Err(Error::inval(m));
     if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe) {
@@ -158,7 +165,7 @@ pub(crate) fn check_send<'w, 'd>(
     if !wr.opcode.valid_for(qp.qp_type) {
         return inval(format!("{} is not valid on a {:?} QP", wr.opcode.name(), qp.qp_type));
     }
-    if qp.sq.len() >= qp.cap.max_send_wr as usize {
+    if qp.sq.len() + done_at_once >= qp.cap.max_send_wr as usize {
         return Err(Error::nomem(format!(
             "the send queue is full ({} WRs, max_send_wr)",
             qp.cap.max_send_wr

@@ -2,11 +2,16 @@
 //! hardware counters where one exists), the port's own tallies beside the engine's
 //! [`NicStats`], and the order in which the owner publishes them into its inbox segment for
 //! `softverbs counters` in another process ([`crate::wire::Fabric::read_counters`]).
+//!
+//! Direct reach sends no packet, but the counters count the packets each reached operation
+//! stands for, on both sides ([`values`]), so that they read as with reach off: a requester's
+//! own ([`NicStats::reached_traffic`]) and what peers reached in this port's memory (counted
+//! by them in its reach file).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::faults::FaultCounters;
-use crate::engine::NicStats;
+use crate::engine::{NicStats, Traffic};
 
 /// One counter: its name as `softverbs counters` shows it, and what it counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,21 +155,28 @@ pub const COUNT: usize = COUNTERS.len();
 const _: () = assert!(COUNT <= crate::wire::layout::COUNTER_WORDS);
 
 /// The value of every counter of [`COUNTERS`], in its order, from the engine's and the
-/// port's counts; `link_downed` is whether the port has gone down.
+/// port's counts; `link_downed` is whether the port has gone down. The packet and byte
+/// counters (`port_xmit_packets`, `port_rcv_packets`, `port_xmit_data`, `port_rcv_data`,
+/// `sent_pkts`, `rcvd_pkts`) add the packets direct reach stood for: this port's requests
+/// (`nic.reached_traffic`) and its peers' in its memory (`reached_here`).
 pub fn values(
     nic: &NicStats,
     backpressure: &Backpressure,
     port: &PortCounters,
     faults: &FaultCounters,
+    reached_here: &Traffic,
     link_downed: bool,
 ) -> [u64; COUNT] {
+    let mut stood = nic.reached_traffic;
+    stood.add(reached_here);
+    let plus = |wire: u64, reached: u64| wire.wrapping_add(reached);
     [
-        port.xmit_packets,
-        port.rcv_packets,
-        port.xmit_bytes / 4,
-        port.rcv_bytes / 4,
-        nic.tx_packets,
-        nic.rx_packets,
+        plus(port.xmit_packets, stood.sent_packets),
+        plus(port.rcv_packets, stood.received_packets),
+        plus(port.xmit_bytes, stood.sent_bytes) / 4,
+        plus(port.rcv_bytes, stood.received_bytes) / 4,
+        plus(nic.tx_packets, stood.sent_packets),
+        plus(nic.rx_packets, stood.received_packets),
         nic.rx_duplicates,
         nic.rx_out_of_sequence,
         nic.seq_naks_received,
@@ -217,7 +229,8 @@ mod tests {
             ..PortCounters::default()
         };
         let faults = FaultCounters { loss_rx: 6, port_failed: 2, ..FaultCounters::default() };
-        let v = values(&nic, &backpressure, &port, &faults, true);
+        let here = Traffic { received_packets: 2, received_bytes: 100, ..Traffic::default() };
+        let v = values(&nic, &backpressure, &port, &faults, &here, true);
         let at = |n: &str| v[index_of(n).expect(n)];
         assert_eq!(at("sent_pkts"), 5);
         assert_eq!(at("rcvd_bad_icrc"), 2);
@@ -225,7 +238,8 @@ mod tests {
         assert_eq!(at("backpressured"), 7);
         assert_eq!(at("drop_ud_inbox_full"), 1);
         assert_eq!(at("port_xmit_data"), 100, "4-byte words");
-        assert_eq!(at("port_rcv_packets"), 9);
+        assert_eq!(at("port_rcv_packets"), 11, "9 from the inbox, 2 reached here");
+        assert_eq!(at("port_rcv_data"), 25);
         assert_eq!(at("drop_unreachable"), 4);
         assert_eq!(at("link_downed"), 1);
         assert_eq!((at("fault_loss_rx"), at("fault_port_failed")), (6, 2));

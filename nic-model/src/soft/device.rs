@@ -98,6 +98,27 @@ pub struct DeviceStats {
     /// The last send that found a destination's inbox corrupted, naming that segment: its
     /// datagrams are lost, as to a port that is down, until RC gives up (`RETRY_EXC_ERR`).
     pub peer_problem: Option<String>,
+    /// The packets that peers' direct reach into this port's memory stood for, seen from this
+    /// port (their requests received, the ACKs and responses sent); this port's own reached
+    /// requests are in `nic.reached_traffic`. Neither is in `nic` or `port`'s packet counts,
+    /// which count the wire; [`DeviceStats::counters`] adds them as `softverbs counters` does.
+    pub reached_here: crate::engine::Traffic,
+}
+
+impl DeviceStats {
+    /// Every port counter as `softverbs counters` shows it ([`counters::COUNTERS`], in order),
+    /// the packets direct reach stood for included.
+    pub fn counters(&self) -> [u64; counters::COUNT] {
+        let down = self.port_error.is_some();
+        counters::values(
+            &self.nic,
+            &self.backpressure,
+            &self.port,
+            &self.faults,
+            &self.reached_here,
+            down,
+        )
+    }
 }
 
 // The verbs layer calls the engine through the lock (`dev.lock().alloc_pd()`); the rest of
@@ -316,6 +337,7 @@ impl Core {
             faults: self.fault_counts(),
             port_error: self.port_error.get().cloned(),
             peer_problem: self.port.peer_problem(),
+            reached_here: self.reached_here(true),
         }
     }
 
@@ -329,9 +351,17 @@ impl Core {
             backpressure,
             &self.tally.snapshot(),
             &self.fault_counts(),
+            &self.reached_here(false),
             self.port_down(),
         );
         self.port.publish(&values);
+    }
+
+    /// What peers' direct reach into this port's memory stood for (see
+    /// [`DeviceStats::reached_here`]); added up again when a peer counted something, or when
+    /// `fresh`.
+    fn reached_here(&self, fresh: bool) -> crate::engine::Traffic {
+        self.reach.as_ref().map_or_else(Default::default, |r| r.reached(fresh))
     }
 
     /// What the port's fault plan did so far (zero without one).
@@ -455,6 +485,10 @@ impl Core {
             }
             _ => return,
         };
+        if let Some(r) = &self.reach {
+            // Before PORT_ERR: once its owner hears of it, nothing reaches the port.
+            r.set_port_down();
+        }
         if self.port_error.set(format!("{}: port 1 is down: {why}", self.name)).is_ok() {
             tracing::warn!(device = %self.name, port = 1, reason = %why, "port error: the port is down");
             let ev = AsyncEvent {

@@ -335,7 +335,7 @@ impl Host for Device {
         let mut st = self.lock();
         let r = f(&mut st);
         if let Some(reach) = &self.reach {
-            reach.sync(&st);
+            reach.sync(&mut st);
         }
         r
     }

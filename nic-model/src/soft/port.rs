@@ -257,7 +257,7 @@ impl Port for ShmPort {
         Box::new(ShmEgress {
             fabric: self.fabric.clone(),
             lid: self.inbox.lid(),
-            reach: self.arena.is_some(),
+            own: self.arena.clone(),
             senders: Vec::new(),
             views: Vec::new(),
             peer_problem: self.peer_problem.clone(),
@@ -317,8 +317,10 @@ pub struct ShmEgress {
     fabric: Fabric,
     /// Its own port's LID (never reached: that is this process's own memory).
     lid: u16,
-    /// Whether the port has a reach file (direct reach is on for this device).
-    reach: bool,
+    /// The port's own reach file, if it has one (direct reach is on for this device): while
+    /// the port is down ([`ReachArena::port_down`]) it reaches nothing, as its packets would
+    /// get no answer.
+    own: Option<Arc<ReachArena>>,
     senders: Vec<(u16, Sender)>,
     views: Vec<(u16, PeerReach)>,
     peer_problem: Arc<Mutex<Option<String>>>,
@@ -407,7 +409,7 @@ impl Egress for ShmEgress {
 
     // A layer around this egress (a capture, a tap, a fault plan) says no itself.
     fn reaches(&self) -> bool {
-        self.reach
+        self.own.as_ref().is_some_and(|a| !a.port_down())
     }
 
     #[inline]

@@ -5,13 +5,13 @@
 //! the engine asked in the memory reached). `engine::reach` says when a requester uses it;
 //! `wire::reach` holds the shared file.
 
-use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use verbs_api::{AccessFlags, Result};
 
 use crate::engine::mr::MrMemory;
-use crate::engine::{Nic, QpFacts, ReachAsk, ReachOp};
+use crate::engine::{Nic, PsnMirror, QpFacts, ReachAsk, ReachOp, Traffic};
 use crate::small_copy::{store_in_order, TAIL};
 use crate::wire::reach::{Keeper, ReachArena, ReachView, Reached};
 
@@ -22,6 +22,14 @@ pub(crate) struct SoftReach {
     epoch: AtomicU64,
     /// The QPs published as live, and a buffer for the engine's facts.
     published: Mutex<(Vec<u32>, Vec<QpFacts>)>,
+    /// Every QP slot a QP was ever published in, sorted: where peers count reached traffic.
+    slots: Mutex<Vec<u16>>,
+    /// The reached traffic last added up ([`SoftReach::reached`]): sent packets and bytes,
+    /// received packets and bytes.
+    reached: [AtomicU64; 4],
+    /// Whether the last look found the mark set: the next adds up again, since a peer's
+    /// counts may land just after the mark it saw set was cleared.
+    again: AtomicBool,
 }
 
 impl SoftReach {
@@ -30,12 +38,46 @@ impl SoftReach {
             arena,
             epoch: AtomicU64::new(u64::MAX),
             published: Mutex::new((Vec::new(), Vec::new())),
+            slots: Mutex::new(Vec::new()),
+            reached: Default::default(),
+            again: AtomicBool::new(false),
         }
     }
 
     /// Whether peers must send packets (a capture, a tap or a fault plan on this device).
     pub(crate) fn set_observed(&self, observed: bool) {
         self.arena.set_observed(observed);
+    }
+
+    /// The port went down for good: nothing reaches it any more, and it reaches nothing.
+    pub(crate) fn set_port_down(&self) {
+        self.arena.set_port_down();
+    }
+
+    /// What peers' reached operations in this port's memory stood for, seen from this port
+    /// (requests received; ACKs and responses sent), for its counters. Added up again only when
+    /// a peer counted something since the last look or the one before, or when `fresh`
+    /// (`Soft::stats`): two loads and a store otherwise.
+    pub(crate) fn reached(&self, fresh: bool) -> Traffic {
+        let counted = self.arena.take_counted();
+        // Under the device lock: one writer.
+        let again = self.again.load(Ordering::Relaxed);
+        self.again.store(counted, Ordering::Relaxed);
+        if fresh || counted || again {
+            let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            let t = self.arena.reached(&slots);
+            let v = [t.sent_packets, t.sent_bytes, t.received_packets, t.received_bytes];
+            for (c, v) in self.reached.iter().zip(v) {
+                c.store(v, Ordering::Relaxed);
+            }
+        }
+        let get = |i: usize| self.reached[i].load(Ordering::Relaxed);
+        Traffic {
+            sent_packets: get(0),
+            sent_bytes: get(1),
+            received_packets: get(2),
+            received_bytes: get(3),
+        }
     }
 
     /// MR memory from the arena, or from the heap when the arena has no room (that MR is
@@ -82,9 +124,12 @@ impl SoftReach {
     }
 
     /// Publishes the engine's RC QPs if its QP epoch moved since the last time: one compare
-    /// per call otherwise. Called under the device lock after verbs and progress rounds.
+    /// per call otherwise. Called under the device lock after verbs and progress rounds. Each
+    /// QP published live gets its slot's expected-PSN word as its responder's mirror
+    /// (`engine::PsnMirror`), so packets that move the PSN move the published one at once;
+    /// a QP withdrawn loses it.
     #[inline]
-    pub(crate) fn sync(&self, nic: &Nic) {
+    pub(crate) fn sync(&self, nic: &mut Nic) {
         let e = nic.qp_epoch();
         if self.epoch.load(Ordering::Relaxed) != e {
             self.republish(nic, e);
@@ -92,19 +137,31 @@ impl SoftReach {
     }
 
     #[cold]
-    fn republish(&self, nic: &Nic, epoch: u64) {
+    fn republish(&self, nic: &mut Nic, epoch: u64) {
         let mut g = self.published.lock().unwrap_or_else(|e| e.into_inner());
         let (live, facts) = &mut *g;
         nic.qp_facts(facts);
         let mut now_live = Vec::with_capacity(facts.len());
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         for f in facts.iter() {
             if f.live && self.arena.publish_qp(f) {
                 now_live.push(f.qpn);
+                let keep: Arc<dyn std::any::Any + Send + Sync> = self.arena.clone();
+                // SAFETY: the word lies in the arena's mapping, which `keep` keeps mapped.
+                let mirror = unsafe { PsnMirror::new(self.arena.epsn_word(f.qpn), keep) };
+                nic.set_psn_mirror(f.qpn, Some(mirror));
+                let slot = (f.qpn as usize % crate::wire::reach::QP_SLOTS) as u16;
+                if let Err(at) = slots.binary_search(&slot) {
+                    slots.insert(at, slot);
+                }
+            } else {
+                nic.set_psn_mirror(f.qpn, None);
             }
         }
         for qpn in live.iter() {
             if !now_live.contains(qpn) {
                 self.arena.withdraw_qp(*qpn);
+                nic.set_psn_mirror(*qpn, None);
             }
         }
         *live = now_live;
@@ -167,7 +224,12 @@ pub(crate) fn reach<'l>(
         }
         Some(false) => None,
         None => match &views[at].1 {
-            PeerReach::Mapped(v) => v.resolve(ask),
+            PeerReach::Mapped(v) => {
+                let r = v.resolve(ask)?;
+                // The responder's port counts the packets this stands for.
+                v.count(ask.dest_qpn, &ask.traffic);
+                Some(r)
+            }
             PeerReach::Absent(_) => None,
         },
     }

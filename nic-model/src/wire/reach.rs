@@ -23,8 +23,14 @@
 //! mutex's word `FUTEX_OWNER_DIED` (and clears its owner) as that thread dies, and a peer
 //! reads the word before every reach ([`ReachView::blocked`]).
 //!
-//! Reach is used only when nothing can look at the wire: the owner sets `observed` when its
-//! device has a capture, a tap or a fault plan, and a requester with any of them sends packets.
+//! Reach is used only when nothing can look at the wire and the port is up: the owner sets
+//! `observed` when its device has a capture, a tap or a fault plan, or its port went down, and
+//! a requester with any of them sends packets.
+//!
+//! A QP's slot also holds its expected PSN, which the responder keeps current as packets move
+//! it ([`ReachArena::epsn_word`]), and its path MTU. Beside the tables, one counter block per
+//! QP slot holds the packets that reached operations stood for (written by the one requester
+//! connected to that QP, read by the owner for its port counters, [`ReachArena::reached`]).
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -37,13 +43,15 @@ use memmap2::{MmapOptions, MmapRaw};
 use verbs_api::AccessFlags;
 
 use super::{os, WireError};
-use crate::engine::{Grant, MrRights, QpFacts, ReachAsk};
+use crate::engine::{Grant, MrRights, QpFacts, ReachAsk, Traffic};
 
 mod keeper;
+mod reached;
 pub use keeper::Keeper;
+pub use reached::Reached;
 
 const MAGIC: u64 = u64::from_be_bytes(*b"SVREACH1");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Header bytes (one page).
 const HEADER: usize = 4096;
 /// Bytes per table slot.
@@ -55,8 +63,13 @@ pub const QP_SLOTS: usize = 4096;
 pub const MR_SLOTS: usize = 16384;
 /// Where the tables end.
 const TABLES_END: usize = HEADER + (QP_SLOTS + MR_SLOTS) * SLOT;
-/// Where the arena starts: after the tables, at a 2 MiB boundary.
-const ARENA_OFF: usize = TABLES_END.next_multiple_of(2 << 20);
+/// The reached-traffic counters, one block of [`SLOT`] bytes per QP slot (four u64 words, see
+/// [`ReachView::count`]), after the tables.
+const COUNTS: usize = TABLES_END;
+/// Where the shared words end (the header, the tables and the counters).
+const SHARED_END: usize = COUNTS + QP_SLOTS * SLOT;
+/// Where the arena starts: after the shared words, at a 2 MiB boundary.
+const ARENA_OFF: usize = SHARED_END.next_multiple_of(2 << 20);
 /// The arena's size: address space only (the file is sparse; pages exist once allocated).
 pub const ARENA_LEN: usize = 64 << 30;
 /// The granule of arena allocations (MR memory is 64-byte aligned, as the heap's is).
@@ -83,6 +96,16 @@ const KEEPER_LEN: usize = 48;
 /// the thread that holds it.
 const H_KEEPER_AT: usize = H_KEEPER + KEEPER_LEN;
 const H_KEEPER_TID: usize = H_KEEPER_AT + 4;
+/// Set by a requester that counted reached traffic, cleared by the owner that adds it up (on
+/// a cache line of its own, after the keeper's: requesters read the words above on every
+/// reach).
+const H_COUNTED: usize = 128;
+
+// Why peers must send packets (bits of the `observed` word).
+/// A capture, a tap or a fault plan looks at the wire.
+const PACKETS_OBSERVED: u32 = 1;
+/// The port is down (its inbox was found damaged): nothing reaches it.
+const PACKETS_PORT_DOWN: u32 = 2;
 
 // QP slot words (u32 index within the slot).
 const Q_SEQ: usize = 0;
@@ -93,6 +116,8 @@ const Q_PD: usize = 4;
 const Q_DEST_QPN: usize = 5;
 const Q_DEST_IP: usize = 6;
 const Q_RD_ATOMIC: usize = 7;
+const Q_EPSN: usize = 8;
+const Q_MTU: usize = 9;
 /// Peers inside an operation on this QP (the slot's last word).
 const Q_USERS: usize = 15;
 
@@ -114,18 +139,22 @@ struct Mapping {
 
 impl Mapping {
     fn word(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off + 4 <= TABLES_END && off.is_multiple_of(4));
+        debug_assert!(off + 4 <= SHARED_END && off.is_multiple_of(4));
         // SAFETY: offsets are within the header and tables (which the mapping always covers)
         // and 4-aligned (the mapping is page-aligned); shared words are only used as atomics.
         unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(off) as *mut u32) }
     }
     fn word64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off.is_multiple_of(8));
+        debug_assert!(off + 8 <= SHARED_END && off.is_multiple_of(8));
         // SAFETY: as for `word`, 8-aligned.
         unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(off) as *mut u64) }
     }
     fn qp(&self, i: usize, w: usize) -> &AtomicU32 {
         self.word(HEADER + i * SLOT + w * 4)
+    }
+    /// Counter `w` (0..4) of QP slot `i`'s reached traffic.
+    fn count(&self, i: usize, w: usize) -> &AtomicU64 {
+        self.word64(COUNTS + i * SLOT + w * 8)
     }
     fn mr(&self, i: usize, w: usize) -> &AtomicU32 {
         self.word(HEADER + (QP_SLOTS + i) * SLOT + w * 4)
@@ -233,7 +262,7 @@ impl ReachArena {
                 .map_err(|e| WireError::io(&path, e))?;
             // The header and tables are reserved (a full tmpfs fails here, not by SIGBUS); the
             // arena's pages only as MRs take them.
-            os::reserve(&file, TABLES_END as u64).map_err(|e| WireError::io(&path, e))?;
+            os::reserve(&file, SHARED_END as u64).map_err(|e| WireError::io(&path, e))?;
             file.set_len((ARENA_OFF + ARENA_LEN) as u64).map_err(|e| WireError::io(&path, e))?;
             map_file(&file, &path)
         };
@@ -265,7 +294,55 @@ impl ReachArena {
 
     /// Whether peers must send packets rather than reach (a capture, tap or fault plan).
     pub fn set_observed(&self, observed: bool) {
-        self.mapping.word(H_OBSERVED).store(u32::from(observed), Ordering::SeqCst);
+        let w = self.mapping.word(H_OBSERVED);
+        match observed {
+            true => w.fetch_or(PACKETS_OBSERVED, Ordering::SeqCst),
+            false => w.fetch_and(!PACKETS_OBSERVED, Ordering::SeqCst),
+        };
+    }
+
+    /// The port went down for good (its inbox was found damaged): peers send packets, which
+    /// are lost as to any port that is down, and its own requests go as packets too.
+    pub fn set_port_down(&self) {
+        self.mapping.word(H_OBSERVED).fetch_or(PACKETS_PORT_DOWN, Ordering::SeqCst);
+    }
+
+    /// Whether [`ReachArena::set_port_down`] was called.
+    pub fn port_down(&self) -> bool {
+        self.mapping.word(H_OBSERVED).load(Ordering::Relaxed) & PACKETS_PORT_DOWN != 0
+    }
+
+    /// The word of QP `qpn`'s slot that holds its expected PSN, for the responder to keep
+    /// current ([`crate::engine::PsnMirror`]); valid as long as this arena lives. Only while
+    /// the slot holds that QP, published live, is it that QP's.
+    pub fn epsn_word(&self, qpn: u32) -> std::ptr::NonNull<AtomicU32> {
+        std::ptr::NonNull::from(self.mapping.qp(qpn as usize % QP_SLOTS, Q_EPSN))
+    }
+
+    /// Whether a peer counted reached traffic since the last call (which clears the mark).
+    pub fn take_counted(&self) -> bool {
+        let w = self.mapping.word(H_COUNTED);
+        w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// The traffic peers' reached operations stood for in the QP slots `slots` (the ones
+    /// this port has published QPs in), seen from this port: their requests received, the
+    /// ACKs and responses sent. Counters are never reset while the file exists, so the sum
+    /// over every slot ever used is the port's total.
+    pub fn reached(&self, slots: &[u16]) -> Traffic {
+        let m = &self.mapping;
+        let mut t = Traffic::default();
+        for &i in slots {
+            let get = |w| m.count(usize::from(i), w).load(Ordering::Relaxed);
+            let seen = Traffic {
+                sent_packets: get(0),
+                sent_bytes: get(1),
+                received_packets: get(2),
+                received_bytes: get(3),
+            };
+            t.add(&seen.mirrored());
+        }
+        t
     }
 
     /// `len` zeroed bytes of the arena, or None when the arena (or `/dev/shm`) has no room:
@@ -473,6 +550,8 @@ impl ReachArena {
         m.qp(i, Q_DEST_QPN).store(facts.dest_qpn, Ordering::Relaxed);
         m.qp(i, Q_DEST_IP).store(u32::from_be_bytes(facts.dest_ip), Ordering::Relaxed);
         m.qp(i, Q_RD_ATOMIC).store(facts.max_dest_rd_atomic, Ordering::Relaxed);
+        m.qp(i, Q_EPSN).store(facts.epsn, Ordering::Relaxed);
+        m.qp(i, Q_MTU).store(facts.mtu, Ordering::Relaxed);
         // Sequentially consistent: a peer that counts itself in after a withdrawing owner
         // looked at `users` reads this (`ReachView::resolve`).
         seq.fetch_add(1, Ordering::SeqCst);
@@ -493,6 +572,8 @@ impl ReachArena {
                 dest_qpn: 0,
                 dest_ip: [0; 4],
                 max_dest_rd_atomic: 0,
+                epsn: 0,
+                mtu: 0,
             };
             self.publish_qp(&facts);
             if !drain(self.mapping.qp(i, Q_USERS)) {
@@ -616,10 +697,10 @@ impl ReachView {
 
     /// None while the owner runs and lets peers reach; `Some(true)` once it is gone (closed
     /// its port, or died: this file will not come back), `Some(false)` while something
-    /// observes its wire (or its keeper is not there yet). Three loads, no system call: the
-    /// owner's death is seen by the first reach after its keeper thread died, since the
-    /// kernel marks the keeper's word before the process's death can be observed (its exit
-    /// status, its pidfd).
+    /// observes its wire or its port is down (or its keeper is not there yet). Three loads, no
+    /// system call: the owner's death is seen by the first reach after its keeper thread died,
+    /// since the kernel marks the keeper's word before the process's death can be observed
+    /// (its exit status, its pidfd).
     #[inline]
     pub fn blocked(&mut self) -> Option<bool> {
         let m = &self.mapping;
@@ -672,6 +753,24 @@ impl ReachView {
         Some(guard)
     }
 
+    /// Counts in QP `qpn`'s slot the packets an operation reached there stood for (seen from
+    /// the requester: `t`), for the owner's port counters, and marks that something was
+    /// counted. One requester QP is connected to the QP, and it reaches under its own device
+    /// lock, so each counter has one writer: a load and a store, no locked instruction.
+    pub fn count(&self, qpn: u32, t: &Traffic) {
+        let m = &self.mapping;
+        let i = qpn as usize % QP_SLOTS;
+        let values = [t.sent_packets, t.sent_bytes, t.received_packets, t.received_bytes];
+        for (w, v) in values.into_iter().enumerate() {
+            let c = m.count(i, w);
+            c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+        }
+        let counted = m.word(H_COUNTED);
+        if counted.load(Ordering::Relaxed) == 0 {
+            counted.store(1, Ordering::Release);
+        }
+    }
+
     /// The MR published in slot `i` and its arena offset, if the slot holds a valid one (read
     /// under its sequence lock; the caller has counted itself in the slot's users first).
     fn read_mr(&self, i: usize) -> Option<(MrRights, u64)> {
@@ -702,37 +801,10 @@ impl ReachView {
             dest_qpn: m.qp(i, Q_DEST_QPN).load(Ordering::Relaxed),
             dest_ip: m.qp(i, Q_DEST_IP).load(Ordering::Relaxed).to_be_bytes(),
             max_dest_rd_atomic: m.qp(i, Q_RD_ATOMIC).load(Ordering::Relaxed),
+            epsn: m.qp(i, Q_EPSN).load(Ordering::Relaxed),
+            mtu: m.qp(i, Q_MTU).load(Ordering::Relaxed),
         })?;
         (f.qpn == qpn).then_some(f)
-    }
-}
-
-/// A reached range of a peer's MR ([`ReachView::resolve`]): its first byte in this process,
-/// valid until this drops (the owner's `ibv_dereg_mr`, `ibv_modify_qp` and `ibv_destroy_qp`
-/// wait for it). Only the caller that resolved it uses it (the port's sending half,
-/// `soft::reach::place`): the pointer never goes back up to the engine.
-pub struct Reached<'a> {
-    qp_users: &'a AtomicU32,
-    users: &'a AtomicU32,
-    /// The first byte.
-    pub ptr: *mut u8,
-    /// The message's length: the bytes from `ptr` that the operation may touch.
-    pub len: usize,
-}
-
-impl<'a> Reached<'a> {
-    /// A guard over the QP slot's `qp_users` and the MR slot's `users`, which the caller has
-    /// already counted this use in; it uncounts both when dropped. `ptr` starts null, `len`
-    /// at 0.
-    pub fn new(qp_users: &'a AtomicU32, users: &'a AtomicU32) -> Reached<'a> {
-        Reached { qp_users, users, ptr: std::ptr::null_mut(), len: 0 }
-    }
-}
-
-impl Drop for Reached<'_> {
-    fn drop(&mut self) {
-        self.users.fetch_sub(1, Ordering::SeqCst);
-        self.qp_users.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -788,6 +860,8 @@ mod tests {
             dest_qpn: 0x77,
             dest_ip: [10, 0, 0, 2],
             max_dest_rd_atomic: 4,
+            epsn: 0x100,
+            mtu: 1024,
         }
     }
 
@@ -797,6 +871,9 @@ mod tests {
             src_ip: [10, 0, 0, 2],
             dest_qpn: 0x12,
             request: Request { op: RemoteOp::Write, rkey, va, len },
+            psn: 0x100,
+            mtu: 1024,
+            traffic: Traffic::default(),
         }
     }
 

@@ -307,6 +307,8 @@ struct ConnOpts {
     grh: Option<(u8, u8)>,
     /// Send from the link-local GID (index 0) to the peer's: RoCE v2 over IPv6.
     ipv6: bool,
+    /// The first PSN this side sends (`sq_psn`) and the one it expects (`rq_psn`).
+    psns: (u32, u32),
 }
 
 impl Default for ConnOpts {
@@ -323,6 +325,8 @@ impl Default for ConnOpts {
                 | AccessFlags::REMOTE_ATOMIC,
             grh: None,
             ipv6: false,
+            // Near the wrap, so every test crosses it.
+            psns: (0xFFFFF0, 0xFFFFF0),
         }
     }
 }
@@ -374,7 +378,7 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
         },
         path_mtu: o.mtu,
         dest_qp_num: dqpn,
-        rq_psn: 0xFFFFF0, // near the wrap, so every test crosses it
+        rq_psn: o.psns.1,
         max_dest_rd_atomic: o.max_rd_atomic,
         min_rnr_timer: o.min_rnr_timer,
         ..Default::default()
@@ -388,7 +392,7 @@ fn connect(nic: &mut Nic, qpn: u32, dlid: u16, dqpn: u32, o: ConnOpts) {
         | QpAttrMask::MAX_QP_RD_ATOMIC;
     let a = QpAttr {
         qp_state: QpState::Rts,
-        sq_psn: 0xFFFFF0,
+        sq_psn: o.psns.0,
         timeout: o.timeout,
         retry_cnt: o.retry_cnt,
         rnr_retry: o.rnr_retry,
