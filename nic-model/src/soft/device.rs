@@ -408,6 +408,8 @@ impl Core {
         if quiet && !waiting && st.nic.next_timeout().is_none() {
             let n = self.inline_rounds.load(Ordering::Relaxed);
             self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
+            // A reached WR's completion may have fired its CQ's event: delivered now.
+            self.deliver_events(&mut st.nic);
             return;
         }
         self.progress_inline(st, Round::Full);
@@ -544,10 +546,7 @@ impl Core {
         if nic.has_transmit() || faults.is_some() {
             did |= flush(nic, backpressure);
         }
-        while let Some(ev) = nic.poll_event() {
-            did = true;
-            self.deliver(ev);
-        }
+        did |= self.deliver_events(nic);
         if let Some(r) = &self.reach {
             r.sync(nic);
         }
@@ -565,6 +564,20 @@ impl Core {
         did
     }
 
+    /// Hands the engine's queued notifications and async events to their channels and
+    /// watchers now (the channel's fd becomes readable here, on whichever thread pushed the
+    /// completion); whether there were any. Without events, one look at an empty queue.
+    #[inline]
+    pub(crate) fn deliver_events(&self, nic: &mut Nic) -> bool {
+        let mut did = false;
+        while let Some(ev) = nic.poll_event() {
+            did = true;
+            self.deliver(ev);
+        }
+        did
+    }
+
+    #[cold]
     fn deliver(&self, ev: NicEvent) {
         match ev {
             NicEvent::CqNotify(id) => {

@@ -334,6 +334,9 @@ impl Host for Device {
     fn with_nic<R>(&self, f: impl FnOnce(&mut Nic) -> R) -> R {
         let mut st = self.lock();
         let r = f(&mut st);
+        // A verb that completes something (`ibv_post_recv` on a QP in error flushes it)
+        // delivers its CQ's event now, not at the next progress round.
+        self.deliver_events(&mut st.nic);
         if let Some(reach) = &self.reach {
             reach.sync(&st);
         }
