@@ -49,7 +49,9 @@ pub trait Host: Send + Sync + Sized + 'static {
     /// Have the engine's CQ `cq_id` notify `channel` (`ibv_create_cq` with a channel); an
     /// error if the channel is not one of this host's.
     fn bind_cq(&self, cq_id: u32, cq: Weak<EngineCq<Self>>, channel: &CompChannel) -> Result<()>;
-    /// The CQ `cq_id` is gone: forget its channel.
+    /// The CQ `cq_id` is gone (destroyed, or its handle dropped): forget its channel, and
+    /// drop the events of it the channel holds (the kernel purges them). Called again for a
+    /// CQ already forgotten, it does nothing.
     fn unbind_cq(&self, cq_id: u32);
     /// `ibv_get_async_event`, with every CQ and SRQ named by [`Host::handle_id`].
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent>;
@@ -451,7 +453,10 @@ impl<H: Host> CqOps for EngineCq<H> {
         Ok(())
     }
     fn destroy(&self) -> Result<()> {
-        self.owned.destroy("ibv_destroy_cq", "CQ", || self.host.with_nic(|n| n.destroy_cq(self.id)))
+        self.owned
+            .destroy("ibv_destroy_cq", "CQ", || self.host.with_nic(|n| n.destroy_cq(self.id)))?;
+        self.host.unbind_cq(self.id);
+        Ok(())
     }
     fn id(&self) -> u64 {
         self.host.handle_id(self.id)

@@ -26,7 +26,13 @@ const SETTLE: Duration = Duration::from_millis(20);
 const PROMPT: Duration = Duration::from_millis(50);
 
 fn cap() -> QpCap {
-    QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 }
+    QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    }
 }
 
 /// Two connected devices, with a's QP completing into a CQ bound to a channel.
@@ -82,7 +88,10 @@ impl Evented {
                 sg_list: &sges,
                 opcode: WrOpcode::RdmaWrite,
                 send_flags: SendFlags::SIGNALED,
-                rdma: RdmaTarget { remote_addr: self.p.b.mr.addr() + off, rkey: self.p.b.mr.rkey() },
+                rdma: RdmaTarget {
+                    remote_addr: self.p.b.mr.addr() + off,
+                    rkey: self.p.b.mr.rkey(),
+                },
                 ..Default::default()
             }])
             .expect("post_send");
@@ -127,4 +136,78 @@ fn a_receive_flushed_by_post_recv_wakes_get_cq_event_at_once() {
         assert_eq!(wc, vec![completion(9, WcStatus::WrFlushErr, WcOpcode::Recv, 0, qpn)]);
         assert!(delay < PROMPT, "[reach {reach}] the event came {delay:?} after the post");
     }
+}
+
+/// Whether `fd` is readable now (`poll` with no wait).
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; the channel's fd is open while the channel lives.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
+/// Waits (at most 10 s) until `fd` is readable; whether it became so.
+fn becomes_readable(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: as in `readable`.
+    let n = unsafe { libc::poll(&mut p, 1, WAIT.as_millis() as i32) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
+#[test]
+fn the_channel_fd_is_readable_exactly_while_an_event_is_queued_and_a_destroyed_cq_takes_its_events()
+{
+    for reach in [true, false] {
+        let e = evented(&format!("event_fd_{reach}"), reach);
+        let fd = e.ch.fd().expect("the channel's fd");
+        assert_eq!(e.ch.fd().unwrap(), fd, "one fd per channel");
+        let none = |what: &str| {
+            let err = e.ch.get_cq_event(Some(Duration::ZERO)).err();
+            assert_eq!(err.map(|x| x.errno), Some(Errno::TimedOut), "[reach {reach}] {what}");
+        };
+        assert!(!readable(fd), "[reach {reach}] nothing queued yet");
+        none("nothing queued yet");
+        // Two events (armed again in between): the fd stays readable until both are taken.
+        for id in [1, 2] {
+            e.cq.req_notify(false).unwrap();
+            e.write(id, 64 * id);
+            assert!(becomes_readable(fd), "[reach {reach}] event {id}");
+            e.cq.poll_n(1, WAIT).expect("the completion");
+        }
+        let ev = e.ch.get_cq_event(Some(Duration::ZERO)).expect("the first event");
+        assert!(ev == e.cq);
+        assert!(readable(fd), "[reach {reach}] one event still queued");
+        e.ch.get_cq_event(Some(Duration::ZERO)).expect("the second event");
+        assert!(!readable(fd), "[reach {reach}] both taken");
+        none("both taken");
+        e.ch.ack_cq_events(&e.cq, 2);
+        // An event left queued, then its CQ destroyed: the event goes with the CQ.
+        e.cq.req_notify(false).unwrap();
+        e.write(3, 256);
+        assert!(becomes_readable(fd), "[reach {reach}] event 3");
+        drop(ev);
+        let Evented { p, ch, cq, qa, _qb } = e;
+        qa.destroy().expect("destroy the QP");
+        cq.destroy().expect("destroy the CQ");
+        assert!(!readable(fd), "[reach {reach}] the destroyed CQ's event is gone");
+        let err = ch.get_cq_event(Some(Duration::ZERO)).err().map(|x| x.errno);
+        assert_eq!(err, Some(Errno::TimedOut), "[reach {reach}] no event of a destroyed CQ");
+        drop((ch, p));
+    }
+}
+
+#[test]
+fn a_thread_waiting_for_an_event_gives_up_with_eio_when_the_device_closes() {
+    let dir = softverbs_tests::FabricDir::new("event_close");
+    let soft = nic_model::soft::Soft::shared_memory(Some(dir.path())).expect("soft");
+    let ctx = soft.open("softverbs0").expect("open");
+    let ch = ctx.create_comp_channel().expect("channel");
+    let waiter = thread::spawn(move || ch.get_cq_event(None).err().map(|e| e.errno));
+    thread::sleep(SETTLE);
+    let closed = Instant::now();
+    drop(ctx);
+    drop(soft);
+    let got = waiter.join().expect("waiter");
+    assert_eq!(got, Some(Errno::Io));
+    assert!(closed.elapsed() < Duration::from_secs(5));
 }

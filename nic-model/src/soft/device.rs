@@ -133,6 +133,8 @@ pub(crate) struct Core {
     pub(crate) port: Arc<dyn Port>,
     epoch: Instant,
     pub(crate) cqs: Mutex<BTreeMap<u32, CqEntry>>,
+    /// The device's completion channels, told when it closes ([`ChannelInner::close`]).
+    channels: Mutex<Vec<Weak<ChannelInner>>>,
     pub(crate) async_events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) async_ready: Condvar,
     /// Called once for every async event queued from now on ([`super::Soft::watch_async_events`]),
@@ -213,6 +215,7 @@ impl Device {
             port,
             epoch: Instant::now(),
             cqs: Mutex::new(BTreeMap::new()),
+            channels: Mutex::new(Vec::new()),
             // The port comes up as the device starts (IBV_EVENT_PORT_ACTIVE).
             async_events: Mutex::new(VecDeque::from([AsyncEvent {
                 event_type: verbs_api::AsyncEventType::PortActive,
@@ -257,6 +260,12 @@ impl Drop for Device {
     fn drop(&mut self) {
         self.core.shutdown.store(true, Ordering::Release);
         self.core.wake_nic_thread();
+        // Threads waiting for a completion event of this device give up.
+        for ch in self.core.channels.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            if let Some(ch) = ch.upgrade() {
+                ch.close();
+            }
+        }
         if let Some(h) = self.thread.take() {
             // Only program threads hold a Device, so this never runs on the NIC thread.
             let _ = h.join();
@@ -413,6 +422,13 @@ impl Core {
             return;
         }
         self.progress_inline(st, Round::Full);
+    }
+
+    /// A completion channel of this device, to be told when the device closes.
+    pub(crate) fn add_channel(&self, ch: &Arc<ChannelInner>) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        channels.retain(|c| c.strong_count() > 0);
+        channels.push(Arc::downgrade(ch));
     }
 
     /// The program is about to block in a verb: have the NIC thread run the engine from now on.
