@@ -53,6 +53,11 @@ pub trait Host: Send + Sync + Sized + 'static {
     /// drop the events of it the channel holds (the kernel purges them). Called again for a
     /// CQ already forgotten, it does nothing.
     fn unbind_cq(&self, cq_id: u32);
+    /// The program arms the engine's CQ `cq_id` (`ibv_req_notify_cq`, called just before the
+    /// engine arms it): it means to wait for the event, perhaps in `poll`/`epoll` on the
+    /// channel's fd, calling no verb. A host whose progress the program's calls drive keeps
+    /// it running until the event is delivered. Nothing by default.
+    fn cq_armed(&self, _cq_id: u32) {}
     /// `ibv_get_async_event`, with every CQ and SRQ named by [`Host::handle_id`].
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent>;
     /// The I/O virtual address (`mr->addr`, what SGEs and peers name its first byte by) of a
@@ -442,6 +447,7 @@ impl<H: Host> CqOps for EngineCq<H> {
         self.host.poll_cq(self.id, wc)
     }
     fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.host.cq_armed(self.id);
         self.host.with_nic(|n| n.req_notify_cq(self.id, solicited_only))
     }
     fn cqe(&self) -> u32 {

@@ -119,6 +119,8 @@ impl std::ops::DerefMut for State {
 pub(crate) struct CqEntry {
     pub(crate) cq: Weak<SoftCq>,
     pub(crate) channel: Option<Arc<ChannelInner>>,
+    /// Armed by the program and its event not delivered yet (counted in `Core::armed_cqs`).
+    pub(crate) armed: bool,
 }
 
 /// Everything of a device that both the program's threads and the NIC thread use. The NIC
@@ -149,6 +151,10 @@ pub(crate) struct Core {
     inline_rounds: AtomicU64,
     /// Set when the program is about to block: the NIC thread takes over at once.
     takeover: AtomicBool,
+    /// CQs with a channel that the program armed and whose event has not come: while there
+    /// are any, the NIC thread does not stand by, since the program may be waiting in
+    /// `poll`/`epoll` on the channel's fd, calling no verb.
+    armed_cqs: AtomicU32,
     nic_thread: OnceLock<Thread>,
     /// Why the port went down for good (see [`Core::check_port`]).
     port_error: OnceLock<String>,
@@ -227,6 +233,7 @@ impl Device {
             parked_until_ns: AtomicU64::new(u64::MAX),
             inline_rounds: AtomicU64::new(0),
             takeover: AtomicBool::new(false),
+            armed_cqs: AtomicU32::new(0),
             nic_thread: OnceLock::new(),
             port_error: OnceLock::new(),
             spin: env.spin,
@@ -431,6 +438,31 @@ impl Core {
         channels.push(Arc::downgrade(ch));
     }
 
+    /// The program arms CQ `cq_id` ([`crate::verbs::Host::cq_armed`]): if it has a channel,
+    /// count it until its event is delivered, and have a NIC thread that stands by take over
+    /// (once, as the first armed CQ is counted: a thread that runs or is parked on the
+    /// doorbell needs nothing).
+    pub(crate) fn cq_armed(&self, cq_id: u32) {
+        let mut cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = cqs.get_mut(&cq_id) else { return };
+        if entry.armed {
+            return;
+        }
+        entry.armed = true;
+        if self.armed_cqs.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.takeover.store(true, Ordering::Release);
+            if let Some(t) = self.nic_thread.get() {
+                cost::syscalls(Syscall::Unpark, 1);
+                t.unpark();
+            }
+        }
+    }
+
+    /// An armed CQ's event was delivered, or the CQ is gone.
+    pub(crate) fn disarmed(&self) {
+        self.armed_cqs.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// The program is about to block in a verb: have the NIC thread run the engine from now on.
     pub(crate) fn hand_over(&self) {
         self.takeover.store(true, Ordering::Release);
@@ -597,8 +629,11 @@ impl Core {
     fn deliver(&self, ev: NicEvent) {
         match ev {
             NicEvent::CqNotify(id) => {
-                let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(CqEntry { cq, channel: Some(ch) }) = cqs.get(&id) {
+                let mut cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(CqEntry { cq, channel: Some(ch), armed }) = cqs.get_mut(&id) {
+                    if std::mem::take(armed) {
+                        self.disarmed();
+                    }
                     ch.notify(cq.clone());
                 }
             }
@@ -697,7 +732,9 @@ fn nic_thread(core: Arc<Core>) {
     while !core.shutdown.load(Ordering::Acquire) {
         let rounds = core.inline_rounds.load(Ordering::Relaxed);
         let handed_over = core.takeover.swap(false, Ordering::AcqRel);
-        if rounds != seen_rounds && !handed_over {
+        // The program calls in and waits for no event: sleep where no sender has to wake us.
+        let waits = core.armed_cqs.load(Ordering::Acquire) != 0;
+        if rounds != seen_rounds && !handed_over && !waits {
             // The program is calling in. Sleep where no sender has to wake us.
             seen_rounds = rounds;
             standbys = standbys.saturating_add(1);

@@ -402,16 +402,22 @@ impl Host for Device {
             .as_any()
             .downcast_ref::<SoftChannel>()
             .ok_or_else(|| Error::inval("the completion channel belongs to another backend"))?;
-        let entry = CqEntry { cq, channel: Some(ch.inner.clone()) };
+        let entry = CqEntry { cq, channel: Some(ch.inner.clone()), armed: false };
         self.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(cq_id, entry);
         Ok(())
     }
     fn unbind_cq(&self, cq_id: u32) {
         let entry = self.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&cq_id);
-        if let Some(CqEntry { cq, channel: Some(ch) }) = entry {
+        if let Some(CqEntry { cq, channel: Some(ch), armed }) = entry {
+            if armed {
+                self.disarmed();
+            }
             // Events the program has not taken go with the CQ, as the kernel purges them.
             ch.purge(&cq);
         }
+    }
+    fn cq_armed(&self, cq_id: u32) {
+        Core::cq_armed(self, cq_id);
     }
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
         // The program is about to sleep: the NIC thread must run the engine meanwhile.
