@@ -49,8 +49,15 @@ pub trait Host: Send + Sync + Sized + 'static {
     /// Have the engine's CQ `cq_id` notify `channel` (`ibv_create_cq` with a channel); an
     /// error if the channel is not one of this host's.
     fn bind_cq(&self, cq_id: u32, cq: Weak<EngineCq<Self>>, channel: &CompChannel) -> Result<()>;
-    /// The CQ `cq_id` is gone: forget its channel.
+    /// The CQ `cq_id` is gone (destroyed, or its handle dropped): forget its channel, and
+    /// drop the events of it the channel holds (the kernel purges them). Called again for a
+    /// CQ already forgotten, it does nothing.
     fn unbind_cq(&self, cq_id: u32);
+    /// The program arms the engine's CQ `cq_id` (`ibv_req_notify_cq`, called just before the
+    /// engine arms it): it means to wait for the event, perhaps in `poll`/`epoll` on the
+    /// channel's fd, calling no verb. A host whose progress the program's calls drive keeps
+    /// it running until the event is delivered. Nothing by default.
+    fn cq_armed(&self, _cq_id: u32) {}
     /// `ibv_get_async_event`, with every CQ and SRQ named by [`Host::handle_id`].
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent>;
     /// The I/O virtual address (`mr->addr`, what SGEs and peers name its first byte by) of a
@@ -440,6 +447,7 @@ impl<H: Host> CqOps for EngineCq<H> {
         self.host.poll_cq(self.id, wc)
     }
     fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.host.cq_armed(self.id);
         self.host.with_nic(|n| n.req_notify_cq(self.id, solicited_only))
     }
     fn cqe(&self) -> u32 {
@@ -451,7 +459,10 @@ impl<H: Host> CqOps for EngineCq<H> {
         Ok(())
     }
     fn destroy(&self) -> Result<()> {
-        self.owned.destroy("ibv_destroy_cq", "CQ", || self.host.with_nic(|n| n.destroy_cq(self.id)))
+        self.owned
+            .destroy("ibv_destroy_cq", "CQ", || self.host.with_nic(|n| n.destroy_cq(self.id)))?;
+        self.host.unbind_cq(self.id);
+        Ok(())
     }
     fn id(&self) -> u64 {
         self.host.handle_id(self.id)

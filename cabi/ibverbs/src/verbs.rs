@@ -1,13 +1,9 @@
 //! The objects below a context that QPs, SRQs and AHs build on: PDs, MRs over any memory of the
-//! process, CQs and their polling, completion channels (an eventfd a pump thread signals, so the
-//! channel's `fd` works with `poll`/`epoll`).
+//! process, CQs and their polling, completion channels (the backend's eventfd as the
+//! channel's `fd`, signalled as each event is queued, so it works with `poll`/`epoll`).
 
-use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use verbs_api::{
@@ -142,16 +138,14 @@ pub unsafe extern "C" fn ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
     0
 }
 
-/// A completion channel: the backend's channel, and an eventfd a pump thread signals once per
-/// event so that the `fd` is readable exactly while `ibv_get_cq_event` would not block.
+/// A completion channel: the backend's channel, whose fd (an eventfd the backend signals as
+/// it queues each event, on whichever thread pushed the completion) is `c.fd`, readable
+/// exactly while `ibv_get_cq_event` would not block.
 #[repr(C)]
 pub(crate) struct Channel {
     c: ibv_comp_channel,
     magic: Magic,
     pub ch: CompChannel,
-    events: Arc<Mutex<VecDeque<u64>>>,
-    stop: Arc<AtomicBool>,
-    pump: Option<JoinHandle<()>>,
 }
 
 /// `ibv_create_comp_channel`.
@@ -162,42 +156,15 @@ pub unsafe extern "C" fn ibv_create_comp_channel(c: *mut ibv_context) -> *mut ib
         Ok(ch) => ch,
         Err(e) => return refuse_null("ibv_create_comp_channel", e.errno.code(), &e.message),
     };
-    // SAFETY: plain syscall; semaphore mode makes one read take one event.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-    if fd < 0 {
-        return refuse_null("ibv_create_comp_channel", libc::EMFILE, "no eventfd");
-    }
-    let events = Arc::new(Mutex::new(VecDeque::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ch2, ev2, stop2) = (ch.clone(), events.clone(), stop.clone());
-    let pump = std::thread::Builder::new().name("softverbs-cq-events".into()).spawn(move || {
-        while !stop2.load(Ordering::Acquire) {
-            match ch2.get_cq_event(Some(Duration::from_millis(100))) {
-                Ok(cq) => {
-                    ev2.lock().unwrap_or_else(|e| e.into_inner()).push_back(cq.ops().id());
-                    let one = 1u64;
-                    // SAFETY: fd is this channel's eventfd, open until the pump is joined.
-                    unsafe { libc::write(fd, &one as *const u64 as *const c_void, 8) };
-                }
-                Err(e) if e.errno == Errno::TimedOut => {}
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    });
-    let pump = match pump {
-        Ok(p) => p,
-        Err(_) => {
-            // SAFETY: our fd.
-            unsafe { libc::close(fd) };
-            return refuse_null("ibv_create_comp_channel", libc::EAGAIN, "no pump thread");
-        }
+    let fd = match ch.fd() {
+        Ok(fd) => fd,
+        Err(e) => return refuse_null("ibv_create_comp_channel", e.errno.code(), &e.message),
     };
     let c = ibv_comp_channel { context: c, fd, refcnt: 0 };
-    let b = Channel { c, magic: Magic::Channel, ch, events, stop, pump: Some(pump) };
-    Box::into_raw(Box::new(b)) as *mut ibv_comp_channel
+    Box::into_raw(Box::new(Channel { c, magic: Magic::Channel, ch })) as *mut ibv_comp_channel
 }
 
-/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
+/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it. The fd closes with it.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int {
     let Some(ch) = obj::<Channel, _>("ibv_destroy_comp_channel", p, Magic::Channel) else {
@@ -206,22 +173,14 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(p: *mut ibv_comp_channel) -> c
     if ch.c.refcnt > 0 {
         return refuse("ibv_destroy_comp_channel", libc::EBUSY, "CQs still use the channel");
     }
-    ch.stop.store(true, Ordering::Release);
-    // SAFETY: checked live; we own the box from here.
-    let b = unsafe { &mut *(p as *mut Channel) };
-    if let Some(t) = b.pump.take() {
-        let _ = t.join();
-    }
-    // SAFETY: the pump is gone; the fd is ours.
-    unsafe {
-        libc::close(b.c.fd);
-        free::<Channel, _>(p);
-    }
+    // SAFETY: checked live; the backend's channel (and its fd) goes with the box.
+    unsafe { free::<Channel, _>(p) };
     0
 }
 
-/// `ibv_get_cq_event`: read one event from the channel's fd (blocking unless the program made
-/// it non-blocking), and name its CQ.
+/// `ibv_get_cq_event`: take the oldest event and name its CQ; with none queued, block until
+/// one is (in `poll` on the fd), or, on a fd the program made non-blocking, -1 with `EAGAIN`,
+/// as the kernel's event file answers a read.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_cq_event(
     p: *mut ibv_comp_channel,
@@ -229,16 +188,31 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq_context: *mut *mut c_void,
 ) -> c_int {
     let Some(ch) = obj::<Channel, _>("ibv_get_cq_event", p, Magic::Channel) else { return -1 };
-    let mut v = 0u64;
-    // SAFETY: our eventfd; 8 bytes.
-    let n = unsafe { libc::read(ch.c.fd, &mut v as *mut u64 as *mut c_void, 8) };
-    if n != 8 {
-        return -1; // errno from read (EAGAIN for a non-blocking fd)
-    }
-    let id = ch.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-    let cq = id.map_or(0, |id| lookup(&CQS, id)) as *mut ibv_cq;
+    let fd = ch.c.fd;
+    let cq = loop {
+        match ch.ch.get_cq_event(Some(Duration::ZERO)) {
+            Ok(cq) => break cq,
+            Err(e) if e.errno == Errno::TimedOut => {}
+            Err(e) => {
+                refuse_err("ibv_get_cq_event", &e);
+                return -1;
+            }
+        }
+        // None queued (and the NIC thread now runs the engine): wait on the fd.
+        // SAFETY: plain system calls on the channel's open fd.
+        if unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0 {
+            set_errno(libc::EAGAIN);
+            return -1;
+        }
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd. EINTR: wait again, as a read the kernel restarts
+        // (glibc's `signal` sets SA_RESTART).
+        unsafe { libc::poll(&mut pfd, 1, -1) };
+    };
+    let cq = lookup(&CQS, cq.ops().id()) as *mut ibv_cq;
     if cq.is_null() {
-        set_errno(libc::EIO);
+        // A CQ the C library did not make (cannot be: its events are purged when destroyed).
+        refuse("ibv_get_cq_event", libc::EIO, "the event's CQ is not a C CQ");
         return -1;
     }
     // SAFETY: the out pointers are the caller's; cq is a live CQ box (destroying a CQ with

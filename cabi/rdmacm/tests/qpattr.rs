@@ -44,7 +44,9 @@ fn rping_q_moves_its_own_qp_and_exchanges_100_verified_pings() {
     let want: Vec<String> =
         (0..100).map(|n| format!("server ping data: {}", ping_text(n))).collect();
     assert_eq!(so.lines().collect::<Vec<_>>(), want, "server output");
-    assert_eq!(ce, "client DISCONNECT EVENT...\n");
+    // rping's own race (tests/tools.rs): the client may exit before its CM thread reads the
+    // DISCONNECTED the server's DREP brings.
+    assert!(ce == "client DISCONNECT EVENT...\n" || ce.is_empty(), "client stderr: {ce}");
     let mut sl: Vec<&str> = se.lines().collect();
     sl.sort();
     assert_eq!(sl, ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"], "{se}");
@@ -63,13 +65,17 @@ fn rping_q_client_gets_connect_response_and_its_establish_gives_the_server_estab
             .map(str::to_owned)
             .collect()
     };
+    // The client's DISCONNECTED may come after it exits (rping's own race, tests/tools.rs).
+    let mut client = events(&ce);
+    if client.last().map(String::as_str) == Some("RDMA_CM_EVENT_DISCONNECTED") {
+        client.pop();
+    }
     assert_eq!(
-        events(&ce),
+        client,
         [
             "RDMA_CM_EVENT_ADDR_RESOLVED",
             "RDMA_CM_EVENT_ROUTE_RESOLVED",
-            "RDMA_CM_EVENT_CONNECT_RESPONSE",
-            "RDMA_CM_EVENT_DISCONNECTED"
+            "RDMA_CM_EVENT_CONNECT_RESPONSE"
         ],
         "client:\n{ce}"
     );

@@ -140,6 +140,8 @@ impl std::ops::DerefMut for State {
 pub(crate) struct CqEntry {
     pub(crate) cq: Weak<SoftCq>,
     pub(crate) channel: Option<Arc<ChannelInner>>,
+    /// Armed by the program and its event not delivered yet (counted in `Core::armed_cqs`).
+    pub(crate) armed: bool,
 }
 
 /// Everything of a device that both the program's threads and the NIC thread use. The NIC
@@ -154,6 +156,8 @@ pub(crate) struct Core {
     pub(crate) port: Arc<dyn Port>,
     epoch: Instant,
     pub(crate) cqs: Mutex<BTreeMap<u32, CqEntry>>,
+    /// The device's completion channels, told when it closes ([`ChannelInner::close`]).
+    channels: Mutex<Vec<Weak<ChannelInner>>>,
     pub(crate) async_events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) async_ready: Condvar,
     /// Called once for every async event queued from now on ([`super::Soft::watch_async_events`]),
@@ -168,6 +172,10 @@ pub(crate) struct Core {
     inline_rounds: AtomicU64,
     /// Set when the program is about to block: the NIC thread takes over at once.
     takeover: AtomicBool,
+    /// CQs with a channel that the program armed and whose event has not come: while there
+    /// are any, the NIC thread does not stand by, since the program may be waiting in
+    /// `poll`/`epoll` on the channel's fd, calling no verb.
+    armed_cqs: AtomicU32,
     nic_thread: OnceLock<Thread>,
     /// Why the port went down for good (see [`Core::check_port`]).
     port_error: OnceLock<String>,
@@ -234,6 +242,7 @@ impl Device {
             port,
             epoch: Instant::now(),
             cqs: Mutex::new(BTreeMap::new()),
+            channels: Mutex::new(Vec::new()),
             // The port comes up as the device starts (IBV_EVENT_PORT_ACTIVE).
             async_events: Mutex::new(VecDeque::from([AsyncEvent {
                 event_type: verbs_api::AsyncEventType::PortActive,
@@ -245,6 +254,7 @@ impl Device {
             parked_until_ns: AtomicU64::new(u64::MAX),
             inline_rounds: AtomicU64::new(0),
             takeover: AtomicBool::new(false),
+            armed_cqs: AtomicU32::new(0),
             nic_thread: OnceLock::new(),
             port_error: OnceLock::new(),
             spin: env.spin,
@@ -286,6 +296,12 @@ impl Drop for Device {
     fn drop(&mut self) {
         self.core.shutdown.store(true, Ordering::Release);
         self.core.wake_nic_thread();
+        // Threads waiting for a completion event of this device give up.
+        for ch in self.core.channels.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            if let Some(ch) = ch.upgrade() {
+                ch.close();
+            }
+        }
         if let Some(h) = self.thread.take() {
             // Only program threads hold a Device, so this never runs on the NIC thread.
             let _ = h.join();
@@ -446,9 +462,43 @@ impl Core {
         if quiet && !waiting && st.nic.next_timeout().is_none() {
             let n = self.inline_rounds.load(Ordering::Relaxed);
             self.inline_rounds.store(n.wrapping_add(1), Ordering::Relaxed);
+            // A reached WR's completion may have fired its CQ's event: delivered now.
+            self.deliver_events(&mut st.nic);
             return;
         }
         self.progress_inline(st, Round::Full);
+    }
+
+    /// A completion channel of this device, to be told when the device closes.
+    pub(crate) fn add_channel(&self, ch: &Arc<ChannelInner>) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        channels.retain(|c| c.strong_count() > 0);
+        channels.push(Arc::downgrade(ch));
+    }
+
+    /// The program arms CQ `cq_id` ([`crate::verbs::Host::cq_armed`]): if it has a channel,
+    /// count it until its event is delivered, and have a NIC thread that stands by take over
+    /// (once, as the first armed CQ is counted: a thread that runs or is parked on the
+    /// doorbell needs nothing).
+    pub(crate) fn cq_armed(&self, cq_id: u32) {
+        let mut cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = cqs.get_mut(&cq_id) else { return };
+        if entry.armed {
+            return;
+        }
+        entry.armed = true;
+        if self.armed_cqs.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.takeover.store(true, Ordering::Release);
+            if let Some(t) = self.nic_thread.get() {
+                cost::syscalls(Syscall::Unpark, 1);
+                t.unpark();
+            }
+        }
+    }
+
+    /// An armed CQ's event was delivered, or the CQ is gone.
+    pub(crate) fn disarmed(&self) {
+        self.armed_cqs.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The program is about to block in a verb: have the NIC thread run the engine from now on.
@@ -586,10 +636,7 @@ impl Core {
         if nic.has_transmit() || faults.is_some() {
             did |= flush(nic, backpressure);
         }
-        while let Some(ev) = nic.poll_event() {
-            did = true;
-            self.deliver(ev);
-        }
+        did |= self.deliver_events(nic);
         if let Some(r) = &self.reach {
             r.sync(nic);
         }
@@ -607,11 +654,28 @@ impl Core {
         did
     }
 
+    /// Hands the engine's queued notifications and async events to their channels and
+    /// watchers now (the channel's fd becomes readable here, on whichever thread pushed the
+    /// completion); whether there were any. Without events, one look at an empty queue.
+    #[inline]
+    pub(crate) fn deliver_events(&self, nic: &mut Nic) -> bool {
+        let mut did = false;
+        while let Some(ev) = nic.poll_event() {
+            did = true;
+            self.deliver(ev);
+        }
+        did
+    }
+
+    #[cold]
     fn deliver(&self, ev: NicEvent) {
         match ev {
             NicEvent::CqNotify(id) => {
-                let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(CqEntry { cq, channel: Some(ch) }) = cqs.get(&id) {
+                let mut cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(CqEntry { cq, channel: Some(ch), armed }) = cqs.get_mut(&id) {
+                    if std::mem::take(armed) {
+                        self.disarmed();
+                    }
                     ch.notify(cq.clone());
                 }
             }
@@ -710,7 +774,9 @@ fn nic_thread(core: Arc<Core>) {
     while !core.shutdown.load(Ordering::Acquire) {
         let rounds = core.inline_rounds.load(Ordering::Relaxed);
         let handed_over = core.takeover.swap(false, Ordering::AcqRel);
-        if rounds != seen_rounds && !handed_over {
+        // The program calls in and waits for no event: sleep where no sender has to wake us.
+        let waits = core.armed_cqs.load(Ordering::Acquire) != 0;
+        if rounds != seen_rounds && !handed_over && !waits {
             // The program is calling in. Sleep where no sender has to wake us.
             seen_rounds = rounds;
             standbys = standbys.saturating_add(1);

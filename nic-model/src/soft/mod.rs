@@ -7,6 +7,7 @@
 //! fabric assigns, and a NIC thread); later opens share it, as contexts of one real device do.
 
 mod capture;
+mod channel;
 pub mod counters;
 mod device;
 mod env;
@@ -40,6 +41,7 @@ pub use tap::{Tap, TapDir};
 use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};
 use crate::wire::{Fabric, InboxConfig, WireError};
+use channel::ChannelInner;
 use device::{Core, CqEntry, Device, Round};
 
 /// What a set of soft devices' ports attach to.
@@ -334,6 +336,9 @@ impl Host for Device {
     fn with_nic<R>(&self, f: impl FnOnce(&mut Nic) -> R) -> R {
         let mut st = self.lock();
         let r = f(&mut st);
+        // A verb that completes something (`ibv_post_recv` on a QP in error flushes it)
+        // delivers its CQ's event now, not at the next progress round.
+        self.deliver_events(&mut st.nic);
         if let Some(reach) = &self.reach {
             reach.sync(&mut st);
         }
@@ -387,10 +392,9 @@ impl Host for Device {
         }
     }
     fn create_comp_channel(self: &Arc<Self>) -> Result<Arc<dyn CompChannelOps>> {
-        Ok(Arc::new(SoftChannel {
-            inner: Arc::new(ChannelInner::default()),
-            dev: Arc::downgrade(self),
-        }))
+        let inner = Arc::new(ChannelInner::default());
+        self.add_channel(&inner);
+        Ok(Arc::new(SoftChannel { inner, dev: Arc::downgrade(self) }))
     }
     fn bind_cq(&self, cq_id: u32, cq: Weak<SoftCq>, channel: &CompChannel) -> Result<()> {
         let ch = channel
@@ -398,17 +402,27 @@ impl Host for Device {
             .as_any()
             .downcast_ref::<SoftChannel>()
             .ok_or_else(|| Error::inval("the completion channel belongs to another backend"))?;
-        let entry = CqEntry { cq, channel: Some(ch.inner.clone()) };
+        let entry = CqEntry { cq, channel: Some(ch.inner.clone()), armed: false };
         self.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(cq_id, entry);
         Ok(())
     }
     fn unbind_cq(&self, cq_id: u32) {
-        self.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&cq_id);
+        let entry = self.cqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&cq_id);
+        if let Some(CqEntry { cq, channel: Some(ch), armed }) = entry {
+            if armed {
+                self.disarmed();
+            }
+            // Events the program has not taken go with the CQ, as the kernel purges them.
+            ch.purge(&cq);
+        }
+    }
+    fn cq_armed(&self, cq_id: u32) {
+        Core::cq_armed(self, cq_id);
     }
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
         // The program is about to sleep: the NIC thread must run the engine meanwhile.
         self.hand_over();
-        pop_within(&self.async_events, &self.async_ready, timeout, || Ok(())).map_err(|e| {
+        pop_within(&self.async_events, &self.async_ready, timeout).map_err(|e| {
             e.unwrap_or_else(|| {
                 Error::new(Errno::TimedOut, "ibv_get_async_event: no event within the timeout")
             })
@@ -418,21 +432,7 @@ impl Host for Device {
 
 // ---------------- completion channel ----------------
 
-/// The queue of a completion channel. It holds CQs weakly: the NIC thread queues
-/// notifications without keeping a CQ (and so the device) alive.
-#[derive(Default)]
-pub(crate) struct ChannelInner {
-    events: Mutex<VecDeque<Weak<SoftCq>>>,
-    ready: Condvar,
-}
-
-impl ChannelInner {
-    pub(crate) fn notify(&self, cq: Weak<SoftCq>) {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).push_back(cq);
-        self.ready.notify_all();
-    }
-}
-
+/// A soft completion channel: its queue of events (and fd) and the device it belongs to.
 struct SoftChannel {
     inner: Arc<ChannelInner>,
     dev: Weak<Device>,
@@ -440,47 +440,40 @@ struct SoftChannel {
 
 impl CompChannelOps for SoftChannel {
     fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Arc<dyn CqOps>> {
+        if let Some(cq) = self.inner.try_pop() {
+            return Ok(cq);
+        }
         // The program is about to sleep: the NIC thread must run the engine meanwhile.
-        if let Some(dev) = self.dev.upgrade() {
-            dev.hand_over();
+        match self.dev.upgrade() {
+            Some(dev) => dev.hand_over(),
+            None => return Err(Error::new(Errno::Io, "ibv_get_cq_event: the device was closed")),
         }
-        let alive = || match self.dev.strong_count() {
-            0 => Err(Error::new(Errno::Io, "ibv_get_cq_event: the device was closed")),
-            _ => Ok(()),
-        };
-        let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let cq =
-                pop_within(&self.inner.events, &self.inner.ready, left, alive).map_err(|e| {
-                    e.unwrap_or_else(|| {
-                        let t = timeout.unwrap_or_default();
-                        Error::new(
-                            Errno::TimedOut,
-                            format!("ibv_get_cq_event: no completion event within {t:?}"),
-                        )
-                    })
-                })?;
-            // A notification for a CQ destroyed meanwhile has no one to go to.
-            if let Some(cq) = cq.upgrade() {
-                return Ok(cq);
-            }
-        }
+        let cq = self.inner.wait(timeout).map_err(|e| {
+            e.unwrap_or_else(|| {
+                let t = timeout.unwrap_or_default();
+                Error::new(
+                    Errno::TimedOut,
+                    format!("ibv_get_cq_event: no completion event within {t:?}"),
+                )
+            })
+        })?;
+        Ok(cq)
     }
     fn ack_cq_events(&self, _cq: &CompletionQueue, _nevents: u32) {}
+    fn fd(&self) -> Result<std::os::fd::RawFd> {
+        self.inner.fd()
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
 }
 
 /// Pop the oldest entry of `queue`, waiting on `ready` until one arrives or `timeout` passes
-/// (`None` waits forever, in slices of 100 ms). `check` runs before each wait and may end it
-/// with an error. A timeout is `Err(None)`, so each verb words its own message.
+/// (`None` waits forever). A timeout is `Err(None)`, so each verb words its own message.
 fn pop_within<T>(
     queue: &Mutex<VecDeque<T>>,
     ready: &Condvar,
     timeout: Option<Duration>,
-    check: impl Fn() -> Result<()>,
 ) -> std::result::Result<T, Option<Error>> {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -488,18 +481,15 @@ fn pop_within<T>(
         if let Some(item) = q.pop_front() {
             return Ok(item);
         }
-        let slice = Duration::from_millis(100);
-        let wait = match deadline {
+        q = match deadline {
+            None => ready.wait(q).unwrap_or_else(|e| e.into_inner()),
             Some(d) => {
-                let now = Instant::now();
-                if now >= d {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
                     return Err(None);
                 }
-                (d - now).min(slice)
+                ready.wait_timeout(q, left).unwrap_or_else(|e| e.into_inner()).0
             }
-            None => slice,
         };
-        check().map_err(Some)?;
-        q = ready.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner()).0;
     }
 }

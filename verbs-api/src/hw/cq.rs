@@ -281,6 +281,11 @@ impl CompChannelOps for HwCompChannel {
         let _ = (cq, nevents);
     }
 
+    /// The channel's own fd, which libibverbs reads events from.
+    fn fd(&self) -> Result<std::os::fd::RawFd> {
+        Ok(HwCompChannel::fd(self))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,6 +117,11 @@ pub trait CompChannelOps: Send + Sync {
     fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Arc<dyn CqOps>>;
     /// `ibv_ack_cq_events`.
     fn ack_cq_events(&self, cq: &CompletionQueue, nevents: u32);
+    /// The channel's file descriptor (`channel->fd`; see [`CompChannel::fd`]). A backend
+    /// without one says `EOPNOTSUPP`, as this default does.
+    fn fd(&self) -> Result<RawFd> {
+        Err(Error::new(Errno::NotSup, "this backend's completion channels have no fd"))
+    }
     /// Downcasting support for backends.
     fn as_any(&self) -> &dyn Any;
 }
@@ -144,5 +150,15 @@ impl CompChannel {
     /// `ibv_ack_cq_events`.
     pub fn ack_cq_events(&self, cq: &CompletionQueue, nevents: u32) {
         self.ops.ack_cq_events(cq, nevents)
+    }
+    /// The channel's file descriptor (`channel->fd`), for programs that wait in `poll` or
+    /// `epoll` with other fds: readable exactly while an event is queued, as the kernel's
+    /// completion event file is. Take the events with `get_cq_event(Some(Duration::ZERO))`
+    /// until it says `ETIMEDOUT`; do not read the fd yourself. It belongs to the channel (do
+    /// not close it) and stays open while the channel or a CQ bound to it lives. The soft
+    /// backend makes it the first time it is asked for; `EOPNOTSUPP` where a backend has none
+    /// (the simulator, whose waits are in virtual time).
+    pub fn fd(&self) -> Result<RawFd> {
+        self.ops.fd()
     }
 }
