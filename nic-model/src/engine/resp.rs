@@ -166,7 +166,7 @@ fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid
     if flags.contains(OpFlags::END) {
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         let imm = pkt.imm;
-        hca.complete_recv(
+        let room = hca.complete_recv(
             qp,
             w.wr_id,
             WcStatus::Success,
@@ -177,6 +177,10 @@ fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid
             src_lid,
             pkt.bth.solicited,
         );
+        if !room {
+            hca.recv_cq_overflow(qp);
+            return;
+        }
     } else {
         qp.resp.recv = Some((w, off));
     }
@@ -212,7 +216,7 @@ pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>)
     qp.resp.nak_sent = false;
     qp.resp.epsn = psn.next();
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
-    hca.complete_recv(
+    let room = hca.complete_recv(
         qp,
         w.wr_id,
         WcStatus::Success,
@@ -223,6 +227,10 @@ pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>)
         ROCE_SLID,
         send.bth.solicited,
     );
+    if !room {
+        hca.recv_cq_overflow(qp);
+        return true;
+    }
     if send.bth.ack_req {
         ack(qp, hca, psn);
     }
@@ -288,7 +296,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         if needs_recv {
             let w = hca.take_recv(qp).expect("checked non-empty above");
-            hca.complete_recv(
+            let room = hca.complete_recv(
                 qp,
                 w.wr_id,
                 WcStatus::Success,
@@ -299,6 +307,10 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
                 src_lid,
                 pkt.bth.solicited,
             );
+            if !room {
+                hca.recv_cq_overflow(qp);
+                return;
+            }
         }
     } else {
         qp.resp.write = Some(ctx);
@@ -554,7 +566,7 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         }
         let off = off + pkt.payload.len() as u64;
         if flags.contains(OpFlags::END) {
-            hca.complete_recv(
+            let room = hca.complete_recv(
                 qp,
                 w.wr_id,
                 WcStatus::Success,
@@ -565,6 +577,10 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
                 src_lid,
                 pkt.bth.solicited,
             );
+            if !room {
+                hca.recv_cq_overflow(qp);
+                return;
+            }
         } else {
             qp.resp.recv = Some((w, off));
         }
@@ -617,17 +633,22 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         qp.resp.write = None;
         if flags.contains(OpFlags::RWR) {
             match hca.take_recv(qp) {
-                Some(w) => hca.complete_recv(
-                    qp,
-                    w.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::RecvRdmaWithImm,
-                    ctx.total,
-                    pkt.imm,
-                    qp.attr.dest_qp_num,
-                    src_lid,
-                    pkt.bth.solicited,
-                ),
+                Some(w) => {
+                    let room = hca.complete_recv(
+                        qp,
+                        w.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::RecvRdmaWithImm,
+                        ctx.total,
+                        pkt.imm,
+                        qp.attr.dest_qp_num,
+                        src_lid,
+                        pkt.bth.solicited,
+                    );
+                    if !room {
+                        hca.recv_cq_overflow(qp);
+                    }
+                }
                 None => hca.stats.dropped_messages += 1,
             }
         }
@@ -676,7 +697,7 @@ fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>
         Err(DmaError::Length) => (WcStatus::LocLenErr, 0),
         Err(_) => (WcStatus::LocProtErr, 0),
     };
-    hca.complete_ud_recv(
+    let room = hca.complete_ud_recv(
         qp,
         w.wr_id,
         status,
@@ -687,4 +708,7 @@ fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>
         flags,
         pkt.bth.solicited,
     );
+    if !room {
+        hca.recv_cq_overflow(qp);
+    }
 }
