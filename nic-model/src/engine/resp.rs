@@ -19,7 +19,7 @@ use crate::packet::{Aeth, Bth, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 const ROCE_SLID: u16 = 0;
 
 /// A request packet arrived for this QP.
-pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>) {
+pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: &Packet<'_>) {
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         hca.stats.rx_no_qp += 1;
         return;
@@ -669,9 +669,10 @@ fn uc_abandon(qp: &mut Qp, hca: &mut Hca) {
 }
 
 /// UD: one packet per message. The Q_Key must match; the first [`GRH_LEN`] bytes of the
-/// receive buffer get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header), the payload
-/// follows. No receive posted, or a Q_Key mismatch: the datagram is dropped and counted.
-fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>) {
+/// receive buffer get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header; over
+/// IPv6: the IPv6 header), the payload follows. No receive posted, or a Q_Key mismatch: the
+/// datagram is dropped and counted.
+fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: &Packet<'_>) {
     let Some(deth) = pkt.deth else { return };
     if deth.qkey != qp.attr.qkey {
         hca.stats.dropped_messages += 1;

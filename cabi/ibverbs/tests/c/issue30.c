@@ -3,7 +3,7 @@
  * (answering as libibverbs over rxe), ibv_create_qp_ex's send_ops_flags and create_flags
  * checked as rxe's provider checks them, max_inline_data rounded up as rxe rounds it (and an
  * inline SEND within it arriving), and a destroyed QP's unread async event dropped instead of
- * delivered with a NULL qp. One line "name: result" per check; tests/issue30.rs compares.
+ * delivered with a NULL qp; a UD address handle from GID index 0 sending over IPv6. One line "name: result" per check; tests/issue30.rs compares.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -162,6 +162,54 @@ int main(void)
 		ibv_ack_async_event(&ev);
 	}
 	printf("async events after destroy: %d, naming NULL: %d, then %s\n", n, nulls, errname(errno));
+
+	/* A UD address handle from GID index 0 (IPv6 link-local), as rxe takes it: the datagram
+	 * goes over IPv6, the receive's GRH area holds the IPv6 header, and the AH made from the
+	 * completion answers from GID index 0 to the sender's link-local GID. */
+	struct ibv_qp_init_attr ui = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp *u1 = ibv_create_qp(pd, &ui), *u2 = ibv_create_qp(pd, &ui);
+	struct ibv_qp *us[2] = { u1, u2 };
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr ua = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11 };
+		ibv_modify_qp(us[i], &ua, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+		ua.qp_state = IBV_QPS_RTR;
+		ibv_modify_qp(us[i], &ua, IBV_QP_STATE);
+		ua.qp_state = IBV_QPS_RTS;
+		ibv_modify_qp(us[i], &ua, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	}
+	union ibv_gid g0;
+	ibv_query_gid(ctx, 1, 0, &g0);
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+		.grh = { .dgid = g0, .sgid_index = 0, .hop_limit = 64, .flow_label = 0x12345 } };
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	printf("ah from gid 0: %s\n", ah ? "object" : "NULL");
+	memset(buf + 512, 0, 128);
+	rsge.addr = (uintptr_t)buf + 512; rsge.length = 128;
+	rwr.wr_id = 7;
+	ibv_post_recv(u2, &rwr, &rbad);
+	strcpy(buf, "over ipv6");
+	sge.addr = (uintptr_t)buf; sge.length = 10; sge.lkey = mr->lkey;
+	struct ibv_send_wr uw = { .wr_id = 8, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED, .wr.ud = { .ah = ah, .remote_qpn = u2->qp_num,
+		.remote_qkey = 0x11 } };
+	printf("post ud: rc=%s\n", ah ? errname(ibv_post_send(u1, &uw, &bad)) : "no ah");
+	got = poll_one(cq, &wc[0]) + poll_one(cq, &wc[1]);
+	struct ibv_wc *rw = wc[0].opcode == IBV_WC_RECV ? &wc[0] : &wc[1];
+	unsigned char *grh = (unsigned char *)buf + 512;
+	printf("ud completions: %d, recv status %d byte_len %u grh %s, ip version %d, "
+	       "source gid 0: %s, data: %s\n", got, rw->status, rw->byte_len,
+	       rw->wc_flags & IBV_WC_GRH ? "yes" : "no", grh[0] >> 4,
+	       memcmp(grh + 8, g0.raw, 16) ? "no" : "yes", (char *)grh + 40);
+	struct ibv_ah_attr back;
+	rc = ibv_init_ah_from_wc(ctx, 1, rw, (struct ibv_grh *)grh, &back);
+	printf("init_ah_from_wc: rc=%d sgid_index %d dgid is gid 0: %s flow label %#x\n", rc,
+	       back.grh.sgid_index, memcmp(back.grh.dgid.raw, g0.raw, 16) ? "no" : "yes",
+	       back.grh.flow_label);
+	if (ah)
+		ibv_destroy_ah(ah);
+	ibv_destroy_qp(u1);
+	ibv_destroy_qp(u2);
 
 	ibv_destroy_qp(a);
 	ibv_destroy_cq(cq);
