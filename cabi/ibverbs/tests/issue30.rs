@@ -21,6 +21,8 @@ rereg_mr(access without the flag): rc=-1 errno=EINVAL
 import_pd: NULL errno=EOPNOTSUPP
 import_mr: NULL errno=EOPNOTSUPP
 import_device(-1): NULL errno=EINVAL
+dup(cmd_fd): ok
+import_device(dup of cmd_fd): NULL errno=EOPNOTSUPP
 rate_to_mbps(100G): 103125, mbps_to_ibv_rate(25781): 15, rate_to_mult(10G): 4
 qp_ex(RC, send/write/read/atomics): object
 qp_ex(RC, ATOMIC_WRITE): NULL errno=EOPNOTSUPP

@@ -89,6 +89,10 @@ int main(void)
 	SHOW_NULL("import_pd", ibv_import_pd(ctx, 1));
 	SHOW_NULL("import_mr", ibv_import_mr(pd, 1));
 	SHOW_NULL("import_device(-1)", ibv_import_device(-1));
+	int dup_fd = dup(ctx->cmd_fd);
+	printf("dup(cmd_fd): %s\n", dup_fd >= 0 ? "ok" : "failed");
+	SHOW_NULL("import_device(dup of cmd_fd)", ibv_import_device(dup_fd));
+	close(dup_fd);
 	printf("rate_to_mbps(100G): %d, mbps_to_ibv_rate(25781): %d, rate_to_mult(10G): %d\n",
 	       ibv_rate_to_mbps(IBV_RATE_100_GBPS), mbps_to_ibv_rate(25781),
 	       ibv_rate_to_mult(IBV_RATE_10_GBPS));
