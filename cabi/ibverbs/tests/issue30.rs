@@ -3,7 +3,7 @@
 //! `send_ops_flags` and `create_flags` as rxe's provider does (never a NULL `ibv_wr_*` pointer)
 //! and takes a zero `create_flags`; `max_inline_data` 0 is rounded up as rxe rounds it and an
 //! inline SEND within it arrives; a QP destroyed before its async event is read never has the
-//! event delivered (with a NULL `qp`, which crashed UCX); a UD address handle from GID index 0
+//! event delivered (with a NULL `qp`, which crashed UCX), nor a destroyed CQ's overrun event; a UD address handle from GID index 0
 //! sends over IPv6 as rxe's does, and the receive's GRH area holds the IPv6 header.
 
 mod common;
@@ -37,6 +37,8 @@ post inline 16: rc=0
 completions: 2, statuses 0 0, received: sixteen bytes!!
 bad rkey: 1 completion, status remote access error
 async events after destroy: 0, naming NULL: 0, then EAGAIN
+small cq overrun event queued: yes
+async events after cq destroy: 0, naming NULL: 0, then EAGAIN
 ah from gid 0: object
 post ud: rc=0
 ud completions: 2, recv status 0 byte_len 50 grh yes, ip version 6, source gid 0: yes, data: over ipv6

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,37 @@ int main(void)
 		ibv_ack_async_event(&ev);
 	}
 	printf("async events after destroy: %d, naming NULL: %d, then %s\n", n, nulls, errname(errno));
+
+	/* A destroyed CQ's unread overrun event (IBV_EVENT_CQ_ERR) is not delivered either: more
+	 * signaled WRITEs than the CQ holds, then the QP and the CQ destroyed before reading. */
+	struct ibv_cq *small = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	int writes = small->cqe + 1;
+	struct ibv_qp_init_attr xi = { .send_cq = small, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = writes, .max_recv_wr = 1, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	struct ibv_qp *x = ibv_create_qp(pd, &xi), *y = ibv_create_qp(pd, &qi);
+	modify(x, y->qp_num, gid);
+	modify(y, x->qp_num, gid);
+	wr.wr.rdma.rkey = mr->rkey;
+	for (int i = 0; i < writes; i++)
+		ibv_post_send(x, &wr, &bad);
+	/* The overrun's CQ_ERR event makes async_fd readable (nothing is polled: the CQ stays
+	 * full). */
+	struct pollfd afd = { .fd = ctx->async_fd, .events = POLLIN };
+	rc = poll(&afd, 1, 10000);
+	printf("small cq overrun event queued: %s\n", rc == 1 ? "yes" : "no");
+	ibv_destroy_qp(x);
+	ibv_destroy_qp(y);
+	ibv_destroy_cq(small);
+	n = nulls = 0;
+	while (ibv_get_async_event(ctx, &ev) == 0) {
+		n++;
+		if (ev.element.cq == NULL)
+			nulls++;
+		ibv_ack_async_event(&ev);
+	}
+	printf("async events after cq destroy: %d, naming NULL: %d, then %s\n", n, nulls,
+	       errname(errno));
 
 	/* A UD address handle from GID index 0 (IPv6 link-local), as rxe takes it: the datagram
 	 * goes over IPv6, the receive's GRH area holds the IPv6 header, and the AH made from the
