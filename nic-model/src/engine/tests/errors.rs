@@ -560,4 +560,11 @@ fn a_receive_cq_overrun_moves_the_responder_to_err_without_an_ack_as_rxe() {
         wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         [(1, WcStatus::Success)]
     );
+    // The requester's retries find a QP that no longer answers.
+    p.drive();
+    let wcs = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(2, WcStatus::RetryExcErr)]
+    );
 }
