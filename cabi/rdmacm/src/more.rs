@@ -137,19 +137,21 @@ const COMM_EST: c_int = 4;
 /// `IBV_EVENT_LID_CHANGE`.
 const LID_CHANGE: c_int = 11;
 
-/// `rdma_notify`: as the kernel's `ib_cm_notify`, `IBV_EVENT_COMM_EST` and
-/// `IBV_EVENT_LID_CHANGE` on an id with a connection (requested or made) are taken: softverbs'
-/// CM always sends the RTU that establishes it, so there is nothing more to do; anything else,
-/// or an id with no connection, is `EINVAL`. (The kernel answers `EISCONN` to COMM_EST on an
-/// established connection; softverbs answers 0.)
+/// `rdma_notify`: as the kernel's `ib_cm_notify` answers. `IBV_EVENT_COMM_EST` on a
+/// connection being set up is taken (the RTU that softverbs' CM always sends establishes it,
+/// so there is nothing more to do), on an established one `EISCONN`;
+/// `IBV_EVENT_LID_CHANGE` on an id with a connection is taken; anything else, or an id with
+/// no connection, is `EINVAL`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(cid: *mut rdma_cm_id, event: c_int) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
-    if id.st.lock().expect("id").peer.is_none() {
+    let st = id.st.lock().expect("id");
+    if st.peer.is_none() {
         return fail(libc::EINVAL);
     }
-    match event {
-        COMM_EST | LID_CHANGE => 0,
+    match (event, st.state) {
+        (COMM_EST, CmState::Established) => fail(libc::EISCONN),
+        (COMM_EST, CmState::Connect) | (LID_CHANGE, _) => 0,
         _ => fail(libc::EINVAL),
     }
 }

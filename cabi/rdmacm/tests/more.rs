@@ -31,6 +31,7 @@ fn devices_ece_notify_and_reject_ece_answer_as_librdmacm_over_rxe() {
              active event RDMA_CM_EVENT_CONNECT_RESPONSE\n\
              active reads vendor 0x15b3 options 0x1\n\
              notify(COMM_EST) while connecting: 0 \n\
+             notify(COMM_EST) established: -1 EISCONN\n\
              notify(PORT_ACTIVE): -1 EINVAL\n\
              active event RDMA_CM_EVENT_REJECTED\n\
              reject_ece: REJECTED 35\n",

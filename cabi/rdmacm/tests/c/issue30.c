@@ -1,7 +1,7 @@
 /* issue 30 from C (tests/more.rs runs it): rdma_get_devices lists the soft devices' contexts
  * (the ones the CM's ids use), NULL-terminated; the ECE a connecting id without a CM-made QP
  * sets is the one the passive side reads, and the REP brings back the vendor with the passive
- * side's options; rdma_notify takes COMM_EST on a connection; rdma_reject_ece gives REJECTED with
+ * side's options; rdma_notify answers as the kernel's CM; rdma_reject_ece gives REJECTED with
  * reason 35. Usage: issue30 PORT */
 #include "cm_common.h"
 
@@ -45,6 +45,8 @@ int main(int argc, char **argv)
 	printf("notify(COMM_EST) while connecting: %d %s\n", rc, rc ? strerror(errno) : "");
 	CHECK(rdma_establish(act) == 0);
 	expect(RDMA_CM_EVENT_ESTABLISHED);
+	rc = rdma_notify(pas, IBV_EVENT_COMM_EST);
+	printf("notify(COMM_EST) established: %d %s\n", rc, errno == EISCONN ? "EISCONN" : "?");
 	rc = rdma_notify(pas, IBV_EVENT_PORT_ACTIVE);
 	printf("notify(PORT_ACTIVE): %d %s\n", rc, errno == EINVAL ? "EINVAL" : "?");
 
