@@ -444,7 +444,10 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
 }
 
 /// `ibv_get_async_event`: read one event from `async_fd` (blocking unless the program made it
-/// non-blocking: then -1 with `EAGAIN`), and return it.
+/// non-blocking: then -1 with `EAGAIN`), and return it. An event whose QP, CQ or SRQ was
+/// destroyed before it was read is dropped, as the kernel drops a destroyed object's unread
+/// events (`ib_uverbs_release_uevent`), and the next one is read: no event ever names a NULL
+/// object (docs/decisions.md, "A destroyed object's unread async events").
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_async_event(
     c: *mut ibv_context,
@@ -455,24 +458,36 @@ pub unsafe extern "C" fn ibv_get_async_event(
         refuse("ibv_get_async_event", libc::EINVAL, "event is NULL");
         return -1;
     }
-    let mut v = 0u64;
-    // SAFETY: our eventfd; 8 bytes.
-    let n = unsafe { libc::read(ctx.v.context.async_fd, &mut v as *mut u64 as *mut c_void, 8) };
-    if n != 8 {
-        return -1; // errno from read
-    }
-    match ctx.ctx.get_async_event(None) {
-        Ok(ev) => {
-            let (ty, element) = async_event_c(&ev);
-            // SAFETY: checked non-NULL.
-            unsafe { event.write(ibv_async_event { element, event_type: ty }) };
-            0
+    loop {
+        let mut v = 0u64;
+        // SAFETY: our eventfd; 8 bytes.
+        let n = unsafe { libc::read(ctx.v.context.async_fd, &mut v as *mut u64 as *mut c_void, 8) };
+        if n != 8 {
+            return -1; // errno from read
         }
-        Err(e) => {
-            refuse_err("ibv_get_async_event", &e);
-            -1
+        match ctx.ctx.get_async_event(None) {
+            Ok(ev) => {
+                let (ty, element) = async_event_c(&ev);
+                if element.is_null() && names_an_object(&ev) {
+                    tracing::debug!(?ev, "ibv_get_async_event: its object is destroyed; dropped");
+                    continue;
+                }
+                // SAFETY: checked non-NULL.
+                unsafe { event.write(ibv_async_event { element, event_type: ty }) };
+                return 0;
+            }
+            Err(e) => {
+                refuse_err("ibv_get_async_event", &e);
+                return -1;
+            }
         }
     }
+}
+
+/// Whether the event is about a QP, CQ or SRQ (whose C object must be live to be named).
+fn names_an_object(ev: &verbs_api::AsyncEvent) -> bool {
+    use verbs_api::AsyncElement;
+    matches!(ev.element, AsyncElement::Qp(_) | AsyncElement::Cq(_) | AsyncElement::Srq(_))
 }
 
 /// `ibv_ack_async_event`: softverbs keeps no count to wait on, so nothing to do.

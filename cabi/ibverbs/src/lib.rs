@@ -12,6 +12,7 @@
 mod convert;
 mod cq_ex;
 mod device;
+mod extra;
 mod object;
 mod ops;
 mod qp;

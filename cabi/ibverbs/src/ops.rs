@@ -57,6 +57,12 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             return refuse_null("ibv_open_device", e.errno.code(), &e.message);
         }
     };
+    // The command fd: a real character device's fd (`/dev/null`), so programs that `dup` or
+    // `fstat` it as they would rxe's `/dev/infiniband/uverbsN` (pyverbs before
+    // `ibv_import_device`) get a valid descriptor; nothing is ever written to it, and
+    // `ibv_import_device` of it is `EOPNOTSUPP`, as rxe's. -1 if it cannot be opened.
+    // SAFETY: a plain open of a constant path.
+    let cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     let b = Box::new(Ctx {
         v: verbs_context {
             ops,
@@ -64,7 +70,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             context: ibv_context {
                 device: dev,
                 ops: cops,
-                cmd_fd: -1,
+                cmd_fd,
                 async_fd,
                 num_comp_vectors: 1,
                 mutex: pthread_mutex_t([0; 40]),
@@ -96,6 +102,9 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
             soft.unwatch_async_events(&(*p).name, (*p).watch);
         }
         libc::close((*p).v.context.async_fd);
+        if (*p).v.context.cmd_fd >= 0 {
+            libc::close((*p).v.context.cmd_fd);
+        }
         drop(Box::from_raw(p));
     }
     0

@@ -108,35 +108,98 @@ pub unsafe extern "C" fn ibv_create_qp(p: *mut ibv_pd, init: *mut ibv_qp_init_at
 }
 
 /// `verbs_context.create_qp_ex`: `struct ibv_qp_init_attr_ex` begins with the fields of
-/// `ibv_qp_init_attr`. `IBV_QP_INIT_ATTR_PD` is required, `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`
-/// (the `ibv_wr_*` API) taken; the rest is refused with `EOPNOTSUPP`.
+/// `ibv_qp_init_attr`. As rxe's `check_qp_init_attr`: `IBV_QP_INIT_ATTR_PD` is required,
+/// `IBV_QP_INIT_ATTR_CREATE_FLAGS` taken with no flag set, `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`
+/// (the `ibv_wr_*` API) taken with the operations [`send_ops_refused`] leaves; the rest is
+/// refused with `EOPNOTSUPP`, so no QP ever has a NULL `ibv_wr_*` pointer the program asked for.
 pub(crate) unsafe extern "C" fn create_qp_ex(
     _c: *mut ibv_context,
     init: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
+    const W: &str = "ibv_create_qp_ex";
     if init.is_null() {
-        return refuse_null("ibv_create_qp_ex", libc::EINVAL, "qp_init_attr_ex is NULL");
+        return refuse_null(W, libc::EINVAL, "qp_init_attr_ex is NULL");
     }
     // SAFETY: checked non-NULL; the caller's struct ibv_qp_init_attr_ex.
-    let (mask, pd) = unsafe { ((*init).comp_mask, (*init).pd) };
-    if mask & IBV_QP_INIT_ATTR_PD == 0 || mask & !(IBV_QP_INIT_ATTR_PD | SEND_OPS_FLAGS) != 0 {
+    let (mask, pd, flags, ops, ty) = unsafe {
+        let i = &*init;
+        (i.comp_mask, i.pd, i.create_flags, i.send_ops_flags, i.qp_type)
+    };
+    if mask & IBV_QP_INIT_ATTR_PD == 0
+        || mask & !(IBV_QP_INIT_ATTR_PD | CREATE_FLAGS | SEND_OPS_FLAGS) != 0
+    {
         return refuse_null(
-            "ibv_create_qp_ex",
+            W,
             libc::EOPNOTSUPP,
             &format!(
-                "comp_mask {mask:#x}: softverbs takes IBV_QP_INIT_ATTR_PD and \
-                 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS only (no XRC, TSO, RSS or create flags)"
+                "comp_mask {mask:#x}: softverbs, as rxe, takes IBV_QP_INIT_ATTR_PD, _CREATE_FLAGS \
+                 and _SEND_OPS_FLAGS only (no XRC, TSO or RSS)"
             ),
         );
+    }
+    if mask & CREATE_FLAGS != 0 && flags != 0 {
+        return refuse_null(
+            W,
+            libc::EOPNOTSUPP,
+            &format!("create_flags {flags:#x}: rxe and softverbs support none"),
+        );
+    }
+    if mask & SEND_OPS_FLAGS != 0 {
+        if let Some(why) = send_ops_refused(ty, ops) {
+            return refuse_null(W, libc::EOPNOTSUPP, &why);
+        }
     }
     // SAFETY: checked non-NULL; its prefix is laid out as an ibv_qp_init_attr (the layout test
     // checks both structs against verbs.h).
     let base = unsafe { &mut *(init as *mut ibv_qp_init_attr) };
-    make_qp("ibv_create_qp_ex", pd, base, mask & SEND_OPS_FLAGS != 0)
+    make_qp(W, pd, base, mask & SEND_OPS_FLAGS != 0)
 }
 
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 const SEND_OPS_FLAGS: u32 = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+/// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
+const CREATE_FLAGS: u32 = 1 << 2;
+
+/// `IBV_QP_EX_WITH_RDMA_WRITE`, `_RDMA_WRITE_WITH_IMM`, `_SEND`, `_SEND_WITH_IMM`: the
+/// operations every connected QP type has.
+const OPS_UC: u64 = 0b1111;
+/// [`OPS_UC`] and `IBV_QP_EX_WITH_RDMA_READ`, `_ATOMIC_CMP_AND_SWP`, `_ATOMIC_FETCH_AND_ADD`.
+const OPS_RC: u64 = 0b111_1111;
+/// `IBV_QP_EX_WITH_SEND`, `_SEND_WITH_IMM`.
+const OPS_UD: u64 = 0b1100;
+/// What rxe's provider takes beyond softverbs (`RXE_SUP_RC_QP_SEND_OPS_FLAGS`): LOCAL_INV,
+/// BIND_MW, SEND_WITH_INV, FLUSH (1 << 11), ATOMIC_WRITE (1 << 12).
+const RXE_ONLY_RC: u64 = (0b111 << 7) | (0b11 << 11);
+/// `RXE_SUP_UC_QP_SEND_OPS_FLAGS` beyond softverbs': BIND_MW, SEND_WITH_INV.
+const RXE_ONLY_UC: u64 = 0b11 << 8;
+
+/// Why a QP of type `ty` cannot have the `ibv_wr_*` operations `ops`, or None. softverbs fills
+/// an entry point for each operation it takes ([`qp_ex::fill`]); an operation rxe refuses for
+/// the type is refused as rxe does, and one rxe has but softverbs lacks (memory windows, local
+/// invalidation, flush, atomic write) is refused too rather than left a NULL pointer.
+fn send_ops_refused(ty: c_int, ops: u64) -> Option<String> {
+    let (ours, rxe_only, name) = match QpType::from_c_int(ty) {
+        Some(QpType::Rc) => (OPS_RC, RXE_ONLY_RC, "RC"),
+        Some(QpType::Uc) => (OPS_UC, RXE_ONLY_UC, "UC"),
+        Some(QpType::Ud) => (OPS_UD, 0, "UD"),
+        _ => {
+            return Some(format!(
+                "send_ops_flags on QP type {ty}: rxe takes them for RC, UC and UD only"
+            ))
+        }
+    };
+    let extra = ops & !ours;
+    if extra == 0 {
+        return None;
+    }
+    Some(match extra & !rxe_only {
+        0 => format!(
+            "send_ops_flags {ops:#x}: {extra:#x} (memory windows, local invalidation, flush or \
+             atomic write) are rxe's but not softverbs'"
+        ),
+        _ => format!("send_ops_flags {ops:#x}: {extra:#x} are not supported on a {name} QP (rxe refuses them too)"),
+    })
+}
 
 /// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`;
 /// NULL for any other, as libibverbs gives.

@@ -265,7 +265,8 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
 
 /// Fill the `ibv_wr_*` entry points of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; the
 /// operations softverbs lacks (memory windows, local invalidate, TSO, XRC, atomic write) stay
-/// NULL, as providers leave the ones they do not offer.
+/// NULL, and `ibv_create_qp_ex` refuses a QP whose `send_ops_flags` ask for one of them
+/// (`crate::qp`'s `send_ops_refused`), so no program can reach a NULL pointer it asked for.
 pub(crate) fn fill(q: &mut ibv_qp_ex) {
     q.comp_mask = 0;
     q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);

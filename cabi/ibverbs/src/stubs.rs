@@ -33,9 +33,11 @@ no_kernel! {
     ibv_cmd_close_xrcd
     ibv_cmd_create_ah
     ibv_cmd_create_counters
+    ibv_cmd_create_cq
     ibv_cmd_create_cq_ex
     ibv_cmd_create_flow
     ibv_cmd_create_flow_action_esp
+    ibv_cmd_create_qp
     ibv_cmd_create_qp_ex
     ibv_cmd_create_qp_ex2
     ibv_cmd_create_rwq_ind_table
@@ -65,6 +67,10 @@ no_kernel! {
     ibv_cmd_modify_wq
     ibv_cmd_open_qp
     ibv_cmd_open_xrcd
+    ibv_cmd_poll_cq
+    ibv_cmd_post_recv
+    ibv_cmd_post_send
+    ibv_cmd_post_srq_recv
     ibv_cmd_query_context
     ibv_cmd_query_device_any
     ibv_cmd_query_mr
@@ -75,6 +81,7 @@ no_kernel! {
     ibv_cmd_reg_dm_mr
     ibv_cmd_reg_dmabuf_mr
     ibv_cmd_reg_mr
+    ibv_cmd_req_notify_cq
     ibv_cmd_rereg_mr
     ibv_cmd_resize_cq
     execute_ioctl

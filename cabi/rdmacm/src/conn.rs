@@ -257,6 +257,8 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     m.dst_port = st.dst.1;
     m.rd_atomic = p.map_or(1, |p| p.initiator_depth);
     m.rnr_retry = st.rnr_retry;
+    // With a QP, librdmacm takes the local ECE from ibv_query_ece, which has none (as rxe).
+    m.ece = if id.c.qp.is_null() { st.local_ece } else { [0, 0] };
     if let Some(scope) = crate::v6::scope(id.token) {
         m.v6 = 1;
         m.scope = scope.to_ne_bytes();
@@ -329,6 +331,8 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
     m.psn = st.my_psn;
     m.qkey = RDMA_UDP_QKEY;
     m.rd_atomic = init;
+    // As librdmacm: the REQ's vendor echoed, with this side's options (none with a QP).
+    m.ece = [st.remote_ece[0], if qp.is_null() { st.local_ece[1] } else { 0 }];
     m.src_ip = st.src.0;
     m.src_port = st.src.1;
     m.set_pd(&pd);
@@ -346,12 +350,29 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
 /// `rdma_reject`: send a REJ (the peer gets REJECTED, status 28: consumer defined).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_reject(cid: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { reject_with(cid, data, len, 28) }
+}
+
+/// `rdma_reject_ece`: a REJ with the reason "vendor option not supported" (status 35).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject_ece(
+    cid: *mut rdma_cm_id,
+    data: *const c_void,
+    len: u8,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { reject_with(cid, data, len, 35) }
+}
+
+/// A REJ with `status` (the REJ reason the peer's REJECTED event carries).
+unsafe fn reject_with(cid: *mut rdma_cm_id, data: *const c_void, len: u8, status: i32) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let Some(pd) = private(data, len, 148) else { return fail(libc::EINVAL) };
     // The request is answered: the id has no peer any more (an accept after this is EINVAL).
     let Some((to, tok)) = id.st.lock().expect("id").peer.take() else { return fail(libc::EINVAL) };
     let mut m = Msg::new(kind::REJ, tok);
-    m.status = 28;
+    m.status = status;
     m.set_pd(&pd);
     send(channel_of(id), &to, &m);
     0

@@ -109,6 +109,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             st.peer_psn = m.psn;
             st.req_rd_atomic = m.rd_atomic;
             st.rnr_retry = m.rnr_retry;
+            st.remote_ece = m.ece;
             st.state.move_to(CmState::Connect);
             drop(st);
             set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
@@ -123,6 +124,7 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
         kind::REP => {
             let mut st = id.st.lock().expect("id");
             st.req_to = None;
+            st.remote_ece = m.ece;
             st.peer = Some((m.reply_path(), m.from));
             st.peer_qpn = m.qpn;
             st.peer_psn = m.psn;

@@ -255,6 +255,9 @@ pub struct Msg {
     pub v6: u8,
     pub _pad: u8,
     pub scope: [u8; 4],
+    /// The ECE (`ibv_ece`'s vendor_id, options) a REQ or REP carries, as the kernel's CM
+    /// carries it in its messages (more.rs).
+    pub ece: [u32; 2],
     pub reply: [u8; 108],
     pub pd: [u8; 256],
 }
@@ -355,6 +358,10 @@ pub struct St {
     pub peer_gone: bool,
     /// The channel socket the REQ went to, until the REP comes (its process is watched).
     pub req_to: Option<PathBuf>,
+    /// `rdma_set_local_ece`'s vendor_id and options (0, 0: none), sent in the REQ or REP.
+    pub local_ece: [u32; 2],
+    /// The ECE the peer's REQ or REP carried (`rdma_get_remote_ece`).
+    pub remote_ece: [u32; 2],
 }
 
 /// The id behind a C pointer, if it is one of ours and alive.

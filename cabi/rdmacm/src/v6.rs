@@ -3,7 +3,7 @@
 //! same port as its IPv4 address `a.b.c.d`. An id addressed so (or bound to `::`) is an IPv6
 //! id: its route holds `sockaddr_in6`s with the scope id, its RC QP sends from GID index 0 to
 //! the peer's link-local GID (RoCE v2 over IPv6). A UD id's address handles (`param.ud`) stay
-//! on the IPv4 GIDs: softverbs' UD address handles do not carry IPv6 yet. A link-local address needs a scope id, as with
+//! on the IPv4 GIDs (an address handle from GID index 0 would send over IPv6). A link-local address needs a scope id, as with
 //! the kernel's CM (`EINVAL` without); the soft ports sit on no host interface, so any
 //! interface's index names them (`fe80::...%lo`). `::1` is as `127.0.0.1`: it reaches whichever
 //! process listens on the port.

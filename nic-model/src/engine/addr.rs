@@ -134,11 +134,10 @@ pub(crate) struct AvPath {
 /// without one. The source is the `sgid_index` entry of the port's GID table, so that entry
 /// must hold a GID, and `dgid` must be of the same IP version: the IPv4 GID of a softverbs port
 /// (RoCE v2 over IPv4) or, from the link-local entry, a port's link-local GID (RoCE v2 over
-/// IPv6, which connected QPs send — `ipv6_ok` — and UD address handles do not yet).
+/// IPv6, which connected QPs and UD address handles send alike).
 pub(super) fn av_path(
     ip: [u8; 4],
     av: &verbs_api::AhAttr,
-    ipv6_ok: bool,
 ) -> std::result::Result<AvPath, (Errno, String)> {
     if !av.is_global {
         return Err((
@@ -177,18 +176,6 @@ pub(super) fn av_path(
             )),
         };
     }
-    if !ipv6_ok {
-        return Err((
-            Errno::NotSup,
-            format!(
-                "sgid_index {sgid_index} is the IPv6 GID {}: softverbs carries RoCE v2 over \
-                 IPv6 for RC and UC QPs, not yet for UD address handles; use GID index \
-                 {GID_INDEX_IPV4} ({}), the port's IPv4 GID",
-                Ipv6Addr::from(sgid.0),
-                Ipv6Addr::from(Gid::from_ipv4(ip).0)
-            ),
-        ));
-    }
     match ip_of_link_local(&av.dgid) {
         Some(dst) => Ok(AvPath {
             ip: dst,
@@ -217,14 +204,6 @@ pub(super) fn av_path(
     }
 }
 
-/// [`av_path`] for a UD address handle: the destination port's IPv4 address.
-pub(super) fn av_destination(
-    ip: [u8; 4],
-    av: &verbs_api::AhAttr,
-) -> std::result::Result<[u8; 4], (Errno, String)> {
-    av_path(ip, av, false).map(|p| p.ip)
-}
-
 /// `ibv_create_ah`'s checks for a port with IPv4 address `ip`: the vector must carry a GRH
 /// naming a softverbs port from a GID this port has, on port 1.
 pub fn check_ah(ip: [u8; 4], attr: &verbs_api::AhAttr) -> Result<()> {
@@ -234,7 +213,7 @@ pub fn check_ah(ip: [u8; 4], attr: &verbs_api::AhAttr) -> Result<()> {
             attr.port_num
         )));
     }
-    av_destination(ip, attr)
+    av_path(ip, attr)
         .map(drop)
         .map_err(|(errno, why)| Error::new(errno, format!("ibv_create_ah: {why}")))
 }

@@ -11,12 +11,13 @@ use super::{Hca, Hex, NicEvent};
 
 impl Hca {
     /// Push a completion; fires the CQ's armed event, or records an overrun (and its async event).
-    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) {
+    /// Whether the completion found room (false: the CQ overran, or is gone).
+    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
         if wc.status != WcStatus::Success && wc.status != WcStatus::WrFlushErr {
             tracing::warn!(device = %self.cfg.name, qpn = %Hex(wc.qp_num), cq, wr_id = wc.wr_id,
                 status = ?wc.status, opcode = ?wc.opcode, "error completion");
         }
-        let Some(c) = self.cqs.get_mut(&cq) else { return };
+        let Some(c) = self.cqs.get_mut(&cq) else { return false };
         let had_overrun = c.overrun > 0;
         let (added, fire) = c.push(wc, solicited);
         if added || !had_overrun {
@@ -33,6 +34,7 @@ impl Hca {
                 element: AsyncElement::Cq(cq as u64),
             }));
         }
+        added
     }
 
     /// Complete a send WQE: visible if signaled or failed.
@@ -62,7 +64,17 @@ impl Hca {
         self.complete(qp.send_cq, wc, false);
     }
 
-    /// Complete a receive WQE.
+    /// A receive completion that found its CQ full: as rxe's responder
+    /// (`RESPST_ERR_CQ_OVERFLOW`, class G), the QP goes to the error state, flushing what is
+    /// posted, and the request is not acknowledged, so the requester retries into a QP that
+    /// no longer answers. The CQ's overrun event is already raised; rxe raises none for the QP.
+    pub(crate) fn recv_cq_overflow(&mut self, qp: &mut Qp) {
+        tracing::warn!(device = %self.cfg.name, qpn = %Hex(qp.qpn),
+            "receive CQ overrun: the QP goes to ERR and the request is not acknowledged");
+        self.enter_error(qp, None);
+    }
+
+    /// Complete a receive WQE; whether its CQ had room (see [`Hca::recv_cq_overflow`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn complete_recv(
         &mut self,
@@ -75,7 +87,7 @@ impl Hca {
         src_qp: u32,
         slid: u16,
         solicited: bool,
-    ) {
+    ) -> bool {
         let mut wc_flags = WcFlags::empty();
         if imm.is_some() {
             wc_flags |= WcFlags::WITH_IMM;
@@ -92,10 +104,10 @@ impl Hca {
             slid,
             ..WorkCompletion::default()
         };
-        self.complete(qp.recv_cq, wc, solicited);
+        self.complete(qp.recv_cq, wc, solicited)
     }
 
-    /// Complete a UD receive (its flags carry GRH).
+    /// Complete a UD receive (its flags carry GRH); whether its CQ had room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn complete_ud_recv(
         &mut self,
@@ -108,7 +120,7 @@ impl Hca {
         slid: u16,
         wc_flags: WcFlags,
         solicited: bool,
-    ) {
+    ) -> bool {
         let wc = WorkCompletion {
             wr_id,
             status,
@@ -121,6 +133,6 @@ impl Hca {
             slid,
             ..WorkCompletion::default()
         };
-        self.complete(qp.recv_cq, wc, solicited);
+        self.complete(qp.recv_cq, wc, solicited)
     }
 }

@@ -131,6 +131,9 @@ pub struct UdDest {
     pub dst_ip: [u8; 4],
     /// IPv4 TOS and TTL, from the address handle's GRH (see [`Qp::ip_tos_ttl`]).
     pub ip_tos_ttl: (u8, u8),
+    /// RoCE v2 over IPv6: the address handle sends from the port's link-local GID (index 0)
+    /// to a port's link-local GID, with these addresses and flow label.
+    pub(crate) ip6: Option<super::addr::Ip6Path>,
     /// `remote_qpn`.
     pub remote_qpn: u32,
     /// `remote_qkey` (high bit set: use the QP's own Q_Key).
@@ -522,12 +525,12 @@ impl Qp {
     }
 
     /// [`Qp::is_from_path`] for an IPv6 packet from `src`: an RC or UC QP whose path is IPv6
-    /// takes it from its `dgid` only. UD QPs take none: the soft NIC sends UD over IPv4 only,
-    /// and a receive's GRH area is laid out for IPv4.
+    /// takes it from its `dgid` only; UD takes anyone's, as over IPv4 (the receive's GRH area
+    /// then holds the IPv6 header).
     pub(crate) fn is_from_path6(&self, src: &[u8; 16]) -> bool {
-        self.qp_type != QpType::Ud
-            && (self.ip6.is_some_and(|p| p.dst == *src)
-                || matches!(self.state, QpState::Reset | QpState::Init))
+        self.qp_type == QpType::Ud
+            || self.ip6.is_some_and(|p| p.dst == *src)
+            || matches!(self.state, QpState::Reset | QpState::Init)
     }
 
     /// Outstanding READ/atomic WQEs (sent, not completed).

@@ -63,13 +63,19 @@ impl Nic {
             qpn = next_qpn(qpn);
         }
         self.hca.next_qpn = next_qpn(qpn);
-        // Like real providers, grant at least one WR and SGE so the QP is usable.
+        // Like real providers, grant at least one WR and SGE so the QP is usable. As rxe
+        // (rxe_qp.c, rxe_init_sq) sizes a send WQE to hold either the gather list or the
+        // inline data, max_inline_data is rounded up to what the SGEs' room holds (16 bytes
+        // per `struct ib_sge`), within the device limit.
+        let max_send_sge = cap.max_send_sge.max(1);
         let granted = QpCap {
             max_send_wr: cap.max_send_wr.max(1),
             max_recv_wr: cap.max_recv_wr.max(1),
-            max_send_sge: cap.max_send_sge.max(1),
+            max_send_sge,
             max_recv_sge: cap.max_recv_sge.max(1),
-            max_inline_data: cap.max_inline_data,
+            max_inline_data: cap
+                .max_inline_data
+                .max(max_send_sge.saturating_mul(16).min(l.max_inline_data)),
         };
         for cq in [send_cq, recv_cq] {
             if let Some(c) = self.hca.cqs.get_mut(&cq) {
@@ -122,10 +128,9 @@ impl Nic {
         let next = verbs_api::qp_state::check_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(QpAttrMask::AV) {
             // Only connected QPs take a vector here (the state table refuses one for UD).
-            let path =
-                av_path(self.hca.cfg.ip(), &attr.ah_attr, true).map_err(|(errno, why)| {
-                    Error::new(errno, format!("ibv_modify_qp: IBV_QP_AV: {why}"))
-                })?;
+            let path = av_path(self.hca.cfg.ip(), &attr.ah_attr).map_err(|(errno, why)| {
+                Error::new(errno, format!("ibv_modify_qp: IBV_QP_AV: {why}"))
+            })?;
             qp.dst_ip = path.ip;
             qp.ip6 = path.ip6;
             qp.ip_tos_ttl = qp::ip_tos_ttl(&attr.ah_attr);

@@ -121,11 +121,11 @@ impl Nic {
             return;
         }
         if info.flags.contains(packet::OpFlags::REQUEST) {
-            // The IPv4 header a UD receive's GRH area holds; no IPv6 packet reaches a UD QP
-            // (`Qp::is_from_path6`), so the zeros given for one are never written anywhere.
-            let ip_header: &[u8; 20] = match src {
-                Src::V4(_) => data[..20].try_into().expect("a parsed datagram has an IPv4 header"),
-                Src::V6(_) => &[0; 20],
+            // The IP header a UD receive's GRH area holds: the IPv4 header (after 20 zero
+            // bytes) or the 40-byte IPv6 header, as rxe writes them.
+            let ip_header: &[u8] = match src {
+                Src::V4(_) => &data[..20],
+                Src::V6(_) => &data[..40],
             };
             resp::handle_request(qp, &mut self.hca, ip_header, &pkt);
         } else {

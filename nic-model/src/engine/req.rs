@@ -159,10 +159,12 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
     let mut dst_ip = qp.dst_ip;
     let mut tos_ttl = qp.ip_tos_ttl;
     let mut deth = None;
+    let mut ud_ip6 = None;
     if let Some(ud) = &w.ud {
         dest_qp = ud.remote_qpn;
         dst_ip = ud.dst_ip;
         tos_ttl = ud.ip_tos_ttl;
+        ud_ip6 = ud.ip6;
         // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
         let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.remote_qkey };
         deth = Some(Deth { qkey, src_qp: qp.qpn });
@@ -252,6 +254,9 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
     if deth.is_none() && qp.ip6.is_some() {
         // A connected QP on an IPv6 path.
         hca.transmit(qp, &pkt);
+    } else if let Some(path) = &ud_ip6 {
+        // A UD datagram whose address handle sends over IPv6.
+        hca.transmit6(dst_ip, path, tos_ttl, qp.sport, &pkt);
     } else {
         hca.transmit_to(dst_ip, tos_ttl, qp.sport, &pkt);
     }

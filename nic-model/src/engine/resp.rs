@@ -19,7 +19,7 @@ use crate::packet::{Aeth, Bth, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 const ROCE_SLID: u16 = 0;
 
 /// A request packet arrived for this QP.
-pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>) {
+pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: &Packet<'_>) {
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         hca.stats.rx_no_qp += 1;
         return;
@@ -162,7 +162,7 @@ fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid
     if flags.contains(OpFlags::END) {
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         let imm = pkt.imm;
-        hca.complete_recv(
+        let room = hca.complete_recv(
             qp,
             w.wr_id,
             WcStatus::Success,
@@ -173,6 +173,10 @@ fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid
             src_lid,
             pkt.bth.solicited,
         );
+        if !room {
+            hca.recv_cq_overflow(qp);
+            return;
+        }
     } else {
         qp.resp.recv = Some((w, off));
     }
@@ -208,7 +212,7 @@ pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>)
     qp.resp.nak_sent = false;
     qp.resp.set_epsn(psn.next());
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
-    hca.complete_recv(
+    let room = hca.complete_recv(
         qp,
         w.wr_id,
         WcStatus::Success,
@@ -219,6 +223,10 @@ pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>)
         ROCE_SLID,
         send.bth.solicited,
     );
+    if !room {
+        hca.recv_cq_overflow(qp);
+        return true;
+    }
     if send.bth.ack_req {
         ack(qp, hca, psn);
     }
@@ -284,7 +292,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         if needs_recv {
             let w = hca.take_recv(qp).expect("checked non-empty above");
-            hca.complete_recv(
+            let room = hca.complete_recv(
                 qp,
                 w.wr_id,
                 WcStatus::Success,
@@ -295,6 +303,10 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
                 src_lid,
                 pkt.bth.solicited,
             );
+            if !room {
+                hca.recv_cq_overflow(qp);
+                return;
+            }
         }
     } else {
         qp.resp.write = Some(ctx);
@@ -550,7 +562,7 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         }
         let off = off + pkt.payload.len() as u64;
         if flags.contains(OpFlags::END) {
-            hca.complete_recv(
+            let room = hca.complete_recv(
                 qp,
                 w.wr_id,
                 WcStatus::Success,
@@ -561,6 +573,10 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
                 src_lid,
                 pkt.bth.solicited,
             );
+            if !room {
+                hca.recv_cq_overflow(qp);
+                return;
+            }
         } else {
             qp.resp.recv = Some((w, off));
         }
@@ -613,17 +629,22 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         qp.resp.write = None;
         if flags.contains(OpFlags::RWR) {
             match hca.take_recv(qp) {
-                Some(w) => hca.complete_recv(
-                    qp,
-                    w.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::RecvRdmaWithImm,
-                    ctx.total,
-                    pkt.imm,
-                    qp.attr.dest_qp_num,
-                    src_lid,
-                    pkt.bth.solicited,
-                ),
+                Some(w) => {
+                    let room = hca.complete_recv(
+                        qp,
+                        w.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::RecvRdmaWithImm,
+                        ctx.total,
+                        pkt.imm,
+                        qp.attr.dest_qp_num,
+                        src_lid,
+                        pkt.bth.solicited,
+                    );
+                    if !room {
+                        hca.recv_cq_overflow(qp);
+                    }
+                }
                 None => hca.stats.dropped_messages += 1,
             }
         }
@@ -644,9 +665,10 @@ fn uc_abandon(qp: &mut Qp, hca: &mut Hca) {
 }
 
 /// UD: one packet per message. The Q_Key must match; the first [`GRH_LEN`] bytes of the
-/// receive buffer get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header), the payload
-/// follows. No receive posted, or a Q_Key mismatch: the datagram is dropped and counted.
-fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>) {
+/// receive buffer get the GRH (for RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header; over
+/// IPv6: the IPv6 header), the payload follows. No receive posted, or a Q_Key mismatch: the
+/// datagram is dropped and counted.
+fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: &Packet<'_>) {
     let Some(deth) = pkt.deth else { return };
     if deth.qkey != qp.attr.qkey {
         hca.stats.dropped_messages += 1;
@@ -672,7 +694,7 @@ fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>
         Err(DmaError::Length) => (WcStatus::LocLenErr, 0),
         Err(_) => (WcStatus::LocProtErr, 0),
     };
-    hca.complete_ud_recv(
+    let room = hca.complete_ud_recv(
         qp,
         w.wr_id,
         status,
@@ -683,4 +705,7 @@ fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8; 20], pkt: &Packet<'_>
         flags,
         pkt.bth.solicited,
     );
+    if !room {
+        hca.recv_cq_overflow(qp);
+    }
 }

@@ -7,7 +7,7 @@ use verbs_api::{AccessFlags, Error, QpState, QpType, Result, SendFlags, SendWr, 
 
 use crate::packet;
 
-use super::addr::av_destination;
+use super::addr::av_path;
 use super::mr::{MrTable, PdId};
 use super::qp::{self, Qp, SendWqe};
 use super::Hca;
@@ -254,13 +254,14 @@ pub(crate) fn check_send<'w, 'd>(
             return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
         };
         let ah = wr_ud.ah.attr();
-        let dst_ip = match av_destination(hca.cfg.ip(), &ah) {
-            Ok(ip) => ip,
+        let path = match av_path(hca.cfg.ip(), &ah) {
+            Ok(p) => p,
             Err((_, why)) => return inval(format!("the address handle: {why}")),
         };
         ud = Some(qp::UdDest {
-            dst_ip,
+            dst_ip: path.ip,
             ip_tos_ttl: qp::ip_tos_ttl(&ah),
+            ip6: path.ip6,
             remote_qpn: wr_ud.remote_qpn,
             remote_qkey: wr_ud.remote_qkey,
         });

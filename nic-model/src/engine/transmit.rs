@@ -305,10 +305,16 @@ impl Nic {
     }
 }
 
+/// The IPv6 and UDP headers' length (RoCE v2 over IPv6).
+const IPV6_UDP_LEN: usize = 48;
+
 /// Whether a datagram the engine emitted is UD traffic (its BTH opcode's transport bits).
 fn is_ud(datagram: &[u8]) -> bool {
     datagram
-        .get(packet::IPV4_UDP_LEN)
+        .get(match datagram.first() {
+            Some(b) if b >> 4 == 6 => IPV6_UDP_LEN,
+            _ => packet::IPV4_UDP_LEN,
+        })
         .and_then(|&op| packet::Opcode(op).info())
         .is_some_and(|info| info.transport == packet::Transport::Ud)
 }
@@ -327,7 +333,7 @@ impl Hca {
     /// into a buffer of the spare pool, then straight onto the host's egress if it may go now,
     /// else into the transmit queue. Returns whether it was queued. The GRH's traffic class
     /// and hop limit are the IPv6 header's, as the IPv4 TOS and TTL are over IPv4.
-    fn transmit6(
+    pub(crate) fn transmit6(
         &mut self,
         dst: [u8; 4],
         path: &Ip6Path,

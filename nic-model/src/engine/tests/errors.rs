@@ -516,3 +516,55 @@ fn malformed_and_corrupted_packets_are_dropped() {
     assert!(p.b.poll_transmit().is_none());
     assert!(poll_all(&mut p.b, b.cq).is_empty());
 }
+
+#[test]
+fn a_receive_cq_overrun_moves_the_responder_to_err_without_an_ack_as_rxe() {
+    // rxe's responder, finding the receive CQ full (RESPST_ERR_CQ_OVERFLOW, class G), moves
+    // the QP to ERR and does not acknowledge; the requester retries into a QP that no longer
+    // answers. The second SEND here finds b's one-entry CQ full.
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    let b = side(&mut p.b, ALL);
+    let small = p.b.create_cq(1).unwrap();
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let (q, _) = p.b.create_qp(b.pd, QpType::Rc, small, small, cap, false).unwrap();
+    connect(&mut p.a, a.qpn, 2, q, ConnOpts::default());
+    connect(&mut p.b, q, 1, a.qpn, ConnOpts::default());
+    for i in 0..3 {
+        p.b.post_recv(q, &[RecvWr { wr_id: 10 + i, sg_list: &[sge(&b, 64 * i, 64)] }]).unwrap();
+    }
+    let send = |id| SendWr {
+        wr_id: id,
+        sg_list: &[],
+        opcode: WrOpcode::Send,
+        send_flags: signaled(),
+        ..Default::default()
+    };
+    let now = p.now;
+    p.a.post_send(now, a.qpn, &[send(1)]).unwrap();
+    p.drive();
+    assert_eq!(p.opcodes(Dir::BtoA), vec![Opcode::RC_ACKNOWLEDGE], "the first SEND is acked");
+    let now = p.now;
+    p.a.post_send(now, a.qpn, &[send(2)]).unwrap();
+    p.drive_until(now + 1_000_000);
+    assert_eq!(p.b.qp_state(q), Some(QpState::Err), "the responder is in ERR");
+    assert_eq!(p.opcodes(Dir::BtoA), vec![Opcode::RC_ACKNOWLEDGE], "no ACK for the second");
+    let wcs = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success)]
+    );
+    // The requester's retries find a QP that no longer answers.
+    p.drive();
+    let wcs = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(2, WcStatus::RetryExcErr)]
+    );
+}

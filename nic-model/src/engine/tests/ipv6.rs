@@ -122,3 +122,48 @@ fn an_ipv6_qp_takes_no_ipv4_packet_and_an_ipv4_qp_no_ipv6_one() {
     let swc = poll_all(&mut p.a, a.cq);
     assert_eq!((swc.len(), swc[0].status), (1, WcStatus::RetryExcErr));
 }
+
+#[test]
+fn a_ud_datagram_from_the_link_local_gid_goes_over_ipv6_with_its_header_in_the_grh_area() {
+    // As rxe: a UD address handle from GID index 0 to a port's link-local GID sends RoCE v2
+    // over IPv6, and the receive's 40-byte GRH area holds the IPv6 header (version 6, the
+    // traffic class and flow label of the vector, the two link-local addresses).
+    let (mut p, a, b, qa, qb) = ud_pair();
+    let src = gid_entry(ip_of_slot(1), GID_INDEX_LINK_LOCAL).expect("entry 0").0;
+    let dst = gid_entry(ip_of_slot(2), GID_INDEX_LINK_LOCAL).expect("entry 0").0;
+    let av = AhAttr {
+        sgid_index: GID_INDEX_LINK_LOCAL as u8,
+        dgid: dst,
+        traffic_class: 0x28,
+        flow_label: 0x12345,
+        ..roce_av(2)
+    };
+    crate::engine::addr::check_ah(ip_of_slot(1), &av).expect("rxe takes this address handle");
+    let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(av)));
+    p.b.post_recv(qb, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 2048)] }]).unwrap();
+    a.mem.write(0, b"over v6!").unwrap();
+    let sg = [sge(&a, 0, 8)];
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &sg,
+        opcode: WrOpcode::Send,
+        ud: Some(UdTarget { ah, remote_qpn: qb, remote_qkey: 0x2222 }),
+        ..Default::default()
+    };
+    let now = p.now;
+    p.a.post_send(now, qa, &[wr]).unwrap();
+    let t = p.a.poll_transmit().expect("the datagram");
+    assert_eq!(t.data[0] >> 4, 6, "an IPv6 datagram");
+    p.b.handle_packet(p.now, &t.data);
+    let wc = poll_all(&mut p.b, b.cq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].status, wc[0].byte_len, wc[0].src_qp), (WcStatus::Success, 48, qa));
+    assert!(wc[0].wc_flags.contains(WcFlags::GRH));
+    assert_eq!(read_mem(&b, 40, 8), b"over v6!");
+    let grh = read_mem(&b, 0, 40);
+    assert_eq!(grh[0] >> 4, 6, "the GRH area holds the IPv6 header");
+    let vtf = u32::from_be_bytes(grh[..4].try_into().unwrap());
+    assert_eq!(((vtf >> 20) & 0xff, vtf & 0xf_ffff), (0x28, 0x12345), "traffic class, flow label");
+    assert_eq!(&grh[8..24], &src.0, "the sender's link-local GID");
+    assert_eq!(&grh[24..40], &dst.0, "the receiver's link-local GID");
+}

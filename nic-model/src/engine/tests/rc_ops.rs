@@ -564,3 +564,23 @@ fn a_connected_qp_ignores_wr_ud() {
     assert_eq!((received.len(), received[0].wr_id, received[0].byte_len), (1, 5, 9));
     assert_eq!(read_mem(&b, 0, 9), b"connected");
 }
+
+#[test]
+fn max_inline_data_is_rounded_up_to_the_gather_lists_room_as_rxe_does() {
+    // rxe sizes a send WQE for max(max_send_sge * 16, max_inline_data) bytes and grants that
+    // as max_inline_data, within the device's limit (256).
+    let mut p = Pair::new();
+    let a = side(&mut p.a, ALL);
+    for (sge, inline, granted) in [(1, 0, 16), (4, 0, 64), (2, 100, 100), (32, 0, 256), (0, 0, 16)]
+    {
+        let cap = QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: sge,
+            max_recv_sge: 1,
+            max_inline_data: inline,
+        };
+        let (_, got) = p.a.create_qp(a.pd, QpType::Rc, a.cq, a.cq, cap, false).unwrap();
+        assert_eq!(got.max_inline_data, granted, "max_send_sge {sge}, max_inline_data {inline}");
+    }
+}
