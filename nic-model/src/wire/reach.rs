@@ -219,8 +219,16 @@ pub fn owner_gone(path: &Path) -> bool {
 /// The owner's side: creates the file, allocates MR memory from its arena and publishes what
 /// peers may reach. Removes the file when dropped (memory handed out stays mapped until the
 /// last [`ArenaBlock`] is gone, since each holds the arena).
+///
+/// A child of `fork()` has no mapping of the file (it is `MADV_DONTFORK`, as `ibv_fork_init`
+/// makes registered memory), and what it drops of an arena it inherited changes nothing: the
+/// arena and its blocks act only in the process that created them ([`ReachArena::owned`]).
 pub struct ReachArena {
-    mapping: Mapping,
+    /// Never unmapped in a process other than the owner: there the range is not mapped, and
+    /// may since hold another mapping.
+    mapping: std::mem::ManuallyDrop<Mapping>,
+    /// The process that created the file.
+    owner: u32,
     file: File,
     path: PathBuf,
     /// Free arena ranges (offset, length), sorted by offset.
@@ -273,18 +281,32 @@ impl ReachArena {
                 return Err(e);
             }
         };
+        // A child of fork() gets none of it: registered memory is not inherited (the
+        // semantics of ibv_fork_init), nor the tables only the owner writes. Best effort: a
+        // kernel that refuses leaves the child a mapping it never writes through.
+        // SAFETY: advice on a mapping this function made; it moves no memory.
+        unsafe {
+            libc::madvise(mapping.map.as_mut_ptr().cast(), mapping.map.len(), libc::MADV_DONTFORK)
+        };
         mapping.word64(H_START).store(os::own_start_time(), Ordering::Relaxed);
         mapping.word(H_PID).store(std::process::id(), Ordering::Relaxed);
         mapping.word(H_VERSION).store(VERSION, Ordering::Relaxed);
         mapping.word64(H_LEN).store((ARENA_OFF + ARENA_LEN) as u64, Ordering::Relaxed);
         mapping.word64(H_MAGIC).store(MAGIC, Ordering::Release);
         Ok(ReachArena {
-            mapping,
+            mapping: std::mem::ManuallyDrop::new(mapping),
+            owner: std::process::id(),
             file,
             path,
             free: Mutex::new(vec![(0, ARENA_LEN)]),
             held: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Whether this is the process that created the arena (not a child of `fork()` holding a
+    /// copy of its handle). One system call: asked only when memory or the arena goes.
+    pub fn owned(&self) -> bool {
+        std::process::id() == self.owner
     }
 
     /// The file's path.
@@ -599,8 +621,14 @@ fn drain(users: &AtomicU32) -> bool {
 
 impl Drop for ReachArena {
     fn drop(&mut self) {
+        if !self.owned() {
+            // A fork child's copy: the file and its memory are the parent's.
+            return;
+        }
         self.mapping.word(H_STATE).store(1, Ordering::SeqCst);
         let _ = std::fs::remove_file(&self.path);
+        // SAFETY: dropped once, here, in the process that mapped it.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.mapping) };
     }
 }
 
@@ -631,7 +659,10 @@ impl ArenaBlock {
 
 impl Drop for ArenaBlock {
     fn drop(&mut self) {
-        self.arena.give_back(self.off, self.size);
+        // In a fork child the memory is the parent's live MR: nothing is zeroed or punched.
+        if self.arena.owned() {
+            self.arena.give_back(self.off, self.size);
+        }
     }
 }
 
