@@ -218,14 +218,10 @@ pub fn owner_gone(path: &Path) -> bool {
 
 /// The owner's side: creates the file, allocates MR memory from its arena and publishes what
 /// peers may reach. Removes the file when dropped (memory handed out stays mapped until the
-/// last [`ArenaBlock`] is gone, since each holds the arena).
-///
-/// A child of `fork()` has no mapping of the file (it is `MADV_DONTFORK`, as `ibv_fork_init`
-/// makes registered memory), and what it drops of an arena it inherited changes nothing: the
-/// arena and its blocks act only in the process that created them ([`ReachArena::owned`]).
+/// last [`ArenaBlock`] is gone, since each holds the arena). A `fork()` child has no mapping
+/// of it (`MADV_DONTFORK`), and its drops of the arena and blocks do nothing ([`Self::owned`]).
 pub struct ReachArena {
-    /// Never unmapped in a process other than the owner: there the range is not mapped, and
-    /// may since hold another mapping.
+    /// Never unmapped in a non-owner: the range is absent there, or holds another mapping.
     mapping: std::mem::ManuallyDrop<Mapping>,
     /// The process that created the file.
     owner: u32,
@@ -281,9 +277,7 @@ impl ReachArena {
                 return Err(e);
             }
         };
-        // A child of fork() gets none of it: registered memory is not inherited (the
-        // semantics of ibv_fork_init), nor the tables only the owner writes. Best effort: a
-        // kernel that refuses leaves the child a mapping it never writes through.
+        // A fork child gets none of it, as ibv_fork_init keeps registered memory from it.
         // SAFETY: advice on a mapping this function made; it moves no memory.
         unsafe {
             libc::madvise(mapping.map.as_mut_ptr().cast(), mapping.map.len(), libc::MADV_DONTFORK)
@@ -303,8 +297,7 @@ impl ReachArena {
         })
     }
 
-    /// Whether this is the process that created the arena (not a child of `fork()` holding a
-    /// copy of its handle). One system call: asked only when memory or the arena goes.
+    /// Whether this process created the arena (not a `fork()` child): asked only on drops.
     pub fn owned(&self) -> bool {
         std::process::id() == self.owner
     }
@@ -622,8 +615,7 @@ fn drain(users: &AtomicU32) -> bool {
 impl Drop for ReachArena {
     fn drop(&mut self) {
         if !self.owned() {
-            // A fork child's copy: the file and its memory are the parent's.
-            return;
+            return; // A fork child's copy: the file and its memory are the parent's.
         }
         self.mapping.word(H_STATE).store(1, Ordering::SeqCst);
         let _ = std::fs::remove_file(&self.path);
@@ -659,7 +651,6 @@ impl ArenaBlock {
 
 impl Drop for ArenaBlock {
     fn drop(&mut self) {
-        // In a fork child the memory is the parent's live MR: nothing is zeroed or punched.
         if self.arena.owned() {
             self.arena.give_back(self.off, self.size);
         }
