@@ -92,6 +92,13 @@ pub trait Host: Send + Sync + Sized + 'static {
     /// The MR `key` is about to be deregistered: a host that published it withdraws it, and
     /// returns once no peer uses it any more.
     fn mr_withdrawn(&self, _key: u32) {}
+    /// Whether this process inherited the device's handles from the one that opened it (a
+    /// child of `fork()`): dropping or destroying a handle then leaves the owner's object
+    /// alone, as `ibv_fork_init` promises (nothing the child does with inherited verbs
+    /// objects disturbs the parent). Asked only when a handle goes, never on the data path.
+    fn inherited(&self) -> bool {
+        false
+    }
 }
 
 fn foreign(what: &str) -> Error {
@@ -104,19 +111,29 @@ fn foreign(what: &str) -> Error {
 struct Owned(AtomicBool);
 
 impl Owned {
-    /// The explicit destroy verb: runs `destroy` unless the object is already gone.
-    fn destroy(&self, verb: &str, noun: &str, destroy: impl FnOnce() -> Result<()>) -> Result<()> {
+    /// The explicit destroy verb: runs `destroy` unless the object is already gone. In a
+    /// process that inherited the handle (`Host::inherited`: a fork child) only the handle
+    /// goes; the owner's object stays.
+    fn destroy<H: Host>(
+        &self,
+        host: &H,
+        verb: &str,
+        noun: &str,
+        destroy: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         if self.0.load(Ordering::Acquire) {
             return Err(Error::inval(format!("{verb}: the {noun} was already destroyed")));
         }
-        destroy()?;
+        if !host.inherited() {
+            destroy()?;
+        }
         self.0.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// On drop: runs `destroy` unless the explicit verb did.
-    fn drop_with(&self, destroy: impl FnOnce()) {
-        if !self.0.swap(true, Ordering::AcqRel) {
+    /// On drop: runs `destroy` unless the explicit verb did, or the handle was inherited.
+    fn drop_with<H: Host>(&self, host: &H, destroy: impl FnOnce()) {
+        if !self.0.swap(true, Ordering::AcqRel) && !host.inherited() {
             destroy();
         }
     }
@@ -352,7 +369,7 @@ impl<H: Host> PdOps for EnginePd<H> {
         Ok(Arc::new(EngineAh { attr: *attr, _pd: self.ahs.clone() }))
     }
     fn dealloc(&self) -> Result<()> {
-        self.owned.destroy("ibv_dealloc_pd", "PD", || {
+        self.owned.destroy(&*self.host, "ibv_dealloc_pd", "PD", || {
             let ahs = Arc::strong_count(&self.ahs) - 1;
             if ahs > 0 {
                 return Err(Error::busy(format!(
@@ -370,7 +387,7 @@ impl<H: Host> PdOps for EnginePd<H> {
 
 impl<H: Host> Drop for EnginePd<H> {
     fn drop(&mut self) {
-        self.owned.drop_with(|| {
+        self.owned.drop_with(&*self.host, || {
             let _ = self.host.with_nic(|n| n.dealloc_pd(self.id));
         });
     }
@@ -413,7 +430,7 @@ impl<H: Host> MrOps for EngineMr<H> {
         Ok(())
     }
     fn dereg(&self) -> Result<()> {
-        self.owned.destroy("ibv_dereg_mr", "MR", || {
+        self.owned.destroy(&*self.host, "ibv_dereg_mr", "MR", || {
             self.host.mr_withdrawn(self.key);
             self.host.with_nic(|n| n.dereg_mr(self.key))
         })
@@ -425,7 +442,7 @@ impl<H: Host> MrOps for EngineMr<H> {
 
 impl<H: Host> Drop for EngineMr<H> {
     fn drop(&mut self) {
-        self.owned.drop_with(|| {
+        self.owned.drop_with(&*self.host, || {
             self.host.mr_withdrawn(self.key);
             let _ = self.host.with_nic(|n| n.dereg_mr(self.key));
         });
@@ -459,10 +476,11 @@ impl<H: Host> CqOps for EngineCq<H> {
         Ok(())
     }
     fn destroy(&self) -> Result<()> {
-        self.owned
-            .destroy("ibv_destroy_cq", "CQ", || self.host.with_nic(|n| n.destroy_cq(self.id)))?;
-        self.host.unbind_cq(self.id);
-        Ok(())
+        self.owned.destroy(&*self.host, "ibv_destroy_cq", "CQ", || {
+            self.host.with_nic(|n| n.destroy_cq(self.id))?;
+            self.host.unbind_cq(self.id);
+            Ok(())
+        })
     }
     fn id(&self) -> u64 {
         self.host.handle_id(self.id)
@@ -474,10 +492,10 @@ impl<H: Host> CqOps for EngineCq<H> {
 
 impl<H: Host> Drop for EngineCq<H> {
     fn drop(&mut self) {
-        self.owned.drop_with(|| {
+        self.owned.drop_with(&*self.host, || {
             let _ = self.host.with_nic(|n| n.destroy_cq(self.id));
+            self.host.unbind_cq(self.id);
         });
-        self.host.unbind_cq(self.id);
     }
 }
 
@@ -514,8 +532,9 @@ impl<H: Host> QpOps for EngineQp<H> {
         Ok((a, self.cap))
     }
     fn destroy(&self) -> Result<()> {
-        self.owned
-            .destroy("ibv_destroy_qp", "QP", || self.host.with_nic(|n| n.destroy_qp(self.qpn)))
+        self.owned.destroy(&*self.host, "ibv_destroy_qp", "QP", || {
+            self.host.with_nic(|n| n.destroy_qp(self.qpn))
+        })
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -524,7 +543,7 @@ impl<H: Host> QpOps for EngineQp<H> {
 
 impl<H: Host> Drop for EngineQp<H> {
     fn drop(&mut self) {
-        self.owned.drop_with(|| {
+        self.owned.drop_with(&*self.host, || {
             let _ = self.host.with_nic(|n| n.destroy_qp(self.qpn));
         });
     }
@@ -553,8 +572,9 @@ impl<H: Host> SrqOps for EngineSrq<H> {
         Ok(SrqAttr { max_wr, max_sge, srq_limit })
     }
     fn destroy(&self) -> Result<()> {
-        self.owned
-            .destroy("ibv_destroy_srq", "SRQ", || self.host.with_nic(|n| n.destroy_srq(self.id)))
+        self.owned.destroy(&*self.host, "ibv_destroy_srq", "SRQ", || {
+            self.host.with_nic(|n| n.destroy_srq(self.id))
+        })
     }
     fn id(&self) -> u64 {
         self.host.handle_id(self.id)
@@ -566,7 +586,7 @@ impl<H: Host> SrqOps for EngineSrq<H> {
 
 impl<H: Host> Drop for EngineSrq<H> {
     fn drop(&mut self) {
-        self.owned.drop_with(|| {
+        self.owned.drop_with(&*self.host, || {
             let _ = self.host.with_nic(|n| n.destroy_srq(self.id));
         });
     }

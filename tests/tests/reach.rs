@@ -532,6 +532,7 @@ fn the_send_queue_depth_holds_for_wrs_done_at_once() {
         let err = a.qp.post_send(&wrs).expect_err("the fifth does not fit");
         assert_eq!(err.errno, Errno::NoMem, "reach {reach}: {err}");
         assert!(err.message.contains("wr[4]"), "reach {reach}: bad_wr is the fifth: {err}");
+        assert_eq!(err.wr_index, Some(4), "reach {reach}: the error names the fifth");
         let wc = a.cq.poll_n(4, WAIT).expect("four completions");
         let ids: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status)).collect();
         assert_eq!(ids, (1..=4).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());

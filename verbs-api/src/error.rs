@@ -96,12 +96,21 @@ pub struct Error {
     pub errno: Errno,
     /// What was wrong, naming the argument, attribute or object.
     pub message: String,
+    /// For a verb given a list of work requests (`ibv_post_send`, `ibv_post_recv`): the index
+    /// of the one refused, which `*bad_wr` names (those before it were posted); None for
+    /// other verbs, or when the list as a whole was refused.
+    pub wr_index: Option<usize>,
 }
 
 impl Error {
     /// An error with this cause and message.
     pub fn new(errno: Errno, message: impl Into<String>) -> Error {
-        Error { errno, message: message.into() }
+        Error { errno, message: message.into(), wr_index: None }
+    }
+    /// This error, about the work request at `index` of the list the verb was given.
+    pub fn at_wr(mut self, index: usize) -> Error {
+        self.wr_index = Some(index);
+        self
     }
     /// `EINVAL` with a message.
     pub fn inval(message: impl Into<String>) -> Error {

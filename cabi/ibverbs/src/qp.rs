@@ -25,6 +25,8 @@ pub(crate) struct Qp {
     head: QpHead,
     qp: QueuePair,
     max_inline: u32,
+    /// The send queue's depth as granted: a chain is posted in batches of one more.
+    max_send_wr: u32,
 }
 
 fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) -> *mut ibv_qp {
@@ -92,7 +94,12 @@ fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) ->
     let qpn = qp.qp_num();
     let batch = Batch::new(ex.then(|| qp.clone()));
     let head = QpHead { c: cx, magic: Magic::Qp, batch: UnsafeCell::new(batch) };
-    let b = Box::into_raw(Box::new(Qp { head, qp, max_inline: cap.max_inline_data }));
+    let b = Box::into_raw(Box::new(Qp {
+        head,
+        qp,
+        max_inline: cap.max_inline_data,
+        max_send_wr: cap.max_send_wr,
+    }));
     track(&QPS, qpn, Some(b as usize));
     b as *mut ibv_qp
 }
@@ -380,33 +387,42 @@ pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
     0
 }
 
-/// Post one C send WR.
+/// One C send WR as the backend takes it, its SGEs in `buf` and its inline bytes (read from
+/// the program's memory now, as a NIC copies them into the WQE) in `inline_buf`; or the errno
+/// it is refused with.
 #[inline]
-fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
+fn convert<'a>(
+    q: &Qp,
+    w: &ibv_send_wr,
+    buf: &'a mut [Sge; MAX_SGE],
+    inline_buf: &'a mut [u8; 256],
+) -> Result<SendWr<'a>, c_int> {
     const W: &str = "ibv_post_send";
     let Some(opcode) = WrOpcode::from_c_int(w.opcode) else {
-        return refuse(
+        return Err(refuse(
             W,
             libc::EINVAL,
             &format!("opcode {}: not supported by softverbs", w.opcode),
-        );
+        ));
     };
     if w.send_flags & !0xf != 0 {
-        return refuse(W, libc::EINVAL, &format!("send_flags {:#x}: unknown bits", w.send_flags));
+        return Err(refuse(
+            W,
+            libc::EINVAL,
+            &format!("send_flags {:#x}: unknown bits", w.send_flags),
+        ));
     }
     let flags = SendFlags::from_bits_truncate(w.send_flags);
-    let Some(sg) = sges(W, w.sg_list, w.num_sge, buf) else { return libc::EINVAL };
-    // Inline data is read from the program's memory at post time, as a NIC copies it into the
-    // WQE: the SGEs' lkeys are not looked at.
-    let mut inline_buf = [0u8; 256];
+    let Some(sg) = sges(W, w.sg_list, w.num_sge, buf) else { return Err(libc::EINVAL) };
+    // The SGEs' lkeys of inline data are not looked at.
     let inline_data = if flags.contains(SendFlags::INLINE) {
         let total: usize = sg.iter().map(|s| s.length as usize).sum();
         if total > q.max_inline as usize || total > inline_buf.len() {
-            return refuse(
+            return Err(refuse(
                 W,
                 libc::EINVAL,
                 &format!("{total} inline bytes: more than max_inline_data {}", q.max_inline),
-            );
+            ));
         }
         let mut off = 0;
         for s in sg {
@@ -421,7 +437,7 @@ fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
     };
     let u = w.wr;
     let ud = if QpType::from_c_int(q.head.c.qp_base.qp_type) == Some(QpType::Ud) {
-        let Some(ah) = ah_of(W, u.w0 as *mut ibv_ah) else { return libc::EINVAL };
+        let Some(ah) = ah_of(W, u.w0 as *mut ibv_ah) else { return Err(libc::EINVAL) };
         Some(UdTarget {
             ah: ah.ah.clone(),
             remote_qpn: u.w1 as u32,
@@ -430,7 +446,7 @@ fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
     } else {
         None
     };
-    let wr = SendWr {
+    Ok(SendWr {
         wr_id: w.wr_id,
         sg_list: sg,
         opcode,
@@ -445,34 +461,106 @@ fn post_one(q: &Qp, w: &ibv_send_wr, buf: &mut [Sge; MAX_SGE]) -> c_int {
         },
         ud,
         inline_data,
-    };
-    match q.qp.post_send(std::slice::from_ref(&wr)) {
-        Ok(()) => 0,
-        Err(e) => refuse_err(W, &e),
-    }
+    })
 }
 
-/// `ops.post_send`, behind the inline `ibv_post_send`: each WR of the chain in order; on a
-/// refusal `*bad` names it and none after it is posted.
+/// `ops.post_send`, behind the inline `ibv_post_send`. The chain goes to the backend in one
+/// call, as a NIC's driver writes every WQE before one doorbell: WRs completed inside the call
+/// (direct reach) hold their send-queue slots until it returns, so a chain longer than the
+/// queue is refused `ENOMEM` at the WR that does not fit, as on rxe and mlx5, and not
+/// accepted because earlier ones retired in between. On a refusal `*bad` names the WR refused
+/// (the backend's [`verbs_api::Error::wr_index`]; a WR this library cannot convert is refused
+/// here after those before it are posted) and none after it is posted.
 pub(crate) unsafe extern "C" fn post_send(
     p: *mut ibv_qp,
-    mut wr: *mut ibv_send_wr,
+    wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
     let Some(q) = qp_of("ibv_post_send", p) else { return libc::EINVAL };
-    let mut buf = [Sge::default(); MAX_SGE];
-    while !wr.is_null() {
-        // SAFETY: the caller's WR chain.
-        let w = unsafe { &*wr };
-        let rc = post_one(q, w, &mut buf);
+    let set_bad = |at: *mut ibv_send_wr| {
+        if !bad.is_null() {
+            // SAFETY: the caller's out pointer.
+            unsafe { *bad = at };
+        }
+    };
+    if wr.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's WR chain.
+    let first = unsafe { &*wr };
+    if first.next.is_null() {
+        // One WR, the common case: converted on the stack.
+        let (mut buf, mut inline_buf) = ([Sge::default(); MAX_SGE], [0u8; 256]);
+        let rc = match convert(q, first, &mut buf, &mut inline_buf) {
+            Ok(one) => match q.qp.post_send(std::slice::from_ref(&one)) {
+                Ok(()) => 0,
+                Err(e) => refuse_err("ibv_post_send", &e),
+            },
+            Err(rc) => rc,
+        };
         if rc != 0 {
-            if !bad.is_null() {
-                // SAFETY: the caller's out pointer.
-                unsafe { *bad = wr };
+            set_bad(wr);
+        }
+        return rc;
+    }
+    post_chain(q, wr, set_bad)
+}
+
+/// A WR of a chain being collected: its fields but the borrowed ones, and its SGEs and
+/// inline bytes as ranges of the chain's two buffers.
+type Part = (SendWr<'static>, (usize, usize), Option<(usize, usize)>);
+
+/// A chain of more than one send WR, posted in batches of at most `max_send_wr + 1` (the
+/// backend refuses one of those at the latest, so a hostile chain of any length allocates
+/// no more than that).
+fn post_chain(q: &Qp, mut wr: *mut ibv_send_wr, set_bad: impl Fn(*mut ibv_send_wr)) -> c_int {
+    let bound = q.max_send_wr as usize + 1;
+    let (mut buf, mut inline_buf) = ([Sge::default(); MAX_SGE], [0u8; 256]);
+    while !wr.is_null() {
+        // The batch: each WR with its SGEs and inline bytes as ranges of two shared buffers.
+        let mut at: Vec<*mut ibv_send_wr> = Vec::new();
+        let mut parts: Vec<Part> = Vec::new();
+        let (mut sgl, mut inl) = (Vec::<Sge>::new(), Vec::<u8>::new());
+        let mut refused = None;
+        while !wr.is_null() && at.len() < bound {
+            // SAFETY: the caller's WR chain.
+            let w = unsafe { &*wr };
+            match convert(q, w, &mut buf, &mut inline_buf) {
+                Ok(c) => {
+                    let s = (sgl.len(), sgl.len() + c.sg_list.len());
+                    sgl.extend_from_slice(c.sg_list);
+                    let i = c.inline_data.map(|d| {
+                        inl.extend_from_slice(d);
+                        (inl.len() - d.len(), inl.len())
+                    });
+                    parts.push((SendWr { sg_list: &[], inline_data: None, ..c }, s, i));
+                    at.push(wr);
+                    wr = w.next;
+                }
+                Err(rc) => {
+                    refused = Some(rc);
+                    break;
+                }
             }
+        }
+        let wrs: Vec<SendWr<'_>> = parts
+            .into_iter()
+            .map(|(w, s, i)| SendWr {
+                sg_list: &sgl[s.0..s.1],
+                inline_data: i.map(|(a, b)| &inl[a..b]),
+                ..w
+            })
+            .collect();
+        if !wrs.is_empty() {
+            if let Err(e) = q.qp.post_send(&wrs) {
+                set_bad(at[e.wr_index.unwrap_or(0).min(at.len() - 1)]);
+                return refuse_err("ibv_post_send", &e);
+            }
+        }
+        if let Some(rc) = refused {
+            set_bad(wr);
             return rc;
         }
-        wr = w.next;
     }
     0
 }

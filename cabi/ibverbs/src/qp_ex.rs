@@ -49,6 +49,8 @@ pub(crate) struct Batch {
     sges: Vec<Sge>,
     inline: Vec<u8>,
     error: c_int,
+    /// The allocation of the list handed to the backend, kept empty between batches.
+    posting: Vec<SendWr<'static>>,
 }
 
 impl Batch {
@@ -215,8 +217,11 @@ unsafe extern "C" fn wr_set_inline_data_list(
     }
 }
 
-/// `ibv_wr_complete`: post the batch in order; the first refusal (or a problem found while
-/// building) is returned and the rest of the batch is dropped.
+/// `ibv_wr_complete`: post the batch in order, in one call of the backend (as a provider
+/// rings one doorbell), so WRs completed inside the call hold their send-queue slots until it
+/// returns and a batch longer than the queue is refused `ENOMEM` (rxe, mlx5). The first
+/// refusal (or a problem found while building) is returned and the rest of the batch is
+/// dropped.
 unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
     const W: &str = "ibv_wr_complete";
     // SAFETY: q came from ibv_qp_to_qp_ex; the magic check refuses a destroyed QP.
@@ -228,18 +233,20 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
     let Some(qp) = b.qp.clone() else { return libc::EINVAL };
     let mut rc = b.error;
     if rc == 0 {
+        let mut wrs = reuse(std::mem::take(&mut b.posting));
         for w in &b.wrs {
             let ud = match w.ud {
                 Some((ah, remote_qpn, remote_qkey)) => match ah_of(W, ah) {
                     Some(a) => Some(UdTarget { ah: a.ah.clone(), remote_qpn, remote_qkey }),
                     None => {
+                        // Those before it are posted; none after.
                         rc = libc::EINVAL;
                         break;
                     }
                 },
                 None => None,
             };
-            let wr = SendWr {
+            wrs.push(SendWr {
                 wr_id: w.wr_id,
                 sg_list: &b.sges[w.sges.0..w.sges.1],
                 opcode: w.opcode,
@@ -249,18 +256,27 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
                 atomic: w.atomic,
                 ud,
                 inline_data: w.inline.map(|(s, e)| &b.inline[s..e]),
-            };
-            if let Err(e) = qp.post_send(std::slice::from_ref(&wr)) {
+            });
+        }
+        if !wrs.is_empty() {
+            if let Err(e) = qp.post_send(&wrs) {
                 rc = crate::refuse_err(W, &e);
-                break;
             }
         }
+        b.posting = reuse(wrs);
     }
     b.wrs.clear();
     b.sges.clear();
     b.inline.clear();
     b.error = 0;
     rc
+}
+
+/// An empty list of WRs in the allocation of `v` (emptied): a warmed-up QP allocates none.
+fn reuse<'b>(mut v: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
+    v.clear();
+    // An empty vector collected into one of the same layout keeps its allocation.
+    v.into_iter().map(|_| unreachable!("emptied")).collect()
 }
 
 /// Fill the `ibv_wr_*` entry points of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; the

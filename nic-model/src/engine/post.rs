@@ -42,7 +42,8 @@ impl Nic {
                     result = Err(Error::new(
                         e.errno,
                         format!("ibv_post_send: wr[{i}] (wr_id {}): {}", wr.wr_id, e.message),
-                    ));
+                    )
+                    .at_wr(i));
                     break;
                 }
             };

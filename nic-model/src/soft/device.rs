@@ -193,6 +193,9 @@ pub(crate) struct Core {
     faults: Option<Arc<Mutex<PortFaults>>>,
     /// What the device publishes for peers that reach its memory (a port with a reach file).
     pub(crate) reach: Option<SoftReach>,
+    /// The process that opened the device: in any other (a child of `fork()`), its handles
+    /// are inherited copies, and dropping them leaves the device alone ([`Core::inherited`]).
+    owner: u32,
 }
 
 /// A started device: the shared core plus the NIC thread, joined on drop so that the port (and
@@ -263,6 +266,7 @@ impl Device {
             reach,
             tally,
             faults,
+            owner: std::process::id(),
         });
         if let Some(r) = &core.reach {
             r.set_observed(core.capture.is_some() || core.faults.is_some());
@@ -294,6 +298,15 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if self.core.inherited() {
+            // A child of fork(): the NIC thread, the port, the reach file and the memory of
+            // the MRs are the parent's. Nothing here may stop, close, remove or zero them, nor
+            // join a thread this process does not have, nor take a lock another thread may
+            // have held at the fork: the core (and everything it holds) is never dropped here.
+            std::mem::forget(self.thread.take());
+            std::mem::forget(self.core.clone());
+            return;
+        }
         self.core.shutdown.store(true, Ordering::Release);
         self.core.wake_nic_thread();
         // Threads waiting for a completion event of this device give up.
@@ -314,6 +327,12 @@ impl Drop for Device {
 }
 
 impl Core {
+    /// Whether this process is not the one that opened the device (a child of `fork()` that
+    /// inherited its handles). One system call: asked only when a handle goes.
+    pub(crate) fn inherited(&self) -> bool {
+        std::process::id() != self.owner
+    }
+
     /// Nanoseconds of the device's monotonic clock.
     pub(crate) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64

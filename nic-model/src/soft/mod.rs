@@ -391,6 +391,9 @@ impl Host for Device {
             r.mr_withdrawn(key);
         }
     }
+    fn inherited(&self) -> bool {
+        Core::inherited(self)
+    }
     fn create_comp_channel(self: &Arc<Self>) -> Result<Arc<dyn CompChannelOps>> {
         let inner = Arc::new(ChannelInner::default());
         self.add_channel(&inner);

@@ -65,7 +65,8 @@ fn add_as_receiver(counter: &AtomicU64, n: u64) {
 /// The receiving end of a port, created by [`Fabric::create_inbox`](super::Fabric::create_inbox).
 /// `Send + Sync`; receiving is single-consumer, so a `recv` that finds another thread already
 /// receiving returns `None` instead of racing it. Dropping it closes the segment (senders get
-/// [`WireError::Closed`](super::WireError::Closed)) and removes its file.
+/// [`WireError::Closed`](super::WireError::Closed)) and removes its file, in the process that
+/// created it only: a child of `fork()` drops a copy, and the parent's port stays open.
 ///
 /// # A sender that dies while writing
 /// A sender claims a slot (CAS on the tail) before it copies the packet in and publishes it.
@@ -106,6 +107,9 @@ pub struct Inbox {
     counters: Counters,
     /// What made the inbox broken (see "A stray write into the ring").
     broken: OnceLock<String>,
+    /// The process that created it: only there does dropping it close the port and remove
+    /// the file (a child of `fork()` drops a copy).
+    owner: u32,
 }
 
 /// Holds the single-consumer role for the duration of one `recv`.
@@ -159,6 +163,7 @@ impl Inbox {
             epoch: Instant::now(),
             counters: Counters::default(),
             broken: OnceLock::new(),
+            owner: std::process::id(),
         }
     }
 
@@ -502,6 +507,10 @@ impl Inbox {
 
 impl Drop for Inbox {
     fn drop(&mut self) {
+        if std::process::id() != self.owner {
+            // A child of fork() holding a copy: the port is the parent's, still open.
+            return;
+        }
         self.seg.state().store(STATE_CLOSED, Ordering::Release);
         let path: PathBuf = self.path().to_path_buf();
         tracing::info!(lid = self.lid, path = %path.display(), "detached a port from the fabric");

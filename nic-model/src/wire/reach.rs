@@ -218,9 +218,13 @@ pub fn owner_gone(path: &Path) -> bool {
 
 /// The owner's side: creates the file, allocates MR memory from its arena and publishes what
 /// peers may reach. Removes the file when dropped (memory handed out stays mapped until the
-/// last [`ArenaBlock`] is gone, since each holds the arena).
+/// last [`ArenaBlock`] is gone, since each holds the arena). A `fork()` child has no mapping
+/// of it (`MADV_DONTFORK`), and its drops of the arena and blocks do nothing ([`Self::owned`]).
 pub struct ReachArena {
-    mapping: Mapping,
+    /// Never unmapped in a non-owner: the range is absent there, or holds another mapping.
+    mapping: std::mem::ManuallyDrop<Mapping>,
+    /// The process that created the file.
+    owner: u32,
     file: File,
     path: PathBuf,
     /// Free arena ranges (offset, length), sorted by offset.
@@ -273,18 +277,29 @@ impl ReachArena {
                 return Err(e);
             }
         };
+        // A fork child gets none of it, as ibv_fork_init keeps registered memory from it.
+        // SAFETY: advice on a mapping this function made; it moves no memory.
+        unsafe {
+            libc::madvise(mapping.map.as_mut_ptr().cast(), mapping.map.len(), libc::MADV_DONTFORK)
+        };
         mapping.word64(H_START).store(os::own_start_time(), Ordering::Relaxed);
         mapping.word(H_PID).store(std::process::id(), Ordering::Relaxed);
         mapping.word(H_VERSION).store(VERSION, Ordering::Relaxed);
         mapping.word64(H_LEN).store((ARENA_OFF + ARENA_LEN) as u64, Ordering::Relaxed);
         mapping.word64(H_MAGIC).store(MAGIC, Ordering::Release);
         Ok(ReachArena {
-            mapping,
+            mapping: std::mem::ManuallyDrop::new(mapping),
+            owner: std::process::id(),
             file,
             path,
             free: Mutex::new(vec![(0, ARENA_LEN)]),
             held: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Whether this process created the arena (not a `fork()` child): asked only on drops.
+    pub fn owned(&self) -> bool {
+        std::process::id() == self.owner
     }
 
     /// The file's path.
@@ -599,8 +614,13 @@ fn drain(users: &AtomicU32) -> bool {
 
 impl Drop for ReachArena {
     fn drop(&mut self) {
+        if !self.owned() {
+            return; // A fork child's copy: the file and its memory are the parent's.
+        }
         self.mapping.word(H_STATE).store(1, Ordering::SeqCst);
         let _ = std::fs::remove_file(&self.path);
+        // SAFETY: dropped once, here, in the process that mapped it.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.mapping) };
     }
 }
 
@@ -631,7 +651,9 @@ impl ArenaBlock {
 
 impl Drop for ArenaBlock {
     fn drop(&mut self) {
-        self.arena.give_back(self.off, self.size);
+        if self.arena.owned() {
+            self.arena.give_back(self.off, self.size);
+        }
     }
 }
 

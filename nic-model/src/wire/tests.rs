@@ -820,3 +820,60 @@ fn a_damaged_inbox_word_is_reported_by_owner_senders_and_listing() {
         assert!(problem.starts_with("corrupted: "), "{damage:?}: listed {problem:?}");
     }
 }
+
+/// A child of `fork()` that drops the inbox, the reach arena and an arena block it inherited
+/// leaves them to the parent: no port closed, no file removed, no byte zeroed; and it never
+/// had a mapping of the arena (`MADV_DONTFORK`, as `ibv_fork_init` makes registered memory).
+#[test]
+fn a_fork_child_dropping_copies_leaves_the_parents_port_arena_and_memory() {
+    use std::sync::Arc;
+    let fabric = TempFabric::new("fork");
+    let inbox = fabric.create_inbox(small(8)).expect("create inbox");
+    let arena = Arc::new(reach::ReachArena::create(fabric.dir(), inbox.lid()).expect("arena"));
+    let block = arena.allocate(8192).expect("a block");
+    // SAFETY: the block's 8192 bytes are ours.
+    let mem = unsafe { std::slice::from_raw_parts_mut(block.ptr(), 8192) };
+    mem.fill(0x5a);
+    let ptr = block.ptr() as usize;
+    let files = [inbox.path().to_path_buf(), arena.path().to_path_buf()];
+    // SAFETY: the child only reads /proc, drops and leaves with _exit.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0);
+    if child == 0 {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let mapped = maps.lines().any(|l| {
+            let r = l.split(' ').next().unwrap_or("0-0").split_once('-').unwrap_or(("0", "0"));
+            let a = usize::from_str_radix(r.0, 16).unwrap_or(0);
+            let b = usize::from_str_radix(r.1, 16).unwrap_or(0);
+            (a..b).contains(&ptr)
+        });
+        drop(block);
+        drop(arena);
+        drop(inbox);
+        std::mem::forget(fabric);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(10 + i32::from(mapped)) };
+    }
+    let mut status = 0;
+    let start = Instant::now();
+    // SAFETY: our own child.
+    while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
+        if start.elapsed() > Duration::from_secs(20) {
+            // SAFETY: our own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            panic!("the child hung");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(libc::WIFEXITED(status), "the child died dropping its copies: {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 10, "the child had no mapping of the arena");
+    for f in &files {
+        assert!(f.exists(), "{} removed by the child", f.display());
+    }
+    assert!(mem.iter().all(|&b| b == 0x5a), "the block kept its bytes");
+    let tx = fabric.connect(inbox.lid()).expect("the port is still open");
+    tx.send(&packet(17, 3)).expect("send");
+    let mut buf = [0u8; 64];
+    assert_eq!(inbox.recv(&mut buf), Some(17));
+    drop(block);
+}

@@ -263,14 +263,19 @@ fn bad_index<T>(base: *const T, bad: *const T, len: usize) -> Option<usize> {
 fn post_error<T>(call: &str, rc: c_int, base: *const T, bad: *const T, ids: &[u64]) -> Error {
     let code = sys::rc_errno(rc);
     let what = sys::describe_errno(code);
-    let msg = match bad_index(base, bad, ids.len()) {
+    let at = bad_index(base, bad, ids.len());
+    let msg = match at {
         Some(i) => format!(
             "{call} failed at WR {i} (wr_id {:#x}): {what}; the {i} WRs before it were posted",
             ids[i]
         ),
         None => format!("{call} failed: {what}"),
     };
-    Error::new(Errno::from_code(code), msg)
+    let e = Error::new(Errno::from_code(code), msg);
+    match at {
+        Some(i) => e.at_wr(i),
+        None => e,
+    }
 }
 
 impl Drop for HwQp {
