@@ -10,13 +10,13 @@
 //! region from which the owner allocates the memory of the MRs it owns
 //! ([`ReachArena::allocate`]). Tables are written only by the owner, under its device lock,
 //! each slot behind a sequence lock; readers retry a torn read. A peer that uses an MR counts
-//! itself in the QP slot's and the MR slot's `users` first and reads the slots after; the
-//! owner withdraws a slot (an MR's `valid`, a QP's `live`) and then waits for its `users` to
-//! drain before `ibv_dereg_mr`, `ibv_modify_qp` or `ibv_destroy_qp` returns, so no peer
-//! touches memory after its MR or QP is gone (the two sides use sequentially consistent
-//! operations, so one of them always sees the other). The count is never forced: memory a
-//! peer is still counted in on after the wait's bound is held back from reuse
-//! ([`ReachArena::withdraw_mr`]).
+//! itself in the QP slot's `users` first (one locked operation) and reads the QP's and the
+//! MR's slots after; the owner withdraws a slot (an MR's `valid`, a QP's `live`) and then
+//! waits until the QP's `users` (for an MR: every live QP slot's) has been seen at zero before
+//! `ibv_dereg_mr`, `ibv_modify_qp` or `ibv_destroy_qp` returns, so no peer touches memory
+//! after its MR or QP is gone (the two sides use sequentially consistent operations, so one
+//! of them always sees the other). The count is never forced: memory a peer is still counted
+//! in on after the wait's bound is held back from reuse ([`ReachArena::withdraw_mr`]).
 //!
 //! The owner's death is seen per operation without a system call: its NIC thread holds a
 //! robust, process-shared mutex in the header ([`ReachArena::keep`]); the kernel marks the
@@ -37,21 +37,23 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memmap2::{MmapOptions, MmapRaw};
 use verbs_api::AccessFlags;
 
 use super::{os, WireError};
 use crate::engine::{Grant, MrRights, QpFacts, ReachAsk, Traffic};
+use held::{drain, Held};
 
+mod held;
 mod keeper;
 mod reached;
 pub use keeper::Keeper;
 pub use reached::Reached;
 
 const MAGIC: u64 = u64::from_be_bytes(*b"SVREACH1");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// Header bytes (one page).
 const HEADER: usize = 4096;
 /// Bytes per table slot.
@@ -127,7 +129,8 @@ const M_KEY: usize = 1;
 const M_PD: usize = 2;
 const M_ACCESS: usize = 3;
 const M_VALID: usize = 4;
-const M_USERS: usize = 5;
+// Word 5 held the MR's own count of peers inside up to layout 3; the QP slot's count serves
+// (`withdraw_mr`).
 const M_IOVA: usize = 6; // and 7
 const M_LEN: usize = 8; // and 9
 const M_OFF: usize = 10; // and 11
@@ -232,15 +235,6 @@ pub struct ReachArena {
     /// MRs withdrawn while a peer was still counted in on their slot ([`ReachArena::withdraw_mr`]):
     /// their slots are not reused, nor their memory, until the count drops.
     held: Mutex<Vec<Held>>,
-}
-
-/// An MR slot withdrawn with a peer still inside, and the memory it named.
-struct Held {
-    slot: usize,
-    /// The MR's arena offset (its block's, which starts there).
-    off: usize,
-    /// The block's size once it was given back (the MR is gone), else None.
-    size: Option<usize>,
 }
 
 // SAFETY: the mapping is shared memory reached only through atomics and raw copies.
@@ -497,53 +491,15 @@ impl ReachArena {
         fence(Ordering::Release);
         m.mr(i, M_KEY).store(0, Ordering::Relaxed);
         seq.fetch_add(1, Ordering::Release);
-        if drain(m.mr(i, M_USERS)) {
+        let qps = self.drain_qps();
+        if qps.is_empty() {
             return true;
         }
         tracing::warn!(path = %self.path.display(), key,
             "a peer is still inside a deregistered MR (stopped, or died mid-copy): its memory \
              is held back until it leaves");
-        self.lock_held().push(Held { slot: i, off, size: None });
+        self.lock_held().push(Held { slot: i, off, size: None, qps });
         false
-    }
-
-    fn lock_held(&self) -> std::sync::MutexGuard<'_, Vec<Held>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Gives back the memory of held MRs whose peers have left (their count dropped).
-    fn reap(&self) {
-        let mut freed = Vec::new();
-        {
-            let mut held = self.lock_held();
-            if held.is_empty() {
-                return;
-            }
-            held.retain(|h| {
-                let inside = self.mapping.mr(h.slot, M_USERS).load(Ordering::SeqCst) != 0;
-                if !inside {
-                    freed.extend(h.size.map(|size| (h.off, size)));
-                }
-                inside
-            });
-        }
-        for (off, size) in freed {
-            self.release(off, size);
-        }
-    }
-
-    /// A block's range comes back from its MR: released, unless a peer is still inside it.
-    fn give_back(&self, off: usize, size: usize) {
-        {
-            let mut held = self.lock_held();
-            if let Some(h) = held.iter_mut().find(|h| h.off == off && h.size.is_none()) {
-                h.size = Some(size);
-                drop(held);
-                self.reap();
-                return;
-            }
-        }
-        self.release(off, size);
     }
 
     /// Publishes a QP's facts (replacing what its slot said), or clears its slot when
@@ -598,18 +554,6 @@ impl ReachArena {
             }
         }
     }
-}
-
-/// Waits until `users` is zero, at most [`DRAIN_LIMIT`]; whether it got there.
-fn drain(users: &AtomicU32) -> bool {
-    let start = Instant::now();
-    while users.load(Ordering::SeqCst) != 0 {
-        if start.elapsed() > DRAIN_LIMIT {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-    true
 }
 
 impl Drop for ReachArena {
@@ -748,14 +692,13 @@ impl ReachView {
     /// it drops. This layer decides nothing but that the published MR lies in the arena.
     pub fn resolve(&self, ask: &ReachAsk) -> Option<Reached<'_>> {
         let m = &self.mapping;
-        // Counted in on the QP and the MR before reading either (see `withdraw_qp`,
-        // `withdraw_mr`): an owner that withdraws one after this waits for the guard.
+        // Counted in on the QP's slot before reading it or the MR's (see `withdraw_qp`,
+        // `withdraw_mr`): an owner that withdraws either after this waits for the guard. One
+        // locked operation each way per reach.
         let qp_users = m.qp(ask.dest_qpn as usize % QP_SLOTS, Q_USERS);
         qp_users.fetch_add(1, Ordering::SeqCst);
         let i = mr_slot(ask.request.rkey);
-        let users = m.mr(i, M_USERS);
-        users.fetch_add(1, Ordering::SeqCst);
-        let mut guard = Reached::new(qp_users, users);
+        let mut guard = Reached::new(qp_users);
         guard.len = ask.request.len as usize;
         let qp = self.read_qp(ask.dest_qpn)?;
         let mr = self.read_mr(i);
@@ -853,6 +796,7 @@ mod tests {
     use super::*;
     use crate::engine::{RemoteOp, Request};
     use std::sync::Arc;
+    use std::time::Instant;
 
     /// A private directory, removed when dropped.
     struct Dir(std::path::PathBuf);
@@ -1051,7 +995,6 @@ mod tests {
         unsafe { std::ptr::write_bytes(r.ptr, 0xab, 64) };
         drop(r);
         let m = &arena.mapping;
-        assert_eq!(m.mr(mr_slot(0x101), M_USERS).load(Ordering::SeqCst), 0, "no wrap");
         assert_eq!(m.qp(0x12, Q_USERS).load(Ordering::SeqCst), 0, "no wrap");
         drop(again);
         drop(slot);

@@ -47,7 +47,7 @@ impl Egress for ReachEgress {
         let qp = g.0.iter().find(|f| f.qpn == ask.dest_qpn)?;
         let mr = g.1.iter().find(|(m, _)| m.key == ask.request.rkey).copied();
         self.users.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
-        let mut r = Reached::new(&self.users, &self.users);
+        let mut r = Reached::new(&self.users);
         r.len = ask.request.len as usize;
         r.ptr = match ask.check(qp, mr.as_ref().map(|(m, _)| m))? {
             Grant::Nothing => std::ptr::NonNull::dangling().as_ptr(),

@@ -1,5 +1,5 @@
-//! The guard over one reached range of a peer's MR: the counts that keep the owner from
-//! withdrawing the MR or the QP while a requester copies, undone when the guard drops.
+//! The guard over one reached range of a peer's MR: the count in the QP's slot that keeps the
+//! owner from withdrawing the MR or the QP while a requester copies, undone when it drops.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// wait for it). Only the caller that resolved it uses it (the port's sending half,
 /// `soft::reach::place`): the pointer never goes back up to the engine.
 pub struct Reached<'a> {
-    qp_users: &'a AtomicU32,
     users: &'a AtomicU32,
     /// The first byte.
     pub ptr: *mut u8,
@@ -17,17 +16,16 @@ pub struct Reached<'a> {
 }
 
 impl<'a> Reached<'a> {
-    /// A guard over the QP slot's `qp_users` and the MR slot's `users`, which the caller has
-    /// already counted this use in; it uncounts both when dropped. `ptr` starts null, `len`
-    /// at 0.
-    pub fn new(qp_users: &'a AtomicU32, users: &'a AtomicU32) -> Reached<'a> {
-        Reached { qp_users, users, ptr: std::ptr::null_mut(), len: 0 }
+    /// A guard over the QP slot's `users`, which the caller has already counted this use in
+    /// (the MR's withdrawal waits on the QP slots, `ReachArena::withdraw_mr`); it uncounts it
+    /// when dropped. `ptr` starts null, `len` at 0.
+    pub fn new(users: &'a AtomicU32) -> Reached<'a> {
+        Reached { users, ptr: std::ptr::null_mut(), len: 0 }
     }
 }
 
 impl Drop for Reached<'_> {
     fn drop(&mut self) {
         self.users.fetch_sub(1, Ordering::SeqCst);
-        self.qp_users.fetch_sub(1, Ordering::SeqCst);
     }
 }
