@@ -177,6 +177,7 @@ pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
         }
     }
     crate::v6::forget(id.token);
+    crate::mcast::forget(id.token);
     // SAFETY: the caller's live id.
     let r = unsafe { crate::events::destroy_id(cid) };
     if let Some(ch) = own {

@@ -49,6 +49,80 @@ fn rping_100_pings_verified() {
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
 
+/// mckey, rdma-core's multicast test: a receiver joins 239.1.2.3 (its QP attached, 20
+/// receives posted) and a sender joins and sends 20 datagrams of 1000 bytes with immediate
+/// data to the group's QPN 0xFFFFFF; the receiver ends only once it has polled all 20
+/// completions (a datagram lost would keep it waiting past the limit). The sender starts once
+/// the receiver's port is in the fabric's multicast registry (mckey then waits 3 s before it
+/// sends, for the switches, as it does with rxe).
+#[test]
+fn mckey_sends_to_a_multicast_group_and_the_receiver_gets_every_datagram() {
+    let Some(mckey) = tool("mckey", "mckey", "rdmacm-utils") else { return };
+    let env = env();
+    let common = ["-m", "239.1.2.3", "-b", "127.0.0.1", "-C", "20", "-S", "1000"];
+    let mut receiver =
+        common::Guard(Some(env.command(&mckey).args(common).spawn().expect("spawn")));
+    let joined = || {
+        std::fs::read_dir(env.fabric.path()).into_iter().flatten().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("mcast-00000000000000000000ffffef010203.")
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !joined() {
+        let exited = receiver.0.as_mut().expect("receiver").try_wait().expect("try_wait");
+        assert!(
+            exited.is_none() && std::time::Instant::now() < deadline,
+            "the receiver never joined ({exited:?})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sender_args: Vec<&str> = common.iter().copied().chain(["-s"]).collect();
+    let sender = env.run(&mckey, &sender_args, Duration::from_secs(30));
+    let receiver = cm::finish_server(receiver, Duration::from_secs(30), "mckey receiver", &sender);
+    let ((so, se), (ro, re)) = (text(&sender), text(&receiver));
+    assert!(
+        sender.status.success() && receiver.status.success(),
+        "sender:\n{so}{se}\nreceiver:\n{ro}{re}"
+    );
+    let joined = "mckey: joined dgid: ::ffff:239.1.2.3 mlid 0x0 sl 0";
+    cm::assert_lines(
+        "receiver",
+        &ro,
+        &[
+            "mckey: starting server",
+            "mckey: joining",
+            joined,
+            "receiving data transfers",
+            "data transfers complete",
+            "test complete",
+            "return status 0",
+        ],
+    );
+    cm::assert_lines(
+        "sender",
+        &so,
+        &[
+            "mckey: starting client",
+            "mckey: joining",
+            joined,
+            "initiating data transfers",
+            "data transfers complete",
+            "test complete",
+            "return status 0",
+        ],
+    );
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+    assert!(!joined_any(&env), "a multicast membership was left in the fabric");
+}
+
+fn joined_any(env: &common::Env) -> bool {
+    std::fs::read_dir(env.fabric.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("mcast-"))
+}
+
 #[test]
 fn connect_to_no_listener_is_rejected_with_status_8() {
     let Some(rping) = tool("rping", "rping", "rdmacm-utils") else { return };
