@@ -115,6 +115,24 @@ fn mckey_sends_to_a_multicast_group_and_the_receiver_gets_every_datagram() {
     assert!(!joined_any(&env), "a multicast membership was left in the fabric");
 }
 
+/// rdma-core's pyverbs loads on softverbs' libraries: its `cmid` module binds
+/// `rdma_join_multicast`, `rdma_join_multicast_ex` and `rdma_leave_multicast` when it loads
+/// (issue 30), and its device list names the soft devices.
+#[test]
+fn pyverbs_loads_and_lists_the_soft_devices() {
+    let test = "pyverbs_loads_and_lists_the_soft_devices";
+    let Some(_) = common::file(test, "/usr/lib/python3/dist-packages/pyverbs", "python3-pyverbs")
+    else {
+        return;
+    };
+    let script = "import pyverbs.cmid, pyverbs.device as d; \
+                  print(' '.join(x.name.decode() for x in d.get_device_list()))";
+    let out = env().run(Path::new("/usr/bin/python3"), &["-c", script], Duration::from_secs(60));
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "pyverbs did not load:\n{o}{e}");
+    assert_eq!(o.trim(), "softverbs0 softverbs1", "{e}");
+}
+
 fn joined_any(env: &common::Env) -> bool {
     std::fs::read_dir(env.fabric.path())
         .into_iter()
