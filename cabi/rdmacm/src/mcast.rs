@@ -12,7 +12,6 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::cm_abi::*;
 use crate::state::*;
-use crate::sync::{wait, CONNECT_WAIT};
 use softverbs_cabi_abi::{ibv_gid, ibv_qp};
 
 unsafe extern "C" {
@@ -54,25 +53,20 @@ fn is_multicast(ip: [u8; 4]) -> bool {
     ip[0] & 0xF0 == 0xE0
 }
 
-/// `rdma_join_multicast`: joins the group `addr` as a full member; `context` comes back as
-/// the event's `param.ud.private_data`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_join_multicast(
-    cid: *mut rdma_cm_id,
-    addr: *mut libc::sockaddr,
-    context: *mut c_void,
-) -> c_int {
+/// `rdma_join_multicast` (exported by sync.rs, which waits for a synchronous id's event):
+/// joins the group `addr` as a full member; `context` comes back as the event's
+/// `param.ud.private_data`.
+pub fn join_full(cid: *mut rdma_cm_id, addr: *mut libc::sockaddr, context: *mut c_void) -> c_int {
     join(cid, addr, FULLMEMBER, context)
 }
 
-/// `rdma_join_multicast_ex`: as [`rdma_join_multicast`], with the join flags of `attr`
-/// (a send-only full member's QP is not attached: it sends to the group, receives nothing).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_join_multicast_ex(
-    cid: *mut rdma_cm_id,
-    attr: *mut JoinAttrEx,
-    context: *mut c_void,
-) -> c_int {
+/// `rdma_join_multicast_ex` (exported by sync.rs): as [`join_full`], with the join flags of
+/// `attr` (a send-only full member's QP is not attached: it sends to the group, receives
+/// nothing).
+///
+/// # Safety
+/// `attr` is NULL or the caller's `struct rdma_cm_join_mc_attr_ex`.
+pub unsafe fn join_ex(cid: *mut rdma_cm_id, attr: *mut JoinAttrEx, context: *mut c_void) -> c_int {
     if attr.is_null() {
         return fail(libc::EINVAL);
     }
@@ -134,7 +128,7 @@ fn join(
     m.qpn = 0x00FF_FFFF;
     m.qkey = RDMA_UDP_QKEY;
     send(ch, &ch.path, &m);
-    wait(cid, Some(CONNECT_WAIT), "rdma_join_multicast")
+    0
 }
 
 /// `rdma_leave_multicast`: leaves the group `addr` (detaching the QP it attached);

@@ -16,7 +16,7 @@ use verbs_api::Gid;
 use crate::engine::{ip_of_slot, is_multicast_ipv4, slot_of_ip, Egress, ReachAsk, ReachOp};
 use crate::packet::Icrc;
 use crate::wire::reach::ReachArena;
-use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
+use crate::wire::{mcast, Fabric, Inbox, InboxConfig, Sender, WireError};
 
 /// What became of a datagram handed to a port's sending half: `Sent` (in the destination's
 /// inbox), `Full` (backpressure: try again later) or `Unreachable` (no port has that address,
@@ -382,7 +382,7 @@ impl Port for ShmPort {
     }
 
     fn join_group(&self, group: &[u8; 16]) {
-        if let Err(e) = self.fabric.join_group(group, self.inbox.lid()) {
+        if let Err(e) = mcast::join_group(self.fabric.dir(), group, self.inbox.lid()) {
             tracing::warn!(error = %e, "could not join a multicast group in the fabric");
             return;
         }
@@ -393,7 +393,7 @@ impl Port for ShmPort {
     }
 
     fn leave_group(&self, group: &[u8; 16]) {
-        let _ = self.fabric.leave_group(group, self.inbox.lid());
+        let _ = mcast::leave_group(self.fabric.dir(), group, self.inbox.lid());
         self.groups.lock().unwrap_or_else(|e| e.into_inner()).retain(|g| g != group);
     }
 }
@@ -401,7 +401,7 @@ impl Port for ShmPort {
 impl Drop for ShmPort {
     fn drop(&mut self) {
         for group in self.groups.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            let _ = self.fabric.leave_group(&group, self.inbox.lid());
+            let _ = mcast::leave_group(self.fabric.dir(), &group, self.inbox.lid());
         }
     }
 }
@@ -497,7 +497,8 @@ impl ShmEgress {
     /// member.
     #[cold]
     fn send_to_group(&mut self, group: [u8; 4], datagram: &[u8], icrc_unset: bool) -> SendOutcome {
-        let members = self.fabric.group_members(&Gid::from_ipv4(group).0).unwrap_or_default();
+        let members =
+            mcast::group_members(self.fabric.dir(), &Gid::from_ipv4(group).0).unwrap_or_default();
         for &lid in &members {
             let _ = self.send_uncounted(ip_of_slot(lid), datagram, icrc_unset);
         }

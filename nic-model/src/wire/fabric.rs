@@ -444,7 +444,7 @@ impl Fabric {
             }
         }
         // Multicast memberships of ports that are gone (wire/mcast.rs).
-        self.clean_groups()?;
+        super::mcast::clean_groups(&self.dir, |lid| !self.inbox_path(lid).exists())?;
         Ok(removed)
     }
 }

@@ -5,13 +5,13 @@
 //! port goes; a sender to the group sends one copy of the datagram to each member port's
 //! inbox (a switch's multicast forwarding), and the receiving engine gives it to each QP
 //! attached there. A dead port's files are skipped by senders (its inbox is gone or dead)
-//! and removed by [`Fabric::clean`] with its inbox.
+//! and removed by `Fabric::clean` with its inbox.
 
 use std::fs;
 use std::io;
 use std::path::Path;
 
-use super::{Fabric, WireError};
+use super::WireError;
 
 const PREFIX: &str = "mcast-";
 
@@ -19,7 +19,7 @@ fn hex(group: &[u8; 16]) -> String {
     group.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether `path` is a registry file (not a segment: [`Fabric::list`] skips it).
+/// Whether `path` is a registry file (not a segment: `Fabric::list` skips it).
 pub(crate) fn is_mcast_file(path: &Path) -> bool {
     member_of(path).is_some()
 }
@@ -33,54 +33,52 @@ fn member_of(path: &Path) -> Option<(String, u16)> {
         .flatten()
 }
 
-impl Fabric {
-    /// The port `lid` receives the multicast group `group` (idempotent).
-    pub fn join_group(&self, group: &[u8; 16], lid: u16) -> Result<(), WireError> {
-        let path = self.dir().join(format!("{PREFIX}{}.{lid}", hex(group)));
-        match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(WireError::io(&path, e)),
-        }
+/// The port `lid` of the fabric in `dir` receives the multicast group `group` (idempotent).
+pub fn join_group(dir: &Path, group: &[u8; 16], lid: u16) -> Result<(), WireError> {
+    let path = dir.join(format!("{PREFIX}{}.{lid}", hex(group)));
+    match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(WireError::io(&path, e)),
     }
+}
 
-    /// The port `lid` no longer receives the group `group` (idempotent).
-    pub fn leave_group(&self, group: &[u8; 16], lid: u16) -> Result<(), WireError> {
-        let path = self.dir().join(format!("{PREFIX}{}.{lid}", hex(group)));
-        match fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(WireError::io(&path, e)),
-        }
+/// The port `lid` no longer receives the group `group` (idempotent).
+pub fn leave_group(dir: &Path, group: &[u8; 16], lid: u16) -> Result<(), WireError> {
+    let path = dir.join(format!("{PREFIX}{}.{lid}", hex(group)));
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(WireError::io(&path, e)),
     }
+}
 
-    /// The LIDs of the ports that receive the group `group`, in order (one directory read:
-    /// multicast is not on the latency path).
-    pub fn group_members(&self, group: &[u8; 16]) -> Result<Vec<u16>, WireError> {
-        let want = hex(group);
-        let entries = fs::read_dir(self.dir()).map_err(|e| WireError::io(self.dir(), e))?;
-        let mut lids: Vec<u16> = entries
-            .flatten()
-            .filter_map(|e| member_of(&e.path()))
-            .filter(|(g, _)| *g == want)
-            .map(|(_, lid)| lid)
-            .collect();
-        lids.sort_unstable();
-        Ok(lids)
-    }
+/// The LIDs of the ports that receive the group `group`, in order (one directory read:
+/// multicast is not on the latency path).
+pub fn group_members(dir: &Path, group: &[u8; 16]) -> Result<Vec<u16>, WireError> {
+    let want = hex(group);
+    let entries = fs::read_dir(dir).map_err(|e| WireError::io(dir, e))?;
+    let mut lids: Vec<u16> = entries
+        .flatten()
+        .filter_map(|e| member_of(&e.path()))
+        .filter(|(g, _)| *g == want)
+        .map(|(_, lid)| lid)
+        .collect();
+    lids.sort_unstable();
+    Ok(lids)
+}
 
-    /// Removes the registry files of ports whose inbox is gone (called by [`Fabric::clean`]
-    /// after it removed dead owners' segments).
-    pub(crate) fn clean_groups(&self) -> Result<(), WireError> {
-        let entries = fs::read_dir(self.dir()).map_err(|e| WireError::io(self.dir(), e))?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if let Some((_, lid)) = member_of(&path) {
-                if !self.inbox_path(lid).exists() {
-                    let _ = fs::remove_file(&path);
-                }
+/// Removes the registry files of ports that are gone (`gone(lid)`: `Fabric::clean` asks
+/// whether the port's inbox is, after it removed dead owners' segments).
+pub(crate) fn clean_groups(dir: &Path, gone: impl Fn(u16) -> bool) -> Result<(), WireError> {
+    let entries = fs::read_dir(dir).map_err(|e| WireError::io(dir, e))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if let Some((_, lid)) = member_of(&path) {
+            if gone(lid) {
+                let _ = fs::remove_file(&path);
             }
         }
-        Ok(())
     }
+    Ok(())
 }
