@@ -156,3 +156,28 @@ fn attach_refuses_what_the_kernel_refuses() {
     ud.qp.detach_mcast(&group, 0).unwrap();
     assert_eq!(errno(ud.qp.detach_mcast(&group, 0)), Errno::Inval, "attached once");
 }
+
+/// The device reports rxe's multicast limits and holds to them: the 57th QP attached to one
+/// group is `ENOMEM`, as rxe's `RXE_MAX_MCAST_QP_ATTACH`.
+#[test]
+fn the_multicast_limits_are_rxes_and_hold() {
+    let soft = Soft::loopback();
+    let ctx = soft.open("softverbs0").unwrap();
+    let d = ctx.query_device().unwrap();
+    assert_eq!(
+        (d.max_mcast_grp, d.max_mcast_qp_attach, d.max_total_mcast_qp_attach),
+        (8192, 56, 0x70000)
+    );
+    let group = Gid::from_ipv4(GROUP);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None, 0).unwrap();
+    let qps: Vec<QueuePair> = (0..57)
+        .map(|_| softverbs_sim::conn::create_qp_on(&pd, &cq, QpType::Ud, cap()).unwrap())
+        .collect();
+    for qp in &qps[..56] {
+        qp.attach_mcast(&group, 0).unwrap();
+    }
+    assert_eq!(qps[56].attach_mcast(&group, 0).unwrap_err().errno, Errno::NoMem);
+    qps[0].detach_mcast(&group, 0).unwrap();
+    qps[56].attach_mcast(&group, 0).unwrap();
+}

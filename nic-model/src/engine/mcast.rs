@@ -2,12 +2,19 @@
 //! delivery of a datagram sent to a group to every QP attached to it, as rxe's
 //! `rxe_mcast.c` keeps its groups and `rxe_rcv_mcast_pkt` delivers.
 
-use verbs_api::{Error, Gid, QpType, Result};
+use verbs_api::{Errno, Error, Gid, QpType, Result};
 
 use super::Nic;
 
 /// The destination QP number of a datagram sent to a multicast group (`IB_MULTICAST_QPN`).
 pub const MULTICAST_QPN: u32 = 0x00FF_FFFF;
+
+/// `max_mcast_grp`: rxe's `RXE_MAX_MCAST_GRP`.
+pub const MAX_MCAST_GRP: u32 = 8192;
+/// `max_mcast_qp_attach`: rxe's `RXE_MAX_MCAST_QP_ATTACH`.
+pub const MAX_MCAST_QP_ATTACH: u32 = 56;
+/// `max_total_mcast_qp_attach`: rxe's `RXE_MAX_TOT_MCAST_QP_ATTACH`.
+pub const MAX_TOTAL_MCAST_QP_ATTACH: u32 = 0x70000;
 
 /// Whether `gid` is a multicast address, as the kernel's `rdma_is_multicast_addr`: an IPv6
 /// multicast address (`ff00::/8`) or an IPv4-mapped one in `224.0.0.0/4`.
@@ -37,15 +44,32 @@ impl Nic {
     /// `ibv_attach_mcast` of QP `qpn` to the group `gid` (the LID means nothing on a RoCE
     /// port). `EINVAL` for a GID that is not multicast or a QP that is not UD, as the kernel's
     /// `ib_attach_mcast`; attaching twice is not an error and attaches once, as rxe's
-    /// `rxe_attach_mcg`.
+    /// `rxe_attach_mcg`; `ENOMEM` past the device's limits, as rxe's.
     pub fn attach_mcast(&mut self, qpn: u32, gid: Gid) -> Result<Membership> {
-        self.check_mcast("ibv_attach_mcast", qpn, &gid)?;
-        let members = self.mcast.entry(gid).or_default();
-        let first = members.is_empty();
-        if !members.contains(&qpn) {
-            members.push(qpn);
+        const W: &str = "ibv_attach_mcast";
+        self.check_mcast(W, qpn, &gid)?;
+        let groups = self.mcast.len();
+        let total: usize = self.mcast.values().map(Vec::len).sum();
+        let members = self.mcast.get(&gid);
+        if members.is_some_and(|m| m.contains(&qpn)) {
+            return Ok(Membership::Unchanged);
         }
-        Ok(if first { Membership::Joined } else { Membership::Unchanged })
+        let full = match members {
+            None if groups >= MAX_MCAST_GRP as usize => Some("max_mcast_grp groups"),
+            Some(m) if m.len() >= MAX_MCAST_QP_ATTACH as usize => {
+                Some("max_mcast_qp_attach QPs in this group")
+            }
+            _ if total >= MAX_TOTAL_MCAST_QP_ATTACH as usize => {
+                Some("max_total_mcast_qp_attach attachments")
+            }
+            _ => None,
+        };
+        if let Some(what) = full {
+            return Err(Error::new(Errno::NoMem, format!("{W}: the device has {what} already")));
+        }
+        let members = self.mcast.entry(gid).or_default();
+        members.push(qpn);
+        Ok(if members.len() == 1 { Membership::Joined } else { Membership::Unchanged })
     }
 
     /// `ibv_detach_mcast`: `EINVAL` as [`Nic::attach_mcast`], and for a QP not attached to the
