@@ -54,21 +54,27 @@ fn rping_100_pings_verified() {
 /// data to the group's QPN 0xFFFFFF; the receiver ends only once it has polled all 20
 /// completions (a datagram lost would keep it waiting past the limit). The sender starts once
 /// the receiver's port is in the fabric's multicast registry (mckey then waits 3 s before it
-/// sends, for the switches, as it does with rxe).
+/// sends, for the switches, as it does with rxe). With direct reach on and off: a UD SEND is
+/// never reached, so both must go the same.
 #[test]
 fn mckey_sends_to_a_multicast_group_and_the_receiver_gets_every_datagram() {
     let Some(mckey) = tool("mckey", "mckey", "rdmacm-utils") else { return };
+    for reach in ["1", "0"] {
+        mckey_pair(&mckey, reach);
+    }
+}
+
+fn mckey_pair(mckey: &Path, reach: &str) {
     let env = env();
-    let common = ["-m", "239.1.2.3", "-b", "127.0.0.1", "-C", "20", "-S", "1000"];
-    let mut receiver =
-        common::Guard(Some(env.command(&mckey).args(common).spawn().expect("spawn")));
-    let joined = || {
-        std::fs::read_dir(env.fabric.path()).into_iter().flatten().flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with("mcast-00000000000000000000ffffef010203.")
-        })
+    let args = ["-m", "239.1.2.3", "-b", "127.0.0.1", "-C", "20", "-S", "1000"];
+    let spawn = |args: &[&str]| {
+        common::Guard(Some(
+            env.command(mckey).env("SOFTVERBS_REACH", reach).args(args).spawn().expect("spawn"),
+        ))
     };
+    let mut receiver = spawn(&args);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !joined() {
+    while !member(&env, "mcast-00000000000000000000ffffef010203.") {
         let exited = receiver.0.as_mut().expect("receiver").try_wait().expect("try_wait");
         assert!(
             exited.is_none() && std::time::Instant::now() < deadline,
@@ -76,43 +82,46 @@ fn mckey_sends_to_a_multicast_group_and_the_receiver_gets_every_datagram() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let sender_args: Vec<&str> = common.iter().copied().chain(["-s"]).collect();
-    let sender = env.run(&mckey, &sender_args, Duration::from_secs(30));
+    let sender_args: Vec<&str> = args.iter().copied().chain(["-s"]).collect();
+    let sender = common::finish(spawn(&sender_args), Duration::from_secs(30), "mckey sender");
     let receiver = cm::finish_server(receiver, Duration::from_secs(30), "mckey receiver", &sender);
     let ((so, se), (ro, re)) = (text(&sender), text(&receiver));
     assert!(
         sender.status.success() && receiver.status.success(),
-        "sender:\n{so}{se}\nreceiver:\n{ro}{re}"
+        "reach {reach}: sender:\n{so}{se}\nreceiver:\n{ro}{re}"
     );
     let joined = "mckey: joined dgid: ::ffff:239.1.2.3 mlid 0x0 sl 0";
-    cm::assert_lines(
-        "receiver",
-        &ro,
-        &[
-            "mckey: starting server",
-            "mckey: joining",
-            joined,
-            "receiving data transfers",
-            "data transfers complete",
-            "test complete",
-            "return status 0",
-        ],
-    );
-    cm::assert_lines(
-        "sender",
-        &so,
-        &[
-            "mckey: starting client",
-            "mckey: joining",
-            joined,
-            "initiating data transfers",
-            "data transfers complete",
-            "test complete",
-            "return status 0",
-        ],
-    );
+    let receiver_lines = [
+        "mckey: starting server",
+        "mckey: joining",
+        joined,
+        "receiving data transfers",
+        "data transfers complete",
+        "test complete",
+        "return status 0",
+    ];
+    cm::assert_lines("receiver", &ro, &receiver_lines);
+    let sender_lines = [
+        "mckey: starting client",
+        "mckey: joining",
+        joined,
+        "initiating data transfers",
+        "data transfers complete",
+        "test complete",
+        "return status 0",
+    ];
+    cm::assert_lines("sender", &so, &sender_lines);
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
-    assert!(!joined_any(&env), "a multicast membership was left in the fabric");
+    assert!(!member(&env, "mcast-"), "a multicast membership was left in the fabric");
+}
+
+/// Whether a file of the fabric's directory starts with `prefix` (a multicast membership).
+fn member(env: &common::Env, prefix: &str) -> bool {
+    std::fs::read_dir(env.fabric.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(prefix))
 }
 
 /// rdma-core's pyverbs loads on softverbs' libraries: its `cmid` module binds
@@ -131,14 +140,6 @@ fn pyverbs_loads_and_lists_the_soft_devices() {
     let (o, e) = text(&out);
     assert!(out.status.success(), "pyverbs did not load:\n{o}{e}");
     assert_eq!(o.trim(), "softverbs0 softverbs1", "{e}");
-}
-
-fn joined_any(env: &common::Env) -> bool {
-    std::fs::read_dir(env.fabric.path())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| e.file_name().to_string_lossy().starts_with("mcast-"))
 }
 
 #[test]
