@@ -22,7 +22,7 @@ use verbs_api::{
 
 use crate::cost::{self, CopyAt};
 use crate::engine::mr::MrMemory;
-use crate::engine::{check_ah, Nic, Now, GID_TBL_LEN};
+use crate::engine::{check_ah, Membership, Nic, Now, GID_TBL_LEN};
 
 /// What a backend provides so that the objects of this module can run its devices.
 pub trait Host: Send + Sync + Sized + 'static {
@@ -89,6 +89,10 @@ pub trait Host: Send + Sync + Sized + 'static {
         _memory: &MrMemory,
     ) {
     }
+    /// Which multicast groups the host's port receives changed ([`Membership`]): a host
+    /// whose fabric routes multicast by a registry of members (the soft one) joins or leaves
+    /// there. Nothing by default.
+    fn mcast_membership(&self, _gid: &Gid, _change: Membership) {}
     /// The MR `key` is about to be deregistered: a host that published it withdraws it, and
     /// returns once no peer uses it any more.
     fn mr_withdrawn(&self, _key: u32) {}
@@ -533,17 +537,39 @@ impl<H: Host> QpOps for EngineQp<H> {
     }
     fn destroy(&self) -> Result<()> {
         self.owned.destroy(&*self.host, "ibv_destroy_qp", "QP", || {
+            self.leave_groups();
             self.host.with_nic(|n| n.destroy_qp(self.qpn))
         })
+    }
+    fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
+        let change = self.host.with_nic(|n| n.attach_mcast(self.qpn, *gid))?;
+        self.host.mcast_membership(gid, change);
+        Ok(())
+    }
+    fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
+        let change = self.host.with_nic(|n| n.detach_mcast(self.qpn, *gid))?;
+        self.host.mcast_membership(gid, change);
+        Ok(())
     }
     fn as_any(&self) -> &dyn Any {
         self
     }
 }
 
+impl<H: Host> EngineQp<H> {
+    /// Detaches the QP from every multicast group before it goes (the kernel detaches a
+    /// destroyed QP's groups; softverbs does not refuse the destroy with `EBUSY`).
+    fn leave_groups(&self) {
+        for gid in self.host.with_nic(|n| n.mcast_groups_of(self.qpn)) {
+            let _ = self.detach_mcast(&gid, 0);
+        }
+    }
+}
+
 impl<H: Host> Drop for EngineQp<H> {
     fn drop(&mut self) {
         self.owned.drop_with(&*self.host, || {
+            self.leave_groups();
             let _ = self.host.with_nic(|n| n.destroy_qp(self.qpn));
         });
     }

@@ -158,6 +158,9 @@ fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
     d.max_srq_wr = i(a.max_srq_wr);
     d.max_srq_sge = i(a.max_srq_sge);
     d.max_pkeys = a.max_pkeys;
+    d.max_mcast_grp = i(a.max_mcast_grp);
+    d.max_mcast_qp_attach = i(a.max_mcast_qp_attach);
+    d.max_total_mcast_qp_attach = i(a.max_total_mcast_qp_attach);
     d.local_ca_ack_delay = 15;
     d.phys_port_cnt = a.phys_port_cnt;
     d

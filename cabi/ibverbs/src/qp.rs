@@ -387,6 +387,44 @@ pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
     0
 }
 
+/// `ibv_attach_mcast`: the UD QP receives the datagrams sent to the multicast group `gid`
+/// (`lid` means nothing on a RoCE port). `EINVAL` for a QP that is not UD or a GID that is not
+/// multicast, as the kernel's `ib_attach_mcast`.
+///
+/// # Safety
+/// `p` is a QP of this library; `gid` is NULL or points to a GID.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_attach_mcast(p: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { mcast("ibv_attach_mcast", p, gid, lid, true) }
+}
+
+/// `ibv_detach_mcast`: undoes [`ibv_attach_mcast`]; `EINVAL` for a QP not attached to `gid`.
+///
+/// # Safety
+/// As [`ibv_attach_mcast`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_detach_mcast(p: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { mcast("ibv_detach_mcast", p, gid, lid, false) }
+}
+
+/// # Safety
+/// As [`ibv_attach_mcast`].
+unsafe fn mcast(w: &str, p: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> c_int {
+    let Some(q) = qp_of(w, p) else { return libc::EINVAL };
+    if gid.is_null() {
+        return refuse(w, libc::EINVAL, "the GID is NULL");
+    }
+    // SAFETY: non-NULL, and the caller's contract says it points to a GID.
+    let gid = verbs_api::Gid(unsafe { (*gid).raw });
+    let done = if attach { q.qp.attach_mcast(&gid, lid) } else { q.qp.detach_mcast(&gid, lid) };
+    match done {
+        Ok(()) => 0,
+        Err(e) => refuse_err(w, &e),
+    }
+}
+
 /// One C send WR as the backend takes it, its SGEs in `buf` and its inline bytes (read from
 /// the program's memory now, as a NIC copies them into the WQE) in `inline_buf`; or the errno
 /// it is refused with.

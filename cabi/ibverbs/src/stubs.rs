@@ -1,7 +1,7 @@
 //! What softverbs does not do, answered as libibverbs answers for a device without it: the
 //! `IBVERBS_PRIVATE_34` entry points that rdma-core's provider and CM libraries bind when they
 //! load (so perftest's `libmlx5.so.1`, `libefa.so.1`, `librdmacm.so.1` load against this
-//! library and find no device of theirs), multicast, ECE, and the kernel-ABI copy helpers.
+//! library and find no device of theirs), ECE, and the kernel-ABI copy helpers.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
@@ -124,18 +124,6 @@ pub extern "C" fn verbs_uninit_context(_ctx: *mut c_void) {}
 /// See [`verbs_set_ops`].
 #[no_mangle]
 pub extern "C" fn verbs_init_cq(_cq: *mut c_void) {}
-
-/// `ibv_attach_mcast`: softverbs has no multicast (`EOPNOTSUPP`).
-#[no_mangle]
-pub extern "C" fn ibv_attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    refuse("ibv_attach_mcast", libc::EOPNOTSUPP, "softverbs has no multicast")
-}
-
-/// `ibv_detach_mcast`: see [`ibv_attach_mcast`].
-#[no_mangle]
-pub extern "C" fn ibv_detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    refuse("ibv_detach_mcast", libc::EOPNOTSUPP, "softverbs has no multicast")
-}
 
 /// `ibv_query_ece`: no enhanced connection establishment (`EOPNOTSUPP`).
 #[no_mangle]

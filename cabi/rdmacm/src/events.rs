@@ -85,6 +85,22 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
     let ud = id.c.ps != RDMA_PS_TCP;
     match m.kind {
         kind::LOCAL => Some(event(idp, m.event, m.status, None)),
+        kind::JOIN => {
+            let mut e = event(idp, m.event, 0, None);
+            let mut ah =
+                softverbs_cabi_abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
+            ah.grh.dgid.raw = gid_of(m.dst_ip);
+            ah.grh.sgid_index = 1;
+            ah.grh.hop_limit = 1;
+            e.c.param.ud = rdma_ud_param {
+                private_data: m.from as *const std::ffi::c_void,
+                private_data_len: 0,
+                ah_attr: ah,
+                qp_num: m.qpn,
+                qkey: m.qkey,
+            };
+            Some(e)
+        }
         kind::REQ => {
             let child = make_id(id.c.channel, id.c.context, id.c.ps);
             // SAFETY: just made.

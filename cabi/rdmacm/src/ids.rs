@@ -230,7 +230,7 @@ pub unsafe fn resolve_addr(
         Ok(crate::v6::Addr6::NotV6) => read_sockaddr(src).map(|s| s.0),
         Err(e) => return fail(e),
     }
-    .filter(|ip| *ip != [0; 4]);
+    .filter(|ip| *ip != [0; 4] && !is_loopback(*ip));
     if let Some(scope) = v6 {
         crate::v6::mark(id.token, scope);
     }
@@ -250,7 +250,7 @@ pub unsafe fn resolve_addr(
             }
         },
     };
-    if !is_fabric_ip(d.0) && !is_loopback(d.0) {
+    if !is_fabric_ip(d.0) && !is_loopback(d.0) && d.0[0] & 0xF0 != 0xE0 {
         eprintln!(
             "librdmacm (softverbs): {}.{}.{}.{} is the address of no softverbs port (softverbs ports are 10.0.x.y, and 127.0.0.1 reaches any listener; here: {})",
             d.0[0], d.0[1], d.0[2], d.0[3], port_list()

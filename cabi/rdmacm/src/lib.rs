@@ -14,6 +14,7 @@ mod cq;
 mod ep;
 mod events;
 mod ids;
+mod mcast;
 mod more;
 mod qpattr;
 mod state;

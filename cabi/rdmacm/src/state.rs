@@ -230,6 +230,9 @@ pub mod kind {
     /// The peer's process died (sent by `watch`): read, it becomes what the dead process's
     /// kernel would have sent for the id's state then (DREQ once established, else a REJ).
     pub const GONE: u32 = 8;
+    /// A multicast join of one of this process's ids (mcast.rs): MULTICAST_JOIN with the
+    /// group in `dst_ip` and the join's context in `from`.
+    pub const JOIN: u32 = 9;
 }
 
 /// A control message, sent as its bytes (both ends are this library).

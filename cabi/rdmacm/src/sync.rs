@@ -177,12 +177,42 @@ pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
         }
     }
     crate::v6::forget(id.token);
+    crate::mcast::forget(id.token);
     // SAFETY: the caller's live id.
     let r = unsafe { crate::events::destroy_id(cid) };
     if let Some(ch) = own {
         drop_channel(ch);
     }
     r
+}
+
+/// `rdma_join_multicast`: the id's QP attached to the group `addr` and MULTICAST_JOIN
+/// (mcast.rs); a synchronous id waits for it.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast(
+    cid: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    match crate::mcast::join_full(cid, addr, context) {
+        0 => wait(cid, Some(CONNECT_WAIT), "rdma_join_multicast"),
+        r => r,
+    }
+}
+
+/// `rdma_join_multicast_ex`: as [`rdma_join_multicast`], with join flags (a send-only member's
+/// QP is not attached).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    cid: *mut rdma_cm_id,
+    attr: *mut crate::mcast::JoinAttrEx,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's arguments, checked there.
+    match unsafe { crate::mcast::join_ex(cid, attr, context) } {
+        0 => wait(cid, Some(CONNECT_WAIT), "rdma_join_multicast_ex"),
+        r => r,
+    }
 }
 
 /// `rdma_resolve_addr`: the local soft port for `dst` (ADDR_RESOLVED, or ADDR_ERROR with

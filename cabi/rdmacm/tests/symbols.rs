@@ -55,10 +55,9 @@ fn exports_match_the_system_librdmacm() {
 
 /// What the system's librdmacm.so.1 exports that softverbs' does not yet, each a feature rxe
 /// has and softverbs lacks (issue 30): the rsocket API (`rsocket`, `rclose`, ...: rstream,
-/// riostream, rcopy, librspreload) and UD multicast (`rdma_join_multicast`, `mckey`). They are
-/// left absent rather than failing, since rxe does not fail them; a program that binds them at
+/// riostream, rcopy, librspreload). They are left absent rather than failing, since rxe does not fail them; a program that binds them at
 /// load does not start.
-const NOT_YET: [&str; 29] = [
+const NOT_YET: [&str; 26] = [
     "raccept@RDMACM_1.0",
     "rbind@RDMACM_1.0",
     "rclose@RDMACM_1.0",
@@ -85,9 +84,6 @@ const NOT_YET: [&str; 29] = [
     "rsocket@RDMACM_1.0",
     "rwrite@RDMACM_1.0",
     "rwritev@RDMACM_1.0",
-    "rdma_join_multicast@RDMACM_1.0",
-    "rdma_join_multicast_ex@RDMACM_1.1",
-    "rdma_leave_multicast@RDMACM_1.0",
 ];
 
 /// Every `symbol@version` the system's librdmacm.so.1 exports is exported by softverbs'

@@ -49,6 +49,99 @@ fn rping_100_pings_verified() {
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
 
+/// mckey, rdma-core's multicast test: a receiver joins 239.1.2.3 (its QP attached, 20
+/// receives posted) and a sender joins and sends 20 datagrams of 1000 bytes with immediate
+/// data to the group's QPN 0xFFFFFF; the receiver ends only once it has polled all 20
+/// completions (a datagram lost would keep it waiting past the limit). The sender starts once
+/// the receiver's port is in the fabric's multicast registry (mckey then waits 3 s before it
+/// sends, for the switches, as it does with rxe). With direct reach on and off: a UD SEND is
+/// never reached, so both must go the same.
+#[test]
+fn mckey_sends_to_a_multicast_group_and_the_receiver_gets_every_datagram() {
+    let Some(mckey) = tool("mckey", "mckey", "rdmacm-utils") else { return };
+    for reach in ["1", "0"] {
+        mckey_pair(&mckey, reach);
+    }
+}
+
+fn mckey_pair(mckey: &Path, reach: &str) {
+    let env = env();
+    let args = ["-m", "239.1.2.3", "-b", "127.0.0.1", "-C", "20", "-S", "1000"];
+    let spawn = |args: &[&str]| {
+        common::Guard(Some(
+            env.command(mckey).env("SOFTVERBS_REACH", reach).args(args).spawn().expect("spawn"),
+        ))
+    };
+    let mut receiver = spawn(&args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !member(&env, "mcast-00000000000000000000ffffef010203.") {
+        let exited = receiver.0.as_mut().expect("receiver").try_wait().expect("try_wait");
+        assert!(
+            exited.is_none() && std::time::Instant::now() < deadline,
+            "the receiver never joined ({exited:?})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sender_args: Vec<&str> = args.iter().copied().chain(["-s"]).collect();
+    let sender = common::finish(spawn(&sender_args), Duration::from_secs(30), "mckey sender");
+    let receiver = cm::finish_server(receiver, Duration::from_secs(30), "mckey receiver", &sender);
+    let ((so, se), (ro, re)) = (text(&sender), text(&receiver));
+    assert!(
+        sender.status.success() && receiver.status.success(),
+        "reach {reach}: sender:\n{so}{se}\nreceiver:\n{ro}{re}"
+    );
+    let joined = "mckey: joined dgid: ::ffff:239.1.2.3 mlid 0x0 sl 0";
+    let receiver_lines = [
+        "mckey: starting server",
+        "mckey: joining",
+        joined,
+        "receiving data transfers",
+        "data transfers complete",
+        "test complete",
+        "return status 0",
+    ];
+    cm::assert_lines("receiver", &ro, &receiver_lines);
+    let sender_lines = [
+        "mckey: starting client",
+        "mckey: joining",
+        joined,
+        "initiating data transfers",
+        "data transfers complete",
+        "test complete",
+        "return status 0",
+    ];
+    cm::assert_lines("sender", &so, &sender_lines);
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+    assert!(!member(&env, "mcast-"), "a multicast membership was left in the fabric");
+}
+
+/// Whether a file of the fabric's directory starts with `prefix` (a multicast membership).
+fn member(env: &common::Env, prefix: &str) -> bool {
+    std::fs::read_dir(env.fabric.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(prefix))
+}
+
+/// rdma-core's pyverbs loads on softverbs' libraries: its `cmid` module binds
+/// `rdma_join_multicast`, `rdma_join_multicast_ex` and `rdma_leave_multicast` when it loads
+/// (issue 30), and its device list names the soft devices.
+#[test]
+fn pyverbs_loads_and_lists_the_soft_devices() {
+    let test = "pyverbs_loads_and_lists_the_soft_devices";
+    let Some(_) = common::file(test, "/usr/lib/python3/dist-packages/pyverbs", "python3-pyverbs")
+    else {
+        return;
+    };
+    let script = "import pyverbs.cmid, pyverbs.device as d; \
+                  print(' '.join(x.name.decode() for x in d.get_device_list()))";
+    let out = env().run(Path::new("/usr/bin/python3"), &["-c", script], Duration::from_secs(60));
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "pyverbs did not load:\n{o}{e}");
+    assert_eq!(o.trim(), "softverbs0 softverbs1", "{e}");
+}
+
 #[test]
 fn connect_to_no_listener_is_rejected_with_status_8() {
     let Some(rping) = tool("rping", "rping", "rdmacm-utils") else { return };

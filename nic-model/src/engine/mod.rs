@@ -84,6 +84,7 @@ mod comp;
 mod completion;
 mod config;
 pub mod cq;
+mod mcast;
 pub mod mr;
 mod post;
 pub mod qp;
@@ -109,6 +110,7 @@ pub use addr::{
     slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
 pub use config::{splitmix64, Limits, NicConfig};
+pub use mcast::{is_multicast_gid, is_multicast_ipv4, Membership, MULTICAST_QPN};
 pub use qp::PsnMirror;
 pub use reach::{LocalSges, QpFacts, ReachAsk, ReachOp, Traffic};
 pub use rights::{Grant, MrRights, RemoteOp, Request};
@@ -204,6 +206,8 @@ pub struct Nic {
     /// refiles that QP ([`timers::refile_timer`]).
     timers: TimerIndex,
     hca: Hca,
+    /// The multicast groups this NIC's QPs are attached to, with their QPs (`mcast.rs`).
+    mcast: BTreeMap<verbs_api::Gid, Vec<u32>>,
 }
 
 /// The host channel adapter around the QPs (the IBA's HCA, less its QPs): configuration, PDs,
@@ -244,6 +248,7 @@ impl Nic {
         Nic {
             qps: BTreeMap::new(),
             timers: TimerIndex::default(),
+            mcast: BTreeMap::new(),
             hca: Hca {
                 cfg,
                 mrs,
@@ -299,6 +304,9 @@ impl Nic {
             max_srq_sge: l.max_sge,
             max_ah: 65536,
             max_pkeys: 1,
+            max_mcast_grp: mcast::MAX_MCAST_GRP,
+            max_mcast_qp_attach: mcast::MAX_MCAST_QP_ATTACH,
+            max_total_mcast_qp_attach: mcast::MAX_TOTAL_MCAST_QP_ATTACH,
             phys_port_cnt: 1,
             max_inline_data: l.max_inline_data,
             max_msg_sz: l.max_msg_sz,

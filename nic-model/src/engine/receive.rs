@@ -81,7 +81,13 @@ impl Nic {
             Some(b) if b >> 4 == 6 => {
                 packet::parse_datagram6(data).map(|(ip, p)| (Src::V6(ip.src), p))
             }
-            _ => packet::parse_datagram_with(data, icrc).map(|(ip, p)| (Src::V4(ip.src), p)),
+            _ => packet::parse_datagram_with(data, icrc).map(|(ip, p)| {
+                if p.bth.dest_qp == super::MULTICAST_QPN && super::is_multicast_ipv4(ip.dst) {
+                    (Src::Group(ip.src, ip.dst), p)
+                } else {
+                    (Src::V4(ip.src), p)
+                }
+            }),
         };
         let (src, pkt) = match parsed {
             Ok(v) => v,
@@ -94,6 +100,9 @@ impl Nic {
             }
         };
         self.hca.stats.rx_packets += 1;
+        if let Src::Group(from, group) = src {
+            return self.receive_multicast(from, group, &data[..20], &pkt);
+        }
         let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qp) else {
             self.hca.stats.rx_no_qp += 1;
             return;
@@ -115,6 +124,7 @@ impl Nic {
         let from_path = match &src {
             Src::V4(ip) => qp.is_from_path(*ip),
             Src::V6(ip) => qp.is_from_path6(ip),
+            Src::Group(..) => false,
         };
         if !from_path {
             self.hca.stats.rx_wrong_source += 1;
@@ -126,6 +136,7 @@ impl Nic {
             let ip_header: &[u8] = match src {
                 Src::V4(_) => &data[..20],
                 Src::V6(_) => &data[..40],
+                Src::Group(..) => return,
             };
             resp::handle_request(qp, &mut self.hca, ip_header, &pkt);
         } else {
@@ -142,4 +153,33 @@ enum Src {
     V4([u8; 4]),
     /// RoCE v2 over IPv6.
     V6([u8; 16]),
+    /// A UD datagram to a multicast group (QPN 0xFFFFFF, an IPv4 multicast destination):
+    /// its source and the group's address.
+    Group([u8; 4], [u8; 4]),
+}
+
+impl Nic {
+    /// A UD datagram sent to the group `group` goes to each QP of this NIC attached to it,
+    /// as rxe's `rxe_rcv_mcast_pkt` delivers it, each QP checking its Q_Key and taking a
+    /// receive of its own; the QP that sent it (when it came from this port) is left out.
+    fn receive_multicast(
+        &mut self,
+        from: [u8; 4],
+        group: [u8; 4],
+        ip_header: &[u8],
+        pkt: &packet::Packet<'_>,
+    ) {
+        let ud = pkt.bth.opcode.info().is_some_and(|i| i.transport == packet::Transport::Ud);
+        let own = (from == self.hca.cfg.ip()).then(|| pkt.deth.map(|d| d.src_qp)).flatten();
+        let members = self.mcast_members(&verbs_api::Gid::from_ipv4(group), own);
+        if !ud || members.is_empty() {
+            self.hca.stats.rx_no_qp += 1;
+            return;
+        }
+        for qpn in members {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                resp::handle_request(qp, &mut self.hca, ip_header, pkt);
+            }
+        }
+    }
 }

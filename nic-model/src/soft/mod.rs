@@ -386,6 +386,14 @@ impl Host for Device {
             r.mr_registered(key, pd, access, iova, memory);
         }
     }
+    fn mcast_membership(&self, gid: &verbs_api::Gid, change: crate::engine::Membership) {
+        use crate::engine::Membership;
+        match change {
+            Membership::Joined => self.port.join_group(&gid.0),
+            Membership::Left => self.port.leave_group(&gid.0),
+            Membership::Unchanged => {}
+        }
+    }
     fn mr_withdrawn(&self, key: u32) {
         if let Some(r) = &self.reach {
             r.mr_withdrawn(key);

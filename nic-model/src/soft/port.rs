@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use super::counters::{self, Tally};
 use super::reach::{self, PeerReach};
-use crate::engine::{ip_of_slot, slot_of_ip, Egress, ReachAsk, ReachOp};
+use verbs_api::Gid;
+
+use crate::engine::{ip_of_slot, is_multicast_ipv4, slot_of_ip, Egress, ReachAsk, ReachOp};
 use crate::packet::Icrc;
 use crate::wire::reach::ReachArena;
-use crate::wire::{Fabric, Inbox, InboxConfig, Sender, WireError};
+use crate::wire::{mcast, Fabric, Inbox, InboxConfig, Sender, WireError};
 
 /// What became of a datagram handed to a port's sending half: `Sent` (in the destination's
 /// inbox), `Full` (backpressure: try again later) or `Unreachable` (no port has that address,
@@ -68,6 +70,11 @@ pub trait Port: Send + Sync + 'static {
     fn arena(&self) -> Option<&Arc<ReachArena>> {
         None
     }
+    /// The port receives the UD multicast group `group` (a GID) from now on: senders to the
+    /// group send this port a copy (its first QP attached to the group).
+    fn join_group(&self, _group: &[u8; 16]) {}
+    /// The port no longer receives the group (its last QP detached).
+    fn leave_group(&self, _group: &[u8; 16]) {}
 }
 
 /// Counts a datagram of `len` bytes that went into a peer's inbox, or found no port.
@@ -86,6 +93,8 @@ fn count(tally: &Tally, outcome: SendOutcome, len: usize) {
 #[derive(Default)]
 pub struct Loopback {
     ports: Mutex<BTreeMap<[u8; 4], Arc<LoopInbox>>>,
+    /// The ports that receive each multicast group (by group GID, the ports' addresses).
+    groups: Mutex<BTreeMap<[u8; 16], Vec<[u8; 4]>>>,
     next_lid: AtomicU16,
 }
 
@@ -106,7 +115,11 @@ pub struct LoopPort {
 impl Loopback {
     /// A new, empty in-process fabric.
     pub fn new() -> Arc<Loopback> {
-        Arc::new(Loopback { ports: Mutex::new(BTreeMap::new()), next_lid: AtomicU16::new(1) })
+        Arc::new(Loopback {
+            ports: Mutex::new(BTreeMap::new()),
+            groups: Mutex::new(BTreeMap::new()),
+            next_lid: AtomicU16::new(1),
+        })
     }
 
     /// Attach a new port with room for `capacity` datagrams in its inbox.
@@ -139,6 +152,9 @@ impl Egress for LoopEgress {
 
 impl Loopback {
     fn send(&self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        if is_multicast_ipv4(dst) {
+            return self.send_to_group(dst, datagram);
+        }
         let Some(inbox) = self.ports.lock().unwrap_or_else(|e| e.into_inner()).get(&dst).cloned()
         else {
             return SendOutcome::Unreachable;
@@ -156,9 +172,49 @@ impl Loopback {
     }
 }
 
+impl Loopback {
+    /// One copy of a datagram to a multicast group for each member port; a full member
+    /// inbox drops its copy, as a switch's congested port would.
+    #[cold]
+    fn send_to_group(&self, group: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        let members = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&Gid::from_ipv4(group).0)
+            .cloned()
+            .unwrap_or_default();
+        for ip in &members {
+            let _ = self.send(*ip, datagram);
+        }
+        if members.is_empty() {
+            SendOutcome::Unreachable
+        } else {
+            SendOutcome::Sent
+        }
+    }
+
+    fn set_member(&self, group: &[u8; 16], ip: [u8; 4], member: bool) {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let ports = groups.entry(*group).or_default();
+        ports.retain(|&p| p != ip);
+        if member {
+            ports.push(ip);
+        } else if ports.is_empty() {
+            groups.remove(group);
+        }
+    }
+}
+
 impl Drop for LoopPort {
     fn drop(&mut self) {
-        self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ip_of_slot(self.lid));
+        let ip = ip_of_slot(self.lid);
+        self.fabric.ports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ip);
+        let mut groups = self.fabric.groups.lock().unwrap_or_else(|e| e.into_inner());
+        groups.retain(|_, ports| {
+            ports.retain(|&p| p != ip);
+            !ports.is_empty()
+        });
     }
 }
 
@@ -204,6 +260,14 @@ impl Port for LoopPort {
     fn describe(&self) -> String {
         format!("in-process loopback port, LID {}", self.lid)
     }
+
+    fn join_group(&self, group: &[u8; 16]) {
+        self.fabric.set_member(group, ip_of_slot(self.lid), true);
+    }
+
+    fn leave_group(&self, group: &[u8; 16]) {
+        self.fabric.set_member(group, ip_of_slot(self.lid), false);
+    }
 }
 
 // ---------------- shared memory: devices of different processes ----------------
@@ -217,6 +281,9 @@ pub struct ShmPort {
     arena: Option<Arc<ReachArena>>,
     /// See [`Port::peer_problem`]; written by a sending half only when a send fails that way.
     peer_problem: Arc<Mutex<Option<String>>>,
+    /// The multicast groups the port joined in the fabric's registry (`wire/mcast.rs`),
+    /// left when the port goes.
+    groups: Mutex<Vec<[u8; 16]>>,
 }
 
 impl ShmPort {
@@ -234,7 +301,13 @@ impl ShmPort {
                 }
             })
             .flatten();
-        Ok(ShmPort { fabric, inbox, arena, peer_problem: Arc::new(Mutex::new(None)) })
+        Ok(ShmPort {
+            fabric,
+            inbox,
+            arena,
+            peer_problem: Arc::new(Mutex::new(None)),
+            groups: Mutex::new(Vec::new()),
+        })
     }
 
     /// The fabric it belongs to.
@@ -307,6 +380,30 @@ impl Port for ShmPort {
     fn idle(&self) -> bool {
         self.inbox.is_empty()
     }
+
+    fn join_group(&self, group: &[u8; 16]) {
+        if let Err(e) = mcast::join_group(self.fabric.dir(), group, self.inbox.lid()) {
+            tracing::warn!(error = %e, "could not join a multicast group in the fabric");
+            return;
+        }
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if !groups.contains(group) {
+            groups.push(*group);
+        }
+    }
+
+    fn leave_group(&self, group: &[u8; 16]) {
+        let _ = mcast::leave_group(self.fabric.dir(), group, self.inbox.lid());
+        self.groups.lock().unwrap_or_else(|e| e.into_inner()).retain(|g| g != group);
+    }
+}
+
+impl Drop for ShmPort {
+    fn drop(&mut self) {
+        for group in self.groups.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            let _ = mcast::leave_group(self.fabric.dir(), &group, self.inbox.lid());
+        }
+    }
 }
 
 /// The sending half of a [`ShmPort`], lent to the engine: its connections to the inboxes it
@@ -348,6 +445,9 @@ impl ShmEgress {
     fn send_uncounted(&mut self, dst: [u8; 4], datagram: &[u8], icrc_unset: bool) -> SendOutcome {
         let lid = slot_of_ip(dst);
         if lid == 0 {
+            if is_multicast_ipv4(dst) {
+                return self.send_to_group(dst, datagram, icrc_unset);
+            }
             return SendOutcome::Unreachable;
         }
         let at = match self.senders.binary_search_by_key(&lid, |(l, _)| *l) {
@@ -386,6 +486,26 @@ impl ShmEgress {
                 self.senders.remove(at);
                 SendOutcome::Unreachable
             }
+        }
+    }
+}
+
+impl ShmEgress {
+    /// One copy of a datagram to a multicast group for each port of the fabric's registry
+    /// (`wire/mcast.rs`), this port included (its other QPs may be attached); a full or dead
+    /// member drops its copy, as a UD datagram is dropped. Unreachable when no port is a
+    /// member.
+    #[cold]
+    fn send_to_group(&mut self, group: [u8; 4], datagram: &[u8], icrc_unset: bool) -> SendOutcome {
+        let members =
+            mcast::group_members(self.fabric.dir(), &Gid::from_ipv4(group).0).unwrap_or_default();
+        for &lid in &members {
+            let _ = self.send_uncounted(ip_of_slot(lid), datagram, icrc_unset);
+        }
+        if members.is_empty() {
+            SendOutcome::Unreachable
+        } else {
+            SendOutcome::Sent
         }
     }
 }

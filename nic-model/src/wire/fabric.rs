@@ -408,7 +408,10 @@ impl Fabric {
         let mut found = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| WireError::io(&self.dir, e))?;
-            if entry.file_name() == LOCK_NAME || super::reach::is_reach_file(&entry.path()) {
+            if entry.file_name() == LOCK_NAME
+                || super::reach::is_reach_file(&entry.path())
+                || super::mcast::is_mcast_file(&entry.path())
+            {
                 continue;
             }
             found.push(inspect(&entry.path()));
@@ -440,6 +443,8 @@ impl Fabric {
                 tracing::info!(path = %path.display(), "removed a dead owner's reach file");
             }
         }
+        // Multicast memberships of ports that are gone (wire/mcast.rs).
+        super::mcast::clean_groups(&self.dir, |lid| !self.inbox_path(lid).exists())?;
         Ok(removed)
     }
 }

@@ -28,6 +28,7 @@ mod error;
 mod fabric;
 mod inbox;
 pub(crate) mod layout;
+pub mod mcast;
 pub(crate) mod os;
 pub mod reach;
 mod segment;

@@ -338,6 +338,9 @@ pub(super) fn put_device_attr(l: &mut Line, d: &DeviceAttr) {
         .num(d.max_srq_sge)
         .num(d.max_ah)
         .num(d.max_pkeys)
+        .num(d.max_mcast_grp)
+        .num(d.max_mcast_qp_attach)
+        .num(d.max_total_mcast_qp_attach)
         .num(d.phys_port_cnt)
         .num(d.max_inline_data)
         .num(d.max_msg_sz)
@@ -368,6 +371,9 @@ pub(super) fn take_device_attr(t: &mut Tokens<'_>) -> Result<DeviceAttr> {
         max_srq_sge: t.num("max_srq_sge")?,
         max_ah: t.num("max_ah")?,
         max_pkeys: t.num("max_pkeys")?,
+        max_mcast_grp: t.num("max_mcast_grp")?,
+        max_mcast_qp_attach: t.num("max_mcast_qp_attach")?,
+        max_total_mcast_qp_attach: t.num("max_total_mcast_qp_attach")?,
         phys_port_cnt: t.num("phys_port_cnt")?,
         max_inline_data: t.num("max_inline_data")?,
         max_msg_sz: t.num("max_msg_sz")?,
@@ -603,6 +609,8 @@ mod tests {
             max_qp: 1024,
             max_ah: 65536,
             max_pkeys: 1,
+            max_mcast_grp: 8192,
+            max_mcast_qp_attach: 56,
             phys_port_cnt: 1,
             atomic_hca: true,
             ..DeviceAttr::default()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::ah::AddressHandle;
 use super::cq::CompletionQueue;
 use super::srq::SharedReceiveQueue;
-use crate::error::Result;
+use crate::error::{Errno, Error, Result};
 use crate::types::*;
 
 /// A queue pair (`struct ibv_qp`), as a backend implements it; programs hold a
@@ -29,6 +29,16 @@ pub trait QpOps: Send + Sync {
     fn query(&self) -> Result<(QpAttr, QpCap)>;
     /// `ibv_destroy_qp`.
     fn destroy(&self) -> Result<()>;
+    /// `ibv_attach_mcast`: the QP receives the UD datagrams sent to the multicast group
+    /// `gid` (`lid` is the group's LID, which a RoCE port ignores). A backend without
+    /// multicast refuses it (`EOPNOTSUPP`).
+    fn attach_mcast(&self, _gid: &Gid, _lid: u16) -> Result<()> {
+        Err(Error::new(Errno::NotSup, "ibv_attach_mcast: this backend has no multicast"))
+    }
+    /// `ibv_detach_mcast`: undoes [`QpOps::attach_mcast`].
+    fn detach_mcast(&self, _gid: &Gid, _lid: u16) -> Result<()> {
+        Err(Error::new(Errno::NotSup, "ibv_detach_mcast: this backend has no multicast"))
+    }
     /// Downcasting support for backends.
     fn as_any(&self) -> &dyn Any;
 }
@@ -94,6 +104,14 @@ impl QueuePair {
     /// The current state (`ibv_query_qp` with `IBV_QP_STATE`).
     pub fn state(&self) -> Result<QpState> {
         Ok(self.ops.query()?.0.qp_state)
+    }
+    /// `ibv_attach_mcast`: receive the UD datagrams sent to the multicast group `gid`.
+    pub fn attach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        self.ops.attach_mcast(gid, lid)
+    }
+    /// `ibv_detach_mcast`.
+    pub fn detach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        self.ops.detach_mcast(gid, lid)
     }
     /// `ibv_destroy_qp`.
     pub fn destroy(self) -> Result<()> {

@@ -236,6 +236,12 @@ pub struct DeviceAttr {
     pub max_ah: u32,
     /// `max_pkeys`.
     pub max_pkeys: u16,
+    /// `max_mcast_grp`: the multicast groups the device's QPs may be attached to at once.
+    pub max_mcast_grp: u32,
+    /// `max_mcast_qp_attach`: the QPs one multicast group may have attached.
+    pub max_mcast_qp_attach: u32,
+    /// `max_total_mcast_qp_attach`: QP attachments to multicast groups, in all.
+    pub max_total_mcast_qp_attach: u32,
     /// `phys_port_cnt`.
     pub phys_port_cnt: u8,
     /// The largest inline data a QP may request (softverbs extension; rdma-core reports it per QP).
