@@ -141,11 +141,20 @@ fn no_gid_is_einval_from_modify_qp() {
 fn cq_overrun_raises_cq_err_and_loses_completions() {
     let out = drill("cq-overrun", &[]);
     has(&out, "the target posted 3 receive(s)");
-    for id in 1..=3 {
-        has(&out, &format!("initiator CQ: wr_id={id} status=IBV_WC_SUCCESS (0,"));
-    }
+    // The first SEND's completion fills the target's CQ; the second overruns it, and the
+    // target's QP goes to ERR without acknowledging it (rxe's responder, class G), so the
+    // initiator retries it until its retry count runs out and flushes the third.
+    has(&out, "initiator CQ: wr_id=1 status=IBV_WC_SUCCESS (0,");
+    has(&out, "initiator CQ: wr_id=2 status=IBV_WC_RETRY_EXC_ERR (12,");
+    has(&out, "initiator CQ: wr_id=3 status=IBV_WC_WR_FLUSH_ERR (5,");
+    has(&out, "initiator QP 0x");
+    has(&out, "state: IBV_QPS_ERR");
     has(&out, "target async event: IBV_EVENT_CQ_ERR on CQ");
     has(&out, "CQ overrun: 2 completion(s) were lost because the CQ of 1 entries was full");
+    assert!(
+        out.lines().any(|l| l.starts_with("  target QP 0x") && l.ends_with("state: IBV_QPS_ERR")),
+        "the target's QP is in ERR:\n{out}"
+    );
 }
 
 #[test]
