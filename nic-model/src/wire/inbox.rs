@@ -346,6 +346,27 @@ impl Inbox {
         Stall::Retry
     }
 
+    /// Hands the packet at the head of the ring, if one is ready, to `f` without taking it
+    /// (the next receive hands it out again); `None` if none is ready or another thread is
+    /// receiving. Makes no system call: for the owner's NIC thread, which looks at what waits
+    /// while the program runs the engine.
+    pub fn peek_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let _receiving = Receiving::claim(&self.receiving)?;
+        let pos = self.seg.head().load(Ordering::Relaxed);
+        let slot = self.seg.slot(pos);
+        if slot.seq.load(Ordering::Acquire) != lap_seq(pos.wrapping_add(1)) {
+            return None;
+        }
+        let len = (slot.len.load(Ordering::Relaxed) & !LEN_ICRC_UNSET) as usize;
+        if len > self.slot_size() {
+            return None;
+        }
+        // SAFETY: as in `take`: we hold the receiving role, the slot is published for `pos`
+        // (Acquire above), and it is not released (so no sender writes it) while `f` runs.
+        let bytes = unsafe { self.seg.payload(&slot, len) };
+        Some(f(bytes))
+    }
+
     /// Whether no packet is ready to be received (a claimed slot still being written counts
     /// as not ready). Makes no system call.
     pub fn is_empty(&self) -> bool {
