@@ -11,7 +11,9 @@
 //! thread takes over: it runs progress rounds, spins for a bounded window after its last work,
 //! and then parks on the doorbell futex, where a sender wakes it only because it is parked. That
 //! is how one-sided operations complete while the target program sleeps, and why an idle device
-//! costs no CPU.
+//! costs no CPU. A program that calls in but waits for its peer's one-sided requests by polling
+//! memory (`ib_write_lat`) leaves them in the inbox; the NIC thread notices at a standby look
+//! and serves it as a sleeping one (`device/nic_thread.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
