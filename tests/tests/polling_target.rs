@@ -2,14 +2,15 @@
 //! calls a verb only to post its own WRITE and poll that WRITE's completion: it calls in, but
 //! never takes the datagrams that bring the peer's WRITEs. Its NIC thread must serve them at
 //! once, not stand by for its program (docs/decisions.md, "A target polling memory"); with
-//! direct reach on, the same ping-pong goes without packets.
+//! direct reach on, the same ping-pong goes without packets. On a shared-memory fabric with
+//! reach on and off, and on the in-process one.
 //!
 //! Its own test binary: the standby interval is made long (`SOFTVERBS_STANDBY_US`, read when
 //! the provider is made), so that a WRITE left to the end of a standby is unmistakable.
 
 use std::time::{Duration, Instant};
 
-use softverbs_sim::conn::{ConnOpts, Endpoint};
+use softverbs_sim::conn::{connect, ConnOpts, Endpoint};
 use softverbs_tests::RcPair;
 use verbs_api::*;
 
@@ -76,24 +77,39 @@ fn write(me: &Endpoint, peer: &Endpoint, i: u64, what: &str) {
 
 /// The ping-pong of `ib_write_lat`: a WRITEs i and polls its memory for b's i; b polls its
 /// memory for a's i and WRITEs i back. Returns a's half round trips.
-fn ping_pong(p: &RcPair, what: &str) -> Vec<Duration> {
+fn ping_pong(a: &Endpoint, b: &Endpoint, what: &str) -> Vec<Duration> {
     std::thread::scope(|s| {
-        let b = s.spawn(|| {
+        let b_side = s.spawn(|| {
             for i in 1..=ITERS {
-                poll_memory(&p.b, i, what);
-                write(&p.b, &p.a, i, what);
+                poll_memory(b, i, what);
+                write(b, a, i, what);
             }
         });
         let mut halves = Vec::with_capacity(ITERS as usize);
         for i in 1..=ITERS {
             let start = Instant::now();
-            write(&p.a, &p.b, i, what);
-            poll_memory(&p.a, i, what);
+            write(a, b, i, what);
+            poll_memory(a, i, what);
             halves.push(start.elapsed() / 2);
         }
-        b.join().expect("b's side");
+        b_side.join().expect("b's side");
         halves
     })
+}
+
+/// Runs the ping-pong and checks the bytes and the median half round trip.
+fn run(a: &Endpoint, b: &Endpoint, what: &str) {
+    let mut halves = ping_pong(a, b, what);
+    // Both words hold the last WRITE's 8 bytes.
+    assert_eq!(a.mr.read_u64(POLLED).unwrap(), ITERS, "{what}");
+    assert_eq!(b.mr.read_u64(POLLED).unwrap(), ITERS, "{what}");
+    halves.sort();
+    let median = halves[halves.len() / 2];
+    eprintln!("{what} half round trip: median {median:?}, max {:?}", halves.last().unwrap());
+    assert!(
+        median < BOUND,
+        "{what} a target polling memory: median half round trip {median:?} (standby {STANDBY:?})"
+    );
 }
 
 #[test]
@@ -104,18 +120,20 @@ fn a_target_polling_memory_gets_each_write_without_waiting_for_a_standby() {
         let opts = ConnOpts::default();
         let p =
             RcPair::new(&format!("polling_{reach}"), cap(), 4096, &opts, |s| s.set_reach(reach));
-        let mut halves = ping_pong(&p, &what);
-        // Both words hold the last WRITE's 8 bytes, and every one went as the mode says.
-        assert_eq!(p.a.mr.read_u64(POLLED).unwrap(), ITERS, "{what}");
-        assert_eq!(p.b.mr.read_u64(POLLED).unwrap(), ITERS, "{what}");
+        run(&p.a, &p.b, &what);
+        // Every WRITE went as the mode says.
         let reached = p.soft.stats("softverbs0").unwrap().nic.reached;
         assert_eq!(reached, if reach { ITERS } else { 0 }, "{what} WRITEs done by reach");
-        halves.sort();
-        let median = halves[halves.len() / 2];
-        eprintln!("{what} half round trip: median {median:?}, max {:?}", halves.last().unwrap());
-        assert!(
-            median < BOUND,
-            "{what} a target polling memory: median half round trip {median:?} (standby {STANDBY:?})"
-        );
     }
+    // Two devices of one process on the in-process fabric: packets only.
+    let soft = nic_model::soft::Soft::loopback();
+    let (c0, c1) = (soft.open("softverbs0").unwrap(), soft.open("softverbs1").unwrap());
+    let a = Endpoint::new(&c0, QpType::Rc, cap(), 64, 4096).unwrap();
+    let b = Endpoint::new(&c1, QpType::Rc, cap(), 64, 4096).unwrap();
+    let (ia, ib) = (a.info(0x100).unwrap(), b.info(0x200).unwrap());
+    let opts = ConnOpts::default();
+    connect(&a.qp, 0x100, &ib, &opts).unwrap();
+    connect(&b.qp, 0x200, &ia, &opts).unwrap();
+    run(&a, &b, "[loopback]");
+    assert_eq!(soft.stats("softverbs0").unwrap().nic.reached, 0, "[loopback] no reach");
 }

@@ -193,6 +193,11 @@ impl Port for LoopPort {
         n
     }
 
+    fn one_sided_waits(&self) -> bool {
+        let q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.front().is_some_and(|d| completes_nothing(d))
+    }
+
     fn park(&self, timeout: Duration) {
         let q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
         if !q.is_empty() {
