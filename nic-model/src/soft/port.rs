@@ -63,8 +63,8 @@ pub trait Port: Send + Sync + 'static {
     fn idle(&self) -> bool {
         false
     }
-    /// Whether a datagram waits at the head of the inbox that a program polling its CQ has no
-    /// reason to take: a request that completes nothing at this port (an RDMA WRITE without
+    /// Whether a datagram waits in the inbox (among the first 16) that a program polling its
+    /// CQ has no reason to take: a request that completes nothing at this port (an RDMA WRITE without
     /// immediate data, a READ, an atomic), whose arrival a target notices, if at all, by
     /// polling its memory. A port that cannot tell says whether it may hold any datagram.
     fn one_sided_waits(&self) -> bool {
@@ -76,6 +76,10 @@ pub trait Port: Send + Sync + 'static {
         None
     }
 }
+
+/// How many of the datagrams waiting in an inbox [`Port::one_sided_waits`] looks at: an ACK
+/// that completes nothing may wait ahead of the WRITE a program polls memory for.
+const LOOK_AHEAD: usize = 16;
 
 /// Counts a datagram of `len` bytes that went into a peer's inbox, or found no port.
 #[inline]
@@ -195,7 +199,7 @@ impl Port for LoopPort {
 
     fn one_sided_waits(&self) -> bool {
         let q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.front().is_some_and(|d| completes_nothing(d))
+        q.iter().take(LOOK_AHEAD).any(|d| completes_nothing(d))
     }
 
     fn park(&self, timeout: Duration) {
@@ -321,7 +325,7 @@ impl Port for ShmPort {
     }
 
     fn one_sided_waits(&self) -> bool {
-        self.inbox.peek_with(completes_nothing).unwrap_or(false)
+        self.inbox.any_ready(LOOK_AHEAD, completes_nothing)
     }
 }
 
