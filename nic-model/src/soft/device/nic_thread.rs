@@ -74,17 +74,23 @@ pub(super) fn nic_thread(core: Arc<Core>) {
     let mut poller = false;
     let mut woke = false;
     let mut idle_wakes = 0u32;
-    let mut parked_at = Instant::now();
+    // When the NIC thread last saw the program call in (seen only while it serves a program
+    // that polls memory).
+    let mut last_call = Instant::now();
     while !core.shutdown.load(Ordering::Acquire) {
         let rounds = core.inline_rounds.load(Ordering::Relaxed);
         let handed_over = core.takeover.swap(false, Ordering::AcqRel);
         // The program calls in and waits for no event: sleep where no sender has to wake us.
         let waits = core.armed_cqs.load(Ordering::Acquire) != 0;
         let calling_in = rounds != seen_rounds && !handed_over && !waits;
+        if poller && rounds != seen_rounds {
+            last_call = Instant::now();
+        }
         if calling_in && !poller {
             if core.left_behind(rounds) {
                 poller = true;
                 idle_wakes = 0;
+                last_call = Instant::now();
                 tracing::debug!(device = %core.name,
                     "NIC thread: the program leaves datagrams in the inbox; serving it");
             } else {
@@ -120,16 +126,17 @@ pub(super) fn nic_thread(core: Arc<Core>) {
             idle_wakes = 0;
             continue;
         }
-        if poller && after_park {
+        if poller {
             // Woken, and nothing left to do: the program took the datagram itself (it holds
-            // the lock, or ran a round meanwhile), or it has been quiet for a whole standby
-            // interval (then it may sleep, and the spin window serves it better).
-            let took = calling_in || did.is_none();
+            // the lock, or ran a round meanwhile). Or, woken or not, it has not called in for
+            // a whole standby interval: it sleeps (it only set up, say, and waits in `read`),
+            // and the spin window serves it better, as it serves any program that sleeps.
+            let took = after_park && (calling_in || did.is_none());
             idle_wakes += u32::from(took);
-            if idle_wakes >= IDLE_WAKES_TO_STANDBY || (!took && parked_at.elapsed() >= core.standby)
-            {
-                tracing::debug!(device = %core.name, took,
-                    "NIC thread: the program takes its datagrams again");
+            let quiet = last_call.elapsed() >= core.standby;
+            if idle_wakes >= IDLE_WAKES_TO_STANDBY || quiet {
+                tracing::debug!(device = %core.name, quiet,
+                    "NIC thread: the program takes its datagrams again, or sleeps");
                 poller = false;
                 continue;
             }
@@ -144,7 +151,6 @@ pub(super) fn nic_thread(core: Arc<Core>) {
             c.flush();
         }
         let (budget, until) = core.park_budget();
-        parked_at = Instant::now();
         core.parked_until_ns.store(until, Ordering::Release);
         if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {
             tracing::trace!(device = %core.name, budget_ns = budget.as_nanos() as u64,
