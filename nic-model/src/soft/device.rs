@@ -11,7 +11,9 @@
 //! thread takes over: it runs progress rounds, spins for a bounded window after its last work,
 //! and then parks on the doorbell futex, where a sender wakes it only because it is parked. That
 //! is how one-sided operations complete while the target program sleeps, and why an idle device
-//! costs no CPU.
+//! costs no CPU. A program that calls in but waits for its peer's one-sided requests by polling
+//! memory (`ib_write_lat`) leaves them in the inbox; the NIC thread notices at a standby look
+//! and serves it as a sleeping one (`device/nic_thread.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -31,17 +33,13 @@ use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
 use crate::engine::{ip_of_slot, Egress, Nic, NicEvent, NicStats, Now};
 use crate::packet::{with_icrc_ipv4, Icrc};
-use crate::wire::os;
+use nic_thread::nic_thread;
+
+mod nic_thread;
 
 /// What [`super::Soft::watch_async_events`] calls for each async event: quick, and never a
 /// verb of the device (it may run on the NIC thread with the device locked).
 pub type AsyncWatcher = Arc<dyn Fn() + Send + Sync>;
-
-/// Standby intervals in a row after which the NIC thread makes itself a background thread
-/// (`SCHED_BATCH` on Linux) until it takes over again, so that its wake-ups never preempt a
-/// busy-polling thread; not at once, so that a program blocking in a verb for every message
-/// pays no switch (docs/decisions.md, "Background standby").
-const BACKGROUND_AFTER_STANDBYS: u32 = 4;
 
 /// The longest the NIC thread sleeps when no timer is pending.
 const MAX_PARK: Duration = Duration::from_millis(100);
@@ -710,15 +708,15 @@ impl Core {
         }
     }
 
-    /// A round on the NIC thread; skipped (as "no work") when a program thread holds the lock,
-    /// since that thread is running the engine.
-    fn progress_background(&self) -> bool {
+    /// A round on the NIC thread: whether it did anything; skipped (None) when a program
+    /// thread holds the lock, since that thread is running the engine.
+    fn progress_background(&self) -> Option<bool> {
         match self.state.try_lock() {
-            Ok(mut st) => self.progress_locked(&mut st, Round::Full),
+            Ok(mut st) => Some(self.progress_locked(&mut st, Round::Full)),
             Err(TryLockError::Poisoned(e)) => {
-                self.progress_locked(&mut e.into_inner(), Round::Full)
+                Some(self.progress_locked(&mut e.into_inner(), Round::Full))
             }
-            Err(TryLockError::WouldBlock) => false,
+            Err(TryLockError::WouldBlock) => None,
         }
     }
 
@@ -779,69 +777,4 @@ fn lend(
         egress = Box::new(Faulted::new(egress, f.clone()));
     }
     egress
-}
-
-/// The NIC thread: stand by while the program runs the engine inline; otherwise progress while
-/// there is work, spin a while, then park on the doorbell.
-fn nic_thread(core: Arc<Core>) {
-    cost::mark_nic_thread();
-    let mut last_work = Instant::now();
-    let mut seen_rounds = core.inline_rounds.load(Ordering::Relaxed);
-    // Standby intervals in a row, and whether the thread has made itself a background thread.
-    let mut standbys = 0u32;
-    let mut background = false;
-    while !core.shutdown.load(Ordering::Acquire) {
-        let rounds = core.inline_rounds.load(Ordering::Relaxed);
-        let handed_over = core.takeover.swap(false, Ordering::AcqRel);
-        // The program calls in and waits for no event: sleep where no sender has to wake us.
-        let waits = core.armed_cqs.load(Ordering::Acquire) != 0;
-        if rounds != seen_rounds && !handed_over && !waits {
-            // The program is calling in. Sleep where no sender has to wake us.
-            seen_rounds = rounds;
-            standbys = standbys.saturating_add(1);
-            if standbys == BACKGROUND_AFTER_STANDBYS {
-                background = os::set_background(true);
-                tracing::debug!(device = %core.name, background,
-                    "NIC thread: standing by while the program drives the engine");
-            }
-            core.check_port();
-            cost::syscalls(Syscall::Park, 1);
-            std::thread::park_timeout(core.standby);
-            last_work = Instant::now();
-            continue;
-        }
-        if standbys != 0 || handed_over {
-            tracing::trace!(device = %core.name, handed_over, "NIC thread takes over");
-        }
-        standbys = 0;
-        if background {
-            // Taking over: an ordinary thread again (once; it is not retried).
-            os::set_background(false);
-            background = false;
-        }
-        seen_rounds = rounds;
-        if core.progress_background() {
-            last_work = Instant::now();
-            continue;
-        }
-        if last_work.elapsed() < core.spin {
-            std::hint::spin_loop();
-            continue;
-        }
-        core.check_port();
-        if let Some(c) = &core.capture {
-            // Idle: a killed program's capture holds everything up to here.
-            c.flush();
-        }
-        let (budget, until) = core.park_budget();
-        core.parked_until_ns.store(until, Ordering::Release);
-        if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {
-            tracing::trace!(device = %core.name, budget_ns = budget.as_nanos() as u64,
-                "NIC thread parks on the doorbell");
-            core.port.park(budget);
-        }
-        core.parked_until_ns.store(u64::MAX, Ordering::Release);
-        // Whatever woke us, look for work at once; then spin a full window only after work.
-        last_work = Instant::now().checked_sub(core.spin).unwrap_or_else(Instant::now);
-    }
 }

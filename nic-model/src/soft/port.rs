@@ -14,7 +14,7 @@ use super::reach::{self, PeerReach};
 use verbs_api::Gid;
 
 use crate::engine::{ip_of_slot, is_multicast_ipv4, slot_of_ip, Egress, ReachAsk, ReachOp};
-use crate::packet::Icrc;
+use crate::packet::{Icrc, OpFlags, Opcode};
 use crate::wire::reach::ReachArena;
 use crate::wire::{mcast, Fabric, Inbox, InboxConfig, Sender, WireError};
 
@@ -65,6 +65,13 @@ pub trait Port: Send + Sync + 'static {
     fn idle(&self) -> bool {
         false
     }
+    /// Whether a datagram waits in the inbox (among the first 16) that a program polling its
+    /// CQ has no reason to take: a request that completes nothing at this port (an RDMA WRITE without
+    /// immediate data, a READ, an atomic), whose arrival a target notices, if at all, by
+    /// polling its memory. A port that cannot tell says whether it may hold any datagram.
+    fn one_sided_waits(&self) -> bool {
+        !self.idle()
+    }
     /// This port's own reach file, when the device lets peers reach its memory (a port on
     /// shared memory, unless `SOFTVERBS_REACH=off`).
     fn arena(&self) -> Option<&Arc<ReachArena>> {
@@ -76,6 +83,10 @@ pub trait Port: Send + Sync + 'static {
     /// The port no longer receives the group (its last QP detached).
     fn leave_group(&self, _group: &[u8; 16]) {}
 }
+
+/// How many of the datagrams waiting in an inbox [`Port::one_sided_waits`] looks at: an ACK
+/// that completes nothing may wait ahead of the WRITE a program polls memory for.
+const LOOK_AHEAD: usize = 16;
 
 /// Counts a datagram of `len` bytes that went into a peer's inbox, or found no port.
 #[inline]
@@ -242,6 +253,11 @@ impl Port for LoopPort {
         n
     }
 
+    fn one_sided_waits(&self) -> bool {
+        let q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter().take(LOOK_AHEAD).any(|d| completes_nothing(d))
+    }
+
     fn park(&self, timeout: Duration) {
         let q = self.inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
         if !q.is_empty() {
@@ -396,6 +412,10 @@ impl Port for ShmPort {
         let _ = mcast::leave_group(self.fabric.dir(), group, self.inbox.lid());
         self.groups.lock().unwrap_or_else(|e| e.into_inner()).retain(|g| g != group);
     }
+
+    fn one_sided_waits(&self) -> bool {
+        self.inbox.any_ready(LOOK_AHEAD, completes_nothing)
+    }
 }
 
 impl Drop for ShmPort {
@@ -404,6 +424,23 @@ impl Drop for ShmPort {
             let _ = mcast::leave_group(self.fabric.dir(), &group, self.inbox.lid());
         }
     }
+}
+
+/// Whether `datagram` (IPv4 or IPv6, UDP, then the BTH) carries a request that completes
+/// nothing at its responder: an RDMA WRITE packet without immediate data, a READ REQUEST, an
+/// atomic. Reads the version and the opcode only; anything else, or too short, is not.
+fn completes_nothing(datagram: &[u8]) -> bool {
+    let bth_at = match datagram.first().map(|b| b >> 4) {
+        Some(4) => usize::from(datagram[0] & 0x0f) * 4 + 8,
+        Some(6) => 40 + 8,
+        _ => return false,
+    };
+    let Some(info) = datagram.get(bth_at).and_then(|&op| Opcode(op).info()) else {
+        return false;
+    };
+    info.flags.contains(OpFlags::REQUEST)
+        && info.flags.intersects(OpFlags::WRITE | OpFlags::READ | OpFlags::ATOMIC)
+        && !info.flags.contains(OpFlags::IMM)
 }
 
 /// The sending half of a [`ShmPort`], lent to the engine: its connections to the inboxes it
@@ -540,5 +577,38 @@ impl Egress for ShmEgress {
         }
         let reached = reach::reach(&mut self.views, self.fabric.dir(), lid, ask)?;
         Some(reach::place(&reached, op))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::completes_nothing;
+
+    /// A datagram of `version` whose BTH opcode is `op` (headers zero but for the first byte).
+    fn datagram(version: u8, op: u8) -> Vec<u8> {
+        let (ip, first) = match version {
+            4 => (20, 0x45),
+            _ => (40, 0x60),
+        };
+        let mut d = vec![0u8; ip + 8 + 12];
+        d[0] = first;
+        d[ip + 8] = op;
+        d
+    }
+
+    #[test]
+    fn only_requests_that_complete_nothing_at_the_responder_are_one_sided() {
+        for v in [4, 6] {
+            // RC and UC RDMA WRITE packets without immediate, READ REQUEST, the two atomics.
+            for op in [0x06, 0x07, 0x08, 0x0a, 0x0c, 0x13, 0x14, 0x26, 0x27, 0x28, 0x2a] {
+                assert!(completes_nothing(&datagram(v, op)), "IPv{v} opcode {op:#04x}");
+            }
+            // SENDs, WRITEs with immediate, responses and ACKs, UD, CNP, unknown codes.
+            for op in [0x00, 0x04, 0x09, 0x0b, 0x0d, 0x10, 0x11, 0x12, 0x64, 0x81, 0x1f] {
+                assert!(!completes_nothing(&datagram(v, op)), "IPv{v} opcode {op:#04x}");
+            }
+        }
+        assert!(!completes_nothing(&[]));
+        assert!(!completes_nothing(&datagram(4, 0x0a)[..28]), "too short for a BTH");
     }
 }

@@ -351,6 +351,33 @@ impl Inbox {
         Stall::Retry
     }
 
+    /// Whether any of the first `max` packets ready in the ring, in ring order, is one for
+    /// which `f` says yes; none is taken (the next receive hands them out as before). False
+    /// if none is ready or another thread is receiving. Makes no system call: for the owner's
+    /// NIC thread, which looks at what waits while the program runs the engine.
+    pub fn any_ready(&self, max: usize, mut f: impl FnMut(&[u8]) -> bool) -> bool {
+        let Some(_receiving) = Receiving::claim(&self.receiving) else { return false };
+        let head = self.seg.head().load(Ordering::Relaxed);
+        for pos in (0..max as u64).map(|i| head.wrapping_add(i)) {
+            let slot = self.seg.slot(pos);
+            if slot.seq.load(Ordering::Acquire) != lap_seq(pos.wrapping_add(1)) {
+                return false;
+            }
+            let len = (slot.len.load(Ordering::Relaxed) & !LEN_ICRC_UNSET) as usize;
+            if len > self.slot_size() {
+                return false;
+            }
+            // SAFETY: as in `take`: we hold the receiving role, so the head does not move and
+            // no slot from it on is released (and rewritten by a sender) while we look; this
+            // one is published for `pos` (Acquire above pairs with the sender's Release).
+            let bytes = unsafe { self.seg.payload(&slot, len) };
+            if f(bytes) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Whether no packet is ready to be received (a claimed slot still being written counts
     /// as not ready). Makes no system call.
     pub fn is_empty(&self) -> bool {
