@@ -2,6 +2,8 @@
 //! REQ, REP, RTU, REJ, DREQ, DREP, or this process's own resolution events) becomes the event
 //! librdmacm gives, and the id state and QP move with it; and `rdma_destroy_id`.
 use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::cm_abi::*;
 use crate::conn::{modify, qp_connect, STATE};
@@ -66,16 +68,37 @@ fn ud_param(e: &mut Ev, peer_ip: [u8; 4], m: &Msg) {
     };
 }
 
-/// Process one message; the event it makes, if any.
+/// Process one message; the event it makes, if any, counted in its id's `busy` until it is
+/// acknowledged. The id the message is for is counted busy while it is handled (under the
+/// registry's lock, so `rdma_destroy_id` in another thread waits for it instead of freeing it).
 fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
-    let Some(addr) = ids().lock().ok()?.get(&m.to).copied() else {
-        if m.kind == kind::REQ {
-            orphan_req(ch, m);
-        }
-        return None;
+    let idp = {
+        let ids = ids().lock().ok()?;
+        let Some(&addr) = ids.get(&m.to) else {
+            drop(ids);
+            if m.kind == kind::REQ {
+                orphan_req(ch, m);
+            }
+            return None;
+        };
+        let idp = addr as *mut Id;
+        // SAFETY: registered, so alive; counted busy before the registry's lock is released.
+        unsafe { (*idp).busy.fetch_add(1, Ordering::SeqCst) };
+        idp
     };
-    let idp = addr as *mut Id;
-    // SAFETY: registered, so alive (ids are destroyed by the thread that gets their events).
+    let e = handle_for(ch, m, idp);
+    if let Some(e) = &e {
+        // SAFETY: the event's id is the handled one (alive: counted) or one just made for it.
+        unsafe { (*e.c.id.cast::<Id>()).busy.fetch_add(1, Ordering::SeqCst) };
+    }
+    // SAFETY: counted above, so not freed yet.
+    unsafe { (*idp).busy.fetch_sub(1, Ordering::SeqCst) };
+    e
+}
+
+/// [`handle`]'s work for the message's id `idp` (counted busy by the caller).
+fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
+    // SAFETY: counted busy by the caller, so alive.
     let id = unsafe { &*idp };
     if !std::ptr::eq(id.c.channel.cast::<Channel>(), ch) {
         // The id moved to another channel (rdma_migrate_id): its events are read there.
@@ -211,7 +234,8 @@ fn handle(ch: &Channel, m: &Msg) -> Option<Box<Ev>> {
             let mut as_sent = *m;
             as_sent.kind = k;
             as_sent.status = status;
-            handle(ch, &as_sent)
+            // The same id, still counted busy by `handle`.
+            handle_for(ch, &as_sent, idp)
         }
         kind::REJ => {
             // The connection attempt is over: nothing left to watch.
@@ -324,12 +348,13 @@ pub unsafe extern "C" fn rdma_ack_cm_event(e: *mut rdma_cm_event) -> c_int {
     }
     // SAFETY: made by rdma_get_cm_event.
     let b = unsafe { Box::from_raw(e.cast::<Ev>()) };
-    if let Some(id) = id_ref(b.c.id) {
-        if id.c.event == e {
-            // SAFETY: the live id's own field.
-            unsafe { (*b.c.id).event = std::ptr::null_mut() };
-        }
+    // SAFETY: the event's id is alive until this acknowledgement (rdma_destroy_id waits for it).
+    let id = unsafe { &*b.c.id.cast::<Id>() };
+    if id.c.event == e {
+        // SAFETY: the id's own field.
+        unsafe { (*b.c.id).event = std::ptr::null_mut() };
     }
+    id.busy.fetch_sub(1, Ordering::SeqCst);
     0
 }
 
@@ -350,10 +375,28 @@ pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
     }
     drop(st);
     ids().lock().expect("ids").remove(&id.token);
-    // SAFETY: made by make_id, now unregistered.
+    // As librdmacm's: wait until the id's events are acknowledged (and a message for it that
+    // another thread is handling is done). librdmacm waits for ever; a program that never
+    // acknowledges is told, and the id is left allocated rather than freed under it.
+    let start = Instant::now();
+    while id.busy.load(Ordering::SeqCst) != 0 {
+        if start.elapsed() > DESTROY_WAIT {
+            eprintln!(
+                "librdmacm (softverbs): rdma_destroy_id: an event of this id was not acknowledged \
+                 (rdma_ack_cm_event) within {} s; the id is not freed",
+                DESTROY_WAIT.as_secs()
+            );
+            return 0;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // SAFETY: made by make_id, now unregistered, and no event or handler refers to it.
     drop(unsafe { Box::from_raw(cid.cast::<Id>()) });
     0
 }
+
+/// How long `rdma_destroy_id` waits for the id's events to be acknowledged.
+const DESTROY_WAIT: Duration = Duration::from_secs(5);
 
 /// `rdma_migrate_id`: move the id to channel `ch` (its later events are read there).
 #[no_mangle]

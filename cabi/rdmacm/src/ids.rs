@@ -35,7 +35,12 @@ pub fn make_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> 
     c.context = context;
     c.ps = ps;
     c.qp_type = (if ps == RDMA_PS_TCP { QpType::Rc } else { QpType::Ud }).to_c_int();
-    let id = Box::into_raw(Box::new(Id { c, token: token(), st: Mutex::new(St::default()) }));
+    let id = Box::into_raw(Box::new(Id {
+        c,
+        token: token(),
+        st: Mutex::new(St::default()),
+        busy: Default::default(),
+    }));
     // SAFETY: just made.
     let t = unsafe { (*id).token };
     ids().lock().expect("ids").insert(t, id as usize);

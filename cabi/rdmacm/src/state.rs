@@ -333,6 +333,11 @@ pub struct Id {
     pub c: crate::cm_abi::rdma_cm_id,
     pub token: u64,
     pub st: Mutex<St>,
+    /// Events of this id handed out and not yet acknowledged, and messages for it being
+    /// handled: `rdma_destroy_id` waits until none is left before it frees the id, as
+    /// librdmacm's waits for the id's events to be acknowledged (another thread may be reading
+    /// `event->id` meanwhile).
+    pub busy: std::sync::atomic::AtomicU32,
 }
 
 /// The CM state of an id.

@@ -5,7 +5,8 @@
 //! one to an address of no softverbs port with EHOSTUNREACH, as the real library's; and
 //! c/verbs_helpers.c runs every rdma_verbs.h helper over CM-made CQs and an SRQ; cmtime times
 //! four connections through every step; c/sync_ids.c checks the events synchronous calls leave
-//! in `id->event` and the bound on a blocking connect to a listener that never answers.
+//! in `id->event` and the bound on a blocking connect to a listener that never answers;
+//! c/destroy_wait.c that `rdma_destroy_id` waits for the id's events to be acknowledged.
 
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
@@ -186,6 +187,29 @@ fn synchronous_calls_return_with_their_event_and_a_silent_peer_times_out() {
         "librdmacm (softverbs): rdma_get_request needs a listener made without an event channel \
          (rdma_create_ep, or rdma_create_id with NULL)\n\
          librdmacm (softverbs): rdma_connect: no answer from the peer in 20 s\n"
+    );
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+}
+
+/// `rdma_destroy_id` waits until the id's events are acknowledged, as librdmacm's does: one
+/// thread holds the id's event while another destroys the id, and the destroy returns only
+/// after the acknowledgement (before, it freed the id under the event, and rping's client,
+/// which destroys its id while its CM thread may still be handling DISCONNECTED, could read
+/// freed memory: it once printed "server DISCONNECT EVENT...").
+#[test]
+fn destroy_id_waits_for_its_events_to_be_acknowledged() {
+    let test = "destroy_id_waits_for_its_events_to_be_acknowledged";
+    let env = env();
+    let port = common::free_port().to_string();
+    let Some(out) = cm::run_c(test, &env, "destroy_wait", &[&port]) else { return };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert_eq!(
+        o,
+        "event RDMA_CM_EVENT_ADDR_RESOLVED\n\
+         destroy returned before the ack: no\n\
+         the event's id still holds its context: yes\n\
+         destroy returned after the ack: yes\n"
     );
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }

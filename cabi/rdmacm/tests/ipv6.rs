@@ -46,13 +46,15 @@ fn pair_at(
     (format!("{so}{se}"), format!("{co}{ce}"))
 }
 
-/// The rping client's lines, less its closing "client DISCONNECT EVENT...": that line is
-/// rping's own race (tests/tools.rs says why), which a channel teardown that took up to
+/// The rping client's lines, less its closing DISCONNECTED line: that line is rping's own
+/// race (`cm::rping_client_closing` says why), which a channel teardown that took up to
 /// 100 ms (the completion channel's pump thread, gone) used to hide.
 fn client_pings(c: &str) -> Vec<&str> {
     let mut lines: Vec<&str> = c.lines().collect();
-    if lines.last() == Some(&"client DISCONNECT EVENT...") {
-        lines.pop();
+    if let Some(last) = lines.last() {
+        if cm::rping_client_closing(&format!("{last}\n")) {
+            lines.pop();
+        }
     }
     lines
 }

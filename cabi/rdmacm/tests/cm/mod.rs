@@ -237,3 +237,12 @@ pub fn run_c(test: &str, env: &Env, name: &str, args: &[&str]) -> Option<Output>
     let exe = compile(test, env, &format!("tests/c/{name}.c"), name)?;
     Some(env.run(&exe, args, Duration::from_secs(30)))
 }
+
+/// Whether `stderr` is what an rping client may print after its last ping: nothing, or the
+/// DISCONNECTED line of its CM thread. That line is rping's own race (`tests/tools.rs` says
+/// why). It never reads "server": rping frees its control block after `rdma_destroy_id`, which
+/// waits for the CM thread to acknowledge the event it is handling (`ep.rs`,
+/// `destroy_id_waits_for_its_events_to_be_acknowledged`).
+pub fn rping_client_closing(stderr: &str) -> bool {
+    matches!(stderr, "" | "client DISCONNECT EVENT...\n")
+}
