@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{text, tool, Env};
+use common::{text, Env};
 
 const EXPECTED: &str = "\
 non-blocking, none queued: rc=-1 errno=EAGAIN
@@ -35,21 +33,7 @@ destroy_comp_channel: rc=0
 #[test]
 fn the_channel_fd_is_readable_at_once_nonblocking_gives_eagain_and_destroyed_cqs_events_go() {
     let test = "channel_fd";
-    let Some(cc) = tool(test, "cc", "gcc") else { return };
-    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("channel");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/channel.c");
-    let out = Command::new(cc)
-        .args(["-Wall", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-libverbs", "-lpthread"])
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    let Some((_dir, exe)) = common::build_c(test, "channel", &["-lpthread"]) else { return };
     let env = Env::new();
     for reach in ["on", "off"] {
         let mut cmd = env.command(&exe);

@@ -6,11 +6,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{text, tool, Env};
+use common::{text, Env};
 
 const EXPECTED: &str = "\
 async fd readable: 1
@@ -52,22 +50,7 @@ still running
 #[test]
 fn bad_input_and_missing_verbs_get_libibverbs_errnos_and_channels_poll() {
     let test = "bad_input_and_missing_verbs_get_libibverbs_errnos_and_channels_poll";
-    let Some(cc) = tool(test, "cc", "gcc") else { return };
-    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("checks");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/checks.c");
-    let out = Command::new(cc)
-        .arg("-Wall")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    let Some((_dir, exe)) = common::build_c(test, "checks", &[]) else { return };
     let env = Env::new();
 
     let out = env.run(&exe, &[], Duration::from_secs(60));

@@ -4,11 +4,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{text, tool, Env};
+use common::{text, Env};
 
 const EXPECTED: &str = "\
 before fork: ok
@@ -20,16 +18,7 @@ bytes: ok
 #[test]
 fn a_fork_child_that_destroys_what_it_inherited_leaves_the_parents_device_working() {
     let test = "a_fork_child_that_destroys_what_it_inherited_leaves_the_parents_device_working";
-    let Some(cc) = tool(test, "cc", "gcc") else { return };
-    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("fork");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fork.c");
-    let out = Command::new(cc).arg("-Wall").arg("-o").arg(&exe).arg(&src).arg("-libverbs").output();
-    let out = out.expect("cc");
-    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    let Some((_dir, exe)) = common::build_c(test, "fork", &[]) else { return };
     for reach in ["1", "0"] {
         let env = Env::new();
         let mut cmd = env.command(&exe);

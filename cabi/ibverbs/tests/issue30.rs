@@ -8,11 +8,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{text, tool, Env};
+use common::{text, Env};
 
 const EXPECTED: &str = "\
 reg_dmabuf_mr: NULL errno=EOPNOTSUPP
@@ -49,22 +47,7 @@ still running
 #[test]
 fn issue_30_entry_points_qp_ex_checks_inline_rounding_and_destroyed_qps_events_as_rxe() {
     let test = "issue_30_entry_points_qp_ex_checks_inline_rounding_and_destroyed_qps_events_as_rxe";
-    let Some(cc) = tool(test, "cc", "gcc") else { return };
-    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("issue30");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/issue30.c");
-    let out = Command::new(cc)
-        .arg("-Wall")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    let Some((_dir, exe)) = common::build_c(test, "issue30", &[]) else { return };
     for reach in ["on", "off"] {
         let env = Env::new();
         let mut cmd = env.command(&exe);

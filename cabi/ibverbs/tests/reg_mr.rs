@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{text, tool, Env};
+use common::{text, Env};
 
 const EXPECTED: &str = "\
 unmapped 0x10000: refused errno=EFAULT
@@ -29,22 +27,7 @@ still running
 #[test]
 fn reg_mr_refuses_what_the_kernel_cannot_pin_and_takes_the_rest() {
     let test = "reg_mr_refuses_what_the_kernel_cannot_pin_and_takes_the_rest";
-    let Some(cc) = tool(test, "cc", "gcc") else { return };
-    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("reg_mr");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/reg_mr.c");
-    let out = Command::new(cc)
-        .arg("-Wall")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    let Some((_dir, exe)) = common::build_c(test, "reg_mr", &[]) else { return };
     for reach in ["on", "off"] {
         let env = Env::new();
         let mut cmd = env.command(&exe);

@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{text, tool, Env};
+use common::{text, Env};
 
 const EXPECTED: &str = "\
 max_send_wr: 4
@@ -31,16 +29,7 @@ completions: at most four
 #[test]
 fn a_chain_longer_than_the_send_queue_is_refused_at_the_wr_that_does_not_fit() {
     let test = "a_chain_longer_than_the_send_queue_is_refused_at_the_wr_that_does_not_fit";
-    let Some(cc) = tool(test, "cc", "gcc") else { return };
-    if common::file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev").is_none() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("sq_depth");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sq_depth.c");
-    let out = Command::new(cc).arg("-Wall").arg("-o").arg(&exe).arg(&src).arg("-libverbs").output();
-    let out = out.expect("cc");
-    assert!(out.status.success(), "cc:\n{}", String::from_utf8_lossy(&out.stderr));
+    let Some((_dir, exe)) = common::build_c(test, "sq_depth", &[]) else { return };
     for reach in ["1", "0"] {
         let env = Env::new();
         let mut cmd = env.command(&exe);

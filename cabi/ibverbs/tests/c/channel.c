@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "verbs_common.h"
 
 /* At once, with room for a loaded machine; without an event made readable at once the NIC
  * thread's next round comes up to 100 ms later. */
@@ -38,27 +39,6 @@ static const char *errname(int e)
 	case EIO: return "EIO";
 	default: return "other";
 	}
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		exit(3);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1; a.min_rnr_timer = 12; a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid; a.ah_attr.grh.sgid_index = 1; a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		exit(4);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7; a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		exit(5);
 }
 
 static void to_error(struct ibv_qp *qp)
@@ -144,8 +124,8 @@ int main(void)
 		return 2;
 	union ibv_gid gid;
 	ibv_query_gid(ctx, 1, 1, &gid);
-	connect_qp(a, b->qp_num, gid);
-	connect_qp(b, a->qp_num, gid);
+	connect_rc(a, b->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
+	connect_rc(b, a->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
 	struct ibv_cq *ecq;
 	void *ectx;
 	struct ibv_wc wc[4];

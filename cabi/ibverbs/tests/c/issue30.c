@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "verbs_common.h"
 
 static const char *errname(int e)
 {
@@ -27,27 +28,6 @@ static const char *errname(int e)
 
 #define SHOW_NULL(name, expr) do { errno = 0; void *p_ = (void *)(expr); \
 	printf("%s: %s errno=%s\n", name, p_ ? "object" : "NULL", errname(errno)); } while (0)
-
-static void modify(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		exit(2);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1; a.min_rnr_timer = 12; a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid; a.ah_attr.grh.sgid_index = 1; a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		exit(3);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7; a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		exit(4);
-}
 
 static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 {
@@ -130,8 +110,8 @@ int main(void)
 	struct ibv_qp *b = ibv_create_qp(pd, &qi);
 	union ibv_gid gid;
 	ibv_query_gid(ctx, 1, 1, &gid);
-	modify(a, b->qp_num, gid);
-	modify(b, a->qp_num, gid);
+	connect_rc(a, b->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
+	connect_rc(b, a->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
 	printf("in order: %d\n", ibv_query_qp_data_in_order(a, IBV_WR_RDMA_WRITE, 0));
 	struct ibv_sge rsge = { .addr = (uintptr_t)buf + 256, .length = 64, .lkey = mr->lkey };
 	struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = &rsge, .num_sge = 1 }, *rbad;
@@ -176,8 +156,8 @@ int main(void)
 		.cap = { .max_send_wr = writes, .max_recv_wr = 1, .max_send_sge = 1,
 			 .max_recv_sge = 1 } };
 	struct ibv_qp *x = ibv_create_qp(pd, &xi), *y = ibv_create_qp(pd, &qi);
-	modify(x, y->qp_num, gid);
-	modify(y, x->qp_num, gid);
+	connect_rc(x, y->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
+	connect_rc(y, x->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
 	wr.wr.rdma.rkey = mr->rkey;
 	for (int i = 0; i < writes; i++)
 		ibv_post_send(x, &wr, &bad);

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "verbs_common.h"
 
 #define REG(name, addr, len, acc) do { errno = 0; \
 	struct ibv_mr *m_ = ibv_reg_mr(pd, (addr), (len), (acc)); \
@@ -25,27 +26,6 @@ static const char *errname(int e)
 	case EFAULT: return "EFAULT";
 	default: return "other";
 	}
-}
-
-static void modify(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		exit(2);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1; a.min_rnr_timer = 12; a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid; a.ah_attr.grh.sgid_index = 1; a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		exit(3);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7; a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		exit(4);
 }
 
 int main(void)
@@ -83,8 +63,8 @@ int main(void)
 	struct ibv_qp *a = ibv_create_qp(pd, &qi), *b = ibv_create_qp(pd, &qi);
 	union ibv_gid gid;
 	ibv_query_gid(ctx, 1, 1, &gid);
-	modify(a, b->qp_num, gid);
-	modify(b, a->qp_num, gid);
+	connect_rc(a, b->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
+	connect_rc(b, a->qp_num, gid, IBV_ACCESS_REMOTE_WRITE);
 	struct ibv_sge sge = { .addr = (uintptr_t)src, .length = 7, .lkey = smr->lkey };
 	struct ibv_send_wr wr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1,
 				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;

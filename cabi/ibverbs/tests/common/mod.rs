@@ -207,3 +207,26 @@ pub fn pair_of(
     );
     (server, client)
 }
+
+/// `tests/c/NAME.c` compiled by the system C compiler against `<infiniband/verbs.h>` (with
+/// `-Wall`, `-libverbs` and `libs`) into a temporary directory: the directory (the program
+/// goes with it) and the program. None, the test skipped, when the compiler or the header is
+/// missing (an error under `SOFTVERBS_REQUIRE_C=1`); a compile error fails the test.
+pub fn build_c(test: &str, name: &str, libs: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
+    let cc = tool(test, "cc", "gcc")?;
+    file(test, "/usr/include/infiniband/verbs.h", "libibverbs-dev")?;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let out = Command::new(cc)
+        .arg("-Wall")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .args(libs)
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "cc {name}.c:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some((dir, exe))
+}
