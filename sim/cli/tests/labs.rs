@@ -113,7 +113,7 @@ fn check(lib: &Path, n: u32, exe: &Path) -> (i32, String) {
         .arg(exe)
         .env("SOFTVERBS_IBVERBS_LIB", lib)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("softverbs runs");
     let start = Instant::now();
@@ -126,6 +126,12 @@ fn check(lib: &Path, n: u32, exe: &Path) -> (i32, String) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !stderr.trim().is_empty() {
+        // What softverbs itself said (a check that could not run says it there): shown with
+        // the output when an assertion on it fails.
+        eprintln!("labs check {n} said on stderr:\n{stderr}");
+    }
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
