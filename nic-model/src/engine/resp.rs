@@ -162,19 +162,16 @@ fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid
     if flags.contains(OpFlags::END) {
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         let imm = pkt.imm;
-        let room = hca.complete_recv(
+        if !complete_message(
+            hca,
             qp,
             w.wr_id,
-            WcStatus::Success,
             WcOpcode::Recv,
             off as u32,
             imm,
-            qp.attr.dest_qp_num,
             src_lid,
             pkt.bth.solicited,
-        );
-        if !room {
-            hca.recv_cq_overflow(qp);
+        ) {
             return;
         }
     } else {
@@ -212,19 +209,16 @@ pub(crate) fn receive_send_only(qp: &mut Qp, hca: &mut Hca, send: &SendOnly<'_>)
     qp.resp.nak_sent = false;
     qp.resp.set_epsn(psn.next());
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
-    let room = hca.complete_recv(
+    if !complete_message(
+        hca,
         qp,
         w.wr_id,
-        WcStatus::Success,
         WcOpcode::Recv,
         send.payload.len() as u32,
         send.imm,
-        qp.attr.dest_qp_num,
         ROCE_SLID,
         send.bth.solicited,
-    );
-    if !room {
-        hca.recv_cq_overflow(qp);
+    ) {
         return true;
     }
     if send.bth.ack_req {
@@ -292,19 +286,16 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
         qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
         if needs_recv {
             let w = hca.take_recv(qp).expect("checked non-empty above");
-            let room = hca.complete_recv(
+            if !complete_message(
+                hca,
                 qp,
                 w.wr_id,
-                WcStatus::Success,
                 WcOpcode::RecvRdmaWithImm,
                 ctx.total,
                 pkt.imm,
-                qp.attr.dest_qp_num,
                 src_lid,
                 pkt.bth.solicited,
-            );
-            if !room {
-                hca.recv_cq_overflow(qp);
+            ) {
                 return;
             }
         }
@@ -562,19 +553,16 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         }
         let off = off + pkt.payload.len() as u64;
         if flags.contains(OpFlags::END) {
-            let room = hca.complete_recv(
+            if !complete_message(
+                hca,
                 qp,
                 w.wr_id,
-                WcStatus::Success,
                 WcOpcode::Recv,
                 off as u32,
                 pkt.imm,
-                qp.attr.dest_qp_num,
                 src_lid,
                 pkt.bth.solicited,
-            );
-            if !room {
-                hca.recv_cq_overflow(qp);
+            ) {
                 return;
             }
         } else {
@@ -630,20 +618,16 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         if flags.contains(OpFlags::RWR) {
             match hca.take_recv(qp) {
                 Some(w) => {
-                    let room = hca.complete_recv(
+                    if !complete_message(
+                        hca,
                         qp,
                         w.wr_id,
-                        WcStatus::Success,
                         WcOpcode::RecvRdmaWithImm,
                         ctx.total,
                         pkt.imm,
-                        qp.attr.dest_qp_num,
                         src_lid,
                         pkt.bth.solicited,
-                    );
-                    if !room {
-                        hca.recv_cq_overflow(qp);
-                    }
+                    ) {}
                 }
                 None => hca.stats.dropped_messages += 1,
             }
@@ -708,4 +692,28 @@ fn ud_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: &Packet<'_>) {
     if !room {
         hca.recv_cq_overflow(qp);
     }
+}
+
+/// A message's receive completion (`IBV_WC_SUCCESS`, from the connected peer), as the
+/// responder of an RC or UC QP makes it; false when its CQ had no room: the QP went to ERR
+/// (rxe's `RESPST_ERR_CQ_OVERFLOW`, class G) and the request is not acknowledged.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn complete_message(
+    hca: &mut Hca,
+    qp: &mut Qp,
+    wr_id: u64,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<u32>,
+    slid: u16,
+    solicited: bool,
+) -> bool {
+    let src_qp = qp.attr.dest_qp_num;
+    let ok = WcStatus::Success;
+    if hca.complete_recv(qp, wr_id, ok, opcode, byte_len, imm, src_qp, slid, solicited) {
+        return true;
+    }
+    hca.recv_cq_overflow(qp);
+    false
 }
