@@ -571,3 +571,51 @@ pub struct ibv_cq_init_attr_ex {
     pub flags: u32,
     pub parent_domain: *mut ibv_pd,
 }
+
+/// `struct ibv_sa_path_rec` (infiniband/sa.h).
+#[repr(C)]
+pub struct ibv_sa_path_rec {
+    pub dgid: [u8; 16],
+    pub sgid: [u8; 16],
+    pub dlid: u16,
+    pub slid: u16,
+    pub raw_traffic: c_int,
+    pub flow_label: u32,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub reversible: c_int,
+    pub numb_path: u8,
+    pub pkey: u16,
+    pub sl: u8,
+    pub mtu_selector: u8,
+    pub mtu: u8,
+    pub rate_selector: u8,
+    pub rate: u8,
+    pub packet_life_time_selector: u8,
+    pub packet_life_time: u8,
+    pub preference: u8,
+}
+
+/// `struct ib_user_path_rec` (rdma/ib_user_sa.h).
+#[repr(C)]
+pub struct ib_user_path_rec {
+    pub dgid: [u8; 16],
+    pub sgid: [u8; 16],
+    pub dlid: u16,
+    pub slid: u16,
+    pub raw_traffic: u32,
+    pub flow_label: u32,
+    pub reversible: u32,
+    pub mtu: u32,
+    pub pkey: u16,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub numb_path: u8,
+    pub sl: u8,
+    pub mtu_selector: u8,
+    pub rate_selector: u8,
+    pub rate: u8,
+    pub packet_life_time_selector: u8,
+    pub packet_life_time: u8,
+    pub preference: u8,
+}

@@ -195,7 +195,10 @@ pub extern "C" fn __ioctl_final_num_attrs(num_attrs: c_uint, _link: *mut c_void)
 /// `ibv_copy_path_rec_to_kern`: a path record in the kernel's layout (`ib_user_path_rec`), for
 /// librdmacm's `RDMA_OPTION_IB_PATH`; the field-by-field copy libibverbs makes.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(dst: *mut UserPathRec, src: *const SaPathRec) {
+pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(
+    dst: *mut ib_user_path_rec,
+    src: *const ibv_sa_path_rec,
+) {
     if dst.is_null() || src.is_null() {
         return;
     }
@@ -220,52 +223,4 @@ pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(dst: *mut UserPathRec, src: *
     d.packet_life_time_selector = s.packet_life_time_selector;
     d.packet_life_time = s.packet_life_time;
     d.preference = s.preference;
-}
-
-/// `struct ibv_sa_path_rec` (infiniband/sa.h).
-#[repr(C)]
-pub struct SaPathRec {
-    pub dgid: [u8; 16],
-    pub sgid: [u8; 16],
-    pub dlid: u16,
-    pub slid: u16,
-    pub raw_traffic: c_int,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: c_int,
-    pub numb_path: u8,
-    pub pkey: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-}
-
-/// `struct ib_user_path_rec` (rdma/ib_user_sa.h).
-#[repr(C)]
-pub struct UserPathRec {
-    pub dgid: [u8; 16],
-    pub sgid: [u8; 16],
-    pub dlid: u16,
-    pub slid: u16,
-    pub raw_traffic: u32,
-    pub flow_label: u32,
-    pub reversible: u32,
-    pub mtu: u32,
-    pub pkey: u16,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub numb_path: u8,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
 }
