@@ -66,19 +66,33 @@ fn library_dir(lib: &Path) -> Result<PathBuf, CliError> {
         CliError::failed(format!("cannot make {} for the library: {e}", link.display()))
     };
     std::fs::create_dir_all(&dir).map_err(fail)?;
-    if std::fs::read_link(&link).ok().as_deref() != Some(lib) {
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(lib, &link).map_err(fail)?;
-    }
+    place_link(lib, &link).map_err(fail)?;
     // softverbs' librdmacm.so.1 (cabi/rdmacm), when built beside it: programs that connect by
     // address (rping, perftest -R) then use softverbs' CM instead of the kernel's.
     let cm = lib.with_file_name("libsoftverbs_rdmacm.so");
-    let cm_link = dir.join("librdmacm.so.1");
-    if cm.is_file() && std::fs::read_link(&cm_link).ok().as_deref() != Some(cm.as_path()) {
-        let _ = std::fs::remove_file(&cm_link);
-        std::os::unix::fs::symlink(&cm, &cm_link).map_err(fail)?;
+    if cm.is_file() {
+        place_link(&cm, &dir.join("librdmacm.so.1")).map_err(fail)?;
     }
     Ok(dir)
+}
+
+/// Makes `link` a symbolic link to `target` unless it is one already. Several processes may
+/// do this at once (`labs check`s in parallel, two `softverbs run`s): the new link is made
+/// under a name of this call's own and renamed over `link`, which is atomic, so none of them
+/// fails with `EEXIST` and a program starting meanwhile never finds the link missing.
+fn place_link(target: &Path, link: &Path) -> std::io::Result<()> {
+    if std::fs::read_link(link).ok().as_deref() == Some(target) {
+        return Ok(());
+    }
+    let name = link.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = link.with_file_name(format!(".{name}.{}.{n}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, link).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// The command `softverbs run` runs: `program args`, its `LD_LIBRARY_PATH` led by the
@@ -110,4 +124,34 @@ pub fn run(fabric: Option<&Path>, args: &RunArgs) -> Result<(), CliError> {
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let e = command(fabric, program, rest)?.exec();
     Err(CliError::usage(format!("cannot run {}: {e}", Path::new(program).display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place_link;
+
+    /// Many processes (here threads) setting up the same library link at once all succeed,
+    /// and the link ends pointing at the library (a remove-then-create raced into `EEXIST`:
+    /// two `labs check`s of one test run once failed so).
+    #[test]
+    fn the_library_link_is_placed_by_many_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("libsoftverbs_ibverbs.so");
+        std::fs::write(&target, b"").expect("target");
+        let link = dir.path().join("libibverbs.so.1");
+        // An older build's link, so that every thread finds it to replace.
+        std::os::unix::fs::symlink(dir.path().join("old.so"), &link).expect("old link");
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..16)
+                .map(|_| s.spawn(|| (0..50).try_for_each(|_| place_link(&target, &link))))
+                .collect();
+            for h in handles {
+                h.join().expect("thread").expect("placed");
+            }
+        });
+        assert_eq!(std::fs::read_link(&link).expect("a link"), target);
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path()).expect("dir").map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "no temporary link left behind: {left:?}");
+    }
 }
