@@ -191,21 +191,42 @@ impl Traffic {
     /// every `ack_every`; the packet path may coalesce ACKs of requests that arrive together,
     /// which a lone message's do not); a READ's request and its responses; an atomic's
     /// request and its atomic ACK.
+    #[inline]
     pub fn of(op: RemoteOp, len: u32, mtu: u32, ack_every: u32) -> Traffic {
-        let datagram = |opcode: Opcode, payload: u32| {
-            let padded = u64::from(payload.next_multiple_of(4));
-            (IPV4_UDP_LEN + opcode.row().header_len + ICRC_LEN) as u64 + padded
-        };
+        // A datagram's bytes around its payload, per opcode: constants, so that the reach
+        // path does only the arithmetic below.
+        const fn around(opcode: Opcode) -> u64 {
+            (IPV4_UDP_LEN + opcode.row().header_len + ICRC_LEN) as u64
+        }
+        const W: [u64; 4] = [
+            around(Opcode::RC_RDMA_WRITE_ONLY),
+            around(Opcode::RC_RDMA_WRITE_FIRST),
+            around(Opcode::RC_RDMA_WRITE_MIDDLE),
+            around(Opcode::RC_RDMA_WRITE_LAST),
+        ];
+        const R: [u64; 4] = [
+            around(Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+            around(Opcode::RC_RDMA_READ_RESPONSE_FIRST),
+            around(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
+            around(Opcode::RC_RDMA_READ_RESPONSE_LAST),
+        ];
+        const ACK: u64 = around(Opcode::RC_ACKNOWLEDGE);
+        const READ_REQUEST: u64 = around(Opcode::RC_RDMA_READ_REQUEST);
+        const ATOMIC: u64 = around(Opcode::RC_FETCH_ADD);
+        const ATOMIC_ACK: u64 = around(Opcode::RC_ATOMIC_ACKNOWLEDGE);
+        let padded = |payload: u32| u64::from(payload.next_multiple_of(4));
         // A path MTU is a power of two: a shift, not a division, on the reach path.
         let n = ((u64::from(len) + u64::from(mtu) - 1) >> mtu.trailing_zeros()).max(1) as u32;
-        let last = len - (n - 1) * mtu;
         // Packets of `len` bytes cut at the MTU: ONLY, or FIRST, MIDDLEs and LAST.
-        let cut = |only: Opcode, first: Opcode, middle: Opcode, end: Opcode| match n {
-            1 => datagram(only, len),
+        let cut = |around: &[u64; 4]| match n {
+            1 => around[0] + padded(len),
             _ => {
-                datagram(first, mtu)
-                    + u64::from(n - 2) * datagram(middle, mtu)
-                    + datagram(end, last)
+                let last = len - (n - 1) * mtu;
+                around[1]
+                    + u64::from(n - 2) * (around[2] + padded(mtu))
+                    + around[3]
+                    + padded(mtu)
+                    + padded(last)
             }
         };
         let (sent_packets, sent_bytes, received_packets, received_bytes) = match op {
@@ -214,30 +235,10 @@ impl Traffic {
                     true => 1,
                     false => n.div_ceil(ack_every),
                 };
-                let bytes = cut(
-                    Opcode::RC_RDMA_WRITE_ONLY,
-                    Opcode::RC_RDMA_WRITE_FIRST,
-                    Opcode::RC_RDMA_WRITE_MIDDLE,
-                    Opcode::RC_RDMA_WRITE_LAST,
-                );
-                let ack = datagram(Opcode::RC_ACKNOWLEDGE, 0);
-                (u64::from(n), bytes, u64::from(acks), u64::from(acks) * ack)
+                (u64::from(n), cut(&W), u64::from(acks), u64::from(acks) * ACK)
             }
-            RemoteOp::Read => {
-                let bytes = cut(
-                    Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                    Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                );
-                (1, datagram(Opcode::RC_RDMA_READ_REQUEST, 0), u64::from(n), bytes)
-            }
-            RemoteOp::Atomic => (
-                1,
-                datagram(Opcode::RC_FETCH_ADD, 0),
-                1,
-                datagram(Opcode::RC_ATOMIC_ACKNOWLEDGE, 0),
-            ),
+            RemoteOp::Read => (1, READ_REQUEST, u64::from(n), cut(&R)),
+            RemoteOp::Atomic => (1, ATOMIC, 1, ATOMIC_ACK),
         };
         Traffic { sent_packets, sent_bytes, received_packets, received_bytes }
     }
