@@ -341,6 +341,51 @@ fn a_message_over_1_mib_goes_as_packets_with_reach_off() {
     large_messages(false);
 }
 
+/// One `ibv_post_send` copies at most 1 MiB by reach: in a list of four 512 KiB WRITEs the
+/// first two are reached and the other two go as packets (the device lock is held for one
+/// MiB of copying, not for the whole list), with every byte, and the four completions in
+/// order, as with reach off.
+fn a_list_of_large_writes(reach: bool) {
+    const HALF: usize = 1 << 19;
+    let tag = if reach { "list_on" } else { "list_off" };
+    let p = pair(tag, reach, 4 * HALF, 18);
+    let bytes = pattern(11, 0, 4 * HALF);
+    p.a.mr.write(0, &bytes).unwrap();
+    let sges: Vec<[Sge; 1]> = (0..4).map(|i| [p.a.mr.sge(i * HALF, HALF as u32)]).collect();
+    let wrs: Vec<SendWr<'_>> = (0..4)
+        .map(|i| {
+            let to = p.b.mr.addr() + (i * HALF) as u64;
+            write_wr(&sges[i], 10 + i as u64, to, p.b.mr.rkey())
+        })
+        .collect();
+    let before = reached(&p);
+    p.a.qp.post_send(&wrs).expect("post_send of four WRITEs");
+    let wcs = p.a.cq.poll_n(4, WAIT).expect("four completions");
+    for (i, wc) in wcs.iter().enumerate() {
+        let want = WorkCompletion {
+            wr_id: 10 + i as u64,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RdmaWrite,
+            byte_len: HALF as u32,
+            qp_num: p.a.qp.qp_num(),
+            ..WorkCompletion::default()
+        };
+        assert_eq!(*wc, want, "completion {i}");
+    }
+    assert!(p.b.mr.read_vec(0, 4 * HALF).unwrap() == bytes, "the bytes of the four WRITEs");
+    assert_eq!(reached(&p) - before, if reach { 2 } else { 0 }, "WRITEs done by reach");
+}
+
+#[test]
+fn one_post_reaches_at_most_1_mib_with_reach_on() {
+    a_list_of_large_writes(true);
+}
+
+#[test]
+fn one_post_reaches_at_most_1_mib_with_reach_off() {
+    a_list_of_large_writes(false);
+}
+
 // ---------------- the tail split across SGEs ----------------
 
 /// WRITEs and READs whose last 8 bytes (placed last) are spread over several SGEs, and short

@@ -35,6 +35,9 @@ impl Nic {
         // WRs of this call done by direct reach: each holds a slot of the send queue until
         // the call ends, as on rxe (`check_send`).
         let mut done_at_once = 0;
+        // Bytes this call copied by direct reach, under the device lock: a WR that would take
+        // the call over `reach::REACH_CALL_BYTES` goes as packets instead.
+        let mut reached_bytes = 0u64;
         for (i, wr) in wrs.iter().enumerate() {
             let wr = match check_send(qp, &self.hca, wr, done_at_once) {
                 Ok(checked) => checked,
@@ -47,10 +50,13 @@ impl Nic {
                     break;
                 }
             };
-            if reach::candidate(qp, &self.hca, wr.wr().opcode)
+            let bytes = reached_bytes + u64::from(wr.len());
+            if bytes <= reach::REACH_CALL_BYTES
+                && reach::candidate(qp, &self.hca, wr.wr().opcode)
                 && reach::post(qp, &mut self.hca, &wr)
             {
                 done_at_once += 1;
+                reached_bytes = bytes;
                 continue;
             }
             quiet = false;

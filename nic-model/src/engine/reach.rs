@@ -281,6 +281,15 @@ impl Nic {
     }
 }
 
+/// The most bytes one `ibv_post_send` copies by direct reach: a message longer than this, and
+/// a WR of a list that would take the call's reached bytes over it, goes as packets. A reach
+/// copies inside `ibv_post_send` with the device lock held, and meanwhile the device answers
+/// no other peer; this bounds that to one copy of 1 MiB (tens of microseconds, about as long
+/// as the packet path holds the lock to build a window of packets), where a 1 GiB message, or
+/// a list of a thousand 1 MiB WRITEs, would stop the device for a tenth of a second
+/// (`docs/decisions.md`, "Reach over the responder's life").
+pub(crate) const REACH_CALL_BYTES: u64 = 1 << 20;
+
 /// Whether direct reach may take a WR with this opcode on this QP now: its own eligibility
 /// (a cheap test; `check_send` has already checked the WR).
 #[inline]

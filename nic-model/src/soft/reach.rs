@@ -180,13 +180,6 @@ pub(crate) enum PeerReach {
 /// How many asks go by before a port without a reach file is looked for again.
 const ABSENT_RETRY: u32 = 4096;
 
-/// The largest message reached: a longer one goes as packets. A reach copies inside
-/// `ibv_post_send` with the device lock held, and the device answers no other peer meanwhile;
-/// this bounds that to one copy of 1 MiB (tens of microseconds, as long as the packet path
-/// holds the lock to gather a window of packets), where a 1 GiB message would stop the device
-/// for a tenth of a second (docs/decisions.md, "Reach: bounded copies").
-pub(crate) const REACH_MAX_BYTES: u64 = 1 << 20;
-
 /// The reach of the peer at `lid`, opened on first use among `views` (sorted by LID); then
 /// `ask` checked against it.
 pub(crate) fn reach<'l>(
@@ -195,9 +188,6 @@ pub(crate) fn reach<'l>(
     lid: u16,
     ask: &ReachAsk,
 ) -> Option<Reached<'l>> {
-    if ask.request.len > REACH_MAX_BYTES {
-        return None;
-    }
     let at = match views.binary_search_by_key(&lid, |(l, _)| *l) {
         Ok(at) => at,
         Err(at) => {
