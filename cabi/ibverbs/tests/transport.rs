@@ -1,0 +1,82 @@
+//! tests/c/transport.c on the library: the transport's behaviour as a C program sees it —
+//! ordering, the responder's refusals (a wrong or stale rkey, a missing access right), READ
+//! and atomics, a PSN or path-MTU mistake, a peer killed mid-conversation — each case in a
+//! process of its own, run with direct reach on and off, with the same lines expected both
+//! ways, as rxe gives them (issue 29, Deliver 6: one test matrix, from C too).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{text, Env};
+
+/// Each case and what it prints: every field of a successful completion, the defined ones
+/// (wr_id, status, qp_num) of a failed one, and what the memory shows.
+const CASES: &[(&str, &str)] = &[
+    (
+        "order",
+        "\
+order: receive: wr_id=77 status=success opcode=128 byte_len=8 qp ok=yes flags=0
+order: write landed before the send: yes, send bytes: yes
+order: write: wr_id=1 status=success opcode=1 byte_len=4096 qp ok=yes flags=0
+order: send: wr_id=2 status=success opcode=0 byte_len=8 qp ok=yes flags=0
+",
+    ),
+    (
+        "own-rkey",
+        "\
+own-rkey: wr_id=3 status=remote access error qp ok=yes
+own-rkey: peer memory untouched: yes
+",
+    ),
+    (
+        "stale",
+        "\
+stale: wr_id=4 status=remote access error qp ok=yes
+stale: deregistered memory untouched: yes
+",
+    ),
+    (
+        "atomic",
+        "\
+atomic: wr_id=5 status=remote access error qp ok=yes
+atomic: word unchanged: yes
+",
+    ),
+    (
+        "read",
+        "\
+read: wr_id=6 status=success opcode=2 byte_len=3000 qp ok=yes flags=0
+read: bytes: right
+cmp_swap: wr_id=7 status=success opcode=3 byte_len=8 qp ok=yes flags=0
+cmp_swap: original 7, now 99
+",
+    ),
+    ("psn", "psn: wr_id=8 status=transport retry counter exceeded qp ok=yes\n"),
+    ("mtu", "mtu: wr_id=9 status=remote invalid request error qp ok=yes\n"),
+    (
+        "dead",
+        "\
+dead: before the kill: wr_id=10 status=success opcode=1 byte_len=64 qp ok=yes flags=0
+dead: after the kill: wr_id=11 status=transport retry counter exceeded qp ok=yes
+",
+    ),
+];
+
+#[test]
+fn the_transport_behaves_the_same_from_c_with_reach_on_and_off() {
+    let test = "the_transport_behaves_the_same_from_c_with_reach_on_and_off";
+    let Some((_dir, exe)) = common::build_c(test, "transport", &[]) else { return };
+    for reach in ["1", "0"] {
+        for (case, want) in CASES {
+            let env = Env::new();
+            let mut cmd = env.command(&exe);
+            cmd.arg(case).env("SOFTVERBS_REACH", reach);
+            let child = cmd.spawn().expect("spawn");
+            let out = common::finish(common::Guard(Some(child)), Duration::from_secs(60), case);
+            let (o, e) = text(&out);
+            assert!(out.status.success(), "{case}, reach {reach}: {:?}\n{o}{e}", out.status);
+            assert_eq!(o, format!("{want}done\n"), "{case}, reach {reach}\n{e}");
+        }
+    }
+}
