@@ -112,9 +112,9 @@ impl HwQp {
             };
             if !wr.opcode.valid_for(self.qp_type) {
                 return Err(bad(format!(
-                    "{} is not valid on a {:?} QP",
+                    "{} is not valid on an {} QP",
                     wr.opcode.name(),
-                    self.qp_type
+                    crate::ibv::IbvEnum::ibv_name(self.qp_type)
                 )));
             }
             let start = list.sges.len();
