@@ -318,6 +318,20 @@ fn vs_tcp_shows_every_size_with_both_columns() {
     {
         assert!(r.stdout.lines().filter(|l| l.contains(row)).count() == 2, "{row} per size");
     }
+    // The takeaway is computed from the table: a side named better on a latency row is the
+    // side the takeaway names for that size.
+    let take = r.stdout.lines().find(|l| l.starts_with("Takeaway:")).expect("a takeaway");
+    for size in ["256 B", "4 KiB"] {
+        let row = r.stdout.lines().find(|l| l.contains(&format!("{size} latency"))).expect("row");
+        for side in ["RDMA", "TCP"] {
+            if row.contains(&format!("better: {side}")) {
+                let said = take.split(". ").next().unwrap_or("");
+                let named = said.split("; ").find(|p| p.contains(size)).unwrap_or("");
+                assert!(named.contains(&format!("{side} lower")), "{row}\n{take}");
+            }
+        }
+    }
+    assert!(r.stdout.contains("Laptop figures say nothing about RDMA hardware's."));
 }
 
 /// The number after `after` on the first line that has it, up to the first `until` (hex with

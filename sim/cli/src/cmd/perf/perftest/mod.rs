@@ -602,7 +602,13 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
         }
         plot.push(match row {
             Row::Bw(r) => (size, r.avg),
-            Row::Lat(r) => (size, r.t_typical),
+            // The plot leaves out each size's first iterations (the warm-up: first touches of
+            // the buffers, a cold NIC thread), which the table, as perftest's, keeps.
+            Row::Lat(_) => {
+                let warm = plot_warmup(raw.posted.len());
+                let kept = out::lat_row(size, &raw.posted[warm..], t.rtt_factor());
+                (size, kept.map_or(0.0, |r| r.t_typical))
+            }
             Row::LatDur(r) => (size, r.t_avg),
         });
     }
@@ -619,10 +625,43 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
             (Kind::Lat, _) => "t_typical [usec]",
         };
         let title = format!("softverbs perf {} ({}, {})", t.sub(), a.conn.name(), a.ib_dev);
-        std::fs::write(file, out::svg_plot(&title, y, &plot))
+        let note = match (t.kind, a.duration) {
+            (Kind::Lat, None) => format!(
+                "median of each size's iterations after its first {}% (warm-up, left out); {}",
+                100 / PLOT_WARMUP_DIVISOR,
+                reach_note()
+            ),
+            (Kind::Lat, Some(_)) => format!("average over each size's run; {}", reach_note()),
+            (Kind::Bw, _) => format!("average over each size's run; {}", reach_note()),
+        };
+        std::fs::write(file, out::svg_plot(&title, &note, y, &plot))
             .map_err(|e| CliError::failed(format!("--plot {}: {e}", file.display())))?;
     }
     Ok(())
+}
+
+/// The plot leaves out this fraction (1 / divisor) of each size's first latency iterations.
+const PLOT_WARMUP_DIVISOR: usize = 10;
+
+/// How many of `n` latency iterations the plot leaves out as warm-up: a tenth, at least one
+/// (when that leaves enough for the statistics).
+fn plot_warmup(n: usize) -> usize {
+    let w = (n / PLOT_WARMUP_DIVISOR).max(1);
+    if n.saturating_sub(w) >= out::LAT_MEASURE_TAIL + 2 {
+        w
+    } else {
+        0
+    }
+}
+
+/// What produced the figures: a WRITE or READ by direct reach (a copy straight into or out
+/// of the peer's memory, no packet) or by packets, as `SOFTVERBS_REACH` says.
+fn reach_note() -> &'static str {
+    if std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off") {
+        "packets (SOFTVERBS_REACH off)"
+    } else {
+        "WRITE/READ/atomics up to 1 MiB by direct reach (a copy into the peer's memory), SEND and larger by packets"
+    }
 }
 
 fn header(t: Test, a: &PtArgs) -> &'static str {
