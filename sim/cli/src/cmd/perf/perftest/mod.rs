@@ -664,6 +664,19 @@ fn reach_note() -> &'static str {
     }
 }
 
+/// What produces this test's figures (a banner line perftest does not have): a WRITE, READ
+/// or atomic by direct reach is one copy by the CPU straight into (or out of) the peer's
+/// memory, no packet, so its bandwidth is a memory copy's; a SEND, or anything with
+/// `SOFTVERBS_REACH` off, goes as packets through the emulated NICs.
+fn data_path(t: Test) -> &'static str {
+    let reach = !std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off");
+    match t.verb {
+        Verb::Send => "packets through the emulated NICs (a SEND needs the peer's receive)",
+        _ if reach => "direct reach: the CPU copies straight into the peer's memory, no packet (messages up to 1 MiB; SOFTVERBS_REACH=off for packets)",
+        _ => "packets through the emulated NICs (SOFTVERBS_REACH off)",
+    }
+}
+
 fn header(t: Test, a: &PtArgs) -> &'static str {
     match (t.kind, a.duration, a.report_gbits) {
         (Kind::Bw, _, false) => out::BW_HEADER,
@@ -712,6 +725,7 @@ fn banner(
     }
     outln!(" rdma_cm QPs\t : OFF");
     outln!(" Data ex. method : pipe to the server process (perftest: Ethernet, a TCP socket)");
+    outln!(" Data path       : {}", data_path(t));
     outln!("{RULE}");
     Ok(())
 }
