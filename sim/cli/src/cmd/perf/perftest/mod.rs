@@ -118,7 +118,9 @@ pub(super) struct PtArgs {
     /// One JSON object per size row on stdout instead of the banner and table.
     #[arg(long)]
     json: bool,
-    /// With -a: draw bandwidth (or latency) against message size into FILE.svg.
+    /// With -a: draw bandwidth (or latency) against message size into FILE.svg: the y axis
+    /// log10 where the values span a decade or more; a latency plot leaves out each size's
+    /// first tenth of iterations (the warm-up), which the table keeps.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
     /// Fabric directory [default: $SOFTVERBS_FABRIC, else a fresh one under /dev/shm].
@@ -145,6 +147,10 @@ pub(super) enum PtCmd {
     #[command(name = "write_lat", alias = "write-lat")]
     WriteLat(PtArgs),
     /// perftest's ib_write_bw: RDMA WRITE bandwidth.
+    ///
+    /// Up to 1 MiB a WRITE goes by direct reach: one copy by the CPU straight into the peer's
+    /// memory, no packet, so the figure is a memory copy's, not a wire's (SOFTVERBS_REACH=off
+    /// sends packets through the emulated NICs; docs/learn/perftest.md, "Three bandwidths").
     #[command(name = "write_bw", alias = "write-bw")]
     WriteBw(PtArgs),
     /// perftest's ib_read_lat: one RDMA READ at a time, full round trip.
@@ -605,7 +611,7 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
             // The plot leaves out each size's first iterations (the warm-up: first touches of
             // the buffers, a cold NIC thread), which the table, as perftest's, keeps.
             Row::Lat(_) => {
-                let warm = plot_warmup(raw.posted.len());
+                let warm = out::plot_warmup(raw.posted.len());
                 let kept = out::lat_row(size, &raw.posted[warm..], t.rtt_factor());
                 (size, kept.map_or(0.0, |r| r.t_typical))
             }
@@ -627,41 +633,18 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
         let title = format!("softverbs perf {} ({}, {})", t.sub(), a.conn.name(), a.ib_dev);
         let note = match (t.kind, a.duration) {
             (Kind::Lat, None) => format!(
-                "median of each size's iterations after its first {}% (warm-up, left out); {}",
-                100 / PLOT_WARMUP_DIVISOR,
-                reach_note()
+                "median of each size's iterations after its first {}% (the warm-up, left out)\n{}",
+                100 / out::PLOT_WARMUP_DIVISOR,
+                data_path(t)
             ),
-            (Kind::Lat, Some(_)) => format!("average over each size's run; {}", reach_note()),
-            (Kind::Bw, _) => format!("average over each size's run; {}", reach_note()),
+            (Kind::Lat, Some(_)) | (Kind::Bw, _) => {
+                format!("average over each size's run\n{}", data_path(t))
+            }
         };
         std::fs::write(file, out::svg_plot(&title, &note, y, &plot))
             .map_err(|e| CliError::failed(format!("--plot {}: {e}", file.display())))?;
     }
     Ok(())
-}
-
-/// The plot leaves out this fraction (1 / divisor) of each size's first latency iterations.
-const PLOT_WARMUP_DIVISOR: usize = 10;
-
-/// How many of `n` latency iterations the plot leaves out as warm-up: a tenth, at least one
-/// (when that leaves enough for the statistics).
-fn plot_warmup(n: usize) -> usize {
-    let w = (n / PLOT_WARMUP_DIVISOR).max(1);
-    if n.saturating_sub(w) >= out::LAT_MEASURE_TAIL + 2 {
-        w
-    } else {
-        0
-    }
-}
-
-/// What produced the figures: a WRITE or READ by direct reach (a copy straight into or out
-/// of the peer's memory, no packet) or by packets, as `SOFTVERBS_REACH` says.
-fn reach_note() -> &'static str {
-    if std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off") {
-        "packets (SOFTVERBS_REACH off)"
-    } else {
-        "WRITE/READ/atomics up to 1 MiB by direct reach (a copy into the peer's memory), SEND and larger by packets"
-    }
 }
 
 /// What produces this test's figures (a banner line perftest does not have): a WRITE, READ
@@ -672,7 +655,7 @@ fn data_path(t: Test) -> &'static str {
     let reach = !std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off");
     match t.verb {
         Verb::Send => "packets through the emulated NICs (a SEND needs the peer's receive)",
-        _ if reach => "direct reach: the CPU copies straight into the peer's memory, no packet (messages up to 1 MiB; SOFTVERBS_REACH=off for packets)",
+        _ if reach => "direct reach up to 1 MiB: the CPU copies straight into the peer's memory, no packet (SOFTVERBS_REACH=off: packets)",
         _ => "packets through the emulated NICs (SOFTVERBS_REACH off)",
     }
 }

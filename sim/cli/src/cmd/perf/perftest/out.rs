@@ -25,7 +25,7 @@ pub(super) const LAT_DUR_HEADER: &str =
     " #bytes        #iterations       t_avg[usec]    tps average";
 /// perftest drops this many of the slowest samples before its latency statistics
 /// (`LAT_MEASURE_TAIL`).
-pub(super) const LAT_MEASURE_TAIL: usize = 2;
+const LAT_MEASURE_TAIL: usize = 2;
 
 /// C's `%#0Nx`: `0x`-prefixed lowercase hex zero-padded to `width` characters in all, and
 /// plain zeros for 0 (C adds no prefix to 0), as perftest prints LIDs, QPNs, PSNs and keys.
@@ -266,6 +266,20 @@ fn xml_text(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// The plot leaves out this fraction (1 / divisor) of each size's first latency iterations.
+pub(super) const PLOT_WARMUP_DIVISOR: usize = 10;
+
+/// How many of `n` latency iterations the plot leaves out as warm-up: a tenth, at least one
+/// (none when that would leave too few for the statistics).
+pub(super) fn plot_warmup(n: usize) -> usize {
+    let w = (n / PLOT_WARMUP_DIVISOR).max(1);
+    if n.saturating_sub(w) >= LAT_MEASURE_TAIL + 2 {
+        w
+    } else {
+        0
+    }
+}
+
 /// Whether a y axis for `values` is drawn on a log10 scale: when every value is above zero
 /// and the largest is at least ten times the smallest (a linear axis would put all but the
 /// largest on the zero line).
@@ -276,7 +290,7 @@ pub(super) fn log_y(values: &[f64]) -> bool {
 }
 
 /// An SVG line chart of `points` (message size in bytes, value) on a log2 x axis: `title`
-/// above, `note` (how the values were taken) under it, `y_label` (with its unit) on the y
+/// above, `note` (how the values were taken, a line of text per line) under it, `y_label` (with its unit) on the y
 /// axis, "message size [bytes]" on the x axis. The y axis is log10 where the values span a
 /// decade or more ([`log_y`]), linear from zero otherwise.
 pub(super) fn svg_plot(title: &str, note: &str, y_label: &str, points: &[(u32, f64)]) -> String {
@@ -284,7 +298,7 @@ pub(super) fn svg_plot(title: &str, note: &str, y_label: &str, points: &[(u32, f
     const H: f64 = 440.0;
     const L: f64 = 90.0;
     const R: f64 = 30.0;
-    const T: f64 = 50.0;
+    const T: f64 = 72.0;
     const B: f64 = 70.0;
     let x0 = points.iter().map(|p| p.0.max(1).ilog2()).min().unwrap_or(0);
     let x1 = points.iter().map(|p| p.0.max(1).ilog2()).max().unwrap_or(1).max(x0 + 1);
@@ -323,11 +337,14 @@ pub(super) fn svg_plot(title: &str, note: &str, y_label: &str, points: &[(u32, f
         W / 2.0,
         xml_text(title)
     );
-    s += &format!(
-        "<text x=\"{}\" y=\"44\" text-anchor=\"middle\" font-size=\"11\">{}</text>\n",
-        W / 2.0,
-        xml_text(note)
-    );
+    for (i, line) in note.lines().enumerate() {
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"11\">{}</text>\n",
+            W / 2.0,
+            44 + 13 * i,
+            xml_text(line)
+        );
+    }
     // Axes.
     s += &format!(
         "<line x1=\"{L}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
@@ -544,6 +561,15 @@ mod tests {
             c[cy..].split('"').next().unwrap().parse::<f64>().unwrap()
         };
         assert!(y_of(2.1) - y_of(2900.0) > 200.0, "spread over the height");
+        // The warm-up: 30 iterations whose first 3 took 2 ms each (cold) and the rest 4 us:
+        // the plotted statistics leave the cold ones out, the table's keep them.
+        assert_eq!((plot_warmup(1000), plot_warmup(5), plot_warmup(4)), (100, 1, 0));
+        let mut posted: Vec<u64> = (0..=3).map(|i| i * 2_000_000).collect();
+        posted.extend((1..=26).map(|i| 6_000_000 + i * 4_000));
+        let all = lat_row(2, &posted, 2.0).unwrap();
+        let warm = lat_row(2, &posted[plot_warmup(posted.len())..], 2.0).unwrap();
+        assert!((all.t_max - 1000.0).abs() < 1e-9, "the table keeps the cold start: {all:?}");
+        assert!((warm.t_max - 2.0).abs() < 1e-9, "the plot does not: {warm:?}");
         // Values within a decade keep the linear axis from zero.
         assert!(!log_y(&[5.0, 9.0]) && !log_y(&[0.0, 100.0]));
         let lin = svg_plot("t", "", "BW average [MiB/sec]", &[(2, 5.0), (4, 9.0)]);
