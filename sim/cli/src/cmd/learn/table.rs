@@ -94,6 +94,10 @@ pub enum Verdict {
 
 /// Two values closer than this factor are called even.
 pub const EVEN: f64 = 1.1;
+/// Factors above this print as `>100×`: the smaller value is then near zero beside the
+/// other, and its digits (one system call in a thousand messages, say) are too few for a
+/// factor of more precision than that.
+pub const MOST: f64 = 100.0;
 
 /// Whether `v` prints as zero with `decimals` decimals: too small to divide by.
 fn near_zero(v: f64, decimals: usize) -> bool {
@@ -143,6 +147,8 @@ impl Verdict {
     /// `unclear (ranges overlap)`, `-`.
     pub fn show(&self) -> String {
         match self {
+            Verdict::Rdma(Some(f)) if *f > MOST => format!("better: RDMA >{MOST:.0}×"),
+            Verdict::Tcp(Some(f)) if *f > MOST => format!("better: TCP >{MOST:.0}×"),
             Verdict::Rdma(Some(f)) => format!("better: RDMA {f:.1}×"),
             Verdict::Tcp(Some(f)) => format!("better: TCP {f:.1}×"),
             Verdict::Rdma(None) => "better: RDMA (other ~0)".into(),
@@ -321,7 +327,8 @@ mod tests {
     fn a_value_that_prints_as_zero_is_never_divided_by() {
         // The old table printed 5901.5x, 4000.0x and 0.0x for these.
         assert_eq!(v(Better::Lower, 0.0004, 2.3606, 3), "better: RDMA (other ~0)");
-        assert_eq!(v(Better::Lower, 0.001, 4.0, 3), "better: RDMA 4000.0×", "0.001 is shown");
+        assert_eq!(v(Better::Lower, 0.001, 4.0, 3), "better: RDMA >100×", "no 4000.0×");
+        assert_eq!(v(Better::Lower, 0.04, 4.0, 3), "better: RDMA 100.0×");
         assert_eq!(v(Better::Lower, 0.0001, 4.0, 3), "better: RDMA (other ~0)");
         assert_eq!(v(Better::Higher, 0.004, 47.0, 2), "better: TCP (other ~0)");
         assert_eq!(v(Better::Lower, 3.0, 0.0, 0), "better: TCP (other ~0)");
