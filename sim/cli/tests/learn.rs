@@ -332,6 +332,10 @@ fn vs_tcp_shows_every_size_with_both_columns() {
         }
     }
     assert!(r.stdout.contains("Laptop figures say nothing about RDMA hardware's."));
+    // What produced the RDMA figures, said before them.
+    assert!(r
+        .stdout
+        .contains("RDMA here travels as packets through the emulated NICs (direct reach off"));
 }
 
 /// The number after `after` on the first line that has it, up to the first `until` (hex with

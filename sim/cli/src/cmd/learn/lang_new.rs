@@ -7,6 +7,10 @@
 /// English line → the line `--lang zh-TW` prints until it is translated.
 pub(super) const ZH_TW: &[(&str, &str)] = &[
     (
+        "RDMA here travels as packets through the emulated NICs (direct reach off, so that the packets and copies can be counted).",
+        "[待翻譯] RDMA here travels as packets through the emulated NICs (direct reach off, so that the packets and copies can be counted).",
+    ),
+    (
         "Takeaway: SGEs let one work request read and write scattered memory with no copy by the program or the kernel (here the emulated NIC copies with the CPU; a real NIC by DMA); their number per request is bounded by max_sge.",
         "[待翻譯] Takeaway: SGEs let one work request read and write scattered memory with no copy by the program or the kernel (here the emulated NIC copies with the CPU; a real NIC by DMA); their number per request is bounded by max_sge.",
     ),

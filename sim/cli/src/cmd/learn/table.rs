@@ -273,7 +273,19 @@ pub fn lines<S: AsRef<str>>(
 pub fn heading(out: &mut dyn Write, title: &str, watch: &[&str]) -> Result<(), CliError> {
     lines(out, "", &[format!("softverbs learn {title}"), String::new(), "What to watch:".into()])?;
     lines(out, "  ", watch)?;
-    lines(out, "", &["", "The live run (two processes on the soft backend, and a TCP connection between the same two):"])
+    lines(out, "", &["", "The live run (two processes on the soft backend, and a TCP connection between the same two):"])?;
+    lines(out, "  ", &[data_path()])
+}
+
+/// What carries the lessons' RDMA operations, said before their figures: packets through the
+/// emulated NICs (the lessons turn direct reach off so that packets and copies can be
+/// counted), unless `SOFTVERBS_REACH` was set otherwise.
+pub fn data_path() -> &'static str {
+    if std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off") {
+        "RDMA here travels as packets through the emulated NICs (direct reach off, so that the packets and copies can be counted)."
+    } else {
+        "RDMA WRITEs and READs here go by direct reach (SOFTVERBS_REACH on): copies into the peer's memory, no packets to count."
+    }
 }
 
 /// The lesson's end: the table, what is emulated, the takeaway and what to try.

@@ -652,11 +652,23 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
 /// memory, no packet, so its bandwidth is a memory copy's; a SEND, or anything with
 /// `SOFTVERBS_REACH` off, goes as packets through the emulated NICs.
 fn data_path(t: Test) -> &'static str {
-    let reach = !std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off");
     match t.verb {
-        Verb::Send => "packets through the emulated NICs (a SEND needs the peer's receive)",
-        _ if reach => "direct reach up to 1 MiB: the CPU copies straight into the peer's memory, no packet (SOFTVERBS_REACH=off: packets)",
-        _ => "packets through the emulated NICs (SOFTVERBS_REACH off)",
+        Verb::Send => SEND_PATH,
+        _ => one_sided_path(),
+    }
+}
+
+/// How a SEND travels: always as packets.
+pub(super) const SEND_PATH: &str =
+    "packets through the emulated NICs (a SEND needs the peer's receive)";
+
+/// How an RDMA WRITE, READ or atomic travels in this process: by direct reach unless
+/// `SOFTVERBS_REACH` turns it off.
+pub(super) fn one_sided_path() -> &'static str {
+    if std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off") {
+        "packets through the emulated NICs (SOFTVERBS_REACH off)"
+    } else {
+        "direct reach up to 1 MiB: the CPU copies straight into the peer's memory, no packet (SOFTVERBS_REACH=off: packets)"
     }
 }
 
