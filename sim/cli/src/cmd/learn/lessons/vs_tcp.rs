@@ -258,7 +258,7 @@ pub fn takeaway(t: &Table, sizes: &[u32]) -> (String, bool) {
     let mut s = format!("in this run's table, latency: {lat}. Bandwidth: {bw}.");
     if tcp_won {
         s += " Where TCP won, this machine contradicts RDMA hardware, where the primer's advantages \
-              hold at every size: here the emulated NIC is CPU threads that compete with the programs \
+              hold: here the emulated NIC is CPU threads that compete with the programs \
               for the cores, and TCP over loopback never leaves memory.";
     } else {
         s += " RDMA hardware keeps these advantages for reasons this emulation does not share: \
