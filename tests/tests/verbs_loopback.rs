@@ -662,7 +662,7 @@ fn rc_uc_and_ud_on_one_device_at_once() {
         .qp
         .post_send(&[SendWr { opcode: WrOpcode::RdmaRead, ..Default::default() }])
         .unwrap_err();
-    assert!(e.message.contains("not valid on a Uc QP"), "{}", e.message);
+    assert!(e.message.contains("not valid on an IBV_QPT_UC QP"), "{}", e.message);
     let big = [ud_a.mr.sge(0, 5000)];
     let ud = UdTarget { ah, remote_qpn: ud_b.qp.qp_num(), remote_qkey: 0x22 };
     let e = ud_a

@@ -4,6 +4,7 @@
 //! uses this one table.
 
 use crate::error::{Error, Result};
+use crate::ibv::IbvEnum;
 use crate::types::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
 
 type M = QpAttrMask;
@@ -162,22 +163,25 @@ pub fn check_modify(
     let next = if mask.contains(M::STATE) { attr.qp_state } else { cur };
     let Some(row) = transition(qp_type, cur, next) else {
         return Err(Error::inval(format!(
-            "ibv_modify_qp: {cur} -> {next} is not a valid transition for a {qp_type:?} QP"
+            "ibv_modify_qp: {cur} -> {next} is not a valid transition for an {} QP",
+            qp_type.ibv_name()
         )));
     };
     let given = mask.difference(M::STATE);
     let missing = row.required.difference(given);
     if !missing.is_empty() {
         return Err(Error::inval(format!(
-            "ibv_modify_qp: {cur} -> {next} on a {qp_type:?} QP requires {} (missing from the attribute mask)",
+            "ibv_modify_qp: {cur} -> {next} on an {} QP requires {} (missing from the attribute mask)",
+            qp_type.ibv_name(),
             missing.names()
         )));
     }
     let extra = given.difference(row.required.union(row.optional));
     if !extra.is_empty() {
         return Err(Error::inval(format!(
-            "ibv_modify_qp: {} is not allowed in {cur} -> {next} on a {qp_type:?} QP",
-            extra.names()
+            "ibv_modify_qp: {} is not allowed in {cur} -> {next} on an {} QP",
+            extra.names(),
+            qp_type.ibv_name()
         )));
     }
     check_ranges(attr, mask, limits)?;

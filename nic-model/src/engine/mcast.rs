@@ -79,7 +79,8 @@ impl Nic {
         let members = self.mcast.get_mut(&gid);
         let Some(at) = members.as_ref().and_then(|m| m.iter().position(|&q| q == qpn)) else {
             return Err(Error::inval(format!(
-                "ibv_detach_mcast: QP {qpn:#x} is not attached to {gid}"
+                "ibv_detach_mcast: QP {qpn:#x} is not attached to {}",
+                std::net::Ipv6Addr::from(gid.0)
             )));
         };
         let members = members.expect("found above");
@@ -103,13 +104,14 @@ impl Nic {
             .ok_or_else(|| Error::inval(format!("{verb}: QP {qpn:#x} does not exist")))?;
         if qp.qp_type != QpType::Ud {
             return Err(Error::inval(format!(
-                "{verb}: QP {qpn:#x} is {:?}; only a UD QP joins a multicast group",
-                qp.qp_type
+                "{verb}: QP {qpn:#x} is an {} QP; only a UD QP joins a multicast group",
+                verbs_api::ibv::IbvEnum::ibv_name(qp.qp_type)
             )));
         }
         if !is_multicast_gid(gid) {
             return Err(Error::inval(format!(
-                "{verb}: {gid} is not a multicast GID (ff00::/8, or ::ffff:224.0.0.0/100)"
+                "{verb}: {} is not a multicast GID (ff00::/8, or ::ffff:224.0.0.0/100)",
+                std::net::Ipv6Addr::from(gid.0)
             )));
         }
         Ok(())

@@ -3,6 +3,7 @@
 //! executor that can take it: direct reach (`reach`), the send-now fast path (`req`) or the
 //! send queue. Also the SGE checks `ibv_post_recv` shares.
 
+use verbs_api::ibv::IbvEnum;
 use verbs_api::{AccessFlags, Error, QpState, QpType, Result, SendFlags, SendWr, WrOpcode};
 
 use crate::packet;
@@ -163,7 +164,11 @@ pub(crate) fn check_send<'w, 'd>(
         return inval(format!("QP {:#x} is in {}; ibv_post_send needs RTS", qp.qpn, qp.state));
     }
     if !wr.opcode.valid_for(qp.qp_type) {
-        return inval(format!("{} is not valid on a {:?} QP", wr.opcode.name(), qp.qp_type));
+        return inval(format!(
+            "{} is not valid on an {} QP",
+            wr.opcode.name(),
+            qp.qp_type.ibv_name()
+        ));
     }
     if qp.sq.len() + done_at_once >= qp.cap.max_send_wr as usize {
         return Err(Error::nomem(format!(

@@ -118,7 +118,8 @@ enum Cmd {
     },
     /// The primer's RDMA concepts, each shown live and measured against TCP in the same run.
     ///
-    /// Without CONCEPT, the list of lessons: zero-copy, bypass, one-sided, messages, sge, vs-tcp.
+    /// Without CONCEPT, the list of lessons: zero-copy, bypass, one-sided, messages, sge, vs-tcp,
+    /// qp-states, mr (docs/learn/README.md).
     Learn {
         #[command(flatten)]
         args: learn::LearnArgs,

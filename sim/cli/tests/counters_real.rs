@@ -134,7 +134,7 @@ fn counters_of_another_process_match_the_engines_counts_exactly() {
         for (c, v) in COUNTERS.iter().zip(want) {
             assert_eq!(mine.get(c.name), Some(&v), "{}: {json}", c.name);
         }
-        assert!(json.contains("\"device\":\"softverbs0\",\"port\":1"), "{json}");
+        assert!(json.contains("\"device\":\"softverbs0\",\"port\":1,\"lid\":0,"), "{json}");
         // The GID the port's segment carries is one of the port's GIDs (the table may hold a
         // link-local one first, as rxe's does).
         let gids: Vec<String> = (0..16)
@@ -168,6 +168,8 @@ fn counters_of_another_process_match_the_engines_counts_exactly() {
                 .map(String::from)
                 .collect::<Vec<_>>()
         };
+        // A RoCE port has no LID (0, as rxe's): the table shows none.
+        assert!(!table.lines().any(|l| l.trim_start().starts_with("LID")), "{table}");
         let pids = row("pid");
         let col = pids.iter().position(|p| *p == me.to_string()).expect("my column");
         assert_eq!(row("port_xmit_packets")[col], (WRITES + 1).to_string(), "{table}");

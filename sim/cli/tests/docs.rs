@@ -206,6 +206,7 @@ struct Form(&'static [&'static str], &'static str, &'static [&'static str]);
 const PLANS: &[(&str, Plan)] = &[
     ("cargo run --release -p softverbs -- demo", Plan::Run(DEMO)),
     ("cargo test --workspace", Plan::NotRun("it is the command that runs this test")),
+    ("cargo install --path sim/cli", Plan::NotRun("it builds a release binary into ~/.cargo/bin; the tests run the one cargo built")),
     ("softverbs --help", Plan::Run(&[Form(&["--help"], "Usage: softverbs [OPTIONS] <COMMAND>", &[])])),
     ("softverbs demo [-d DEV] [--in-process]", Plan::Run(DEMO_FORMS)),
     ("softverbs demo [-d DEV] [-g GID_INDEX] [--in-process]", Plan::Run(DEMO_FORMS)),

@@ -66,6 +66,11 @@ const ENGLISH_BY_CHOICE: &[&str] = &[
     // sge, qp-states and mr: the live run's narration.
     "The QP refused it at post time: nothing went on the wire and no completion is due.",
     "TCP: one writev() of the same three buffers; the target reads into one buffer.",
+    // sge, what is emulated: quotes this run's count of the emulated NIC's copies.
+    "copied (the three pieces read, the packets with their headers built in shared memory,",
+    "the two buffers written: the initiator's NIC code and the target's NIC or program thread).",
+    "A real NIC does both by DMA: its engine reads and writes the memory, and no CPU copies a",
+    "byte. TCP's writev also gathers, but the kernel copies each byte in, and read() out again.",
     "The same step with every required attribute:",
     "The target registered two buffers (ibv_reg_mr):",
     "the target's buffer now holds \"written by RDMA\"",
@@ -93,7 +98,7 @@ fn explanatory(text: &str) -> bool {
         || text.bytes().any(|b| b.is_ascii_digit())
         || text.contains("IBV_")
         || command.iter().chain(&result).any(|p| text.starts_with(p))
-        || text.ends_with("TCP/RDMA")
+        || text.ends_with("which is better")
         || text.starts_with("operation ")
         || ENGLISH_BY_CHOICE.contains(&text))
 }
@@ -149,7 +154,7 @@ fn the_definition_of_explanatory_sorts_known_lines() {
         "target CQ: receive completion 1: byte_len 10",
         "IBV_WC_LOC_LEN_ERR and the initiator got IBV_WC_REM_INV_REQ_ERR. Post receives at least as",
         "softverbs learn sge          (one message from three buffers into two)",
-        "-> EINVAL (ibv_modify_qp: INIT -> RTR on a Rc QP requires IBV_QP_DEST_QPN)",
+        "-> EINVAL (ibv_modify_qp: INIT -> RTR on an IBV_QPT_RC QP requires IBV_QP_DEST_QPN)",
         "",
     ] {
         assert!(!explanatory(run_line), "{run_line:?} is not explanatory");

@@ -106,6 +106,10 @@ fn all_eight_tests_print_perftests_banner_and_a_sane_row() {
             ),
             "{test}"
         );
+        // What produced the figures: a SEND as packets, a WRITE, READ or atomic by direct reach.
+        let path =
+            lines.iter().find(|l| l.starts_with(" Data path       : ")).expect("a data path");
+        assert_eq!(path.contains("direct reach"), !test.starts_with("send"), "{test}: {path}");
         let local = lines.iter().find(|l| l.starts_with(" local address: LID ")).expect("local");
         assert!(lines.iter().any(|l| l.starts_with(" remote address: LID ")), "{test}");
         assert!(local.contains(" QPN 0x") && local.contains(" PSN 0x1000"), "{local}");

@@ -236,8 +236,10 @@ pub fn uc_operations_and_loss(be: &dyn Backend) {
         let e = a.qp.post_send(&[wr]).unwrap_err();
         assert_eq!(e.errno, Errno::Inval, "[{}] {e}", be.name());
         assert!(
-            e.message
-                .contains(&format!("wr[0] (wr_id 9): {} is not valid on a Uc QP", opcode.name())),
+            e.message.contains(&format!(
+                "wr[0] (wr_id 9): {} is not valid on an IBV_QPT_UC QP",
+                opcode.name()
+            )),
             "[{}] {e}",
             be.name()
         );
@@ -505,7 +507,11 @@ pub fn ud_datagrams(be: &dyn Backend) {
             ..Default::default()
         }])
         .unwrap_err();
-    assert!(e.message.contains("IBV_WR_RDMA_WRITE is not valid on a Ud QP"), "[{}] {e}", be.name());
+    assert!(
+        e.message.contains("IBV_WR_RDMA_WRITE is not valid on an IBV_QPT_UD QP"),
+        "[{}] {e}",
+        be.name()
+    );
     let e =
         a.qp.post_send(&[SendWr { wr_id: 7, sg_list: &s_odd, ..Default::default() }]).unwrap_err();
     assert_eq!(e.errno, Errno::Inval);

@@ -112,9 +112,9 @@ impl HwQp {
             };
             if !wr.opcode.valid_for(self.qp_type) {
                 return Err(bad(format!(
-                    "{} is not valid on a {:?} QP",
+                    "{} is not valid on an {} QP",
                     wr.opcode.name(),
-                    self.qp_type
+                    crate::ibv::IbvEnum::ibv_name(self.qp_type)
                 )));
             }
             let start = list.sges.len();
@@ -530,7 +530,11 @@ impl HwAh {
     pub(crate) fn create(pd: &HwPd, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
         let call = format!(
             "ibv_create_ah(port {}, dlid {}, is_global {}, dgid {}, sgid_index {})",
-            attr.port_num, attr.dlid, attr.is_global, attr.dgid, attr.sgid_index
+            attr.port_num,
+            attr.dlid,
+            attr.is_global,
+            std::net::Ipv6Addr::from(attr.dgid.0),
+            attr.sgid_index
         );
         let pd_live = pd.live(&call)?;
         let mut c = ah_attr_to_ibv(attr);

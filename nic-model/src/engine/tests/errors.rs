@@ -440,7 +440,11 @@ fn uc_qp_refuses_read_at_post() {
     let err =
         p.a.post_send(0, q, &[SendWr { opcode: WrOpcode::RdmaRead, ..Default::default() }])
             .unwrap_err();
-    assert!(err.message.contains("IBV_WR_RDMA_READ is not valid on a Uc QP"), "{}", err.message);
+    assert!(
+        err.message.contains("IBV_WR_RDMA_READ is not valid on an IBV_QPT_UC QP"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]

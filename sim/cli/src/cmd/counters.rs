@@ -192,7 +192,8 @@ fn show(
             rows.push(r);
         };
         head("device", &|p| format!("{}/1", p.device()));
-        head("LID", &|p| p.c.lid.to_string());
+        // No LID row: every soft port is a RoCE port, whose LID is 0 (as rxe's); a peer is
+        // addressed by the GID below.
         head("GID", &|p| gid_ntop(&Gid(p.c.gid)));
         head("pid", &|p| p.c.owner_pid.to_string());
         for (i, c) in COUNTERS.iter().enumerate() {
@@ -244,7 +245,7 @@ fn to_json(shown: &str, s: &Sample, prev: Option<&Sample>, secs: Option<f64>) ->
         }
         let _ = write!(
             o,
-            "{{\"device\":{},\"port\":1,\"lid\":{},\"gid\":{},\"pid\":{},\"counters\":{{",
+            "{{\"device\":{},\"port\":1,\"lid\":0,\"fabric_slot\":{},\"gid\":{},\"pid\":{},\"counters\":{{",
             json_str(&p.c.label),
             p.c.lid,
             json_str(&gid_ntop(&Gid(p.c.gid))),

@@ -37,7 +37,7 @@ pub fn describe_packet(data: &[u8]) -> String {
         let k = match a.kind() {
             AethKind::Ack { .. } => "ACK".to_string(),
             AethKind::RnrNak { timer } => format!("RNR NAK (timer {timer})"),
-            AethKind::Nak(c) => format!("NAK {c:?}"),
+            AethKind::Nak(c) => format!("NAK ({})", nak_name(c)),
             AethKind::Reserved(x) => format!("reserved syndrome {x:#x}"),
         };
         s.push_str(&format!("  AETH {k} MSN {}", a.msn));
@@ -55,8 +55,30 @@ pub fn describe_packet(data: &[u8]) -> String {
     s
 }
 
-/// One line of a work completion, every field.
+/// A NAK code's name as the IBA's table of AETH NAK codes writes it (and Wireshark prints it).
+pub fn nak_name(c: packet::NakCode) -> &'static str {
+    match c {
+        packet::NakCode::PsnSequenceError => "PSN sequence error",
+        packet::NakCode::InvalidRequest => "invalid request",
+        packet::NakCode::RemoteAccessError => "remote access error",
+        packet::NakCode::RemoteOperationalError => "remote operational error",
+        packet::NakCode::InvalidRdRequest => "invalid RD request",
+    }
+}
+
+/// One line of a work completion, every field that is defined: `man ibv_poll_cq` leaves
+/// every field but `wr_id`, `status`, `qp_num` and `vendor_err` undefined unless the status
+/// is `IBV_WC_SUCCESS`, so an error completion prints those and says so.
 pub fn describe_wc(wc: &WorkCompletion) -> String {
+    if wc.status != verbs_api::WcStatus::Success {
+        return format!(
+            "wr_id={} status={} qp_num={:#x} vendor_err={:#x} (opcode, byte_len: undefined unless IBV_WC_SUCCESS)",
+            wc.wr_id,
+            wc.status.name(),
+            wc.qp_num,
+            wc.vendor_err
+        );
+    }
     let mut s = format!(
         "wr_id={} status={} opcode={} byte_len={} qp_num={:#x}",
         wc.wr_id,

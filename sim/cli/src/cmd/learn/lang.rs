@@ -17,7 +17,7 @@
 
 use std::io::{self, Write};
 
-use super::lang_demo;
+use super::{lang_demo, lang_new};
 
 /// A language the explanatory lines can be printed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -138,18 +138,6 @@ const ZH_TW: &[(&str, &str)] = &[
         "them into the receive's entries in order; the program copies nothing together.",
         "接收請求的各個項目；程式不必自己把資料拼在一起。",
     ),
-    (
-        "The gather and the scatter were done by the emulated NIC: the initiator's NIC code read",
-        "聚集與分散由模擬網卡完成：發起端的網卡程式碼讀取",
-    ),
-    (
-        "the three pieces and the target's NIC thread or program thread wrote the two, with the",
-        "三段資料，目標端的網卡執行緒或程式執行緒寫入兩段，用的是",
-    ),
-    (
-        "CPU. A real NIC does both by DMA. TCP's writev also gathers, but the kernel copies each byte.",
-        "CPU。真實網卡兩者都用 DMA 完成。TCP 的 writev 也會聚集，但核心會複製每個位元組。",
-    ),
     // vs-tcp: what to watch and what is emulated.
     (
         "The primer's three advantages, measured: lower latency, higher bandwidth, more CPU left",
@@ -180,14 +168,6 @@ const ZH_TW: &[(&str, &str)] = &[
         "記憶體（複製那一列逐一計數），而真實網卡用 DMA 讀寫記憶體，",
     ),
     (
-        "and puts the packets on a wire. Both programs busy-poll, as perftest does, so their CPU",
-        "並把封包送上線路。兩個程式都和 perftest 一樣忙碌輪詢，所以它們",
-    ),
-    (
-        "per message is mostly waiting; TCP over loopback never leaves the kernel either.",
-        "每則訊息的 CPU 大多是在等待；走 loopback 的 TCP 也從不離開核心。",
-    ),
-    (
         "How this emulator compares with real NICs: docs/performance.md.",
         "這個模擬器與真實網卡的比較：docs/performance.md。",
     ),
@@ -207,14 +187,6 @@ const ZH_TW: &[(&str, &str)] = &[
     (
         "Takeaway: with RDMA the receiver sees the sender's messages; with TCP it must find their ends itself.",
         "重點：RDMA 的接收端看到的是傳送端的訊息；TCP 的接收端必須自己找出訊息的結尾。",
-    ),
-    (
-        "Takeaway: SGEs let one work request read and write scattered memory with no copy by the program; their number per request is bounded by max_sge.",
-        "重點：SGE 讓一個工作請求讀寫分散的記憶體，程式不必複製；每個請求的 SGE 數量受 max_sge 限制。",
-    ),
-    (
-        "Takeaway: RDMA's data path needs no system call and no copy by the program or the kernel; what it costs here is the emulated NIC's.",
-        "重點：RDMA 的資料路徑不需要系統呼叫，程式與核心也不必複製；這裡的成本屬於模擬網卡。",
     ),
     // qp-states and mr: one process, two devices.
     (
@@ -288,7 +260,7 @@ const ZH_TW: &[(&str, &str)] = &[
 /// Every English line the table translates (the lessons' and the demo's), for the test that
 /// holds the table to what the runs print.
 pub fn english_lines() -> impl Iterator<Item = &'static str> {
-    ZH_TW.iter().chain(lang_demo::ZH_TW).map(|(en, _)| *en)
+    ZH_TW.iter().chain(lang_demo::ZH_TW).chain(lang_new::ZH_TW).map(|(en, _)| *en)
 }
 
 /// `line` in `lang`: its translation, indentation kept, or the line itself.
@@ -297,7 +269,12 @@ pub fn line(lang: Lang, line: &str) -> String {
     let indent = &line[..line.len() - text.len()];
     match lang {
         Lang::En => line.to_string(),
-        Lang::ZhTw => match ZH_TW.iter().chain(lang_demo::ZH_TW).find(|(en, _)| *en == text) {
+        Lang::ZhTw => match ZH_TW
+            .iter()
+            .chain(lang_demo::ZH_TW)
+            .chain(lang_new::ZH_TW)
+            .find(|(en, _)| *en == text)
+        {
             Some((_, zh)) => format!("{indent}{zh}"),
             None => line.to_string(),
         },

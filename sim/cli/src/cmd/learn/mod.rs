@@ -9,6 +9,7 @@
 
 pub mod lang;
 mod lang_demo;
+mod lang_new;
 mod lessons;
 pub(crate) mod measure;
 mod runs;

@@ -192,7 +192,13 @@ fn done_line(snap: &Snap, c: &TcpCount, sizes: &[usize]) -> String {
     )
 }
 
+/// Whether [`poll`] gives the core away (`sched_yield`) after each poll that found nothing: set
+/// when the machine has fewer free cores than a lesson has busy threads, so that the emulated
+/// NIC threads the programs wait for get to run.
+pub static YIELD: AtomicBool = AtomicBool::new(false);
+
 /// Busy-polls `ep`'s CQ for `n` completions (bounded by [`WAIT`]); every one must succeed.
+/// With [`YIELD`] set, each empty poll yields the core.
 pub fn poll(ep: &Endpoint, n: usize) -> Result<Vec<WorkCompletion>, String> {
     let deadline = Instant::now() + WAIT;
     let mut got = Vec::with_capacity(n);
@@ -209,6 +215,9 @@ pub fn poll(ep: &Endpoint, n: usize) -> Result<Vec<WorkCompletion>, String> {
             }
         }
         got.extend_from_slice(&buf[..k]);
+        if k == 0 && YIELD.load(Ordering::Relaxed) {
+            std::thread::yield_now();
+        }
         spins = spins.wrapping_add(1);
         if k == 0 && spins.is_multiple_of(4096) && Instant::now() >= deadline {
             return Err(format!("no completion within {WAIT:?} ({} of {n})", got.len()));
@@ -309,6 +318,11 @@ fn target_command(
         // The start and the end of a measurement the initiator makes while this program waits.
         "SNAP" => format!("SNAP {}", Snap::take().to_line()),
         "SNAPEND" => format!("SNAP {}", Snap::take_end().to_line()),
+        // YIELD 1|0: whether this program gives its core away after each empty poll.
+        "YIELD" => {
+            YIELD.store(num::<u8>(words, 1)? == 1, Ordering::Relaxed);
+            "OK".into()
+        }
         "POSTRECV" => {
             // POSTRECV off len [off len ...]: one receive with these SGEs.
             let mut sges = Vec::new();

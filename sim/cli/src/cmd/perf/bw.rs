@@ -63,6 +63,7 @@ pub(super) fn bw(me: &Launcher, a: &BwArgs) -> Result<BwResult, CliError> {
         a.common.ib_dev
     );
     outln!("machine: {}", machine());
+    outln!("data path: {}", super::perftest::one_sided_path());
     let sge = [ep.mr.sge(0, a.size)];
     let wr = SendWr {
         wr_id: 0,

@@ -134,6 +134,7 @@ pub(super) fn lat(me: &Launcher, a: &LatArgs) -> Result<LatResult, CliError> {
         a.common.ib_dev
     );
     outln!("machine: {}", machine());
+    outln!("data path: {}", super::perftest::SEND_PATH);
     outln!("{} runs x {} iterations after {} warm-up iterations", a.runs, a.iters, a.warmup);
     let deadline = Instant::now() + PHASE;
     for _ in 0..a.warmup {

@@ -233,8 +233,10 @@ pub(super) fn poll_some(
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
                     return Err(format!(
-                        "work completion failed: {} ({}), opcode {:?}, wr_id {}",
-                        wc.status, wc.status as u32, wc.opcode, wc.wr_id
+                        "work completion failed: {} ({}), wr_id {}",
+                        wc.status.name(),
+                        wc.status,
+                        wc.wr_id
                     ));
                 }
                 if wc.opcode == verbs_api::WcOpcode::Recv {

@@ -71,57 +71,57 @@ pub fn run(s: &mut Session, out: &mut dyn Write, iters: usize, size: u32) -> Res
     let per = |v: u64, run: &Run| v as f64 / run.messages as f64;
     let (rc, tc) = (program_calls(&rdma), program_calls(&tcp));
     let mut tb = Table::default();
-    tb.num("system calls per message, program threads", per(rc, &rdma), per(tc, &tcp), 3);
-    tb.num(
+    tb.lower("system calls per message, program threads", per(rc, &rdma), per(tc, &tcp), 3);
+    tb.lower(
         "  waking a sleeping emulated NIC thread",
         per(nic_wakes(&rdma), &rdma),
         per(nic_wakes(&tcp), &tcp),
         3,
     );
-    tb.num(
+    tb.lower(
         "  the data path's own (the rest)",
         per(rc - nic_wakes(&rdma), &rdma),
         per(tc - nic_wakes(&tcp), &tcp),
         3,
     );
-    tb.num(
+    tb.lower(
         "  read/write calls the kernel counted",
         per(kio(&rdma), &rdma),
         per(kio(&tcp), &tcp),
         3,
     );
-    tb.num(
+    tb.lower(
         "  voluntary context switches",
         per(r.program.vcsw, &rdma),
         per(t.program.vcsw, &tcp),
         3,
     );
-    tb.num(
+    tb.lower(
         "  involuntary context switches",
         per(r.program.ivcsw, &rdma),
         per(t.program.ivcsw, &tcp),
         3,
     );
-    tb.num(
+    tb.lower(
         "system calls per message, emulated NIC threads",
         per(r.cost.nic_calls.total(), &rdma),
         per(t.cost.nic_calls.total(), &tcp),
         3,
     );
-    tb.num(
+    tb.lower(
         "half round trip (us)",
         rdma.wall.as_secs_f64() * 1e6 / rdma.messages as f64,
         tcp.wall.as_secs_f64() * 1e6 / tcp.messages as f64,
         1,
     );
-    tb.num(
+    tb.lower(
         "program CPU per message (us)",
         r.program.cpu_ns as f64 / 1e3 / rdma.messages as f64,
         t.program.cpu_ns as f64 / 1e3 / tcp.messages as f64,
         2,
     );
-    tb.num(
-        "  of which in the kernel (us)",
+    tb.approx(
+        "  of which in the kernel (us, a tick sample)",
         r.program.sys_ns as f64 / 1e3 / rdma.messages as f64,
         t.program.sys_ns as f64 / 1e3 / tcp.messages as f64,
         2,

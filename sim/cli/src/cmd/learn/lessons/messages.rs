@@ -75,10 +75,10 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     let rdma_sizes: Vec<String> = lens.iter().map(|l| l.to_string()).collect();
     let tcp_sizes: Vec<String> = sizes.iter().map(|l| l.to_string()).collect();
     let mut t = Table::default();
-    t.num("messages sent (SENDs / write() calls)", 3.0, writes as f64, 0);
-    t.num("what the receiver got (completions / reads)", lens.len() as f64, count.reads as f64, 0);
+    t.fact("messages sent (SENDs / write() calls)", 3.0, writes as f64, 0);
+    t.fact("what the receiver got (completions / reads)", lens.len() as f64, count.reads as f64, 0);
     t.text("their sizes (bytes)", &show(&rdma_sizes), &show(&tcp_sizes));
-    t.num("bytes received", lens.iter().sum::<u32>() as f64, count.read_bytes as f64, 0);
+    t.fact("bytes received", lens.iter().sum::<u32>() as f64, count.read_bytes as f64, 0);
     table::ending(
         out,
         &t,

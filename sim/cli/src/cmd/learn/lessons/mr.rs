@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use nic_model::soft::{Soft, TapDir};
 use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress};
+use verbs_api::ibv::IbvEnum;
 use verbs_api::{
     AccessFlags, MemoryRegion, QpAttr, QpAttrMask, QpCap, QpState, QpType, RdmaTarget, SendFlags,
     SendWr, WcStatus, WrOpcode,
@@ -183,13 +184,16 @@ pub fn run(out: &mut dyn Write) -> Result<(), CliError> {
         Ok(e) => {
             let on = match e.element {
                 verbs_api::AsyncElement::Qp(n) => format!("QP {n:#x}, the target's"),
-                other => format!("{other:?}"),
+                verbs_api::AsyncElement::Cq(n) => format!("CQ {n}"),
+                verbs_api::AsyncElement::Srq(n) => format!("SRQ {n}"),
+                verbs_api::AsyncElement::Port(n) => format!("port {n}"),
+                verbs_api::AsyncElement::Device => "the device".into(),
             };
             say(
                 out,
                 format!(
-                    "      target's async event (ibv_get_async_event): {:?} on {on}",
-                    e.event_type
+                    "      target's async event (ibv_get_async_event): {} on {on}",
+                    e.event_type.ibv_name()
                 ),
             )?
         }
@@ -219,7 +223,8 @@ pub fn run(out: &mut dyn Write) -> Result<(), CliError> {
             "  man ibv_reg_mr              (the access flags)",
         ],
     )?;
-    let event_name = event.as_ref().map_or("none".to_string(), |e| format!("{:?}", e.event_type));
+    let event_name =
+        event.as_ref().map_or("none".to_string(), |e| e.event_type.ibv_name().to_string());
     let event_on_target_qp =
         event.as_ref().is_ok_and(|e| e.element == verbs_api::AsyncElement::Qp(eb.qp.qp_num()));
     writeln!(

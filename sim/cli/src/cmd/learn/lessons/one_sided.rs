@@ -87,7 +87,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, total: u64, msg: u32) -> Result
         f(&phases[a].0, &phases[a].1) + f(&phases[a + 1].0, &phases[a + 1].1)
     };
     let mut t = Table::default();
-    t.num(
+    t.lower(
         "time for both ways (ms)",
         sum(0, &|r, _| r.wall.as_secs_f64() * 1e3),
         sum(2, &|r, _| r.wall.as_secs_f64() * 1e3),
@@ -98,38 +98,38 @@ pub fn run(s: &mut Session, out: &mut dyn Write, total: u64, msg: u32) -> Result
         let wall = (phases[a].1.wall_ns + phases[a + 1].1.wall_ns) as f64 / 1e9;
         it / wall / 1e6
     };
-    t.num("target compute loop (M iterations/s)", rate(0), rate(2), 1);
-    t.num(
+    t.higher("target compute loop (M iterations/s)", rate(0), rate(2), 1);
+    t.lower(
         "target compute loop's CPU (ms)",
         sum(0, &|_, l| ms(l.cpu_ns)),
         sum(2, &|_, l| ms(l.cpu_ns)),
         1,
     );
-    t.num(
+    t.lower(
         "target program CPU, apart from its loop (ms)",
         sum(0, &|r, _| ms(r.theirs.program.cpu_ns)),
         sum(2, &|r, _| ms(r.theirs.program.cpu_ns)),
         2,
     );
-    t.num(
-        "  of which in the kernel (ms)",
+    t.approx(
+        "  of which in the kernel (ms, a tick sample)",
         sum(0, &|r, _| ms(r.theirs.program.sys_ns)),
         sum(2, &|r, _| ms(r.theirs.program.sys_ns)),
         2,
     );
-    t.num(
+    t.lower(
         "target emulated NIC thread CPU (ms)",
         sum(0, &|r, _| ms(r.theirs.nic.cpu_ns)),
         sum(2, &|r, _| ms(r.theirs.nic.cpu_ns)),
         2,
     );
-    t.num(
+    t.lower(
         "initiator program CPU (ms)",
         sum(0, &|r, _| ms(r.mine.program.cpu_ns)),
         sum(2, &|r, _| ms(r.mine.program.cpu_ns)),
         2,
     );
-    t.num(
+    t.lower(
         "initiator emulated NIC thread CPU (ms)",
         sum(0, &|r, _| ms(r.mine.nic.cpu_ns)),
         sum(2, &|r, _| ms(r.mine.nic.cpu_ns)),

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use nic_model::soft::Soft;
 use verbs_api::conn::{self, ConnOpts, Endpoint, PortAddress, QpInfo};
+use verbs_api::ibv::IbvEnum;
 use verbs_api::{
     QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
 };
@@ -42,18 +43,18 @@ fn modify(
     say(
         out,
         format!(
-            "  ibv_modify_qp(qp, {{ qp_state = {:?}, ... }}, 0x{:06x})",
-            attr.qp_state,
+            "  ibv_modify_qp(qp, {{ qp_state = {}, ... }}, 0x{:06x})",
+            attr.qp_state.ibv_name(),
             mask.bits()
         ),
     )?;
     say(out, format!("      mask: {}", mask.names()))?;
     let r = ep.qp.modify(attr, mask);
-    let now = verbs(ep.qp.state())?;
+    let now = verbs(ep.qp.state())?.ibv_name();
     match &r {
-        Ok(()) => say(out, format!("      -> 0; ibv_query_qp says {now:?}"))?,
+        Ok(()) => say(out, format!("      -> 0; ibv_query_qp says {now}"))?,
         Err(e) => {
-            say(out, format!("      -> {} ({}); the QP stays {now:?}", e.errno.name(), e.message))?
+            say(out, format!("      -> {} ({}); the QP stays {now}", e.errno.name(), e.message))?
         }
     }
     Ok(r)
@@ -171,11 +172,11 @@ pub fn run(out: &mut dyn Write) -> Result<(), CliError> {
     verbs(conn::connect(&eb.qp, psn_b, &info_a, &opts_b))?;
     let masks = [init_step(&opts_a).1, rtr_step(&info_b, &opts_a).1, rts_step(psn_a, &opts_a).1];
     say(out, format!(
-        "  QP 0x{:06x} on softverbs0 was created in {:?}; its peer is QP 0x{:06x} on softverbs1 (GID {}).",
+        "  QP 0x{:06x} on softverbs0 was created in {}; its peer is QP 0x{:06x} on softverbs1 (GID {}).",
         ea.qp.qp_num(),
-        verbs(ea.qp.state())?,
+        verbs(ea.qp.state())?.ibv_name(),
         eb.qp.qp_num(),
-        info_b.gid
+        crate::cmd::gid_ntop(&info_b.gid)
     ))?;
 
     say(out, "\n1. RESET -> INIT: the port, the P_Key index and what remote peers may do to this QP's memory.")?;
@@ -214,7 +215,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), CliError> {
             format!(
                 "      completion: wr_id {}, status {} ({}, {})",
                 wc.wr_id,
-                wc.status as u32,
+                wc.status.to_ibv(),
                 wc.status.name(),
                 wc.status
             ),

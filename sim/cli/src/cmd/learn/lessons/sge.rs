@@ -7,6 +7,7 @@ use std::io::Write;
 
 use verbs_api::{SendFlags, SendWr, WrOpcode};
 
+use crate::cmd::learn::measure::Snap;
 use crate::cmd::learn::session::{self, Session};
 use crate::cmd::learn::table::{self, Table};
 use crate::cmd::CliError;
@@ -39,6 +40,9 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     let words: Vec<String> = RECV_SGES.iter().map(|(o, l)| format!("{o} {l}")).collect();
     s.ask(&format!("POSTRECV {}", words.join(" ")), "OK")?;
     let sges: Vec<_> = PIECES.iter().map(|(o, d)| s.ep.mr.sge(*o, d.len() as u32)).collect();
+    // The emulated NICs' copies, counted by softverbs in both processes over the SEND.
+    let theirs0 = s.their_snap(false)?;
+    let mine0 = Snap::take();
     table::lines(out, "  ", &[format!(
         "RDMA: one SEND with 3 SGEs ({} + {} + {} bytes); the target posted one receive with 2 SGEs ({} + {} bytes).",
         PIECES[0].1.len(), PIECES[1].1.len(), PIECES[2].1.len(), RECV_SGES[0].1, RECV_SGES[1].1
@@ -54,6 +58,8 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     session::poll(&s.ep, 1)?;
     let byte_len: usize =
         s.ask("POLL 1", "WCS")?.trim().parse().map_err(|_| "a byte_len".to_string())?;
+    let nic = Snap::take_end().since(&mine0).plus(&s.their_snap(true)?.since(&theirs0)).cost;
+    let nic_copied = nic.gathered + nic.packet + nic.scattered;
     // The map: walk the message, byte by byte, through the gather and the scatter lists.
     let message: Vec<u8> = PIECES.iter().flat_map(|p| p.1.iter().copied()).collect();
     let mut map = Vec::new();
@@ -121,7 +127,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     };
     table::lines(out, "  ", &[
         format!("RDMA: ibv_post_send with {over} SGEs, one more than max_sge {} (ibv_query_device):", s.max_sge),
-        format!("  -> {} ({:?}): {}", err.errno.name(), err.errno, err.message),
+        format!("  -> {} (errno {}): {}", err.errno.name(), err.errno.code(), err.message),
         "  The QP refused it at post time: nothing went on the wire and no completion is due.".into(),
     ])?;
     table::lines(
@@ -139,30 +145,35 @@ pub fn run(s: &mut Session, out: &mut dyn Write) -> Result<(), CliError> {
     s.ask(&format!("TCPRECV {total} 4096"), "GO")?;
     let (_, count, _) = session::parse_done(&s.peer.expect("DONE", session::WAIT)?)?;
     let mut t = Table::default();
-    t.num("calls to send the message (post_send / writev)", 1.0, calls as f64, 0);
-    t.num("gather entries", PIECES.len() as f64, PIECES.len() as f64, 0);
-    t.num("receive buffers filled", filled as f64, 1.0, 0);
-    t.num("bytes that landed where expected", verified as f64, count.read_bytes as f64, 0);
-    t.num(
-        "bytes the CPU copied (TCP: the kernel, in and out)",
+    t.lower("calls to send the message (post_send / writev)", 1.0, calls as f64, 0);
+    t.fact("gather entries", PIECES.len() as f64, PIECES.len() as f64, 0);
+    t.fact("receive buffers filled", filled as f64, 1.0, 0);
+    t.fact("bytes that landed where expected", verified as f64, count.read_bytes as f64, 0);
+    t.lower("bytes the programs copied", nic.program as f64, 0.0, 0);
+    t.lower(
+        "bytes the kernel copied (TCP: in and out)",
         0.0,
         (count.read_bytes + took as u64) as f64,
         0,
     );
+    t.fact("bytes the emulated NIC copied with the CPU", nic_copied as f64, 0.0, 0);
     table::ending(
         out,
         &t,
         &[
-            "The gather and the scatter were done by the emulated NIC: the initiator's NIC code read".into(),
-            "the three pieces and the target's NIC thread or program thread wrote the two, with the".into(),
-            "CPU. A real NIC does both by DMA. TCP's writev also gathers, but the kernel copies each byte.".into(),
+            format!("The gather and the scatter were done by the emulated NIC, with the CPU: {nic_copied} bytes"),
+            "copied (the three pieces read, the packets with their headers built in shared memory,".into(),
+            "the two buffers written: the initiator's NIC code and the target's NIC or program thread).".into(),
+            "A real NIC does both by DMA: its engine reads and writes the memory, and no CPU copies a".into(),
+            "byte. TCP's writev also gathers, but the kernel copies each byte in, and read() out again.".into(),
         ],
-        "SGEs let one work request read and write scattered memory with no copy by the program; their number per request is bounded by max_sge.",
+        "SGEs let one work request read and write scattered memory with no copy by the program or the kernel (here the emulated NIC copies with the CPU; a real NIC by DMA); their number per request is bounded by max_sge.",
         &["softverbs devinfo -v        (max_sge, among the device's limits)", "softverbs learn zero-copy   (who copies the bytes, counted)"],
     )?;
     writeln!(
         out,
-        "\nRESULT learn=sge byte_len={byte_len} verified={verified} of={total} error_errno={} error={:?}",
+        "\nRESULT learn=sge byte_len={byte_len} verified={verified} of={total} nic_copied={nic_copied} program_copied={} error_errno={} error={:?}",
+        nic.program,
         err.errno.name(),
         err.message
     )

@@ -67,22 +67,37 @@ pub fn run(s: &mut Session, out: &mut dyn Write, size: u32, count: u64) -> Resul
     let per = |b: u64| b as f64 / count as f64;
     let (rk, tk) = (kernel_bytes(&rdma), kernel_bytes(&tcp));
     let mut tb = Table::default();
-    tb.num("bytes per message", f64::from(size), f64::from(size), 0);
-    tb.num("copied by the programs (MR read/write)", per(r.cost.program), per(t.cost.program), 0);
-    tb.num("read from memory by the NIC (DMA read)", per(r.cost.gathered), per(t.cost.gathered), 0);
-    tb.num("copied by the emulation into packets/ring", per(r.cost.packet), per(t.cost.packet), 0);
-    tb.num(
+    tb.fact("bytes per message", f64::from(size), f64::from(size), 0);
+    tb.lower("copied by the programs (MR read/write)", per(r.cost.program), per(t.cost.program), 0);
+    tb.lower(
+        "read from memory by the NIC (DMA read)",
+        per(r.cost.gathered),
+        per(t.cost.gathered),
+        0,
+    );
+    tb.lower(
+        "copied by the emulation into packets/ring",
+        per(r.cost.packet),
+        per(t.cost.packet),
+        0,
+    );
+    tb.lower(
         "written to memory by the NIC (DMA write)",
         per(r.cost.scattered),
         per(t.cost.scattered),
         0,
     );
-    tb.num("copied by the kernel for the programs (rchar+wchar)", per(rk), per(tk), 0);
-    tb.num("read/written by the kernel for the NIC threads", per(rw(&r.nic)), per(rw(&t.nic)), 0);
-    tb.num("packets the NIC sent again (go-back-N)", resent as f64, 0.0, 0);
-    tb.num("CPU of the program threads (ms)", ms(r.program.cpu_ns), ms(t.program.cpu_ns), 2);
-    tb.num("  of which in the kernel (ms)", ms(r.program.sys_ns), ms(t.program.sys_ns), 2);
-    tb.num("CPU of the emulated NIC threads (ms)", ms(r.nic.cpu_ns), ms(t.nic.cpu_ns), 2);
+    tb.lower("copied by the kernel for the programs (rchar+wchar)", per(rk), per(tk), 0);
+    tb.lower("read/written by the kernel for the NIC threads", per(rw(&r.nic)), per(rw(&t.nic)), 0);
+    tb.lower("packets the NIC sent again (go-back-N)", resent as f64, 0.0, 0);
+    tb.lower("CPU of the program threads (ms)", ms(r.program.cpu_ns), ms(t.program.cpu_ns), 2);
+    tb.approx(
+        "  of which in the kernel (ms, a tick sample)",
+        ms(r.program.sys_ns),
+        ms(t.program.sys_ns),
+        2,
+    );
+    tb.lower("CPU of the emulated NIC threads (ms)", ms(r.nic.cpu_ns), ms(t.nic.cpu_ns), 2);
     table::ending(
         out,
         &tb,

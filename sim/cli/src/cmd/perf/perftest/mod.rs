@@ -118,7 +118,9 @@ pub(super) struct PtArgs {
     /// One JSON object per size row on stdout instead of the banner and table.
     #[arg(long)]
     json: bool,
-    /// With -a: draw bandwidth (or latency) against message size into FILE.svg.
+    /// With -a: draw bandwidth (or latency) against message size into FILE.svg: the y axis
+    /// log10 where the values span a decade or more; a latency plot leaves out each size's
+    /// first tenth of iterations (the warm-up), which the table keeps.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
     /// Fabric directory [default: $SOFTVERBS_FABRIC, else a fresh one under /dev/shm].
@@ -145,6 +147,10 @@ pub(super) enum PtCmd {
     #[command(name = "write_lat", alias = "write-lat")]
     WriteLat(PtArgs),
     /// perftest's ib_write_bw: RDMA WRITE bandwidth.
+    ///
+    /// Up to 1 MiB a WRITE goes by direct reach: one copy by the CPU straight into the peer's
+    /// memory, no packet, so the figure is a memory copy's, not a wire's (SOFTVERBS_REACH=off
+    /// sends packets through the emulated NICs; docs/learn/perftest.md, "Three bandwidths").
     #[command(name = "write_bw", alias = "write-bw")]
     WriteBw(PtArgs),
     /// perftest's ib_read_lat: one RDMA READ at a time, full round trip.
@@ -602,7 +608,13 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
         }
         plot.push(match row {
             Row::Bw(r) => (size, r.avg),
-            Row::Lat(r) => (size, r.t_typical),
+            // The plot leaves out each size's first iterations (the warm-up: first touches of
+            // the buffers, a cold NIC thread), which the table, as perftest's, keeps.
+            Row::Lat(_) => {
+                let warm = out::plot_warmup(raw.posted.len());
+                let kept = out::lat_row(size, &raw.posted[warm..], t.rtt_factor());
+                (size, kept.map_or(0.0, |r| r.t_typical))
+            }
             Row::LatDur(r) => (size, r.t_avg),
         });
     }
@@ -619,10 +631,45 @@ fn client(me: &Launcher, t: Test, a: &PtArgs) -> Result<(), CliError> {
             (Kind::Lat, _) => "t_typical [usec]",
         };
         let title = format!("softverbs perf {} ({}, {})", t.sub(), a.conn.name(), a.ib_dev);
-        std::fs::write(file, out::svg_plot(&title, y, &plot))
+        let note = match (t.kind, a.duration) {
+            (Kind::Lat, None) => format!(
+                "median of each size's iterations after its first {}% (the warm-up, left out)\n{}",
+                100 / out::PLOT_WARMUP_DIVISOR,
+                data_path(t)
+            ),
+            (Kind::Lat, Some(_)) | (Kind::Bw, _) => {
+                format!("average over each size's run\n{}", data_path(t))
+            }
+        };
+        std::fs::write(file, out::svg_plot(&title, &note, y, &plot))
             .map_err(|e| CliError::failed(format!("--plot {}: {e}", file.display())))?;
     }
     Ok(())
+}
+
+/// What produces this test's figures (a banner line perftest does not have): a WRITE, READ
+/// or atomic by direct reach is one copy by the CPU straight into (or out of) the peer's
+/// memory, no packet, so its bandwidth is a memory copy's; a SEND, or anything with
+/// `SOFTVERBS_REACH` off, goes as packets through the emulated NICs.
+fn data_path(t: Test) -> &'static str {
+    match t.verb {
+        Verb::Send => SEND_PATH,
+        _ => one_sided_path(),
+    }
+}
+
+/// How a SEND travels: always as packets.
+pub(super) const SEND_PATH: &str =
+    "packets through the emulated NICs (a SEND needs the peer's receive)";
+
+/// How an RDMA WRITE, READ or atomic travels in this process: by direct reach unless
+/// `SOFTVERBS_REACH` turns it off.
+pub(super) fn one_sided_path() -> &'static str {
+    if std::env::var("SOFTVERBS_REACH").is_ok_and(|v| v == "0" || v == "off") {
+        "packets through the emulated NICs (SOFTVERBS_REACH off)"
+    } else {
+        "direct reach up to 1 MiB: the CPU copies straight into the peer's memory, no packet (SOFTVERBS_REACH=off: packets)"
+    }
 }
 
 fn header(t: Test, a: &PtArgs) -> &'static str {
@@ -673,6 +720,7 @@ fn banner(
     }
     outln!(" rdma_cm QPs\t : OFF");
     outln!(" Data ex. method : pipe to the server process (perftest: Ethernet, a TCP socket)");
+    outln!(" Data path       : {}", data_path(t));
     outln!("{RULE}");
     Ok(())
 }

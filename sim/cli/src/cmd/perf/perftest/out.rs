@@ -266,26 +266,66 @@ fn xml_text(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// The plot leaves out this fraction (1 / divisor) of each size's first latency iterations.
+pub(super) const PLOT_WARMUP_DIVISOR: usize = 10;
+
+/// How many of `n` latency iterations the plot leaves out as warm-up: a tenth, at least one
+/// (none when that would leave too few for the statistics).
+pub(super) fn plot_warmup(n: usize) -> usize {
+    let w = (n / PLOT_WARMUP_DIVISOR).max(1);
+    if n.saturating_sub(w) >= LAT_MEASURE_TAIL + 2 {
+        w
+    } else {
+        0
+    }
+}
+
+/// Whether a y axis for `values` is drawn on a log10 scale: when every value is above zero
+/// and the largest is at least ten times the smallest (a linear axis would put all but the
+/// largest on the zero line).
+pub(super) fn log_y(values: &[f64]) -> bool {
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(0.0f64, f64::max);
+    min > 0.0 && min.is_finite() && max >= 10.0 * min
+}
+
 /// An SVG line chart of `points` (message size in bytes, value) on a log2 x axis: `title`
-/// above, `y_label` (with its unit) on the y axis, "message size [bytes]" on the x axis.
-pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> String {
+/// above, `note` (how the values were taken, a line of text per line) under it, `y_label` (with its unit) on the y
+/// axis, "message size [bytes]" on the x axis. The y axis is log10 where the values span a
+/// decade or more ([`log_y`]), linear from zero otherwise.
+pub(super) fn svg_plot(title: &str, note: &str, y_label: &str, points: &[(u32, f64)]) -> String {
     const W: f64 = 720.0;
     const H: f64 = 440.0;
     const L: f64 = 90.0;
     const R: f64 = 30.0;
-    const T: f64 = 50.0;
+    const T: f64 = 72.0;
     const B: f64 = 70.0;
     let x0 = points.iter().map(|p| p.0.max(1).ilog2()).min().unwrap_or(0);
     let x1 = points.iter().map(|p| p.0.max(1).ilog2()).max().unwrap_or(1).max(x0 + 1);
     let top = points.iter().map(|p| p.1).fold(0.0f64, f64::max);
-    // y ticks at a round step (1, 2 or 5 times a power of ten), five or so of them.
+    let values: Vec<f64> = points.iter().map(|p| p.1).collect();
+    let log = log_y(&values);
+    // Linear: y ticks at a round step (1, 2 or 5 times a power of ten), five or so of them.
     let ystep = nice_step(if top > 0.0 { top * 1.05 / 5.0 } else { 0.2 });
     let ticks = (top * 1.05 / ystep).ceil().max(1.0) as u32;
     let ymax = ystep * f64::from(ticks);
+    // Log: whole decades around the values.
+    let bottom = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let (d0, d1) = if log {
+        (
+            bottom.log10().floor() as i32,
+            (top.log10().ceil() as i32).max(bottom.log10().floor() as i32 + 1),
+        )
+    } else {
+        (0, 1)
+    };
     let px = |b: u32| {
         L + (f64::from(b.max(1)).log2() - f64::from(x0)) / f64::from(x1 - x0) * (W - L - R)
     };
-    let py = |v: f64| H - B - v / ymax * (H - T - B);
+    let py = |v: f64| {
+        let f = if log { (v.log10() - f64::from(d0)) / f64::from(d1 - d0) } else { v / ymax };
+        H - B - f * (H - T - B)
+    };
     let mut s = String::new();
     s += &format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
@@ -297,6 +337,14 @@ pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> Str
         W / 2.0,
         xml_text(title)
     );
+    for (i, line) in note.lines().enumerate() {
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"11\">{}</text>\n",
+            W / 2.0,
+            44 + 13 * i,
+            xml_text(line)
+        );
+    }
     // Axes.
     s += &format!(
         "<line x1=\"{L}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
@@ -322,8 +370,20 @@ pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> Str
             );
         }
     }
-    for k in 0..=ticks {
-        let v = ystep * f64::from(k);
+    // y ticks: each decade labelled, 2x and 5x as grid lines (log); round steps (linear).
+    let yticks: Vec<(f64, Option<String>)> = if log {
+        (d0..=d1)
+            .flat_map(|d| {
+                let p = 10f64.powi(d);
+                let label = tick(p, p);
+                [(p, Some(label)), (2.0 * p, None), (5.0 * p, None)]
+            })
+            .filter(|(v, _)| *v <= 10f64.powi(d1) * 1.0001)
+            .collect()
+    } else {
+        (0..=ticks).map(|k| ystep * f64::from(k)).map(|v| (v, Some(tick(v, ystep)))).collect()
+    };
+    for (v, label) in yticks {
         let y = py(v);
         s += &format!(
             "<line x1=\"{}\" y1=\"{y:.1}\" x2=\"{L}\" y2=\"{y:.1}\" stroke=\"black\"/>\n",
@@ -333,12 +393,13 @@ pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> Str
             "<line x1=\"{L}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\n",
             W - R
         );
-        s += &format!(
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
-            L - 8.0,
-            y + 4.0,
-            tick(v, ystep)
-        );
+        if let Some(label) = label {
+            s += &format!(
+                "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>\n",
+                L - 8.0,
+                y + 4.0,
+            );
+        }
     }
     s += &format!(
         "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">message size [bytes] (log2 scale)</text>\n",
@@ -348,7 +409,7 @@ pub(super) fn svg_plot(title: &str, y_label: &str, points: &[(u32, f64)]) -> Str
     s += &format!(
         "<text x=\"20\" y=\"{0}\" text-anchor=\"middle\" transform=\"rotate(-90 20 {0})\">{1}</text>\n",
         (T + H - B) / 2.0,
-        xml_text(y_label)
+        xml_text(&if log { format!("{y_label} (log10 scale)") } else { y_label.to_string() })
     );
     let pts: Vec<String> =
         points.iter().map(|&(b, v)| format!("{:.1},{:.1}", px(b), py(v))).collect();
@@ -479,6 +540,40 @@ mod tests {
         let p = bw_row(1000, 4, 2500, &posted, &completed, false);
         // Fastest stretch: post 2 (at 2000) to completion 4 (2500): 250 ns a message.
         assert!((p.peak - 1000.0 / 250e-9 / 1_048_576.0).abs() < 1e-6, "{p:?}");
+    }
+
+    #[test]
+    fn a_plot_whose_values_span_decades_has_a_log_axis_and_says_how_it_was_taken() {
+        // send_lat -a as the issue saw it: everything up to 128 KiB under one 8 MiB point.
+        let pts = [(2, 2.1), (1024, 2.6), (131072, 40.0), (8 << 20, 2900.0)];
+        assert!(log_y(&pts.iter().map(|p| p.1).collect::<Vec<_>>()));
+        let svg = svg_plot("t", "median after the warm-up", "t_typical [usec]", &pts);
+        assert!(svg.contains("t_typical [usec] (log10 scale)"), "{svg}");
+        assert!(svg.contains(">median after the warm-up</text>"), "{svg}");
+        for decade in [">1</text>", ">10</text>", ">100</text>", ">1000</text>", ">10000</text>"] {
+            assert!(svg.contains(decade), "{decade} labelled: {svg}");
+        }
+        // The smallest point is well above the axis, not on it.
+        let y_of = |v: f64| {
+            let at = svg.find(&format!("{v:.3}</title>")).expect("point");
+            let c = &svg[..at];
+            let cy = c.rfind("cy=\"").expect("cy") + 4;
+            c[cy..].split('"').next().unwrap().parse::<f64>().unwrap()
+        };
+        assert!(y_of(2.1) - y_of(2900.0) > 200.0, "spread over the height");
+        // The warm-up: 30 iterations whose first 3 took 2 ms each (cold) and the rest 4 us:
+        // the plotted statistics leave the cold ones out, the table's keep them.
+        assert_eq!((plot_warmup(1000), plot_warmup(5), plot_warmup(4)), (100, 1, 0));
+        let mut posted: Vec<u64> = (0..=3).map(|i| i * 2_000_000).collect();
+        posted.extend((1..=26).map(|i| 6_000_000 + i * 4_000));
+        let all = lat_row(2, &posted, 2.0).unwrap();
+        let warm = lat_row(2, &posted[plot_warmup(posted.len())..], 2.0).unwrap();
+        assert!((all.t_max - 1000.0).abs() < 1e-9, "the table keeps the cold start: {all:?}");
+        assert!((warm.t_max - 2.0).abs() < 1e-9, "the plot does not: {warm:?}");
+        // Values within a decade keep the linear axis from zero.
+        assert!(!log_y(&[5.0, 9.0]) && !log_y(&[0.0, 100.0]));
+        let lin = svg_plot("t", "", "BW average [MiB/sec]", &[(2, 5.0), (4, 9.0)]);
+        assert!(!lin.contains("log10"), "{lin}");
     }
 
     #[test]

@@ -135,8 +135,10 @@ impl<'a> Poller<'a> {
         for wc in &self.wcs[..n] {
             if wc.status != WcStatus::Success {
                 return Err(format!(
-                    "work completion failed: {} ({}), opcode {:?}, wr_id {:#x}",
-                    wc.status, wc.status as u32, wc.opcode, wc.wr_id
+                    "work completion failed: {} ({}), wr_id {:#x}",
+                    wc.status.name(),
+                    wc.status,
+                    wc.wr_id
                 ));
             }
         }
