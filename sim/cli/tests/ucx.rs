@@ -63,10 +63,7 @@ fn fabric() -> tempfile::TempDir {
 fn run_cmd(fabric: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(BIN);
     c.arg("run").arg("--fabric").arg(fabric).arg("--").args(args);
-    c.envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.envs(env.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     c
 }
 
@@ -281,5 +278,59 @@ fn ucx_perftest_runs_over_rc_and_ud() {
             let iters: Vec<&str> = fin.split_whitespace().collect();
             assert_eq!(iters.get(1), Some(&"1000"), "{what}: {fin}");
         }
+    }
+}
+
+/// Open MPI over UCX (`--mca pml ucx`) on the soft devices, as its users launch it (`mpirun`
+/// through `softverbs run`, 4 ranks on two cores: `--oversubscribe`; root needs
+/// `--allow-run-as-root`): tests/c/mpi_check.c's ping-pong between ranks 0 and 1 (1 B to
+/// 1 MiB, 200 round trips each, every byte checked on both sides) and a 4-rank allreduce of
+/// 100 000 longs (every element checked), over `UCX_TLS=rc,self` and over `ud_verbs,self`;
+/// mpirun exits 0, no rank reports an error, and no rank outlives it.
+#[test]
+fn open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud() {
+    let test = "open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud";
+    let tools = [("mpicc", "libopenmpi-dev"), ("mpirun", "openmpi-bin")];
+    let Some(()) = ready(test, &tools) else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("mpi_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mpi_check.c");
+    let cc = Command::new("mpicc").arg("-Wall").arg("-o").arg(&exe).arg(&src).output();
+    let cc = cc.expect("mpicc");
+    assert!(cc.status.success(), "mpicc:\n{}", show(&cc));
+    let exe = exe.to_str().expect("UTF-8 path");
+    let f = fabric();
+    for tls in ["rc,self", "ud_verbs,self"] {
+        let tls_arg = format!("UCX_TLS={tls}");
+        let args = [
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "4",
+            "--mca",
+            "pml",
+            "ucx",
+            "--mca",
+            "btl",
+            "self",
+            "-x",
+            &tls_arg,
+            "-x",
+            "UCX_NET_DEVICES=softverbs0:1",
+            exe,
+        ];
+        let out = run(f.path(), &args, &[], Duration::from_secs(120));
+        let what = format!("mpirun -np 4 over {tls}");
+        assert!(out.status.success(), "{what}:\n{}", show(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines, ["pingpong ok 200", "allreduce ok 4"], "{what}:\n{}", show(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for bad in ["ERROR", "rror:", "Segmentation", "abort", "signal"] {
+            assert!(!stderr.contains(bad), "{what}: {bad:?} on stderr:\n{}", show(&out));
+        }
+        let left = Command::new("pgrep").arg("-f").arg(exe).output().expect("pgrep");
+        assert!(left.stdout.is_empty(), "{what}: ranks left running: {:?}", left.stdout);
     }
 }
