@@ -38,12 +38,27 @@ fn ready(test: &str, tools: &[(&str, &str)]) -> Option<()> {
         }
     }
     if missing.is_empty() {
-        return Some(());
+        return namespaces(test);
     }
     let missing = missing.join("; ");
     assert!(!required(), "SOFTVERBS_REQUIRE_C=1 but {missing}");
     eprintln!("{test}: skipped: {missing} (SOFTVERBS_REQUIRE_C=1 makes this an error)");
     None
+}
+
+/// Whether `softverbs run` can make its namespace here; if not (user namespaces disabled, or a
+/// container without them), None after a note: what `softverbs run` then does (run the
+/// program, warned, without the entries) is all there is to see.
+fn namespaces(test: &str) -> Option<()> {
+    let f = fabric();
+    let out = run(f.path(), &["true"], &[], Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "softverbs run -- true:\n{}", show(&out));
+    if stderr.contains("no namespace of its own") {
+        eprintln!("{test}: skipped: softverbs run can make no namespace here: {stderr}");
+        return None;
+    }
+    Some(())
 }
 
 fn which(tool: &str) -> Option<PathBuf> {
@@ -172,6 +187,7 @@ fn softverbs_run_shows_device_nodes_and_sysfs_to_the_program_alone() {
         Duration::from_secs(30),
     );
     assert_eq!(String::from_utf8_lossy(&off.stdout).trim(), "absent", "{}", show(&off));
+    disabled_namespaces_warn_and_run_the_program(test, f.path());
     if uid != 0 {
         return;
     }
@@ -207,6 +223,37 @@ fn softverbs_run_shows_device_nodes_and_sysfs_to_the_program_alone() {
         return;
     }
     check_look(&out, 65534, "nobody");
+}
+
+/// Where no namespace can be made, `softverbs run` still runs the program, as before issue 30,
+/// after a warning naming why: shown in a user namespace of the test's own whose
+/// `max_user_namespaces` is 0, with CAP_SYS_ADMIN dropped (so neither a mount namespace alone
+/// nor a user namespace can be made). Skipped (with a note) where the test cannot make that
+/// user namespace.
+fn disabled_namespaces_warn_and_run_the_program(test: &str, fabric: &Path) {
+    let (Some(unshare), Some(_)) = (which("unshare"), which("setpriv")) else {
+        eprintln!("{test}: the disabled-namespace half skipped: no unshare or setpriv");
+        return;
+    };
+    let inner = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --bounding-set=-sys_admin \
+         {BIN} run --fabric {} -- sh -c 'test -e /dev/infiniband/uverbs0 && echo shown || echo \
+         absent'",
+        fabric.display()
+    );
+    let mut c = Command::new(unshare);
+    c.args(["-U", "-r", "sh", "-c", &inner]).stdin(Stdio::null());
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = finish(Guard(Some(c.spawn().expect("spawn"))), Duration::from_secs(30), "unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("unshare failed") || stderr.contains("Permission denied") {
+        eprintln!("{test}: the disabled-namespace half skipped: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "absent", "{}", show(&out));
+    assert!(stderr.contains("warning: no namespace of its own can be made"), "{}", show(&out));
+    assert!(stderr.contains("user namespaces are disabled"), "{}", show(&out));
 }
 
 /// `ucx_info -d` through `softverbs run` lists each soft device as a memory domain with the

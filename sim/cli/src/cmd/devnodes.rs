@@ -186,24 +186,25 @@ pub fn present(tree: &[(PathBuf, Node)]) -> bool {
 pub fn enter(tree: &[(PathBuf, Node)]) -> Result<(), EnterError> {
     // SAFETY: plain system calls with no pointers.
     let (uid, gid, euid) = unsafe { (libc::getuid(), libc::getgid(), libc::geteuid()) };
-    let mut flags = libc::CLONE_NEWNS;
-    if euid != 0 {
-        flags |= libc::CLONE_NEWUSER;
-    }
+    // Root makes a mount namespace alone and keeps its privileges in it; a user also needs a
+    // user namespace, and so does root where it lacks CAP_SYS_ADMIN (a container).
     // SAFETY: unshare takes no pointers; on failure nothing changed.
-    if unsafe { libc::unshare(flags) } != 0 {
-        let e = io::Error::last_os_error();
-        let why = match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => {
-                " (user namespaces are disabled or exhausted here: see \
-                 /proc/sys/kernel/unprivileged_userns_clone and /proc/sys/user/max_user_namespaces)"
-            }
-            Some(libc::EINVAL) => " (the process has more than one thread)",
-            _ => "",
-        };
-        return Err(EnterError::Unavailable(format!("unshare: {e}{why}")));
-    }
-    if euid != 0 {
+    let alone = euid == 0 && unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0;
+    if !alone {
+        // SAFETY: as above.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+            let e = io::Error::last_os_error();
+            let why = match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => {
+                    " (user namespaces are disabled or exhausted here: see \
+                     /proc/sys/kernel/unprivileged_userns_clone and \
+                     /proc/sys/user/max_user_namespaces)"
+                }
+                Some(libc::EINVAL) => " (the process has more than one thread)",
+                _ => "",
+            };
+            return Err(EnterError::Unavailable(format!("unshare: {e}{why}")));
+        }
         // Past this point there is no way back to the parent namespace: a failure is fatal
         // for `softverbs run` (the caller's uid would otherwise read as the overflow uid).
         let w = |f: &str, s: String| {
