@@ -329,9 +329,14 @@ impl Mounts {
                 let src = old_path.join(name);
                 let dst = dir.join(name);
                 let fail = |e: io::Error| format!("cannot bind {} back: {e}", dst.display());
+                // An entry removed since it was listed (a pty, a lock) is left out.
+                let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
                 if ty.is_symlink() {
-                    let target = std::fs::read_link(&src).map_err(fail)?;
-                    std::os::unix::fs::symlink(target, &dst).map_err(fail)?;
+                    match std::fs::read_link(&src) {
+                        Ok(target) => std::os::unix::fs::symlink(target, &dst).map_err(fail)?,
+                        Err(e) if gone(&e) => {}
+                        Err(e) => return Err(fail(e)),
+                    }
                     continue;
                 }
                 if ty.is_dir() {
@@ -339,7 +344,17 @@ impl Mounts {
                 } else {
                     std::fs::write(&dst, b"").map_err(fail)?;
                 }
-                mount(Some(&src), &dst, None, libc::MS_BIND | libc::MS_REC, None).map_err(fail)?;
+                match mount(Some(&src), &dst, None, libc::MS_BIND | libc::MS_REC, None) {
+                    Ok(()) => {}
+                    Err(e) if gone(&e) => {
+                        let _ = if ty.is_dir() {
+                            std::fs::remove_dir(&dst)
+                        } else {
+                            std::fs::remove_file(&dst)
+                        };
+                    }
+                    Err(e) => return Err(fail(e)),
+                }
             }
             Ok(())
         })();
