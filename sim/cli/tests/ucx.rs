@@ -284,21 +284,23 @@ fn ucx_info_lists_the_soft_devices_with_rc_and_ud() {
 /// `ucx_perftest` between two processes, each through `softverbs run`, over `UCX_TLS=rc,self`
 /// and `ud_verbs,self`: tag matching latency, PUT bandwidth and GET, 1000 iterations of 4 KiB
 /// each; both exit 0 and the client reports all 1000 iterations. (ucx_perftest checks no
-/// payload; the MPI and pyverbs runs do.)
+/// payload; the MPI and pyverbs runs do.) RC also with direct reach off (`SOFTVERBS_REACH=0`):
+/// the same outcome (UD has no one-sided operations for reach to take).
 #[test]
 fn ucx_perftest_runs_over_rc_and_ud() {
     let test = "ucx_perftest_runs_over_rc_and_ud";
     let Some(()) = ready(test, &[("ucx_perftest", "ucx-utils")]) else { return };
     let f = fabric();
-    for tls in ["rc,self", "ud_verbs,self"] {
+    for (tls, reach) in [("rc,self", "on"), ("ud_verbs,self", "on"), ("rc,self", "off")] {
         for t in ["tag_lat", "ucp_put_bw", "ucp_get"] {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
                 .port()
                 .to_string();
-            let env = [("UCX_TLS", tls), ("UCX_NET_DEVICES", "softverbs0:1")];
-            let what = format!("UCX_TLS={tls} ucx_perftest -t {t}");
+            let env =
+                [("UCX_TLS", tls), ("UCX_NET_DEVICES", "softverbs0:1"), ("SOFTVERBS_REACH", reach)];
+            let what = format!("UCX_TLS={tls} SOFTVERBS_REACH={reach} ucx_perftest -t {t}");
             let server = run_cmd(f.path(), &["ucx_perftest", "-p", &port], &env)
                 .spawn()
                 .expect("spawn server");
@@ -332,8 +334,9 @@ fn ucx_perftest_runs_over_rc_and_ud() {
 /// through `softverbs run`, 4 ranks on two cores: `--oversubscribe`; root needs
 /// `--allow-run-as-root`): tests/c/mpi_check.c's ping-pong between ranks 0 and 1 (1 B to
 /// 1 MiB, 200 round trips each, every byte checked on both sides) and a 4-rank allreduce of
-/// 100 000 longs (every element checked), over `UCX_TLS=rc,self` and over `ud_verbs,self`;
-/// mpirun exits 0, no rank reports an error, and no rank outlives it.
+/// 100 000 longs (every element checked), over `UCX_TLS=rc,self` (direct reach on and off:
+/// the same outcome) and over `ud_verbs,self`; mpirun exits 0, no rank reports an error, and
+/// no rank outlives it.
 #[test]
 fn open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud() {
     let test = "open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud";
@@ -347,7 +350,7 @@ fn open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud() {
     assert!(cc.status.success(), "mpicc:\n{}", show(&cc));
     let exe = exe.to_str().expect("UTF-8 path");
     let f = fabric();
-    for tls in ["rc,self", "ud_verbs,self"] {
+    for (tls, reach) in [("rc,self", "on"), ("rc,self", "off"), ("ud_verbs,self", "on")] {
         let tls_arg = format!("UCX_TLS={tls}");
         let args = [
             "mpirun",
@@ -367,8 +370,8 @@ fn open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud() {
             "UCX_NET_DEVICES=softverbs0:1",
             exe,
         ];
-        let out = run(f.path(), &args, &[], Duration::from_secs(120));
-        let what = format!("mpirun -np 4 over {tls}");
+        let out = run(f.path(), &args, &[("SOFTVERBS_REACH", reach)], Duration::from_secs(120));
+        let what = format!("mpirun -np 4 over {tls}, SOFTVERBS_REACH={reach}");
         assert!(out.status.success(), "{what}:\n{}", show(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         let lines: Vec<&str> = stdout.lines().collect();
