@@ -296,14 +296,19 @@ pub unsafe extern "C" fn ibv_query_gid(
     }
 }
 
-/// `struct ibv_gid_entry` of softverbs' entry.
+/// `struct ibv_gid_entry` of softverbs' entry. Its network device is `lo`, as `softverbs run`'s
+/// sysfs names it (`gid_attrs/ndevs/N`, docs/c.md "Device nodes and sysfs"): a soft port has no
+/// kernel netdev, and a program that names the GID's interface finds one that exists.
 fn gid_entry_c(e: &GidEntry) -> ibv_gid_entry {
+    static LO: OnceLock<u32> = OnceLock::new();
+    // SAFETY: a NUL-terminated literal.
+    let lo = *LO.get_or_init(|| unsafe { libc::if_nametoindex(c"lo".as_ptr()) });
     ibv_gid_entry {
         gid: ibv_gid { raw: e.gid.0 },
         gid_index: e.gid_index,
         port_num: e.port_num,
         gid_type: e.gid_type.to_ibv(),
-        ndev_ifindex: e.ndev_ifindex,
+        ndev_ifindex: if e.ndev_ifindex == 0 { lo } else { e.ndev_ifindex },
     }
 }
 

@@ -81,3 +81,17 @@ fn bad_input_and_missing_verbs_get_libibverbs_errnos_and_channels_poll() {
         assert!(e.contains(line), "no log line {line:?} in:\n{e}");
     }
 }
+
+/// Each GID names its network device as `softverbs run`'s sysfs does (`gid_attrs/ndevs/N`:
+/// `lo`): `ndev_ifindex` of `ibv_query_gid_table` and `ibv_query_gid_ex` is `lo`'s index, so a
+/// program that names the GID's interface (`if_indextoname`; the `sideway` crate's
+/// `show_gids`) finds one, as over rxe, whose GIDs name its netdev.
+#[test]
+fn each_gid_names_lo_as_its_network_device() {
+    let test = "each_gid_names_lo_as_its_network_device";
+    let Some((_dir, exe)) = common::build_c(test, "gid_ndev", &[]) else { return };
+    let out = Env::new().run(&exe, &[], Duration::from_secs(60));
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{:?}\n{o}{e}", out.status);
+    assert_eq!(o, "table 0 ndev lo\ntable 1 ndev lo\ngid 0 ndev lo\ngid 1 ndev lo\n");
+}

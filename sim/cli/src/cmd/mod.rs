@@ -16,6 +16,7 @@ macro_rules! outln {
 pub mod counters;
 pub mod demo;
 pub mod devinfo;
+pub mod devnodes;
 pub mod fabric;
 pub mod labs;
 pub mod learn;

@@ -118,12 +118,68 @@ pub fn command(
     Ok(cmd)
 }
 
+/// UCX's switch for the destination-GID check of its UD transport on Ethernet ports.
+const UCX_DGID_CHECK: &str = "UCX_UD_VERBS_ETH_DGID_CHECK";
+
 /// `softverbs run`: replace this process with `PROGRAM ARGS...` as [`command`] sets it up.
 /// Returns only on failure.
 pub fn run(fabric: Option<&Path>, args: &RunArgs) -> Result<(), CliError> {
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
-    let e = command(fabric, program, rest)?.exec();
+    let mut cmd = command(fabric, program, rest)?;
+    show_devices()?;
+    // UCX's UD transport drops every datagram whose GRH destination it cannot find among the
+    // port's GIDs; it learns where the destination sits in the 40-byte GRH area from the
+    // completion's `sl`, which only mlx5 fills with the packet type. Over rxe, and so over
+    // softverbs (`sl` 0, as rxe reports it), the IPv4 address is read from the wrong bytes and
+    // nothing gets through (docs/decisions.md, "Device nodes and sysfs in a namespace of the
+    // program's own"): turn the check off unless the caller chose.
+    if std::env::var_os(UCX_DGID_CHECK).is_none() {
+        cmd.env(UCX_DGID_CHECK, "n");
+    }
+    let e = cmd.exec();
     Err(CliError::usage(format!("cannot run {}: {e}", Path::new(program).display())))
+}
+
+/// Makes the soft devices visible where programs look for a device (`/dev/infiniband`,
+/// `/sys/class/infiniband`: [`super::devnodes`]) for the program about to be executed, unless
+/// `SOFTVERBS_NAMESPACE=off`. Where no namespace can be made (user namespaces disabled), the
+/// program runs as before, without those entries, after a warning saying what it will miss; a
+/// failure half-way into a user namespace is an error (the program would run with its uid
+/// unmapped).
+fn show_devices() -> Result<(), CliError> {
+    match std::env::var("SOFTVERBS_NAMESPACE").as_deref() {
+        Ok("off") | Ok("0") => return Ok(()),
+        Ok("on") | Ok("1") | Ok("") | Err(std::env::VarError::NotPresent) => {}
+        Ok(v) => {
+            return Err(CliError::usage(format!("SOFTVERBS_NAMESPACE={v:?}: expected on or off")))
+        }
+        Err(e) => return Err(CliError::usage(format!("SOFTVERBS_NAMESPACE: {e}"))),
+    }
+    // A bad environment (SOFTVERBS_DEVICES) is the program's own error to give, when it lists
+    // the devices: run it without the entries.
+    let Ok(names) = super::devnodes::soft_devices() else { return Ok(()) };
+    let tree = super::devnodes::tree(&names);
+    if super::devnodes::present(&tree) {
+        return Ok(());
+    }
+    use super::devnodes::EnterError;
+    let why = match super::devnodes::enter(&tree) {
+        Ok(()) => return Ok(()),
+        Err(EnterError::Fatal(e)) => {
+            return Err(CliError::failed(format!(
+                "cannot show the soft devices to the program: {e}"
+            )))
+        }
+        Err(EnterError::Unavailable(e)) => format!("no namespace of its own can be made ({e})"),
+        Err(EnterError::Undone(e)) => e,
+    };
+    eprintln!(
+        "softverbs run: warning: {why}; the program runs without /dev/infiniband and \
+         /sys/class/infiniband entries for the soft devices, so UCX (and Open MPI's pml ucx) \
+         will not list them and pyverbs skips its RDMA-CM tests (SOFTVERBS_NAMESPACE=off \
+         silences this)"
+    );
+    Ok(())
 }
 
 #[cfg(test)]
