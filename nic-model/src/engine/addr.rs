@@ -128,7 +128,7 @@ pub(crate) struct AvPath {
     pub(crate) ip6: Option<Ip6Path>,
 }
 
-/// Where an address vector (`ibv_ah_attr`) of a port with IPv4 address `ip` leads; otherwise
+/// Where an address vector (`ibv_ah_attr`) of the port `cfg` describes leads; otherwise
 /// the errno and what is wrong with it. On a RoCE port the vector must carry a GRH
 /// (`is_global`): the LID is 0 and means nothing there, as hardware and rxe refuse a vector
 /// without one. The source is the `sgid_index` entry of the port's GID table, so that entry
@@ -136,7 +136,7 @@ pub(crate) struct AvPath {
 /// (RoCE v2 over IPv4) or, from the link-local entry, a port's link-local GID (RoCE v2 over
 /// IPv6, which connected QPs and UD address handles send alike).
 pub(super) fn av_path(
-    ip: [u8; 4],
+    cfg: &super::NicConfig,
     av: &verbs_api::AhAttr,
 ) -> std::result::Result<AvPath, (Errno, String)> {
     if !av.is_global {
@@ -148,16 +148,34 @@ pub(super) fn av_path(
         ));
     }
     let sgid_index = u32::from(av.sgid_index);
-    let Some((sgid, _)) = gid_entry(ip, sgid_index) else {
+    let Some((sgid, _)) = cfg.gid_entry(sgid_index) else {
+        let held = match &cfg.netdev {
+            None => format!("entries {GID_INDEX_LINK_LOCAL} and {GID_INDEX_IPV4} hold GIDs"),
+            Some(n) => format!(
+                "entries 0 to {} hold the GIDs of {}",
+                n.gids.len().saturating_sub(1),
+                n.name
+            ),
+        };
         return Err((
             Errno::Inval,
-            format!(
-                "sgid_index {sgid_index} is an empty entry of port 1's GID table (entries \
-                 {GID_INDEX_LINK_LOCAL} and {GID_INDEX_IPV4} hold GIDs)"
-            ),
+            format!("sgid_index {sgid_index} is an empty entry of port 1's GID table ({held})"),
         ));
     };
     let dgid = Ipv6Addr::from(av.dgid.0);
+    if let (Some(n), None) = (&cfg.netdev, sgid.to_ipv4()) {
+        return Err((
+            Errno::Inval,
+            format!(
+                "sgid_index {sgid_index} is the IPv6 GID {}: softverbs on a network interface \
+                 ({}, SOFTVERBS_NETDEV) sends RoCE v2 over IPv4 only; send from GID index \
+                 {GID_INDEX_IPV4}, the IPv4 address {}",
+                Ipv6Addr::from(sgid.0),
+                n.name,
+                std::net::Ipv4Addr::from(n.ipv4)
+            ),
+        ));
+    }
     if sgid.to_ipv4().is_some() {
         return match av.dgid.to_ipv4() {
             Some(dst) => Ok(AvPath { ip: dst, ip6: None }),
@@ -204,16 +222,16 @@ pub(super) fn av_path(
     }
 }
 
-/// `ibv_create_ah`'s checks for a port with IPv4 address `ip`: the vector must carry a GRH
+/// `ibv_create_ah`'s checks for the port `cfg` describes: the vector must carry a GRH
 /// naming a softverbs port from a GID this port has, on port 1.
-pub fn check_ah(ip: [u8; 4], attr: &verbs_api::AhAttr) -> Result<()> {
+pub fn check_ah(cfg: &super::NicConfig, attr: &verbs_api::AhAttr) -> Result<()> {
     if attr.port_num > 1 {
         return Err(Error::inval(format!(
             "ibv_create_ah: port_num {} does not exist (the device has port 1)",
             attr.port_num
         )));
     }
-    av_path(ip, attr)
+    av_path(cfg, attr)
         .map(drop)
         .map_err(|(errno, why)| Error::new(errno, format!("ibv_create_ah: {why}")))
 }

@@ -1,5 +1,7 @@
 //! What a NIC is: its name, identity, address and the device limits it reports and enforces.
 
+use std::sync::Arc;
+
 use verbs_api::{Gid, GidType, Mtu};
 
 use super::addr::{eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip};
@@ -102,6 +104,29 @@ pub struct NicConfig {
     /// [`NicConfig::new`] derives them from the slot, so that tests made with it are
     /// deterministic.
     pub entropy: u64,
+    /// The network interface the port is a RoCE v2 device on (`SOFTVERBS_NETDEV`), whose
+    /// addresses replace those of the slot: its IPv4 address, MAC, GID table and MTU. None: a
+    /// port of a softverbs fabric, addressed by its slot.
+    pub netdev: Option<Arc<NetdevAddr>>,
+}
+
+/// The addresses of a port that is a RoCE v2 device on a network interface, as rxe takes them
+/// from its netdev (`rxe_net.c`, ib_core's `roce_gid_mgmt.c`): the one IPv4 address the port
+/// sends from and receives on, the interface's MAC, the GID table and the active MTU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetdevAddr {
+    /// The interface name (`eth0`).
+    pub name: String,
+    /// The IPv4 address datagrams leave from and arrive at (UDP port 4791).
+    pub ipv4: [u8; 4],
+    /// The interface's MAC address.
+    pub mac: [u8; 6],
+    /// The GID table, index by index (all RoCE v2): the default GID `fe80::<EUI-64 of the
+    /// MAC>`, the IPv4 address as `::ffff:a.b.c.d`, then the interface's other IPv6 addresses.
+    pub gids: Vec<Gid>,
+    /// `active_mtu`: the interface MTU less rxe's 80 bytes of headers, rounded down to an IB
+    /// MTU (`eth_mtu_int_to_enum`).
+    pub active_mtu: Mtu,
 }
 
 impl NicConfig {
@@ -117,6 +142,7 @@ impl NicConfig {
             ack_every: 64,
             window: 512,
             entropy: splitmix64(u64::from(slot)),
+            netdev: None,
         }
     }
     /// The first QP number the NIC hands out: from [`NicConfig::entropy`], anywhere in the
@@ -125,16 +151,35 @@ impl NicConfig {
         let span = u64::from(MAX_QPN - MIN_QPN + 1);
         MIN_QPN + (self.entropy % span) as u32
     }
-    /// The port's IPv4 address, from its slot: the address the wire delivers to.
+    /// The port's IPv4 address, from its slot (or its network interface): the address the
+    /// wire delivers to.
+    #[inline]
     pub fn ip(&self) -> [u8; 4] {
-        ip_of_slot(self.slot)
+        match &self.netdev {
+            None => ip_of_slot(self.slot),
+            Some(n) => n.ipv4,
+        }
     }
-    /// The port's MAC address, made from its IPv4 address (locally administered).
+    /// The port's MAC address, made from its IPv4 address (locally administered), or its
+    /// network interface's.
     pub fn mac(&self) -> [u8; 6] {
-        mac_of_ip(self.ip())
+        match &self.netdev {
+            None => mac_of_ip(self.ip()),
+            Some(n) => n.mac,
+        }
     }
     /// Entry `index` of the port's GID table, as rxe's is (see [`gid_entry`]); `None` if empty.
     pub fn gid_entry(&self, index: u32) -> Option<(Gid, GidType)> {
-        gid_entry(self.ip(), index)
+        match &self.netdev {
+            None => gid_entry(self.ip(), index),
+            Some(n) => n.gids.get(index as usize).map(|g| (*g, GidType::RoceV2)),
+        }
+    }
+    /// The port's `active_mtu`: its largest MTU, or what its network interface carries.
+    pub fn active_mtu(&self) -> Mtu {
+        match &self.netdev {
+            None => self.max_mtu,
+            Some(n) => n.active_mtu,
+        }
     }
 }
