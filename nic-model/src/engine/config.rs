@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use verbs_api::{Gid, GidType, Mtu};
 
-use super::addr::{eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip};
+use super::addr::{eui64_of_mac, ip_of_slot, mac_of_ip, port_gid_entry, NetdevAddr};
 
 /// The lowest QP number a QP gets: 0 and 1 name the special QPs (SMI, GSI).
 pub(crate) const MIN_QPN: u32 = 2;
@@ -110,25 +110,6 @@ pub struct NicConfig {
     pub netdev: Option<Arc<NetdevAddr>>,
 }
 
-/// The addresses of a port that is a RoCE v2 device on a network interface, as rxe takes them
-/// from its netdev (`rxe_net.c`, ib_core's `roce_gid_mgmt.c`): the one IPv4 address the port
-/// sends from and receives on, the interface's MAC, the GID table and the active MTU.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NetdevAddr {
-    /// The interface name (`eth0`).
-    pub name: String,
-    /// The IPv4 address datagrams leave from and arrive at (UDP port 4791).
-    pub ipv4: [u8; 4],
-    /// The interface's MAC address.
-    pub mac: [u8; 6],
-    /// The GID table, index by index (all RoCE v2): the default GID `fe80::<EUI-64 of the
-    /// MAC>`, the IPv4 address as `::ffff:a.b.c.d`, then the interface's other IPv6 addresses.
-    pub gids: Vec<Gid>,
-    /// `active_mtu`: the interface MTU less rxe's 80 bytes of headers, rounded down to an IB
-    /// MTU (`eth_mtu_int_to_enum`).
-    pub active_mtu: Mtu,
-}
-
 impl NicConfig {
     /// A NIC with default limits on the port in fabric slot `slot`.
     pub fn new(name: impl Into<String>, slot: u16) -> NicConfig {
@@ -168,12 +149,10 @@ impl NicConfig {
             Some(n) => n.mac,
         }
     }
-    /// Entry `index` of the port's GID table, as rxe's is (see [`gid_entry`]); `None` if empty.
+    /// Entry `index` of the port's GID table, as rxe's is (see [`gid_entry`](super::addr::gid_entry), or its network
+    /// interface's, [`NetdevAddr::gids`]); `None` if empty.
     pub fn gid_entry(&self, index: u32) -> Option<(Gid, GidType)> {
-        match &self.netdev {
-            None => gid_entry(self.ip(), index),
-            Some(n) => n.gids.get(index as usize).map(|g| (*g, GidType::RoceV2)),
-        }
+        port_gid_entry(self.ip(), self.netdev.as_deref(), index)
     }
     /// The port's `active_mtu`: its largest MTU, or what its network interface carries.
     pub fn active_mtu(&self) -> Mtu {

@@ -107,9 +107,9 @@ use verbs_api::{AsyncEvent, DeviceAttr, LinkLayer, PortAttr, PortState};
 
 pub use addr::{
     check_ah, eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip, slot_of_datagram_addr, slot_of_gid,
-    slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
+    slot_of_ip, NetdevAddr, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
-pub use config::{splitmix64, Limits, NetdevAddr, NicConfig};
+pub use config::{splitmix64, Limits, NicConfig};
 pub use mcast::{is_multicast_gid, is_multicast_ipv4, Membership, MULTICAST_QPN};
 pub use qp::PsnMirror;
 pub use reach::{LocalSges, QpFacts, ReachAsk, ReachOp, Traffic};

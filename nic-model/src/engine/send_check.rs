@@ -254,7 +254,7 @@ pub(crate) fn check_send<'w, 'd>(
             return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
         };
         let ah = wr_ud.ah.attr();
-        let path = match av_path(&hca.cfg, &ah) {
+        let path = match av_path(hca.cfg.ip(), hca.cfg.netdev.as_deref(), &ah) {
             Ok(p) => p,
             Err((_, why)) => return inval(format!("the address handle: {why}")),
         };

@@ -28,7 +28,7 @@ pub struct Interface {
 
 /// rxe's `RXE_MAX_HDR_LENGTH`: the bytes of headers rxe takes off the interface MTU before it
 /// picks an IB MTU (`eth_mtu_int_to_enum`).
-const RXE_MAX_HDR_LENGTH: u32 = 80;
+pub const RXE_MAX_HDR_LENGTH: u32 = 80;
 
 /// `active_mtu` of a RoCE port on an interface of MTU `mtu`, as rxe's `rxe_set_mtu` picks it:
 /// the MTU less [`RXE_MAX_HDR_LENGTH`], rounded down to an IB MTU, 256 at the least, 4096 at
@@ -135,9 +135,12 @@ fn mac_and_mtu(name: &str) -> std::io::Result<([u8; 6], u32)> {
     Ok((mac, u32::try_from(mtu).unwrap_or(0)))
 }
 
+/// An interface's IPv4 and IPv6 addresses.
+type Addresses = (Vec<[u8; 4]>, Vec<[u8; 16]>);
+
 /// The interface's IPv4 and IPv6 addresses, in the order `getifaddrs` lists them (the
 /// kernel's, as `ip addr` shows).
-fn addresses(name: &str) -> std::io::Result<(Vec<[u8; 4]>, Vec<[u8; 16]>)> {
+fn addresses(name: &str) -> std::io::Result<Addresses> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: `head` is a valid out-pointer; the list is freed below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
