@@ -131,6 +131,14 @@ impl Soft {
         Ok(Soft::with_medium(Medium::Shm(fabric), Ok(env)))
     }
 
+    /// Devices that are RoCE v2 devices on network interface `iface`, as
+    /// `SOFTVERBS_NETDEV=iface` makes [`Soft::shared_memory`]'s (docs/guide.md, "Across
+    /// machines"): each opened device binds UDP port 4791 on a free IPv4 address of the
+    /// interface. The interface is looked up when a device is opened, and an error names it.
+    pub fn netdev(iface: &str) -> Soft {
+        Soft::with_medium(Medium::Udp(iface.to_string()), EnvConfig::from_env())
+    }
+
     /// Change the NIC settings (limits, retry quirks) used by devices opened from now on.
     pub fn configure(&self, f: impl FnOnce(&mut NicConfig)) {
         f(&mut self.inner.config.lock().unwrap_or_else(|e| e.into_inner()));

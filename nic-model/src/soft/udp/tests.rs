@@ -82,3 +82,91 @@ proptest! {
         prop_assert!(nic.poll_transmit().is_none(), "nothing answers a stranger's bytes");
     }
 }
+
+/// A device on `lo` (127.0.0.1:4791) with an RC QP whose path is 127.0.0.3: a stranger's
+/// datagram for the QP (from 127.0.0.2) and bytes that are no datagram are dropped and
+/// counted; the path's SEND lands, every byte, and its ACK comes back from 127.0.0.1:4791 as
+/// RoCE v2 whose ICRC checks over the kernel's headers. Real sockets, one process.
+#[test]
+fn strangers_and_garbage_from_the_network_are_counted_and_the_path_s_send_lands() {
+    use std::net::UdpSocket;
+    use std::time::Duration;
+
+    use verbs_api::conn::{connect, ConnOpts, QpInfo};
+    use verbs_api::{AccessFlags, Errno, Gid, QpCap, QpInitAttr, QpType, RecvWr, WcStatus};
+
+    let soft = crate::soft::Soft::netdev("lo");
+    let ctx = match soft.open("softverbs0") {
+        Ok(c) => c,
+        Err(e) if e.errno == Errno::Busy || e.errno == Errno::NoDev => {
+            eprintln!("skipped: no free 127.0.0.1:4791 on lo here: {e}");
+            return;
+        }
+        Err(e) => panic!("opening softverbs0 on lo: {e}"),
+    };
+    assert_eq!(ctx.query_gid(1, 1).expect("GID 1"), Gid::from_ipv4([127, 0, 0, 1]));
+    let pd = ctx.alloc_pd().expect("pd");
+    let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).expect("mr");
+    let cq = ctx.create_cq(16, None, 0).expect("cq");
+    let cap = QpCap {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        })
+        .expect("qp");
+    let peer = QpInfo { lid: 0, qpn: 0x123, psn: 100, gid: Gid::from_ipv4([127, 0, 0, 3]) };
+    connect(&qp, 500, &peer, &ConnOpts { sgid_index: 1, ..ConnOpts::default() }).expect("connect");
+    qp.post_recv(&[RecvWr { wr_id: 7, sg_list: &[mr.sge(0, 4096)] }]).expect("post_recv");
+
+    let path = UdpSocket::bind("127.0.0.3:4791").expect("the path's socket");
+    let stranger = UdpSocket::bind("127.0.0.2:0").expect("a stranger's socket");
+    let send = |from: &UdpSocket, what: &[u8]| {
+        let SocketAddr::V4(me) = from.local_addr().expect("addr") else { unreachable!() };
+        let ip = IpUdp {
+            src: me.ip().octets(),
+            dst: [127, 0, 0, 1],
+            src_port: me.port(),
+            ..IpUdp::default()
+        };
+        let bth = Bth {
+            opcode: Opcode::RC_SEND_ONLY,
+            dest_qp: qp.qp_num(),
+            psn: crate::packet::Psn::new(100),
+            ack_req: true,
+            ..Bth::default()
+        };
+        let mut d = Vec::new();
+        packet::emit_datagram(&ip, &Packet::new(bth, what), &mut d).expect("emits");
+        from.send_to(&d[IPV4_UDP_LEN..], "127.0.0.1:4791").expect("sent");
+    };
+    send(&stranger, b"from a stranger");
+    stranger.send_to(b"not RoCE at all", "127.0.0.1:4791").expect("sent");
+    send(&path, b"from the path");
+
+    let wc = cq.poll_n(1, Duration::from_secs(20)).expect("the path's SEND completes");
+    assert_eq!((wc[0].status, wc[0].wr_id, wc[0].byte_len), (WcStatus::Success, 7, 13));
+    assert_eq!(mr.read_vec(0, 13).expect("read"), b"from the path");
+    let stats = soft.stats("softverbs0").expect("stats");
+    assert_eq!(stats.nic.rx_wrong_source, 1, "the stranger's datagram: {:?}", stats.nic);
+    assert_eq!(stats.nic.rx_malformed, 1, "the bytes that are no datagram: {:?}", stats.nic);
+
+    // The ACK, from 127.0.0.1:4791, checks as the kernel put it on the wire.
+    path.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let mut buf = vec![0u8; 2048];
+    let (len, from) = path.recv_from(&mut buf[IPV4_UDP_LEN..]).expect("an ACK");
+    assert_eq!(from, "127.0.0.1:4791".parse::<SocketAddr>().unwrap());
+    let total = rebuild(&mut buf, len, from, [127, 0, 0, 3]).expect("IPv4");
+    let (_, ack) = packet::parse_datagram(&buf[..total]).expect("the ACK checks, ICRC included");
+    assert_eq!((ack.bth.opcode, ack.bth.dest_qp), (Opcode::RC_ACKNOWLEDGE, 0x123));
+}
