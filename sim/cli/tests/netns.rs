@@ -463,7 +463,9 @@ fn four_hosts_all_to_all_with_every_byte_checked() {
     if !may_make_hosts(test) {
         return;
     }
-    // Three addresses a host: each of its three processes takes its own.
+    // Three addresses a host: each of its three processes takes its own. Twelve processes:
+    // they sleep on completion events (-e) rather than busy-poll, so that none is starved of
+    // the CPU for the half second after which RC gives up (retry_cnt 7, timeout 14).
     let h = Hosts::new(4, 3);
     let mut servers = Vec::new();
     let mut clients = Vec::new();
@@ -473,7 +475,7 @@ fn four_hosts_all_to_all_with_every_byte_checked() {
             n += 1;
             let p = port(n);
             let args: Vec<String> =
-                ["pingpong", "-g", "1", "-p", &p, "-s", "4096", "-n", "20", "--chk"]
+                ["pingpong", "-g", "1", "-p", &p, "-s", "4096", "-n", "20", "--chk", "-e"]
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
@@ -546,13 +548,29 @@ fn a_host_that_vanishes_ends_its_peer_s_qp_in_retry_exceeded() {
     let client = loop {
         std::thread::sleep(Duration::from_millis(300));
         let mut c = Proc::spawn(h.run(1, &client), "client");
-        // Mid-transfer (or refused: the server was not listening yet, then again).
-        std::thread::sleep(Duration::from_secs(2));
-        if c.0.as_mut().expect("client").try_wait().expect("try_wait").is_none() {
+        // Connected: perftest keeps its TCP exchange open while it writes (a loaded machine
+        // may take seconds to get there); refused (the server was not listening yet): again.
+        let connected = loop {
+            let ss = Command::new("ip")
+                .args(["netns", "exec", h.ns(0), "ss", "-Htn", "state", "established"])
+                .arg(format!("( sport = :{p} )"))
+                .output()
+                .expect("ss runs");
+            if !String::from_utf8_lossy(&ss.stdout).trim().is_empty() {
+                break true;
+            }
+            if c.0.as_mut().expect("client").try_wait().expect("try_wait").is_some() {
+                break false;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "the client never connected");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        if connected {
             break c;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "the client never connected");
     };
+    // Mid-transfer.
+    std::thread::sleep(Duration::from_secs(1));
     // The server's whole host goes: its process killed, its link down.
     if let Some(mut c) = server.0.take() {
         let _ = c.kill();
