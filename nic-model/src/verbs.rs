@@ -369,7 +369,7 @@ impl<H: Host> PdOps for EnginePd<H> {
         Ok(Arc::new(EngineSrq { host: self.host.clone(), id, owned: Owned::default() }))
     }
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
-        check_ah(self.host.with_nic(|n| n.config().ip()), attr)?;
+        self.host.with_nic(|n| check_ah(n.config().ip(), n.config().netdev.as_deref(), attr))?;
         Ok(Arc::new(EngineAh { attr: *attr, _pd: self.ahs.clone() }))
     }
     fn dealloc(&self) -> Result<()> {

@@ -4,7 +4,7 @@
 
 use std::net::Ipv6Addr;
 
-use verbs_api::{Errno, Error, Gid, GidType, Result};
+use verbs_api::{Errno, Error, Gid, GidType, Mtu, Result};
 
 /// `gid_tbl_len` of a port: rxe's `RXE_PORT_GID_TBL_LEN`. Entries past the two a port fills
 /// read as zero, as on rxe.
@@ -93,6 +93,38 @@ pub fn gid_entry(ip: [u8; 4], index: u32) -> Option<(Gid, GidType)> {
     }
 }
 
+/// The addresses of a port that is a RoCE v2 device on a network interface, as rxe takes them
+/// from its netdev (`rxe_net.c`, ib_core's `roce_gid_mgmt.c`): the one IPv4 address the port
+/// sends from and receives on, the interface's MAC, the GID table and the active MTU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetdevAddr {
+    /// The interface name (`eth0`).
+    pub name: String,
+    /// The IPv4 address datagrams leave from and arrive at (UDP port 4791).
+    pub ipv4: [u8; 4],
+    /// The interface's MAC address.
+    pub mac: [u8; 6],
+    /// The GID table, index by index (all RoCE v2): the default GID `fe80::<EUI-64 of the
+    /// MAC>`, the IPv4 address as `::ffff:a.b.c.d`, then the interface's other IPv6 addresses.
+    pub gids: Vec<Gid>,
+    /// `active_mtu`: the interface MTU less rxe's 80 bytes of headers, rounded down to an IB
+    /// MTU (`eth_mtu_int_to_enum`).
+    pub active_mtu: Mtu,
+}
+
+/// Entry `index` of the GID table of the port with IPv4 address `ip`: [`gid_entry`]'s, or the
+/// table of its network interface (`netdev`).
+pub(super) fn port_gid_entry(
+    ip: [u8; 4],
+    netdev: Option<&NetdevAddr>,
+    index: u32,
+) -> Option<(Gid, GidType)> {
+    match netdev {
+        None => gid_entry(ip, index),
+        Some(n) => n.gids.get(index as usize).map(|g| (*g, GidType::RoceV2)),
+    }
+}
+
 /// The IPv4 address of the softverbs port whose IPv6 link-local GID is `gid` (`fe80::` and
 /// the EUI-64 of its MAC `02:00:a:b:c:d`, inverse of [`gid_entry`]'s index 0); `None` for
 /// any other GID.
@@ -128,7 +160,8 @@ pub(crate) struct AvPath {
     pub(crate) ip6: Option<Ip6Path>,
 }
 
-/// Where an address vector (`ibv_ah_attr`) of a port with IPv4 address `ip` leads; otherwise
+/// Where an address vector (`ibv_ah_attr`) of the port with IPv4 address `ip` (on network
+/// interface `netdev`, if any) leads; otherwise
 /// the errno and what is wrong with it. On a RoCE port the vector must carry a GRH
 /// (`is_global`): the LID is 0 and means nothing there, as hardware and rxe refuse a vector
 /// without one. The source is the `sgid_index` entry of the port's GID table, so that entry
@@ -137,6 +170,7 @@ pub(crate) struct AvPath {
 /// IPv6, which connected QPs and UD address handles send alike).
 pub(super) fn av_path(
     ip: [u8; 4],
+    netdev: Option<&NetdevAddr>,
     av: &verbs_api::AhAttr,
 ) -> std::result::Result<AvPath, (Errno, String)> {
     if !av.is_global {
@@ -148,16 +182,34 @@ pub(super) fn av_path(
         ));
     }
     let sgid_index = u32::from(av.sgid_index);
-    let Some((sgid, _)) = gid_entry(ip, sgid_index) else {
+    let Some((sgid, _)) = port_gid_entry(ip, netdev, sgid_index) else {
+        let held = match netdev {
+            None => format!("entries {GID_INDEX_LINK_LOCAL} and {GID_INDEX_IPV4} hold GIDs"),
+            Some(n) => format!(
+                "entries 0 to {} hold the GIDs of {}",
+                n.gids.len().saturating_sub(1),
+                n.name
+            ),
+        };
         return Err((
             Errno::Inval,
-            format!(
-                "sgid_index {sgid_index} is an empty entry of port 1's GID table (entries \
-                 {GID_INDEX_LINK_LOCAL} and {GID_INDEX_IPV4} hold GIDs)"
-            ),
+            format!("sgid_index {sgid_index} is an empty entry of port 1's GID table ({held})"),
         ));
     };
     let dgid = Ipv6Addr::from(av.dgid.0);
+    if let (Some(n), None) = (netdev, sgid.to_ipv4()) {
+        return Err((
+            Errno::Inval,
+            format!(
+                "sgid_index {sgid_index} is the IPv6 GID {}: softverbs on a network interface \
+                 ({}, SOFTVERBS_NETDEV) sends RoCE v2 over IPv4 only; send from GID index \
+                 {GID_INDEX_IPV4}, the IPv4 address {}",
+                Ipv6Addr::from(sgid.0),
+                n.name,
+                std::net::Ipv4Addr::from(n.ipv4)
+            ),
+        ));
+    }
     if sgid.to_ipv4().is_some() {
         return match av.dgid.to_ipv4() {
             Some(dst) => Ok(AvPath { ip: dst, ip6: None }),
@@ -204,16 +256,17 @@ pub(super) fn av_path(
     }
 }
 
-/// `ibv_create_ah`'s checks for a port with IPv4 address `ip`: the vector must carry a GRH
-/// naming a softverbs port from a GID this port has, on port 1.
-pub fn check_ah(ip: [u8; 4], attr: &verbs_api::AhAttr) -> Result<()> {
+/// `ibv_create_ah`'s checks for the port with IPv4 address `ip` (on network interface
+/// `netdev`, if any): the vector must carry a GRH naming a softverbs port from a GID this port
+/// has, on port 1.
+pub fn check_ah(ip: [u8; 4], netdev: Option<&NetdevAddr>, attr: &verbs_api::AhAttr) -> Result<()> {
     if attr.port_num > 1 {
         return Err(Error::inval(format!(
             "ibv_create_ah: port_num {} does not exist (the device has port 1)",
             attr.port_num
         )));
     }
-    av_path(ip, attr)
+    av_path(ip, netdev, attr)
         .map(drop)
         .map_err(|(errno, why)| Error::new(errno, format!("ibv_create_ah: {why}")))
 }

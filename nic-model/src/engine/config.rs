@@ -1,8 +1,10 @@
 //! What a NIC is: its name, identity, address and the device limits it reports and enforces.
 
+use std::sync::Arc;
+
 use verbs_api::{Gid, GidType, Mtu};
 
-use super::addr::{eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip};
+use super::addr::{eui64_of_mac, ip_of_slot, mac_of_ip, port_gid_entry, NetdevAddr};
 
 /// The lowest QP number a QP gets: 0 and 1 name the special QPs (SMI, GSI).
 pub(crate) const MIN_QPN: u32 = 2;
@@ -102,6 +104,10 @@ pub struct NicConfig {
     /// [`NicConfig::new`] derives them from the slot, so that tests made with it are
     /// deterministic.
     pub entropy: u64,
+    /// The network interface the port is a RoCE v2 device on (`SOFTVERBS_NETDEV`), whose
+    /// addresses replace those of the slot: its IPv4 address, MAC, GID table and MTU. None: a
+    /// port of a softverbs fabric, addressed by its slot.
+    pub netdev: Option<Arc<NetdevAddr>>,
 }
 
 impl NicConfig {
@@ -117,6 +123,7 @@ impl NicConfig {
             ack_every: 64,
             window: 512,
             entropy: splitmix64(u64::from(slot)),
+            netdev: None,
         }
     }
     /// The first QP number the NIC hands out: from [`NicConfig::entropy`], anywhere in the
@@ -125,16 +132,33 @@ impl NicConfig {
         let span = u64::from(MAX_QPN - MIN_QPN + 1);
         MIN_QPN + (self.entropy % span) as u32
     }
-    /// The port's IPv4 address, from its slot: the address the wire delivers to.
+    /// The port's IPv4 address, from its slot (or its network interface): the address the
+    /// wire delivers to.
+    #[inline]
     pub fn ip(&self) -> [u8; 4] {
-        ip_of_slot(self.slot)
+        match &self.netdev {
+            None => ip_of_slot(self.slot),
+            Some(n) => n.ipv4,
+        }
     }
-    /// The port's MAC address, made from its IPv4 address (locally administered).
+    /// The port's MAC address, made from its IPv4 address (locally administered), or its
+    /// network interface's.
     pub fn mac(&self) -> [u8; 6] {
-        mac_of_ip(self.ip())
+        match &self.netdev {
+            None => mac_of_ip(self.ip()),
+            Some(n) => n.mac,
+        }
     }
-    /// Entry `index` of the port's GID table, as rxe's is (see [`gid_entry`]); `None` if empty.
+    /// Entry `index` of the port's GID table, as rxe's is (see [`gid_entry`](super::addr::gid_entry), or its network
+    /// interface's, [`NetdevAddr::gids`]); `None` if empty.
     pub fn gid_entry(&self, index: u32) -> Option<(Gid, GidType)> {
-        gid_entry(self.ip(), index)
+        port_gid_entry(self.ip(), self.netdev.as_deref(), index)
+    }
+    /// The port's `active_mtu`: its largest MTU, or what its network interface carries.
+    pub fn active_mtu(&self) -> Mtu {
+        match &self.netdev {
+            None => self.max_mtu,
+            Some(n) => n.active_mtu,
+        }
     }
 }

@@ -107,7 +107,7 @@ use verbs_api::{AsyncEvent, DeviceAttr, LinkLayer, PortAttr, PortState};
 
 pub use addr::{
     check_ah, eui64_of_mac, gid_entry, ip_of_slot, mac_of_ip, slot_of_datagram_addr, slot_of_gid,
-    slot_of_ip, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
+    slot_of_ip, NetdevAddr, GID_INDEX_IPV4, GID_INDEX_LINK_LOCAL, GID_TBL_LEN,
 };
 pub use config::{splitmix64, Limits, NicConfig};
 pub use mcast::{is_multicast_gid, is_multicast_ipv4, Membership, MULTICAST_QPN};
@@ -319,7 +319,7 @@ impl Nic {
         PortAttr {
             state: PortState::Active,
             max_mtu: self.hca.cfg.max_mtu,
-            active_mtu: self.hca.cfg.max_mtu,
+            active_mtu: self.hca.cfg.active_mtu(),
             gid_tbl_len: GID_TBL_LEN,
             // What rxe reports: IB_PORT_CM_SUP alone (RXE_PORT_PORT_CAP_FLAGS; rxe does not
             // set `ip_gids`, so IP_BASED_GIDS is not reported).

@@ -128,9 +128,10 @@ impl Nic {
         let next = verbs_api::qp_state::check_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
         if mask.contains(QpAttrMask::AV) {
             // Only connected QPs take a vector here (the state table refuses one for UD).
-            let path = av_path(self.hca.cfg.ip(), &attr.ah_attr).map_err(|(errno, why)| {
-                Error::new(errno, format!("ibv_modify_qp: IBV_QP_AV: {why}"))
-            })?;
+            let path = av_path(self.hca.cfg.ip(), self.hca.cfg.netdev.as_deref(), &attr.ah_attr)
+                .map_err(|(errno, why)| {
+                    Error::new(errno, format!("ibv_modify_qp: IBV_QP_AV: {why}"))
+                })?;
             qp.dst_ip = path.ip;
             qp.ip6 = path.ip6;
             qp.ip_tos_ttl = qp::ip_tos_ttl(&attr.ah_attr);

@@ -259,7 +259,7 @@ pub(crate) fn check_send<'w, 'd>(
             return inval("a UD send needs wr.ud (address handle, remote QPN, Q_Key)".into());
         };
         let ah = wr_ud.ah.attr();
-        let path = match av_path(hca.cfg.ip(), &ah) {
+        let path = match av_path(hca.cfg.ip(), hca.cfg.netdev.as_deref(), &ah) {
             Ok(p) => p,
             Err((_, why)) => return inval(format!("the address handle: {why}")),
         };
@@ -270,8 +270,8 @@ pub(crate) fn check_send<'w, 'd>(
             remote_qpn: wr_ud.remote_qpn,
             remote_qkey: wr_ud.remote_qkey,
         });
-        // UD messages are single packets of at most the port's MTU.
-        let mtu = hca.cfg.max_mtu.bytes();
+        // UD messages are single packets of at most the port's active MTU (rxe's mtu_cap).
+        let mtu = hca.cfg.active_mtu().bytes();
         if len > mtu as u64 {
             return inval(format!("a UD message of {len} bytes exceeds the path MTU {mtu}"));
         }

@@ -84,6 +84,16 @@ pub(super) fn write_ip_udp(ip: &IpUdp, total_len: u16, out: &mut [u8; IPV4_UDP_L
     }
 }
 
+/// The IPv4 and UDP headers (destination port 4791) of a datagram whose UDP payload (BTH to
+/// ICRC) is `payload_len` bytes: what a host's kernel put in front of a payload a UDP socket
+/// received, rebuilt so that the ICRC can be checked over them. None if too long for IPv4.
+pub fn ipv4_udp_header(ip: &IpUdp, payload_len: usize) -> Option<[u8; IPV4_UDP_LEN]> {
+    let total = u16::try_from(payload_len.checked_add(IPV4_UDP_LEN)?).ok()?;
+    let mut out = [0u8; IPV4_UDP_LEN];
+    write_ip_udp(ip, total, &mut out);
+    Some(out)
+}
+
 /// The folded 16-bit one's-complement sum of an IPv4 header (RFC 1071): 0xFFFF over a header
 /// with a correct checksum; its complement is the checksum of a header whose checksum field is 0.
 ///

@@ -31,7 +31,7 @@ use super::reach::SoftReach;
 use super::tap::{observer, Tap, TapDir, Tapped};
 use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
-use crate::engine::{ip_of_slot, Egress, Nic, NicEvent, NicStats, Now};
+use crate::engine::{Egress, Nic, NicEvent, NicStats, Now};
 use crate::packet::{with_icrc_ipv4, Icrc};
 use nic_thread::nic_thread;
 
@@ -224,7 +224,7 @@ impl Device {
     ) -> Arc<Device> {
         let faults = faults.map(|f| Arc::new(Mutex::new(f)));
         if let Some(c) = &capture {
-            c.join(ip_of_slot(port.lid()));
+            c.join(port.ip());
         }
         let rx_tap = observer(capture.as_ref(), None);
         let tally = Arc::new(Tally::default());
@@ -319,7 +319,7 @@ impl Drop for Device {
             tracing::info!(device = %self.core.name, "device closed");
         }
         if let Some(c) = &self.core.capture {
-            c.leave(ip_of_slot(self.core.port.lid()));
+            c.leave(self.core.port.ip());
         }
     }
 }

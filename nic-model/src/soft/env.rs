@@ -48,6 +48,9 @@ pub struct EnvConfig {
     /// its devices theirs (`SOFTVERBS_REACH`: `on`, the default, or `off`; docs/guide.md,
     /// "Direct reach"). Off, every RDMA WRITE, READ and atomic travels as packets.
     pub reach: bool,
+    /// The network interface the process's devices are RoCE v2 devices on
+    /// (`SOFTVERBS_NETDEV`; docs/guide.md, "Across machines"); None: the shared-memory fabric.
+    pub netdev: Option<String>,
 }
 
 impl Default for EnvConfig {
@@ -59,6 +62,7 @@ impl Default for EnvConfig {
             pcap: None,
             faults: None,
             reach: true,
+            netdev: None,
         }
     }
 }
@@ -96,6 +100,9 @@ impl EnvConfig {
         })? {
             c.reach = on;
         }
+        c.netdev = value(&get, "SOFTVERBS_NETDEV", "a network interface name", |v| {
+            (v.len() < 16 && !v.contains(['/', ' ', '\0'])).then(|| v.to_string())
+        })?;
         if let Some(raw) = get("SOFTVERBS_FAULTS").filter(|v| !v.is_empty()) {
             let text = raw.to_str().ok_or_else(|| {
                 format!("SOFTVERBS_FAULTS={:?} is not UTF-8", raw.to_string_lossy())
@@ -170,6 +177,10 @@ mod tests {
         let c = parse(&[("SOFTVERBS_PCAP", "/tmp/run-{pid}.pcap")]).expect("a file name");
         assert_eq!(c.pcap, Some(PathBuf::from("/tmp/run-{pid}.pcap")));
         assert!(c.reach, "direct reach is on by default");
+        assert_eq!(
+            parse(&[("SOFTVERBS_NETDEV", "veth0")]).expect("a name").netdev.as_deref(),
+            Some("veth0")
+        );
         for (v, on) in [("off", false), ("0", false), ("on", true), ("1", true)] {
             assert_eq!(parse(&[("SOFTVERBS_REACH", v)]).expect("valid").reach, on, "{v}");
         }
@@ -188,6 +199,8 @@ mod tests {
             ("SOFTVERBS_PCAP", "/tmp/", PCAP_WHAT),
             ("SOFTVERBS_PCAP", ".", PCAP_WHAT),
             ("SOFTVERBS_REACH", "no", "`on` or `off`"),
+            ("SOFTVERBS_NETDEV", "a-name-far-too-long", "a network interface name"),
+            ("SOFTVERBS_NETDEV", "eth/0", "a network interface name"),
         ] {
             assert_eq!(parse(&[(var, value)]), Err(format!("{var}={value:?} is not {what}")));
         }

@@ -1,6 +1,7 @@
 //! The `soft` backend: software NICs that implement the verbs provider traits, driven in real
-//! time over a wire — in-process ([`Soft::loopback`]) or shared memory between processes
-//! ([`Soft::shared_memory`]).
+//! time over a wire — in-process ([`Soft::loopback`]), shared memory between processes
+//! ([`Soft::shared_memory`]), or RoCE v2 over UDP on a network interface between hosts
+//! (`SOFTVERBS_NETDEV`, [`UdpPort`]).
 //!
 //! A [`Soft`] owns a set of device names (`softverbs0`, `softverbs1`, ...). Opening a name
 //! starts that device's NIC the first time (a NIC engine, a port on the wire with a LID the
@@ -12,11 +13,13 @@ pub mod counters;
 mod device;
 mod env;
 pub mod faults;
+pub mod netdev;
 mod port;
 pub(crate) mod reach;
 mod tap;
 #[cfg(test)]
 mod tests;
+mod udp;
 
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
@@ -37,6 +40,7 @@ pub use env::{
 pub use faults::{FaultCounters, FaultPlan};
 pub use port::{LoopEgress, LoopPort, Loopback, Port, SendOutcome, ShmEgress, ShmPort};
 pub use tap::{Tap, TapDir};
+pub use udp::{UdpEgress, UdpPort};
 
 use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};
@@ -48,6 +52,8 @@ use device::{Core, CqEntry, Device, Round};
 enum Medium {
     Loopback(Arc<Loopback>),
     Shm(Fabric),
+    /// RoCE v2 over UDP on the named network interface (`SOFTVERBS_NETDEV`).
+    Udp(String),
 }
 
 /// A set of soft devices on one wire; implements [`Provider`] (`soft`).
@@ -109,15 +115,28 @@ impl Soft {
     /// `/dev/shm/softverbs-<uid>`): processes on one machine talk RDMA through it. The
     /// directory is created when the first device is opened, not before, so that a program
     /// that only lists devices leaves nothing behind. An environment variable that does not
-    /// parse ([`EnvConfig`]) is an error ([`Errno::Inval`]) naming it.
+    /// parse ([`EnvConfig`]) is an error ([`Errno::Inval`]) naming it. With
+    /// `SOFTVERBS_NETDEV=IFACE` the devices are RoCE v2 devices on that network interface
+    /// instead ([`UdpPort`]; docs/guide.md, "Across machines"), and `dir` is not used.
     pub fn shared_memory(dir: Option<&Path>) -> Result<Soft> {
         let env = EnvConfig::from_env()?;
+        if let Some(name) = env.netdev.clone() {
+            return Ok(Soft::with_medium(Medium::Udp(name), Ok(env)));
+        }
         let fabric = match Fabric::open_existing(dir) {
             Ok(fabric) => fabric,
             Err(WireError::NoFabric { .. }) => Fabric::locate(dir),
             Err(e) => return Err(Error::new(Errno::Io, e.to_string())),
         };
         Ok(Soft::with_medium(Medium::Shm(fabric), Ok(env)))
+    }
+
+    /// Devices that are RoCE v2 devices on network interface `iface`, as
+    /// `SOFTVERBS_NETDEV=iface` makes [`Soft::shared_memory`]'s (docs/guide.md, "Across
+    /// machines"): each opened device binds UDP port 4791 on a free IPv4 address of the
+    /// interface. The interface is looked up when a device is opened, and an error names it.
+    pub fn netdev(iface: &str) -> Soft {
+        Soft::with_medium(Medium::Udp(iface.to_string()), EnvConfig::from_env())
     }
 
     /// Change the NIC settings (limits, retry quirks) used by devices opened from now on.
@@ -164,7 +183,7 @@ impl Soft {
     pub fn fabric(&self) -> Option<&Fabric> {
         match &self.inner.medium {
             Medium::Shm(f) => Some(f),
-            Medium::Loopback(_) => None,
+            Medium::Loopback(_) | Medium::Udp(_) => None,
         }
     }
 
@@ -232,7 +251,14 @@ impl Soft {
         if let Some(d) = devices.get(name).and_then(Weak::upgrade) {
             return Ok(d);
         }
+        let mut netdev = None;
         let (port, lid): (Arc<dyn Port>, u16) = match &self.inner.medium {
+            Medium::Udp(iface) => {
+                let p = UdpPort::open(iface)
+                    .map_err(|e| Error::new(e.errno, format!("opening {name}: {}", e.message)))?;
+                netdev = Some(p.addr());
+                (Arc::new(p), 0)
+            }
             Medium::Loopback(lb) => {
                 let p = lb.attach(4096);
                 let lid = p.lid();
@@ -256,6 +282,7 @@ impl Soft {
         let mut cfg = self.inner.config.lock().unwrap_or_else(|e| e.into_inner()).clone();
         cfg.name = name.to_string();
         cfg.slot = lid;
+        cfg.netdev = netdev;
         cfg.node_guid = node_guid(index);
         cfg.entropy = fresh_entropy();
         let pcap = self.inner.pcap.lock().unwrap_or_else(|e| e.into_inner()).clone();

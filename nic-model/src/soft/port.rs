@@ -29,6 +29,10 @@ pub use crate::engine::SendOutcome;
 pub trait Port: Send + Sync + 'static {
     /// The LID the fabric assigned.
     fn lid(&self) -> u16;
+    /// The port's IPv4 address: its slot's, or its network interface's.
+    fn ip(&self) -> [u8; 4] {
+        ip_of_slot(self.lid())
+    }
     /// A new sending half of this port, to lend the engine (alone, or inside a capture, a tap
     /// or a fault plan): it makes its own connections to other ports' inboxes on demand, and
     /// counts what it sends into `tally`. It lives under the device lock with the engine, so
@@ -429,7 +433,7 @@ impl Drop for ShmPort {
 /// Whether `datagram` (IPv4 or IPv6, UDP, then the BTH) carries a request that completes
 /// nothing at its responder: an RDMA WRITE packet without immediate data, a READ REQUEST, an
 /// atomic. Reads the version and the opcode only; anything else, or too short, is not.
-fn completes_nothing(datagram: &[u8]) -> bool {
+pub(super) fn completes_nothing(datagram: &[u8]) -> bool {
     let bth_at = match datagram.first().map(|b| b >> 4) {
         Some(4) => usize::from(datagram[0] & 0x0f) * 4 + 8,
         Some(6) => 40 + 8,

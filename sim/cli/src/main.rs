@@ -46,7 +46,8 @@ struct Cli {
     cmd: Cmd,
 }
 
-/// `--fabric DIR`, on every command that touches the shared-memory fabric (`perf` has its own).
+/// `--fabric DIR` and `--netdev IFACE`, on every command that touches the shared-memory fabric
+/// (`perf` has its own).
 #[derive(clap::Args, Debug, Clone)]
 struct FabricOpt {
     /// The shared-memory fabric directory [default: $SOFTVERBS_FABRIC, else /dev/shm/softverbs-UID]
@@ -54,6 +55,11 @@ struct FabricOpt {
     /// Processes on one fabric reach each other's ports through the segment files in it.
     #[arg(long, value_name = "DIR", global = true)]
     fabric: Option<PathBuf>,
+    /// Make the devices RoCE v2 devices on network interface IFACE (UDP port 4791 on its
+    /// IPv4 address) instead of ports of the fabric: SOFTVERBS_NETDEV for this process and
+    /// the programs it runs (docs/guide.md, "Across machines")
+    #[arg(long, value_name = "IFACE", global = true)]
+    netdev: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -210,6 +216,20 @@ impl Cmd {
         }
     }
 
+    /// The fabric options of the commands that open devices.
+    fn fabric_opt(&self) -> Option<&FabricOpt> {
+        match self {
+            Cmd::Devices { fabric, .. }
+            | Cmd::Devinfo { fabric, .. }
+            | Cmd::Demo { fabric, .. }
+            | Cmd::Pingpong { fabric, .. }
+            | Cmd::Counters { fabric, .. }
+            | Cmd::Run { fabric, .. }
+            | Cmd::Fabric { fabric, .. } => Some(fabric),
+            Cmd::Learn { .. } | Cmd::Perf { .. } | Cmd::Sim { .. } | Cmd::Labs { .. } => None,
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Cmd::Devices { .. } => "devices",
@@ -239,6 +259,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = logs::init(cli.verbose.saturating_add(cli.cmd.verbose())) {
         return e.report(cli.cmd.name());
+    }
+    if let Some(iface) = cli.cmd.fabric_opt().and_then(|f| f.netdev.as_deref()) {
+        // Before any thread starts: the devices this process opens, and a program that
+        // `run` starts, read it.
+        std::env::set_var("SOFTVERBS_NETDEV", iface);
     }
     match cli.cmd {
         // Listing devices reads the fabric, so a directory the user named must exist.

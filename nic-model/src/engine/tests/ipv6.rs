@@ -138,7 +138,7 @@ fn a_ud_datagram_from_the_link_local_gid_goes_over_ipv6_with_its_header_in_the_g
         flow_label: 0x12345,
         ..roce_av(2)
     };
-    crate::engine::addr::check_ah(ip_of_slot(1), &av).expect("rxe takes this address handle");
+    crate::engine::addr::check_ah(ip_of_slot(1), None, &av).expect("rxe takes this address handle");
     let ah = verbs_api::AddressHandle::from_ops(Arc::new(TestAh(av)));
     p.b.post_recv(qb, &[RecvWr { wr_id: 1, sg_list: &[sge(&b, 0, 2048)] }]).unwrap();
     a.mem.write(0, b"over v6!").unwrap();

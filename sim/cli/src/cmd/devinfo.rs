@@ -109,7 +109,14 @@ pub fn devinfo(args: &DevinfoArgs, out: &mut dyn Write) -> Result<(), CliError> 
         any_soft |= d.provider() == "soft";
         print_device(&ctx, d.provider(), args, out)?;
     }
-    if any_soft {
+    if any_soft && std::env::var_os("SOFTVERBS_NETDEV").is_some_and(|v| !v.is_empty()) {
+        writeln!(
+            out,
+            "\n# softverbs: the ports are RoCE v2 devices on network interface $SOFTVERBS_NETDEV: \
+             their GIDs are its addresses\n# (index 1 its IPv4 address), as rxe's on it would be."
+        )
+        .map_err(output_error)?;
+    } else if any_soft {
         writeln!(
             out,
             "\n# softverbs: a port gets its slot N on the fabric, and with it its IPv4 address \
@@ -141,8 +148,12 @@ fn print_device(
         Some(p) => vec![p],
         None => (1..=attr.phys_port_cnt).collect(),
     };
+    let netdev = std::env::var("SOFTVERBS_NETDEV").ok().filter(|v| !v.is_empty());
     let transport = if provider == "soft" {
-        "softverbs (RoCEv2 over shared memory)".to_string()
+        match netdev {
+            Some(iface) => format!("softverbs (RoCEv2 over UDP on {iface})"),
+            None => "softverbs (RoCEv2 over shared memory)".to_string(),
+        }
     } else {
         "InfiniBand (0)".to_string()
     };

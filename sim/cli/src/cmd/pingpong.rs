@@ -97,6 +97,11 @@ pub struct PingpongArgs {
     /// FILE; `{pid}` in the name stands for the process id (docs/guide.md, "Captures").
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// Check every byte of every message: each side sends a pattern of its own for each
+    /// message, from a buffer apart from the one it receives into, and the receiver compares
+    /// (both sides need it; ibv_rc_pingpong's --chk looks at one byte a page).
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
 }
 
 fn parse_mtu(s: &str) -> Result<Mtu, String> {
@@ -156,6 +161,17 @@ struct PingpongCtx {
     size: u32,
     rx_depth: u32,
     send_flags: SendFlags,
+    /// With `--chk`: this side's number in the pattern (0 server, 1 client); the send buffer
+    /// is the MR's first `size` bytes, the receive buffer the next.
+    chk: Option<u8>,
+}
+
+/// Byte `j` of message `index` that side `side` sends with `--chk`.
+fn pattern(side: u8, index: u32, j: usize) -> u8 {
+    let j = j as u32;
+    (j.wrapping_mul(7) ^ (j >> 8))
+        .wrapping_add(index.wrapping_mul(131))
+        .wrapping_add(u32::from(side) * 29) as u8
 }
 
 impl PingpongCtx {
@@ -163,8 +179,10 @@ impl PingpongCtx {
     fn new(ctx: Context, a: &PingpongArgs) -> Result<PingpongCtx, CliError> {
         let fail = |what: &str, e: verbs_api::Error| CliError::failed(format!("{what}: {e}"));
         let pd = ctx.alloc_pd().map_err(|e| fail("Couldn't allocate PD", e))?;
+        let chk = a.chk.then_some(u8::from(a.host.is_some()));
+        let buffers = if chk.is_some() { 2 } else { 1 };
         let mr = pd
-            .reg_mr(a.size as usize, AccessFlags::LOCAL_WRITE)
+            .reg_mr(a.size as usize * buffers, AccessFlags::LOCAL_WRITE)
             .map_err(|e| fail("Couldn't register MR", e))?;
         // The buffer's initial contents, as ibv_rc_pingpong's memset.
         mr.write(0, &vec![0x7b; a.size as usize]).map_err(|e| fail("Couldn't fill the MR", e))?;
@@ -216,18 +234,36 @@ impl PingpongCtx {
                 | QpAttrMask::ACCESS_FLAGS,
         )
         .map_err(|e| fail("Failed to modify QP to INIT", e))?;
-        Ok(PingpongCtx { ctx, channel, cq, qp, mr, size: a.size, rx_depth: a.rx_depth, send_flags })
+        Ok(PingpongCtx {
+            ctx,
+            channel,
+            cq,
+            qp,
+            mr,
+            size: a.size,
+            rx_depth: a.rx_depth,
+            send_flags,
+            chk,
+        })
     }
 
     /// `pp_post_recv`: post up to `n` receives of the whole buffer; returns how many were posted.
     fn post_recv(&self, n: u32) -> u32 {
-        let sge = [self.mr.sge(0, self.size)];
+        let at = if self.chk.is_some() { self.size as usize } else { 0 };
+        let sge = [self.mr.sge(at, self.size)];
         let wr = [RecvWr { wr_id: RECV_WRID, sg_list: &sge }];
         (0..n).take_while(|_| self.qp.post_recv(&wr).is_ok()).count() as u32
     }
 
-    /// `pp_post_send`: one signaled SEND of the whole buffer.
-    fn post_send(&self) -> Result<(), CliError> {
+    /// `pp_post_send`: one signaled SEND of the whole buffer, message `index` (with `--chk`
+    /// its pattern written first).
+    fn post_send(&self, index: u32) -> Result<(), CliError> {
+        if let Some(side) = self.chk {
+            let bytes: Vec<u8> = (0..self.size as usize).map(|j| pattern(side, index, j)).collect();
+            self.mr
+                .write(0, &bytes)
+                .map_err(|e| CliError::failed(format!("Couldn't fill the send buffer: {e}")))?;
+        }
         let sge = [self.mr.sge(0, self.size)];
         self.qp
             .post_send(&[SendWr {
@@ -238,6 +274,24 @@ impl PingpongCtx {
                 ..Default::default()
             }])
             .map_err(|e| CliError::failed(format!("Couldn't post send: {e}")))
+    }
+
+    /// With `--chk`: the receive buffer holds message `index` of the peer's pattern, every
+    /// byte; otherwise nothing to check.
+    fn check_received(&self, index: u32) -> Result<(), CliError> {
+        let Some(side) = self.chk else { return Ok(()) };
+        let mut got = vec![0u8; self.size as usize];
+        self.mr
+            .read(self.size as usize, &mut got)
+            .map_err(|e| CliError::failed(format!("Couldn't read the receive buffer: {e}")))?;
+        let peer = 1 - side;
+        match got.iter().enumerate().find(|&(j, &b)| b != pattern(peer, index, j)) {
+            None => Ok(()),
+            Some((j, &b)) => Err(CliError::failed(format!(
+                "--chk: byte {j} of message {index} from the peer is {b:#04x}, not {:#04x}",
+                pattern(peer, index, j)
+            ))),
+        }
     }
 
     /// `pp_connect_ctx`: INIT → RTR towards `dest` → RTS from `my_psn`, with
@@ -447,6 +501,7 @@ fn handle_wc(
     match wc.wr_id {
         SEND_WRID => c.sent += 1,
         RECV_WRID => {
+            pp.check_received(c.received)?;
             c.routs = c.routs.saturating_sub(1);
             if c.routs <= 1 {
                 c.routs += pp.post_recv(pp.rx_depth - c.routs);
@@ -463,7 +518,7 @@ fn handle_wc(
     }
     c.pending &= !wc.wr_id;
     if c.sent < iters && c.pending == 0 {
-        pp.post_send()?;
+        pp.post_send(c.sent)?;
         c.pending = RECV_WRID | SEND_WRID;
     }
     Ok(())
@@ -484,7 +539,7 @@ fn run_test(pp: &PingpongCtx, a: &PingpongArgs, client: bool) -> Result<Duration
     let timeout = Duration::from_secs(a.timeout);
     let mut c = Counts { sent: 0, received: 0, routs: pp.rx_depth, pending: RECV_WRID };
     if client {
-        pp.post_send()?;
+        pp.post_send(0)?;
         c.pending |= SEND_WRID;
     }
     let start = Instant::now();
@@ -629,6 +684,9 @@ pub fn run(fabric: Option<&Path>, a: &PingpongArgs, out: &mut dyn Write) -> Resu
     for line in summary(a.size, a.iters, elapsed) {
         say(out, &line)?;
     }
+    if a.chk {
+        say(out, &format!("--chk: every byte of the peer's {} messages as sent", a.iters))?;
+    }
     finish(&mut sock)
 }
 
@@ -702,6 +760,18 @@ mod tests {
         let [bytes, iters] = summary(4096, 1000, Duration::from_millis(120));
         assert_eq!(bytes, "8192000 bytes in 0.12 seconds = 546.13 Mbit/sec");
         assert_eq!(iters, "1000 iters in 0.12 seconds = 120.00 usec/iter");
+    }
+
+    #[test]
+    fn chk_patterns_differ_by_side_and_message() {
+        let msg = |side, index| (0..4096).map(|j| pattern(side, index, j)).collect::<Vec<u8>>();
+        assert_ne!(msg(0, 0), msg(1, 0), "the two sides' messages differ");
+        assert_ne!(msg(0, 0), msg(0, 1), "consecutive messages differ");
+        assert_ne!(
+            msg(0, 0)[..256],
+            msg(0, 0)[256..512],
+            "the pattern does not repeat every 256 bytes"
+        );
     }
 
     #[test]

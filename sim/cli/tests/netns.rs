@@ -1,0 +1,585 @@
+//! softverbs as a RoCE v2 device over UDP between hosts (issue 31): network namespaces joined
+//! by veth pairs (or a bridge) stand in for hosts, each process's device on its namespace's
+//! interface (`--netdev`, `SOFTVERBS_NETDEV`). rdma-core's pingpongs, perftest and `softverbs
+//! pingpong` across two hosts; the wire captured inside a namespace and decoded by tshark as
+//! RoCE v2 with no malformed frame, every ICRC checked; four hosts all to all with every byte
+//! checked; 2 % loss each way; a host killed mid-transfer; a second process on one address.
+//!
+//! Namespaces need root: without it each test says why it skips, and with
+//! `SOFTVERBS_REQUIRE_NETNS=1` (as CI sets) that is a failure. Every namespace is removed when
+//! its test ends, failed or not (a guard's drop), and every process is killed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::BIN;
+
+/// Bound on one program (a debug build on a loaded machine).
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// Whether this process may make network namespaces (root, with `ip`); otherwise says on
+/// stderr why `test` skips, or panics with `SOFTVERBS_REQUIRE_NETNS=1`.
+fn may_make_hosts(test: &str) -> bool {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().nth(1).map(str::to_string))
+        })
+        .unwrap_or_default();
+    let ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
+    let why = match (uid == "0", ip) {
+        (true, true) => return true,
+        (false, _) => "not root (network namespaces need CAP_SYS_ADMIN)",
+        (true, false) => "`ip` is not installed (apt-get install iproute2)",
+    };
+    if std::env::var("SOFTVERBS_REQUIRE_NETNS").as_deref() == Ok("1") {
+        panic!("SOFTVERBS_REQUIRE_NETNS=1 but {test} cannot run: {why}");
+    }
+    eprintln!("{test}: skipped: {why} (SOFTVERBS_REQUIRE_NETNS=1 makes this an error)");
+    false
+}
+
+/// `ip ARGS`, which must succeed.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip runs");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Hosts: network namespaces, each with one interface and its IPv4 addresses, removed (with
+/// their interfaces) when dropped.
+struct Hosts {
+    /// Every namespace made, the switch's included.
+    all: Vec<String>,
+    /// Per host: namespace, interface, addresses.
+    hosts: Vec<(String, String, Vec<String>)>,
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.all {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+impl Hosts {
+    /// `n` hosts with `addrs` IPv4 addresses each (10.231.k.i/16): two joined by a veth
+    /// pair, more by a bridge in a namespace of its own.
+    fn new(n: usize, addrs: usize) -> Hosts {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let tag =
+            format!("{}{}", std::process::id() % 100_000, SEQ.fetch_add(1, Ordering::Relaxed));
+        let mut h = Hosts { all: Vec::new(), hosts: Vec::new() };
+        for i in 0..n {
+            let ns = format!("svnet{tag}h{i}");
+            ip(&["netns", "add", &ns]);
+            h.all.push(ns.clone());
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            let addrs = (0..addrs).map(|k| format!("10.231.{k}.{}", i + 1)).collect();
+            h.hosts.push((ns, format!("sv{tag}h{i}"), addrs));
+        }
+        if n == 2 {
+            let (a, b) = (&h.hosts[0], &h.hosts[1]);
+            ip(&[
+                "link", "add", &a.1, "netns", &a.0, "type", "veth", "peer", "name", &b.1, "netns",
+                &b.0,
+            ]);
+        } else {
+            let sw = format!("svnet{tag}sw");
+            ip(&["netns", "add", &sw]);
+            h.all.push(sw.clone());
+            ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"]);
+            ip(&["-n", &sw, "link", "set", "br0", "up"]);
+            for (i, (ns, iface, _)) in h.hosts.iter().enumerate() {
+                let port = format!("p{i}");
+                ip(&[
+                    "link", "add", iface, "netns", ns, "type", "veth", "peer", "name", &port,
+                    "netns", &sw,
+                ]);
+                ip(&["-n", &sw, "link", "set", &port, "master", "br0", "up"]);
+            }
+        }
+        for (ns, iface, addrs) in &h.hosts {
+            for a in addrs {
+                ip(&["-n", ns, "addr", "add", &format!("{a}/16"), "dev", iface]);
+            }
+            ip(&["-n", ns, "link", "set", iface, "up"]);
+        }
+        h
+    }
+
+    fn ns(&self, i: usize) -> &str {
+        &self.hosts[i].0
+    }
+
+    fn iface(&self, i: usize) -> &str {
+        &self.hosts[i].1
+    }
+
+    fn addr(&self, i: usize) -> &str {
+        &self.hosts[i].2[0]
+    }
+
+    /// `softverbs ARGS` in host `i`'s namespace on its interface (`--netdev` after ARGS[0]).
+    fn softverbs(&self, i: usize, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.ns(i), BIN, args[0], "--netdev", self.iface(i)]);
+        c.args(&args[1..]);
+        c.env_remove("RUST_LOG").env_remove("SOFTVERBS_FAULTS").env_remove("SOFTVERBS_NETDEV");
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    }
+
+    /// A C program on softverbs' libibverbs.so.1 in host `i` (`softverbs run --netdev`).
+    fn run(&self, i: usize, program: &[&str]) -> Command {
+        let mut args = vec!["run", "--"];
+        args.extend_from_slice(program);
+        self.softverbs(i, &args)
+    }
+}
+
+/// A process killed and reaped when dropped.
+struct Proc(Option<Child>, String);
+
+impl Proc {
+    fn spawn(mut c: Command, what: &str) -> Proc {
+        Proc(Some(c.spawn().unwrap_or_else(|e| panic!("{what}: {e}"))), what.to_string())
+    }
+
+    /// Waits up to `limit`; panics with what it printed past that.
+    fn finish(mut self, limit: Duration) -> Output {
+        let deadline = Instant::now() + limit;
+        let mut c = self.0.take().expect("child");
+        loop {
+            if c.try_wait().expect("try_wait").is_some() {
+                return c.wait_with_output().expect("output");
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let out = c.wait_with_output().expect("output");
+                panic!("{}: still running after {limit:?}:\n{}", self.1, text(&out));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.as_ref().expect("child").id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A server started with `server`, then a client made by `client` run to the end, retried
+/// while the server is not listening yet; both must exit 0. Returns (server, client) output.
+fn pair(server: Command, client: impl Fn() -> Command, what: &str) -> (String, String) {
+    let server = Proc::spawn(server, &format!("{what} server"));
+    let start = Instant::now();
+    let client = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let out = Proc::spawn(client(), &format!("{what} client")).finish(LIMIT);
+        let t = text(&out);
+        let refused = !out.status.success()
+            && (t.contains("Couldn't connect") || t.contains("Unable to open file descriptor"));
+        if !refused || start.elapsed() > Duration::from_secs(15) {
+            break out;
+        }
+    };
+    let server = server.finish(LIMIT);
+    let (s, c) = (text(&server), text(&client));
+    assert!(
+        server.status.success() && client.status.success(),
+        "{what}:\nserver:\n{s}\nclient:\n{c}"
+    );
+    (s, c)
+}
+
+/// A free TCP port number for a tool's exchange (namespaces have their own ports: any works).
+fn port(n: u16) -> String {
+    (18_600 + n).to_string()
+}
+
+/// ibv_rc_pingpong's or ibv_ud_pingpong's arguments from GID index 1 (the IPv4 address).
+fn pingpong_args<'a>(tool: &'a str, port: &'a str, size: &'a str, iters: &'a str) -> Vec<&'a str> {
+    let mut v = vec![tool, "-g", "1", "-p", port, "-s", size, "-n", iters];
+    if tool == "ibv_rc_pingpong" {
+        v.push("--chk");
+    }
+    v
+}
+
+/// The pingpong's closing lines are there, and no byte was wrong.
+fn check_pingpong(out: &str, size: usize, iters: usize) {
+    let bytes = format!("{} bytes in ", 2 * size * iters);
+    assert!(out.lines().any(|l| l.starts_with(&bytes)), "no `{bytes}`:\n{out}");
+    assert!(out.contains(&format!("{iters} iters in ")), "{out}");
+    assert!(!out.contains("Invalid data"), "a byte was wrong:\n{out}");
+}
+
+/// Whether a C tool is installed; otherwise a skip, or a failure with SOFTVERBS_REQUIRE_C=1.
+fn have(test: &str, tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+    if !found {
+        if std::env::var("SOFTVERBS_REQUIRE_C").as_deref() == Ok("1") {
+            panic!("SOFTVERBS_REQUIRE_C=1 but {tool} is not on PATH");
+        }
+        eprintln!("{test}: skipped: {tool} is not on PATH");
+    }
+    found
+}
+
+/// A capture of one namespace's interface by tshark, stopped when dropped or by `stop`.
+struct Capture {
+    proc: Proc,
+    file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Capture {
+    fn start(h: &Hosts, i: usize) -> Capture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("wire.pcap");
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", h.ns(i), "tshark", "-q", "-i", h.iface(i), "-F", "pcap", "-w"]);
+        c.arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let proc = Proc::spawn(c, "tshark");
+        // tshark writes the file's header once it captures.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::metadata(&file).map_or(0, |m| m.len()) < 24 {
+            assert!(Instant::now() < deadline, "tshark did not start capturing");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        Capture { proc, file, _dir: dir }
+    }
+
+    /// Stops tshark (SIGINT: it writes out what it holds) and returns the file.
+    fn stop(&mut self) -> &Path {
+        // dumpcap writes what it captured in batches: give it a moment before it stops.
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = Command::new("kill").args(["-INT", &self.proc.pid().to_string()]).output();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let c = self.proc.0.as_mut().expect("tshark");
+        while c.try_wait().expect("try_wait").is_none() {
+            assert!(Instant::now() < deadline, "tshark did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        &self.file
+    }
+}
+
+/// The UDP payloads to port 4791 of a pcap file (Ethernet, IPv4), each with its whole IPv4
+/// datagram.
+fn roce_datagrams(pcap: &Path) -> Vec<Vec<u8>> {
+    let f = std::fs::read(pcap).expect("the capture");
+    assert!(f.len() >= 24, "no pcap header");
+    let mut at = 24;
+    let mut out = Vec::new();
+    while at + 16 <= f.len() {
+        let incl = u32::from_le_bytes(f[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &f[at + 16..(at + 16 + incl).min(f.len())];
+        at += 16 + incl;
+        let is_roce = frame.len() > 14 + 28
+            && frame[12..14] == [0x08, 0x00]
+            && frame[14 + 9] == 17
+            && frame[14 + 22..14 + 24] == 4791u16.to_be_bytes();
+        if is_roce {
+            out.push(frame[14..].to_vec());
+        }
+    }
+    out
+}
+
+/// What tshark decodes in `pcap` (UDP 4791 as InfiniBand), with no malformed frame: one
+/// line per frame, `protocol<TAB>opcode`.
+fn tshark_decode(pcap: &Path) -> String {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-d", "udp.port==4791,infiniband"])
+        // Wireshark's heuristic payload dissectors (RPC and NVMe over RDMA, ...) take a
+        // pingpong's bytes for theirs and call them malformed.
+        .args(["--disable-protocol", "rpcordma", "--disable-protocol", "nvme-rdma"])
+        .args(["--disable-protocol", "smb_direct", "--disable-protocol", "iser"])
+        .args(["-Y", "udp.port==4791", "-T", "fields", "-e", "_ws.col.Protocol"])
+        .args(["-e", "infiniband.bth.opcode", "-e", "_ws.col.Info"])
+        .output()
+        .expect("tshark runs");
+    assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+    let t = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!t.contains("Malformed"), "tshark found malformed frames:\n{t}");
+    t
+}
+
+#[test]
+fn the_pingpongs_run_across_two_hosts_as_rocev2_on_the_wire() {
+    let test = "the_pingpongs_run_across_two_hosts_as_rocev2_on_the_wire";
+    if !may_make_hosts(test) || !have(test, "ibv_rc_pingpong") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let mut cap = Capture::start(&h, 0);
+    let p = port(1);
+    for (tool, size) in [("ibv_rc_pingpong", "4096"), ("ibv_ud_pingpong", "512")] {
+        let args = pingpong_args(tool, &p, size, "20");
+        let mut client = args.clone();
+        client.push(h.addr(0));
+        let (s, c) = pair(h.run(0, &args), || h.run(1, &client), tool);
+        for out in [&s, &c] {
+            check_pingpong(out, size.parse().unwrap(), 20);
+        }
+        // Each side saw the other's IPv4 address as its GID.
+        assert!(s.contains("GID ::ffff:10.231.0.1") && s.contains("GID ::ffff:10.231.0.2"), "{s}");
+    }
+    let file = cap.stop().to_path_buf();
+    let frames = roce_datagrams(&file);
+    assert!(frames.len() >= 4 * 20, "the pingpongs' datagrams were captured: {}", frames.len());
+    for f in &frames {
+        // The kernel's headers, the ICRC over them: what rxe or a RoCE NIC would check.
+        nic_model::packet::parse_datagram(f)
+            .unwrap_or_else(|e| panic!("a datagram on the wire does not check ({e}): {f:02x?}"));
+    }
+    let decoded = tshark_decode(&file);
+    // 4096 bytes at the 1024-byte MTU of a 1500-byte link: four packets a message.
+    for op in ["RC Send First", "RC Send Middle", "RC Send Last", "RC Acknowledge", "UD Send Only"]
+    {
+        assert!(decoded.contains(op), "no {op} decoded:\n{decoded}");
+    }
+}
+
+#[test]
+fn perftest_writes_and_reads_across_two_hosts() {
+    let test = "perftest_writes_and_reads_across_two_hosts";
+    if !may_make_hosts(test) || !have(test, "ib_write_bw") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    for (n, tool, extra) in [(2, "ib_write_bw", ["-s", "65536"]), (3, "ib_read_lat", ["-s", "64"])]
+    {
+        let p = port(n);
+        let args = [tool, "-x", "1", "-n", "20", "-p", p.as_str(), extra[0], extra[1]];
+        let mut client = args.to_vec();
+        client.push(h.addr(0));
+        let (s, c) = pair(h.run(0, &args), || h.run(1, &client), tool);
+        // The client reports (and so the server of a bandwidth test).
+        assert!(c.contains("#bytes"), "{tool}: no result table:\n{c}");
+        assert!(!s.contains("Failed") && !c.contains("Failed"), "{tool}:\n{s}\n{c}");
+        let row = c.lines().find(|l| l.trim_start().starts_with(extra[1])).unwrap_or("");
+        assert!(row.split_whitespace().nth(1) == Some("20"), "{tool}: 20 iterations:\n{c}");
+    }
+}
+
+#[test]
+fn softverbs_pingpong_runs_across_two_hosts() {
+    let test = "softverbs_pingpong_runs_across_two_hosts";
+    if !may_make_hosts(test) {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let p = port(4);
+    let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "1000", "-n", "50", "--chk"];
+    let mut client = args.to_vec();
+    client.push(h.addr(0));
+    let (s, c) = pair(h.softverbs(0, &args), || h.softverbs(1, &client), "softverbs pingpong");
+    for out in [&s, &c] {
+        check_pingpong(out, 1000, 50);
+        assert!(out.contains("--chk: every byte of the peer's 50 messages as sent"), "{out}");
+    }
+}
+
+#[test]
+fn one_process_per_address_and_the_second_is_told_why() {
+    let test = "one_process_per_address_and_the_second_is_told_why";
+    if !may_make_hosts(test) || !have(test, "ibv_rc_pingpong") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let p = port(5);
+    // A server holds the device (and UDP 4791 on 10.231.0.1) while it waits for a client.
+    let mut server =
+        Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "server");
+    let devinfo = || Proc::spawn(h.softverbs(0, &["devinfo", "-v"]), "devinfo").finish(LIMIT);
+    // Wait until the server's socket is there (`ss` lists it): a devinfo started before would
+    // take the address first.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ss = Command::new("ip")
+            .args(["netns", "exec", h.ns(0), "ss", "-Huln", "sport = :4791"])
+            .output()
+            .expect("ss runs");
+        // Bound to the interface too: `10.231.0.1%IFACE:4791`.
+        if String::from_utf8_lossy(&ss.stdout).contains("10.231.0.1%") {
+            break;
+        }
+        let ended = server.0.as_mut().expect("server").try_wait().expect("try_wait").is_some();
+        if ended || Instant::now() > deadline {
+            let _ = server.0.as_mut().expect("server").kill();
+            panic!("the server never held the address:\n{}", text(&server.finish(LIMIT)));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = devinfo();
+    let refused = text(&out);
+    assert!(!out.status.success(), "a second process on the address:\n{refused}");
+    assert!(
+        refused.contains("UDP port 4791 is taken") && refused.contains("10.231.0.1:4791"),
+        "{refused}"
+    );
+    // A second address serves a second process: its GID index 1 is that address.
+    ip(&["-n", h.ns(0), "addr", "add", "10.231.1.1/16", "dev", h.iface(0)]);
+    let out = devinfo();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("GID[  1]:\t\t::ffff:10.231.1.1, RoCE v2"), "{t}");
+    assert!(t.contains("active_mtu:\t\t1024 (3)"), "rxe's choice for a 1500-byte MTU:\n{t}");
+}
+
+#[test]
+fn four_hosts_all_to_all_with_every_byte_checked() {
+    let test = "four_hosts_all_to_all_with_every_byte_checked";
+    if !may_make_hosts(test) {
+        return;
+    }
+    // Three addresses a host: each of its three processes takes its own. Twelve processes:
+    // they sleep on completion events (-e) rather than busy-poll, so that none is starved of
+    // the CPU for the half second after which RC gives up (retry_cnt 7, timeout 14).
+    let h = Hosts::new(4, 3);
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    let mut n = 10;
+    for a in 0..4 {
+        for b in a + 1..4 {
+            n += 1;
+            let p = port(n);
+            let args: Vec<String> =
+                ["pingpong", "-g", "1", "-p", &p, "-s", "4096", "-n", "20", "--chk", "-e"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            servers.push(Proc::spawn(h.softverbs(a, &argv), "server"));
+            clients.push((b, args, h.addr(a).to_string()));
+        }
+    }
+    // The clients retry their connect while their servers start.
+    let mut running = Vec::new();
+    for (b, args, to) in &clients {
+        let mut c: Vec<&str> = args.iter().map(String::as_str).collect();
+        c.push(to);
+        running.push(Proc::spawn(h.softverbs(*b, &c), "client"));
+    }
+    for (i, p) in running.into_iter().chain(servers).enumerate() {
+        let out = p.finish(LIMIT);
+        let t = text(&out);
+        assert!(out.status.success(), "pingpong {i}:\n{t}");
+        check_pingpong(&t, 4096, 20);
+        assert!(t.contains("--chk: every byte of the peer's 20 messages as sent"), "{t}");
+    }
+}
+
+#[test]
+fn two_percent_loss_each_way_still_delivers_every_byte() {
+    let test = "two_percent_loss_each_way_still_delivers_every_byte";
+    if !may_make_hosts(test) {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let p = port(6);
+    // softverbs pingpong: both sides say "done" before they destroy their QPs, so a lost
+    // last ACK is retransmitted to a QP that still exists (ibv_rc_pingpong's server may be
+    // gone by then, and its client then ends in RETRY_EXC_ERR, as on rxe).
+    let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "4096", "-n", "100", "--chk"];
+    let mut client = args.to_vec();
+    client.push(h.addr(0));
+    let faults = |mut c: Command, seed: &str| {
+        c.env("SOFTVERBS_FAULTS", format!("seed={seed} loss=2%"));
+        c
+    };
+    let (s, c) = pair(
+        faults(h.softverbs(0, &args), "11"),
+        || faults(h.softverbs(1, &client), "12"),
+        "lossy",
+    );
+    for out in [&s, &c] {
+        check_pingpong(out, 4096, 100);
+        assert!(out.contains("--chk: every byte of the peer's 100 messages as sent"), "{out}");
+        assert!(out.contains("fault plan for softverbs0: seed="), "the plan was applied:\n{out}");
+    }
+}
+
+#[test]
+fn a_host_that_vanishes_ends_its_peer_s_qp_in_retry_exceeded() {
+    let test = "a_host_that_vanishes_ends_its_peer_s_qp_in_retry_exceeded";
+    if !may_make_hosts(test) || !have(test, "ib_write_bw") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let p = port(7);
+    // A writer that always has WRITEs in flight (a pingpong would wait for a receive that
+    // never comes, as on any RDMA NIC).
+    let args = ["ib_write_bw", "-x", "1", "-s", "65536", "-n", "100000000", "-p", p.as_str()];
+    let mut client = args.to_vec();
+    client.push(h.addr(0));
+    let mut server = Proc::spawn(h.run(0, &args), "server");
+    let start = Instant::now();
+    let client = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut c = Proc::spawn(h.run(1, &client), "client");
+        // Connected: perftest keeps its TCP exchange open while it writes (a loaded machine
+        // may take seconds to get there); refused (the server was not listening yet): again.
+        let connected = loop {
+            let ss = Command::new("ip")
+                .args(["netns", "exec", h.ns(0), "ss", "-Htn", "state", "established"])
+                .arg(format!("( sport = :{p} )"))
+                .output()
+                .expect("ss runs");
+            if !String::from_utf8_lossy(&ss.stdout).trim().is_empty() {
+                break true;
+            }
+            if c.0.as_mut().expect("client").try_wait().expect("try_wait").is_some() {
+                break false;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "the client never connected");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        if connected {
+            break c;
+        }
+    };
+    // Mid-transfer.
+    std::thread::sleep(Duration::from_secs(1));
+    // The server's whole host goes: its process killed, its link down.
+    if let Some(mut c) = server.0.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    ip(&["-n", h.ns(0), "link", "set", h.iface(0), "down"]);
+    let out = client.finish(LIMIT);
+    let t = text(&out);
+    assert!(!out.status.success(), "the client cannot have finished 10^8 writes:\n{t}");
+    // perftest's words for a completion with IBV_WC_RETRY_EXC_ERR (12).
+    assert!(t.contains("Failed status 12"), "RETRY_EXC_ERR ends the QP:\n{t}");
+}
