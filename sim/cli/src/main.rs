@@ -100,6 +100,10 @@ enum Cmd {
         /// After the run, write its packet ladder as an SVG file.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
+        /// Space the ladder's rows by time (a longer gap, more rows, labelled with its length)
+        /// rather than evenly.
+        #[arg(long)]
+        time_scale: bool,
         /// Run a failure drill instead: KIND is one of rkey, bounds, small-recv, no-recv, rnr,
         /// peer-dies, no-gid, cq-overrun (docs/learn/drills.md).
         #[arg(long = "break", value_name = "KIND", value_parser = demo::drill::Break::parse)]
@@ -268,10 +272,12 @@ fn main() -> ExitCode {
             lang,
             ladder,
             svg,
+            time_scale,
             ..
         } => {
             let mut out = learn::lang::Translating::new(&mut stdout, lang);
-            let r = demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, (ladder, svg), &mut out);
+            let ladder = (ladder, svg, time_scale);
+            let r = demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, ladder, &mut out);
             let _ = out.finish();
             report("demo", r)
         }
@@ -291,6 +297,7 @@ fn main() -> ExitCode {
             lang,
             ladder,
             svg,
+            time_scale,
         } => {
             let opts = demo::DemoOpts {
                 in_process,
@@ -300,6 +307,7 @@ fn main() -> ExitCode {
                 pcap,
                 ladder,
                 svg,
+                time_scale,
             };
             let mut out = learn::lang::Translating::new(&mut stdout, lang);
             let r = demo::run(&opts, &mut out);
