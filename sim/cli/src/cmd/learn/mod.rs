@@ -9,6 +9,7 @@
 
 pub mod lang;
 mod lang_demo;
+pub mod lang_live;
 mod lessons;
 pub(crate) mod measure;
 mod runs;
@@ -121,7 +122,11 @@ pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
     if a.target {
         return session::target_main(a.fabric.as_deref(), &a.ib_dev, a.mr);
     }
-    let Some(concept) = a.concept.as_deref() else { return list(outer) };
+    let Some(concept) = a.concept.as_deref() else {
+        let mut translating = lang::Translating::new(outer, a.lang);
+        list(&mut translating)?;
+        return translating.finish().map_err(crate::cmd::output_error);
+    };
     if !LESSONS.iter().any(|(n, _)| *n == concept) {
         let names: Vec<&str> = LESSONS.iter().map(|l| l.0).collect();
         return Err(CliError::usage(format!(
