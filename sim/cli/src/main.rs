@@ -28,7 +28,7 @@ use softverbs::cmd::counters::{self, CountersArgs};
 use softverbs::cmd::devinfo::{self, DevinfoArgs};
 use softverbs::cmd::fabric::{self, FabricAction};
 use softverbs::cmd::logs::{self, LogOpt};
-use softverbs::cmd::{self, demo, labs, learn, perf, pingpong, run, sim, CliError};
+use softverbs::cmd::{self, book, demo, labs, learn, perf, pingpong, run, sim, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -186,6 +186,11 @@ enum Cmd {
         #[command(flatten)]
         args: labs::LabsArgs,
     },
+    /// Build the learner's guide (docs/learn, docs/zh-TW) as a static site, every link checked.
+    Book {
+        #[command(flatten)]
+        args: book::BookArgs,
+    },
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
@@ -209,7 +214,7 @@ impl Cmd {
             | Cmd::Sim { log, .. }
             | Cmd::Counters { log, .. }
             | Cmd::Fabric { log, .. } => log.verbose,
-            Cmd::Devinfo { .. } | Cmd::Run { .. } | Cmd::Labs { .. } => 0,
+            Cmd::Devinfo { .. } | Cmd::Run { .. } | Cmd::Labs { .. } | Cmd::Book { .. } => 0,
         }
     }
 
@@ -226,6 +231,7 @@ impl Cmd {
             Cmd::Fabric { .. } => "fabric",
             Cmd::Run { .. } => "run",
             Cmd::Labs { .. } => "labs",
+            Cmd::Book { .. } => "book",
         }
     }
 }
@@ -325,6 +331,7 @@ fn main() -> ExitCode {
         }
         Cmd::Run { args, fabric } => report("run", run::run(fabric.dir(), &args)),
         Cmd::Labs { args } => report("labs", labs::run(&args, &mut stdout)),
+        Cmd::Book { args } => report("book", book::run(&args, &mut stdout)),
         Cmd::Fabric { action, fabric, log: _ } => report(
             "fabric",
             fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),

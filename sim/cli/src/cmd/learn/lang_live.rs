@@ -51,6 +51,10 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
         "Each lesson runs two processes on the soft backend; qp-states and mr, two devices of one process (docs/learn/README.md).",
         "每堂課都在 soft 後端上執行兩個行程；qp-states 與 mr 則是一個行程中的兩個裝置（docs/learn/README.md）。",
     ),
+    (
+        "The book of the lessons, drills and labs: docs/learn/ and docs/zh-TW/; `softverbs book --out DIR` builds it as a site.",
+        "課程、故障演練與實作練習的書：docs/learn/ 與 docs/zh-TW/；`softverbs book --out DIR` 把它建成網站。",
+    ),
     // The demo: who is who.
     (
         "This process (pid {}) is the initiator, on {}. A second process (pid {}) is the target,",

@@ -101,6 +101,7 @@ fn list(out: &mut dyn Write) -> Result<(), CliError> {
     }
     lines.push(String::new());
     lines.push("Each lesson runs two processes on the soft backend; qp-states and mr, two devices of one process (docs/learn/README.md).".into());
+    lines.push("The book of the lessons, drills and labs: docs/learn/ and docs/zh-TW/; `softverbs book --out DIR` builds it as a site.".into());
     table::lines(out, "", &lines)
 }
 
