@@ -78,11 +78,8 @@ fn normalize(path: &Path) -> Option<String> {
     let mut above = 0;
     for c in path.components() {
         match c {
-            Component::ParentDir => {
-                if parts.pop().is_none() {
-                    above += 1;
-                }
-            }
+            Component::ParentDir if parts.pop().is_none() => above += 1,
+            Component::ParentDir => {}
             Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
             _ => {}
         }

@@ -257,7 +257,7 @@ impl Wire {
 
 fn invalid_request(r: &Access) -> String {
     let op = r.op;
-    if r.atomic && r.va % 8 != 0 {
+    if r.atomic && !r.va.is_multiple_of(8) {
         return format!(
             "the responder answered the {op} with a NAK (invalid request): its remote_addr \
              {:#x} is not 8-byte aligned ({} bytes past a multiple of 8); an atomic acts on one \
