@@ -188,11 +188,13 @@ fn lang_zh_tw_translates_a_drills_explanations_and_keeps_its_run() {
         assert!(en.contains(english), "{english} in the English run");
         assert!(!zh.contains(english), "{english} left in:\n{zh}");
     }
-    // The run's lines stay as they are: the NAK, both sides' statuses, the flush.
-    has(&zh, "NAK: invalid request (syndrome 0x61) for PSN 0x001000");
-    has(&zh, "initiator CQ: wr_id=1 status=IBV_WC_REM_INV_REQ_ERR (9,");
-    has(&zh, "target CQ: wr_id=100 status=IBV_WC_LOC_LEN_ERR (1,");
-    has(&zh, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    // The run's values stay as they are, in Chinese words: the NAK, both sides' statuses,
+    // the flush.
+    has(&zh, "NAK：無效的請求（syndrome 0x61），PSN 0x001000");
+    has(&zh, "發起端 CQ：wr_id=1 status=IBV_WC_REM_INV_REQ_ERR (9,");
+    has(&zh, "目標端 CQ：wr_id=100 status=IBV_WC_LOC_LEN_ERR (1,");
+    has(&zh, &format!("發起端 CQ：wr_id=2 {FLUSH}"));
+    assert!(!zh.contains("initiator CQ:") && !zh.contains("NAK: invalid request"), "{zh}");
     assert_eq!(en.lines().count(), zh.lines().count(), "line for line");
 }
 
@@ -210,9 +212,9 @@ fn lang_zh_tw_translates_the_demos_explanations_and_keeps_the_wire() {
         assert!(zh.lines().any(|l| l == line), "{line:?} in:\n{zh}");
     }
     assert!(!zh.contains("All five operations completed"), "{zh}");
-    // Wire lines, verbs names and completions stay English.
+    // Wire lines and verbs names stay English; a completion's fields too, in Chinese words.
     has(&zh, "-> RC RDMA WRITE FIRST");
-    has(&zh, "initiator CQ: wr_id=1 status=IBV_WC_SUCCESS opcode=IBV_WC_SEND");
+    has(&zh, "發起端 CQ：wr_id=1 status=IBV_WC_SUCCESS opcode=IBV_WC_SEND");
 }
 
 #[test]

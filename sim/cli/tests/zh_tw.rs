@@ -42,8 +42,13 @@ const PENDING: &[&[&str]] =
 const SOMETIMES: &[(&str, &str)] = &[
     ("NAK: remote operational error", "no drill provokes it; a NAK code like the others"),
     (
-        "the SEND behind reached the target while it still expected PSN {}, which it refused with the RNR NAK (a refused request is not taken, so the next PSN is out of order): the target NAKs it once, naming the PSN it expects; the initiator resends",
-        "the rnr drill's SEND behind arrives before or after the RNR NAK, as the run's timing has it",
+        "NAK: PSN sequence error",
+        "the SEND behind the refused one reaches the target before or after the requester's QP \
+         has gone to ERR or resent, as the run's timing has it",
+    ),
+    (
+        "the SEND behind reached the target while it still expected PSN {}",
+        "the same: printed under a PSN sequence error NAK, when there is one",
     ),
 ];
 
@@ -86,11 +91,16 @@ fn english_sentence(line: &str) -> Option<String> {
     }
     // Quoted text is data (what landed in memory) or a library's own string
     // (ibv_wc_status_str): left as it is.
+    // So is `code`.
     let mut unquoted = String::new();
     for (i, part) in text.split('"').enumerate() {
         if i % 2 == 0 {
-            unquoted.push_str(part);
-            unquoted.push(' ');
+            for (j, piece) in part.split('`').enumerate() {
+                if j % 2 == 0 {
+                    unquoted.push_str(piece);
+                    unquoted.push(' ');
+                }
+            }
         }
     }
     let mut run: Vec<&str> = Vec::new();
@@ -115,6 +125,7 @@ fn english_sentence(line: &str) -> Option<String> {
 fn the_detector_finds_english_and_passes_names() {
     assert!(english_sentence("  the target posted 1 receive(s) of 256 bytes").is_some());
     assert!(english_sentence("Takeaway: an rkey is a capability").is_some());
+    assert!(english_sentence("網站：`softverbs book --out DIR` 建成").is_none());
     for ok in [
         "  發起端 CQ：wr_id=1 status=IBV_WC_REM_ACCESS_ERR (10, \"remote access error\") vendor_err=0x0",
         "  GID[  0]: fe80::aff:fe00:1, RoCE v2, IPv6",

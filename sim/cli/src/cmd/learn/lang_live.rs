@@ -201,8 +201,8 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
     ),
     // The drills: completions, events and what became of the QPs.
     ("The initiator's completions ({} after the post):", "發起端的完成（送出後 {0}）："),
-    ("initiator CQ: {}", "發起端 CQ：{0}"),
-    ("target CQ: {}", "目標端 CQ：{0}"),
+    ("initiator CQ: wr_id={}", "發起端 CQ：wr_id={0}"),
+    ("target CQ: wr_id={}", "目標端 CQ：wr_id={0}"),
     (
         "{} work request(s) behind the failed one flushed (IBV_WC_WR_FLUSH_ERR): the QP is in error, nothing behind the failure completes.",
         "失敗者後面的 {0} 個工作請求被清空（IBV_WC_WR_FLUSH_ERR）：QP 處於錯誤狀態，失敗之後的都不會完成。",
@@ -284,7 +284,7 @@ mod tests {
             Some(vec!["2".into(), "7".into(), "0x001000".into()])
         );
         assert_eq!(matches("a {} b", "a  b"), None, "a value is never empty");
-        assert_eq!(matches("target CQ: {}", "target CQ: wr_id=1"), Some(vec!["wr_id=1".into()]));
+        assert_eq!(matches("target CQ: wr_id={}", "target CQ: wr_id=1"), Some(vec!["1".into()]));
         assert_eq!(matches("no values", "no values"), Some(vec![]));
         assert_eq!(matches("no values", "no values here"), None);
         assert_eq!(
