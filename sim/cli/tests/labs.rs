@@ -59,6 +59,7 @@ fn dir(n: u32) -> &'static str {
         "6-atomic-counter",
         "7-events",
         "8-fix-it",
+        "9-srq",
     ][n as usize - 1]
 }
 
@@ -157,7 +158,7 @@ fn fails_with(lib: &Path, n: u32, name: &str, source: &str, said: &[&str]) {
 fn every_solution_passes_with_full_points() {
     let Some(lib) = ready("every_solution_passes_with_full_points") else { return };
     let tmp = tempfile::tempdir().expect("tmp");
-    for n in 1..=8 {
+    for n in 1..=9 {
         let exe = build(tmp.path(), &format!("solution{n}"), &solution(n));
         let (code, out) = check(&lib, n, &exe);
         assert_eq!(code, 0, "lab {n}'s solution:\n{out}");
@@ -175,7 +176,7 @@ fn every_solution_passes_with_full_points() {
 #[test]
 fn every_skeleton_as_given_fails_with_its_diagnosis() {
     let Some(lib) = ready("every_skeleton_as_given_fails_with_its_diagnosis") else { return };
-    let want: [&[&str]; 8] = [
+    let want: [&[&str]; 9] = [
         &["lab 1: the program did not print `device softverbs0`: open softverbs0"],
         &["lab 2: the program exited with status 1, expected 0: softverbs refused a call, ibv_post_recv: QP 0x", "is in RESET; post receives in INIT or later", "the program stopped at the refused call"],
         &["lab 3: no RC SEND ONLY packet was on the wire, expected 1: post an IBV_WR_SEND"],
@@ -184,8 +185,9 @@ fn every_skeleton_as_given_fails_with_its_diagnosis() {
         &["lab 6: no RC FETCH ADD packet was on the wire, expected 400"],
         &["lab 7: the program did not print `event responder cq`: arm the CQ with ibv_req_notify_cq"],
         &["lab 8: the program exited with status 1, expected 0: ibv_modify_qp to RTR was refused; an RC QP's move to RTR requires the mask IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN"],
+        &["lab 9: the client1's completion has status IBV_WC_RNR_RETRY_EXC_ERR, expected IBV_WC_SUCCESS: the responder had no receive posted"],
     ];
-    for n in 1..=8u32 {
+    for n in 1..=9u32 {
         fails_with(&lib, n, &format!("skeleton{n}"), &skeleton(n), want[n as usize - 1]);
     }
 }
@@ -513,7 +515,7 @@ fn list_show_and_bad_usage() {
     let out = Command::new(BIN).args(["labs", "list"]).output().expect("runs");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for n in 1..=8 {
+    for n in 1..=9 {
         assert!(text.contains(&format!("labs/{}", dir(n))), "{text}");
     }
     let out = Command::new(BIN).args(["labs", "show", "4"]).output().expect("runs");
@@ -521,14 +523,41 @@ fn list_show_and_bad_usage() {
     let readme =
         std::fs::read_to_string(root().join("labs/4-write-imm/README.md")).expect("readme");
     assert_eq!(String::from_utf8_lossy(&out.stdout), readme);
-    let out = Command::new(BIN).args(["labs", "show", "9"]).output().expect("runs");
+    let out = Command::new(BIN).args(["labs", "show", "10"]).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("there is no lab 9: the labs are 1, 2, 3, 4, 5, 6, 7, 8"));
+        .contains("there is no lab 10: the labs are 1, 2, 3, 4, 5, 6, 7, 8, 9"));
     let out = Command::new(BIN)
         .args(["labs", "check", "3", "/nonexistent/a.out"])
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/a.out is not a file"));
+}
+
+#[test]
+fn lab9_mistakes() {
+    let Some(lib) = ready("lab9_mistakes") else { return };
+    // The receives posted to the SRQ, but the QPs made without it: RNR, and the grader says
+    // so first.
+    let no_srq_qp = patched(solution(9), &[("\t\tinit.srq = srq;\n", "")]);
+    fails_with(
+        &lib,
+        9,
+        "no_srq_qp",
+        &no_srq_qp,
+        &["lab 9: the client1's completion has status IBV_WC_RNR_RETRY_EXC_ERR"],
+    );
+    // Only one completion taken from the CQ: one client's message is never read.
+    let one = patched(
+        solution(9),
+        &[("for (int n = 0; n < CLIENTS; n++) {", "for (int n = 0; n < 1; n++) {")],
+    );
+    fails_with(
+        &lib,
+        9,
+        "one_poll",
+        &one,
+        &["lab 9: the program did not print `mem server from client"],
+    );
 }
