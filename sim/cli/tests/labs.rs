@@ -109,10 +109,17 @@ fn build(tmp: &Path, name: &str, source: &str) -> PathBuf {
 /// `softverbs labs check N exe`: its exit status and stdout, within a bound (the check's own
 /// limit is 20 s).
 fn check(lib: &Path, n: u32, exe: &Path) -> (i32, String) {
+    check_reach(lib, n, exe, "on")
+}
+
+/// [`check`] with `SOFTVERBS_REACH` set to `reach` for the program (direct reach `on`, the
+/// default, or `off`: every access as packets).
+fn check_reach(lib: &Path, n: u32, exe: &Path, reach: &str) -> (i32, String) {
     let mut child = Command::new(BIN)
         .args(["labs", "check", &n.to_string()])
         .arg(exe)
         .env("SOFTVERBS_IBVERBS_LIB", lib)
+        .env("SOFTVERBS_REACH", reach)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -300,17 +307,36 @@ fn lab5_mistakes() {
 /// A check whose output must not have `text` (a diagnosis of a mistake the program did not
 /// make, or of one it has not met yet).
 fn without(lib: &Path, n: u32, name: &str, source: &str, said: &[&str], not: &[&str]) {
+    without_reach(lib, n, name, source, said, not, &["on"]);
+}
+
+/// [`without`], once with each `SOFTVERBS_REACH` value of `reaches`: the same diagnosis each
+/// time.
+fn without_reach(
+    lib: &Path,
+    n: u32,
+    name: &str,
+    source: &str,
+    said: &[&str],
+    not: &[&str],
+    reaches: &[&str],
+) {
     let tmp = tempfile::tempdir().expect("tmp");
     let exe = build(tmp.path(), name, source);
-    let (code, out) = check(lib, n, &exe);
-    assert_eq!(code, 1, "{name}: exit status, output:\n{out}");
-    for s in said {
-        assert!(out.contains(s), "{name}: no {s:?} in:\n{out}");
-    }
-    for s in not {
-        assert!(!out.contains(s), "{name}: {s:?} in:\n{out}");
+    for reach in reaches {
+        let (code, out) = check_reach(lib, n, &exe, reach);
+        assert_eq!(code, 1, "{name} (reach {reach}): exit status, output:\n{out}");
+        for s in said {
+            assert!(out.contains(s), "{name} (reach {reach}): no {s:?} in:\n{out}");
+        }
+        for s in not {
+            assert!(!out.contains(s), "{name} (reach {reach}): {s:?} in:\n{out}");
+        }
     }
 }
+
+/// Direct reach on and off: a refused access is told the same way both ways.
+const BOTH: &[&str] = &["on", "off"];
 
 /// The hint of lab 6's FETCH ADD rows, which tells a student to post the atomic.
 const POST_ATOMIC: &str = "post IBV_WR_ATOMIC_FETCH_AND_ADD with";
@@ -348,7 +374,7 @@ fn lab6_key_mistakes_are_told_apart() {
         solution(6),
         &[("wr.wr.atomic.rkey = peer.rkey;", "wr.wr.atomic.rkey = s.mr->rkey;")],
     );
-    without(
+    without_reach(
         &lib,
         6,
         "own_rkey",
@@ -358,6 +384,7 @@ fn lab6_key_mistakes_are_told_apart() {
             "is the requester's own memory region's key (its mr->rkey), not the responder's",
         ],
         &[POST_ATOMIC, "stale", "without IBV_ACCESS_REMOTE_ATOMIC"],
+        BOTH,
     );
     // A stale key: the server registers its buffer again after sending the first key.
     let stale = patched(
@@ -367,13 +394,14 @@ fn lab6_key_mistakes_are_told_apart() {
             "\tibv_dereg_mr(server.mr);\n\tserver.mr = ibv_reg_mr(server.pd, server.buf, LAB_BUF, access);\n\tfor (int i = 0; i < CLIENTS; i++)\n\t\tlab_signal(socks[i]); /* go */",
         )],
     );
-    without(
+    without_reach(
         &lib,
         6,
         "stale_rkey",
         &stale,
         &["lab 6: the client1's completion has status IBV_WC_REM_ACCESS_ERR", "that is a stale key, of a memory region the responder had deregistered (ibv_dereg_mr) before the request came"],
         &[POST_ATOMIC, "own memory region", "without IBV_ACCESS_REMOTE_ATOMIC"],
+        BOTH,
     );
     // A misaligned counter: softverbs refuses the post (EINVAL, as its send check does), and
     // the grader says why, with a word on alignment.
