@@ -67,6 +67,37 @@ fn run(args: &[&str], tag: &str) -> Vec<String> {
     lines
 }
 
+/// The command line's own words (subcommands, lessons, drills), names wherever they stand.
+const COMMAND_WORDS: &[&str] = &[
+    "demo",
+    "learn",
+    "perf",
+    "lat",
+    "bw",
+    "labs",
+    "sim",
+    "sweep",
+    "book",
+    "run",
+    "devinfo",
+    "rkey",
+    "bounds",
+    "small-recv",
+    "no-recv",
+    "rnr",
+    "peer-dies",
+    "no-gid",
+    "cq-overrun",
+    "zero-copy",
+    "bypass",
+    "one-sided",
+    "messages",
+    "sge",
+    "vs-tcp",
+    "qp-states",
+    "mr",
+];
+
 /// Whether a word is a name left as it is: a verbs or wire name, a constant, a number or a
 /// value with one, a function, a path, a GID, a command word.
 fn a_name(word: &str) -> bool {
@@ -76,6 +107,8 @@ fn a_name(word: &str) -> bool {
         || letters == 0
         || (word.len() >= 2 && word.chars().all(|c| !c.is_ascii_lowercase()))
         || ["RoCE", "IPv4", "IPv6", "softverbs", "zh-TW"].contains(&word)
+        || word.starts_with('-')
+        || COMMAND_WORDS.contains(&word)
         || word.starts_with("softverbs")
         || word.contains(".rs")
         || word.contains(".md")
@@ -85,7 +118,9 @@ fn a_name(word: &str) -> bool {
 /// any. Lines that are commands, wire lines or the result line are not prose.
 fn english_sentence(line: &str) -> Option<String> {
     let text = line.trim_start();
-    let skip = ["wire ", "softverbs ", "$ ", "-> ", "=> ", "RESULT ", "cc ", "man "];
+    // (A line that starts with `softverbs` is prose all the same when it says something after
+    // the command: the drills' first line.)
+    let skip = ["wire ", "$ ", "-> ", "=> ", "RESULT ", "cc ", "man "];
     if skip.iter().any(|p| text.starts_with(p)) {
         return None;
     }

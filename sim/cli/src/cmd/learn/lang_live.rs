@@ -57,6 +57,10 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
     ),
     // The demo: who is who.
     (
+        "softverbs demo: two NICs in one process: the initiator on {}, the target on {}, joined by the in-process wire.",
+        "softverbs demo：一個行程裡的兩張網卡：發起端在 {0}，目標端在 {1}，以行程內的線路相連。",
+    ),
+    (
         "This process (pid {}) is the initiator, on {}. A second process (pid {}) is the target,",
         "本行程（pid {0}）是發起端，在 {1} 上。第二個行程（pid {2}）是目標端，",
     ),
@@ -153,6 +157,10 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
     ),
     // The drills: the set-up.
     (
+        "softverbs demo --break {}: a failure on purpose, and what shows it.",
+        "softverbs demo --break {0}：故意弄壞一件事，以及是什麼顯示了它。",
+    ),
+    (
         "initiator: {}, RC QP {}; target: its own {} in pid {}, RC QP {}",
         "發起端：{0}，RC QP {1}；目標端：行程 {3} 中它自己的 {2}，RC QP {4}",
     ),
@@ -208,6 +216,8 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
         "失敗者後面的 {0} 個工作請求被清空（IBV_WC_WR_FLUSH_ERR）：QP 處於錯誤狀態，失敗之後的都不會完成。",
     ),
     ("target async event: {} on {}", "目標端非同步事件：{0}，發生在 {1}"),
+    ("initiator QP {} state: {}", "發起端 QP {0} 的狀態：{1}"),
+    ("target QP {} state: {}", "目標端 QP {0} 的狀態：{1}"),
     ("target QP {}: destroyed; its NIC answered nothing", "目標端 QP {0}：已銷毀；它的網卡什麼都沒回答"),
     (
         "target ibv_poll_cq: EIO: ibv_poll_cq: CQ overrun: {} completion(s) were lost because the CQ of {} entries was full",
