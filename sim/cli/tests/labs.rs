@@ -60,6 +60,7 @@ fn dir(n: u32) -> &'static str {
         "7-events",
         "8-fix-it",
         "9-srq",
+        "10-ud-service",
     ][n as usize - 1]
 }
 
@@ -165,7 +166,7 @@ fn fails_with(lib: &Path, n: u32, name: &str, source: &str, said: &[&str]) {
 fn every_solution_passes_with_full_points() {
     let Some(lib) = ready("every_solution_passes_with_full_points") else { return };
     let tmp = tempfile::tempdir().expect("tmp");
-    for n in 1..=9 {
+    for n in 1..=10 {
         let exe = build(tmp.path(), &format!("solution{n}"), &solution(n));
         let (code, out) = check(&lib, n, &exe);
         assert_eq!(code, 0, "lab {n}'s solution:\n{out}");
@@ -183,7 +184,7 @@ fn every_solution_passes_with_full_points() {
 #[test]
 fn every_skeleton_as_given_fails_with_its_diagnosis() {
     let Some(lib) = ready("every_skeleton_as_given_fails_with_its_diagnosis") else { return };
-    let want: [&[&str]; 9] = [
+    let want: [&[&str]; 10] = [
         &["lab 1: the program did not print `device softverbs0`: open softverbs0"],
         &["lab 2: the program exited with status 1, expected 0: softverbs refused a call, ibv_post_recv: QP 0x", "is in RESET; post receives in INIT or later", "the program stopped at the refused call"],
         &["lab 3: no RC SEND ONLY packet was on the wire, expected 1: post an IBV_WR_SEND"],
@@ -193,8 +194,9 @@ fn every_skeleton_as_given_fails_with_its_diagnosis() {
         &["lab 7: the program did not print `event responder cq`: arm the CQ with ibv_req_notify_cq"],
         &["lab 8: the program exited with status 1, expected 0: ibv_modify_qp to RTR was refused; an RC QP's move to RTR requires the mask IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN"],
         &["lab 9: the client1's completion has status IBV_WC_RNR_RETRY_EXC_ERR, expected IBV_WC_SUCCESS: the responder had no receive posted"],
+        &["lab 10: the program exited with status 1, expected 0: softverbs refused a call, ibv_post_recv: QP 0x", "is in RESET"],
     ];
-    for n in 1..=9u32 {
+    for n in 1..=10u32 {
         fails_with(&lib, n, &format!("skeleton{n}"), &skeleton(n), want[n as usize - 1]);
     }
 }
@@ -543,7 +545,7 @@ fn list_show_and_bad_usage() {
     let out = Command::new(BIN).args(["labs", "list"]).output().expect("runs");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for n in 1..=9 {
+    for n in 1..=10 {
         assert!(text.contains(&format!("labs/{}", dir(n))), "{text}");
     }
     let out = Command::new(BIN).args(["labs", "show", "4"]).output().expect("runs");
@@ -551,10 +553,10 @@ fn list_show_and_bad_usage() {
     let readme =
         std::fs::read_to_string(root().join("labs/4-write-imm/README.md")).expect("readme");
     assert_eq!(String::from_utf8_lossy(&out.stdout), readme);
-    let out = Command::new(BIN).args(["labs", "show", "10"]).output().expect("runs");
+    let out = Command::new(BIN).args(["labs", "show", "11"]).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("there is no lab 10: the labs are 1, 2, 3, 4, 5, 6, 7, 8, 9"));
+        .contains("there is no lab 11: the labs are 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"));
     let out = Command::new(BIN)
         .args(["labs", "check", "3", "/nonexistent/a.out"])
         .output()
@@ -587,5 +589,38 @@ fn lab9_mistakes() {
         "one_poll",
         &one,
         &["lab 9: the program did not print `mem server from client"],
+    );
+}
+
+#[test]
+fn lab10_mistakes() {
+    let Some(lib) = ready("lab10_mistakes") else { return };
+    // Replies sent with a Q_Key other than the clients': UD drops them without a word, so
+    // the wire has all four SENDs and the clients wait for replies that never come.
+    let qkey = patched(
+        solution(10),
+        &[(
+            "\twr.wr.ud.remote_qkey = QKEY;\n",
+            "\twr.wr.ud.remote_qkey = QKEY + (s->name[0] == 's');\n",
+        )],
+    );
+    fails_with(
+        &lib,
+        10,
+        "qkey",
+        &qkey,
+        &["lab 10: the program did not print `mem client1 reply: it is time, client1`"],
+    );
+    // The request read from the start of the buffer, where the GRH is.
+    let grh = patched(solution(10), &[("wc.wr_id * SLOT + GRH;", "wc.wr_id * SLOT;")]);
+    fails_with(
+        &lib,
+        10,
+        "grh",
+        &grh,
+        &[
+            "lab 10: the program printed `mem server request from client",
+            "past the 40 bytes of the GRH",
+        ],
     );
 }

@@ -257,7 +257,8 @@ fn wire_wrong(n: u32, op: &str, got: usize, count: usize, hint: &str) -> String 
     match got {
         0 => format!("lab {n}: no {op} packet was on the wire, expected {count}: {hint}"),
         g if g < count => format!(
-            "lab {n}: only {g} {op} packets were on the wire, expected {count}: the program              posted them but stopped early, at the failure above or on its stderr"
+            "lab {n}: only {g} {op} packets were on the wire, expected {count}: the program \
+             stopped early, or some were never posted ({hint})"
         ),
         g => format!(
             "lab {n}: {g} {op} packets were on the wire, expected {count}: each is posted once"
