@@ -31,7 +31,9 @@ int main(void)
 	/* TODO(1): list the devices (ibv_get_device_list), open the one named softverbs0
 	 * (ibv_get_device_name, ibv_open_device), free the list, and print "device softverbs0". */
 	if (!ctx) {
-		fprintf(stderr, "no device opened\n");
+		/* A program run directly, not under `softverbs run`, finds no softverbs device. */
+		fprintf(stderr, "no device opened: run the lab on softverbs, `softverbs run -- "
+				"./lab1` or `softverbs labs check 1 ./lab1`\n");
 		return 1;
 	}
 	/* TODO(2): allocate a protection domain (ibv_alloc_pd). */

@@ -46,13 +46,24 @@ static inline void lab_die(const char *what)
 	exit(1);
 }
 
+/* No device to open: most often the program ran on the system's libibverbs, which has no
+ * softverbs devices ("ibv_get_device_list: Function not implemented" when it has no provider
+ * at all). Say how to run it on softverbs, and exit. */
+static inline void lab_no_devices(const char *what)
+{
+	fprintf(stderr, "%s: run the lab on softverbs, `softverbs run -- ./PROGRAM` or "
+			"`softverbs labs check N ./PROGRAM`: the program ran on the system's "
+			"libibverbs, which has no softverbs devices\n", what);
+	exit(1);
+}
+
 static inline struct ibv_context *lab_open(const char *devname)
 {
 	int n;
 	struct ibv_context *ctx = NULL;
 	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list)
-		lab_die("ibv_get_device_list");
+	if (!list || n == 0)
+		lab_no_devices(list ? "no RDMA device" : "ibv_get_device_list failed");
 	for (int i = 0; i < n && !ctx; i++)
 		if (!strcmp(ibv_get_device_name(list[i]), devname))
 			ctx = ibv_open_device(list[i]);

@@ -40,7 +40,9 @@ int main(void)
 	if (list)
 		ibv_free_device_list(list);
 	if (!ctx) {
-		fprintf(stderr, "no device opened\n");
+		/* A program run directly, not under `softverbs run`, finds no softverbs device. */
+		fprintf(stderr, "no device opened: run the lab on softverbs, `softverbs run -- "
+				"./lab1` or `softverbs labs check 1 ./lab1`\n");
 		return 1;
 	}
 	/* TODO(2): allocate a protection domain (ibv_alloc_pd). */

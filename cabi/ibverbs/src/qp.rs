@@ -101,6 +101,7 @@ fn make_qp(what: &str, p: *mut ibv_pd, init: &mut ibv_qp_init_attr, ex: bool) ->
         max_send_wr: cap.max_send_wr,
     }));
     track(&QPS, qpn, Some(b as usize));
+    tracing::debug!(target: crate::verbs::OBJECTS, "create_qp pid={} qpn={qpn:#x}", std::process::id());
     b as *mut ibv_qp
 }
 

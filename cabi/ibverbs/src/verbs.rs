@@ -48,6 +48,16 @@ pub unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
     0
 }
 
+/// The tracing target of the lines that record each MR's keys and each QP's number as they are
+/// made and destroyed (`SOFTVERBS_LOG=softverbs::objects=debug`): what `softverbs labs check`
+/// reads to tell a stale key, a peer's key and the sender's own key apart.
+pub(crate) const OBJECTS: &str = "softverbs::objects";
+
+/// The wall clock in nanoseconds since 1970, the clock of the captures' timestamps.
+pub(crate) fn wall_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
 /// A memory region over the program's own memory.
 #[repr(C)]
 pub(crate) struct Mr {
@@ -57,6 +67,7 @@ pub(crate) struct Mr {
 }
 
 fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -> *mut ibv_mr {
+    let acc_raw = acc;
     let Some(pd) = obj::<Pd, _>(what, p, Magic::Pd) else { return null_mut() };
     let acc = match access(what, acc) {
         Ok(a) => a,
@@ -76,6 +87,14 @@ fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -
                 lkey: mr.lkey(),
                 rkey: mr.rkey(),
             };
+            tracing::debug!(
+                target: OBJECTS,
+                "reg_mr pid={} key={:#x} addr={:#x} length={len} access={acc_raw:#x} at={}",
+                std::process::id(),
+                mr.rkey(),
+                addr as usize,
+                wall_ns()
+            );
             Box::into_raw(Box::new(Mr { c, magic: Magic::Mr, mr })) as *mut ibv_mr
         }
         Err(e) => refuse_null(what, e.errno.code(), &e.message),
@@ -130,9 +149,11 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
     let Some(mr) = obj::<Mr, _>("ibv_dereg_mr", m, Magic::Mr) else { return libc::EINVAL };
+    let key = mr.c.rkey;
     if let Err(e) = mr.mr.clone().dereg() {
         return refuse_err("ibv_dereg_mr", &e);
     }
+    tracing::debug!(target: OBJECTS, "dereg_mr pid={} key={key:#x} at={}", std::process::id(), wall_ns());
     // SAFETY: checked live above.
     unsafe { free::<Mr, _>(m) };
     0

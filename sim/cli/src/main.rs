@@ -28,7 +28,7 @@ use softverbs::cmd::counters::{self, CountersArgs};
 use softverbs::cmd::devinfo::{self, DevinfoArgs};
 use softverbs::cmd::fabric::{self, FabricAction};
 use softverbs::cmd::logs::{self, LogOpt};
-use softverbs::cmd::{self, demo, labs, learn, perf, pingpong, run, sim, CliError};
+use softverbs::cmd::{self, book, demo, labs, learn, perf, pingpong, run, sim, CliError};
 
 #[derive(Parser)]
 #[command(
@@ -106,6 +106,10 @@ enum Cmd {
         /// After the run, write its packet ladder as an SVG file.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
+        /// Space the ladder's rows by time (a longer gap, more rows, labelled with its length)
+        /// rather than evenly.
+        #[arg(long)]
+        time_scale: bool,
         /// Run a failure drill instead: KIND is one of rkey, bounds, small-recv, no-recv, rnr,
         /// peer-dies, no-gid, cq-overrun (docs/learn/drills.md).
         #[arg(long = "break", value_name = "KIND", value_parser = demo::drill::Break::parse)]
@@ -189,6 +193,11 @@ enum Cmd {
         #[command(flatten)]
         args: labs::LabsArgs,
     },
+    /// Build the learner's guide (docs/learn, docs/zh-TW) as a static site, every link checked.
+    Book {
+        #[command(flatten)]
+        args: book::BookArgs,
+    },
     /// List the fabric directory's segments, or clean up those of dead processes.
     Fabric {
         #[command(subcommand)]
@@ -212,7 +221,7 @@ impl Cmd {
             | Cmd::Sim { log, .. }
             | Cmd::Counters { log, .. }
             | Cmd::Fabric { log, .. } => log.verbose,
-            Cmd::Devinfo { .. } | Cmd::Run { .. } | Cmd::Labs { .. } => 0,
+            Cmd::Devinfo { .. } | Cmd::Run { .. } | Cmd::Labs { .. } | Cmd::Book { .. } => 0,
         }
     }
 
@@ -243,6 +252,7 @@ impl Cmd {
             Cmd::Fabric { .. } => "fabric",
             Cmd::Run { .. } => "run",
             Cmd::Labs { .. } => "labs",
+            Cmd::Book { .. } => "book",
         }
     }
 }
@@ -294,10 +304,12 @@ fn main() -> ExitCode {
             lang,
             ladder,
             svg,
+            time_scale,
             ..
         } => {
             let mut out = learn::lang::Translating::new(&mut stdout, lang);
-            let r = demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, (ladder, svg), &mut out);
+            let ladder = (ladder, svg, time_scale);
+            let r = demo::drill::run(kind, fabric.dir(), &ib_dev, gid_idx, ladder, &mut out);
             let _ = out.finish();
             report("demo", r)
         }
@@ -317,6 +329,7 @@ fn main() -> ExitCode {
             lang,
             ladder,
             svg,
+            time_scale,
         } => {
             let opts = demo::DemoOpts {
                 in_process,
@@ -326,6 +339,7 @@ fn main() -> ExitCode {
                 pcap,
                 ladder,
                 svg,
+                time_scale,
             };
             let mut out = learn::lang::Translating::new(&mut stdout, lang);
             let r = demo::run(&opts, &mut out);
@@ -343,6 +357,7 @@ fn main() -> ExitCode {
         }
         Cmd::Run { args, fabric } => report("run", run::run(fabric.dir(), &args)),
         Cmd::Labs { args } => report("labs", labs::run(&args, &mut stdout)),
+        Cmd::Book { args } => report("book", book::run(&args, &mut stdout)),
         Cmd::Fabric { action, fabric, log: _ } => report(
             "fabric",
             fabric::fabric(fabric.dir(), action.unwrap_or(FabricAction::List), &mut stdout),

@@ -391,6 +391,10 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::NotRun("needs the softverbs-ibverbs library and cc: sim/cli/tests/labs.rs checks every lab's solution, skeleton and typical mistakes"),
     ),
     (
+        "softverbs book --out target/book",
+        Plan::NotRun("it writes into target/; sim/cli/tests/book.rs builds the book from docs/ into a private directory and checks it, and .ci/run builds it"),
+    ),
+    (
         "cc -o lab4 labs/4-write-imm/lab.c -libverbs",
         Plan::NotRun("not softverbs: sim/cli/tests/labs.rs compiles every lab with cc"),
     ),
@@ -709,6 +713,7 @@ const GROUPS: [&[&str]; 5] = [
         "softverbs run",
         "softverbs labs",
         "cc ",
+        "softverbs book",
     ],
     &["softverbs learn"],
 ];

@@ -80,7 +80,9 @@ fn no_recv_with_rnr_retry_0_fails_at_the_first_rnr_nak() {
     let out = drill("no-recv", &[]);
     has(&out, "rnr_retry 0, target min_rnr_timer 12 (640 us)");
     assert_eq!(count(&out, "RNR NAK: receiver not ready"), 1, "{out}");
-    has(&out, "(syndrome 0x2c); wait at least 640 us (timer 12)");
+    // No retry left, so no wait: the text says so rather than "wait at least 640 us".
+    has(&out, "(syndrome 0x2c); no RNR retry left (rnr_retry 0): no wait");
+    assert_eq!(count(&out, "wait at least"), 0, "{out}");
     has(
         &out,
         "initiator CQ: wr_id=1 status=IBV_WC_RNR_RETRY_EXC_ERR (13, \"RNR retry counter exceeded\")",
@@ -186,11 +188,13 @@ fn lang_zh_tw_translates_a_drills_explanations_and_keeps_its_run() {
         assert!(en.contains(english), "{english} in the English run");
         assert!(!zh.contains(english), "{english} left in:\n{zh}");
     }
-    // The run's lines stay as they are: the NAK, both sides' statuses, the flush.
-    has(&zh, "NAK: invalid request (syndrome 0x61) for PSN 0x001000");
-    has(&zh, "initiator CQ: wr_id=1 status=IBV_WC_REM_INV_REQ_ERR (9,");
-    has(&zh, "target CQ: wr_id=100 status=IBV_WC_LOC_LEN_ERR (1,");
-    has(&zh, &format!("initiator CQ: wr_id=2 {FLUSH}"));
+    // The run's values stay as they are, in Chinese words: the NAK, both sides' statuses,
+    // the flush.
+    has(&zh, "NAK：無效的請求（syndrome 0x61），PSN 0x001000");
+    has(&zh, "發起端 CQ：wr_id=1 status=IBV_WC_REM_INV_REQ_ERR (9,");
+    has(&zh, "目標端 CQ：wr_id=100 status=IBV_WC_LOC_LEN_ERR (1,");
+    has(&zh, &format!("發起端 CQ：wr_id=2 {FLUSH}"));
+    assert!(!zh.contains("initiator CQ:") && !zh.contains("NAK: invalid request"), "{zh}");
     assert_eq!(en.lines().count(), zh.lines().count(), "line for line");
 }
 
@@ -208,9 +212,9 @@ fn lang_zh_tw_translates_the_demos_explanations_and_keeps_the_wire() {
         assert!(zh.lines().any(|l| l == line), "{line:?} in:\n{zh}");
     }
     assert!(!zh.contains("All five operations completed"), "{zh}");
-    // Wire lines, verbs names and completions stay English.
+    // Wire lines and verbs names stay English; a completion's fields too, in Chinese words.
     has(&zh, "-> RC RDMA WRITE FIRST");
-    has(&zh, "initiator CQ: wr_id=1 status=IBV_WC_SUCCESS opcode=IBV_WC_SEND");
+    has(&zh, "發起端 CQ：wr_id=1 status=IBV_WC_SUCCESS opcode=IBV_WC_SEND");
 }
 
 #[test]
@@ -268,4 +272,63 @@ fn the_svgs_in_the_docs_render() {
 fn no_gid_says_it_has_no_ladder() {
     let out = drill("no-gid", &["--ladder"]);
     has(&out, "No packet ladder: ibv_modify_qp refused the QP, so nothing was sent.");
+}
+
+/// The terminal ladder of a drill: the rows after its title, up to the legend.
+fn ladder_rows(out: &str) -> Vec<&str> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("softverbs demo: packet ladder"))
+        .take_while(|l| !l.starts_with("► packet"))
+        .collect()
+}
+
+/// rnr_retry 0: the RNR NAK is fatal, so no RNR wait is drawn after it (the QP is in ERR);
+/// the PSN sequence error NAK that follows is explained, on the wire and on the ladder.
+#[test]
+fn no_recv_draws_no_rnr_wait_after_the_fatal_rnr_nak() {
+    let out = drill("no-recv", &["--ladder"]);
+    let rows = ladder_rows(&out);
+    let nak = rows.iter().position(|l| l.contains("RNR NAK (timer")).expect("the RNR NAK row");
+    assert!(!out.contains("RNR wait begins"), "{out}");
+    assert!(!rows.iter().any(|l| l.contains('┊')), "a waiting lifeline in:\n{out}");
+    assert!(rows[nak + 1].contains("» no RNR retry left (rnr_retry 0): no wait"), "{out}");
+    has(&out, "no RNR retry left (rnr_retry 0): no wait, the QP goes to IBV_QPS_ERR and the SEND completes with IBV_WC_RNR_RETRY_EXC_ERR");
+    if out.contains("NAK: PSN sequence error") {
+        has(&out, "which it refused with the RNR NAK (a refused request is not taken, so the next PSN is out of order)");
+        has(&out, "» target expects PSN 0x001000 (RNR NAKed), got a later one");
+    }
+}
+
+/// A dead peer: each round of resends begins with the local ACK timer firing, drawn in the
+/// terminal and in the SVG as the legend says, and the last one ends the retries.
+#[test]
+fn peer_dies_draws_each_local_ack_timeout() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let svg = dir.path().join("peer-dies.svg");
+    let out = drill("peer-dies", &["--ladder", "--svg", svg.to_str().expect("UTF-8 path")]);
+    let rows = ladder_rows(&out);
+    let timers = rows.iter().filter(|l| l.contains("◆ local ACK timeout: no ACK came")).count();
+    let resends = count(&out, "of silence: the local ACK timeout");
+    assert!(resends > 0, "{out}");
+    assert_eq!(timers, resends, "{out}");
+    assert_eq!(
+        rows.iter().filter(|l| l.contains("◆ local ACK timeout: no retry left")).count(),
+        1,
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
+    assert_eq!(text.matches(r#"<g class="mark timer">"#).count(), timers + 1, "{text}");
+    assert!(text.contains("orange diamond: timer fired"), "{text}");
+}
+
+/// The RNR drill: its waits begin with a square and end with a diamond in the SVG.
+#[test]
+fn rnr_drill_marks_waits_and_timers_apart() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let svg = dir.path().join("rnr.svg");
+    let out = drill("rnr", &["--svg", svg.to_str().expect("UTF-8 path")]);
+    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
+    let waits = text.matches(r#"<g class="mark rnrwait">"#).count();
+    assert!(waits >= 2, "{out}\n{text}");
+    assert_eq!(text.matches(r#"<g class="mark timer">"#).count(), waits, "{text}");
 }

@@ -342,6 +342,46 @@ fn demo_ladder_has_the_packets_the_wire_lines_show() {
         lines[at + 1].contains("initiator softverbs0")
             && lines[at + 1].ends_with("target softverbs1")
     );
+    // The second READ says what it is, just before its request.
+    let note = lines
+        .iter()
+        .position(|l| l.contains("» the RDMA READ again, timed warm"))
+        .unwrap_or_else(|| panic!("no note on the second READ:\n{stdout}"));
+    assert!(lines[note + 1].contains("RC RDMA READ REQUEST PSN 0x001007"), "{stdout}");
+}
+
+/// With a time scale, a long gap takes blank rows labelled with its length; without, none.
+#[test]
+fn a_time_scale_spaces_the_rows_by_the_gaps_between_them() {
+    let mut l = from_sim::ladder("t", &packets_of(LOSSY));
+    let even = ladder::text::render(&l, 1000);
+    l.time_scale = true;
+    let gaps = l.time_gaps();
+    let scaled = ladder::text::render(&l, 1000);
+    let extra: usize = gaps.iter().map(|g| g.0).sum();
+    assert!(extra > 0, "{gaps:?}");
+    assert_eq!(scaled.len(), even.len() + extra);
+    // The local ACK timeout, about a millisecond after the packets before it, has two rows
+    // (1 ms to 10 ms) and the first says how long the gap was.
+    let timer = scaled.iter().position(|s| s.contains("◆ local ACK timeout")).unwrap();
+    assert!(scaled[timer - 2].trim_start().starts_with("+1.0"), "{scaled:#?}");
+    assert!(!scaled[timer - 1].contains('+'), "{scaled:#?}");
+    let svg = ladder::svg::render(&l, 1000);
+    well_formed(&svg).unwrap();
+    assert!(svg.contains(r#"font-style="italic">+1.0"#), "{svg}");
+    assert!(!ladder::svg::render(&from_sim::ladder("t", &packets_of(LOSSY)), 1000).contains(">+"));
+}
+
+/// A timer that fires and an RNR wait that begins are drawn with different marks.
+#[test]
+fn timer_and_rnr_wait_marks_differ_in_the_svg() {
+    let l = from_sim::ladder("t", &packets_of(RNR));
+    let svg = ladder::svg::render(&l, 80);
+    well_formed(&svg).unwrap();
+    let timer = svg.split(r#"<g class="mark timer">"#).nth(1).unwrap().split('"').nth(1).unwrap();
+    assert!(svg.contains(r#"<g class="mark rnrwait"><rect"#), "{svg}");
+    assert!(timer.starts_with('M'), "the timer is a diamond path: {timer}");
+    assert!(svg.contains("orange square: RNR wait begins"), "{svg}");
 }
 
 #[test]

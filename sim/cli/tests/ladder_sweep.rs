@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::xml::{attr_values, well_formed};
-use softverbs::cmd::sweep::{explain, parse_param, plot, sweep, table, with_param};
+use softverbs::cmd::sweep::{
+    explain, parse_param, plot, plot_title, sweep, sweep_seeds, table, with_param,
+};
 use softverbs_sim::ladder::{from_sim, svg};
 use softverbs_sim::world::scenario::{run, RunOptions, Scenario};
 
@@ -147,7 +149,9 @@ fn the_plot_is_well_formed_with_a_point_per_run() {
     assert_eq!(well_formed(&s).unwrap(), "svg");
     assert!(s.contains("<title>go-back-n: goodput against loss (seed 1)</title>"));
     assert!(s.contains(">goodput (Gbit/s)<"));
-    assert!(s.contains(">loss: per-packet probability on every link (%), runs evenly spaced<"));
+    assert!(s.contains(
+        ">loss: per-packet probability on every link (%), logarithmic axis (0 left of the break)<"
+    ));
     assert_eq!(s.matches(r#"<g class="point">"#).count(), 4);
     for r in &rows {
         assert!(s.contains(&format!(">{:.2}</text>", r.report.goodput_gbps())));
@@ -201,8 +205,11 @@ fn sweep_from_the_command_line_prints_the_table_and_writes_the_plot() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines[0], "scenario go-back-n, seed 1: one run per value of loss on every link");
-    let rows = sweep(&scenario("go-back-n.toml"), "loss", &[0.0, 0.05], 1).unwrap();
+    assert_eq!(
+        lines[0],
+        "scenario go-back-n, seeds 1 to 5: 5 runs per value of loss on every link, each row the median run"
+    );
+    let rows = sweep_seeds(&scenario("go-back-n.toml"), "loss", &[0.0, 0.05], 1, 5).unwrap();
     assert_eq!(lines[1..4], table("loss", &rows)[..]);
     assert!(lines.iter().any(|l| l.starts_with("The steepest fall is from loss 0 % to 5 %")));
     well_formed(&std::fs::read_to_string(&plot_file).unwrap()).unwrap();
@@ -224,12 +231,69 @@ fn the_svgs_in_the_docs_are_what_their_commands_write() {
     well_formed(&committed).unwrap();
     // docs/learn/go-back-n-sweep.svg: softverbs sim sweep ... --plot FILE
     let sc = scenario("go-back-n.toml");
-    let rows = sweep(&sc, "loss", &LOSSES, sc.seed).unwrap();
-    let want =
-        plot(&format!("{}: goodput against loss (seed {})", sc.name, sc.seed), "loss", &rows);
+    let rows = sweep_seeds(&sc, "loss", &LOSSES, sc.seed, 5).unwrap();
+    let want = plot(&plot_title(&sc.name, "loss", sc.seed, 5), "loss", &rows);
     let committed = std::fs::read_to_string(root().join("docs/learn/go-back-n-sweep.svg")).unwrap();
     assert!(
         committed == want,
         "docs/learn/go-back-n-sweep.svg is stale: run the command in ladders.md"
     );
+}
+
+/// The x axis is spaced by value: 0.1 %, 1 % and 5 % on a logarithmic axis (they span more
+/// than a decade), the 0 left of a break; a linear axis where the values do not span a decade.
+#[test]
+fn the_plot_spaces_values_by_value_on_a_log_axis_where_they_span_decades() {
+    let sc = scenario("go-back-n.toml");
+    let rows = sweep(&sc, "loss", &LOSSES, 1).unwrap();
+    let s = plot("t", "loss", &rows);
+    let line = attr_values(&s, r#"<polyline class="goodput""#, "points");
+    let xs: Vec<f64> =
+        line[0].split(' ').map(|p| p.split(',').next().unwrap().parse().unwrap()).collect();
+    // log10(1 % / 0.1 %) = 1 and log10(5 % / 1 %) = 0.7: the gaps keep that ratio.
+    let ratio = (xs[3] - xs[2]) / (xs[2] - xs[1]);
+    assert!((ratio - 5f64.log10()).abs() < 0.01, "{xs:?}");
+    assert!(xs[1] > xs[0] && s.contains(r#"<path class="break""#), "{s}");
+    // Values within a decade: linear from 0, so 2 sits twice as far as 1 from 0's place.
+    let rows = sweep(&sc, "latency_ns", &[0.0, 1000.0, 2000.0], 1).unwrap();
+    let s = plot("t", "latency_ns", &rows);
+    let line = attr_values(&s, r#"<polyline class="goodput""#, "points");
+    let xs: Vec<f64> =
+        line[0].split(' ').map(|p| p.split(',').next().unwrap().parse().unwrap()).collect();
+    assert!(((xs[2] - xs[0]) / (xs[1] - xs[0]) - 2.0).abs() < 0.01, "{xs:?}");
+    assert!(s.contains(">latency_ns (ns), linear axis<") && !s.contains("class=\"break\""));
+}
+
+/// Several seeds per value: each row is the median run, with the spread of goodput in the table
+/// and as a bar in the plot.
+#[test]
+fn several_seeds_give_the_median_run_and_the_spread() {
+    let sc = scenario("go-back-n.toml");
+    let rows = sweep_seeds(&sc, "loss", &[0.0, 0.05], 1, 5).unwrap();
+    for r in &rows {
+        assert_eq!(r.goodputs.len(), 5);
+        assert!(r.goodputs.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(r.report.goodput_gbps(), r.goodputs[2], "the median run");
+        // Each seed's run is a real run of that seed.
+        let seeds: Vec<f64> = (1..=5)
+            .map(|k| {
+                let opts = RunOptions { seed: Some(k), ..RunOptions::default() };
+                run(&with_param(&sc, "loss", r.value), &opts).unwrap().goodput_gbps()
+            })
+            .collect();
+        let mut sorted = seeds.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(sorted, r.goodputs);
+    }
+    // Loss makes the seeds differ; none makes them the same.
+    assert_eq!(rows[0].goodputs[0], rows[0].goodputs[4]);
+    assert!(rows[1].goodputs[0] < rows[1].goodputs[4]);
+    let lines = table("loss", &rows);
+    assert!(lines[0].contains("min–max (Gb/s)"), "{lines:#?}");
+    let (lo, hi) = (rows[1].goodputs[0], rows[1].goodputs[4]);
+    assert!(lines[2].contains(&format!("{lo:.3}–{hi:.3}")), "{lines:#?}");
+    let s = plot("t", "loss", &rows);
+    assert_eq!(well_formed(&s).unwrap(), "svg");
+    assert_eq!(s.matches(r#"<path class="spread""#).count(), 2);
+    assert!(s.contains("point: the median of 5 seeds; bar: the lowest to the highest seed"));
 }

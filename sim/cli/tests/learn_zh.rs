@@ -45,7 +45,7 @@ const TERMS: &[&str] = &[
     "packet ladder (sequence diagram)",
     "goodput",
     "local ACK timeout",
-    "RNR NAK (Receiver Not Ready)",
+    "RNR NAK (receiver not ready)",
     "perftest",
     "emulated NIC",
 ];
@@ -138,8 +138,10 @@ fn zh_pages() -> Vec<PathBuf> {
 
 #[test]
 fn every_english_learn_page_has_a_zh_tw_counterpart_or_is_pending() {
-    let en = pages(&root().join("docs/learn"));
+    let mut en = pages(&root().join("docs/learn"));
     let zh = pages(&root().join("docs/zh-TW/learn"));
+    // The English glossary's counterpart is docs/zh-TW/glossary.md, beside the pages.
+    assert!(en.remove("glossary.md") && root().join("docs/zh-TW/glossary.md").is_file());
     let pending: BTreeSet<String> = PENDING.iter().map(|s| s.to_string()).collect();
     let missing: Vec<_> = en.iter().filter(|p| !zh.contains(*p) && !pending.contains(*p)).collect();
     assert!(
@@ -251,5 +253,54 @@ fn the_glossary_covers_the_terms_the_pages_use() {
         let used = en.contains(&name.to_lowercase())
             || abbrev.is_some_and(|a| en.contains(&a.to_lowercase()));
         assert!(used, "the glossary term {term} appears in no docs/learn page");
+    }
+}
+
+/// The glossary names each term once, and the English glossary has every term the Chinese one
+/// has.
+#[test]
+fn each_glossary_term_is_there_once_and_in_both_languages() {
+    let terms = |path: &str| -> Vec<String> {
+        read(&root().join(path))
+            .lines()
+            .filter(|l| {
+                l.starts_with("| ") && !l.starts_with("| English") && !l.starts_with("| Term")
+            })
+            .map(|l| l.split('|').nth(1).unwrap_or("").trim().to_lowercase())
+            .collect()
+    };
+    let zh = terms("docs/zh-TW/glossary.md");
+    let en = terms("docs/learn/glossary.md");
+    for (name, list) in [("zh-TW", &zh), ("English", &en)] {
+        let mut seen = BTreeSet::new();
+        for t in list.iter() {
+            assert!(seen.insert(t), "the {name} glossary has {t:?} twice");
+        }
+    }
+    let missing: Vec<&String> = zh.iter().filter(|t| !en.contains(t)).collect();
+    assert!(missing.is_empty(), "terms of the zh-TW glossary missing in English: {missing:?}");
+}
+
+/// The zh-TW pages link back to zh-TW pages, the index lists every zh-TW page, and the
+/// phrases mended in issue 32 stay mended.
+#[test]
+fn zh_tw_pages_lead_back_to_zh_tw_and_the_index_lists_them_all() {
+    let index = read(&root().join("docs/zh-TW/README.md"));
+    for page in pages(&root().join("docs/zh-TW/learn")) {
+        assert!(
+            index.contains(&format!("](learn/{page})")),
+            "docs/zh-TW/README.md lacks learn/{page}"
+        );
+    }
+    for path in zh_pages() {
+        let text = read(&path);
+        assert!(
+            !text.contains("回到[課程列表](../../learn/"),
+            "{}: a back-link to the English lessons",
+            path.display()
+        );
+        for bad in ["情境切換", "無遺失", "有貨"] {
+            assert!(!text.contains(bad), "{}: {bad}", path.display());
+        }
     }
 }

@@ -13,6 +13,12 @@ pub struct Ladder {
     pub lanes: Vec<String>,
     /// What happened, in order.
     pub events: Vec<Event>,
+    /// The requesters' `rnr_retry`, if known: an RNR NAK that finds no retry left (7 means no
+    /// limit) begins no wait, the QP goes to the error state instead.
+    pub rnr_retry: Option<u8>,
+    /// Space the rows by the time between them (a longer gap, more blank rows, each gap
+    /// labelled with its length), not evenly.
+    pub time_scale: bool,
 }
 
 /// One row of a ladder.
@@ -65,6 +71,9 @@ pub enum MarkKind {
     Timer,
     /// The requester began waiting out an RNR NAK's timer.
     RnrWait,
+    /// Words on a lifeline that explain the rows around them (no event of the transport: why a
+    /// NAK came, which operation a packet belongs to, a QP that went to the error state).
+    Note,
 }
 
 /// A mark on one lifeline.
@@ -156,7 +165,13 @@ impl Packet {
 impl Ladder {
     /// An empty ladder with these lifelines.
     pub fn new(title: impl Into<String>, lanes: Vec<String>) -> Ladder {
-        Ladder { title: title.into(), lanes, events: Vec::new() }
+        Ladder {
+            title: title.into(),
+            lanes,
+            events: Vec::new(),
+            rnr_retry: None,
+            time_scale: false,
+        }
     }
 
     /// The packets, in order.
@@ -172,10 +187,24 @@ impl Ladder {
     /// an RNR wait is that wait's RNR timer (see [`Ladder::timer`]).
     pub fn packet(&mut self, p: Packet) {
         let rnr = matches!(p.response, Some(Response::RnrNak(_))) && p.dropped.is_none();
-        let (to, time_ns) = (p.to, p.time_ns);
+        let (to, time_ns, psn) = (p.to, p.time_ns, p.psn);
+        // The RNR NAKs this lane already had for this PSN: each was a retry spent.
+        let spent = self
+            .packets()
+            .filter(|q| q.to == to && q.psn == psn && q.dropped.is_none())
+            .filter(|q| matches!(q.response, Some(Response::RnrNak(_))))
+            .count();
         self.events.push(Event::Packet(p));
         if rnr {
-            self.mark(to, time_ns, MarkKind::RnrWait, "RNR wait begins".into());
+            match self.rnr_retry {
+                Some(r) if r < 7 && spent >= usize::from(r) => {
+                    let label = format!(
+                        "no RNR retry left (rnr_retry {r}): no wait, the QP goes to IBV_QPS_ERR"
+                    );
+                    self.mark(to, time_ns, MarkKind::Note, label);
+                }
+                _ => self.mark(to, time_ns, MarkKind::RnrWait, "RNR wait begins".into()),
+            }
         }
     }
 
@@ -192,7 +221,7 @@ impl Ladder {
                     match m.kind {
                         MarkKind::RnrWait => return true,
                         MarkKind::Timer => return false,
-                        MarkKind::Completion => {}
+                        MarkKind::Completion | MarkKind::Note => {}
                     }
                 }
             }
@@ -222,11 +251,38 @@ impl Ladder {
                     match m.kind {
                         MarkKind::RnrWait => *w = true,
                         MarkKind::Timer => *w = false,
-                        MarkKind::Completion => {}
+                        MarkKind::Completion | MarkKind::Note => {}
                     }
                 }
             }
         }
         out
+    }
+
+    /// With [`Ladder::time_scale`], the blank rows to leave before each event and the gap they
+    /// stand for: none under 100 µs since the last timed event, then one row per decade (100 µs,
+    /// 1 ms, 10 ms and more: at most three), so that a 1.2 ms wait no longer looks like the
+    /// 5 µs between two packets. Without it, none.
+    pub fn time_gaps(&self) -> Vec<(usize, u64)> {
+        let mut last: Option<u64> = None;
+        self.events
+            .iter()
+            .map(|e| {
+                let t = match e {
+                    Event::Packet(p) => p.time_ns,
+                    Event::Mark(m) => m.time_ns,
+                };
+                let Some(t) = t.filter(|_| self.time_scale) else { return (0, 0) };
+                let dt = last.map_or(0, |l| t.saturating_sub(l));
+                last = Some(t);
+                let rows = match dt {
+                    0..100_000 => 0,
+                    100_000..1_000_000 => 1,
+                    1_000_000..10_000_000 => 2,
+                    _ => 3,
+                };
+                (rows, dt)
+            })
+            .collect()
     }
 }

@@ -58,7 +58,9 @@ pub fn render(l: &Ladder, max_rows: usize) -> String {
     let n = l.events.len();
     let max_rows = max_rows.max(2);
     let (head, tail) = if n > max_rows { (max_rows / 2, max_rows - max_rows / 2) } else { (n, 0) };
-    let rows = head + tail + usize::from(tail > 0);
+    let gaps = l.time_gaps();
+    let spacing: usize = (0..head).chain(n - tail..n).map(|i| gaps[i].0).sum();
+    let rows = head + tail + usize::from(tail > 0) + spacing;
     let bottom = TOP + rows * ROW + 10;
     let height = bottom + 60;
     let mut s = String::new();
@@ -76,7 +78,8 @@ pub fn render(l: &Ladder, max_rows: usize) -> String {
         "<style>.req{stroke:#222} .resp{stroke:#2050a0} .nak{stroke:#c03030} ",
         ".drop{stroke:#c03030;stroke-dasharray:4 3} .life{stroke:#888} ",
         ".rnr{stroke:#e08000;stroke-width:3;stroke-dasharray:3 3} .time{fill:#666} ",
-        ".cqe{fill:#208040} .timer{fill:#e08000}</style>\n",
+        ".cqe{fill:#208040} .timer{fill:#e08000} .rnrwait{fill:white;stroke:#e08000;stroke-width:2} ",
+        ".note{fill:#777}</style>\n",
     ));
     let _ = writeln!(s, r#"<rect width="{width}" height="{height}" fill="white"/>"#);
     let _ = writeln!(
@@ -116,7 +119,22 @@ pub fn render(l: &Ladder, max_rows: usize) -> String {
         }
         event(s, l, &l.events[i], &xs, y);
     };
+    // With a time scale, a gap's blank rows, labelled with its length.
+    let gap = |s: &mut String, i: usize, row: &mut usize| {
+        let (rows, dt) = gaps[i];
+        if rows > 0 {
+            let _ = writeln!(
+                s,
+                r#"<text class="time" x="{}" y="{}" text-anchor="end" font-style="italic">+{}</text>"#,
+                LEFT - 80,
+                TOP + (*row + rows / 2) * ROW + 4,
+                escape(&format_time(dt))
+            );
+            *row += rows;
+        }
+    };
     for i in 0..head {
+        gap(&mut s, i, &mut row);
         draw(&mut s, i, row);
         row += 1;
     }
@@ -138,13 +156,15 @@ pub fn render(l: &Ladder, max_rows: usize) -> String {
         );
         row += 1;
         for i in n - tail..n {
+            gap(&mut s, i, &mut row);
             draw(&mut s, i, row);
             row += 1;
         }
     }
     for (i, line) in [
         "arrows: packets (black: request, blue: response, red: NAK); dashed and crossed: dropped",
-        "green dot: completion written; orange diamond: timer fired; orange dashes: RNR wait",
+        "green dot: completion written; orange diamond: timer fired (local ACK timeout or RNR timer)",
+        "orange square: RNR wait begins (the NAK's timer), orange dashes: waiting; grey triangle: note",
     ]
     .iter()
     .enumerate()
@@ -235,8 +255,15 @@ fn event(s: &mut String, l: &Ladder, e: &Event, xs: &[usize], y: usize) {
             let (tx, anchor) = if last { (x - 10, "end") } else { (x + 10, "start") };
             let (class, shape) = match m.kind {
                 MarkKind::Completion => ("cqe", format!(r#"<circle cx="{x}" cy="{y}" r="5"/>"#)),
-                MarkKind::Timer | MarkKind::RnrWait => {
+                MarkKind::Timer => {
                     ("timer", format!(r#"<path d="M{x},{} l6,6 l-6,6 l-6,-6 z"/>"#, y as i64 - 6))
+                }
+                MarkKind::RnrWait => (
+                    "rnrwait",
+                    format!(r#"<rect x="{}" y="{}" width="10" height="10"/>"#, x - 5, y as i64 - 5),
+                ),
+                MarkKind::Note => {
+                    ("note", format!(r#"<path d="M{},{} l9,5 l-9,5 z"/>"#, x - 4, y as i64 - 5))
                 }
             };
             let _ = writeln!(s, r#"<g class="mark {class}">{shape}"#);

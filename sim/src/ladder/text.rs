@@ -113,6 +113,7 @@ fn event_row(l: &Ladder, e: &Event, cols: &[usize], waiting: &[bool]) -> String 
                 MarkKind::Completion => '●',
                 MarkKind::Timer => '◆',
                 MarkKind::RnrWait => '┊',
+                MarkKind::Note => '»',
             };
             let last = m.lane + 1 == l.lanes.len() && l.lanes.len() > 1;
             if last {
@@ -152,7 +153,25 @@ pub fn render(l: &Ladder, max_rows: usize) -> Vec<String> {
     } else {
         (n, 0)
     };
+    let gaps = l.time_gaps();
+    // With a time scale, the blank rows a gap stands for, the first saying how long it was.
+    let spaced = |out: &mut Vec<String>, i: usize| {
+        let (rows, dt) = gaps[i];
+        for r in 0..rows {
+            let mut row = blank(&cols, &waiting[i]);
+            if r == 0 {
+                put(
+                    &mut row,
+                    0,
+                    TIME_COL - 1,
+                    &format!("{:>w$}", format!("+{}", format_time(dt)), w = TIME_COL - 1),
+                );
+            }
+            out.push(finish(row, None));
+        }
+    };
     for (i, e) in l.events.iter().enumerate().take(head) {
+        spaced(&mut out, i);
         out.push(event_row(l, e, &cols, &waiting[i]));
     }
     if tail > 0 {
@@ -168,6 +187,7 @@ pub fn render(l: &Ladder, max_rows: usize) -> Vec<String> {
         put(&mut row, (WIDTH - w) / 2, WIDTH, &text);
         out.push(finish(row, None));
         for (i, e) in l.events.iter().enumerate().skip(n - tail) {
+            spaced(&mut out, i);
             out.push(event_row(l, e, &cols, &waiting[i]));
         }
     }
@@ -177,7 +197,7 @@ pub fn render(l: &Ladder, max_rows: usize) -> Vec<String> {
     }
     out.push(bottom.iter().collect::<String>().trim_end().to_string());
     out.push(
-        "► packet  ✕ dropped  ● completion written  ◆ timer fired  ┊ waiting out an RNR NAK"
+        "► packet  ✕ dropped  ● completion written  ◆ timer fired  ┊ RNR wait (begins at the NAK)  » note"
             .to_string(),
     );
     if l.lanes.len() > 4 {

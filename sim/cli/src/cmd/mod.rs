@@ -13,6 +13,7 @@ macro_rules! outln {
     };
 }
 
+pub mod book;
 pub mod counters;
 pub mod demo;
 pub mod devinfo;

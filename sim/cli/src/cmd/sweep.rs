@@ -1,7 +1,10 @@
 //! `softverbs sim sweep SCENARIO --param loss=0,0.001,0.01,0.05`: the scenario run once per
-//! value of one link parameter (the same seed each time), a table of what each run did, a plot
-//! of goodput against the parameter (`--plot FILE.svg`) and, with `--explain`, sentences that
-//! say from the numbers what happened — go-back-N's cliff under loss.
+//! value of one link parameter and seed (`--seeds N` seeds from `--seed`, the same ones for
+//! every value), a table of what the median run of each value did with the spread of goodput
+//! over the seeds, a plot of goodput against the parameter (`--plot FILE.svg`: the x axis
+//! spaced by value, logarithmic where the values span decades; a bar from the lowest to the
+//! highest seed's goodput) and, with `--explain`, sentences that say from the numbers what
+//! happened — go-back-N's cliff under loss.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -22,9 +25,14 @@ pub struct SweepArgs {
     /// bandwidth_gbps. Each value replaces that parameter on every link of the scenario.
     #[arg(long, value_name = "NAME=V1,V2,...")]
     pub param: String,
-    /// The seed of every run (default: the scenario's `seed`).
+    /// The first seed (default: the scenario's `seed`); the runs of each value use this seed
+    /// and the next ones.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// How many seeds each value is run with (1 to 100): the table and the sentences show the
+    /// median run, the table and the plot the spread of goodput over the seeds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub seeds: u64,
     /// Write a plot of goodput against the parameter to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
@@ -94,13 +102,16 @@ pub fn with_param(sc: &Scenario, name: &str, value: f64) -> Scenario {
     sc
 }
 
-/// One run of a sweep.
+/// The runs of one value of a sweep.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// The parameter's value.
     pub value: f64,
-    /// What the run did.
+    /// What the median run did (the seed whose goodput is the median, the lower of the two
+    /// middle ones for an even count): one real run, so its numbers agree with each other.
     pub report: Report,
+    /// The goodput of the run of each seed (Gbit/s), lowest first.
+    pub goodputs: Vec<f64>,
 }
 
 impl Row {
@@ -112,12 +123,32 @@ impl Row {
 
 /// Run `sc` once per value of `name`, each with `seed`.
 pub fn sweep(sc: &Scenario, name: &str, values: &[f64], seed: u64) -> Result<Vec<Row>, String> {
+    sweep_seeds(sc, name, values, seed, 1)
+}
+
+/// Run `sc` once per value of `name` and seed, the seeds `seed`, `seed + 1`, ... (`seeds` of
+/// them) for every value.
+pub fn sweep_seeds(
+    sc: &Scenario,
+    name: &str,
+    values: &[f64],
+    seed: u64,
+    seeds: u64,
+) -> Result<Vec<Row>, String> {
     values
         .iter()
         .map(|&value| {
-            let opts = RunOptions { seed: Some(seed), ..RunOptions::default() };
-            let report = scenario::run(&with_param(sc, name, value), &opts)?;
-            Ok(Row { value, report })
+            let with = with_param(sc, name, value);
+            let mut runs = (0..seeds.max(1))
+                .map(|k| {
+                    let opts = RunOptions { seed: Some(seed + k), ..RunOptions::default() };
+                    scenario::run(&with, &opts)
+                })
+                .collect::<Result<Vec<Report>, String>>()?;
+            runs.sort_by(|a, b| a.goodput_gbps().total_cmp(&b.goodput_gbps()));
+            let goodputs = runs.iter().map(Report::goodput_gbps).collect();
+            let report = runs.swap_remove((runs.len() - 1) / 2);
+            Ok(Row { value, report, goodputs })
         })
         .collect()
 }
@@ -141,10 +172,17 @@ fn trim(v: f64) -> String {
     }
 }
 
-/// The table's lines.
+/// The table's lines; with several seeds, the median run's numbers and the lowest and highest
+/// goodput of the seeds.
 pub fn table(name: &str, rows: &[Row]) -> Vec<String> {
+    let seeds = rows.first().map_or(1, |r| r.goodputs.len());
+    let spread = |r: &Row| match (seeds > 1, r.goodputs.first(), r.goodputs.last()) {
+        (true, Some(lo), Some(hi)) => format!("  {:>15}", format!("{lo:.3}–{hi:.3}")),
+        _ => String::new(),
+    };
+    let head = if seeds > 1 { format!("  {:>15}", "min–max (Gb/s)") } else { String::new() };
     let mut out = vec![format!(
-        "{:>9}  {:>13}  {:>12}  {:>5}  {:>13}  {:>8}  {:>15}  {}",
+        "{:>9}  {:>13}{head}  {:>12}  {:>5}  {:>13}  {:>8}  {:>15}  {}",
         name,
         "goodput",
         "packets sent",
@@ -157,9 +195,10 @@ pub fn table(name: &str, rows: &[Row]) -> Vec<String> {
     for r in rows {
         let p = &r.report;
         out.push(format!(
-            "{:>9}  {:>8.3} Gb/s  {:>12}  {:>5}  {:>11.1} %  {:>8}  {:>12.3} ms  {}",
+            "{:>9}  {:>8.3} Gb/s{}  {:>12}  {:>5}  {:>11.1} %  {:>8}  {:>12.3} ms  {}",
             show(name, r.value),
             p.goodput_gbps(),
+            spread(r),
             p.packets_sent,
             p.fault("loss"),
             p.retransmit_share() * 100.0,
@@ -260,10 +299,62 @@ pub fn explain(sc: &Scenario, name: &str, rows: &[Row]) -> Vec<String> {
     out
 }
 
-/// The plot: goodput (Gbit/s) against the parameter, one point per run, evenly spaced.
+/// Where the plot puts a value on its x axis: linear from 0, or logarithmic when the positive
+/// values span a decade or more (a 0 then sits on its own, left of a break in the axis).
+struct XAxis {
+    log: bool,
+    /// The smallest and largest positive value (log), or 0 and the largest (linear).
+    lo: f64,
+    hi: f64,
+    /// Whether a 0 is among the values (log only: drawn left of the break).
+    zero: bool,
+}
+
+impl XAxis {
+    fn of(values: &[f64]) -> XAxis {
+        let pos: Vec<f64> = values.iter().copied().filter(|v| *v > 0.0).collect();
+        let lo = pos.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = values.iter().copied().fold(0.0, f64::max);
+        if pos.len() >= 2 && hi / lo >= 10.0 {
+            XAxis { log: true, lo, hi, zero: values.contains(&0.0) }
+        } else {
+            XAxis { log: false, lo: 0.0, hi: if hi > 0.0 { hi } else { 1.0 }, zero: false }
+        }
+    }
+
+    /// The fraction of the axis's width at which `v` sits (0: left end; the log axis leaves
+    /// the first 12 % to the 0 and the break).
+    fn at(&self, v: f64) -> f64 {
+        match self.log {
+            false => v / self.hi,
+            true if v <= 0.0 => 0.0,
+            true => {
+                let start = if self.zero { 0.12 } else { 0.0 };
+                let span = (self.hi / self.lo).log10();
+                start + (1.0 - start) * (v / self.lo).log10() / span
+            }
+        }
+    }
+
+    /// The ticks under the axis: each run's value, and on a log axis the powers of ten between.
+    fn ticks(&self) -> Vec<f64> {
+        if !self.log {
+            return Vec::new();
+        }
+        let (a, b) = (self.lo.log10().ceil() as i32, self.hi.log10().floor() as i32);
+        (a..=b).map(|e| 10f64.powi(e)).collect()
+    }
+}
+
+/// The plot: goodput (Gbit/s) against the parameter, one point per value (the median run), a
+/// bar from the lowest to the highest seed's goodput, the x axis spaced by value.
 pub fn plot(title: &str, name: &str, rows: &[Row]) -> String {
-    let (w, h, left, right, top, bottom) = (720.0, 440.0, 80.0, 690.0, 50.0, 370.0);
-    let max = rows.iter().map(|r| r.report.goodput_gbps()).fold(0.0f64, f64::max).max(0.001);
+    let (w, h, left, right, top, bottom) = (720.0, 460.0, 80.0, 690.0, 50.0, 370.0);
+    let max = rows
+        .iter()
+        .flat_map(|r| r.goodputs.iter().copied().chain([r.report.goodput_gbps()]))
+        .fold(0.0f64, f64::max)
+        .max(0.001);
     // A round top for the axis: 1, 2 or 5 times a power of ten.
     let mag = 10f64.powf(max.log10().floor());
     let top_val = [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0]
@@ -271,14 +362,18 @@ pub fn plot(title: &str, name: &str, rows: &[Row]) -> String {
         .map(|m| m * mag)
         .find(|v| *v >= max)
         .unwrap_or(max);
-    let x = |i: usize| {
+    let values: Vec<f64> = rows.iter().map(|r| r.value).collect();
+    let axis = XAxis::of(&values);
+    let (x0, x1) = (left + 30.0, right - 30.0);
+    let x = |v: f64| {
         if rows.len() < 2 {
             (left + right) / 2.0
         } else {
-            left + 30.0 + i as f64 * (right - left - 60.0) / (rows.len() - 1) as f64
+            x0 + (x1 - x0) * axis.at(v)
         }
     };
     let y = |g: f64| bottom - (bottom - top) * g / top_val;
+    let seeds = rows.first().map_or(1, |r| r.goodputs.len());
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -296,6 +391,18 @@ pub fn plot(title: &str, name: &str, rows: &[Row]) -> String {
         s,
         r##"<path d="M{left},{top} L{left},{bottom} L{right},{bottom}" fill="none" stroke="#222"/>"##
     );
+    if axis.log && axis.zero && rows.len() >= 2 {
+        // The break between the 0 and the logarithmic part of the axis.
+        let xb = x0 + (x1 - x0) * 0.06;
+        let _ = writeln!(
+            s,
+            r##"<path class="break" d="M{},{} l6,-8 M{},{} l6,-8" stroke="#222"/>"##,
+            xb - 5.0,
+            bottom + 4.0,
+            xb,
+            bottom + 4.0
+        );
+    }
     for k in 0..=5 {
         let v = top_val * k as f64 / 5.0;
         let _ = writeln!(
@@ -313,45 +420,88 @@ pub fn plot(title: &str, name: &str, rows: &[Row]) -> String {
         r#"<text transform="translate(22,{}) rotate(-90)" text-anchor="middle">goodput (Gbit/s)</text>"#,
         (top + bottom) / 2.0
     );
+    // Powers of ten on a log axis that are not a run's value: a light tick.
+    for t in axis.ticks().into_iter().filter(|t| !values.iter().any(|v| (v - t).abs() < t * 1e-9)) {
+        let _ = writeln!(
+            s,
+            r##"<g class="tick"><line x1="{xx:.1}" y1="{bottom}" x2="{xx:.1}" y2="{}" stroke="#888"/><text x="{xx:.1}" y="{}" text-anchor="middle" fill="#888">{}</text></g>"##,
+            bottom + 5.0,
+            bottom + 32.0,
+            escape(&show(name, t)),
+            xx = x(t)
+        );
+    }
     let unit = PARAMS.iter().find(|p| p.0 == name).map_or("", |p| p.1);
-    let axis = if unit == "probability" {
-        format!("{name}: per-packet probability on every link (%), runs evenly spaced")
+    let scale = match (axis.log, axis.zero) {
+        (true, true) => "logarithmic axis (0 left of the break)",
+        (true, false) => "logarithmic axis",
+        _ => "linear axis",
+    };
+    let label = if unit == "probability" {
+        format!("{name}: per-packet probability on every link (%), {scale}")
     } else {
-        format!("{name} ({unit}), runs evenly spaced")
+        format!("{name} ({unit}), {scale}")
     };
     let _ = writeln!(
         s,
         r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
         (left + right) / 2.0,
-        bottom + 45.0,
-        escape(&axis)
+        bottom + 52.0,
+        escape(&label)
+    );
+    let legend = match seeds {
+        1 => "one seed per value: no spread (--seeds N runs N)".to_string(),
+        n => {
+            format!("point: the median of {n} seeds; bar: the lowest to the highest seed's goodput")
+        }
+    };
+    let _ = writeln!(
+        s,
+        r##"<text class="legend" x="{}" y="{}" text-anchor="middle" fill="#444">{}</text>"##,
+        (left + right) / 2.0,
+        bottom + 72.0,
+        escape(&legend)
     );
     let points: Vec<String> = rows
         .iter()
-        .enumerate()
-        .map(|(i, r)| format!("{:.1},{:.1}", x(i), y(r.report.goodput_gbps())))
+        .map(|r| format!("{:.1},{:.1}", x(r.value), y(r.report.goodput_gbps())))
         .collect();
     let _ = writeln!(
         s,
         r##"<polyline class="goodput" points="{}" fill="none" stroke="#2050a0" stroke-width="2"/>"##,
         points.join(" ")
     );
-    for (i, r) in rows.iter().enumerate() {
+    for r in rows {
         let g = r.report.goodput_gbps();
+        let xv = x(r.value);
+        if let (true, Some(lo), Some(hi)) = (seeds > 1, r.goodputs.first(), r.goodputs.last()) {
+            let _ = writeln!(
+                s,
+                r##"<path class="spread" d="M{xv:.1},{:.1} L{xv:.1},{:.1} M{:.1},{:.1} l10,0 M{:.1},{:.1} l10,0" stroke="#2050a0" stroke-width="1.5"/>"##,
+                y(*lo),
+                y(*hi),
+                xv - 5.0,
+                y(*lo),
+                xv - 5.0,
+                y(*hi)
+            );
+        }
+        let spread = match (seeds > 1, r.goodputs.first(), r.goodputs.last()) {
+            (true, Some(lo), Some(hi)) => format!(" (median of {seeds} seeds; {lo:.3} to {hi:.3})"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             s,
-            r##"<g class="point"><title>{}</title><circle cx="{:.1}" cy="{:.1}" r="4" fill="#2050a0"/><text x="{:.1}" y="{:.1}" text-anchor="middle">{:.2}</text><text x="{:.1}" y="{}" text-anchor="middle">{}</text></g>"##,
+            r##"<g class="point"><title>{}</title><circle cx="{xv:.1}" cy="{:.1}" r="4" fill="#2050a0"/><text x="{:.1}" y="{:.1}" text-anchor="start">{:.2}</text><text x="{xv:.1}" y="{}" text-anchor="middle">{}</text></g>"##,
             escape(&format!(
-                "{name} {}: {g:.3} Gbit/s, {:.1} % retransmitted",
+                "{name} {}: {g:.3} Gbit/s{spread}, {:.1} % retransmitted",
                 show(name, r.value),
                 r.report.retransmit_share() * 100.0
             )),
-            x(i),
             y(g),
-            x(i),
-            y(g) - 9.0,
+            xv + 7.0,
+            y(g) - 6.0,
             g,
-            x(i),
             bottom + 18.0,
             escape(&show(name, r.value))
         );
@@ -366,10 +516,17 @@ pub fn main(args: &SweepArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (name, values) = parse_param(&args.param).map_err(CliError::usage)?;
     let sc = Scenario::load(&args.scenario).map_err(CliError::usage)?;
     let seed = args.seed.unwrap_or(sc.seed);
-    let rows = sweep(&sc, &name, &values, seed).map_err(CliError::usage)?;
+    let rows = sweep_seeds(&sc, &name, &values, seed, args.seeds).map_err(CliError::usage)?;
     let io = super::output_error;
-    writeln!(out, "scenario {}, seed {seed}: one run per value of {name} on every link", sc.name)
-        .map_err(io)?;
+    let runs = match args.seeds {
+        1 => format!("seed {seed}: one run per value of {name} on every link"),
+        n => format!(
+            "seeds {seed} to {}: {n} runs per value of {name} on every link, each row the median \
+             run",
+            seed + n - 1
+        ),
+    };
+    writeln!(out, "scenario {}, {runs}", sc.name).map_err(io)?;
     for l in table(&name, &rows) {
         writeln!(out, "{l}").map_err(io)?;
     }
@@ -380,10 +537,18 @@ pub fn main(args: &SweepArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
     }
     if let Some(path) = &args.plot {
-        let title = format!("{}: goodput against {name} (seed {seed})", sc.name);
+        let title = plot_title(&sc.name, &name, seed, args.seeds);
         std::fs::write(path, plot(&title, &name, &rows)).map_err(|e| {
             CliError::failed(format!("writing the plot to {}: {e}", path.display()))
         })?;
     }
     Ok(())
+}
+
+/// The plot's title: the scenario, the parameter and the seeds.
+pub fn plot_title(scenario: &str, name: &str, seed: u64, seeds: u64) -> String {
+    match seeds {
+        1 => format!("{scenario}: goodput against {name} (seed {seed})"),
+        n => format!("{scenario}: goodput against {name} (seeds {seed} to {})", seed + n - 1),
+    }
 }

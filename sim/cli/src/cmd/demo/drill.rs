@@ -292,7 +292,7 @@ pub fn run(
     fabric: Option<&Path>,
     ib_dev: &str,
     gid_idx: Option<u32>,
-    (ladder, svg): (bool, Option<PathBuf>),
+    (ladder, svg, time_scale): (bool, Option<PathBuf>, bool),
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     if verbs_api::backend_of(ib_dev) != "soft" {
@@ -318,7 +318,10 @@ pub fn run(
         }
         return Ok(());
     }
-    let rec = Recorder::new(ladder, svg).map(Arc::new);
+    let rec = Recorder::new(ladder, svg, time_scale).map(Arc::new);
+    if let Some(r) = &rec {
+        r.rnr_retry(kind.conn_opts(&addr).map_err(CliError::failed)?.rnr_retry);
+    }
     let dir = soft.fabric().expect("shared-memory soft has a fabric").dir().to_path_buf();
     let exe = std::env::current_exe()
         .map_err(|e| CliError::failed(format!("finding this program: {e}")))?;
@@ -549,8 +552,10 @@ fn wire_lines(
     opts: &ConnOpts,
 ) {
     let mut sent: Vec<(u32, Instant)> = Vec::new();
-    let (mut rnr_waits, mut rounds) = (0, 0);
+    let (mut rnr_waits, mut rounds, mut rnr_naks) = (0, 0, 0);
     let mut last_rnr = t0;
+    // Whether the initiator's QP went to the error state (an RNR NAK with no retry left).
+    let mut dead = false;
     if entries.is_empty() {
         w(out, "  (nothing)");
     }
@@ -581,17 +586,40 @@ fn wire_lines(
         }
         let Some(a) = p.aeth else { continue };
         match a.kind() {
-            AethKind::Nak(c) => w(
-                out,
-                &format!(
-                    "           NAK: {} (syndrome {:#04x}) for PSN {psn:#08x}",
-                    nak_meaning(c),
-                    a.syndrome
-                ),
-            ),
+            AethKind::Nak(c) => {
+                w(
+                    out,
+                    &format!(
+                        "           NAK: {} (syndrome {:#04x}) for PSN {psn:#08x}",
+                        nak_meaning(c),
+                        a.syndrome
+                    ),
+                );
+                if c == NakCode::PsnSequenceError && rnr_naks > 0 {
+                    // Why it follows an RNR NAK: the refused SEND was not taken, so the one
+                    // behind it arrived out of order.
+                    let then = match dead {
+                        true => "the initiator's QP is already in IBV_QPS_ERR and ignores it",
+                        false => "the initiator resends from that PSN after its RNR wait",
+                    };
+                    w(out, &format!("           the SEND behind reached the target while it still expected PSN {psn:#08x}, which it refused with the RNR NAK (a refused request is not taken, so the next PSN is out of order): the target NAKs it once, naming the PSN it expects; {then}"));
+                }
+            }
             AethKind::RnrNak { timer } => {
-                rnr_waits += 1;
+                rnr_naks += 1;
                 last_rnr = *at;
+                if opts.rnr_retry < 7 && rnr_naks > u32::from(opts.rnr_retry) {
+                    dead = true;
+                    w(
+                        out,
+                        &format!(
+                            "           RNR NAK: receiver not ready, no receive posted (syndrome {:#04x}); no RNR retry left (rnr_retry {}): no wait, the QP goes to IBV_QPS_ERR and the SEND completes with IBV_WC_RNR_RETRY_EXC_ERR",
+                            a.syndrome, opts.rnr_retry
+                        ),
+                    );
+                    continue;
+                }
+                rnr_waits += 1;
                 w(
                     out,
                     &format!(

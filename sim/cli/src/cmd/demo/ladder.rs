@@ -22,6 +22,8 @@ enum Seen {
     Packet(u64, TapDir, Vec<u8>),
     /// A completion the initiator polled, and when.
     Cqe(u64, String),
+    /// Words the run put on the initiator's lifeline (which operation comes next), and when.
+    Note(u64, String),
 }
 
 /// What the demo saw, in order, for its ladder.
@@ -32,18 +34,34 @@ pub(super) struct Recorder {
     target_cqe: Mutex<Option<String>>,
     terminal: bool,
     svg: Option<PathBuf>,
+    /// Rows spaced by time (`--time-scale`).
+    time_scale: bool,
+    /// The initiator's `rnr_retry`, when the run set one: an RNR NAK past it begins no wait.
+    rnr_retry: Mutex<Option<u8>>,
 }
 
 impl Recorder {
-    /// A recorder if `--ladder` or `--svg` asked for one.
-    pub(super) fn new(terminal: bool, svg: Option<PathBuf>) -> Option<Recorder> {
+    /// A recorder if `--ladder` or `--svg` asked for one; `time_scale`: rows spaced by time.
+    pub(super) fn new(terminal: bool, svg: Option<PathBuf>, time_scale: bool) -> Option<Recorder> {
         (terminal || svg.is_some()).then(|| Recorder {
             start: Instant::now(),
             seen: Mutex::new(Vec::new()),
             target_cqe: Mutex::new(None),
             terminal,
             svg,
+            time_scale,
+            rnr_retry: Mutex::new(None),
         })
+    }
+
+    /// The initiator's QP has this `rnr_retry`.
+    pub(super) fn rnr_retry(&self, r: u8) {
+        *self.rnr_retry.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    }
+
+    /// Words for the initiator's lifeline, drawn where the run is now.
+    pub(super) fn note(&self, what: &str) {
+        self.push(Seen::Note(self.ns(), what.to_string()));
     }
 
     fn ns(&self) -> u64 {
@@ -83,14 +101,22 @@ impl Recorder {
             format!("softverbs demo: packet ladder of the initiator's wire ({initiator})"),
             vec![format!("initiator {initiator}"), format!("target {target}")],
         );
+        l.time_scale = self.time_scale;
+        l.rnr_retry = *self.rnr_retry.lock().unwrap_or_else(|e| e.into_inner());
         let target_cqe = self.target_cqe.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut recv_shown = false;
         let mut last_send: Option<usize> = None;
+        // The PSNs the initiator has sent, the last one, and whether it is resending a round.
+        let mut sent = std::collections::HashSet::new();
+        let mut last_tx: Option<u32> = None;
+        let mut resending = false;
+        // A PSN sequence error NAK since the last send: a go-back that no timer started.
+        let mut nak_back = false;
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         // Times from the first packet: the set-up before it is not on the wire.
         let t0 = seen.iter().find_map(|s| match s {
             Seen::Packet(t, ..) => Some(*t),
-            Seen::Cqe(..) => None,
+            Seen::Cqe(..) | Seen::Note(..) => None,
         });
         let since = |t: u64| Some(t.saturating_sub(t0.unwrap_or(0)));
         for s in seen.iter() {
@@ -100,18 +126,60 @@ impl Recorder {
                         TapDir::Tx => (INITIATOR, TARGET),
                         TapDir::Rx => (TARGET, INITIATOR),
                     };
-                    // The tap sees no timers: a request the initiator sends while it waits out
-                    // an RNR NAK is what its RNR timer firing looks like on the wire (the demo
-                    // has one QP, so nothing else can be sent meanwhile).
-                    if from == INITIATOR && l.in_rnr_wait(INITIATOR) {
-                        let label = "RNR timer fired: send again".to_string();
-                        l.mark(INITIATOR, since(*t), MarkKind::Timer, label);
-                    }
                     let p = Packet::from_datagram(from, to, since(*t), data);
+                    // The tap sees no timers, but the sends show them (the demo has one QP,
+                    // so nothing else is sent meanwhile): a request sent while the initiator
+                    // waits out an RNR NAK is its RNR timer firing; a PSN sent before, with no
+                    // NAK asking for it, starts a round of resends that its local ACK timer
+                    // started.
+                    if from == INITIATOR {
+                        let again = sent.contains(&p.psn);
+                        let new_round = !resending || last_tx.is_some_and(|l| p.psn <= l);
+                        if l.in_rnr_wait(INITIATOR) {
+                            let label = "RNR timer fired: send again".to_string();
+                            l.mark(INITIATOR, since(*t), MarkKind::Timer, label);
+                            resending = true;
+                        } else if again && new_round && !nak_back {
+                            let label = "local ACK timeout: no ACK came; go back and resend".into();
+                            l.mark(INITIATOR, since(*t), MarkKind::Timer, label);
+                            resending = true;
+                        } else if !again {
+                            resending = false;
+                        }
+                        nak_back = false;
+                        sent.insert(p.psn);
+                        last_tx = Some(p.psn);
+                    }
                     let is_send = p.opcode_name().contains("SEND ONLY")
                         || p.opcode_name().contains("SEND LAST");
                     let acked = matches!(p.response, Some(softverbs_sim::ladder::Response::Ack));
+                    let seq_err = matches!(
+                        p.response,
+                        Some(softverbs_sim::ladder::Response::Nak(Some(
+                            nic_model::packet::NakCode::PsnSequenceError
+                        )))
+                    );
+                    let rnr_before = l.packets().any(|q| {
+                        q.to == INITIATOR
+                            && matches!(
+                                q.response,
+                                Some(softverbs_sim::ladder::Response::RnrNak(_))
+                            )
+                    });
+                    let psn = p.psn;
                     l.packet(p);
+                    if seq_err {
+                        nak_back = true;
+                        // Why it came: the target refused PSN `psn` (an RNR NAK, or a lost
+                        // packet) and then saw the next one, out of order.
+                        let why = match rnr_before {
+                            true => format!(
+                                "target expects PSN {psn:#08x} (RNR NAKed), got a later one"
+                            ),
+                            false => format!("target expects PSN {psn:#08x}, got a later one"),
+                        };
+                        l.mark(INITIATOR, since(*t), MarkKind::Note, why);
+                    }
                     if from == INITIATOR && is_send {
                         // The last transmission of the SEND so far: if an ACK follows, this
                         // is the one that landed in the target's receive.
@@ -132,8 +200,14 @@ impl Recorder {
                     }
                 }
                 Seen::Cqe(t, what) => {
+                    // The last local ACK timeout resends nothing: it ends the retries.
+                    if what.ends_with(" IBV_WC_RETRY_EXC_ERR") {
+                        let label = "local ACK timeout: no retry left (retry_cnt spent)".into();
+                        l.mark(INITIATOR, since(*t), MarkKind::Timer, label);
+                    }
                     l.mark(INITIATOR, since(*t), MarkKind::Completion, what.clone())
                 }
+                Seen::Note(t, what) => l.mark(INITIATOR, since(*t), MarkKind::Note, what.clone()),
             }
         }
         l
@@ -183,7 +257,7 @@ mod tests {
 
     #[test]
     fn an_rnr_nak_then_the_send_again_is_a_wait_ended_by_the_rnr_timer() {
-        let r = Recorder::new(true, None).unwrap();
+        let r = Recorder::new(true, None, false).unwrap();
         let send = datagram(Opcode::RC_SEND_ONLY, 0x1000, None, b"hello");
         r.packet(TapDir::Tx, &send);
         r.packet(

@@ -63,6 +63,8 @@ pub struct DemoOpts {
     pub ladder: bool,
     /// Write the packet ladder of the run as SVG to this file (`--svg`).
     pub svg: Option<PathBuf>,
+    /// Space the ladder's rows by time (`--time-scale`).
+    pub time_scale: bool,
 }
 
 impl Default for DemoOpts {
@@ -75,6 +77,7 @@ impl Default for DemoOpts {
             pcap: None,
             ladder: false,
             svg: None,
+            time_scale: false,
         }
     }
 }
@@ -273,7 +276,7 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
         Target { peer, device: o.ib_dev.clone() }
     };
     let tap_soft = if on_soft { Some(&soft) } else { None };
-    let rec = ladder::Recorder::new(o.ladder, o.svg.clone()).map(Arc::new);
+    let rec = ladder::Recorder::new(o.ladder, o.svg.clone(), o.time_scale).map(Arc::new);
     let result = initiator(&ctx, &addr, tap_soft, o, &mut target, rec.clone(), out);
     // The ladder is drawn whether or not the run succeeded: a failure is when it helps most.
     let drawn = match &rec {
@@ -585,6 +588,9 @@ fn initiator(
 
     // The RDMA READ again, unnarrated: the time of an operation once the target's NIC thread
     // is awake, beside the first operation's (cold).
+    if let Some(r) = &rec {
+        r.note("the RDMA READ again, timed warm (beside the cold first operation)");
+    }
     let sg = [ep.mr.sge(20000, READ_TEXT.len() as u32)];
     let t0 = Instant::now();
     ep.qp

@@ -4,7 +4,7 @@
 //! completions it printed and the bytes that landed, each check with its points and, when it
 //! fails, a sentence saying what is wrong and what to change.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
@@ -12,9 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use nic_model::packet;
-
 use super::spec::{Lab, WcWant};
+use super::wire::{self, Journal, Wire};
 use crate::cmd::{run, CliError};
 
 /// How long a lab program may run: every lab finishes in well under a second on softverbs; a
@@ -26,9 +25,12 @@ pub const TIME_LIMIT: Duration = Duration::from_secs(20);
 struct Outcome {
     status: Option<i32>,
     stdout: String,
+    /// Its stderr, without the journal's lines.
     stderr: String,
-    /// Each opcode's name and how many distinct packets carried it.
-    wire: HashMap<String, usize>,
+    /// The packets its devices saw.
+    wire: Wire,
+    /// The memory regions and QPs it made.
+    journal: Journal,
 }
 
 /// A private directory (mode 0700) for the run's fabric and captures, removed when dropped.
@@ -83,6 +85,7 @@ fn execute(program: &Path) -> Result<Outcome, CliError> {
     let scratch = Scratch::new()?;
     let mut cmd = run::command(Some(&scratch.0.join("fabric")), program.as_os_str(), &[])?;
     cmd.env("SOFTVERBS_PCAP", scratch.0.join("cap-{pid}.pcap"))
+        .env("SOFTVERBS_LOG", wire::JOURNAL_FILTER)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -105,43 +108,8 @@ fn execute(program: &Path) -> Result<Outcome, CliError> {
     // Its forked sides too, whether it finished or not: nothing of the run stays behind.
     kill_group(&mut child);
     let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    Ok(Outcome { status, stdout, stderr, wire: wire(&scratch.0) })
-}
-
-/// The opcodes of the distinct packets in every capture in `dir`. Each process records what
-/// it sends and what it receives, so one packet is in two files; and a retransmission (the
-/// same bytes again, which a busy machine's timers cause now and then) is the same packet to
-/// the lab: each distinct datagram counts once.
-fn wire(dir: &Path) -> HashMap<String, usize> {
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let Ok(file) = std::fs::read(entry.path()) else { continue };
-        let mut at = 24;
-        while at + 16 <= file.len() {
-            let incl = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap_or([0; 4]));
-            let end = (at + 16 + incl as usize).min(file.len());
-            // Past the record header, the 14-byte Ethernet header: the IP datagram.
-            if at + 16 + 14 <= end {
-                seen.insert(file[at + 16 + 14..end].to_vec());
-            }
-            at = end;
-        }
-    }
-    // One packet: who sent it to whom, for which QP, at which PSN, with which opcode (a
-    // retransmission may differ in bytes the lab does not care about).
-    let mut packets = HashSet::new();
-    for bytes in &seen {
-        if let Ok((src, dst, p)) = packet::parse_any_datagram(bytes) {
-            let name = p.bth.opcode.info().map_or("?", |i| i.name);
-            packets.insert((src, dst, p.bth.dest_qp, p.bth.psn.value(), name));
-        }
-    }
-    let mut ops = HashMap::new();
-    for (_, _, _, _, name) in packets {
-        *ops.entry(name.to_string()).or_default() += 1;
-    }
-    ops
+    let (journal, stderr) = Journal::split(&err.join().unwrap_or_default());
+    Ok(Outcome { status, stdout, stderr, wire: wire::read(&scratch.0), journal })
 }
 
 /// The `key=value` fields of a `wc SIDE ...` line.
@@ -149,9 +117,13 @@ fn fields(line: &str) -> HashMap<&str, &str> {
     line.split_whitespace().filter_map(|t| t.split_once('=')).collect()
 }
 
-/// What to change for a completion that failed with `status`.
-fn status_hint(status: &str, want: &WcWant) -> String {
+/// What to change for a completion that failed with `status`; `refused`: what the wire and
+/// the journal say of the first refused access, if one was.
+fn status_hint(status: &str, want: &WcWant, refused: Option<&str>) -> String {
     match status {
+        "IBV_WC_REM_ACCESS_ERR" | "IBV_WC_REM_INV_REQ_ERR" if refused.is_some() => {
+            refused.unwrap_or_default().to_string()
+        }
         "IBV_WC_REM_ACCESS_ERR" => "the responder refused the access: its memory region needs \
              the IBV_ACCESS_REMOTE_* flag for this operation in ibv_reg_mr, its QP the same in \
              qp_access_flags, and the rkey and address must be the peer's"
@@ -169,7 +141,7 @@ fn status_hint(status: &str, want: &WcWant) -> String {
 }
 
 /// The diagnosis for one wanted completion, None when the program printed it right.
-fn check_wc(n: u32, want: &WcWant, out: &str) -> Option<String> {
+fn check_wc(n: u32, want: &WcWant, out: &str, refused: Option<&str>) -> Option<String> {
     let prefix = format!("wc {} ", want.side);
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&prefix)).collect();
     let line =
@@ -187,7 +159,7 @@ fn check_wc(n: u32, want: &WcWant, out: &str) -> Option<String> {
     if status != "IBV_WC_SUCCESS" {
         return Some(format!(
             "lab {n}: the {side}'s completion has status {status}, expected IBV_WC_SUCCESS: {}",
-            status_hint(status, want)
+            status_hint(status, want, refused)
         ));
     }
     let opcode = f.get("opcode").copied().unwrap_or("(none)");
@@ -245,22 +217,70 @@ fn refused_modify(stderr: &str) -> Option<String> {
     ))
 }
 
+/// What a graded check looks at: the order in which a failure is taken as the first mistake
+/// the program met (a completion that failed with an error status is where the program met
+/// it; a missing packet, completion or line comes after).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    FailedCompletion,
+    Wire,
+    Completion,
+    Output,
+    Exit,
+}
+
+/// The first call softverbs refused (its `SOFTVERBS_LOG` warning), for a program that exited
+/// with an error, with a word on what an atomic needs when that was the reason.
+fn refused_call(refused: &[String]) -> Option<String> {
+    let first = refused.first()?;
+    let why = match first.contains("not 8-byte aligned") {
+        true => {
+            "; an atomic acts on one aligned 8-byte word, so wr.wr.atomic.remote_addr must \
+             be a multiple of 8 (the peer's address plus 0, 8, 16, ...)"
+        }
+        false => "",
+    };
+    Some(format!(": softverbs refused a call, {first}{why}"))
+}
+
 /// One graded check: points, what it checks, and its diagnosis when it failed.
 struct Graded {
     points: u32,
     what: String,
+    kind: Kind,
     wrong: Option<String>,
+}
+
+/// Why a wire row's count is not the one wanted: `hint` (what to post) only when the packet is
+/// missing altogether; fewer than wanted means the program stopped early, more means repeats.
+fn wire_wrong(n: u32, op: &str, got: usize, count: usize, hint: &str) -> String {
+    match got {
+        0 => format!("lab {n}: no {op} packet was on the wire, expected {count}: {hint}"),
+        g if g < count => format!(
+            "lab {n}: only {g} {op} packets were on the wire, expected {count}: the program \
+             stopped early, or some were never posted ({hint})"
+        ),
+        g => format!(
+            "lab {n}: {g} {op} packets were on the wire, expected {count}: each is posted once"
+        ),
+    }
 }
 
 /// Grade `out` against `lab`.
 fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
     let n = lab.n;
     let mut g = Vec::new();
+    let said = match out.stderr.trim().is_empty() {
+        true => String::new(),
+        false => " (its stderr, below, says why)".into(),
+    };
     let exit_wrong = match out.status {
         Some(0) => None,
         Some(s) => Some(format!(
             "lab {n}: the program exited with status {s}, expected 0{}",
-            refused_modify(&out.stderr).unwrap_or_else(|| " (its stderr says why)".into())
+            refused_modify(&out.stderr)
+                .or_else(|| refused_call(&out.journal.refused))
+                .unwrap_or(said)
         )),
         None => Some(format!(
             "lab {n}: the program was still running after {} s and was stopped: something \
@@ -268,20 +288,34 @@ fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
             TIME_LIMIT.as_secs()
         )),
     };
-    g.push(Graded { points: 1, what: "the program exits with status 0".into(), wrong: exit_wrong });
+    g.push(Graded {
+        points: 1,
+        what: "the program exits with status 0".into(),
+        kind: Kind::Exit,
+        wrong: exit_wrong,
+    });
     for &(op, count, hint) in lab.wire {
-        let got = out.wire.get(op).copied().unwrap_or(0);
-        let wrong = (got != count).then(|| match got {
-            0 => format!("lab {n}: no {op} packet was on the wire, expected {count}: {hint}"),
-            _ => format!("lab {n}: {got} {op} packets were on the wire, expected {count}: {hint}"),
+        let got = out.wire.ops.get(op).copied().unwrap_or(0);
+        let wrong = (got != count).then(|| wire_wrong(n, op, got, count, hint));
+        g.push(Graded {
+            points: 2,
+            what: format!("wire: {count} x {op}"),
+            kind: Kind::Wire,
+            wrong,
         });
-        g.push(Graded { points: 2, what: format!("wire: {count} x {op}"), wrong });
     }
+    let refused = out.wire.refused_access(&out.journal);
     for w in lab.wcs {
+        let wrong = check_wc(n, w, &out.stdout, refused.as_deref());
+        let kind = match &wrong {
+            Some(why) if why.contains("completion has status") => Kind::FailedCompletion,
+            _ => Kind::Completion,
+        };
         g.push(Graded {
             points: 2,
             what: format!("completion: {} {}", w.side, w.opcode),
-            wrong: check_wc(n, w, &out.stdout),
+            kind,
+            wrong,
         });
     }
     for &(line, hint) in lab.lines {
@@ -293,7 +327,9 @@ fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
                 Some(i) => line[..=i].to_string(),
                 None => line.split_whitespace().take(2).collect::<Vec<_>>().join(" "),
             };
-            match out.stdout.lines().find(|l| l.starts_with(&key)) {
+            // (Not a line another check wants and got: that one is not in place of this.)
+            let wanted = |l: &str| lab.lines.iter().any(|(w, _)| l.trim_end() == *w);
+            match out.stdout.lines().find(|l| l.starts_with(&key) && !wanted(l)) {
                 Some(got) => format!(
                     "lab {n}: the program printed `{}`, expected `{line}`: {hint}",
                     got.trim_end()
@@ -301,9 +337,26 @@ fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
                 None => format!("lab {n}: the program did not print `{line}`: {hint}"),
             }
         });
-        g.push(Graded { points: 2, what: format!("output: {line}"), wrong });
+        g.push(Graded { points: 2, what: format!("output: {line}"), kind: Kind::Output, wrong });
     }
     g
+}
+
+/// The check whose diagnosis is shown: the first mistake the program met. A refused
+/// `ibv_modify_qp` stopped it before anything was sent, so everything after follows from it;
+/// otherwise the first failure in [`Kind`]'s order. The exit status is the mistake only when
+/// nothing else failed.
+fn first_mistake(graded: &[Graded], out: &Outcome) -> Option<usize> {
+    let refused = refused_modify(&out.stderr).is_some() || !out.journal.refused.is_empty();
+    if refused && graded[0].wrong.is_some() {
+        return Some(0);
+    }
+    graded
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.wrong.is_some())
+        .min_by_key(|(i, c)| (c.kind, *i))
+        .map(|(i, _)| i)
 }
 
 /// `softverbs labs check`: run, grade, print each check and the grade line. Ok when every
@@ -318,10 +371,12 @@ pub fn check(lab: &Lab, program: &Path, w: &mut dyn Write) -> Result<(), CliErro
     }
     let out = execute(program)?;
     let graded = grade(lab, &out);
+    let first = first_mistake(&graded, &out);
     let io = crate::cmd::output_error;
     writeln!(w, "lab {}: {} ({})", lab.n, lab.title, program.display()).map_err(io)?;
     let (mut got, mut total) = (0, 0);
-    for c in &graded {
+    let mut untold = 0;
+    for (i, c) in graded.iter().enumerate() {
         total += c.points;
         let (mark, p) = match &c.wrong {
             None => ("pass", c.points),
@@ -329,9 +384,28 @@ pub fn check(lab: &Lab, program: &Path, w: &mut dyn Write) -> Result<(), CliErro
         };
         got += p;
         writeln!(w, "  [{mark}] {p}/{}  {}", c.points, c.what).map_err(io)?;
-        if let Some(why) = &c.wrong {
-            writeln!(w, "         {why}").map_err(io)?;
+        match &c.wrong {
+            // The exit status is what happened, said always; a diagnosis only for the first
+            // mistake: one mistake at a time, as the program met them.
+            Some(why) if Some(i) == first || c.kind == Kind::Exit => {
+                writeln!(w, "         {why}").map_err(io)?;
+            }
+            Some(_) => untold += 1,
+            None => {}
         }
+    }
+    if untold > 0 {
+        let after = match first.map(|i| graded[i].kind) {
+            Some(Kind::Exit) => {
+                "the program stopped at the refused call, so the other failed \
+                 checks follow from that and say nothing yet of their own: fix it and check again"
+            }
+            _ => {
+                "one mistake at a time: the first the program met is explained above; the \
+                 other failed checks may follow from it: fix it and check again"
+            }
+        };
+        writeln!(w, "  {after}").map_err(io)?;
     }
     let failed = graded.iter().any(|c| c.wrong.is_some());
     if failed && !out.stderr.trim().is_empty() {

@@ -3,6 +3,7 @@
 
 mod check;
 pub mod spec;
+mod wire;
 
 use std::io::Write;
 use std::path::PathBuf;

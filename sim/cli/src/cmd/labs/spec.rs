@@ -19,7 +19,7 @@ pub struct WcWant {
 
 /// One lab: its number, title, README, and what a correct program shows.
 pub struct Lab {
-    /// The lab's number (1..=8), as `labs check N` takes it.
+    /// The lab's number (1..=10), as `labs check N` takes it.
     pub n: u32,
     /// The directory under `labs/`.
     pub dir: &'static str,
@@ -48,6 +48,13 @@ const FIX_SEND_HINT: &str =
 const FIX_WRITE_HINT: &str =
     "the responder's memory region must allow IBV_ACCESS_REMOTE_WRITE for a peer's RDMA WRITE";
 const READ_HINT: &str = "post an IBV_WR_RDMA_READ with the responder's address and rkey in wr.rdma";
+
+const SRQ_HINT: &str = "make one SRQ (ibv_create_srq) and post the receives to it (ibv_post_srq_recv) (TODO(1)), and create each client's QP with init.srq = srq (TODO(2)): a QP with neither an SRQ nor receives of its own answers each SEND with an RNR NAK";
+
+const SRQ_MEM_HINT: &str = "each client's message lands in a receive of the SRQ: take one completion per client from the server's CQ, and print the bytes at server.buf + wc.wr_id * SLOT, naming the client by wc.qp_num";
+
+const UD_HINT: &str = "two requests from the clients and two replies from the server, each a datagram: bring each UD QP to RTS (INIT with the P_Key index, port and Q_Key; RTR; RTS with the first PSN, TODO(1)), and answer each request with an address handle made from its completion and GRH (ibv_create_ah_from_wc) and a SEND to wc.src_qp with the Q_Key (TODO(2))";
+const UD_REQUEST_HINT: &str = "the server names each request's client by wc.src_qp and reads it past the 40 bytes of the GRH at the start of the receive buffer";
 
 /// Every lab, in order.
 pub const LABS: &[Lab] = &[
@@ -143,6 +150,39 @@ pub const LABS: &[Lab] = &[
         lines: &[
             ("mem responder hello", FIX_SEND_HINT),
             ("mem responder written by WRITE", FIX_WRITE_HINT),
+        ],
+    },
+    Lab {
+        n: 9,
+        dir: "9-srq",
+        title: "one shared receive queue for several clients",
+        readme: include_str!("../../../../../labs/9-srq/README.md"),
+        wire: &[("RC SEND ONLY", 2, SRQ_HINT)],
+        wcs: &[
+            WcWant { side: "client1", opcode: "IBV_WC_SEND", byte_len: None, imm: None, hint: SRQ_HINT },
+            WcWant { side: "client2", opcode: "IBV_WC_SEND", byte_len: None, imm: None, hint: SRQ_HINT },
+        ],
+        lines: &[
+            ("mem server from client1: hello from client1", SRQ_MEM_HINT),
+            ("mem server from client2: hello from client2", SRQ_MEM_HINT),
+            ("srq server: 2 receives taken, on 2 QPs", "tell the clients apart by the completion's qp_num, and find each message at server.buf + wc.wr_id * SLOT"),
+        ],
+    },
+    Lab {
+        n: 10,
+        dir: "10-ud-service",
+        title: "a UD service for two clients",
+        readme: include_str!("../../../../../labs/10-ud-service/README.md"),
+        wire: &[("UD SEND ONLY", 4, UD_HINT)],
+        wcs: &[
+            WcWant { side: "client1", opcode: "IBV_WC_SEND", byte_len: None, imm: None, hint: UD_HINT },
+            WcWant { side: "client2", opcode: "IBV_WC_SEND", byte_len: None, imm: None, hint: UD_HINT },
+        ],
+        lines: &[
+            ("mem server request from client1: time please, from client1", UD_REQUEST_HINT),
+            ("mem server request from client2: time please, from client2", UD_REQUEST_HINT),
+            ("mem client1 reply: it is time, client1", UD_HINT),
+            ("mem client2 reply: it is time, client2", UD_HINT),
         ],
     },
 ];

@@ -17,7 +17,7 @@
 
 use std::io::{self, Write};
 
-use super::{lang_demo, lang_new};
+use super::{lang_demo, lang_live, lang_new};
 
 /// A language the explanatory lines can be printed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -106,7 +106,7 @@ const ZH_TW: &[(&str, &str)] = &[
     ),
     (
         "finds nothing yet puts the thread to sleep (a voluntary context switch).",
-        "若還沒有資料，執行緒就會睡眠（一次自願的情境切換）。",
+        "若還沒有資料，執行緒就會睡眠（一次自願的上下文切換）。",
     ),
     // one-sided: what to watch.
     (
@@ -276,7 +276,11 @@ pub fn line(lang: Lang, line: &str) -> String {
             .find(|(en, _)| *en == text)
         {
             Some((_, zh)) => format!("{indent}{zh}"),
-            None => line.to_string(),
+            // A line with the run's numbers in it: by its template.
+            None => match lang_live::translate(text) {
+                Some(zh) => format!("{indent}{zh}"),
+                None => line.to_string(),
+            },
         },
     }
 }

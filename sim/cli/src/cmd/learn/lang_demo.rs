@@ -233,7 +233,7 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
     ),
     (
         "can send (before RTR), keep the receive queue filled, and set rnr_retry (7 = forever).",
-        "（RTR 之前）掛好接收請求，讓接收佇列保持有貨，並設定 rnr_retry（7 = 永遠）。",
+        "（RTR 之前）掛好接收請求，讓接收佇列一直有掛好的接收請求，並設定 rnr_retry（7 = 永遠）。",
     ),
     (
         "Receiver not ready is flow control, not an error: the requester waits min_rnr_timer and",

@@ -10,6 +10,7 @@
 pub mod lang;
 mod lang_demo;
 mod lang_new;
+pub mod lang_live;
 mod lessons;
 pub(crate) mod measure;
 mod runs;
@@ -101,6 +102,7 @@ fn list(out: &mut dyn Write) -> Result<(), CliError> {
     }
     lines.push(String::new());
     lines.push("Each lesson runs two processes on the soft backend; qp-states and mr, two devices of one process (docs/learn/README.md).".into());
+    lines.push("The book of the lessons, drills and labs: docs/learn/ and docs/zh-TW/; `softverbs book --out DIR` builds it as a site.".into());
     table::lines(out, "", &lines)
 }
 
@@ -122,7 +124,11 @@ pub fn run(a: &LearnArgs, outer: &mut dyn Write) -> Result<(), CliError> {
     if a.target {
         return session::target_main(a.fabric.as_deref(), &a.ib_dev, a.mr);
     }
-    let Some(concept) = a.concept.as_deref() else { return list(outer) };
+    let Some(concept) = a.concept.as_deref() else {
+        let mut translating = lang::Translating::new(outer, a.lang);
+        list(&mut translating)?;
+        return translating.finish().map_err(crate::cmd::output_error);
+    };
     if !LESSONS.iter().any(|(n, _)| *n == concept) {
         let names: Vec<&str> = LESSONS.iter().map(|l| l.0).collect();
         return Err(CliError::usage(format!(
