@@ -235,7 +235,11 @@ impl Cmd {
             | Cmd::Counters { fabric, .. }
             | Cmd::Run { fabric, .. }
             | Cmd::Fabric { fabric, .. } => Some(fabric),
-            Cmd::Learn { .. } | Cmd::Perf { .. } | Cmd::Sim { .. } | Cmd::Labs { .. } => None,
+            Cmd::Learn { .. }
+            | Cmd::Perf { .. }
+            | Cmd::Sim { .. }
+            | Cmd::Labs { .. }
+            | Cmd::Book { .. } => None,
         }
     }
 

@@ -9,8 +9,8 @@
 
 pub mod lang;
 mod lang_demo;
-mod lang_new;
 pub mod lang_live;
+mod lang_new;
 mod lessons;
 pub(crate) mod measure;
 mod runs;
