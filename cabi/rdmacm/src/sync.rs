@@ -260,7 +260,7 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
     // SAFETY: as above.
     let r = unsafe { crate::conn::accept(cid, param) };
     let Some(id) = id_ref(cid).filter(|_| r == 0) else { return r };
-    if id.c.ps == RDMA_PS_TCP {
+    if !is_ud(id) {
         return wait(cid, Some(CONNECT_WAIT), "rdma_accept");
     }
     if is_sync(id) && !id.c.event.is_null() {
