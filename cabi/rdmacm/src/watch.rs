@@ -19,8 +19,19 @@ use crate::state::*;
 pub fn cm_try() -> Duration {
     static T: OnceLock<Duration> = OnceLock::new();
     *T.get_or_init(|| {
-        let ms = std::env::var("SOFTVERBS_CM_TRY_MS").ok().and_then(|v| v.parse().ok());
-        Duration::from_millis(ms.unwrap_or(4608))
+        const DEFAULT: u64 = 4608;
+        let ms = match std::env::var("SOFTVERBS_CM_TRY_MS") {
+            Err(_) => DEFAULT,
+            Ok(v) if v.is_empty() => DEFAULT,
+            Ok(v) => match v.parse::<u64>() {
+                Ok(ms) if ms > 0 => ms,
+                _ => {
+                    eprintln!("librdmacm (softverbs): SOFTVERBS_CM_TRY_MS=\"{v}\" is not a number of milliseconds above 0; using the kernel's {DEFAULT}");
+                    DEFAULT
+                }
+            },
+        };
+        Duration::from_millis(ms)
     })
 }
 
