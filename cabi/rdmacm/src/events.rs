@@ -280,7 +280,8 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
             if !ud {
                 crate::watch::start_timewait(&ch.path, id.token);
             }
-            Some(event(idp, ev::DISCONNECTED, 0, None))
+            // Status 0, or -ETIMEDOUT after a DREQ nobody answered (`watch::start_dreq_timeout`).
+            Some(event(idp, ev::DISCONNECTED, m.status, None))
         }
         _ => None,
     }

@@ -13,6 +13,8 @@ use crate::state::*;
 /// `rdma_create_event_channel`: a channel whose `fd` is pollable (readable when an event waits).
 #[no_mangle]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    // The clock flushes the outbox, which any send may need from now on.
+    crate::watch::start();
     channel_for_c(false)
 }
 

@@ -4,29 +4,35 @@
 //! (watch.rs) gets it through. A sender never blocks on a peer that is itself blocked sending
 //! to it (a listener accepting 100 REQs while its requester sends the rest), and a message is
 //! never dropped for a full queue. A REQ that cannot be delivered within the life of a REQ
-//! under the kernel's CM ([`crate::watch::cm_life`]) gives its id `UNREACHABLE` (`-ETIMEDOUT`),
-//! what the kernel's CM gives when every retry of a REQ went unanswered (a listener whose
-//! backlog stays full drops them).
+//! under the kernel's CM gives its id `UNREACHABLE` (`-ETIMEDOUT`), what the kernel's CM gives
+//! when every retry of a REQ went unanswered (a listener whose backlog stays full drops them):
+//! the clock makes that event ([`flush`] hands the expired messages back). Messages are bytes
+//! here, so that this module names no other.
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::Instant;
-
-use crate::cm_abi::ev;
-use crate::state::{kind, Msg};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// A message waiting for room in its peer's socket.
 struct Pending {
     to: PathBuf,
-    msg: Msg,
+    msg: Vec<u8>,
     since: Instant,
 }
 
 fn queue() -> &'static Mutex<VecDeque<Pending>> {
     static Q: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
     &Q
+}
+
+/// What wakes the clock when a message starts waiting (set once the clock runs).
+static WAKER: OnceLock<fn()> = OnceLock::new();
+
+/// Call `wake` whenever a message starts waiting (the clock then calls [`flush`]).
+pub fn set_waker(wake: fn()) {
+    let _ = WAKER.set(wake);
 }
 
 /// How one non-blocking send went.
@@ -39,7 +45,7 @@ enum Sent {
 }
 
 /// One `sendto` without blocking, whatever the socket's own mode.
-fn try_send(sock: &UnixDatagram, to: &Path, m: &Msg) -> Sent {
+fn try_send(sock: &UnixDatagram, to: &Path, bytes: &[u8]) -> Sent {
     let b = to.as_os_str().as_encoded_bytes();
     // SAFETY: all-zero is a valid sockaddr_un; the path is copied in below, NUL-terminated.
     let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -50,7 +56,6 @@ fn try_send(sock: &UnixDatagram, to: &Path, m: &Msg) -> Sent {
     for (d, s) in sa.sun_path.iter_mut().zip(b) {
         *d = *s as libc::c_char;
     }
-    let bytes = m.bytes();
     // SAFETY: the socket is open; the buffer and address are ours and sized as passed.
     let r = unsafe {
         libc::sendto(
@@ -71,20 +76,22 @@ fn try_send(sock: &UnixDatagram, to: &Path, m: &Msg) -> Sent {
     }
 }
 
-/// Send `m` to the socket at `to` from `sock`, now or (its queue full, or older messages to it
-/// waiting) later, in order; false only if nobody is bound at `to`.
-pub fn send(sock: &UnixDatagram, to: &Path, m: &Msg) -> bool {
+/// Send the message `bytes` to the socket at `to` from `sock`, now or (its queue full, or older
+/// messages to it waiting) later, in order; false only if nobody is bound at `to`.
+pub fn send(sock: &UnixDatagram, to: &Path, bytes: &[u8]) -> bool {
     let mut q = queue().lock().expect("outbox");
     if !q.iter().any(|p| p.to == to) {
-        match try_send(sock, to, m) {
+        match try_send(sock, to, bytes) {
             Sent::Done => return true,
             Sent::Gone => return false,
             Sent::Full => {}
         }
     }
-    q.push_back(Pending { to: to.to_path_buf(), msg: *m, since: Instant::now() });
+    q.push_back(Pending { to: to.to_path_buf(), msg: bytes.to_vec(), since: Instant::now() });
     drop(q);
-    crate::watch::kick();
+    if let Some(wake) = WAKER.get() {
+        wake();
+    }
     true
 }
 
@@ -94,9 +101,10 @@ pub fn waiting() -> bool {
 }
 
 /// Send what waits, in order per peer socket, from `sock` (the clock's); a message to a socket
-/// that is gone is dropped (the peer's death is reported by the clock's peer check), a REQ
-/// that waited past [`crate::watch::cm_life`] gives its id UNREACHABLE.
-pub fn flush(sock: &UnixDatagram) {
+/// that is gone is dropped (the peer's death is reported by the clock's peer check). The
+/// messages `expires` says may expire (REQs) and that waited `life` or more are taken out and
+/// returned.
+pub fn flush(sock: &UnixDatagram, life: Duration, expires: impl Fn(&[u8]) -> bool) -> Vec<Vec<u8>> {
     let mut q = queue().lock().expect("outbox");
     let mut full: Vec<PathBuf> = Vec::new();
     let mut expired = Vec::new();
@@ -111,10 +119,8 @@ pub fn flush(sock: &UnixDatagram) {
             Sent::Done | Sent::Gone => {
                 q.remove(i);
             }
-            Sent::Full
-                if q[i].msg.kind == kind::REQ && now >= q[i].since + crate::watch::cm_life() =>
-            {
-                expired.extend(q.remove(i));
+            Sent::Full if now >= q[i].since + life && expires(&q[i].msg) => {
+                expired.extend(q.remove(i).map(|p| p.msg));
             }
             Sent::Full => {
                 full.push(q[i].to.clone());
@@ -122,11 +128,5 @@ pub fn flush(sock: &UnixDatagram) {
             }
         }
     }
-    drop(q);
-    for p in expired {
-        let mut m = Msg::new(kind::LOCAL, p.msg.from);
-        m.event = ev::UNREACHABLE;
-        m.status = -libc::ETIMEDOUT;
-        send(sock, &p.msg.reply_path(), &m);
-    }
+    expired
 }

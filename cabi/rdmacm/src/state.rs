@@ -365,7 +365,7 @@ impl Msg {
 /// Send `m` from channel `ch` to the socket at `to`, never blocking (a full queue keeps it in
 /// this process's outbox, sent in order: outbox.rs); false if nobody is there.
 pub fn send(ch: &Channel, to: &Path, m: &Msg) -> bool {
-    crate::outbox::send(&ch.sock, to, m)
+    crate::outbox::send(&ch.sock, to, m.bytes())
 }
 
 /// Every live id by token, as the address of its box.

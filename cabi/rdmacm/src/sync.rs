@@ -32,6 +32,8 @@ fn sync_ids() -> &'static Mutex<HashSet<u64>> {
 
 /// A private, non-blocking channel for a synchronous id (the waits here poll it with a bound).
 pub fn own_channel() -> *mut rdma_event_channel {
+    // The clock flushes the outbox, which any send may need from now on.
+    crate::watch::start();
     channel_for_c(true)
 }
 

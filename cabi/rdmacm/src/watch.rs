@@ -87,6 +87,7 @@ fn clock() -> &'static Clock {
     C.get_or_init(|| {
         let c: &'static Clock =
             Box::leak(Box::new(Clock { work: Mutex::new(Work::default()), wake: Condvar::new() }));
+        crate::outbox::set_waker(kick);
         let spawned =
             std::thread::Builder::new().name("softverbs-cm-clock".into()).spawn(move || run(c));
         if let Err(e) = spawned {
@@ -125,14 +126,22 @@ pub fn start_timewait(chan: &Path, token: u64) {
 /// The DREQ of id `token` (channel socket `chan`) times out after [`cm_life`]: a DREP to
 /// itself then, so the id gets DISCONNECTED (and its timewait) even if the peer never answers
 /// (stopped, or dead on another host), as after the IB CM's last DREQ retry
-/// (`IB_CM_DREQ_ERROR`, which cma.c reports as DISCONNECTED). One that came first makes it a
-/// no-op: the id is disconnected already.
+/// (`IB_CM_DREQ_ERROR`, which cma.c reports as DISCONNECTED with status `-ETIMEDOUT`). One that
+/// came first makes it a no-op: the id is disconnected already.
 pub fn start_dreq_timeout(chan: &Path, token: u64) {
-    at_time(cm_life(), chan, Msg::new(kind::DREP, token));
+    let mut m = Msg::new(kind::DREP, token);
+    m.status = -libc::ETIMEDOUT;
+    at_time(cm_life(), chan, m);
+}
+
+/// Start the clock (if it runs already, nothing): before a channel can send, so that a message
+/// that waits in the outbox is always flushed.
+pub fn start() {
+    clock();
 }
 
 /// Wake the clock: a message waits in the outbox (outbox.rs).
-pub fn kick() {
+fn kick() {
     clock().wake.notify_one();
 }
 
@@ -193,7 +202,7 @@ fn run(c: &'static Clock) {
             let r = &mut w.reqs[i];
             let sent = find_listener(r.dst, r.msg.ps_ib != 0).is_some_and(|(path, tok)| {
                 r.msg.to = tok;
-                let ok = crate::outbox::send(&sock, &path, &r.msg);
+                let ok = crate::outbox::send(&sock, &path, r.msg.bytes());
                 if ok {
                     delivered.push((r.msg.from, path));
                 }
@@ -213,7 +222,7 @@ fn run(c: &'static Clock) {
                     let mut m = Msg::new(kind::LOCAL, r.msg.from);
                     m.event = event;
                     m.status = status;
-                    crate::outbox::send(&sock, &r.chan, &m);
+                    crate::outbox::send(&sock, &r.chan, m.bytes());
                 }
             } else {
                 i += 1;
@@ -232,11 +241,20 @@ fn run(c: &'static Clock) {
         let (due, left): (Vec<Timer>, Vec<Timer>) = w.timers.drain(..).partition(|t| t.at <= now);
         w.timers = left;
         for t in due {
-            crate::outbox::send(&sock, &t.chan, &t.msg);
+            crate::outbox::send(&sock, &t.chan, t.msg.bytes());
         }
         // Messages that found their peer's socket full.
         drop(w);
-        crate::outbox::flush(&sock);
+        let is_req = |b: &[u8]| Msg::from_bytes(b).is_some_and(|m| m.kind == kind::REQ);
+        for b in crate::outbox::flush(&sock, cm_life(), is_req) {
+            // A REQ that waited a REQ's life for room in the listener's socket: UNREACHABLE,
+            // as after the kernel's last REQ retry.
+            let Some(req) = Msg::from_bytes(&b) else { continue };
+            let mut m = Msg::new(kind::LOCAL, req.from);
+            m.event = ev::UNREACHABLE;
+            m.status = -libc::ETIMEDOUT;
+            crate::outbox::send(&sock, &req.reply_path(), m.bytes());
+        }
         w = c.work.lock().expect("clock");
         if w.watch_peers && now >= next_peer_check {
             drop(w);
@@ -325,7 +343,7 @@ fn check_peers(sock: &UnixDatagram) {
             let mut m = Msg::new(kind::GONE, token);
             m.from = peer_tok;
             m.set_reply(&peer);
-            crate::outbox::send(sock, &chan, &m);
+            crate::outbox::send(sock, &chan, m.bytes());
         }
     }
 }

@@ -153,13 +153,19 @@ fn a_dreq_nobody_answers_gives_disconnected_after_its_timeout() {
     let port = common::free_port().to_string();
     // The server takes the connection, then sleeps without reading its events: nobody answers
     // the client's DREQ. Its CM tries last 50 ms (SOFTVERBS_CM_TRY_MS): after 16 of them the
-    // client is DISCONNECTED all the same, its QP in ERR, and its timewait follows (this waited
-    // for ever; cm_life gives up after 10 s without an event).
+    // client is DISCONNECTED all the same, with -ETIMEDOUT as cma.c reports IB_CM_DREQ_ERROR,
+    // its QP in ERR, and its timewait follows (this waited for ever; cm_life gives up after
+    // 10 s without an event).
     let _server = server(&env, &exe, &[&port, "1", "-1", "hold"]);
     let mut c = env.command(&exe);
     c.env("SOFTVERBS_CM_TRY_MS", "50").args(["client", "127.0.0.1", &port, "1", "disconnect"]);
     let client = finish(Guard(Some(c.spawn().expect("spawn client"))), limit(), "cm_life client");
-    assert_client_lived(&client);
+    let (co, ce) = text(&client);
+    assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
+    let mut want = client_life();
+    want[3] = "RDMA_CM_EVENT_DISCONNECTED, status -110";
+    assert_eq!(conn_lines(&co, 0), want, "client:\n{co}{ce}");
+    assert_eq!(co.lines().last(), Some("done"));
 }
 
 /// cm_life's client (one connection) got REJECTED with `status` once its address and route
