@@ -270,19 +270,22 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     m.set_pd(&pd);
     let dst = st.dst;
     drop(st);
-    if let Some((path, tok)) = crate::watch::find_listener(dst, ib) {
-        m.to = tok;
-        if send(ch, &path, &m) {
-            id.st.lock().expect("id").req_to = Some(path);
-            crate::watch::watch_peers();
+    match crate::watch::look_up(dst, ib) {
+        Named::Listener(path, tok) => {
+            m.to = tok;
+            if send(ch, &path, &m) {
+                id.st.lock().expect("id").req_to = Some(path);
+                crate::watch::watch_peers();
+                return 0;
+            }
+        }
+        Named::Closed => {
+            // The process that listened there is alive and may listen again (perftest -R
+            // does, between its two connections): the REQ waits for what it does next.
+            crate::watch::hold_req(m, &ch.path, dst);
             return 0;
         }
-    }
-    if crate::watch::between_listens(dst, ib) {
-        // The process that listened there is alive and may listen again (perftest -R does,
-        // between its two connections): the REQ waits for what it does next.
-        crate::watch::hold_req(m, &ch.path, dst);
-        return 0;
+        Named::Nothing => {}
     }
     post_local(id, ev::REJECTED, 8);
     0

@@ -294,22 +294,25 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
 fn orphan_req(ch: &Channel, m: &Msg) {
     let dst = (m.dst_ip, m.dst_port);
     let ib = m.ps_ib != 0;
-    if let Some((path, tok)) = crate::watch::find_listener(dst, ib) {
-        // The port has a listener again (this process's next one, or another's).
-        let mut fwd = *m;
-        fwd.to = tok;
-        if send(ch, &path, &fwd) {
+    match crate::watch::look_up(dst, ib) {
+        Named::Listener(path, tok) => {
+            // The port has a listener again (this process's next one, or another's).
+            let mut fwd = *m;
+            fwd.to = tok;
+            if send(ch, &path, &fwd) {
+                return;
+            }
+        }
+        Named::Closed => {
+            crate::watch::hold_req(*m, &m.reply_path(), dst);
             return;
         }
+        Named::Nothing => {}
     }
-    if crate::watch::between_listens(dst, ib) {
-        crate::watch::hold_req(*m, &m.reply_path(), dst);
-    } else {
-        let mut r = Msg::new(kind::LOCAL, m.from);
-        r.event = ev::REJECTED;
-        r.status = 8;
-        send(ch, &m.reply_path(), &r);
-    }
+    let mut r = Msg::new(kind::LOCAL, m.from);
+    r.event = ev::REJECTED;
+    r.status = 8;
+    send(ch, &m.reply_path(), &r);
 }
 
 /// `rdma_get_cm_event`: the next event on the channel (blocking unless the channel's `fd` was

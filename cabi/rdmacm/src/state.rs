@@ -81,27 +81,38 @@ pub fn channel_alive(path: &Path) -> bool {
         && path.exists()
 }
 
+/// What a listening name says, read once.
+pub enum Named {
+    /// A live listener: its channel socket and id token.
+    Listener(PathBuf, u64),
+    /// A closed listener's name whose process is alive (it may listen again).
+    Closed,
+    /// Nothing (no name, or its process is gone).
+    Nothing,
+}
+
+/// What the listening name `name` says now, from one read of it: a REQ's fate must not come
+/// from two reads (a listener closed at the first and live again at the second would look
+/// like no listener at all; that race rejected perftest -R's second connection).
+pub fn named(name: &Path) -> Named {
+    let Ok(t) = std::fs::read_link(name) else { return Named::Nothing };
+    let t = t.to_string_lossy().into_owned();
+    let Some((p, tok)) = t.rsplit_once('#') else { return Named::Nothing };
+    let p = PathBuf::from(p);
+    match tok.parse::<u64>() {
+        // Token 0: the name of a listener that was destroyed (`close_listener`).
+        Ok(0) if channel_alive(&p) => Named::Closed,
+        Ok(tok) if tok != 0 && channel_alive(&p) => Named::Listener(p, tok),
+        _ => Named::Nothing,
+    }
+}
+
 /// The live listener registered as `name`: its channel socket and id token.
 pub fn listener_at(name: &Path) -> Option<(PathBuf, u64)> {
-    let t = std::fs::read_link(name).ok()?.to_string_lossy().into_owned();
-    let (p, tok) = t.rsplit_once('#')?;
-    let p = PathBuf::from(p);
-    let tok: u64 = tok.parse().ok()?;
-    // Token 0: the name of a listener that was destroyed (`close_listener`).
-    (tok != 0 && channel_alive(&p)).then_some((p, tok))
-}
-
-/// Whether `name` is a closed listener's name whose process is alive (it may listen again).
-pub fn closed_listener(name: &Path) -> bool {
-    closed_listener_pid(name).is_some()
-}
-
-/// The live process whose closed listener's name `name` is (see [`closed_listener`]).
-pub fn closed_listener_pid(name: &Path) -> Option<i32> {
-    let t = std::fs::read_link(name).ok()?.to_string_lossy().into_owned();
-    let (p, tok) = t.rsplit_once('#')?;
-    let p = Path::new(p);
-    (tok == "0" && channel_alive(p)).then(|| channel_pid(p)).flatten()
+    match named(name) {
+        Named::Listener(p, tok) => Some((p, tok)),
+        _ => None,
+    }
 }
 
 /// Release the listening name `name` of a listener on channel socket `chan`: it stays as a

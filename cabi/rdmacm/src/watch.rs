@@ -98,7 +98,7 @@ fn clock() -> &'static Clock {
 }
 
 /// Hold `msg` (a REQ from the id whose channel socket is `chan`) while the process that closed
-/// the port's listener may listen again ([`between_listens`]): delivered to the port's next
+/// the port's listener may listen again ([`look_up`]'s `Closed`): delivered to the port's next
 /// listener; REJECTED (status 8) once that process waited for CM events, destroyed its channel
 /// or ended without listening again; UNREACHABLE (`-ETIMEDOUT`) after [`cm_life`].
 pub fn hold_req(msg: Msg, chan: &Path, dst: ([u8; 4], u16)) {
@@ -162,17 +162,25 @@ pub fn socket_alive(path: &Path) -> bool {
     UnixDatagram::unbound().and_then(|s| s.connect(path)).is_ok()
 }
 
-/// The listener of `dst`'s port now (in the port space `RDMA_PS_IB` if `ib`), as
-/// `rdma_connect` looks for it.
-pub fn find_listener((dst, port): ([u8; 4], u16), ib: bool) -> Option<(PathBuf, u64)> {
-    listen_names(dst, port, ib).iter().find_map(|n| listener_at(n))
-}
-
-/// Whether a live process had a listener on `dst`'s port and has none now, and has not waited
-/// for CM events since (it destroyed its listening id and may be about to listen again:
-/// perftest `-R` does, between its two connections; `state::release_closed_listeners`).
-pub fn between_listens((dst, port): ([u8; 4], u16), ib: bool) -> bool {
-    listen_names(dst, port, ib).iter().any(|n| closed_listener(n))
+/// What listens on `dst`'s port now (in the port space `RDMA_PS_IB` if `ib`), as
+/// `rdma_connect` looks for it, each name read once ([`named`]): a live listener; else
+/// [`Named::Closed`] if a live process closed its listener there and has not waited for CM
+/// events since (it may listen again: perftest `-R` does, between its two connections;
+/// `state::release_closed_listeners`); else nothing.
+pub fn look_up((dst, port): ([u8; 4], u16), ib: bool) -> Named {
+    let mut closed = false;
+    for n in listen_names(dst, port, ib) {
+        match named(&n) {
+            Named::Listener(p, tok) => return Named::Listener(p, tok),
+            Named::Closed => closed = true,
+            Named::Nothing => {}
+        }
+    }
+    if closed {
+        Named::Closed
+    } else {
+        Named::Nothing
+    }
 }
 
 /// Where a listener of `dst:port` may be registered: the address, any address, and for a
@@ -200,21 +208,24 @@ fn run(c: &'static Clock) {
         let mut i = 0;
         while i < w.reqs.len() {
             let r = &mut w.reqs[i];
-            let sent = find_listener(r.dst, r.msg.ps_ib != 0).is_some_and(|(path, tok)| {
-                r.msg.to = tok;
-                let ok = crate::outbox::send(&sock, &path, r.msg.bytes());
-                if ok {
-                    delivered.push((r.msg.from, path));
-                }
-                ok
-            });
             // The hold ends by what the process that closed the listener does (listens again,
             // waits for CM events, destroys its channel, ends), or with the REQ's life.
-            let over = match sent {
-                true => None,
-                false if !between_listens(r.dst, r.msg.ps_ib != 0) => Some((ev::REJECTED, 8)),
-                false if now >= r.born + cm_life() => Some((ev::UNREACHABLE, -libc::ETIMEDOUT)),
-                false => None,
+            let (sent, over) = match look_up(r.dst, r.msg.ps_ib != 0) {
+                Named::Listener(path, tok) => {
+                    r.msg.to = tok;
+                    if crate::outbox::send(&sock, &path, r.msg.bytes()) {
+                        delivered.push((r.msg.from, path));
+                        (true, None)
+                    } else {
+                        // Its process ended since the look: nobody listens.
+                        (false, Some((ev::REJECTED, 8)))
+                    }
+                }
+                Named::Closed if now >= r.born + cm_life() => {
+                    (false, Some((ev::UNREACHABLE, -libc::ETIMEDOUT)))
+                }
+                Named::Closed => (false, None),
+                Named::Nothing => (false, Some((ev::REJECTED, 8))),
             };
             if sent || over.is_some() {
                 let r = w.reqs.swap_remove(i);
