@@ -159,6 +159,9 @@ pub const RDMA_PS_TCP: c_int = 0x0106;
 pub const RDMA_PS_UDP: c_int = 0x0111;
 /// IPoIB port space (UD as well).
 pub const RDMA_PS_IPOIB: c_int = 0x0002;
+/// IB port space (libfabric's verbs provider): the id's QP type decides RC or UD, and its
+/// ports are its own ([`crate::state::listen_name`]).
+pub const RDMA_PS_IB: c_int = 0x013F;
 /// `RDMA_UDP_QKEY`: the Q_Key of UD ids of the UDP port space.
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// `RAI_PASSIVE`.

@@ -131,7 +131,9 @@ pub unsafe extern "C" fn rdma_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    if id_ref(cid).is_none() {
+        return fail(libc::EINVAL);
+    }
     // SAFETY: the caller's id.
     let pd = if pd.is_null() { unsafe { (*cid).pd } } else { pd };
     if pd.is_null() || attr.is_null() {
@@ -148,8 +150,8 @@ pub unsafe extern "C" fn rdma_create_qp(
         crate::cq::destroy_cqs(cid);
         return -1;
     }
-    let ud = id.c.ps != RDMA_PS_TCP;
-    if qp_init(qp, ud) != 0 {
+    // SAFETY: the caller's attributes.
+    if qp_init(qp, unsafe { (*attr).qp_type } == UD_QPT) != 0 {
         // SAFETY: just made.
         unsafe { ibv_destroy_qp(qp) };
         crate::cq::destroy_cqs(cid);
@@ -263,22 +265,27 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
         m.v6 = 1;
         m.scope = scope.to_ne_bytes();
     }
+    let ib = ps_ib(id);
+    m.ps_ib = ib as u8;
     m.set_pd(&pd);
     let dst = st.dst;
     drop(st);
-    if let Some((path, tok)) = crate::watch::find_listener(dst) {
-        m.to = tok;
-        if send(ch, &path, &m) {
-            id.st.lock().expect("id").req_to = Some(path);
-            crate::watch::watch_peers();
+    match crate::watch::look_up(dst, ib) {
+        Named::Listener(path, tok) => {
+            m.to = tok;
+            if send(ch, &path, &m) {
+                id.st.lock().expect("id").req_to = Some(path);
+                crate::watch::watch_peers();
+                return 0;
+            }
+        }
+        Named::Closed => {
+            // The process that listened there is alive and may listen again (perftest -R
+            // does, between its two connections): the REQ waits for what it does next.
+            crate::watch::hold_req(m, &ch.path, dst);
             return 0;
         }
-    }
-    if crate::watch::between_listens(dst) {
-        // The process that listened there is alive and may listen again (perftest -R does,
-        // between its two connections): the REQ waits for it, bounded.
-        crate::watch::hold_req(m, &ch.path, dst);
-        return 0;
+        Named::Nothing => {}
     }
     post_local(id, ev::REJECTED, 8);
     0
@@ -319,7 +326,7 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
         (p.responder_resources, p.initiator_depth)
     });
     let gid = crate::v6::path_gid(id.token, st.dst.0);
-    if !qp.is_null() && id.c.ps == RDMA_PS_TCP && qp_connect(qp, &st, resp, init, gid) != 0 {
+    if !qp.is_null() && !is_ud(id) && qp_connect(qp, &st, resp, init, gid) != 0 {
         return fail(libc::EINVAL);
     }
     let ch = channel_of(id);
@@ -404,6 +411,9 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     m.set_reply(&ch.path);
     if !send(ch, &to, &m) {
         disconnected_now(id);
+    } else {
+        // As the IB CM: DISCONNECTED after the DREQ's last retry if no DREP came.
+        crate::watch::start_dreq_timeout(&ch.path, id.token);
     }
     0
 }

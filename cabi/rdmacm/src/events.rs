@@ -105,7 +105,7 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
         send(ch, &channel_of(id).path, m);
         return None;
     }
-    let ud = id.c.ps != RDMA_PS_TCP;
+    let ud = is_ud(id);
     match m.kind {
         kind::LOCAL => Some(event(idp, m.event, m.status, None)),
         kind::JOIN => {
@@ -128,6 +128,8 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
             let child = make_id(id.c.channel, id.c.context, id.c.ps);
             // SAFETY: just made.
             let c = unsafe { &mut *child };
+            // The listener's QP type (RDMA_PS_IB ids choose theirs).
+            c.c.qp_type = id.c.qp_type;
             // The port the REQ was sent to; for a wildcard or loopback address, the listener's
             // port or this process's first.
             let dev = dev_of_ip(m.dst_ip)
@@ -182,7 +184,7 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
                 return Some(e);
             }
             let qp = id.c.qp;
-            if qp.is_null() && id.c.ps == RDMA_PS_TCP {
+            if qp.is_null() && !ud {
                 // The program moves its QP itself (rdma_init_qp_attr): CONNECT_RESPONSE, and
                 // the RTU waits for its rdma_establish, as with the kernel's CM.
                 st.req_rd_atomic = m.rd_atomic;
@@ -192,7 +194,7 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
                 return Some(event(idp, ev::CONNECT_RESPONSE, 0, Some(m)));
             }
             if !qp.is_null()
-                && id.c.ps == RDMA_PS_TCP
+                && !ud
                 && qp_connect(
                     qp,
                     &st,
@@ -278,7 +280,8 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
             if !ud {
                 crate::watch::start_timewait(&ch.path, id.token);
             }
-            Some(event(idp, ev::DISCONNECTED, 0, None))
+            // Status 0, or -ETIMEDOUT after a DREQ nobody answered (`watch::start_dreq_timeout`).
+            Some(event(idp, ev::DISCONNECTED, m.status, None))
         }
         _ => None,
     }
@@ -290,22 +293,26 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
 /// (status 8, as for a port nobody listens on) instead of waiting for an answer that never comes.
 fn orphan_req(ch: &Channel, m: &Msg) {
     let dst = (m.dst_ip, m.dst_port);
-    if let Some((path, tok)) = crate::watch::find_listener(dst) {
-        // The port has a listener again (this process's next one, or another's).
-        let mut fwd = *m;
-        fwd.to = tok;
-        if send(ch, &path, &fwd) {
+    let ib = m.ps_ib != 0;
+    match crate::watch::look_up(dst, ib) {
+        Named::Listener(path, tok) => {
+            // The port has a listener again (this process's next one, or another's).
+            let mut fwd = *m;
+            fwd.to = tok;
+            if send(ch, &path, &fwd) {
+                return;
+            }
+        }
+        Named::Closed => {
+            crate::watch::hold_req(*m, &m.reply_path(), dst);
             return;
         }
+        Named::Nothing => {}
     }
-    if crate::watch::between_listens(dst) {
-        crate::watch::hold_req(*m, &m.reply_path(), dst);
-    } else {
-        let mut r = Msg::new(kind::LOCAL, m.from);
-        r.event = ev::REJECTED;
-        r.status = 8;
-        send(ch, &m.reply_path(), &r);
-    }
+    let mut r = Msg::new(kind::LOCAL, m.from);
+    r.event = ev::REJECTED;
+    r.status = 8;
+    send(ch, &m.reply_path(), &r);
 }
 
 /// `rdma_get_cm_event`: the next event on the channel (blocking unless the channel's `fd` was
@@ -320,6 +327,9 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     }
     // SAFETY: made by rdma_create_event_channel.
     let ch = unsafe { &*(chp as *const Channel) };
+    // Waiting for events without having listened again: the ports whose listeners this
+    // process closed are free, and REQs held for them are rejected (docs/decisions.md).
+    release_closed_listeners();
     let mut buf = [0u8; size_of::<Msg>()];
     loop {
         let n = match ch.sock.recv(&mut buf) {

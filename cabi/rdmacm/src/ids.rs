@@ -13,6 +13,8 @@ use crate::state::*;
 /// `rdma_create_event_channel`: a channel whose `fd` is pollable (readable when an event waits).
 #[no_mangle]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    // The clock flushes the outbox, which any send may need from now on.
+    crate::watch::start();
     channel_for_c(false)
 }
 
@@ -34,7 +36,10 @@ pub fn make_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> 
     c.channel = ch;
     c.context = context;
     c.ps = ps;
-    c.qp_type = (if ps == RDMA_PS_TCP { QpType::Rc } else { QpType::Ud }).to_c_int();
+    // As librdmacm's rdma_create_id: UD for the UDP and IPoIB port spaces, else RC (an
+    // RDMA_PS_IB id made by rdma_create_ep takes the hints' type instead).
+    let ud = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB;
+    c.qp_type = (if ud { QpType::Ud } else { QpType::Rc }).to_c_int();
     let id = Box::into_raw(Box::new(Id {
         c,
         token: token(),
@@ -48,7 +53,8 @@ pub fn make_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> 
 }
 
 /// `rdma_create_id` on a channel: an id on `ch` in port space `ps` (`RDMA_PS_TCP`: RC,
-/// `RDMA_PS_UDP` or `RDMA_PS_IPOIB`: UD); sync.rs exports the call (a NULL channel there
+/// `RDMA_PS_UDP` or `RDMA_PS_IPOIB`: UD, `RDMA_PS_IB`: RC unless `rdma_create_ep` asks for
+/// UD); sync.rs exports the call (a NULL channel there
 /// makes a synchronous id).
 pub unsafe fn create_id(
     ch: *mut rdma_event_channel,
@@ -59,8 +65,8 @@ pub unsafe fn create_id(
     if id.is_null() || ch.is_null() {
         return fail(libc::EINVAL);
     }
-    if ![RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB].contains(&ps) {
-        eprintln!("librdmacm (softverbs): rdma_create_id: port space {ps:#x} is not supported (RDMA_PS_TCP or RDMA_PS_UDP)");
+    if ![RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB, RDMA_PS_IB].contains(&ps) {
+        eprintln!("librdmacm (softverbs): rdma_create_id: port space {ps:#x} is not supported (RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB or RDMA_PS_IB)");
         return fail(libc::EPROTONOSUPPORT);
     }
     // SAFETY: id is the caller's out pointer.
@@ -70,7 +76,7 @@ pub unsafe fn create_id(
 
 /// Claim the listening name `ip:port` for `id` (EADDRINUSE while a live listener has it).
 fn claim(id: &Id, ip: [u8; 4], port: u16) -> Result<PathBuf, c_int> {
-    let name = listen_name(ip, port);
+    let name = listen_name(ip, port, ps_ib(id));
     let target = format!("{}#{}", channel_of(id).path.display(), id.token);
     for _ in 0..2 {
         match std::os::unix::fs::symlink(&target, &name) {
@@ -184,7 +190,9 @@ fn port_list6() -> String {
     }
 }
 
-/// `rdma_listen`: accept CONNECT_REQUESTs on the bound address (the backlog is not limited).
+/// `rdma_listen`: accept CONNECT_REQUESTs on the bound address. The backlog is taken as the
+/// kernel's (any value); REQs a listener has not read yet wait in its channel socket, and those
+/// that find it full in their requester's outbox (outbox.rs), so none is rejected for it.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(cid: *mut rdma_cm_id, _backlog: c_int) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };

@@ -16,6 +16,7 @@ mod events;
 mod ids;
 mod mcast;
 mod more;
+mod outbox;
 mod qpattr;
 mod state;
 mod sync;

@@ -92,7 +92,7 @@ fn join(
 ) -> c_int {
     const W: &str = "librdmacm (softverbs): rdma_join_multicast";
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
-    if id.c.ps == RDMA_PS_TCP || id.c.verbs.is_null() {
+    if !is_ud(id) || id.c.verbs.is_null() {
         eprintln!("{W}: the id must be a UD id (RDMA_PS_UDP, RDMA_PS_IPOIB) bound to a device (rdma_bind_addr or rdma_resolve_addr)");
         return fail(libc::EINVAL);
     }

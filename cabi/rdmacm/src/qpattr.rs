@@ -55,10 +55,10 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     let state = QpState::from_c_int(want);
     let mut a = ibv_qp_attr { qp_state: want, ..Default::default() };
     let peer = st.peer.is_some();
-    let m = if id.c.ps != RDMA_PS_TCP || state == Some(QpState::Init) {
+    let m = if is_ud(id) || state == Some(QpState::Init) {
         a.pkey_index = 0;
         a.port_num = 1;
-        if id.c.ps != RDMA_PS_TCP {
+        if is_ud(id) {
             a.qkey = RDMA_UDP_QKEY;
             STATE | PKEY | PORT | QKEY
         } else {

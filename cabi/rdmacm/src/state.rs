@@ -81,36 +81,86 @@ pub fn channel_alive(path: &Path) -> bool {
         && path.exists()
 }
 
+/// What a listening name says, read once.
+pub enum Named {
+    /// A live listener: its channel socket and id token.
+    Listener(PathBuf, u64),
+    /// A closed listener's name whose process is alive (it may listen again).
+    Closed,
+    /// Nothing (no name, or its process is gone).
+    Nothing,
+}
+
+/// What the listening name `name` says now, from one read of it: a REQ's fate must not come
+/// from two reads (a listener closed at the first and live again at the second would look
+/// like no listener at all; that race rejected perftest -R's second connection).
+pub fn named(name: &Path) -> Named {
+    let Ok(t) = std::fs::read_link(name) else { return Named::Nothing };
+    let t = t.to_string_lossy().into_owned();
+    let Some((p, tok)) = t.rsplit_once('#') else { return Named::Nothing };
+    let p = PathBuf::from(p);
+    match tok.parse::<u64>() {
+        // Token 0: the name of a listener that was destroyed (`close_listener`).
+        Ok(0) if channel_alive(&p) => Named::Closed,
+        Ok(tok) if tok != 0 && channel_alive(&p) => Named::Listener(p, tok),
+        _ => Named::Nothing,
+    }
+}
+
 /// The live listener registered as `name`: its channel socket and id token.
 pub fn listener_at(name: &Path) -> Option<(PathBuf, u64)> {
-    let t = std::fs::read_link(name).ok()?.to_string_lossy().into_owned();
-    let (p, tok) = t.rsplit_once('#')?;
-    let p = PathBuf::from(p);
-    let tok: u64 = tok.parse().ok()?;
-    // Token 0: the name of a listener that was destroyed (`close_listener`).
-    (tok != 0 && channel_alive(&p)).then_some((p, tok))
-}
-
-/// Whether `name` is a closed listener's name whose process is alive (it may listen again).
-pub fn closed_listener(name: &Path) -> bool {
-    closed_listener_pid(name).is_some()
-}
-
-/// The live process whose closed listener's name `name` is (see [`closed_listener`]).
-pub fn closed_listener_pid(name: &Path) -> Option<i32> {
-    let t = std::fs::read_link(name).ok()?.to_string_lossy().into_owned();
-    let (p, tok) = t.rsplit_once('#')?;
-    let p = Path::new(p);
-    (tok == "0" && channel_alive(p)).then(|| channel_pid(p)).flatten()
+    match named(name) {
+        Named::Listener(p, tok) => Some((p, tok)),
+        _ => None,
+    }
 }
 
 /// Release the listening name `name` of a listener on channel socket `chan`: it stays as a
-/// closed listener's name (token 0) while the channel lives, so that a REQ which comes while
-/// the process is between two listens on the port waits for the next listener instead of
-/// being rejected (docs/decisions.md, "The CM's clock"). The channel removes it when destroyed.
+/// closed listener's name (token 0) until this process next waits for CM events
+/// ([`release_closed_listeners`]), destroys the channel or ends, so that a REQ which comes
+/// while the process is between two listens on the port (perftest `-R`) waits for what the
+/// process does next instead of being rejected (docs/decisions.md, "The CM's clock").
 pub fn close_listener(name: &Path, chan: &Path) {
     if replace_link(&format!("{}#0", chan.display()), name).is_err() {
         let _ = std::fs::remove_file(name);
+        return;
+    }
+    closed_names().lock().expect("closed names").push(name.to_path_buf());
+}
+
+/// The listening names this process closed and has not released yet.
+fn closed_names() -> &'static Mutex<Vec<PathBuf>> {
+    static CLOSED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    &CLOSED
+}
+
+/// This process waits for CM events (`rdma_get_cm_event`) without listening again on the ports
+/// whose listeners it closed: those names go, and a REQ held for one of them is REJECTED
+/// (status 8, no listener), as the kernel's CM answers a REQ for a port nobody listens on.
+/// A name another process has taken since (a live listener, or its own closed name) is left.
+pub fn release_closed_listeners() {
+    let names = std::mem::take(&mut *closed_names().lock().expect("closed names"));
+    let mine = format!("{}/ch-{}-", cm_dir().display(), std::process::id());
+    for name in names {
+        let ours = |p: &Path| {
+            std::fs::read_link(p).is_ok_and(|t| {
+                let t = t.to_string_lossy();
+                t.starts_with(&mine) && t.ends_with("#0")
+            })
+        };
+        if !ours(&name) {
+            continue;
+        }
+        // Moved aside in one step, then looked at: what another process put there between the
+        // look and the move goes back.
+        let aside = cm_dir().join(format!(".gone-{}-{}", std::process::id(), token()));
+        if std::fs::rename(&name, &aside).is_ok() {
+            if ours(&aside) {
+                let _ = std::fs::remove_file(&aside);
+            } else {
+                let _ = std::fs::rename(&aside, &name);
+            }
+        }
     }
 }
 
@@ -140,10 +190,28 @@ pub fn cm_dir() -> PathBuf {
     d
 }
 
-/// The name under which `ip:port` listens.
-pub fn listen_name(ip: [u8; 4], port: u16) -> PathBuf {
-    cm_dir().join(format!("{}.{}.{}.{}:{port}", ip[0], ip[1], ip[2], ip[3]))
+/// The name under which `ip:port` listens: `a.b.c.d:port`, with `.ib` after it in the port
+/// space `RDMA_PS_IB` (`ib`), whose ports are not those of `RDMA_PS_TCP`, as the kernel keeps a
+/// port table per port space.
+pub fn listen_name(ip: [u8; 4], port: u16, ib: bool) -> PathBuf {
+    let ps = if ib { ".ib" } else { "" };
+    cm_dir().join(format!("{}.{}.{}.{}:{port}{ps}", ip[0], ip[1], ip[2], ip[3]))
 }
+
+/// Whether `id` is in the port space `RDMA_PS_IB`.
+pub fn ps_ib(id: &Id) -> bool {
+    id.c.ps == crate::cm_abi::RDMA_PS_IB
+}
+
+/// Whether `id` makes UD QPs and connects by SIDR (`RDMA_PS_UDP`, `RDMA_PS_IPOIB`, or an
+/// `RDMA_PS_IB` id whose QP type is UD), as librdmacm and the kernel's CM decide by the id's
+/// QP type (`ucma_is_ud_qp`).
+pub fn is_ud(id: &Id) -> bool {
+    id.c.qp_type == UD_QPT
+}
+
+/// `IBV_QPT_UD`.
+pub const UD_QPT: c_int = 4;
 
 /// An event channel: its C struct first, then the socket that is its `fd`.
 #[repr(C)]
@@ -256,7 +324,8 @@ pub struct Msg {
     pub rnr_retry: u8,
     /// 1 when the REQ comes from an IPv6 id (v6.rs), with its scope id.
     pub v6: u8,
-    pub _pad: u8,
+    /// 1 when the REQ is for a port of the port space `RDMA_PS_IB` ([`listen_name`]).
+    pub ps_ib: u8,
     pub scope: [u8; 4],
     /// The ECE (`ibv_ece`'s vendor_id, options) a REQ or REP carries, as the kernel's CM
     /// carries it in its messages (more.rs).
@@ -304,9 +373,10 @@ impl Msg {
     }
 }
 
-/// Send `m` from channel `ch` to the socket at `to`; false if nobody is there.
+/// Send `m` from channel `ch` to the socket at `to`, never blocking (a full queue keeps it in
+/// this process's outbox, sent in order: outbox.rs); false if nobody is there.
 pub fn send(ch: &Channel, to: &Path, m: &Msg) -> bool {
-    ch.sock.send_to(m.bytes(), to).is_ok()
+    crate::outbox::send(&ch.sock, to, m.bytes())
 }
 
 /// Every live id by token, as the address of its box.

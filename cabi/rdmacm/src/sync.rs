@@ -32,6 +32,8 @@ fn sync_ids() -> &'static Mutex<HashSet<u64>> {
 
 /// A private, non-blocking channel for a synchronous id (the waits here poll it with a bound).
 pub fn own_channel() -> *mut rdma_event_channel {
+    // The clock flushes the outbox, which any send may need from now on.
+    crate::watch::start();
     channel_for_c(true)
 }
 
@@ -260,7 +262,7 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
     // SAFETY: as above.
     let r = unsafe { crate::conn::accept(cid, param) };
     let Some(id) = id_ref(cid).filter(|_| r == 0) else { return r };
-    if id.c.ps == RDMA_PS_TCP {
+    if !is_ud(id) {
         return wait(cid, Some(CONNECT_WAIT), "rdma_accept");
     }
     if is_sync(id) && !id.c.event.is_null() {

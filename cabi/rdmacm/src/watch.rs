@@ -1,31 +1,46 @@
 //! The CM's clock: one background thread per process, started when first needed, for what the
 //! kernel's CM does on its own time — a REQ held while the port's listener is between two
 //! `rdma_listen`s, DISCONNECTED for a connection whose peer process died (the kernel sends the
-//! DREQ on a dead process's behalf), and TIMEWAIT_EXIT once a disconnected id's timewait passed.
-//! It only sends messages to channel sockets; `rdma_get_cm_event` turns them into events, so
+//! DREQ on a dead process's behalf) or whose DREQ went unanswered past its retries,
+//! TIMEWAIT_EXIT once a disconnected id's timewait passed, and the messages that wait in the
+//! outbox for room in their peer's socket (outbox.rs). It only sends messages to channel sockets; `rdma_get_cm_event` turns them into events, so
 //! events stay ordered per channel and are read by the program's own thread.
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::cm_abi::{ev, RDMA_PS_TCP};
+use crate::cm_abi::ev;
 use crate::state::*;
 
-/// How long a REQ waits for a listener that is between two `rdma_listen`s on its port: well
-/// inside the IB CM's REQ timeout (librdmacm's is about 4 s per try), long enough for a server
-/// process that is starved of CPU for a moment (docs/decisions.md, "The CM's clock"). Past it
-/// the REQ waits on only while the listener's process is at work ([`process_at_work`]).
-pub const REQ_HOLD: Duration = Duration::from_secs(2);
+/// One try of a CM message under the kernel's CM (cma.c, cm.c): twice the RoCE packet life
+/// time (2^(16-8) ms) plus the CM response timeout (`CMA_CM_RESPONSE_TIMEOUT` 20: 2^(20-8)
+/// ms), 4.608 s; `SOFTVERBS_CM_TRY_MS` sets another (tests shorten it).
+pub fn cm_try() -> Duration {
+    static T: OnceLock<Duration> = OnceLock::new();
+    *T.get_or_init(|| {
+        const DEFAULT: u64 = 4608;
+        let ms = match std::env::var("SOFTVERBS_CM_TRY_MS") {
+            Err(_) => DEFAULT,
+            Ok(v) if v.is_empty() => DEFAULT,
+            Ok(v) => match v.parse::<u64>() {
+                Ok(ms) if ms > 0 => ms,
+                _ => {
+                    eprintln!("librdmacm (softverbs): SOFTVERBS_CM_TRY_MS=\"{v}\" is not a number of milliseconds above 0; using the kernel's {DEFAULT}");
+                    DEFAULT
+                }
+            },
+        };
+        Duration::from_millis(ms)
+    })
+}
 
-/// The longest a held REQ waits for a process that stays at work: the life of a REQ under the
-/// kernel's CM (cma.c), which sends it up to `CMA_MAX_CM_RETRIES` (15) times more, each try
-/// waiting twice the RoCE packet life time (2^(16-8) ms) plus the CM response timeout
-/// (`CMA_CM_RESPONSE_TIMEOUT` 20: 2^(20-8) ms), 16 tries of 4.608 s.
-pub const REQ_LIFE: Duration = Duration::from_millis(16 * 4608);
-
-/// How often a held REQ past its hold looks again at whether the listener's process works.
-const AT_WORK_RECHECK: Duration = Duration::from_millis(100);
+/// The life of a REQ or DREQ under the kernel's CM: sent, then resent up to
+/// `CMA_MAX_CM_RETRIES` (15) times, each try [`cm_try`] long: 16 tries, 74 s. A REQ unanswered
+/// that long gives `UNREACHABLE` (`-ETIMEDOUT`), a DREQ `DISCONNECTED` all the same.
+pub fn cm_life() -> Duration {
+    16 * cm_try()
+}
 
 /// The IB CM's timewait for a RoCE path: 2^(t-8) ms for t = packet life time (16 for RoCE in
 /// the kernel's cma.c) + 1, i.e. 512 ms.
@@ -37,20 +52,20 @@ pub const PEER_CHECK: Duration = Duration::from_millis(100);
 
 /// A REQ waiting for a listener.
 struct HeldReq {
-    /// When the REQ was held ([`REQ_LIFE`] counts from here).
+    /// When the REQ was held ([`cm_life`] counts from here).
     born: Instant,
-    until: Instant,
     msg: Msg,
     /// The connecting id's channel socket (REJECTED goes there when no listener came).
     chan: PathBuf,
     dst: ([u8; 4], u16),
 }
 
-/// A TIMEWAIT_EXIT due for an id.
+/// A message due to a channel of this process at a time: TIMEWAIT_EXIT, or the DREP that a
+/// DREQ's timeout stands for.
 struct Timer {
     at: Instant,
     chan: PathBuf,
-    token: u64,
+    msg: Msg,
 }
 
 #[derive(Default)]
@@ -72,6 +87,7 @@ fn clock() -> &'static Clock {
     C.get_or_init(|| {
         let c: &'static Clock =
             Box::leak(Box::new(Clock { work: Mutex::new(Work::default()), wake: Condvar::new() }));
+        crate::outbox::set_waker(kick);
         let spawned =
             std::thread::Builder::new().name("softverbs-cm-clock".into()).spawn(move || run(c));
         if let Err(e) = spawned {
@@ -81,22 +97,52 @@ fn clock() -> &'static Clock {
     })
 }
 
-/// Hold `msg` (a REQ from the id whose channel socket is `chan`) until a listener takes the
-/// port of `dst`, or REJECTED (status 8) after [`REQ_HOLD`].
+/// Hold `msg` (a REQ from the id whose channel socket is `chan`) while the process that closed
+/// the port's listener may listen again ([`look_up`]'s `Closed`): delivered to the port's next
+/// listener; REJECTED (status 8) once that process waited for CM events, destroyed its channel
+/// or ended without listening again; UNREACHABLE (`-ETIMEDOUT`) after [`cm_life`].
 pub fn hold_req(msg: Msg, chan: &Path, dst: ([u8; 4], u16)) {
     let c = clock();
     let born = Instant::now();
-    let until = born + REQ_HOLD;
-    c.work.lock().expect("clock").reqs.push(HeldReq { born, until, msg, chan: chan.into(), dst });
+    c.work.lock().expect("clock").reqs.push(HeldReq { born, msg, chan: chan.into(), dst });
+    c.wake.notify_one();
+}
+
+/// `msg` to the channel socket `chan` after `after`.
+fn at_time(after: Duration, chan: &Path, msg: Msg) {
+    let c = clock();
+    let at = Instant::now() + after;
+    c.work.lock().expect("clock").timers.push(Timer { at, chan: chan.into(), msg });
     c.wake.notify_one();
 }
 
 /// TIMEWAIT_EXIT for id `token` on the channel socket `chan`, [`TIMEWAIT`] from now.
 pub fn start_timewait(chan: &Path, token: u64) {
-    let c = clock();
-    let at = Instant::now() + TIMEWAIT;
-    c.work.lock().expect("clock").timers.push(Timer { at, chan: chan.into(), token });
-    c.wake.notify_one();
+    let mut m = Msg::new(kind::LOCAL, token);
+    m.event = ev::TIMEWAIT_EXIT;
+    at_time(TIMEWAIT, chan, m);
+}
+
+/// The DREQ of id `token` (channel socket `chan`) times out after [`cm_life`]: a DREP to
+/// itself then, so the id gets DISCONNECTED (and its timewait) even if the peer never answers
+/// (stopped, or dead on another host), as after the IB CM's last DREQ retry
+/// (`IB_CM_DREQ_ERROR`, which cma.c reports as DISCONNECTED with status `-ETIMEDOUT`). One that
+/// came first makes it a no-op: the id is disconnected already.
+pub fn start_dreq_timeout(chan: &Path, token: u64) {
+    let mut m = Msg::new(kind::DREP, token);
+    m.status = -libc::ETIMEDOUT;
+    at_time(cm_life(), chan, m);
+}
+
+/// Start the clock (if it runs already, nothing): before a channel can send, so that a message
+/// that waits in the outbox is always flushed.
+pub fn start() {
+    clock();
+}
+
+/// Wake the clock: a message waits in the outbox (outbox.rs).
+fn kick() {
+    clock().wake.notify_one();
 }
 
 /// Check connections' peers (from the REQ on) from now on.
@@ -116,49 +162,34 @@ pub fn socket_alive(path: &Path) -> bool {
     UnixDatagram::unbound().and_then(|s| s.connect(path)).is_ok()
 }
 
-/// The listener of `dst`'s port now, as `rdma_connect` looks for it.
-pub fn find_listener((dst, port): ([u8; 4], u16)) -> Option<(PathBuf, u64)> {
-    listen_names(dst, port).iter().find_map(|n| listener_at(n))
-}
-
-/// Whether a live process had a listener on `dst`'s port and has none now (it destroyed its
-/// listening id and may be about to listen again: perftest `-R` does, between its two
-/// connections).
-pub fn between_listens((dst, port): ([u8; 4], u16)) -> bool {
-    listen_names(dst, port).iter().any(|n| closed_listener(n))
-}
-
-/// Whether a process that had a listener on `dst`'s port and may listen again is at work
-/// ([`process_at_work`]).
-fn listener_at_work((dst, port): ([u8; 4], u16)) -> bool {
-    listen_names(dst, port).iter().filter_map(|n| closed_listener_pid(n)).any(process_at_work)
-}
-
-/// Whether a thread of process `pid` other than softverbs' own (the NIC, CM clock and CQ event
-/// threads, whose names begin with `softverbs`) is running or waiting for the CPU (state `R`)
-/// or for the disk (`D`), as `/proc/PID/task/TID/stat` says: the process is on its way
-/// somewhere, perhaps to its next `rdma_listen`, slower than the hold on a loaded machine. One
-/// that sleeps (in a blocking call, or between two listens) is not.
-pub fn process_at_work(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().any(|t| {
-        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else { return false };
-        // "TID (NAME) STATE ...": a name may hold spaces and parentheses, the state follows the
-        // last ')'.
-        let Some((head, rest)) = stat.rsplit_once(')') else { return false };
-        let name = head.split_once('(').map_or("", |(_, n)| n);
-        let state = rest.trim_start().chars().next();
-        !name.starts_with("softverbs") && matches!(state, Some('R' | 'D'))
-    })
+/// What listens on `dst`'s port now (in the port space `RDMA_PS_IB` if `ib`), as
+/// `rdma_connect` looks for it, each name read once ([`named`]): a live listener; else
+/// [`Named::Closed`] if a live process closed its listener there and has not waited for CM
+/// events since (it may listen again: perftest `-R` does, between its two connections;
+/// `state::release_closed_listeners`); else nothing.
+pub fn look_up((dst, port): ([u8; 4], u16), ib: bool) -> Named {
+    let mut closed = false;
+    for n in listen_names(dst, port, ib) {
+        match named(&n) {
+            Named::Listener(p, tok) => return Named::Listener(p, tok),
+            Named::Closed => closed = true,
+            Named::Nothing => {}
+        }
+    }
+    if closed {
+        Named::Closed
+    } else {
+        Named::Nothing
+    }
 }
 
 /// Where a listener of `dst:port` may be registered: the address, any address, and for a
 /// loopback destination every address with that port.
-fn listen_names(dst: [u8; 4], port: u16) -> Vec<PathBuf> {
-    let mut names = vec![listen_name(dst, port), listen_name([0; 4], port)];
+fn listen_names(dst: [u8; 4], port: u16, ib: bool) -> Vec<PathBuf> {
+    let mut names = vec![listen_name(dst, port, ib), listen_name([0; 4], port, ib)];
     if is_loopback(dst) {
         // Loopback reaches whichever process listens on the port.
-        let suffix = format!(":{port}");
+        let suffix = format!(":{port}{}", if ib { ".ib" } else { "" });
         let rd = std::fs::read_dir(cm_dir()).into_iter().flatten().flatten();
         names.extend(rd.map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(&suffix)));
     }
@@ -177,30 +208,32 @@ fn run(c: &'static Clock) {
         let mut i = 0;
         while i < w.reqs.len() {
             let r = &mut w.reqs[i];
-            let sent = find_listener(r.dst).is_some_and(|(path, tok)| {
-                r.msg.to = tok;
-                let ok = sock.send_to(r.msg.bytes(), &path).is_ok();
-                if ok {
-                    delivered.push((r.msg.from, path));
+            // The hold ends by what the process that closed the listener does (listens again,
+            // waits for CM events, destroys its channel, ends), or with the REQ's life.
+            let (sent, over) = match look_up(r.dst, r.msg.ps_ib != 0) {
+                Named::Listener(path, tok) => {
+                    r.msg.to = tok;
+                    if crate::outbox::send(&sock, &path, r.msg.bytes()) {
+                        delivered.push((r.msg.from, path));
+                        (true, None)
+                    } else {
+                        // Its process ended since the look: nobody listens.
+                        (false, Some((ev::REJECTED, 8)))
+                    }
                 }
-                ok
-            });
-            // The hold is over unless the process that will listen is still at work: on a
-            // loaded machine it may be waiting for the CPU, and perftest -R's server, left
-            // without the REQ, would wait for it forever.
-            let over = !sent
-                && now >= r.until
-                && (now >= r.born + REQ_LIFE || !listener_at_work(r.dst) || {
-                    r.until = now + AT_WORK_RECHECK;
-                    false
-                });
-            if sent || over {
+                Named::Closed if now >= r.born + cm_life() => {
+                    (false, Some((ev::UNREACHABLE, -libc::ETIMEDOUT)))
+                }
+                Named::Closed => (false, None),
+                Named::Nothing => (false, Some((ev::REJECTED, 8))),
+            };
+            if sent || over.is_some() {
                 let r = w.reqs.swap_remove(i);
-                if !sent {
+                if let Some((event, status)) = over {
                     let mut m = Msg::new(kind::LOCAL, r.msg.from);
-                    m.event = ev::REJECTED;
-                    m.status = 8;
-                    let _ = sock.send_to(m.bytes(), &r.chan);
+                    m.event = event;
+                    m.status = status;
+                    crate::outbox::send(&sock, &r.chan, m.bytes());
                 }
             } else {
                 i += 1;
@@ -219,20 +252,35 @@ fn run(c: &'static Clock) {
         let (due, left): (Vec<Timer>, Vec<Timer>) = w.timers.drain(..).partition(|t| t.at <= now);
         w.timers = left;
         for t in due {
-            let mut m = Msg::new(kind::LOCAL, t.token);
-            m.event = ev::TIMEWAIT_EXIT;
-            let _ = sock.send_to(m.bytes(), &t.chan);
+            crate::outbox::send(&sock, &t.chan, t.msg.bytes());
         }
+        // Messages that found their peer's socket full.
+        drop(w);
+        let is_req = |b: &[u8]| Msg::from_bytes(b).is_some_and(|m| m.kind == kind::REQ);
+        for b in crate::outbox::flush(&sock, cm_life(), is_req) {
+            // A REQ that waited a REQ's life for room in the listener's socket: UNREACHABLE,
+            // as after the kernel's last REQ retry.
+            let Some(req) = Msg::from_bytes(&b) else { continue };
+            let mut m = Msg::new(kind::LOCAL, req.from);
+            m.event = ev::UNREACHABLE;
+            m.status = -libc::ETIMEDOUT;
+            crate::outbox::send(&sock, &req.reply_path(), m.bytes());
+        }
+        w = c.work.lock().expect("clock");
         if w.watch_peers && now >= next_peer_check {
             drop(w);
             check_peers(&sock);
             next_peer_check = Instant::now() + PEER_CHECK;
             w = c.work.lock().expect("clock");
         }
-        // Sleep until the next thing is due: a held REQ is retried every 5 ms.
+        // Sleep until the next thing is due: a held REQ is retried every 5 ms, the outbox every
+        // 1 ms.
         let mut until = now + Duration::from_secs(3600);
         if !w.reqs.is_empty() {
             until = until.min(now + Duration::from_millis(5));
+        }
+        if crate::outbox::waiting() {
+            until = until.min(now + Duration::from_millis(1));
         }
         if let Some(t) = w.timers.iter().map(|t| t.at).min() {
             until = until.min(t);
@@ -270,7 +318,7 @@ fn check_peers(sock: &UnixDatagram) {
         for &addr in ids.values() {
             // SAFETY: registered, so alive while the registry's lock is held.
             let id = unsafe { &*(addr as *const Id) };
-            if id.c.ps != RDMA_PS_TCP {
+            if is_ud(id) {
                 continue;
             }
             let Ok(st) = id.st.try_lock() else { continue };
@@ -306,7 +354,7 @@ fn check_peers(sock: &UnixDatagram) {
             let mut m = Msg::new(kind::GONE, token);
             m.from = peer_tok;
             m.set_reply(&peer);
-            let _ = sock.send_to(m.bytes(), &chan);
+            crate::outbox::send(sock, &chan, m.bytes());
         }
     }
 }

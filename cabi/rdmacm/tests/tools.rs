@@ -295,3 +295,88 @@ fn a_server_that_does_not_end_is_shown_with_its_stacks_and_its_clients_output() 
     assert!(msg.contains("Thread 1 ") || msg.contains(" (sleep): state S, waits in "), "{msg}");
     assert!(msg.contains("client exit status: 0, stdout:\nthe client's line\n"), "{msg}");
 }
+
+/// ucmatose with 100 connections from one client process: the listener's unread
+/// CONNECT_REQUESTs and the requester's REQs beyond what its channel socket queues wait (the
+/// kernel honours `rdma_listen`'s backlog, 0 taken as its limit of 1024) instead of being
+/// rejected; every connection moves its data. (Beyond about 20 pending REQs, each was
+/// REJECTED with status 8, or both processes blocked on each other's full socket.)
+#[test]
+fn ucmatose_connects_100_rc_ids_and_moves_data() {
+    let Some(t) = tool("ucmatose", "ucmatose", "rdmacm-utils") else { return };
+    let port = common::free_port();
+    let p = port.to_string();
+    let (s, c) =
+        pair(&t, port, &["-p", &p, "-c", "100"], &["-s", "127.0.0.1", "-p", &p, "-c", "100"]);
+    cm::assert_ucmatose(&s, &c);
+}
+
+/// ucmatose in the port space `RDMA_PS_IB` (`-P ib`, what libfabric's verbs provider uses):
+/// RC ids, as `rdma_create_id` makes them there; its ports are not the TCP port space's, so a
+/// TCP client to that port is REJECTED with status 8 (the kernel's service IDs differ by port
+/// space). (`rdma_create_id` refused the port space.)
+#[test]
+fn ucmatose_in_the_ib_port_space() {
+    let Some(t) = tool("ucmatose", "ucmatose", "rdmacm-utils") else { return };
+    let env = env();
+    let port = common::free_port();
+    let p = port.to_string();
+    let ((so, se), (co, ce)) = cm::pair_ok(
+        &env,
+        (&t, &["-P", "ib", "-p", &p, "-c", "4"]),
+        &format!(":{port}.ib"),
+        (&t, &["-P", "ib", "-s", "127.0.0.1", "-p", &p, "-c", "4"]),
+        Duration::from_secs(60),
+    );
+    cm::assert_ucmatose(&format!("{so}{se}"), &format!("{co}{ce}"));
+    let mut server = common::Guard(Some(
+        env.command(&t).args(["-P", "ib", "-p", &p, "-c", "1"]).spawn().expect("spawn"),
+    ));
+    cm::wait_listening(&env, &format!(":{port}.ib"), &mut server);
+    let tcp = env.run(&t, &["-s", "127.0.0.1", "-p", &p, "-c", "1"], Duration::from_secs(30));
+    let (o, e) = text(&tcp);
+    assert!(o.contains("cmatose: event: RDMA_CM_EVENT_REJECTED, error: 8"), "{o}{e}");
+}
+
+/// How many times each perftest `-R` program runs in [`perf_runs`], and how many pairs run at
+/// once (perftest spends about 1.8 s of each run measuring the CPU's clock against the wall
+/// clock, a wait that overlaps).
+const RUNS: usize = 50;
+const AT_ONCE: usize = 4;
+
+/// perftest `program -R` [`RUNS`] times, [`AT_ONCE`] pairs at a time, each pair on its own
+/// fabric: both connections of every run are made (the second REQ may come while the server
+/// is between its two listens, and waits for its next one), every run reports rows of `want`
+/// (bytes, iterations), and none hangs (each pair bounded as [`pair`] is).
+fn perf_runs(program: &str, want: (f64, f64)) {
+    if tool(program, program, "perftest").is_none() {
+        return;
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..AT_ONCE {
+            s.spawn(|| {
+                while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < RUNS {
+                    for r in perf(program, &["-n", "20"]) {
+                        assert_eq!((r[0], r[1]), want, "{program}: {r:?}");
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn ib_send_bw_over_the_cm_50_runs() {
+    perf_runs("ib_send_bw", (65536.0, 20.0));
+}
+
+#[test]
+fn ib_read_bw_over_the_cm_50_runs() {
+    perf_runs("ib_read_bw", (65536.0, 20.0));
+}
+
+#[test]
+fn ib_write_lat_over_the_cm_50_runs() {
+    perf_runs("ib_write_lat", (2.0, 20.0));
+}

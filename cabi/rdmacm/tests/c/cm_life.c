@@ -1,15 +1,18 @@
 /*
  * cm_life.c: a connection's life cycle on the CM, for cabi/rdmacm/tests/life.rs.
  *
- *   cm_life server PORT N RELISTEN_MS [hold|noaccept|busy]
+ *   cm_life server PORT N RELISTEN_MS [hold|noaccept|busy|waitfirst|waitfirstbusy]
  *                                       accept N connections on PORT; between two, destroy the
- *                                       listening id, sleep RELISTEN_MS and listen again (as
+ *                                       listening id right after the accept, sleep RELISTEN_MS
+ *                                       and listen again before reading the next event (as
  *                                       perftest -R does); then print each connection's events
  *                                       until it got DISCONNECTED and TIMEWAIT_EXIT (`hold`:
  *                                       print "holding" and sleep instead; `noaccept`: the same
  *                                       at the first CONNECT_REQUEST, without accepting; `busy`:
  *                                       spend RELISTEN_MS on the CPU instead of sleeping, as a
- *                                       server starved of CPU on a loaded machine)
+ *                                       server starved of CPU on a loaded machine; `waitfirst`
+ *                                       and `waitfirstbusy`: wait for the connection's
+ *                                       ESTABLISHED before the sleep or the spin)
  *   cm_life client ADDR PORT N MODE     connect N ids in turn, each as soon as the previous is
  *                                       ESTABLISHED; MODE `disconnect`: rdma_disconnect each and
  *                                       print its events until TIMEWAIT_EXIT; `wait`: print
@@ -182,14 +185,18 @@ static int server(int port, int n, int relisten_ms, const char *mode)
 			rdma_destroy_id(l);
 			l = NULL;
 		}
-		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
+		int waitfirst = !strncmp(mode, "waitfirst", 9);
+		if (waitfirst)
+			rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
 		if (!l) {
-			if (!strcmp(mode, "busy"))
+			if (!strcmp(mode, "busy") || !strcmp(mode, "waitfirstbusy"))
 				spin_ms(relisten_ms);
 			else
 				usleep(relisten_ms * 1000);
 			l = listen_on(port);
 		}
+		if (!waitfirst)
+			rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
 	}
 	rdma_destroy_id(l);
 	if (!strcmp(mode, "hold")) {
