@@ -16,15 +16,22 @@ use common::tool;
 
 /// Run `prog` as a server (`sargs`) and client (`cargs` then `-s 127.0.0.1`) on a fresh port
 /// with SOFTVERBS_REACH=`reach`; both must exit 0. (server, client) stdout.
-fn rs_pair(prog: &Path, sargs: &[&str], cargs: &[&str], reach: &str, limit: Duration) -> (String, String) {
+fn rs_pair(
+    prog: &Path,
+    sargs: &[&str],
+    cargs: &[&str],
+    reach: &str,
+    limit: Duration,
+) -> (String, String) {
     let env = cm::env();
     let p = common::free_port().to_string();
     let mut sa: Vec<&str> = vec!["-p", &p];
     sa.extend_from_slice(sargs);
     let mut ca: Vec<&str> = vec!["-s", "127.0.0.1", "-p", &p];
     ca.extend_from_slice(cargs);
-    let mut server =
-        common::Guard(Some(env.command(prog).env("SOFTVERBS_REACH", reach).args(&sa).spawn().expect("spawn")));
+    let mut server = common::Guard(Some(
+        env.command(prog).env("SOFTVERBS_REACH", reach).args(&sa).spawn().expect("spawn"),
+    ));
     cm::wait_listening(&env, &format!(":{p}"), &mut server);
     let client = env.command(prog).env("SOFTVERBS_REACH", reach).args(&ca).spawn().expect("spawn");
     let client = common::finish(common::Guard(Some(client)), limit, "client");
@@ -43,7 +50,10 @@ fn rs_pair(prog: &Path, sargs: &[&str], cargs: &[&str], reach: &str, limit: Dura
 
 /// The result lines (after the header) of rstream / riostream output.
 fn results(out: &str) -> Vec<String> {
-    out.lines().skip(1).map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" ")).collect()
+    out.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+        .collect()
 }
 
 #[test]
@@ -56,5 +66,138 @@ fn rstream_custom_verified() {
             assert_eq!(results(&s), ["custom 97k 200 1"], "{s}");
             assert_eq!(results(&c), ["custom 97k 200 1"], "{c}");
         }
+    }
+}
+
+#[test]
+fn rsocket_edge_cases_from_c() {
+    let test = "rsocket_edge_cases_from_c";
+    for reach in ["1", "0"] {
+        let env = cm::env();
+        let Some(exe) = cm::compile(test, &env, "tests/c/rsocket_edges.c", "rsocket_edges") else {
+            return;
+        };
+        let (p, q) = (common::free_port().to_string(), common::free_port().to_string());
+        let child = env.command(&exe).env("SOFTVERBS_REACH", reach).args([&p, &q]).spawn();
+        let out = common::finish(
+            common::Guard(Some(child.expect("spawn"))),
+            Duration::from_secs(60),
+            test,
+        );
+        let (o, e) = common::text(&out);
+        assert!(out.status.success(), "reach {reach}: {o}{e}");
+        assert_eq!(
+            o,
+            "rsend hello: 5 \n\
+             rrecv: 5 \n\
+             got hello\n\
+             peer port 1\n\
+             server rclose: 0 \n\
+             rrecv after peer rclose: 0 \n\
+             rsend after peer rclose: -1 ECONNRESET\n\
+             rclose: 0 \n\
+             client rshutdown(SHUT_WR): 0 \n\
+             server rrecv: 0 \n\
+             server rsend back: 4 \n\
+             client rrecv: 4 \n\
+             got back\n\
+             client rsend after SHUT_WR: -1 EPIPE\n\
+             F_GETFL has O_NONBLOCK: 1\n\
+             non-blocking rrecv: -1 EAGAIN\n\
+             rpoll, nothing ready: 0 \n\
+             rpoll, the pipe: 1 \n\
+             revents 0 1\n\
+             server rsend: 4 \n\
+             rpoll, the rsocket: 1 \n\
+             revents 1\n\
+             rrecv: 4 \n\
+             rclose: 0 \n\
+             rclose: 0 \n\
+             rsend on a pipe: -1 EBADF\n\
+             rrecv on -1: -1 EBADF\n\
+             rclose on a closed rsocket: -1 EBADF\n\
+             rsetsockopt on a pipe: -1 EBADF\n\
+             rconnect to nobody: -1 ECONNREFUSED\n\
+             rclose: 0 \n\
+             rclose listener: 0 \n",
+            "reach {reach}\n{e}"
+        );
+        assert!(cm::leftovers(&env).is_empty(), "the CM left {:?} behind", cm::leftovers(&env));
+    }
+}
+
+/// rstream's default run (no options: latency then bandwidth, 64 B to 1 MiB, non-blocking
+/// calls), once; every test line on both sides.
+#[test]
+fn rstream_default_run() {
+    let Some(rstream) = tool("rstream", "rstream", "rdmacm-utils") else { return };
+    let (s, c) = rs_pair(&rstream, &[], &[], "1", Duration::from_secs(300));
+    let want = [
+        "64_lat 64 1 100k",
+        "4k_lat 4k 1 10k",
+        "64k_lat 64k 1 1k",
+        "1m_lat 1m 1 100",
+        "64_bw 64 100k 1",
+        "4k_bw 4k 10k 1",
+        "64k_bw 64k 1k 1",
+        "1m_bw 1m 100 1",
+    ];
+    assert_eq!(results(&s), want, "server:\n{s}");
+    assert_eq!(results(&c), want, "client:\n{c}");
+}
+
+/// riostream: each side riomaps a buffer and riowrites into the peer's (the receiver polls
+/// the buffer's last byte, calling nothing), data verified; with direct reach on and off.
+#[test]
+fn riostream_riowrite_verified() {
+    let Some(riostream) = tool("riostream", "riostream", "rdmacm-utils") else { return };
+    for reach in ["1", "0"] {
+        for args in [
+            &["-S", "100000", "-C", "50", "-T", "v"][..],
+            &["-S", "4096", "-C", "200", "-T", "b", "-T", "v"][..],
+        ] {
+            let (s, c) = rs_pair(&riostream, args, args, reach, Duration::from_secs(120));
+            let want = if args[1] == "4096" { "custom 4k 200 1" } else { "custom 97k 50 1" };
+            assert_eq!(results(&s), [want], "{s}");
+            assert_eq!(results(&c), [want], "{c}");
+        }
+    }
+}
+
+/// rcopy: a 3 MB file of random bytes copied to the server's side, the same bytes there; with
+/// direct reach on and off. (rcopy's server never ends: it is killed after its client.)
+#[test]
+fn rcopy_copies_a_file_byte_for_byte() {
+    let Some(rcopy) = tool("rcopy", "rcopy", "rdmacm-utils") else { return };
+    for reach in ["1", "0"] {
+        let env = cm::env();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+        let mut bytes = vec![0u8; 3_000_017];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for b in bytes.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        std::fs::write(&src, &bytes).expect("write");
+        let p = common::free_port().to_string();
+        let server = env.command(&rcopy).env("SOFTVERBS_REACH", reach).args(["-p", &p]).spawn();
+        let mut server = common::Guard(Some(server.expect("spawn")));
+        cm::wait_listening(&env, &format!(":{p}"), &mut server);
+        let to = format!("127.0.0.1:{}", dst.display());
+        let client = env
+            .command(&rcopy)
+            .env("SOFTVERBS_REACH", reach)
+            .args([src.to_str().expect("path"), &to, "-p", &p])
+            .spawn()
+            .expect("spawn");
+        let out = common::finish(common::Guard(Some(client)), Duration::from_secs(60), "rcopy");
+        let (o, e) = common::text(&out);
+        assert!(out.status.success(), "reach {reach}: {o}{e}");
+        assert!(o.contains("3000017 bytes in"), "{o}");
+        drop(server);
+        assert!(std::fs::read(&dst).expect("the copy") == bytes, "reach {reach}: the copy differs");
     }
 }

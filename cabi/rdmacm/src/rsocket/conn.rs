@@ -275,8 +275,12 @@ impl Conn {
             // SAFETY: registered in new.
             lkey: unsafe { (*self.rx_mr).lkey },
         };
-        let mut wr =
-            ibv_recv_wr { wr_id: slot as u64, next: std::ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
+        let mut wr = ibv_recv_wr {
+            wr_id: slot as u64,
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
         // SAFETY: the id's QP, made in new.
         unsafe { post_recv((*self.id).qp, &mut wr) }
     }
@@ -374,7 +378,9 @@ impl Conn {
             self.send_ctrl(m);
         }
         if let Some(kind) = self.fin_queued {
-            if self.maps_queued.is_empty() && self.credits() >= 1 && self.sq_busy < self.sq + CTRL_SQ
+            if self.maps_queued.is_empty()
+                && self.credits() >= 1
+                && self.sq_busy < self.sq + CTRL_SQ
             {
                 self.fin_queued = None;
                 self.fin_sent = true;
@@ -395,11 +401,8 @@ impl Conn {
     fn send_ctrl(&mut self, mut c: Ctrl) {
         c.reposted = self.reposted;
         c.consumed = self.consumed;
-        let mut sge = ibv_sge {
-            addr: (&c as *const Ctrl) as u64,
-            length: size_of::<Ctrl>() as u32,
-            lkey: 0,
-        };
+        let mut sge =
+            ibv_sge { addr: (&c as *const Ctrl) as u64, length: size_of::<Ctrl>() as u32, lkey: 0 };
         let mut wr = send_wr(CTRL_WR, &mut sge, WR_SEND, SEND_SIGNALED | SEND_INLINE);
         // SAFETY: our QP; the inline data is copied at the post.
         let r = unsafe { post_send((*self.id).qp, &mut wr) };
@@ -501,8 +504,11 @@ impl Conn {
     /// `riowrite`: post as much of `data` as buffers allow to the peer's mapping at `offset`;
     /// the bytes taken, or Err(EINVAL) if the peer mapped nothing there (yet).
     pub fn iowrite(&mut self, data: &[u8], offset: u64) -> Result<usize, c_int> {
-        let Some(m) =
-            self.peer_maps.iter().copied().find(|m| offset >= m.offset && offset < m.offset + m.len)
+        let Some(m) = self
+            .peer_maps
+            .iter()
+            .copied()
+            .find(|m| offset >= m.offset && offset < m.offset + m.len)
         else {
             return Err(libc::EINVAL);
         };

@@ -30,9 +30,14 @@ fn recv(s: &mut Sock, buf: &mut [u8], flags: c_int) -> isize {
     let peek = flags & libc::MSG_PEEK != 0;
     let mut got = 0;
     loop {
-        pump(s);
         let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
         c.progress();
+        if c.readable() == 0 && !c.peer_eof {
+            // A DISCONNECTED (a peer gone without its CLOSE) is only looked for when no data
+            // waits: the CM channel costs a system call.
+            pump(s);
+        }
+        let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
         if c.shut_rd {
             return got as isize;
         }
@@ -61,9 +66,12 @@ fn send(s: &mut Sock, buf: &[u8], flags: c_int) -> isize {
     let nb = s.nonblock || flags & libc::MSG_DONTWAIT != 0;
     let mut sent = 0;
     loop {
-        pump(s);
         let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
         c.progress();
+        if !c.writable() {
+            pump(s);
+        }
+        let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
         if c.shut_wr {
             return err(libc::EPIPE) as isize;
         }

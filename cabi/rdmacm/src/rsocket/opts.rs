@@ -161,12 +161,20 @@ fn name(fd: c_int, addr: *mut libc::sockaddr, len: *mut u32, peer: bool) -> c_in
 
 /// `rgetsockname`: the rsocket's own address (its id's source).
 #[no_mangle]
-pub unsafe extern "C" fn rgetsockname(fd: c_int, addr: *mut libc::sockaddr, len: *mut u32) -> c_int {
+pub unsafe extern "C" fn rgetsockname(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    len: *mut u32,
+) -> c_int {
     name(fd, addr, len, false)
 }
 
 /// `rgetpeername`: the connected peer's address.
 #[no_mangle]
-pub unsafe extern "C" fn rgetpeername(fd: c_int, addr: *mut libc::sockaddr, len: *mut u32) -> c_int {
+pub unsafe extern "C" fn rgetpeername(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    len: *mut u32,
+) -> c_int {
     name(fd, addr, len, true)
 }

@@ -29,9 +29,14 @@ fn revents(fd: c_int, events: i16) -> i16 {
             State::Failed => r |= libc::POLLOUT | libc::POLLERR,
             State::Fresh => r |= libc::POLLOUT,
             State::Connected => {
-                pump(&mut s);
-                if let Some(c) = s.conn.as_mut() {
+                let idle = s.conn.as_mut().is_some_and(|c| {
                     c.progress();
+                    c.readable() == 0 && !c.peer_eof
+                });
+                if idle {
+                    pump(&mut s);
+                }
+                if let Some(c) = s.conn.as_mut() {
                     if c.readable() > 0 || c.peer_eof || c.shut_rd || c.broken != 0 {
                         r |= libc::POLLIN;
                     }
@@ -88,12 +93,20 @@ fn woke(fd: c_int) {
 
 /// `rpoll`: `poll` over rsockets and ordinary descriptors.
 #[no_mangle]
-pub unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
     if nfds > 0 && fds.is_null() {
         return err(libc::EFAULT);
     }
     // SAFETY: the caller's array of nfds entries.
-    let fds = if nfds == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) } };
+    let fds = if nfds == 0 {
+        &mut [][..]
+    } else {
+        unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
+    };
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
     loop {
         // Look at everything without sleeping.
@@ -176,7 +189,8 @@ pub unsafe extern "C" fn rselect(
         return err(libc::EINVAL);
     }
     // SAFETY: the caller's sets (each NULL or a fd_set).
-    let isset = |set: *mut libc::fd_set, fd: c_int| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
+    let isset =
+        |set: *mut libc::fd_set, fd: c_int| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
     let mut pfds: Vec<libc::pollfd> = Vec::new();
     for fd in 0..nfds {
         let mut events = 0;
@@ -215,11 +229,17 @@ pub unsafe extern "C" fn rselect(
         let mut n = 0;
         for p in &pfds {
             let bad = p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0;
-            if !rd.is_null() && p.events & libc::POLLIN != 0 && (p.revents & libc::POLLIN != 0 || bad) {
+            if !rd.is_null()
+                && p.events & libc::POLLIN != 0
+                && (p.revents & libc::POLLIN != 0 || bad)
+            {
                 libc::FD_SET(p.fd, rd);
                 n += 1;
             }
-            if !wr.is_null() && p.events & libc::POLLOUT != 0 && (p.revents & libc::POLLOUT != 0 || bad) {
+            if !wr.is_null()
+                && p.events & libc::POLLOUT != 0
+                && (p.revents & libc::POLLOUT != 0 || bad)
+            {
                 libc::FD_SET(p.fd, wr);
                 n += 1;
             }

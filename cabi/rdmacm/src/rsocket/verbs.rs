@@ -6,8 +6,8 @@ use std::ffi::{c_int, c_void};
 
 use crate::cm_abi::*;
 use softverbs_cabi_abi::{
-    ibv_comp_channel, ibv_context, ibv_cq, ibv_mr, ibv_pd, ibv_qp, ibv_qp_init_attr,
-    ibv_recv_wr, ibv_send_wr, ibv_wc,
+    ibv_comp_channel, ibv_context, ibv_cq, ibv_mr, ibv_pd, ibv_qp, ibv_qp_init_attr, ibv_recv_wr,
+    ibv_send_wr, ibv_wc,
 };
 
 unsafe extern "C" {
