@@ -201,3 +201,44 @@ fn rcopy_copies_a_file_byte_for_byte() {
         assert!(std::fs::read(&dst).expect("the copy") == bytes, "reach {reach}: the copy differs");
     }
 }
+
+/// udpong over `SOCK_DGRAM` rsockets (UD): the client resolves the server's address (SIDR),
+/// logs in, and runs an echo test (every datagram answered: 2 × 100 transfers counted) and a
+/// one-way test (the server counts what it received; UD may drop, as UDP does, so at most
+/// the 500 sent); with direct reach on and off. (udpong's server never ends: it is killed
+/// after its client.)
+#[test]
+fn udpong_echo_and_one_way_over_ud() {
+    let Some(udpong) = tool("udpong", "udpong", "rdmacm-utils") else { return };
+    for reach in ["1", "0"] {
+        let env = cm::env();
+        let p = common::free_port().to_string();
+        let server = env.command(&udpong).env("SOFTVERBS_REACH", reach).args(["-p", &p]).spawn();
+        let mut server = common::Guard(Some(server.expect("spawn")));
+        cm::wait_listening(&env, &format!(":{p}"), &mut server);
+        for (args, echo) in [
+            (&["-S", "200", "-C", "100", "-T", "e"][..], true),
+            (&["-S", "1000", "-C", "500"][..], false),
+        ] {
+            let mut a = vec!["-s", "127.0.0.1", "-p", &p];
+            a.extend_from_slice(args);
+            let client = env.command(&udpong).env("SOFTVERBS_REACH", reach).args(&a).spawn();
+            let out = common::finish(
+                common::Guard(Some(client.expect("spawn"))),
+                Duration::from_secs(60),
+                "udpong",
+            );
+            let (o, e) = common::text(&out);
+            assert!(out.status.success(), "reach {reach} {args:?}: {o}{e}");
+            let line: Vec<&str> = o.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+            assert_eq!(line.get(..2), Some(&["custom", args[1]][..]), "{o}");
+            let xfers: u32 = line.get(2).and_then(|x| x.parse().ok()).unwrap_or(0);
+            if echo {
+                assert_eq!(xfers, 200, "reach {reach}: every echo counted:\n{o}");
+            } else {
+                assert!((1..=500).contains(&xfers), "reach {reach}: {o}");
+            }
+        }
+        drop(server);
+    }
+}

@@ -64,7 +64,8 @@ fn sleep_fds(fd: c_int) -> Option<Vec<c_int>> {
     let mut s = lock(&s);
     let fd = s.fd;
     if let Some(d) = s.dgram.as_mut() {
-        return Some(d.sleep_fds(fd));
+        let v = d.sleep_fds(fd);
+        return (!v.is_empty()).then_some(v);
     }
     let connected = s.state == State::Connected;
     match s.conn.as_mut() {
