@@ -161,7 +161,7 @@ pub unsafe extern "C" fn rread(fd: c_int, buf: *mut c_void, len: usize) -> isize
 /// # Safety
 /// `iov` holds `n` entries.
 unsafe fn iov_slice<'a>(iov: *const libc::iovec, n: c_int) -> Option<&'a [libc::iovec]> {
-    if n < 0 || n > 1024 || n > 0 && iov.is_null() {
+    if !(0..=1024).contains(&n) || n > 0 && iov.is_null() {
         return None;
     }
     // SAFETY: the caller's array.

@@ -563,8 +563,7 @@ pub unsafe extern "C" fn rclose(fd: c_int) -> c_int {
     if let Some(c) = s.conn.as_mut() {
         c.end(true);
         let deadline = Instant::now() + LINGER;
-        loop {
-            let Some(c) = s.conn.as_mut() else { break };
+        while let Some(c) = s.conn.as_mut() {
             c.progress();
             if c.drained() || c.broken != 0 || Instant::now() >= deadline {
                 break;

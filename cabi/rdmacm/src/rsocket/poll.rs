@@ -17,11 +17,7 @@ fn revents(fd: c_int, events: i16) -> i16 {
         r = super::dgram::revents(&mut s);
     } else {
         match s.state {
-            State::Listening => {
-                if readable(s.fd, 0) {
-                    r |= libc::POLLIN;
-                }
-            }
+            State::Listening if readable(s.fd, 0) => r |= libc::POLLIN,
             State::Resolving | State::Routing | State::Connecting => drive(&mut s, false),
             _ => {}
         }
