@@ -8,18 +8,54 @@ mod cm;
 #[path = "../../ibverbs/tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use cm::leftovers;
 use common::tool;
 
+/// The `softverbs` binary, which `softverbs run` needs: None (with a note) when it is not built
+/// (this package's tests alone do not build it; `cargo test --workspace` does), a failure when
+/// SOFTVERBS_REQUIRE_C=1 says it must be there.
+fn softverbs(test: &str) -> Option<PathBuf> {
+    let bin = common::target_dir().join("softverbs");
+    if bin.exists() {
+        return Some(bin);
+    }
+    assert!(
+        std::env::var("SOFTVERBS_REQUIRE_C").as_deref() != Ok("1"),
+        "{test}: {} is not built (cargo test --workspace builds it)",
+        bin.display()
+    );
+    eprintln!("{test}: the softverbs binary is not built: the programs run with LD_LIBRARY_PATH");
+    None
+}
+
+/// A command running `prog` in `env`'s fabric with SOFTVERBS_REACH=`reach`: through
+/// `softverbs run --fabric` when `run` names the binary (it sets the library path itself),
+/// else with the Env's LD_LIBRARY_PATH.
+fn command(env: &common::Env, run: Option<&Path>, prog: &Path, reach: &str) -> Command {
+    let mut c = match run {
+        Some(bin) => {
+            let mut c = env.command(bin);
+            c.env_remove("LD_LIBRARY_PATH").env_remove("SOFTVERBS_FABRIC");
+            c.arg("run").arg("--fabric").arg(env.fabric.path()).arg("--").arg(prog);
+            c
+        }
+        None => env.command(prog),
+    };
+    c.env("SOFTVERBS_REACH", reach);
+    c
+}
+
 /// Run `prog` as a server (`sargs`) and client (`cargs` then `-s 127.0.0.1`) on a fresh port
-/// with SOFTVERBS_REACH=`reach`; both must exit 0. (server, client) stdout.
+/// with SOFTVERBS_REACH=`reach` (through `softverbs run` when `run` names it); both must exit
+/// 0. (server, client) stdout.
 fn rs_pair(
     prog: &Path,
-    sargs: &[&str],
-    cargs: &[&str],
+    run: Option<&Path>,
+    (sargs, cargs): (&[&str], &[&str]),
     reach: &str,
     limit: Duration,
 ) -> (String, String) {
@@ -29,11 +65,10 @@ fn rs_pair(
     sa.extend_from_slice(sargs);
     let mut ca: Vec<&str> = vec!["-s", "127.0.0.1", "-p", &p];
     ca.extend_from_slice(cargs);
-    let mut server = common::Guard(Some(
-        env.command(prog).env("SOFTVERBS_REACH", reach).args(&sa).spawn().expect("spawn"),
-    ));
+    let mut server =
+        common::Guard(Some(command(&env, run, prog, reach).args(&sa).spawn().expect("spawn")));
     cm::wait_listening(&env, &format!(":{p}"), &mut server);
-    let client = env.command(prog).env("SOFTVERBS_REACH", reach).args(&ca).spawn().expect("spawn");
+    let client = command(&env, run, prog, reach).args(&ca).spawn().expect("spawn");
     let client = common::finish(common::Guard(Some(client)), limit, "client");
     let what = format!("{} {}", prog.display(), sa.join(" "));
     let server = cm::finish_server(server, limit, &what, &client);
@@ -56,15 +91,30 @@ fn results(out: &str) -> Vec<String> {
         .collect()
 }
 
+/// rstream with custom sizes, data verified, through `softverbs run`: non-blocking and
+/// blocking calls, rpoll (`-T a`) spinning and blocking, addresses from rdma_getaddrinfo
+/// (`-T r`, its route set with RDMA_ROUTE), and 8 KiB buffers (`-B`: the ring wraps inside
+/// each 10 000-byte transfer, credits come back many times a transfer); with direct reach on
+/// and off.
 #[test]
 fn rstream_custom_verified() {
     let Some(rstream) = tool("rstream", "rstream", "rdmacm-utils") else { return };
+    let run = softverbs("rstream_custom_verified");
     for reach in ["1", "0"] {
-        for mode in ["n", "b"] {
-            let args = ["-S", "100000", "-C", "200", "-T", mode, "-T", "v"];
-            let (s, c) = rs_pair(&rstream, &args, &args, reach, Duration::from_secs(120));
-            assert_eq!(results(&s), ["custom 97k 200 1"], "{s}");
-            assert_eq!(results(&c), ["custom 97k 200 1"], "{c}");
+        for mode in [
+            &["-T", "n"][..],
+            &["-T", "b"],
+            &["-T", "a"],
+            &["-T", "a", "-T", "b"],
+            &["-T", "r"],
+            &["-B", "8192"],
+        ] {
+            let mut args = vec!["-S", "10000", "-C", "200", "-T", "v"];
+            args.extend_from_slice(mode);
+            let (s, c) =
+                rs_pair(&rstream, run.as_deref(), (&args, &args), reach, Duration::from_secs(120));
+            assert_eq!(results(&s), ["custom 9.7k 200 1"], "{mode:?}: {s}");
+            assert_eq!(results(&c), ["custom 9.7k 200 1"], "{mode:?}: {c}");
         }
     }
 }
@@ -126,12 +176,37 @@ fn rsocket_edge_cases_from_c() {
     }
 }
 
-/// rstream's default run (no options: latency then bandwidth, 64 B to 1 MiB, non-blocking
-/// calls), once; every test line on both sides.
+/// rstream's default sizes (64 B, 4 KiB, 64 KiB, 1 MiB), each as a custom run with fewer
+/// transfers than its default run's (which is `rstream_default_run`), through `softverbs run`
+/// with its default non-blocking calls, data verified.
 #[test]
+fn rstream_default_sizes() {
+    let Some(rstream) = tool("rstream", "rstream", "rdmacm-utils") else { return };
+    let run = softverbs("rstream_default_sizes");
+    for (size, count, want) in [
+        ("64", "2000", "custom 64 2k 1"),
+        ("4096", "500", "custom 4k 500 1"),
+        ("65536", "100", "custom 64k 100 1"),
+        ("1048576", "10", "custom 1m 10 1"),
+    ] {
+        let args = ["-S", size, "-C", count, "-T", "v"];
+        let (s, c) =
+            rs_pair(&rstream, run.as_deref(), (&args, &args), "1", Duration::from_secs(120));
+        assert_eq!(results(&s), [want], "server:\n{s}");
+        assert_eq!(results(&c), [want], "client:\n{c}");
+    }
+}
+
+/// rstream's whole default run (no options: latency then bandwidth, 64 B to 1 MiB, 100 000
+/// transfers of 64 B each way, non-blocking calls) through `softverbs run`; every test line on
+/// both sides. Ignored by default: it takes a minute or more in a debug build on a two-core
+/// machine (`cargo test -p softverbs-rdmacm --test rsocket -- --ignored` runs it).
+#[test]
+#[ignore]
 fn rstream_default_run() {
     let Some(rstream) = tool("rstream", "rstream", "rdmacm-utils") else { return };
-    let (s, c) = rs_pair(&rstream, &[], &[], "1", Duration::from_secs(300));
+    let run = softverbs("rstream_default_run");
+    let (s, c) = rs_pair(&rstream, run.as_deref(), (&[], &[]), "1", Duration::from_secs(300));
     let want = [
         "64_lat 64 1 100k",
         "4k_lat 4k 1 10k",
@@ -156,7 +231,7 @@ fn riostream_riowrite_verified() {
             &["-S", "100000", "-C", "50", "-T", "v"][..],
             &["-S", "4096", "-C", "200", "-T", "b", "-T", "v"][..],
         ] {
-            let (s, c) = rs_pair(&riostream, args, args, reach, Duration::from_secs(120));
+            let (s, c) = rs_pair(&riostream, None, (args, args), reach, Duration::from_secs(120));
             let want = if args[1] == "4096" { "custom 4k 200 1" } else { "custom 97k 50 1" };
             assert_eq!(results(&s), [want], "{s}");
             assert_eq!(results(&c), [want], "{c}");

@@ -69,6 +69,8 @@ const CTRL_SQ: u32 = 8;
 /// [`SEND_BIT`]; a receive's is its slot).
 const CTRL_WR: u64 = u64::MAX;
 const SEND_BIT: u64 = 1 << 63;
+/// `IBV_WC_WR_FLUSH_ERR`.
+const WC_WR_FLUSH_ERR: c_int = 5;
 
 /// The sizes a connection is made with (the socket's options).
 #[derive(Clone, Copy)]
@@ -318,7 +320,10 @@ impl Conn {
             }
         }
         if w.status != 0 {
-            if self.broken == 0 {
+            // A flushed request (the QP went to ERR at a disconnect) ends the connection
+            // after everything completed before it, which stays readable; any other failure
+            // breaks it.
+            if w.status != WC_WR_FLUSH_ERR && self.broken == 0 {
                 self.broken = libc::ECONNRESET;
             }
             self.peer_eof = true;
@@ -363,14 +368,16 @@ impl Conn {
     fn repost(&mut self, slot: u32) {
         if self.post_slot(slot) == 0 {
             self.reposted = self.reposted.wrapping_add(1);
-        } else if self.broken == 0 {
-            self.broken = libc::ECONNRESET;
+        } else {
+            // The QP is in ERR (disconnected): the connection ends here.
+            self.peer_eof = true;
+            self.peer_gone = true;
         }
     }
 
     /// Send the queued iomaps, end of stream, and a credit message if one is owed.
     fn send_due(&mut self) {
-        if self.broken != 0 {
+        if self.broken != 0 || self.peer_gone {
             return;
         }
         while self.credits() >= 2 && self.sq_busy < self.sq + CTRL_SQ {
@@ -407,7 +414,9 @@ impl Conn {
         // SAFETY: our QP; the inline data is copied at the post.
         let r = unsafe { post_send((*self.id).qp, &mut wr) };
         if r != 0 {
-            self.broken = libc::ECONNRESET;
+            // As a failed repost: the QP is in ERR.
+            self.peer_eof = true;
+            self.peer_gone = true;
             return;
         }
         self.sq_busy += 1;

@@ -565,7 +565,7 @@ pub unsafe extern "C" fn rclose(fd: c_int) -> c_int {
         let deadline = Instant::now() + LINGER;
         while let Some(c) = s.conn.as_mut() {
             c.progress();
-            if c.drained() || c.broken != 0 || Instant::now() >= deadline {
+            if c.drained() || c.broken != 0 || c.peer_gone || Instant::now() >= deadline {
                 break;
             }
             wait(&mut s, 100);
