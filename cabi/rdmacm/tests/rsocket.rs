@@ -138,7 +138,11 @@ fn rsocket_edge_cases_from_c() {
         assert!(out.status.success(), "reach {reach}: {o}{e}");
         assert_eq!(
             o,
-            "rsend hello: 5 \n\
+            "rsend while another thread waits in rrecv: 4 \n\
+             server rrecv: 4 \n\
+             server rsend: 4 \n\
+             the waiting thread got pong\n\
+             rsend hello: 5 \n\
              rrecv: 5 \n\
              got hello\n\
              peer port 1\n\

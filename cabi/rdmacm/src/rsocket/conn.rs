@@ -205,6 +205,7 @@ impl Conn {
             if c.cc.is_null() {
                 return Err(errno());
             }
+            set_nonblocking((*c.cc).fd);
             let cqe = (s.sq + CTRL_SQ + s.rq) as c_int;
             c.cq = ibv_create_cq(ctx, cqe, std::ptr::null_mut(), c.cc, 0);
             if c.cq.is_null() {
@@ -595,17 +596,10 @@ impl Conn {
         self.progress() > 0
     }
 
-    /// Read and acknowledge the completion channel's event, if one is there.
+    /// Read and acknowledge the completion channel's events, if any are there.
     pub fn take_cq_event(&mut self) {
-        // SAFETY: our channel (its fd polled readable) and CQ.
-        unsafe {
-            if readable((*self.cc).fd, 0) {
-                let (mut cq, mut ctx) = (std::ptr::null_mut(), std::ptr::null_mut());
-                if ibv_get_cq_event(self.cc, &mut cq, &mut ctx) == 0 {
-                    ibv_ack_cq_events(cq, 1);
-                }
-            }
-        }
+        // SAFETY: our channel, made non-blocking in new.
+        unsafe { drain_cq_events(self.cc) }
     }
 
     /// The completion channel's descriptor.

@@ -128,6 +128,7 @@ impl Qp {
             if q.cc.is_null() {
                 return Err(errno());
             }
+            set_nonblocking((*q.cc).fd);
             q.cq = ibv_create_cq(ctx, (RQ + SQ) as c_int, std::ptr::null_mut(), q.cc, 0);
             if q.cq.is_null() {
                 return Err(errno());
@@ -264,18 +265,11 @@ impl Dgram {
         }
     }
 
-    /// Read a completion-channel event.
+    /// Read the completion channel's events.
     pub fn take_cq_event(&mut self) {
         if let Some(q) = self.qp.as_mut() {
-            // SAFETY: our channel and CQ.
-            unsafe {
-                if readable((*q.cc).fd, 0) {
-                    let (mut cq, mut ctx) = (std::ptr::null_mut(), std::ptr::null_mut());
-                    if ibv_get_cq_event(q.cc, &mut cq, &mut ctx) == 0 {
-                        ibv_ack_cq_events(cq, 1);
-                    }
-                }
-            }
+            // SAFETY: our channel, made non-blocking in Qp::new.
+            unsafe { drain_cq_events(q.cc) }
         }
     }
 

@@ -3,7 +3,9 @@
 use std::ffi::{c_int, c_void};
 
 use super::verbs::err;
-use super::{drive, get, lock, pump, wait, Sock, State};
+use std::sync::MutexGuard;
+
+use super::{drive, get, lock, pump, Shared, Sock, State};
 
 /// How long one sleep of a blocking call lasts before it looks again.
 const SLICE: c_int = 1000;
@@ -20,47 +22,68 @@ fn ready(s: &mut Sock) -> Result<(), c_int> {
     }
 }
 
-/// `rrecv` on a stream rsocket into `buf`.
-fn recv(s: &mut Sock, buf: &mut [u8], flags: c_int) -> isize {
-    if let Err(e) = ready(s) {
-        return err(e) as isize;
+/// Sleep until the rsocket's completion or CM channel has something, at most `ms`, with the
+/// rsocket unlocked meanwhile (another thread may send while this one waits to receive);
+/// the lock again.
+fn sleep<'a>(sh: &'a Shared, mut g: MutexGuard<'a, Sock>, ms: c_int) -> MutexGuard<'a, Sock> {
+    let Some(mut p) = super::prepare_wait(&mut g) else { return g };
+    drop(g);
+    // SAFETY: our pollfds.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    let mut g = lock(sh);
+    if let Some(c) = g.conn.as_mut() {
+        c.take_cq_event();
+    }
+    g
+}
+
+/// `rrecv` on a stream rsocket into `buf`; the lock back with the result.
+fn recv<'a>(
+    sh: &'a Shared,
+    mut s: MutexGuard<'a, Sock>,
+    buf: &mut [u8],
+    flags: c_int,
+) -> (isize, MutexGuard<'a, Sock>) {
+    if let Err(e) = ready(&mut s) {
+        return (err(e) as isize, s);
     }
     let nb = s.nonblock || flags & libc::MSG_DONTWAIT != 0;
     let waitall = flags & libc::MSG_WAITALL != 0 && !nb;
     let peek = flags & libc::MSG_PEEK != 0;
     let mut got = 0;
     loop {
-        let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
+        let Some(c) = s.conn.as_mut() else { return (err(libc::ENOTCONN) as isize, s) };
         c.progress();
         if c.readable() == 0 && !c.peer_eof {
             // A DISCONNECTED (a peer gone without its CLOSE) is only looked for when no data
             // waits: the CM channel costs a system call.
-            pump(s);
+            pump(&mut s);
         }
-        let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
+        let Some(c) = s.conn.as_mut() else { return (err(libc::ENOTCONN) as isize, s) };
         if c.shut_rd {
-            return got as isize;
+            return (got as isize, s);
         }
         got += c.read(&mut buf[got..], peek);
         if got == buf.len() || got > 0 && (!waitall || peek) {
-            return got as isize;
+            return (got as isize, s);
         }
         if c.readable() == 0 && c.peer_eof {
-            return got as isize;
+            return (got as isize, s);
         }
         if c.broken != 0 {
-            return if got > 0 { got as isize } else { err(c.broken) as isize };
+            let e = c.broken;
+            return (if got > 0 { got as isize } else { err(e) as isize }, s);
         }
         if nb {
-            return if got > 0 { got as isize } else { err(libc::EAGAIN) as isize };
+            return (if got > 0 { got as isize } else { err(libc::EAGAIN) as isize }, s);
         }
-        wait(s, SLICE);
+        s = sleep(sh, s, SLICE);
     }
 }
 
 /// `rsend` on a stream rsocket from `buf`.
-fn send(s: &mut Sock, buf: &[u8], flags: c_int) -> isize {
-    if let Err(e) = ready(s) {
+fn send<'a>(sh: &'a Shared, mut s: MutexGuard<'a, Sock>, buf: &[u8], flags: c_int) -> isize {
+    if let Err(e) = ready(&mut s) {
         return err(e) as isize;
     }
     let nb = s.nonblock || flags & libc::MSG_DONTWAIT != 0;
@@ -69,7 +92,7 @@ fn send(s: &mut Sock, buf: &[u8], flags: c_int) -> isize {
         let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
         c.progress();
         if !c.writable() {
-            pump(s);
+            pump(&mut s);
         }
         let Some(c) = s.conn.as_mut() else { return err(libc::ENOTCONN) as isize };
         if c.shut_wr {
@@ -86,7 +109,7 @@ fn send(s: &mut Sock, buf: &[u8], flags: c_int) -> isize {
         if nb {
             return if sent > 0 { sent as isize } else { err(libc::EAGAIN) as isize };
         }
-        wait(s, SLICE);
+        s = sleep(sh, s, SLICE);
     }
 }
 
@@ -124,8 +147,8 @@ pub unsafe extern "C" fn rrecvfrom(
     src: *mut libc::sockaddr,
     srclen: *mut u32,
 ) -> isize {
-    let Some(s) = get(fd) else { return err(libc::EBADF) as isize };
-    let mut s = lock(&s);
+    let Some(sh) = get(fd) else { return err(libc::EBADF) as isize };
+    let mut s = lock(&sh);
     if len > 0 && buf.is_null() {
         return err(libc::EFAULT) as isize;
     }
@@ -134,7 +157,7 @@ pub unsafe extern "C" fn rrecvfrom(
     if s.dgram.is_some() {
         return super::dgram::recv(&mut s, out, flags, src, srclen);
     }
-    let n = recv(&mut s, out, flags);
+    let (n, s) = recv(&sh, s, out, flags);
     if n >= 0 && !src.is_null() {
         // SAFETY: our id's route; the caller's buffer.
         unsafe { super::opts::copy_addr(&(*s.id).route.addr.dst, src, srclen) };
@@ -230,8 +253,8 @@ pub unsafe extern "C" fn rsendto(
     dst: *const libc::sockaddr,
     _dstlen: u32,
 ) -> isize {
-    let Some(s) = get(fd) else { return err(libc::EBADF) as isize };
-    let mut s = lock(&s);
+    let Some(sh) = get(fd) else { return err(libc::EBADF) as isize };
+    let mut s = lock(&sh);
     if len > 0 && buf.is_null() {
         return err(libc::EFAULT) as isize;
     }
@@ -240,7 +263,7 @@ pub unsafe extern "C" fn rsendto(
     if s.dgram.is_some() {
         return super::dgram::send(&mut s, data, flags, dst);
     }
-    send(&mut s, data, flags)
+    send(&sh, s, data, flags)
 }
 
 /// `rsend`: like `send`; a blocking rsocket sends it all, a non-blocking one what fits
@@ -336,8 +359,8 @@ pub unsafe extern "C" fn riowrite(
     offset: libc::off_t,
     flags: c_int,
 ) -> usize {
-    let Some(s) = get(fd) else { return err(libc::EBADF) as usize };
-    let mut s = lock(&s);
+    let Some(sh) = get(fd) else { return err(libc::EBADF) as usize };
+    let mut s = lock(&sh);
     if let Err(e) = ready(&mut s) {
         return err(e) as usize;
     }
@@ -368,6 +391,6 @@ pub unsafe extern "C" fn riowrite(
         if nb {
             return if done > 0 { done } else { err(libc::EAGAIN) as usize };
         }
-        wait(&mut s, SLICE);
+        s = sleep(&sh, s, SLICE);
     }
 }

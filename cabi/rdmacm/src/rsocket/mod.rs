@@ -6,9 +6,10 @@
 //! channel's descriptor, so it never collides with a descriptor of the process and `rpoll`
 //! tells the two apart.
 //!
-//! Calls on one rsocket are serialised by its lock; a blocking call sleeps on the completion
-//! channel and the CM channel (poll.rs) with the lock held, as a blocking call on a socket
-//! keeps other threads' calls on it waiting.
+//! Calls on one rsocket are serialised by its lock. A stream's blocking `rrecv`, `rsend` or
+//! `riowrite` sleeps on the completion and CM channels with the lock released, so one thread
+//! may send while another waits to receive; a blocking connect, accept or close, and a
+//! datagram rsocket's calls, keep it while they wait.
 mod conn;
 mod dgram;
 mod io;
@@ -89,7 +90,8 @@ pub struct Sock {
 // only reached through its Mutex.
 unsafe impl Send for Sock {}
 
-type Shared = Arc<Mutex<Sock>>;
+/// An rsocket as the table holds it.
+pub type Shared = Arc<Mutex<Sock>>;
 
 fn table() -> &'static Mutex<HashMap<c_int, Shared>> {
     static T: OnceLock<Mutex<HashMap<c_int, Shared>>> = OnceLock::new();
@@ -514,6 +516,20 @@ pub fn wait(s: &mut Sock, ms: c_int) {
             step(s, kind, status, &data);
         }
     }
+}
+
+/// Arm a connected rsocket's CQ for a sleep: the pollfds of its completion and CM channels,
+/// or None if completions came meanwhile (look again instead of sleeping).
+pub fn prepare_wait(s: &mut Sock) -> Option<[libc::pollfd; 2]> {
+    let fd = s.fd;
+    let c = s.conn.as_mut()?;
+    if c.arm() {
+        return None;
+    }
+    Some([
+        libc::pollfd { fd: c.cc_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+    ])
 }
 
 /// Note the CM events waiting on a connected rsocket (DISCONNECTED).

@@ -156,3 +156,21 @@ pub fn errno() -> c_int {
     // SAFETY: errno is thread-local.
     unsafe { *libc::__errno_location() }
 }
+
+/// Make `fd` non-blocking (a channel rsockets polls itself, so reading it never sleeps).
+pub fn set_nonblocking(fd: c_int) {
+    // SAFETY: plain fcntl on a descriptor of ours.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
+}
+
+/// Read and acknowledge every event waiting on a (non-blocking) completion channel.
+///
+/// # Safety
+/// `cc` is a live completion channel made non-blocking with [`set_nonblocking`].
+pub unsafe fn drain_cq_events(cc: *mut ibv_comp_channel) {
+    let (mut cq, mut ctx) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: the caller's channel; each event acknowledged on its CQ.
+    while unsafe { ibv_get_cq_event(cc, &mut cq, &mut ctx) } == 0 {
+        unsafe { ibv_ack_cq_events(cq, 1) };
+    }
+}

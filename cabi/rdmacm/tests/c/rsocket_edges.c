@@ -1,4 +1,5 @@
-/* The rsocket API's edge cases from C (tests/rsocket.rs runs it): after the peer's rclose,
+/* The rsocket API's edge cases from C (tests/rsocket.rs runs it): a thread blocked in rrecv
+ * does not hold up another thread's rsend on the same rsocket; after the peer's rclose,
  * rrecv returns 0 (end of stream) and rsend fails with ECONNRESET, as rsockets does; after
  * our own rshutdown(SHUT_WR) the peer reads 0 yet can still answer, and our rsend is EPIPE;
  * a non-blocking rsocket gives EAGAIN; rpoll reports an rsocket and a pipe together; a
@@ -26,6 +27,16 @@ static void *acceptor(void *out)
 
 	CHECK(fd >= 0);
 	*(int *)out = fd;
+	return NULL;
+}
+
+static char got[16];
+
+static void *reader(void *arg)
+{
+	int fd = *(int *)arg;
+
+	CHECK(rrecv(fd, got, 4, MSG_WAITALL) == 4);
 	return NULL;
 }
 
@@ -80,6 +91,19 @@ int main(int argc, char **argv)
 	CHECK(rsetsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0);
 	CHECK(rbind(lfd, (struct sockaddr *)&la, sizeof la) == 0);
 	CHECK(rlisten(lfd, 4) == 0);
+
+	/* 0: full duplex from two threads: one waits in rrecv, the other sends meanwhile. */
+	pair(atoi(argv[1]), &c, &s);
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, reader, &c) == 0);
+	usleep(100000);
+	SHOW("rsend while another thread waits in rrecv", rsend(c, "ping", 4, 0));
+	memset(buf, 0, sizeof buf);
+	SHOW("server rrecv", rrecv(s, buf, 4, MSG_WAITALL));
+	SHOW("server rsend", rsend(s, "pong", 4, 0));
+	CHECK(pthread_join(t, NULL) == 0);
+	printf("the waiting thread got %s\n", got);
+	CHECK(rclose(c) == 0 && rclose(s) == 0);
 
 	/* 1: the peer closes. */
 	pair(atoi(argv[1]), &c, &s);
