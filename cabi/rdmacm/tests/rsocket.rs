@@ -321,3 +321,37 @@ fn udpong_echo_and_one_way_over_ud() {
         drop(server);
     }
 }
+
+/// librspreload.so: rstream in its plain-sockets mode (`-T s`: socket, bind, accept, send,
+/// recv, fcntl, poll of the C library), preloaded, runs over rsockets: its listener appears in
+/// the fabric's CM directory (a TCP listener never would) and the data is verified; blocking
+/// and non-blocking, with rpoll (`-T a`).
+#[test]
+fn rspreload_turns_rstreams_tcp_sockets_into_rsockets() {
+    let Some(rstream) = tool("rstream", "rstream", "rdmacm-utils") else { return };
+    let lib = common::built_library().with_file_name("librspreload.so");
+    let lib = if lib.exists() { lib } else { common::target_dir().join("librspreload.so") };
+    assert!(lib.exists(), "{}: librspreload.so was not built", lib.display());
+    for mode in [&["-T", "n"][..], &["-T", "b"], &["-T", "a"]] {
+        let env = cm::env();
+        let p = common::free_port().to_string();
+        let mut args = vec!["-T", "s", "-S", "10000", "-C", "100", "-T", "v"];
+        args.extend_from_slice(mode);
+        let run = |extra: &[&str]| {
+            let mut c = env.command(&rstream);
+            c.env("LD_PRELOAD", &lib).args(extra).args(["-p", &p]).args(&args);
+            common::Guard(Some(c.spawn().expect("spawn")))
+        };
+        let mut server = run(&[]);
+        cm::wait_listening(&env, &format!(":{p}"), &mut server);
+        let client = common::finish(run(&["-s", "127.0.0.1"]), Duration::from_secs(60), "client");
+        let server = cm::finish_server(server, Duration::from_secs(60), "rstream server", &client);
+        let ((so, se), (co, ce)) = (common::text(&server), common::text(&client));
+        assert!(
+            server.status.success() && client.status.success(),
+            "{mode:?}: server:\n{so}{se}\nclient:\n{co}{ce}"
+        );
+        assert_eq!(results(&so), ["custom 9.7k 100 1"], "{so}");
+        assert_eq!(results(&co), ["custom 9.7k 100 1"], "{co}");
+    }
+}
