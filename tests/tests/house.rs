@@ -25,6 +25,7 @@ const CRATES: &[(&str, &str)] = &[
     ("softverbs_cabi_abi", "cabi/abi/src"),
     ("softverbs_ibverbs", "cabi/ibverbs/src"),
     ("softverbs_rdmacm", "cabi/rdmacm/src"),
+    ("rspreload", "cabi/rspreload/src"),
 ];
 
 /// "About 800 lines": the most non-test lines one source file may have.

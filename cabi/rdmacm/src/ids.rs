@@ -366,17 +366,6 @@ pub unsafe extern "C" fn rdma_set_option(
     0
 }
 
-/// `rpoll`: rsockets' poll; on plain descriptors (the CM channel's) it is `poll`.
-#[no_mangle]
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
-    // SAFETY: the caller's array.
-    unsafe { libc::poll(fds, nfds, timeout) }
-}
-
 /// An `rdma_addrinfo` with room for its addresses.
 #[repr(C)]
 struct AiBox {

@@ -22,6 +22,8 @@ mod state;
 mod sync;
 mod v6;
 mod watch;
+// The rsocket API (issue 30).
+mod rsocket;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));
