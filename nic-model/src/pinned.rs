@@ -308,12 +308,11 @@ impl Table {
             return;
         }
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        let vmas: Vec<Vma<'_>> = maps.lines().filter_map(Vma::parse).collect();
         let strung = self.strung.clone();
         self.entries.retain(|e| {
             let unused = e.uses.iter().all(|&u| u == 0);
             if unused {
-                restore(&vmas, &e.run, &strung);
+                restore(&maps, &e.run, &strung);
             }
             !unused
         });
@@ -402,22 +401,25 @@ fn move_pages(
     };
     let file = file_id(fd)?;
     let run = Arc::new(Run { lo: a, len, view, backing, fd, file, off, pid: std::process::id() });
-    // SAFETY: `a..b` is mapped readable (checked by `movable`) and `view` is `len` bytes of
-    // the new run's pages, which nothing else uses yet.
-    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, view, len) };
-    // SAFETY: replaces the program's pages `a..b` (whose bytes were just copied) with the
-    // same bytes in the file; the program sees no change but where its pages live.
-    let at = unsafe {
-        libc::mmap(
-            a as *mut libc::c_void,
-            len,
-            prot,
-            libc::MAP_SHARED | libc::MAP_FIXED,
-            fd,
-            off as libc::off_t,
-        )
-    };
-    if at == libc::MAP_FAILED {
+    let moved = window::moving(a, len, prot, || {
+        // SAFETY: `a..b` is mapped readable (checked by `movable`) and `view` is `len` bytes
+        // of the new run's pages, which nothing else uses yet.
+        unsafe { std::ptr::copy_nonoverlapping(a as *const u8, view, len) };
+        // SAFETY: replaces the program's pages `a..b` (whose bytes were just copied) with
+        // the same bytes in the file; the program sees no change but where its pages live.
+        let at = unsafe {
+            libc::mmap(
+                a as *mut libc::c_void,
+                len,
+                prot,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                off as libc::off_t,
+            )
+        };
+        at != libc::MAP_FAILED
+    });
+    if !moved {
         tracing::debug!(addr = a, len, "registered pages not moved: mmap over them failed");
         return None;
     }
@@ -497,18 +499,23 @@ fn string(pieces: &[(Arc<Run>, usize, usize)], len: usize) -> Option<usize> {
 /// Gives the program private anonymous pages again wherever it still maps `run`'s file
 /// pages (where it registered them, or where `mremap` moved them), with their bytes; the
 /// NIC's own mappings of the file (the run's view, the arena, `strung`) are left alone.
-fn restore(vmas: &[Vma<'_>], run: &Run, strung: &[(usize, usize)]) {
+///
+/// It allocates nothing (a `fork()` child runs it before anything may touch the heap).
+fn restore(maps: &str, run: &Run, strung: &[(usize, usize)]) {
     let nic = run.view as usize as u64;
-    for v in vmas.iter().filter(|v| v.shared && v.file == run.file) {
+    let vmas = maps.lines().filter_map(Vma::parse);
+    for v in vmas.filter(|v| v.shared && v.file == run.file) {
         let ours = (v.lo as u64).wrapping_sub(v.off) == nic.wrapping_sub(run.off)
             || strung.iter().any(|&(s, l)| v.lo >= s && v.hi <= s + l);
-        // The program's views lie within the run's file pages; a mapping of more of the
-        // file (the arena's, or a peer view of this device's own reach file) is the NIC's.
-        let within = v.off >= run.off && v.off_end() <= run.off + run.len as u64;
-        if ours || !within {
+        // A mapping of the whole reach file (the arena's own, or a peer view of this
+        // device's own file) starts at offset 0, where no run lies; a program's view may
+        // reach past the run (the kernel merges views of neighbouring runs into one).
+        let whole = matches!(run.backing, Backing::Arena(_)) && v.off == 0;
+        let (fa, fb) = (v.off.max(run.off), v.off_end().min(run.off + run.len as u64));
+        if ours || whole || fa >= fb {
             continue;
         }
-        private_copy(v.lo, v.hi - v.lo, v.prot());
+        private_copy(v.lo + (fa - v.off) as usize, (fb - fa) as usize, v.prot());
     }
 }
 
@@ -530,21 +537,20 @@ fn private_copy(a: usize, len: usize, prot: libc::c_int) {
         tracing::warn!(addr = a, len, "deregistered pages stay shared: no memory for a copy");
         return;
     }
-    // SAFETY: `a..a+len` is mapped readable (maps says so); `tmp` is `len` new bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(a as *const u8, tmp.cast::<u8>(), len);
-        libc::mprotect(tmp, len, prot);
-        let moved = libc::mremap(
-            tmp,
-            len,
-            len,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            a as *mut libc::c_void,
-        );
-        if moved == libc::MAP_FAILED {
-            libc::munmap(tmp, len);
-            tracing::warn!(addr = a, len, "deregistered pages stay shared: mremap failed");
+    let moved = window::moving(a, len, prot, || {
+        // SAFETY: `a..a+len` is mapped readable (maps says so); `tmp` is `len` new bytes,
+        // moved over the program's range in one step.
+        unsafe {
+            std::ptr::copy_nonoverlapping(a as *const u8, tmp.cast::<u8>(), len);
+            libc::mprotect(tmp, len, prot);
+            let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+            libc::mremap(tmp, len, len, flags, a as *mut libc::c_void) != libc::MAP_FAILED
         }
+    });
+    if !moved {
+        // SAFETY: the copy, not moved.
+        unsafe { libc::munmap(tmp, len) };
+        tracing::warn!(addr = a, len, "deregistered pages stay shared: mremap failed");
     }
 }
 
@@ -601,10 +607,11 @@ extern "C" fn child() {
     {
         let mut table = lock_table();
         if !table.entries.is_empty() {
-            let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-            let vmas: Vec<Vma<'_>> = maps.lines().filter_map(Vma::parse).collect();
+            // The child's heap may lie on pages still shared with the parent until they are
+            // restored: nothing here allocates.
+            let maps = MapsText::read();
             for e in &table.entries {
-                restore(&vmas, &e.run, &[]);
+                restore(maps.text(), &e.run, &[]);
             }
         }
         let entries = std::mem::take(&mut table.entries);
@@ -616,6 +623,74 @@ extern "C" fn child() {
 }
 
 // ---------------- /proc/self/maps ----------------
+
+/// `/proc/self/maps` read with no allocation (into a mapping of its own, up to 8 MiB:
+/// 80 000 lines), for a `fork()` child.
+struct MapsText {
+    buf: *mut u8,
+    len: usize,
+}
+
+impl MapsText {
+    const CAP: usize = 8 << 20;
+
+    fn read() -> MapsText {
+        // SAFETY: a new private mapping, pages made only as they are written.
+        let buf = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::CAP,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if buf == libc::MAP_FAILED {
+            return MapsText { buf: std::ptr::null_mut(), len: 0 };
+        }
+        let buf = buf.cast::<u8>();
+        let mut len = 0;
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        let fd =
+            unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd >= 0 {
+            while len < Self::CAP {
+                // SAFETY: reads into the mapping's room left.
+                let n = unsafe { libc::read(fd, buf.add(len).cast(), Self::CAP - len) };
+                if n <= 0 {
+                    break;
+                }
+                len += n as usize;
+            }
+            // SAFETY: opened above.
+            unsafe { libc::close(fd) };
+        }
+        // A line cut at the end is dropped.
+        // SAFETY: `len` bytes were read into `buf`.
+        let read = unsafe { std::slice::from_raw_parts(buf, len) };
+        let len = read.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+        MapsText { buf, len }
+    }
+
+    fn text(&self) -> &str {
+        if self.buf.is_null() {
+            return "";
+        }
+        // SAFETY: `len` bytes read into the mapping, which lives as long as `self`.
+        let bytes = unsafe { std::slice::from_raw_parts(self.buf, self.len) };
+        std::str::from_utf8(bytes).unwrap_or("")
+    }
+}
+
+impl Drop for MapsText {
+    fn drop(&mut self) {
+        if !self.buf.is_null() {
+            // SAFETY: the mapping made in `read`.
+            unsafe { libc::munmap(self.buf.cast(), Self::CAP) };
+        }
+    }
+}
 
 /// A file as `/proc/self/maps` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -687,3 +762,4 @@ impl<'a> Vma<'a> {
 
 #[cfg(test)]
 mod tests;
+mod window;
