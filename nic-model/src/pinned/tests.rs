@@ -2,6 +2,7 @@
 //! over memory mapped for each test (never the heap: other tests' threads write there).
 
 use super::*;
+use std::sync::atomic::Ordering;
 
 /// `pages` fresh private pages, filled with `fill`.
 fn pages(pages: usize, fill: u8) -> *mut u8 {
@@ -148,4 +149,41 @@ fn a_shared_mapping_keeps_the_programs_pointer() {
     drop(m);
     // SAFETY: the test's own mapping.
     unsafe { libc::munmap(p, PAGE) };
+}
+
+#[test]
+fn a_thread_writing_the_pages_while_they_move_loses_no_write() {
+    use std::sync::atomic::{AtomicBool, AtomicU8};
+    const N: usize = 64;
+    let p = pages(N, 0);
+    let addr = p as usize;
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            // Each byte written once, spread over the time the pages move back and forth: a
+            // write made between a move's copy and its new mapping would be lost.
+            for i in 0..N * PAGE {
+                // SAFETY: the test's pages, mapped (and moved) for the whole test.
+                let b = unsafe { AtomicU8::from_ptr((addr + i) as *mut u8) };
+                b.store(1, Ordering::Relaxed);
+                for _ in 0..20 {
+                    std::hint::spin_loop();
+                }
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let mut moves = 0;
+    while !done.load(Ordering::Acquire) {
+        drop(pin_at(p, N * PAGE, None));
+        moves += 1;
+    }
+    writer.join().unwrap();
+    // SAFETY: the program's view, no writer left.
+    let view = unsafe { std::slice::from_raw_parts(p, N * PAGE) };
+    let lost = view.iter().filter(|&&b| b != 1).count();
+    assert_eq!(lost, 0, "{lost} writes lost over {moves} moves");
+    // SAFETY: the test's own mapping.
+    unsafe { libc::munmap(p.cast(), N * PAGE) };
 }
