@@ -125,7 +125,7 @@ impl Drop for Run {
             if self.pid == std::process::id() {
                 // SAFETY: the NIC's mapping of the memfd, made by `Table::move_pages`, used
                 // by nobody now (every pin over the run is gone).
-                unsafe { libc::munmap(self.view.cast(), self.len) };
+                unsafe { sys::munmap(self.view.cast(), self.len) };
             }
         }
         // An arena block gives its pages back (zeroed) when it drops, in its owner only.
@@ -181,7 +181,7 @@ impl Drop for Pin {
         if let Some((at, len)) = self.strung.take() {
             table.strung.retain(|&s| s != (at, len));
             // SAFETY: the pin's own mapping, which nothing uses once the MR is gone.
-            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+            unsafe { sys::munmap(at as *mut libc::c_void, len) };
         }
         for (run, first, pages) in self.pieces.drain(..) {
             table.unuse(&run, first, pages);
@@ -381,7 +381,7 @@ fn move_pages(
             // SAFETY: a new shared mapping of the memfd's `len` bytes, at an address the
             // kernel chooses.
             let view = unsafe {
-                libc::mmap(
+                sys::mmap(
                     std::ptr::null_mut(),
                     len,
                     libc::PROT_READ | libc::PROT_WRITE,
@@ -394,7 +394,7 @@ fn move_pages(
                 return None;
             }
             // SAFETY: advice on the mapping just made: a fork child does not inherit it.
-            unsafe { libc::madvise(view, len, libc::MADV_DONTFORK) };
+            unsafe { sys::madvise(view, len, libc::MADV_DONTFORK) };
             let raw = fd.as_raw_fd();
             (Backing::Memfd(fd), raw, 0, view.cast::<u8>())
         }
@@ -408,7 +408,7 @@ fn move_pages(
         // SAFETY: replaces the program's pages `a..b` (whose bytes were just copied) with
         // the same bytes in the file; the program sees no change but where its pages live.
         let at = unsafe {
-            libc::mmap(
+            sys::mmap(
                 a as *mut libc::c_void,
                 len,
                 prot,
@@ -457,7 +457,7 @@ fn file_id(fd: RawFd) -> Option<FileId> {
 fn string(pieces: &[(Arc<Run>, usize, usize)], len: usize) -> Option<usize> {
     // SAFETY: a new reservation at an address the kernel chooses.
     let base = unsafe {
-        libc::mmap(
+        sys::mmap(
             std::ptr::null_mut(),
             len,
             libc::PROT_NONE,
@@ -475,7 +475,7 @@ fn string(pieces: &[(Arc<Run>, usize, usize)], len: usize) -> Option<usize> {
         let n = pages * PAGE;
         // SAFETY: maps the run's file pages over part of the reservation just made.
         let p = unsafe {
-            libc::mmap(
+            sys::mmap(
                 at as *mut libc::c_void,
                 n,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -486,13 +486,13 @@ fn string(pieces: &[(Arc<Run>, usize, usize)], len: usize) -> Option<usize> {
         };
         if p == libc::MAP_FAILED {
             // SAFETY: the reservation made above, used by nobody.
-            unsafe { libc::munmap(base as *mut libc::c_void, len) };
+            unsafe { sys::munmap(base as *mut libc::c_void, len) };
             return None;
         }
         at += n;
     }
     // SAFETY: advice on the mapping just made: a fork child does not inherit it.
-    unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_DONTFORK) };
+    unsafe { sys::madvise(base as *mut libc::c_void, len, libc::MADV_DONTFORK) };
     Some(base)
 }
 
@@ -524,7 +524,7 @@ fn restore(maps: &str, run: &Run, strung: &[(usize, usize)]) {
 fn private_copy(a: usize, len: usize, prot: libc::c_int) {
     // SAFETY: a new private mapping at an address the kernel chooses.
     let tmp = unsafe {
-        libc::mmap(
+        sys::mmap(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
@@ -544,12 +544,12 @@ fn private_copy(a: usize, len: usize, prot: libc::c_int) {
             std::ptr::copy_nonoverlapping(a as *const u8, tmp.cast::<u8>(), len);
             libc::mprotect(tmp, len, prot);
             let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
-            libc::mremap(tmp, len, len, flags, a as *mut libc::c_void) != libc::MAP_FAILED
+            sys::mremap(tmp, len, len, flags, a as *mut libc::c_void) != libc::MAP_FAILED
         }
     });
     if !moved {
         // SAFETY: the copy, not moved.
-        unsafe { libc::munmap(tmp, len) };
+        unsafe { sys::munmap(tmp, len) };
         tracing::warn!(addr = a, len, "deregistered pages stay shared: mremap failed");
     }
 }
@@ -637,7 +637,7 @@ impl MapsText {
     fn read() -> MapsText {
         // SAFETY: a new private mapping, pages made only as they are written.
         let buf = unsafe {
-            libc::mmap(
+            sys::mmap(
                 std::ptr::null_mut(),
                 Self::CAP,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -687,7 +687,7 @@ impl Drop for MapsText {
     fn drop(&mut self) {
         if !self.buf.is_null() {
             // SAFETY: the mapping made in `read`.
-            unsafe { libc::munmap(self.buf.cast(), Self::CAP) };
+            unsafe { sys::munmap(self.buf.cast(), Self::CAP) };
         }
     }
 }
@@ -760,6 +760,7 @@ impl<'a> Vma<'a> {
     }
 }
 
+mod sys;
 #[cfg(test)]
 mod tests;
 mod window;
