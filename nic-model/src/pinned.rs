@@ -239,7 +239,6 @@ impl Table {
             }
         }
         let mut prots = prots.into_iter();
-        let mut made = Vec::new();
         for piece in pieces.iter_mut() {
             if piece.2.is_none() {
                 let prot = prots.next().expect("one per new piece");
@@ -248,7 +247,6 @@ impl Table {
                         let pages = (piece.1 - piece.0) / PAGE;
                         self.entries.push(Entry { run, uses: vec![0; pages], attached: true });
                         piece.2 = Some(self.entries.len() - 1);
-                        made.push(self.entries.len() - 1);
                     }
                     None => {
                         self.settle();
