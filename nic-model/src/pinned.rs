@@ -37,6 +37,9 @@ use crate::wire::reach::{ArenaBlock, ReachArena};
 /// it off.
 const PAGE: usize = 4096;
 
+/// How much moves at a time (each chunk is read-only only while it is copied).
+const CHUNK: usize = 2 << 20;
+
 /// Whether registrations move pages: `SOFTVERBS_PIN=0` turns it off (the MR keeps the
 /// program's pointer, as before), and so does a page size other than 4 KiB.
 fn enabled() -> bool {
@@ -309,8 +312,9 @@ impl Table {
         let strung = self.strung.clone();
         self.entries.retain(|e| {
             let unused = e.uses.iter().all(|&u| u == 0);
-            if unused {
-                restore(&maps, &e.run, &strung);
+            if unused && !restore(&maps, &e.run, &strung) {
+                // The program still maps some of its pages: never freed.
+                std::mem::forget(e.run.clone());
             }
             !unused
         });
@@ -399,27 +403,42 @@ fn move_pages(
     };
     let file = file_id(fd)?;
     let run = Arc::new(Run { lo: a, len, view, backing, fd, file, off, pid: std::process::id() });
-    let moved = window::moving(a, len, prot, || {
-        // SAFETY: `a..b` is mapped readable (checked by `movable`) and `view` is `len` bytes
-        // of the new run's pages, which nothing else uses yet.
-        unsafe { std::ptr::copy_nonoverlapping(a as *const u8, view, len) };
-        // SAFETY: replaces the program's pages `a..b` (whose bytes were just copied) with
-        // the same bytes in the file; the program sees no change but where its pages live.
-        let at = unsafe {
-            sys::mmap(
-                a as *mut libc::c_void,
-                len,
-                prot,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                fd,
-                off as libc::off_t,
-            )
-        };
-        at != libc::MAP_FAILED
-    });
-    if !moved {
-        tracing::debug!(addr = a, len, "registered pages not moved: mmap over them failed");
-        return None;
+    // In chunks, each its own window, so a thread writing there waits for one chunk's copy.
+    let mut done = 0;
+    while done < len {
+        let n = CHUNK.min(len - done);
+        let (at, from) = (a + done, off + done as u64);
+        let moved = window::moving(at, n, prot, || {
+            // SAFETY: `at..at+n` is mapped readable (checked by `movable`) and `view + done`
+            // starts `n` bytes of the new run's pages, which nothing else uses yet.
+            unsafe { std::ptr::copy_nonoverlapping(at as *const u8, view.add(done), n) };
+            // SAFETY: replaces the program's pages (whose bytes were just copied) with the
+            // same bytes in the file; the program sees no change but where its pages live.
+            let to = unsafe {
+                sys::mmap(
+                    at as *mut libc::c_void,
+                    n,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd,
+                    from as libc::off_t,
+                )
+            };
+            to != libc::MAP_FAILED
+        });
+        if !moved {
+            tracing::debug!(
+                addr = at,
+                len = n,
+                "registered pages not moved: mmap over them failed"
+            );
+            if done > 0 && !private_copy(a, done, prot) {
+                // The program still maps part of the run: its pages must never be freed.
+                std::mem::forget(run);
+            }
+            return None;
+        }
+        done += n;
     }
     Some(run)
 }
@@ -499,8 +518,11 @@ fn string(pieces: &[(Arc<Run>, usize, usize)], len: usize) -> Option<usize> {
 /// NIC's own mappings of the file (the run's view, the arena, `strung`) are left alone.
 ///
 /// It allocates nothing (a `fork()` child runs it before anything may touch the heap).
-fn restore(maps: &str, run: &Run, strung: &[(usize, usize)]) {
+/// False if some of them could not be made private (the run's pages must then never be
+/// freed).
+fn restore(maps: &str, run: &Run, strung: &[(usize, usize)]) -> bool {
     let nic = run.view as usize as u64;
+    let mut all = true;
     let vmas = maps.lines().filter_map(Vma::parse);
     for v in vmas.filter(|v| v.shared && v.file == run.file) {
         let ours = (v.lo as u64).wrapping_sub(v.off) == nic.wrapping_sub(run.off)
@@ -513,13 +535,15 @@ fn restore(maps: &str, run: &Run, strung: &[(usize, usize)]) {
         if ours || whole || fa >= fb {
             continue;
         }
-        private_copy(v.lo + (fa - v.off) as usize, (fb - fa) as usize, v.prot());
+        all &= private_copy(v.lo + (fa - v.off) as usize, (fb - fa) as usize, v.prot());
     }
+    all
 }
 
 /// Replaces `a..a+len` (mapped readable) with private anonymous pages holding its bytes,
-/// protected with `prot`: a filled copy moved over it in one `mremap`.
-fn private_copy(a: usize, len: usize, prot: libc::c_int) {
+/// protected with `prot`: a filled copy moved over it (a chunk at a time, each in its own
+/// window). False if some of it could not be (those pages stay shared).
+fn private_copy(a: usize, len: usize, prot: libc::c_int) -> bool {
     // SAFETY: a new private mapping at an address the kernel chooses.
     let tmp = unsafe {
         sys::mmap(
@@ -533,23 +557,32 @@ fn private_copy(a: usize, len: usize, prot: libc::c_int) {
     };
     if tmp == libc::MAP_FAILED {
         tracing::warn!(addr = a, len, "deregistered pages stay shared: no memory for a copy");
-        return;
+        return false;
     }
-    let moved = window::moving(a, len, prot, || {
-        // SAFETY: `a..a+len` is mapped readable (maps says so); `tmp` is `len` new bytes,
-        // moved over the program's range in one step.
-        unsafe {
-            std::ptr::copy_nonoverlapping(a as *const u8, tmp.cast::<u8>(), len);
-            libc::mprotect(tmp, len, prot);
-            let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
-            sys::mremap(tmp, len, len, flags, a as *mut libc::c_void) != libc::MAP_FAILED
+    let tmp = tmp as usize;
+    let mut done = 0;
+    while done < len {
+        let n = CHUNK.min(len - done);
+        let (at, copy) = (a + done, (tmp + done) as *mut libc::c_void);
+        let moved = window::moving(at, n, prot, || {
+            // SAFETY: `at..at+n` is mapped readable (maps says so); `copy` is `n` bytes of
+            // the new mapping, moved over the program's pages in one step.
+            unsafe {
+                std::ptr::copy_nonoverlapping(at as *const u8, copy.cast::<u8>(), n);
+                libc::mprotect(copy, n, prot);
+                let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+                sys::mremap(copy, n, n, flags, at as *mut libc::c_void) != libc::MAP_FAILED
+            }
+        });
+        if !moved {
+            // SAFETY: what is left of the copy, not moved.
+            unsafe { sys::munmap(copy, len - done) };
+            tracing::warn!(addr = at, len = n, "deregistered pages stay shared: mremap failed");
+            return false;
         }
-    });
-    if !moved {
-        // SAFETY: the copy, not moved.
-        unsafe { sys::munmap(tmp, len) };
-        tracing::warn!(addr = a, len, "deregistered pages stay shared: mremap failed");
+        done += n;
     }
+    true
 }
 
 // ---------------- fork ----------------

@@ -187,3 +187,29 @@ fn a_thread_writing_the_pages_while_they_move_loses_no_write() {
     // SAFETY: the test's own mapping.
     unsafe { libc::munmap(p.cast(), N * PAGE) };
 }
+
+#[test]
+fn a_range_larger_than_a_chunk_moves_and_comes_back_whole() {
+    let n = 3 * CHUNK / PAGE + 5;
+    let p = pages(n, 0);
+    for i in 0..n {
+        // SAFETY: the test's pages.
+        unsafe { *p.add(i * PAGE + 7) = i as u8 };
+    }
+    let m = pin_at(p.wrapping_add(3), n * PAGE - 3, None);
+    assert_eq!(shared(p.wrapping_add((n - 1) * PAGE)), Some(true));
+    let mut b = [0u8; 1];
+    for i in [0, CHUNK / PAGE, n - 1] {
+        m.read(i * PAGE + 4, &mut b).unwrap();
+        assert_eq!(b[0], i as u8, "page {i}");
+    }
+    m.write((n - 1) * PAGE, b"end").unwrap();
+    drop(m);
+    assert_eq!(shared(p), Some(false));
+    assert_eq!(shared(p.wrapping_add((n - 1) * PAGE)), Some(false));
+    // SAFETY: the program's view.
+    let end = unsafe { std::slice::from_raw_parts(p.add((n - 1) * PAGE + 3), 3) };
+    assert_eq!(end, b"end");
+    // SAFETY: the test's own mapping.
+    unsafe { libc::munmap(p.cast(), n * PAGE) };
+}
