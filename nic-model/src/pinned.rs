@@ -20,7 +20,7 @@
 //! Not moved (the MR keeps the program's pointer, as before: valid only while the program
 //! keeps the memory mapped, and not reachable): memory that is already a shared mapping,
 //! hugetlb memory, executable or special mappings, the registering thread's stack, a range
-//! across mappings of different protections, `SOFTVERBS_PIN=0`, and any step that fails
+//! across mappings of different protections, `SOFTVERBS_PIN=off`, and any step that fails
 //! (no room in `/dev/shm`, a system call refused): a registration never fails for it.
 //! `docs/c.md`, "Registered memory", says what a program may and may not rely on.
 
@@ -40,14 +40,25 @@ const PAGE: usize = 4096;
 /// How much moves at a time (each chunk is read-only only while it is copied).
 const CHUNK: usize = 2 << 20;
 
-/// Whether registrations move pages: `SOFTVERBS_PIN=0` turns it off (the MR keeps the
+/// What `SOFTVERBS_PIN` says: `on` (or `1`) and `off` (or `0`); None for anything else,
+/// which the soft backend's environment check refuses, naming it (`soft::EnvConfig`).
+pub(crate) fn setting(v: &str) -> Option<bool> {
+    match v {
+        "on" | "1" => Some(true),
+        "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether registrations move pages: `SOFTVERBS_PIN=off` turns it off (the MR keeps the
 /// program's pointer, as before), and so does a page size other than 4 KiB.
 fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         // SAFETY: sysconf only reads a system constant.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        page == PAGE as libc::c_long && std::env::var("SOFTVERBS_PIN").as_deref() != Ok("0")
+        let var = std::env::var("SOFTVERBS_PIN").ok();
+        page == PAGE as libc::c_long && var.as_deref().and_then(setting) != Some(false)
     })
 }
 

@@ -48,6 +48,10 @@ pub struct EnvConfig {
     /// its devices theirs (`SOFTVERBS_REACH`: `on`, the default, or `off`; docs/guide.md,
     /// "Direct reach"). Off, every RDMA WRITE, READ and atomic travels as packets.
     pub reach: bool,
+    /// Whether `ibv_reg_mr` of a program's buffer moves its pages onto shared memory, where
+    /// they stay the NIC's until `ibv_dereg_mr` and peers reach them (`SOFTVERBS_PIN`: `on`,
+    /// the default, or `off`; `crate::pinned`, docs/c.md, "Registered memory").
+    pub pin: bool,
 }
 
 impl Default for EnvConfig {
@@ -59,6 +63,7 @@ impl Default for EnvConfig {
             pcap: None,
             faults: None,
             reach: true,
+            pin: true,
         }
     }
 }
@@ -95,6 +100,9 @@ impl EnvConfig {
             _ => None,
         })? {
             c.reach = on;
+        }
+        if let Some(on) = value(&get, "SOFTVERBS_PIN", "`on` or `off`", crate::pinned::setting)? {
+            c.pin = on;
         }
         if let Some(raw) = get("SOFTVERBS_FAULTS").filter(|v| !v.is_empty()) {
             let text = raw.to_str().ok_or_else(|| {
@@ -172,6 +180,7 @@ mod tests {
         assert!(c.reach, "direct reach is on by default");
         for (v, on) in [("off", false), ("0", false), ("on", true), ("1", true)] {
             assert_eq!(parse(&[("SOFTVERBS_REACH", v)]).expect("valid").reach, on, "{v}");
+            assert_eq!(parse(&[("SOFTVERBS_PIN", v)]).expect("valid").pin, on, "{v}");
         }
     }
 
@@ -188,6 +197,7 @@ mod tests {
             ("SOFTVERBS_PCAP", "/tmp/", PCAP_WHAT),
             ("SOFTVERBS_PCAP", ".", PCAP_WHAT),
             ("SOFTVERBS_REACH", "no", "`on` or `off`"),
+            ("SOFTVERBS_PIN", "yes", "`on` or `off`"),
         ] {
             assert_eq!(parse(&[(var, value)]), Err(format!("{var}={value:?} is not {what}")));
         }
