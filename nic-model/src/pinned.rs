@@ -357,7 +357,8 @@ fn movable(vmas: &[Vma<'_>], a: usize, b: usize, stack: usize) -> Option<libc::c
         if v.hi <= x || x >= b {
             continue;
         }
-        let special = v.name.starts_with('[') && v.name != "[heap]";
+        let special =
+            v.name.starts_with('[') && v.name != "[heap]" && !v.name.starts_with("[anon:");
         let huge = v.name.contains("huge");
         if v.lo > x || v.shared || v.exec || special || huge || (v.lo <= stack && stack < v.hi) {
             return None;
