@@ -7,12 +7,15 @@
 //! - [`wire`]: shared-memory inbox segments that carry packets between processes;
 //! - [`soft`]: the `soft` backend, which drives engines over a wire with real time;
 //! - [`umem`]: what `ibv_reg_mr` of a program's memory may pin, as the kernel checks it;
+//! - [`pinned`]: a program's registered pages moved onto shared memory, the NIC's until
+//!   `ibv_dereg_mr` and reachable by peers;
 //! - [`cost`]: process-wide counters of the emulation's own copies and system calls.
 
 pub mod cost;
 pub mod engine;
 pub mod fault;
 pub mod packet;
+pub mod pinned;
 mod small_copy;
 pub mod soft;
 pub mod umem;

@@ -21,6 +21,18 @@ fn writable(access: AccessFlags) -> bool {
 /// Whether `ibv_reg_mr` of `len` bytes at `addr` with `access` could pin them: `Ok`, or the
 /// errno and reason the kernel would give.
 pub fn check_pinnable(addr: u64, len: usize, access: AccessFlags) -> Result<()> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok();
+    check_pinnable_in(maps.as_deref(), addr, len, access)
+}
+
+/// [`check_pinnable`] against `maps`, the text of `/proc/self/maps` read by the caller (None
+/// where it cannot be read: `mincore` then).
+pub(crate) fn check_pinnable_in(
+    maps: Option<&str>,
+    addr: u64,
+    len: usize,
+    access: AccessFlags,
+) -> Result<()> {
     if len == 0 {
         return Err(Error::inval("ibv_reg_mr: length 0 (the kernel pins no pages for it)"));
     }
@@ -28,9 +40,9 @@ pub fn check_pinnable(addr: u64, len: usize, access: AccessFlags) -> Result<()> 
         Error::inval(format!("ibv_reg_mr: {addr:#x} + {len} passes the end of the address space"))
     })?;
     let write = writable(access);
-    let hole = match std::fs::read_to_string("/proc/self/maps") {
-        Ok(maps) => first_unpinnable(&maps, addr, end, write),
-        Err(_) => first_unmapped(addr, end),
+    let hole = match maps {
+        Some(maps) => first_unpinnable(maps, addr, end, write),
+        None => first_unmapped(addr, end),
     };
     match hole {
         None => Ok(()),

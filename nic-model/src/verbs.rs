@@ -79,6 +79,24 @@ pub trait Host: Send + Sync + Sized + 'static {
     fn mr_memory(&self, len: usize) -> Result<Arc<MrMemory>> {
         MrMemory::allocate(len)
     }
+    /// The memory of a new MR over the program's `len` bytes at `addr` with `access`
+    /// (`ibv_reg_mr` of a program's buffer): refused as the kernel refuses what it cannot pin
+    /// (`umem::check_pinnable`), else, by default, the program's pointer. The soft backend
+    /// moves the pages onto shared memory (`crate::pinned`), so they stay the NIC's until
+    /// `ibv_dereg_mr` and peers can reach them.
+    ///
+    /// # Safety
+    /// As [`PdOps::reg_mr_raw`]: memory that is not moved must stay mapped as long as the MR.
+    unsafe fn raw_mr_memory(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Arc<MrMemory>> {
+        crate::umem::check_pinnable(addr as u64, len, access)?;
+        // SAFETY: the caller's promise.
+        Ok(unsafe { MrMemory::borrow_raw(addr, len) })
+    }
     /// The MR `key` was registered: a host that lets peers reach its memory publishes it.
     fn mr_registered(
         &self,
@@ -313,10 +331,10 @@ impl<H: Host> PdOps for EnginePd<H> {
         access: AccessFlags,
     ) -> Result<Arc<dyn MrOps>> {
         // As the kernel pins: every page mapped as the access needs (EFAULT), length 0
-        // refused (EINVAL); so no peer's WRITE can fault in this process's NIC.
-        crate::umem::check_pinnable(addr as u64, len, access)?;
+        // refused (EINVAL); so no peer's WRITE can fault in this process's NIC. The soft
+        // host moves the pages onto shared memory (crate::pinned).
         // SAFETY: the caller guarantees the memory outlives the MR (PdOps::reg_mr_raw contract).
-        let memory = unsafe { MrMemory::borrow_raw(addr, len) };
+        let memory = unsafe { self.host.raw_mr_memory(addr, len, access)? };
         self.register(memory, addr as u64, access)
     }
     fn create_qp(&self, init: &QpInitAttr) -> Result<Arc<dyn QpOps>> {

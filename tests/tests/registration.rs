@@ -136,3 +136,61 @@ fn the_simulator_refuses_as_the_kernel_does() {
     let pd = world.context(0).unwrap().alloc_pd().unwrap();
     refusals(&pd);
 }
+
+/// Registered pages stay the NIC's until `ibv_dereg_mr`, as pinned pages do (issue 29, item
+/// 13; `docs/decisions.md`, "Registered pages on shared memory"): after the program unmaps
+/// its registered buffer, a peer's WRITE still completes with success into the MR's pages and
+/// a READ returns it; and the program's raw memory is reached as owned MRs are (with reach
+/// on, the WRITE and READ are reached).
+#[test]
+fn registered_program_memory_outlives_its_munmap_and_is_reached_reach_on_and_off() {
+    for reach in [true, false] {
+        let opts = ConnOpts { retry_cnt: 2, timeout: 12, ..ConnOpts::default() };
+        let cap = QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let p =
+            RcPair::new(&format!("reg_munmap_{reach}"), cap, PAGE, &opts, |s| s.set_reach(reach));
+        let buf = Mapping::new(4, libc::PROT_READ | libc::PROT_WRITE);
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        // SAFETY: the MR's pages are moved onto shared memory the MR holds (crate::pinned),
+        // so they outlive the program's mapping, which this test unmaps.
+        let mr = unsafe { p.b.pd.reg_mr_raw(buf.at(1).wrapping_add(10), 2 * PAGE, all) }
+            .expect("mapped pages");
+        let reached = || p.soft.stats("softverbs0").unwrap().nic.reached;
+        let before = reached();
+        // SAFETY: the test's own mapping; `forget` below keeps it from being unmapped again.
+        assert_eq!(unsafe { libc::munmap(buf.ptr.cast(), buf.len) }, 0);
+        std::mem::forget(buf);
+        p.a.mr.write(0, b"after the munmap").unwrap();
+        let post = |id: u64, opcode: WrOpcode, local: usize, remote: u64| {
+            let sges = [p.a.mr.sge(local, 16)];
+            let wr = SendWr {
+                wr_id: id,
+                sg_list: &sges,
+                opcode,
+                send_flags: SendFlags::SIGNALED,
+                rdma: RdmaTarget { remote_addr: remote, rkey: mr.rkey() },
+                ..Default::default()
+            };
+            p.a.qp.post_send(&[wr]).expect("post_send");
+            p.a.cq.poll_n(1, WAIT).expect("a completion")[0]
+        };
+        let wc = post(7, WrOpcode::RdmaWrite, 0, mr.addr() + PAGE as u64);
+        assert_eq!((wc.wr_id, wc.status, wc.byte_len), (7, WcStatus::Success, 16), "{wc:?}");
+        let wc = post(8, WrOpcode::RdmaRead, 100, mr.addr() + PAGE as u64);
+        assert_eq!((wc.wr_id, wc.status, wc.byte_len), (8, WcStatus::Success, 16), "{wc:?}");
+        let mut back = [0u8; 16];
+        p.a.mr.read(100, &mut back).unwrap();
+        assert_eq!(&back, b"after the munmap", "reach {reach}");
+        let mut there = [0u8; 16];
+        mr.read(PAGE, &mut there).unwrap();
+        assert_eq!(&there, b"after the munmap", "the MR's own pages, reach {reach}");
+        assert_eq!(reached() - before, if reach { 2 } else { 0 }, "reach {reach}");
+        mr.dereg().expect("ibv_dereg_mr");
+    }
+}

@@ -4,8 +4,9 @@
 //! `ibv_get_cq_event` on a non-blocking fd with nothing queued fails with `EAGAIN` and on a
 //! blocking one waits for the event, a destroyed CQ's events are purged (the next
 //! `ibv_get_cq_event` finds none, not `EIO`), and an idle program has no thread but the NIC
-//! thread that wakes (no pump). Run with direct reach on and off (a C program's MRs are its
-//! own memory, so nothing is reached either way; the outcome must not depend on it).
+//! thread that wakes (no pump). Run with direct reach on and off (its completions are
+//! made by verbs themselves, so nothing is reached either way; the outcome must not depend
+//! on it).
 
 mod common;
 

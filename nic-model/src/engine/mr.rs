@@ -59,6 +59,15 @@ impl MrMemory {
         Arc::new(MrMemory { ptr, len, owned: None, _keep: Some(keep) })
     }
 
+    /// `len` bytes at `ptr` that stay mapped as long as `keep` lives, with no other promise
+    /// (a program's registered pages moved onto shared memory, `crate::pinned`).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid memory for as long as `keep` lives.
+    pub unsafe fn kept(ptr: *mut u8, len: usize, keep: Box<dyn Send + Sync>) -> Arc<MrMemory> {
+        Arc::new(MrMemory { ptr, len, owned: None, _keep: Some(keep) })
+    }
+
     /// Borrow caller memory.
     ///
     /// # Safety

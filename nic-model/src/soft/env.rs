@@ -51,6 +51,10 @@ pub struct EnvConfig {
     /// The network interface the process's devices are RoCE v2 devices on
     /// (`SOFTVERBS_NETDEV`; docs/guide.md, "Across machines"); None: the shared-memory fabric.
     pub netdev: Option<String>,
+    /// Whether `ibv_reg_mr` of a program's buffer moves its pages onto shared memory, where
+    /// they stay the NIC's until `ibv_dereg_mr` and peers reach them (`SOFTVERBS_PIN`: `on`,
+    /// the default, or `off`; `crate::pinned`, docs/c.md, "Registered memory").
+    pub pin: bool,
 }
 
 impl Default for EnvConfig {
@@ -63,6 +67,7 @@ impl Default for EnvConfig {
             faults: None,
             reach: true,
             netdev: None,
+            pin: true,
         }
     }
 }
@@ -103,6 +108,9 @@ impl EnvConfig {
         c.netdev = value(&get, "SOFTVERBS_NETDEV", "a network interface name", |v| {
             (v.len() < 16 && !v.contains(['/', ' ', '\0'])).then(|| v.to_string())
         })?;
+        if let Some(on) = value(&get, "SOFTVERBS_PIN", "`on` or `off`", crate::pinned::setting)? {
+            c.pin = on;
+        }
         if let Some(raw) = get("SOFTVERBS_FAULTS").filter(|v| !v.is_empty()) {
             let text = raw.to_str().ok_or_else(|| {
                 format!("SOFTVERBS_FAULTS={:?} is not UTF-8", raw.to_string_lossy())
@@ -183,6 +191,7 @@ mod tests {
         );
         for (v, on) in [("off", false), ("0", false), ("on", true), ("1", true)] {
             assert_eq!(parse(&[("SOFTVERBS_REACH", v)]).expect("valid").reach, on, "{v}");
+            assert_eq!(parse(&[("SOFTVERBS_PIN", v)]).expect("valid").pin, on, "{v}");
         }
     }
 
@@ -201,6 +210,7 @@ mod tests {
             ("SOFTVERBS_REACH", "no", "`on` or `off`"),
             ("SOFTVERBS_NETDEV", "a-name-far-too-long", "a network interface name"),
             ("SOFTVERBS_NETDEV", "eth/0", "a network interface name"),
+            ("SOFTVERBS_PIN", "yes", "`on` or `off`"),
         ] {
             assert_eq!(parse(&[(var, value)]), Err(format!("{var}={value:?} is not {what}")));
         }

@@ -401,6 +401,19 @@ impl Host for Device {
             None => crate::engine::mr::MrMemory::allocate(len),
         }
     }
+    unsafe fn raw_mr_memory(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: verbs_api::AccessFlags,
+    ) -> Result<Arc<crate::engine::mr::MrMemory>> {
+        // Under the device lock: this device's NIC thread writes none of the program's heap
+        // while its pages move (other threads of the program must not: docs/c.md).
+        let _st = self.lock();
+        let arena = self.reach.as_ref().map(|r| r.arena());
+        // SAFETY: the caller's promise (PdOps::reg_mr_raw).
+        unsafe { crate::pinned::pin(addr, len, access, arena) }
+    }
     fn mr_registered(
         &self,
         key: u32,

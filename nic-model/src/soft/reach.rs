@@ -44,6 +44,11 @@ impl SoftReach {
         }
     }
 
+    /// The device's reach arena (where a program's registered pages move: `crate::pinned`).
+    pub(crate) fn arena(&self) -> &Arc<ReachArena> {
+        &self.arena
+    }
+
     /// Whether peers must send packets (a capture, a tap or a fault plan on this device).
     pub(crate) fn set_observed(&self, observed: bool) {
         self.arena.set_observed(observed);

@@ -76,6 +76,8 @@ const ARENA_OFF: usize = SHARED_END.next_multiple_of(2 << 20);
 pub const ARENA_LEN: usize = 64 << 30;
 /// The granule of arena allocations (MR memory is 64-byte aligned, as the heap's is).
 const GRANULE: usize = 64;
+/// The page (blocks of [`ReachArena::allocate_pages`] start and end on one).
+const PAGE: usize = 4096;
 /// How long `ibv_dereg_mr`, `ibv_modify_qp` and `ibv_destroy_qp` wait for peers still
 /// copying (then they return, and the MR's memory is held back until the peers leave).
 const DRAIN_LIMIT: Duration = Duration::from_secs(1);
@@ -357,17 +359,34 @@ impl ReachArena {
     /// `len` zeroed bytes of the arena, or None when the arena (or `/dev/shm`) has no room:
     /// the caller then allocates from the heap, and that MR is not reachable.
     pub fn allocate(self: &std::sync::Arc<Self>, len: usize) -> Option<ArenaBlock> {
+        self.allocate_aligned(len, GRANULE)
+    }
+
+    /// [`Self::allocate`] of whole pages, at a file offset that is a multiple of the page
+    /// size: what a program's registered pages move onto (`crate::pinned`), mapped over the
+    /// program's range through [`Self::fd`] at [`ArenaBlock::file_offset`].
+    pub fn allocate_pages(self: &std::sync::Arc<Self>, len: usize) -> Option<ArenaBlock> {
+        self.allocate_aligned(len.next_multiple_of(PAGE), PAGE)
+    }
+
+    fn allocate_aligned(
+        self: &std::sync::Arc<Self>,
+        len: usize,
+        align: usize,
+    ) -> Option<ArenaBlock> {
         let size = len.max(1).next_multiple_of(GRANULE);
         self.reap();
         let off = {
             let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-            let i = free.iter().position(|&(_, l)| l >= size)?;
-            let (off, l) = free[i];
-            if l == size {
-                free.remove(i);
-            } else {
-                free[i] = (off + size, l - size);
-            }
+            let fits = |&(o, l): &(usize, usize)| o.next_multiple_of(align) + size <= o + l;
+            let i = free.iter().position(fits)?;
+            let (o, l) = free[i];
+            let off = o.next_multiple_of(align);
+            // What is left before and after the block stays free.
+            let mut rest = Vec::with_capacity(2);
+            rest.extend((off > o).then_some((o, off - o)));
+            rest.extend((off + size < o + l).then_some((off + size, o + l - off - size)));
+            free.splice(i..=i, rest);
             off
         };
         // Memory for the pages now, so a full /dev/shm is an error here, not SIGBUS later.
@@ -421,6 +440,11 @@ impl ReachArena {
             free[i - 1].1 += free[i].1;
             free.remove(i);
         }
+    }
+
+    /// The reach file's descriptor, for mapping blocks' pages elsewhere (`crate::pinned`).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.file)
     }
 
     /// The arena offset of `ptr..ptr+len`, if it lies in the arena.
@@ -590,6 +614,11 @@ impl ArenaBlock {
     /// The first byte.
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
+    }
+
+    /// The block's offset in the reach file ([`ReachArena::fd`]).
+    pub fn file_offset(&self) -> u64 {
+        (ARENA_OFF + self.off) as u64
     }
 }
 

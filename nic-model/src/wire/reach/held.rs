@@ -74,8 +74,18 @@ impl ReachArena {
     pub(super) fn give_back(&self, off: usize, size: usize) {
         {
             let mut held = self.lock_held();
-            if let Some(h) = held.iter_mut().find(|h| h.off == off && h.size.is_none()) {
-                h.size = Some(size);
+            // A held MR may name part of the block (a program's pinned pages, which MRs
+            // over parts of them share): the first holds the block for all of them.
+            let within = |h: &Held| h.size.is_none() && h.off >= off && h.off < off + size;
+            let at: Vec<usize> = (0..held.len()).filter(|&i| within(&held[i])).collect();
+            if let Some(&first) = at.first() {
+                for &i in at[1..].iter().rev() {
+                    let other = held.remove(i);
+                    held[first].qps.extend(other.qps);
+                }
+                // Released from the block's start (the MR's may lie inside it).
+                held[first].off = off;
+                held[first].size = Some(size);
                 drop(held);
                 self.reap();
                 return;
