@@ -181,6 +181,16 @@ impl World {
         if limit > 0 && self.links[link].queue_len(now) >= limit {
             return self.drop_packet(link, TraceKind::DropQueue, &data, len);
         }
+        let l = &mut self.links[link];
+        let ahead_ns = l.busy_until_ns.saturating_sub(now);
+        l.sum_ahead_ns += ahead_ns;
+        if ahead_ns > l.peak_ahead_ns {
+            l.peak_ahead_ns = ahead_ns;
+            l.stats.peak_queue_bytes = l.backlog_bytes(now);
+        }
+        if let Some(ecn) = l.params.ecn {
+            self.mark_ecn(link, &mut data, ecn);
+        }
         let fate = faults.decide(&mut self.rng, data.len());
         let duplicate = fate.duplicate;
         if let Some((at, bit)) = fate.flip {
@@ -206,6 +216,24 @@ impl World {
             self.record(TraceKind::Duplicate, lid, NONE, &copy, copy.len() as u64);
             // The copy follows its original through the FIFO, without further faults.
             self.enqueue(link, copy, 0);
+        }
+    }
+
+    /// ECN marking as the packet enters the link's queue (see [`super::cc::EcnMarking`]): an
+    /// ECN-capable data packet is marked CE with the probability the backlog ahead of it
+    /// gives, drawn from the world's generator only when that is strictly between 0 and 1.
+    fn mark_ecn(&mut self, link: LinkId, data: &mut [u8], ecn: super::cc::EcnMarking) {
+        use super::cc;
+        if !matches!(cc::ecn_of(data), Some(e) if e != cc::ECN_NOT_ECT && e != cc::ECN_CE)
+            || !cc::is_data(data)
+        {
+            return;
+        }
+        let backlog = self.links[link].backlog_bytes(self.now_ns);
+        if self.rng.chance(ecn.probability(backlog)) {
+            cc::set_ecn(data, cc::ECN_CE);
+            self.links[link].stats.ecn_marked += 1;
+            self.record(TraceKind::EcnMark, link as u32, NONE, data, backlog);
         }
     }
 
@@ -255,6 +283,10 @@ impl World {
         }
         let now = self.now_ns;
         self.touch(node);
+        if self.cc.is_some() && self.cc_receive(node, &data) {
+            // A CNP: the NIC's congestion control took it, the engine never sees one.
+            return self.flush(node);
+        }
         if let Some(nic) = self.nodes[node].nic.as_mut() {
             nic.handle_packet(now, &data);
         }

@@ -27,6 +27,9 @@ pub struct LinkParams {
     pub corrupt: f64,
     /// Probability a packet is cut short.
     pub truncate: f64,
+    /// RED-like ECN marking at this link's queue (a switch's egress queue), or none (the
+    /// default: nothing is marked and no random number is drawn).
+    pub ecn: Option<super::cc::EcnMarking>,
 }
 
 impl Default for LinkParams {
@@ -41,6 +44,7 @@ impl Default for LinkParams {
             reorder_jitter_ns: 0,
             corrupt: 0.0,
             truncate: 0.0,
+            ecn: None,
         }
     }
 }
@@ -91,6 +95,11 @@ pub struct LinkStats {
     pub corrupted: u64,
     /// Truncations.
     pub truncated: u64,
+    /// Packets marked CE (congestion experienced) by the link's ECN marking.
+    pub ecn_marked: u64,
+    /// The longest queue a packet found on entering, bytes (the line's busy time ahead of it
+    /// times its rate; 0 on an infinitely fast link). Summed stats keep the largest.
+    pub peak_queue_bytes: u64,
 }
 
 impl LinkStats {
@@ -120,6 +129,8 @@ impl LinkStats {
         self.jittered += o.jittered;
         self.corrupted += o.corrupted;
         self.truncated += o.truncated;
+        self.ecn_marked += o.ecn_marked;
+        self.peak_queue_bytes = self.peak_queue_bytes.max(o.peak_queue_bytes);
     }
 
     /// `(name, count)` of each fault kind, for summaries.
@@ -175,6 +186,11 @@ pub struct Link {
     /// datagrams are mostly one size, and the time is a floating-point division and a rounding
     /// per packet otherwise. Cleared when the parameters change.
     last_serialisation: (usize, u64),
+    /// The longest busy time a packet found ahead of it on entering (`stats.peak_queue_bytes`
+    /// in time, so the per-packet check is an integer compare).
+    pub(crate) peak_ahead_ns: u64,
+    /// The busy times packets found ahead of them on entering, summed (for the mean queue).
+    pub(crate) sum_ahead_ns: u64,
 }
 
 impl Link {
@@ -190,6 +206,8 @@ impl Link {
             busy_until_ns: 0,
             drop_nth: DropNth::default(),
             last_serialisation: NO_SERIALISATION,
+            peak_ahead_ns: 0,
+            sum_ahead_ns: 0,
         }
     }
 
@@ -211,6 +229,20 @@ impl Link {
             self.queue.pop_front();
         }
         self.queue.len()
+    }
+
+    /// The bytes waiting ahead of a packet entering now: the time the line is still busy
+    /// times its rate (0 on an infinitely fast link).
+    pub fn backlog_bytes(&self, now_ns: u64) -> u64 {
+        let ahead = self.busy_until_ns.saturating_sub(now_ns);
+        (ahead as f64 * self.params.bandwidth_gbps.max(0.0) / 8.0) as u64
+    }
+
+    /// The mean backlog the packets that entered the queue found ahead of them, bytes (what
+    /// an arriving packet sees, averaged; at the current line rate).
+    pub fn mean_queue_bytes(&self) -> f64 {
+        let entered = self.stats.offered.max(1) as f64;
+        self.sum_ahead_ns as f64 / entered * self.params.bandwidth_gbps.max(0.0) / 8.0
     }
 
     /// [`LinkParams::serialisation_ns`] of `bytes` on this link, remembering the last answer.

@@ -18,6 +18,7 @@
 //! connect helpers for a user protocol written on verbs.
 
 mod backend;
+pub mod cc;
 mod event;
 mod fabric;
 mod link;
@@ -97,6 +98,8 @@ pub struct World {
     pub(crate) cq_channel: std::collections::BTreeMap<(NodeId, u32), usize>,
     /// NIC nodes whose engines ran since [`World::take_touched`] last took them.
     touched: Vec<NodeId>,
+    /// Congestion control (ECT, CNPs, per-flow rate limiters), when on: `cc/`.
+    cc: Option<Box<cc::CcState>>,
 }
 
 impl World {
@@ -125,6 +128,7 @@ impl World {
             channels: Vec::new(),
             cq_channel: std::collections::BTreeMap::new(),
             touched: Vec::new(),
+            cc: None,
         }
     }
 

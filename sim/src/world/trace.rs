@@ -38,6 +38,9 @@ pub enum TraceKind {
     Timer = 13,
     /// A scheduled link change took effect.
     Change = 14,
+    /// A packet entering a link's queue was marked CE (ECN); the argument is the queue's
+    /// backlog in bytes.
+    EcnMark = 15,
 }
 
 impl TraceKind {
@@ -58,6 +61,7 @@ impl TraceKind {
             TraceKind::Jitter => "jitter",
             TraceKind::Timer => "timer",
             TraceKind::Change => "change",
+            TraceKind::EcnMark => "ecn-mark",
         }
     }
 }

@@ -8,10 +8,12 @@
 //! [`Report`] says what happened.
 
 mod check;
+mod net;
 mod report;
 mod run;
 mod spec;
 
+pub use net::{CongestionSpec, NetReport};
 pub use report::{ConnReport, Report, RunPackets};
 pub use run::{run, RunOptions};
 pub use spec::{

@@ -24,6 +24,11 @@ pub struct ConnReport {
     pub check_failure: Option<String>,
     /// Whether the outcome is what the scenario expects (statuses, completions and data).
     pub as_expected: bool,
+    /// Its goodput over its own time (start to last successful completion), Gbit/s.
+    pub goodput_gbps: f64,
+    /// Its goodput while every connection was active (from the last start to the first
+    /// connection's last completion), Gbit/s: its share of what they shared.
+    pub shared_goodput_gbps: f64,
 }
 
 /// What a run did.
@@ -81,6 +86,8 @@ pub struct Report {
     /// Every packet, timer and completion of the run, when [`super::RunOptions::packets`] asked
     /// for them (for a packet ladder).
     pub packets: Option<RunPackets>,
+    /// What switches and NICs did about congestion (ECN, CNPs, queues).
+    pub net: super::NetReport,
 }
 
 /// What a run kept for drawing it packet by packet: the trace records, the datagram of each
@@ -145,7 +152,7 @@ impl Report {
                 "{drops} tail drops at switch queues, below min_queue_drops {min}"
             ));
         }
-        None
+        super::net::outside(self, b)
     }
 }
 
@@ -245,6 +252,7 @@ impl Report {
             c.last().copied().unwrap_or(0) as f64 / 1e3,
             c.len()
         )?;
+        super::net::write_summary(self, out)?;
         for conn in &self.connections {
             let st: Vec<String> = conn.statuses.iter().map(|(k, n)| format!("{k} {n}")).collect();
             writeln!(

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use verbs_api::WrOpcode;
 
+use crate::world::cc::EcnMarking;
 use crate::world::LinkParams;
 
 /// A whole scenario file.
@@ -45,6 +46,9 @@ pub struct Scenario {
     /// Bounds on what the whole run achieved (its `[expect]` table); a run outside them fails.
     #[serde(default)]
     pub expect: RunBounds,
+    /// Congestion control at the NICs (its `[congestion]` table); off when absent.
+    #[serde(default)]
+    pub congestion: Option<super::net::CongestionSpec>,
 }
 
 /// Bounds on a whole run, checked after every connection's own expectation: they make a
@@ -60,6 +64,18 @@ pub struct RunBounds {
     pub max_queue_drops: Option<u64>,
     /// Fewest tail drops at switch egress queues (a scenario about congestion needs some).
     pub min_queue_drops: Option<u64>,
+    /// Fewest packets marked CE at switch queues.
+    pub min_ecn_marks: Option<u64>,
+    /// Fewest CNPs the NICs sent.
+    pub min_cnps: Option<u64>,
+    /// Largest backlog any switch egress queue held, bytes.
+    pub max_switch_queue_bytes: Option<u64>,
+    /// Largest mean backlog a switch egress queue showed the packets entering it, bytes: the
+    /// queue a run holds, not its first burst.
+    pub max_mean_switch_queue_bytes: Option<u64>,
+    /// Least Jain fairness index (0..=1) of the connections' goodputs while all of them were
+    /// active (from the last start to the first connection's last completion).
+    pub min_jain_fairness: Option<f64>,
 }
 
 fn default_seed() -> u64 {
@@ -139,6 +155,13 @@ pub struct ParamSpec {
     pub corrupt: Option<f64>,
     /// See [`LinkParams::truncate`].
     pub truncate: Option<f64>,
+    /// ECN marking's `Kmin`, bytes (see [`LinkParams::ecn`]); any `ecn_*` turns marking on,
+    /// the others defaulting to the DCQCN paper's (5 KB, 200 KB, 1 %).
+    pub ecn_kmin_bytes: Option<u64>,
+    /// ECN marking's `Kmax`, bytes.
+    pub ecn_kmax_bytes: Option<u64>,
+    /// ECN marking's `Pmax` (0..=1).
+    pub ecn_pmax: Option<f64>,
 }
 
 impl ParamSpec {
@@ -153,7 +176,22 @@ impl ParamSpec {
             reorder_jitter_ns: self.reorder_jitter_ns.unwrap_or(base.reorder_jitter_ns),
             corrupt: self.corrupt.unwrap_or(base.corrupt),
             truncate: self.truncate.unwrap_or(base.truncate),
+            ecn: self.ecn(base.ecn),
         }
+    }
+
+    /// ECN marking over `base`'s: any `ecn_*` given turns it on.
+    fn ecn(&self, base: Option<EcnMarking>) -> Option<EcnMarking> {
+        if self.ecn_kmin_bytes.is_none() && self.ecn_kmax_bytes.is_none() && self.ecn_pmax.is_none()
+        {
+            return base;
+        }
+        let b = base.unwrap_or(EcnMarking::DCQCN_PAPER);
+        Some(EcnMarking {
+            kmin_bytes: self.ecn_kmin_bytes.unwrap_or(b.kmin_bytes),
+            kmax_bytes: self.ecn_kmax_bytes.unwrap_or(b.kmax_bytes),
+            pmax: self.ecn_pmax.unwrap_or(b.pmax),
+        })
     }
 }
 
