@@ -256,3 +256,58 @@ fn congestion_bounds_fail_naming_the_bound() {
     let err = run(&bad, &RunOptions::default()).unwrap_err();
     assert!(err.contains("algorithm \"bbr\" is not known"), "{err}");
 }
+
+/// A connection's goodput in a report, by name.
+fn goodput_of(r: &Report, name: &str) -> f64 {
+    r.connections.iter().find(|c| c.name == name).unwrap().goodput_gbps
+}
+
+#[test]
+fn pfc_incast_is_lossless_where_incast_drops() {
+    let r = check("pfc-incast.toml");
+    assert_eq!((r.fault("queue-drop"), r.retransmits, r.net.headroom_drops), (0, 0, 0));
+    assert!(r.net.pfc_pauses >= 8 && r.net.xon_frames > 0, "{:?}", r.net);
+    assert!(r.net.deadlock.is_none());
+}
+
+#[test]
+fn pfc_hol_blocks_the_flow_to_an_idle_port() {
+    let r = check("pfc-hol.toml");
+    let mut sc = scenario("pfc-hol.toml");
+    sc.pfc = None;
+    sc.expect = Default::default();
+    let lossy = run_seed(&sc, None);
+    assert!(lossy.fault("queue-drop") > 0, "without PFC the incast drops");
+    let (with, without) = (goodput_of(&r, "s0 -> rx1"), goodput_of(&lossy, "s0 -> rx1"));
+    assert!(with * 3.0 < without, "the victim: {with} Gbit/s with PFC, {without} without");
+}
+
+#[test]
+fn pfc_spreads_congestion_to_an_innocent_flow_two_hops_back() {
+    let r = check("pfc-spreading.toml");
+    // Both switches paused somebody: sw1 paused sw0's uplink, sw0 its senders.
+    let mut sc = scenario("pfc-spreading.toml");
+    sc.pfc = None;
+    sc.expect = Default::default();
+    let lossy = run_seed(&sc, None);
+    let (with, without) = (goodput_of(&r, "a3 -> a4"), goodput_of(&lossy, "a3 -> a4"));
+    assert!(with * 3.0 < without, "the innocent flow: {with} Gbit/s with PFC, {without} without");
+}
+
+#[test]
+fn pfc_deadlock_is_detected_and_named() {
+    let r = check("pfc-deadlock.toml");
+    let cycle = r.net.deadlock.clone().expect("the deadlock is reported");
+    assert_eq!(cycle, "sw3 -> sw0 -> sw1 -> sw2 -> sw3");
+    assert_eq!(r.messages_delivered, 0, "nothing gets through a deadlocked ring");
+    // Not expecting it: the run fails naming the cycle.
+    let mut sc = scenario("pfc-deadlock.toml");
+    sc.expect.pfc_deadlock = None;
+    let why = run_seed(&sc, None).failure.unwrap();
+    assert!(why.starts_with("PFC deadlock: a cycle of paused links sw3 -> sw0"), "{why}");
+    // Expecting one where there is none fails too.
+    let mut sc = scenario("pfc-incast.toml");
+    sc.expect.pfc_deadlock = Some(true);
+    let why = run_seed(&sc, None).failure.unwrap();
+    assert_eq!(why, "no PFC deadlock, and pfc_deadlock = true expects one");
+}

@@ -100,6 +100,10 @@ pub struct LinkStats {
     /// The longest queue a packet found on entering, bytes (the line's busy time ahead of it
     /// times its rate; 0 on an infinitely fast link). Summed stats keep the largest.
     pub peak_queue_bytes: u64,
+    /// Times a PFC pause stopped the link (refreshes of a pause not counted again).
+    pub pfc_pauses: u64,
+    /// Time the link spent paused by PFC, ns (pauses still running not counted).
+    pub paused_ns: u64,
 }
 
 impl LinkStats {
@@ -131,6 +135,8 @@ impl LinkStats {
         self.truncated += o.truncated;
         self.ecn_marked += o.ecn_marked;
         self.peak_queue_bytes = self.peak_queue_bytes.max(o.peak_queue_bytes);
+        self.pfc_pauses += o.pfc_pauses;
+        self.paused_ns += o.paused_ns;
     }
 
     /// `(name, count)` of each fault kind, for summaries.
@@ -191,6 +197,23 @@ pub struct Link {
     pub(crate) peak_ahead_ns: u64,
     /// The busy times packets found ahead of them on entering, summed (for the mean queue).
     pub(crate) sum_ahead_ns: u64,
+    /// With PFC on: packets waiting for the line (one serialises at a time, so that a pause
+    /// stops the rest), their bytes, and the one serialising (its ingress link, its length).
+    pub(crate) waiting: VecDeque<Waiting>,
+    pub(crate) waiting_bytes: u64,
+    pub(crate) serialising: Option<(u32, u32)>,
+    /// PFC: paused until then (0: not paused), and since when.
+    pub(crate) paused_until_ns: u64,
+    pub(crate) paused_since_ns: Option<u64>,
+}
+
+/// A packet waiting for a link's line with PFC on.
+#[derive(Clone, Debug)]
+pub(crate) struct Waiting {
+    pub(crate) data: Vec<u8>,
+    pub(crate) extra_ns: u64,
+    /// The link it came into its switch on (`NONE` from a NIC).
+    pub(crate) ingress: u32,
 }
 
 impl Link {
@@ -208,6 +231,11 @@ impl Link {
             last_serialisation: NO_SERIALISATION,
             peak_ahead_ns: 0,
             sum_ahead_ns: 0,
+            waiting: VecDeque::new(),
+            waiting_bytes: 0,
+            serialising: None,
+            paused_until_ns: 0,
+            paused_since_ns: None,
         }
     }
 
@@ -235,7 +263,23 @@ impl Link {
     /// times its rate (0 on an infinitely fast link).
     pub fn backlog_bytes(&self, now_ns: u64) -> u64 {
         let ahead = self.busy_until_ns.saturating_sub(now_ns);
-        (ahead as f64 * self.params.bandwidth_gbps.max(0.0) / 8.0) as u64
+        (ahead as f64 * self.params.bandwidth_gbps.max(0.0) / 8.0) as u64 + self.waiting_bytes
+    }
+
+    /// The time a packet entering now waits before its serialisation starts (with PFC on,
+    /// for the packets waiting too, at the line rate, pauses not counted).
+    #[inline]
+    pub(crate) fn ahead_ns(&self, now_ns: u64) -> u64 {
+        let busy = self.busy_until_ns.saturating_sub(now_ns);
+        match self.waiting_bytes {
+            0 => busy,
+            b => busy + self.params.serialisation_ns(b as usize),
+        }
+    }
+
+    /// Packets in the queue at `now_ns`, serialising or waiting.
+    pub(crate) fn held(&mut self, now_ns: u64) -> usize {
+        self.queue_len(now_ns) + self.waiting.len()
     }
 
     /// The mean backlog the packets that entered the queue found ahead of them, bytes (what

@@ -23,6 +23,7 @@ mod event;
 mod fabric;
 mod link;
 mod node;
+pub mod pfc;
 // Behind the `prop` feature (on by default), which the `softverbs` command line turns off so
 // that proptest is not built into it.
 #[cfg(feature = "prop")]
@@ -100,6 +101,8 @@ pub struct World {
     touched: Vec<NodeId>,
     /// Congestion control (ECT, CNPs, per-flow rate limiters), when on: `cc/`.
     cc: Option<Box<cc::CcState>>,
+    /// Priority flow control at switch ingress, when on: `pfc.rs`.
+    pfc: Option<Box<pfc::PfcState>>,
 }
 
 impl World {
@@ -129,6 +132,7 @@ impl World {
             cq_channel: std::collections::BTreeMap::new(),
             touched: Vec::new(),
             cc: None,
+            pfc: None,
         }
     }
 

@@ -151,13 +151,17 @@ impl World {
                 0 => NIC_TX_DEPTH,
                 q => q.min(NIC_TX_DEPTH),
             };
-            if l.queue_len(now) < depth {
+            if l.held(now) < depth {
                 self.offer(link, t.data);
                 continue;
             }
-            // The line is busy until the datagrams in its serialiser are out: wake then.
-            let at = l.busy_until_ns;
             self.nodes[node].held = Some(t);
+            if self.pfc.is_some() {
+                // The link's next `LinkFree` (its line free, its pause over) calls back.
+                return;
+            }
+            // The line is busy until the datagrams in its serialiser are out: wake then.
+            let at = self.links[link].busy_until_ns;
             return self.wake_transmit_at(node, at);
         }
     }

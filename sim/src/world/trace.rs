@@ -41,6 +41,10 @@ pub enum TraceKind {
     /// A packet entering a link's queue was marked CE (ECN); the argument is the queue's
     /// backlog in bytes.
     EcnMark = 15,
+    /// A PFC pause frame reached the start of a link (the argument is its quanta: 0 resumes).
+    PfcPause = 16,
+    /// A PFC deadlock was detected (the argument is the cycle's length in links).
+    PfcDeadlock = 17,
 }
 
 impl TraceKind {
@@ -62,6 +66,8 @@ impl TraceKind {
             TraceKind::Timer => "timer",
             TraceKind::Change => "change",
             TraceKind::EcnMark => "ecn-mark",
+            TraceKind::PfcPause => "pfc-pause",
+            TraceKind::PfcDeadlock => "pfc-deadlock",
         }
     }
 }

@@ -13,7 +13,7 @@ mod report;
 mod run;
 mod spec;
 
-pub use net::{CongestionSpec, NetReport};
+pub use net::{CongestionSpec, NetReport, PfcSpec};
 pub use report::{ConnReport, Report, RunPackets};
 pub use run::{run, RunOptions};
 pub use spec::{

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use super::report::Report;
 use super::spec::{RunBounds, Scenario};
 use crate::world::cc::{CcConfig, DcqcnParams};
+use crate::world::pfc::PfcConfig;
 use crate::world::World;
 
 /// The `[congestion]` table: the NICs' congestion control.
@@ -26,6 +27,25 @@ pub struct CongestionSpec {
     /// DCQCN's parameters (`[congestion.dcqcn]`), each defaulting to the paper's.
     #[serde(default)]
     pub dcqcn: DcqcnParams,
+}
+
+/// The `[pfc]` table: priority flow control at every switch ingress port.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PfcSpec {
+    /// The lossless priority, 0..=7. 3.
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    /// XOFF above this many bytes buffered per ingress port.
+    pub xoff_bytes: u64,
+    /// XON at or below this many.
+    pub xon_bytes: u64,
+    /// Bytes above XOFF a port may still take; beyond, a packet is dropped.
+    pub headroom_bytes: u64,
+}
+
+fn default_priority() -> u8 {
+    3
 }
 
 fn default_cnp_interval_us() -> f64 {
@@ -56,6 +76,20 @@ pub struct NetReport {
     pub min_flow_rate_gbps: Option<f64>,
     /// Links with ECN marking configured.
     pub ecn_links: usize,
+    /// Whether PFC was on.
+    pub pfc: bool,
+    /// Times PFC paused a link, all links.
+    pub pfc_pauses: u64,
+    /// XOFF and XON frames the switches sent.
+    pub xoff_frames: u64,
+    /// XON frames.
+    pub xon_frames: u64,
+    /// Time links spent paused, summed, ns.
+    pub paused_ns: u64,
+    /// Packets dropped for want of PFC headroom.
+    pub headroom_drops: u64,
+    /// The PFC deadlock detected, as its cycle of nodes.
+    pub deadlock: Option<String>,
 }
 
 /// Check the scenario's ECN and congestion settings, and turn congestion control on.
@@ -64,6 +98,16 @@ pub(super) fn configure(sc: &Scenario, w: &mut World) -> Result<(), String> {
         if let Some(e) = &l.params.ecn {
             e.check().map_err(|e| format!("link {i}: {e}"))?;
         }
+    }
+    if let Some(p) = &sc.pfc {
+        let cfg = PfcConfig {
+            priority: p.priority,
+            xoff_bytes: p.xoff_bytes,
+            xon_bytes: p.xon_bytes,
+            headroom_bytes: p.headroom_bytes,
+        };
+        cfg.check().map_err(|e| format!("[pfc]: {e}"))?;
+        w.set_pfc(Some(cfg));
     }
     let Some(c) = &sc.congestion else { return Ok(()) };
     if c.algorithm != "dcqcn" {
@@ -107,6 +151,13 @@ pub(super) fn report(sc: &Scenario, w: &World) -> NetReport {
             .unwrap_or(0),
         min_flow_rate_gbps: min_rate,
         ecn_links: w.links().iter().filter(|l| l.params.ecn.is_some()).count(),
+        pfc: sc.pfc.is_some(),
+        pfc_pauses: w.links().iter().map(|l| l.stats.pfc_pauses).sum(),
+        xoff_frames: w.pfc_stats().xoff_frames,
+        xon_frames: w.pfc_stats().xon_frames,
+        paused_ns: w.links().iter().map(|l| l.stats.paused_ns).sum(),
+        headroom_drops: w.pfc_stats().headroom_drops,
+        deadlock: w.pfc_deadlock().map(|c| w.describe_links(c)),
         mean_switch_queue_bytes: w
             .links()
             .iter()
@@ -168,6 +219,45 @@ pub(super) fn outside(r: &Report, b: &RunBounds) -> Option<String> {
             n.mean_switch_queue_bytes
         ));
     }
+    if let Some(min) = b.min_pfc_pauses.filter(|&m| n.pfc_pauses < m) {
+        return Some(format!(
+            "PFC paused links {} times, below min_pfc_pauses {min}",
+            n.pfc_pauses
+        ));
+    }
+    if let Some(max) = b.max_pfc_pauses.filter(|&m| n.pfc_pauses > m) {
+        return Some(format!(
+            "PFC paused links {} times, above max_pfc_pauses {max}",
+            n.pfc_pauses
+        ));
+    }
+    if b.pfc_deadlock == Some(true) && n.deadlock.is_none() {
+        return Some("no PFC deadlock, and pfc_deadlock = true expects one".into());
+    }
+    for (name, &min) in &b.min_conn_goodput_gbps {
+        match r.connections.iter().find(|c| &c.name == name) {
+            None => return Some(format!("min_conn_goodput_gbps names no connection {name:?}")),
+            Some(c) if c.goodput_gbps < min => {
+                return Some(format!(
+                    "{name}: goodput {:.3} Gbit/s, below its min_conn_goodput_gbps {min}",
+                    c.goodput_gbps
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    for (name, &max) in &b.max_conn_goodput_gbps {
+        match r.connections.iter().find(|c| &c.name == name) {
+            None => return Some(format!("max_conn_goodput_gbps names no connection {name:?}")),
+            Some(c) if c.goodput_gbps > max => {
+                return Some(format!(
+                    "{name}: goodput {:.3} Gbit/s, above its max_conn_goodput_gbps {max}",
+                    c.goodput_gbps
+                ))
+            }
+            Some(_) => {}
+        }
+    }
     let rates: Vec<f64> = r.connections.iter().map(|c| c.shared_goodput_gbps).collect();
     let j = jain(&rates);
     if let Some(min) = b.min_jain_fairness.filter(|&m| j < m) {
@@ -179,11 +269,52 @@ pub(super) fn outside(r: &Report, b: &RunBounds) -> Option<String> {
     None
 }
 
+/// The failure of a run that stopped in a PFC deadlock, if it did.
+pub(super) fn deadlock_failure(w: &World) -> Option<String> {
+    w.pfc_deadlock().map(|c| {
+        format!("PFC deadlock: a cycle of paused links {} (stopped there)", w.describe_links(c))
+    })
+}
+
+/// A scenario that expects a PFC deadlock passes when the run detected one and every message
+/// that did complete left its bytes (the rest never could).
+pub(super) fn settle_expected_deadlock(sc: &Scenario, r: &mut Report) {
+    if sc.expect.pfc_deadlock != Some(true) || r.net.deadlock.is_none() {
+        return;
+    }
+    let damaged: Vec<String> = r
+        .connections
+        .iter()
+        .filter_map(|c| c.check_failure.as_ref().map(|e| format!("{}: {e}", c.name)))
+        .collect();
+    (r.passed, r.failure) = match damaged.is_empty() {
+        true => (true, None),
+        false => (false, Some(format!("not as expected: {}", damaged.join("; ")))),
+    };
+    if r.passed {
+        if let Some(why) = r.outside(&sc.expect) {
+            (r.passed, r.failure) = (false, Some(why));
+        }
+    }
+}
+
 /// The summary's congestion lines, when the run had ECN marking configured or congestion
 /// control on (a run without either prints what it always did).
 pub(super) fn write_summary(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     let n = &r.net;
-    if n.congestion.is_none() && n.ecn_links == 0 {
+    if n.pfc {
+        writeln!(
+            out,
+            "  PFC: links paused {} times ({} XOFF frames, {} XON), {:.3} ms paused in all, {} headroom drops{}",
+            n.pfc_pauses,
+            n.xoff_frames,
+            n.xon_frames,
+            n.paused_ns as f64 / 1e6,
+            n.headroom_drops,
+            n.deadlock.as_ref().map_or(String::new(), |d| format!("; DEADLOCK in the cycle {d}"))
+        )?;
+    }
+    if n.congestion.is_none() && n.ecn_links == 0 && !n.pfc {
         return Ok(());
     }
     writeln!(

@@ -480,6 +480,10 @@ fn run_inner(
             );
             next_progress += progress_ns;
         }
+        if let Some(d) = super::net::deadlock_failure(&w) {
+            failure = Some(d);
+            break;
+        }
         if w.events_run() >= sc.max_events {
             failure = Some(format!("gave up after {} events", sc.max_events));
             break;
@@ -663,6 +667,7 @@ fn run_inner(
             r.failure = Some(why);
         }
     }
+    super::net::settle_expected_deadlock(sc, &mut r);
     if r.failure.is_none() && !r.passed {
         let bad: Vec<String> = r
             .connections

@@ -49,6 +49,9 @@ pub struct Scenario {
     /// Congestion control at the NICs (its `[congestion]` table); off when absent.
     #[serde(default)]
     pub congestion: Option<super::net::CongestionSpec>,
+    /// Priority flow control at every switch ingress (its `[pfc]` table); off when absent.
+    #[serde(default)]
+    pub pfc: Option<super::net::PfcSpec>,
 }
 
 /// Bounds on a whole run, checked after every connection's own expectation: they make a
@@ -76,6 +79,19 @@ pub struct RunBounds {
     /// Least Jain fairness index (0..=1) of the connections' goodputs while all of them were
     /// active (from the last start to the first connection's last completion).
     pub min_jain_fairness: Option<f64>,
+    /// Fewest times PFC paused a link.
+    pub min_pfc_pauses: Option<u64>,
+    /// Most times PFC paused a link (0: PFC must never have had to act).
+    pub max_pfc_pauses: Option<u64>,
+    /// Whether the run must end in a PFC deadlock (true: the scenario shows one, and passes
+    /// when it is detected) or must not (false, and the default: a deadlock fails the run).
+    pub pfc_deadlock: Option<bool>,
+    /// Least goodput of named connections (`"a -> b" = Gbit/s`), each over its own time.
+    #[serde(default)]
+    pub min_conn_goodput_gbps: std::collections::BTreeMap<String, f64>,
+    /// Most goodput of named connections (a victim of head-of-line blocking gets less).
+    #[serde(default)]
+    pub max_conn_goodput_gbps: std::collections::BTreeMap<String, f64>,
 }
 
 fn default_seed() -> u64 {
