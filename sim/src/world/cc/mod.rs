@@ -287,9 +287,7 @@ pub fn set_ecn(data: &mut [u8], ecn: u8) {
 
 /// The BTH opcode of an IPv4 datagram.
 fn opcode(data: &[u8]) -> Option<u8> {
-    if ecn_of(data).is_none() {
-        return None;
-    }
+    ecn_of(data)?;
     data.get(BTH_AT).copied()
 }
 

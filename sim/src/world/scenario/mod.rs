@@ -13,10 +13,9 @@ mod report;
 mod run;
 mod spec;
 
-pub use net::{CongestionSpec, NetReport, PfcSpec};
-pub use report::{ConnReport, Report, RunPackets};
+pub use report::{jain, ConnReport, NetReport, Report, RunPackets};
 pub use run::{run, RunOptions};
 pub use spec::{
-    ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec, OpSpec,
-    ParamSpec, RunBounds, Scenario,
+    CongestionSpec, ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec,
+    OpSpec, ParamSpec, PfcSpec, RunBounds, Scenario,
 };

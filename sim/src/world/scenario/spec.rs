@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use verbs_api::WrOpcode;
 
-use crate::world::cc::EcnMarking;
+use crate::world::cc::{DcqcnParams, EcnMarking};
 use crate::world::LinkParams;
 
 /// A whole scenario file.
@@ -48,10 +48,10 @@ pub struct Scenario {
     pub expect: RunBounds,
     /// Congestion control at the NICs (its `[congestion]` table); off when absent.
     #[serde(default)]
-    pub congestion: Option<super::net::CongestionSpec>,
+    pub congestion: Option<CongestionSpec>,
     /// Priority flow control at every switch ingress (its `[pfc]` table); off when absent.
     #[serde(default)]
-    pub pfc: Option<super::net::PfcSpec>,
+    pub pfc: Option<PfcSpec>,
 }
 
 /// Bounds on a whole run, checked after every connection's own expectation: they make a
@@ -92,6 +92,50 @@ pub struct RunBounds {
     /// Most goodput of named connections (a victim of head-of-line blocking gets less).
     #[serde(default)]
     pub max_conn_goodput_gbps: std::collections::BTreeMap<String, f64>,
+}
+
+/// The `[congestion]` table: the NICs' congestion control.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CongestionSpec {
+    /// `dcqcn` (the only built-in one; a program adds its own through
+    /// [`crate::world::cc::CcAlgorithm`]).
+    pub algorithm: String,
+    /// A NIC sends at most one CNP per QP every this many µs (DCQCN's N). 50.
+    #[serde(default = "default_cnp_interval_us")]
+    pub cnp_interval_us: f64,
+    /// The most a flow's limiter saves up, bytes. 16384.
+    #[serde(default = "default_burst")]
+    pub burst_bytes: u64,
+    /// DCQCN's parameters (`[congestion.dcqcn]`), each defaulting to the paper's.
+    #[serde(default)]
+    pub dcqcn: DcqcnParams,
+}
+
+/// The `[pfc]` table: priority flow control at every switch ingress port.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PfcSpec {
+    /// The lossless priority, 0..=7. 3.
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    /// XOFF above this many bytes buffered per ingress port.
+    pub xoff_bytes: u64,
+    /// XON at or below this many.
+    pub xon_bytes: u64,
+    /// Bytes above XOFF a port may still take; beyond, a packet is dropped.
+    pub headroom_bytes: u64,
+}
+
+fn default_priority() -> u8 {
+    3
+}
+
+fn default_cnp_interval_us() -> f64 {
+    50.0
+}
+fn default_burst() -> u64 {
+    16 * 1024
 }
 
 fn default_seed() -> u64 {
