@@ -186,7 +186,7 @@ impl RateControl for Dcqcn {
     fn advance(&mut self, now_ns: u64) {
         if self.next_alpha_ns <= now_ns {
             let ticks = (now_ns - self.next_alpha_ns) / self.alpha_ns + 1;
-            self.alpha *= (1.0 - self.p.g).powf(ticks as f64);
+            self.alpha *= pow_by_squaring(1.0 - self.p.g, ticks);
             self.next_alpha_ns += ticks * self.alpha_ns;
         }
         while self.next_rate_ns <= now_ns {
@@ -222,4 +222,19 @@ impl RateControl for Dcqcn {
         self.next_alpha_ns = now_ns + self.alpha_ns;
         self.next_rate_ns = now_ns + self.rate_ns;
     }
+}
+
+/// `base` to the power `n` by repeated squaring: a fixed sequence of IEEE multiplications,
+/// which gives the same bits on every platform (a libm's `pow` need not, and a run must replay
+/// anywhere), in O(log n) however long a flow was idle.
+fn pow_by_squaring(mut base: f64, mut n: u64) -> f64 {
+    let mut acc = 1.0;
+    while n > 0 {
+        if n & 1 == 1 {
+            acc *= base;
+        }
+        base *= base;
+        n >>= 1;
+    }
+    acc
 }
