@@ -153,3 +153,131 @@ fn without_headroom_a_port_drops() {
         r.net
     );
 }
+
+/// A user's own congestion control runs in the world through `CcAlgorithm`: here one that
+/// halves a flow's rate on each CNP and never recovers. Two senders write through a switch
+/// whose port marks ECN; the receivers' NICs send CNPs, the senders' flows slow down to what
+/// the algorithm says, and every byte still arrives.
+#[test]
+fn a_users_own_algorithm_runs_in_the_world() {
+    use std::sync::{Arc, Mutex};
+
+    use softverbs_sim::conn::ConnOpts;
+    use softverbs_sim::world::cc::{CcAlgorithm, CcConfig, EcnMarking, RateControl};
+    use softverbs_sim::world::{connect_rc, LinkParams, RunOutcome, SimWorld, World};
+    use verbs_api::{
+        Mtu, QpCap, RdmaTarget, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode,
+    };
+
+    #[derive(Debug)]
+    struct Halving(f64, Arc<Mutex<u64>>);
+    impl RateControl for Halving {
+        fn rate_gbps(&self) -> f64 {
+            self.0
+        }
+        fn advance(&mut self, _: u64) {}
+        fn on_sent(&mut self, _: u64, _: usize) {}
+        fn on_cnp(&mut self, _: u64) {
+            self.0 = (self.0 / 2.0).max(1.0);
+            *self.1.lock().unwrap() += 1;
+        }
+    }
+    #[derive(Debug)]
+    struct HalvingAlg(Arc<Mutex<u64>>);
+    impl CcAlgorithm for HalvingAlg {
+        fn name(&self) -> &str {
+            "halving"
+        }
+        fn new_flow(&self, line: f64, _: u64) -> Box<dyn RateControl> {
+            Box::new(Halving(line, self.0.clone()))
+        }
+    }
+
+    let cnps = Arc::new(Mutex::new(0));
+    let mut w = World::new(21);
+    let (s0, s1, rx) = (w.add_node("s0"), w.add_node("s1"), w.add_node("rx"));
+    let sw = w.add_switch("sw");
+    w.add_duplex(s0, sw, LinkParams::default());
+    w.add_duplex(s1, sw, LinkParams::default());
+    let port = LinkParams {
+        bandwidth_gbps: 25.0,
+        ecn: Some(EcnMarking::DCQCN_PAPER),
+        ..LinkParams::default()
+    };
+    w.add_duplex(sw, rx, port);
+    w.set_congestion_control(Some(CcConfig {
+        algorithm: Arc::new(HalvingAlg(cnps.clone())),
+        cnp_interval_ns: 50_000,
+        burst_bytes: 16 * 1024,
+    }));
+    let world = SimWorld::new(w);
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        ..QpCap::default()
+    };
+    let opts = ConnOpts { mtu: Mtu::Mtu4096, ..ConnOpts::default() };
+    let len = 1 << 20;
+    let mut pairs = Vec::new();
+    for (i, s) in [s0, s1].into_iter().enumerate() {
+        let (a, b) =
+            connect_rc(&world, s, rx, cap, 64, len, &opts, (i as u32 * 2 + 1, i as u32 * 2 + 2))
+                .unwrap();
+        let bytes: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
+        a.mr.write(0, &bytes).unwrap();
+        for wr_id in 0..16u64 {
+            let chunk = len / 16;
+            let sge = [a.mr.sge(wr_id as usize * chunk, chunk as u32)];
+            let rdma = RdmaTarget {
+                remote_addr: b.mr.addr() + (wr_id as usize * chunk) as u64,
+                rkey: b.mr.rkey(),
+            };
+            let wr = SendWr {
+                wr_id,
+                sg_list: &sge,
+                opcode: WrOpcode::RdmaWrite,
+                send_flags: SendFlags::SIGNALED,
+                rdma,
+                ..Default::default()
+            };
+            a.qp.post_send(&[wr]).unwrap();
+        }
+        pairs.push((a, b, bytes));
+    }
+    let mut done = 0;
+    let mut wcs = [WorkCompletion::default(); 16];
+    let deadline = world.now_ns() + 100_000_000;
+    let outcome = world.run_until_pred(
+        || {
+            for (a, _, _) in &pairs {
+                let n = a.cq.poll(&mut wcs).unwrap();
+                assert!(wcs[..n].iter().all(|c| c.status == WcStatus::Success), "{:?}", &wcs[..n]);
+                done += n;
+            }
+            done == 32
+        },
+        deadline,
+    );
+    assert_eq!(outcome, RunOutcome::Satisfied);
+    for (_, b, bytes) in &pairs {
+        let mut got = vec![0; len];
+        b.mr.read(0, &mut got).unwrap();
+        assert!(got == *bytes, "every byte arrived");
+    }
+    let w = world.lock();
+    let stats = w.cc_total_stats();
+    assert!(stats.cnps_sent > 0 && stats.cnps_sent == stats.cnps_received, "{stats:?}");
+    assert_eq!(
+        *cnps.lock().unwrap(),
+        stats.cnps_received,
+        "every CNP reached the user's algorithm"
+    );
+    for s in [s0, s1] {
+        for (to, _, rate, lowest) in w.cc_flows(s) {
+            assert_eq!(to, rx);
+            assert!(rate < 100.0 && rate == lowest, "halved, never recovered: {rate}");
+        }
+    }
+}
