@@ -184,6 +184,10 @@ impl World {
         assert!(src != dst, "add_link: a link joins two different nodes");
         assert!(self.links.len() < MAX_SLOTS, "a world has fewer than 2^24 links");
         self.links.push(Link::new(src, dst, params));
+        if let Some(p) = self.pfc.as_deref_mut() {
+            p.ingress_bytes.push(0);
+            p.xoff.push(false);
+        }
         self.routes_dirty = true;
         self.links.len() - 1
     }

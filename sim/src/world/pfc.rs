@@ -111,8 +111,8 @@ pub fn pause_frame(src: [u8; 6], priority: u8, quanta: u16) -> [u8; PAUSE_FRAME_
 }
 
 impl World {
-    /// Turn PFC on (or off, with `None`) at every switch ingress. Call it before traffic
-    /// starts, with every link added; off (the default), nothing of it runs.
+    /// Turn PFC on (or off, with `None`) at every switch ingress (links added later too).
+    /// Call it before traffic starts; off (the default), nothing of it runs.
     pub fn set_pfc(&mut self, cfg: Option<PfcConfig>) {
         let n = self.links.len();
         self.pfc = cfg.map(|cfg| {

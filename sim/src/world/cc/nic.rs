@@ -171,6 +171,11 @@ impl World {
             ncc.stats.cnps_coalesced += 1;
             return false;
         }
+        // A NIC answers only a packet it accepts: one damaged on the way (a bad ICRC, cut
+        // short) draws no CNP. Checked only here, for a CNP about to be sent.
+        if nic_model::packet::parse_datagram(data).is_err() {
+            return false;
+        }
         let Ok((attr, _)) = nic.query_qp(local_qp) else { return false };
         let me = [data[16], data[17], data[18], data[19]];
         let sport = u16::from_be_bytes([data[20], data[21]]);
