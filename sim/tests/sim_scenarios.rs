@@ -156,3 +156,158 @@ fn bad_scenarios_are_errors_not_panics() {
     .unwrap();
     assert!(run(&sc, &RunOptions::default()).unwrap_err().contains("nobody"));
 }
+
+/// The records of a pcap file the simulator wrote: each one's datagram (after the 14-byte
+/// Ethernet header).
+fn pcap_datagrams(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let (mut out, mut at) = (Vec::new(), 24);
+    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    while at + 16 <= bytes.len() {
+        let end = (at + 16 + word(at + 8) as usize).min(bytes.len());
+        out.push(bytes[(at + 16 + 14).min(end)..end].to_vec());
+        at = end;
+    }
+    out
+}
+
+#[test]
+fn dcqcn_incast_holds_the_queue_low_without_a_drop() {
+    let r = check("dcqcn-incast.toml");
+    assert!(r.net.ecn_marked > 0 && r.net.cnps_sent > 0, "{:?}", r.net);
+    assert_eq!(r.net.cnps_sent, r.net.cnps_received, "every CNP reached its sender");
+    assert_eq!(r.fault("queue-drop"), 0);
+    // The same incast without congestion control: the queue fills and stays full.
+    let mut sc = scenario("dcqcn-incast.toml");
+    sc.congestion = None;
+    let plain = run_seed(&sc, None);
+    assert_eq!((plain.net.cnps_sent, plain.net.ecn_marked), (0, 0), "NICs send Not-ECT");
+    assert!(
+        plain.net.mean_switch_queue_bytes > 5.0 * r.net.mean_switch_queue_bytes,
+        "without DCQCN {:.0} bytes, with {:.0}",
+        plain.net.mean_switch_queue_bytes,
+        r.net.mean_switch_queue_bytes
+    );
+}
+
+#[test]
+fn dcqcn_fair_shares_the_port() {
+    let r = check("dcqcn-fair.toml");
+    let shared: Vec<f64> = r.connections.iter().map(|c| c.shared_goodput_gbps).collect();
+    assert!(shared.iter().all(|&g| g > 9.0 && g < 16.0), "{shared:?}");
+}
+
+#[test]
+fn cnps_and_ce_marks_are_on_the_wire_as_nics_send_them() {
+    let sc = scenario("dcqcn-fair.toml");
+    let dir = tempfile::Builder::new().prefix("softverbs-cnp-").tempdir().unwrap();
+    let pcap = dir.path().join("cnp.pcap");
+    let r = run_capture(&sc, None, Some(pcap.clone()));
+    assert!(r.passed, "{:?}", r.failure);
+    let records = pcap_datagrams(&std::fs::read(&pcap).unwrap());
+    let cnps: Vec<&Vec<u8>> = records.iter().filter(|d| d.get(28) == Some(&0x81)).collect();
+    assert_eq!(cnps.len() as u64, r.net.cnps_received);
+    for d in &cnps {
+        // IPv4 ‖ UDP to 4791 ‖ BTH (BECN set, P_Key 0xFFFF, PSN 0) ‖ 16 reserved ‖ ICRC.
+        assert_eq!(d.len(), 60);
+        assert_eq!(&d[22..24], &4791u16.to_be_bytes());
+        assert_eq!(d[32] & 0x40, 0x40);
+        assert_eq!(&d[30..32], &[0xff, 0xff]);
+        assert_eq!(&d[37..40], &[0, 0, 0]);
+        assert!(d[40..56].iter().all(|&b| b == 0));
+    }
+    let data = records.iter().filter(|d| d.get(28).is_some_and(|&op| op < 0x11));
+    let ce = data.clone().filter(|d| d[1] & 3 == 3).count() as u64;
+    assert_eq!(ce, r.net.ce_received, "every CE mark the receiver counted is in the capture");
+    assert!(data.clone().all(|d| d[1] & 3 != 0), "data leaves ECN-capable");
+}
+
+#[test]
+fn congestion_bounds_fail_naming_the_bound() {
+    let mut sc = scenario("dcqcn-fair.toml");
+    sc.expect.max_mean_switch_queue_bytes = Some(1000);
+    let why = run_seed(&sc, None).failure.unwrap();
+    assert!(why.ends_with("above max_mean_switch_queue_bytes 1000"), "{why}");
+    let mut sc = scenario("dcqcn-fair.toml");
+    sc.expect.min_cnps = Some(1_000_000);
+    let why = run_seed(&sc, None).failure.unwrap();
+    assert!(why.ends_with("CNPs sent, below min_cnps 1000000"), "{why}");
+    let mut sc = scenario("dcqcn-fair.toml");
+    sc.expect.min_jain_fairness = Some(1.0);
+    let why = run_seed(&sc, None).failure.unwrap();
+    assert!(why.contains("is below min_jain_fairness 1"), "{why}");
+    let bad = Scenario::from_toml(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/dcqcn-fair.toml"),
+        )
+        .unwrap()
+        .replace("ecn_pmax = 0.01", "ecn_pmax = 2.0"),
+    )
+    .unwrap();
+    let err = run(&bad, &RunOptions::default()).unwrap_err();
+    assert!(err.contains("pmax must be within [0, 1], not 2"), "{err}");
+    let bad = Scenario::from_toml(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/dcqcn-fair.toml"),
+        )
+        .unwrap()
+        .replace("algorithm = \"dcqcn\"", "algorithm = \"bbr\""),
+    )
+    .unwrap();
+    let err = run(&bad, &RunOptions::default()).unwrap_err();
+    assert!(err.contains("algorithm \"bbr\" is not known"), "{err}");
+}
+
+/// A connection's goodput in a report, by name.
+fn goodput_of(r: &Report, name: &str) -> f64 {
+    r.connections.iter().find(|c| c.name == name).unwrap().goodput_gbps
+}
+
+#[test]
+fn pfc_incast_is_lossless_where_incast_drops() {
+    let r = check("pfc-incast.toml");
+    assert_eq!((r.fault("queue-drop"), r.retransmits, r.net.headroom_drops), (0, 0, 0));
+    assert!(r.net.pfc_pauses >= 8 && r.net.xon_frames > 0, "{:?}", r.net);
+    assert!(r.net.deadlock.is_none());
+}
+
+#[test]
+fn pfc_hol_blocks_the_flow_to_an_idle_port() {
+    let r = check("pfc-hol.toml");
+    let mut sc = scenario("pfc-hol.toml");
+    sc.pfc = None;
+    sc.expect = Default::default();
+    let lossy = run_seed(&sc, None);
+    assert!(lossy.fault("queue-drop") > 0, "without PFC the incast drops");
+    let (with, without) = (goodput_of(&r, "s0 -> rx1"), goodput_of(&lossy, "s0 -> rx1"));
+    assert!(with * 3.0 < without, "the victim: {with} Gbit/s with PFC, {without} without");
+}
+
+#[test]
+fn pfc_spreads_congestion_to_an_innocent_flow_two_hops_back() {
+    let r = check("pfc-spreading.toml");
+    // Both switches paused somebody: sw1 paused sw0's uplink, sw0 its senders.
+    let mut sc = scenario("pfc-spreading.toml");
+    sc.pfc = None;
+    sc.expect = Default::default();
+    let lossy = run_seed(&sc, None);
+    let (with, without) = (goodput_of(&r, "a3 -> a4"), goodput_of(&lossy, "a3 -> a4"));
+    assert!(with * 3.0 < without, "the innocent flow: {with} Gbit/s with PFC, {without} without");
+}
+
+#[test]
+fn pfc_deadlock_is_detected_and_named() {
+    let r = check("pfc-deadlock.toml");
+    let cycle = r.net.deadlock.clone().expect("the deadlock is reported");
+    assert_eq!(cycle, "sw3 -> sw0 -> sw1 -> sw2 -> sw3");
+    assert_eq!(r.messages_delivered, 0, "nothing gets through a deadlocked ring");
+    // Not expecting it: the run fails naming the cycle.
+    let mut sc = scenario("pfc-deadlock.toml");
+    sc.expect.pfc_deadlock = None;
+    let why = run_seed(&sc, None).failure.unwrap();
+    assert!(why.starts_with("PFC deadlock: a cycle of paused links sw3 -> sw0"), "{why}");
+    // Expecting one where there is none fails too.
+    let mut sc = scenario("pfc-incast.toml");
+    sc.expect.pfc_deadlock = Some(true);
+    let why = run_seed(&sc, None).failure.unwrap();
+    assert_eq!(why, "no PFC deadlock, and pfc_deadlock = true expects one");
+}

@@ -235,6 +235,28 @@ impl Nic {
         Some(t)
     }
 
+    /// [`Nic::poll_transmit`] for a host that paces flows apart (the simulator's congestion
+    /// control, whose rate limiter holds back one QP): the first queued datagram `may_send`
+    /// accepts, so that a held-back flow does not hold back the flows queued behind it, as a
+    /// NIC's per-QP scheduler does not. `may_send` sees the datagrams in queue order and must
+    /// refuse every later datagram of a flow it refused once in the same call, so that each
+    /// flow's datagrams keep their order. It costs a scan of the queue when the head is
+    /// refused; [`Nic::poll_transmit`], which the simulator calls when no flow is paced, is
+    /// unchanged. Datagrams an egress refused (never in the simulator) go first, unasked.
+    pub fn poll_transmit_where(
+        &mut self,
+        mut may_send: impl FnMut(&Transmit) -> bool,
+    ) -> Option<Transmit> {
+        if self.hca.tx.refused > 0 {
+            return self.poll_transmit();
+        }
+        let tx = &mut self.hca.tx;
+        let at = (0..tx.queue.len()).find(|&i| may_send(&tx.queue[i]))?;
+        // `retract_ack` replaces the last queued datagram only if it still is that ACK.
+        tx.last_ack = None;
+        tx.queue.remove(at)
+    }
+
     /// Give back the buffer of a datagram this NIC transmitted once its bytes are no longer
     /// needed (delivered and handled, or copied onto a wire), so that a later transmit reuses
     /// the allocation, as a NIC reuses its transmit ring. Optional: a buffer not given back is

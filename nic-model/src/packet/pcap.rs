@@ -77,6 +77,23 @@ impl<W: Write> PcapWriter<W> {
         self.out.write_all(datagram.get(..kept).unwrap_or(datagram))
     }
 
+    /// Append one whole Ethernet frame seen at `time_ns`, as it is (no FCS): a frame that is
+    /// not an IP datagram, such as the MAC control frame of a PFC pause (EtherType 0x8808),
+    /// which the simulator's switches send.
+    pub fn write_frame(&mut self, time_ns: u64, frame: &[u8]) -> io::Result<()> {
+        let orig_len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+        let incl_len = orig_len.min(SNAPLEN);
+        let secs = u32::try_from(time_ns / 1_000_000_000).unwrap_or(u32::MAX);
+        let mut record = [0u8; 16];
+        record[0..4].copy_from_slice(&secs.to_le_bytes());
+        // Below 10^9, so the cast is exact.
+        record[4..8].copy_from_slice(&((time_ns % 1_000_000_000) as u32).to_le_bytes());
+        record[8..12].copy_from_slice(&incl_len.to_le_bytes());
+        record[12..16].copy_from_slice(&orig_len.to_le_bytes());
+        self.out.write_all(&record)?;
+        self.out.write_all(&frame[..incl_len as usize])
+    }
+
     /// Flush the underlying writer (records written so far reach the file).
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()

@@ -22,6 +22,12 @@ pub(super) enum EventKind {
     Transmit { node: NodeId },
     /// A scheduled link change.
     Change { link: LinkId, change: LinkChange },
+    /// PFC: a link's line may be free, or its pause over (`World::link_free`).
+    LinkFree { link: LinkId },
+    /// PFC: a pause frame reaches the start of `link`.
+    Pause { link: LinkId, quanta: u16 },
+    /// PFC: time to refresh the XOFF of ingress `link`.
+    PauseRefresh { link: LinkId },
 }
 
 /// The heap key of an event: (time, sequence number << SOURCE_BITS | source). The sequence
@@ -124,6 +130,9 @@ impl World {
             EventKind::Timer { node } => self.fire_timer(node),
             EventKind::Transmit { node } => self.wake_transmit(node),
             EventKind::Change { link, change } => self.change_link(link, change),
+            EventKind::LinkFree { link } => self.link_free(link),
+            EventKind::Pause { link, quanta } => self.pause_arrive(link, quanta),
+            EventKind::PauseRefresh { link } => self.pause_refresh(link),
         }
         true
     }

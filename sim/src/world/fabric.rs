@@ -132,9 +132,9 @@ impl World {
     }
 
     /// Put a packet at switch `at` bound for node `to` onto the next link of its path.
-    fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>) {
+    fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>, ingress: u32) {
         match self.route(at, to, &data) {
-            Some(link) => self.offer(link, data),
+            Some(link) => self.offer_from(link, data, ingress),
             None => self.no_route(at, data),
         }
     }
@@ -160,8 +160,15 @@ impl World {
         self.capture_drop(data);
     }
 
-    /// A packet enters a link: faults, the FIFO, and its arrival event.
-    pub(super) fn offer(&mut self, link: LinkId, mut data: Vec<u8>) {
+    /// A packet from a NIC enters a link: see [`World::offer_from`].
+    #[inline]
+    pub(super) fn offer(&mut self, link: LinkId, data: Vec<u8>) {
+        self.offer_from(link, data, NONE);
+    }
+
+    /// A packet enters a link (at a switch, having come in on `ingress`; `NONE` from a NIC):
+    /// faults, the FIFO, and its arrival event.
+    pub(super) fn offer_from(&mut self, link: LinkId, mut data: Vec<u8>, ingress: u32) {
         let now = self.now_ns;
         let lid = link as u32;
         let len = data.len() as u64;
@@ -178,8 +185,24 @@ impl World {
         if faults.lose(&mut self.rng) {
             return self.drop_packet(link, TraceKind::DropLoss, &data, len);
         }
-        if limit > 0 && self.links[link].queue_len(now) >= limit {
+        if self.pfc.is_some() {
+            // Lossless: the ingress port's headroom bounds what a switch holds, not the queue.
+            if !self.pfc_admits(ingress, len) {
+                self.pfc_note_drop();
+                return self.drop_packet(link, TraceKind::DropQueue, &data, len);
+            }
+        } else if limit > 0 && self.links[link].queue_len(now) >= limit {
             return self.drop_packet(link, TraceKind::DropQueue, &data, len);
+        }
+        let l = &mut self.links[link];
+        let ahead_ns = l.ahead_ns(now);
+        l.sum_ahead_ns += ahead_ns;
+        if ahead_ns > l.peak_ahead_ns {
+            l.peak_ahead_ns = ahead_ns;
+            l.stats.peak_queue_bytes = l.backlog_bytes(now);
+        }
+        if let Some(ecn) = l.params.ecn {
+            self.mark_ecn(link, &mut data, ecn);
         }
         let fate = faults.decide(&mut self.rng, data.len());
         let duplicate = fate.duplicate;
@@ -200,19 +223,44 @@ impl World {
         }
         self.record(TraceKind::Send, lid, NONE, &data, data.len() as u64);
         let copy = duplicate.then(|| data.clone());
-        self.enqueue(link, data, extra_ns);
+        let pfc = self.pfc.is_some();
+        match pfc {
+            true => self.pfc_push(link, data, extra_ns, ingress),
+            false => self.enqueue(link, data, extra_ns),
+        }
         if let Some(copy) = copy {
             self.links[link].stats.duplicated += 1;
             self.record(TraceKind::Duplicate, lid, NONE, &copy, copy.len() as u64);
             // The copy follows its original through the FIFO, without further faults.
-            self.enqueue(link, copy, 0);
+            match pfc {
+                true => self.pfc_push(link, copy, 0, NONE),
+                false => self.enqueue(link, copy, 0),
+            }
+        }
+    }
+
+    /// ECN marking as the packet enters the link's queue (see [`super::cc::EcnMarking`]): an
+    /// ECN-capable data packet is marked CE with the probability the backlog ahead of it
+    /// gives, drawn from the world's generator only when that is strictly between 0 and 1.
+    fn mark_ecn(&mut self, link: LinkId, data: &mut [u8], ecn: super::cc::EcnMarking) {
+        use super::cc;
+        if !matches!(cc::ecn_of(data), Some(e) if e != cc::ECN_NOT_ECT && e != cc::ECN_CE)
+            || !cc::is_data(data)
+        {
+            return;
+        }
+        let backlog = self.links[link].backlog_bytes(self.now_ns);
+        if self.rng.chance(ecn.probability(backlog)) {
+            cc::set_ecn(data, cc::ECN_CE);
+            self.links[link].stats.ecn_marked += 1;
+            self.record(TraceKind::EcnMark, link as u32, NONE, data, backlog);
         }
     }
 
     /// Serialise a packet behind those already in the link's FIFO and schedule its arrival:
     /// in the link's FIFO of packets in flight behind the ones ahead of it, or as an event of its own if it
     /// overtakes one of them (jitter, a lower latency).
-    fn enqueue(&mut self, link: LinkId, data: Vec<u8>, extra_ns: u64) {
+    pub(super) fn enqueue(&mut self, link: LinkId, data: Vec<u8>, extra_ns: u64) {
         let now = self.now_ns;
         let l = &mut self.links[link];
         let start = now.max(l.busy_until_ns);
@@ -245,7 +293,7 @@ impl World {
             self.record(TraceKind::Forward, lid, node as u32, &data, data.len() as u64);
             // The destination comes from the IPv4 header; a runt packet goes nowhere.
             let to = node_of_ip(&data, IPV4_DST);
-            return self.forward(node, to, data);
+            return self.forward(node, to, data, lid);
         }
         self.record(TraceKind::Deliver, lid, node as u32, &data, data.len() as u64);
         if let Some(c) = self.capture.as_mut().filter(|c| c.error.is_none()) {
@@ -255,6 +303,10 @@ impl World {
         }
         let now = self.now_ns;
         self.touch(node);
+        if self.cc.is_some() && self.cc_receive(node, &data) {
+            // A CNP: the NIC's congestion control took it, the engine never sees one.
+            return self.flush(node);
+        }
         if let Some(nic) = self.nodes[node].nic.as_mut() {
             nic.handle_packet(now, &data);
         }

@@ -27,6 +27,9 @@ pub struct LinkParams {
     pub corrupt: f64,
     /// Probability a packet is cut short.
     pub truncate: f64,
+    /// RED-like ECN marking at this link's queue (a switch's egress queue), or none (the
+    /// default: nothing is marked and no random number is drawn).
+    pub ecn: Option<super::cc::EcnMarking>,
 }
 
 impl Default for LinkParams {
@@ -41,6 +44,7 @@ impl Default for LinkParams {
             reorder_jitter_ns: 0,
             corrupt: 0.0,
             truncate: 0.0,
+            ecn: None,
         }
     }
 }
@@ -91,6 +95,15 @@ pub struct LinkStats {
     pub corrupted: u64,
     /// Truncations.
     pub truncated: u64,
+    /// Packets marked CE (congestion experienced) by the link's ECN marking.
+    pub ecn_marked: u64,
+    /// The longest queue a packet found on entering, bytes (the line's busy time ahead of it
+    /// times its rate; 0 on an infinitely fast link). Summed stats keep the largest.
+    pub peak_queue_bytes: u64,
+    /// Times a PFC pause stopped the link (refreshes of a pause not counted again).
+    pub pfc_pauses: u64,
+    /// Time the link spent paused by PFC, ns (pauses still running not counted).
+    pub paused_ns: u64,
 }
 
 impl LinkStats {
@@ -120,6 +133,10 @@ impl LinkStats {
         self.jittered += o.jittered;
         self.corrupted += o.corrupted;
         self.truncated += o.truncated;
+        self.ecn_marked += o.ecn_marked;
+        self.peak_queue_bytes = self.peak_queue_bytes.max(o.peak_queue_bytes);
+        self.pfc_pauses += o.pfc_pauses;
+        self.paused_ns += o.paused_ns;
     }
 
     /// `(name, count)` of each fault kind, for summaries.
@@ -175,6 +192,28 @@ pub struct Link {
     /// datagrams are mostly one size, and the time is a floating-point division and a rounding
     /// per packet otherwise. Cleared when the parameters change.
     last_serialisation: (usize, u64),
+    /// The longest busy time a packet found ahead of it on entering (`stats.peak_queue_bytes`
+    /// in time, so the per-packet check is an integer compare).
+    pub(crate) peak_ahead_ns: u64,
+    /// The busy times packets found ahead of them on entering, summed (for the mean queue).
+    pub(crate) sum_ahead_ns: u64,
+    /// With PFC on: packets waiting for the line (one serialises at a time, so that a pause
+    /// stops the rest), their bytes, and the one serialising (its ingress link, its length).
+    pub(crate) waiting: VecDeque<Waiting>,
+    pub(crate) waiting_bytes: u64,
+    pub(crate) serialising: Option<(u32, u32)>,
+    /// PFC: paused until then (0: not paused), and since when.
+    pub(crate) paused_until_ns: u64,
+    pub(crate) paused_since_ns: Option<u64>,
+}
+
+/// A packet waiting for a link's line with PFC on.
+#[derive(Clone, Debug)]
+pub(crate) struct Waiting {
+    pub(crate) data: Vec<u8>,
+    pub(crate) extra_ns: u64,
+    /// The link it came into its switch on (`NONE` from a NIC).
+    pub(crate) ingress: u32,
 }
 
 impl Link {
@@ -190,6 +229,13 @@ impl Link {
             busy_until_ns: 0,
             drop_nth: DropNth::default(),
             last_serialisation: NO_SERIALISATION,
+            peak_ahead_ns: 0,
+            sum_ahead_ns: 0,
+            waiting: VecDeque::new(),
+            waiting_bytes: 0,
+            serialising: None,
+            paused_until_ns: 0,
+            paused_since_ns: None,
         }
     }
 
@@ -211,6 +257,36 @@ impl Link {
             self.queue.pop_front();
         }
         self.queue.len()
+    }
+
+    /// The bytes waiting ahead of a packet entering now: the time the line is still busy
+    /// times its rate (0 on an infinitely fast link).
+    pub fn backlog_bytes(&self, now_ns: u64) -> u64 {
+        let ahead = self.busy_until_ns.saturating_sub(now_ns);
+        (ahead as f64 * self.params.bandwidth_gbps.max(0.0) / 8.0) as u64 + self.waiting_bytes
+    }
+
+    /// The time a packet entering now waits before its serialisation starts (with PFC on,
+    /// for the packets waiting too, at the line rate, pauses not counted).
+    #[inline]
+    pub(crate) fn ahead_ns(&self, now_ns: u64) -> u64 {
+        let busy = self.busy_until_ns.saturating_sub(now_ns);
+        match self.waiting_bytes {
+            0 => busy,
+            b => busy + self.params.serialisation_ns(b as usize),
+        }
+    }
+
+    /// Packets in the queue at `now_ns`, serialising or waiting.
+    pub(crate) fn held(&mut self, now_ns: u64) -> usize {
+        self.queue_len(now_ns) + self.waiting.len()
+    }
+
+    /// The mean backlog the packets that entered the queue found ahead of them, bytes (what
+    /// an arriving packet sees, averaged; at the current line rate).
+    pub fn mean_queue_bytes(&self) -> f64 {
+        let entered = self.stats.offered.max(1) as f64;
+        self.sum_ahead_ns as f64 / entered * self.params.bandwidth_gbps.max(0.0) / 8.0
     }
 
     /// [`LinkParams::serialisation_ns`] of `bytes` on this link, remembering the last answer.

@@ -18,10 +18,12 @@
 //! connect helpers for a user protocol written on verbs.
 
 mod backend;
+pub mod cc;
 mod event;
 mod fabric;
 mod link;
 mod node;
+pub mod pfc;
 // Behind the `prop` feature (on by default), which the `softverbs` command line turns off so
 // that proptest is not built into it.
 #[cfg(feature = "prop")]
@@ -97,6 +99,10 @@ pub struct World {
     pub(crate) cq_channel: std::collections::BTreeMap<(NodeId, u32), usize>,
     /// NIC nodes whose engines ran since [`World::take_touched`] last took them.
     touched: Vec<NodeId>,
+    /// Congestion control (ECT, CNPs, per-flow rate limiters), when on: `cc/`.
+    cc: Option<Box<cc::CcState>>,
+    /// Priority flow control at switch ingress, when on: `pfc.rs`.
+    pfc: Option<Box<pfc::PfcState>>,
 }
 
 impl World {
@@ -125,6 +131,8 @@ impl World {
             channels: Vec::new(),
             cq_channel: std::collections::BTreeMap::new(),
             touched: Vec::new(),
+            cc: None,
+            pfc: None,
         }
     }
 
@@ -176,6 +184,10 @@ impl World {
         assert!(src != dst, "add_link: a link joins two different nodes");
         assert!(self.links.len() < MAX_SLOTS, "a world has fewer than 2^24 links");
         self.links.push(Link::new(src, dst, params));
+        if let Some(p) = self.pfc.as_deref_mut() {
+            p.ingress_bytes.push(0);
+            p.xoff.push(false);
+        }
         self.routes_dirty = true;
         self.links.len() - 1
     }

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use nic_model::engine::{slot_of_ip, Nic, NicEvent, Transmit};
 
+use super::cc::nic::CcPoll;
 use super::event::EventKind;
 use super::trace::{TraceKind, NONE};
 use super::{NodeId, World};
@@ -130,6 +131,11 @@ impl World {
             let n = &mut self.nodes[node];
             let t = match n.held.take() {
                 Some(t) => t,
+                None if self.cc.is_some() => match self.cc_poll(node) {
+                    CcPoll::Take(t) => t,
+                    CcPoll::Wait(at) => return self.wake_transmit_at(node, at),
+                    CcPoll::Empty => return,
+                },
                 None => match n.nic.as_mut().and_then(Nic::poll_transmit) {
                     Some(t) => t,
                     None => return,
@@ -145,19 +151,27 @@ impl World {
                 0 => NIC_TX_DEPTH,
                 q => q.min(NIC_TX_DEPTH),
             };
-            if l.queue_len(now) < depth {
+            if l.held(now) < depth {
                 self.offer(link, t.data);
                 continue;
             }
-            // The line is busy until the datagrams in its serialiser are out: wake then.
-            let at = l.busy_until_ns;
-            let n = &mut self.nodes[node];
-            n.held = Some(t);
-            if n.tx_event_ns.is_none_or(|e| at < e) {
-                n.tx_event_ns = Some(at);
-                self.push(at, EventKind::Transmit { node });
+            self.nodes[node].held = Some(t);
+            if self.pfc.is_some() {
+                // The link's next `LinkFree` (its line free, its pause over) calls back.
+                return;
             }
-            return;
+            // The line is busy until the datagrams in its serialiser are out: wake then.
+            let at = self.links[link].busy_until_ns;
+            return self.wake_transmit_at(node, at);
+        }
+    }
+
+    /// Wake `node`'s transmit at `at` (unless a wake-up at or before it is pending).
+    fn wake_transmit_at(&mut self, node: NodeId, at: u64) {
+        let n = &mut self.nodes[node];
+        if n.tx_event_ns.is_none_or(|e| at < e) {
+            n.tx_event_ns = Some(at);
+            self.push(at, EventKind::Transmit { node });
         }
     }
 

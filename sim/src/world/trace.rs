@@ -38,6 +38,13 @@ pub enum TraceKind {
     Timer = 13,
     /// A scheduled link change took effect.
     Change = 14,
+    /// A packet entering a link's queue was marked CE (ECN); the argument is the queue's
+    /// backlog in bytes.
+    EcnMark = 15,
+    /// A PFC pause frame reached the start of a link (the argument is its quanta: 0 resumes).
+    PfcPause = 16,
+    /// A PFC deadlock was detected (the argument is the cycle's length in links).
+    PfcDeadlock = 17,
 }
 
 impl TraceKind {
@@ -58,6 +65,9 @@ impl TraceKind {
             TraceKind::Jitter => "jitter",
             TraceKind::Timer => "timer",
             TraceKind::Change => "change",
+            TraceKind::EcnMark => "ecn-mark",
+            TraceKind::PfcPause => "pfc-pause",
+            TraceKind::PfcDeadlock => "pfc-deadlock",
         }
     }
 }

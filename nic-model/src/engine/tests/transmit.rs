@@ -412,3 +412,51 @@ fn a_ud_datagram_the_egress_refuses_on_a_flush_is_dropped() {
     assert!(!p.a.has_transmit() && !p.a.transmit_waits());
     assert!(egress.take().is_empty());
 }
+
+// ---------------- a host that paces flows apart ----------------
+
+/// `poll_transmit_where` hands out the first datagram the host accepts, so one QP held back
+/// does not hold back another queued behind it, and each QP's datagrams keep their order.
+#[test]
+fn poll_transmit_where_skips_a_held_back_qp_and_keeps_each_qps_order() {
+    let o = ConnOpts { mtu: Mtu::Mtu1024, ..ConnOpts::default() };
+    let (mut p, a, b) = setup(o);
+    let (a2, b2) = (side(&mut p.a, ALL), side(&mut p.b, ALL));
+    connect(&mut p.a, a2.qpn, 2, b2.qpn, o);
+    connect(&mut p.b, b2.qpn, 1, a2.qpn, o);
+    let dest = |t: &Transmit| u32::from_be_bytes([0, t.data[33], t.data[34], t.data[35]]);
+    for (s, t, wr_id, len) in [(&a, &b, 1u64, 3000u32), (&a2, &b2, 2, 500)] {
+        s.mem.write(0, &pattern(len as usize, wr_id as u8)).unwrap();
+        let sg = [sge(s, 0, len)];
+        let wr = SendWr {
+            wr_id,
+            sg_list: &sg,
+            opcode: WrOpcode::RdmaWrite,
+            send_flags: signaled(),
+            rdma: RdmaTarget { remote_addr: t.mem.addr(), rkey: t.key },
+            ..Default::default()
+        };
+        p.a.post_send(p.now, s.qpn, &[wr]).unwrap();
+    }
+    // Queued: QP 1's three packets, then QP 2's one. Hold QP 1 back: QP 2's comes out.
+    let first = p.a.poll_transmit_where(|t| dest(t) != b.qpn).expect("QP 2's WRITE");
+    assert_eq!(dest(&first), b2.qpn);
+    assert!(p.a.poll_transmit_where(|_| false).is_none(), "nothing accepted, nothing taken");
+    // QP 1's, in PSN order, all still there.
+    let rest: Vec<Transmit> = std::iter::from_fn(|| p.a.poll_transmit_where(|_| true)).collect();
+    assert_eq!(rest.len(), 3);
+    assert!(rest.iter().all(|t| dest(t) == b.qpn));
+    let psns: Vec<u32> = rest.iter().map(|t| parsed(t).1).collect();
+    assert_eq!(psns, [psns[0], psns[0] + 1, psns[0] + 2]);
+    for t in std::iter::once(first).chain(rest) {
+        p.b.handle_packet(p.now, &t.data);
+    }
+    p.drive();
+    assert_eq!(read_mem(&b, 0, 3000), pattern(3000, 1));
+    assert_eq!(read_mem(&b2, 0, 500), pattern(500, 2));
+    let wcs = [poll_all(&mut p.a, a.cq), poll_all(&mut p.a, a2.cq)];
+    assert_eq!(
+        wcs.map(|w| w.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>()),
+        [vec![(1, WcStatus::Success)], vec![(2, WcStatus::Success)]]
+    );
+}

@@ -8,13 +8,14 @@
 //! [`Report`] says what happened.
 
 mod check;
+mod net;
 mod report;
 mod run;
 mod spec;
 
-pub use report::{ConnReport, Report, RunPackets};
+pub use report::{jain, ConnReport, NetReport, Report, RunPackets};
 pub use run::{run, RunOptions};
 pub use spec::{
-    ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec, OpSpec,
-    ParamSpec, RunBounds, Scenario,
+    CongestionSpec, ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec,
+    OpSpec, ParamSpec, PfcSpec, RunBounds, Scenario,
 };

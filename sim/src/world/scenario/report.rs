@@ -1,4 +1,5 @@
 //! What a scenario run did: per-connection outcomes, the world's counters, completion times,
+//! what switches and NICs did about congestion (ECN, CNPs, queues, PFC) and the bounds on it,
 //! and the summary `softverbs sim` prints.
 
 use std::collections::BTreeMap;
@@ -24,6 +25,11 @@ pub struct ConnReport {
     pub check_failure: Option<String>,
     /// Whether the outcome is what the scenario expects (statuses, completions and data).
     pub as_expected: bool,
+    /// Its goodput over its own time (start to last successful completion), Gbit/s.
+    pub goodput_gbps: f64,
+    /// Its goodput while every connection was active (from the last start to the first
+    /// connection's last completion), Gbit/s: its share of what they shared.
+    pub shared_goodput_gbps: f64,
 }
 
 /// What a run did.
@@ -81,6 +87,8 @@ pub struct Report {
     /// Every packet, timer and completion of the run, when [`super::RunOptions::packets`] asked
     /// for them (for a packet ladder).
     pub packets: Option<RunPackets>,
+    /// What switches and NICs did about congestion (ECN, CNPs, queues).
+    pub net: NetReport,
 }
 
 /// What a run kept for drawing it packet by packet: the trace records, the datagram of each
@@ -145,8 +153,128 @@ impl Report {
                 "{drops} tail drops at switch queues, below min_queue_drops {min}"
             ));
         }
-        None
+        net_outside(self, b)
     }
+}
+
+/// What the switches and NICs did about congestion in a run.
+#[derive(Clone, Debug, Default)]
+pub struct NetReport {
+    /// The NICs' congestion-control algorithm, if on.
+    pub congestion: Option<String>,
+    /// Packets marked CE at link queues.
+    pub ecn_marked: u64,
+    /// CE-marked packets the NICs received.
+    pub ce_received: u64,
+    /// CNPs the NICs sent.
+    pub cnps_sent: u64,
+    /// CNPs the NICs received.
+    pub cnps_received: u64,
+    /// The largest backlog a switch's egress queue held, bytes.
+    pub peak_switch_queue_bytes: u64,
+    /// The largest mean backlog a switch's egress queue showed the packets entering it, bytes.
+    pub mean_switch_queue_bytes: f64,
+    /// The lowest rate any flow's limiter was set to, Gbit/s (when congestion control ran).
+    pub min_flow_rate_gbps: Option<f64>,
+    /// Links with ECN marking configured.
+    pub ecn_links: usize,
+    /// Whether PFC was on.
+    pub pfc: bool,
+    /// Times PFC paused a link, all links.
+    pub pfc_pauses: u64,
+    /// XOFF and XON frames the switches sent.
+    pub xoff_frames: u64,
+    /// XON frames.
+    pub xon_frames: u64,
+    /// Time links spent paused, summed, ns.
+    pub paused_ns: u64,
+    /// Packets dropped for want of PFC headroom.
+    pub headroom_drops: u64,
+    /// The PFC deadlock detected, as its cycle of nodes.
+    pub deadlock: Option<String>,
+}
+
+/// Jain's fairness index of `xs`: 1 when all are equal, 1/n when one has everything.
+pub fn jain(xs: &[f64]) -> f64 {
+    let (sum, sq) = xs.iter().fold((0.0, 0.0), |(s, q), &x| (s + x, q + x * x));
+    if xs.is_empty() || sq == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (xs.len() as f64 * sq)
+}
+
+/// The first congestion bound of `b` the run is outside of, in words.
+fn net_outside(r: &Report, b: &super::RunBounds) -> Option<String> {
+    let n = &r.net;
+    if let Some(min) = b.min_ecn_marks.filter(|&m| n.ecn_marked < m) {
+        return Some(format!("{} packets marked CE, below min_ecn_marks {min}", n.ecn_marked));
+    }
+    if let Some(min) = b.min_cnps.filter(|&m| n.cnps_sent < m) {
+        return Some(format!("{} CNPs sent, below min_cnps {min}", n.cnps_sent));
+    }
+    if let Some(max) = b.max_switch_queue_bytes.filter(|&m| n.peak_switch_queue_bytes > m) {
+        return Some(format!(
+            "a switch queue held {} bytes, above max_switch_queue_bytes {max}",
+            n.peak_switch_queue_bytes
+        ));
+    }
+    if let Some(max) =
+        b.max_mean_switch_queue_bytes.filter(|&m| n.mean_switch_queue_bytes > m as f64)
+    {
+        return Some(format!(
+            "a switch queue showed arriving packets {:.0} bytes on average, above \
+             max_mean_switch_queue_bytes {max}",
+            n.mean_switch_queue_bytes
+        ));
+    }
+    if let Some(min) = b.min_pfc_pauses.filter(|&m| n.pfc_pauses < m) {
+        return Some(format!(
+            "PFC paused links {} times, below min_pfc_pauses {min}",
+            n.pfc_pauses
+        ));
+    }
+    if let Some(max) = b.max_pfc_pauses.filter(|&m| n.pfc_pauses > m) {
+        return Some(format!(
+            "PFC paused links {} times, above max_pfc_pauses {max}",
+            n.pfc_pauses
+        ));
+    }
+    if b.pfc_deadlock == Some(true) && n.deadlock.is_none() {
+        return Some("no PFC deadlock, and pfc_deadlock = true expects one".into());
+    }
+    for (name, &min) in &b.min_conn_goodput_gbps {
+        match r.connections.iter().find(|c| &c.name == name) {
+            None => return Some(format!("min_conn_goodput_gbps names no connection {name:?}")),
+            Some(c) if c.goodput_gbps < min => {
+                return Some(format!(
+                    "{name}: goodput {:.3} Gbit/s, below its min_conn_goodput_gbps {min}",
+                    c.goodput_gbps
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    for (name, &max) in &b.max_conn_goodput_gbps {
+        match r.connections.iter().find(|c| &c.name == name) {
+            None => return Some(format!("max_conn_goodput_gbps names no connection {name:?}")),
+            Some(c) if c.goodput_gbps > max => {
+                return Some(format!(
+                    "{name}: goodput {:.3} Gbit/s, above its max_conn_goodput_gbps {max}",
+                    c.goodput_gbps
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let rates: Vec<f64> = r.connections.iter().map(|c| c.shared_goodput_gbps).collect();
+    let j = jain(&rates);
+    if let Some(min) = b.min_jain_fairness.filter(|&m| j < m) {
+        return Some(format!(
+            "Jain fairness {j:.3} of the connections' goodputs while all were active \
+             {rates:.2?} Gbit/s is below min_jain_fairness {min}"
+        ));
+    }
+    None
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -245,6 +373,7 @@ impl Report {
             c.last().copied().unwrap_or(0) as f64 / 1e3,
             c.len()
         )?;
+        write_net_summary(self, out)?;
         for conn in &self.connections {
             let st: Vec<String> = conn.statuses.iter().map(|(k, n)| format!("{k} {n}")).collect();
             writeln!(
@@ -264,4 +393,48 @@ impl Report {
         }
         Ok(())
     }
+}
+
+/// The summary's congestion lines, when the run had ECN marking configured or congestion
+/// control on (a run without either prints what it always did).
+fn write_net_summary(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    let n = &r.net;
+    if n.pfc {
+        writeln!(
+            out,
+            "  PFC: links paused {} times ({} XOFF frames, {} XON), {:.3} ms paused in all, {} headroom drops{}",
+            n.pfc_pauses,
+            n.xoff_frames,
+            n.xon_frames,
+            n.paused_ns as f64 / 1e6,
+            n.headroom_drops,
+            n.deadlock.as_ref().map_or(String::new(), |d| format!("; DEADLOCK in the cycle {d}"))
+        )?;
+    }
+    if n.congestion.is_none() && n.ecn_links == 0 && !n.pfc {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  congestion: {}; ECN marked {}, CE received {}, CNPs sent {} received {}; switch queue: largest {} bytes, mean seen on arrival {:.0} bytes{}",
+        n.congestion.as_deref().unwrap_or("none at the NICs"),
+        n.ecn_marked,
+        n.ce_received,
+        n.cnps_sent,
+        n.cnps_received,
+        n.peak_switch_queue_bytes,
+        n.mean_switch_queue_bytes,
+        n.min_flow_rate_gbps.map_or(String::new(), |g| format!("; lowest flow rate {g:.3} Gbit/s"))
+    )?;
+    let own: Vec<String> = r.connections.iter().map(|c| format!("{:.3}", c.goodput_gbps)).collect();
+    let shared: Vec<String> =
+        r.connections.iter().map(|c| format!("{:.3}", c.shared_goodput_gbps)).collect();
+    let xs: Vec<f64> = r.connections.iter().map(|c| c.shared_goodput_gbps).collect();
+    writeln!(
+        out,
+        "  per-connection goodput Gbit/s: over its own time {}; while all were active {} (Jain fairness {:.3})",
+        own.join(" "),
+        shared.join(" "),
+        jain(&xs)
+    )
 }

@@ -88,6 +88,11 @@ struct Conn {
     recvs_done: usize,
     /// The first completion or data check that failed.
     error: Option<String>,
+    /// Payload bytes of its successful WRs, and when the last completed.
+    done_bytes: u64,
+    done_ns: u64,
+    /// (time, payload bytes) of each successful WR.
+    done_log: Vec<(u64, u64)>,
 }
 
 impl Conn {
@@ -201,6 +206,7 @@ fn run_inner(
             }
         }
     }
+    super::net::configure(sc, &mut w)?;
     let start = w.now_ns();
     for f in &sc.faults {
         let (from, to) = (resolve(&w, &f.from)?, resolve(&w, &f.to)?);
@@ -315,6 +321,9 @@ fn run_inner(
                 failed: false,
                 recvs_done: 0,
                 error: None,
+                done_bytes: 0,
+                done_ns: 0,
+                done_log: Vec::new(),
             });
         }
     }
@@ -428,7 +437,9 @@ fn run_inner(
                     let posted = post_times[i].pop_front().unwrap_or(now);
                     if wc.status == WcStatus::Success {
                         completion_ns.push(now - posted);
-                        goodput += c.plan.msgs.get(wc.wr_id as usize).map_or(0, |m| m.size as u64);
+                        let b = c.plan.msgs.get(wc.wr_id as usize).map_or(0, |m| m.size as u64);
+                        (goodput, c.done_bytes, c.done_ns) = (goodput + b, c.done_bytes + b, now);
+                        c.done_log.push((now, b));
                     } else {
                         c.failed = true;
                     }
@@ -468,6 +479,10 @@ fn run_inner(
                 w.events_run()
             );
             next_progress += progress_ns;
+        }
+        if let Some(d) = super::net::deadlock_failure(&w) {
+            failure = Some(d);
+            break;
         }
         if w.events_run() >= sc.max_events {
             failure = Some(format!("gave up after {} events", sc.max_events));
@@ -575,6 +590,7 @@ fn run_inner(
         w.trace().write_text(&mut f).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     let mut connections = Vec::new();
+    let shared = super::net::shared_goodputs(conns.iter().map(|c| (c.start_ns, &c.done_log[..])));
     for (n, c) in conns.iter().enumerate() {
         let total = c.plan.msgs.len();
         let ok = c.statuses.get("success").copied().unwrap_or(0) as usize == total;
@@ -592,6 +608,11 @@ fn run_inner(
             statuses: c.statuses.clone(),
             check_failure: c.error.clone(),
             as_expected,
+            goodput_gbps: match c.done_ns.saturating_sub(c.start_ns) {
+                0 => 0.0,
+                ns => c.done_bytes as f64 * 8.0 / ns as f64,
+            },
+            shared_goodput_gbps: shared[n],
         });
     }
     completion_ns.sort_unstable();
@@ -622,6 +643,7 @@ fn run_inner(
         hops: links.delivered,
         wall_ns,
         packets,
+        net: super::net::report(sc, &w),
     };
     for n in 0..w.nodes().len() {
         if let Some(nic) = w.nic(n) {
@@ -645,6 +667,7 @@ fn run_inner(
             r.failure = Some(why);
         }
     }
+    super::net::settle_expected_deadlock(sc, &mut r);
     if r.failure.is_none() && !r.passed {
         let bad: Vec<String> = r
             .connections

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use verbs_api::WrOpcode;
 
+use crate::world::cc::{DcqcnParams, EcnMarking};
 use crate::world::LinkParams;
 
 /// A whole scenario file.
@@ -45,6 +46,12 @@ pub struct Scenario {
     /// Bounds on what the whole run achieved (its `[expect]` table); a run outside them fails.
     #[serde(default)]
     pub expect: RunBounds,
+    /// Congestion control at the NICs (its `[congestion]` table); off when absent.
+    #[serde(default)]
+    pub congestion: Option<CongestionSpec>,
+    /// Priority flow control at every switch ingress (its `[pfc]` table); off when absent.
+    #[serde(default)]
+    pub pfc: Option<PfcSpec>,
 }
 
 /// Bounds on a whole run, checked after every connection's own expectation: they make a
@@ -60,6 +67,75 @@ pub struct RunBounds {
     pub max_queue_drops: Option<u64>,
     /// Fewest tail drops at switch egress queues (a scenario about congestion needs some).
     pub min_queue_drops: Option<u64>,
+    /// Fewest packets marked CE at switch queues.
+    pub min_ecn_marks: Option<u64>,
+    /// Fewest CNPs the NICs sent.
+    pub min_cnps: Option<u64>,
+    /// Largest backlog any switch egress queue held, bytes.
+    pub max_switch_queue_bytes: Option<u64>,
+    /// Largest mean backlog a switch egress queue showed the packets entering it, bytes: the
+    /// queue a run holds, not its first burst.
+    pub max_mean_switch_queue_bytes: Option<u64>,
+    /// Least Jain fairness index (0..=1) of the connections' goodputs while all of them were
+    /// active (from the last start to the first connection's last completion).
+    pub min_jain_fairness: Option<f64>,
+    /// Fewest times PFC paused a link.
+    pub min_pfc_pauses: Option<u64>,
+    /// Most times PFC paused a link (0: PFC must never have had to act).
+    pub max_pfc_pauses: Option<u64>,
+    /// Whether the run must end in a PFC deadlock (true: the scenario shows one, and passes
+    /// when it is detected) or must not (false, and the default: a deadlock fails the run).
+    pub pfc_deadlock: Option<bool>,
+    /// Least goodput of named connections (`"a -> b" = Gbit/s`), each over its own time.
+    #[serde(default)]
+    pub min_conn_goodput_gbps: std::collections::BTreeMap<String, f64>,
+    /// Most goodput of named connections (a victim of head-of-line blocking gets less).
+    #[serde(default)]
+    pub max_conn_goodput_gbps: std::collections::BTreeMap<String, f64>,
+}
+
+/// The `[congestion]` table: the NICs' congestion control.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CongestionSpec {
+    /// `dcqcn` (the only built-in one; a program adds its own through
+    /// [`crate::world::cc::CcAlgorithm`]).
+    pub algorithm: String,
+    /// A NIC sends at most one CNP per QP every this many µs (DCQCN's N). 50.
+    #[serde(default = "default_cnp_interval_us")]
+    pub cnp_interval_us: f64,
+    /// The most a flow's limiter saves up, bytes. 16384.
+    #[serde(default = "default_burst")]
+    pub burst_bytes: u64,
+    /// DCQCN's parameters (`[congestion.dcqcn]`), each defaulting to the paper's.
+    #[serde(default)]
+    pub dcqcn: DcqcnParams,
+}
+
+/// The `[pfc]` table: priority flow control at every switch ingress port.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PfcSpec {
+    /// The lossless priority, 0..=7. 3.
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    /// XOFF above this many bytes buffered per ingress port.
+    pub xoff_bytes: u64,
+    /// XON at or below this many.
+    pub xon_bytes: u64,
+    /// Bytes above XOFF a port may still take; beyond, a packet is dropped.
+    pub headroom_bytes: u64,
+}
+
+fn default_priority() -> u8 {
+    3
+}
+
+fn default_cnp_interval_us() -> f64 {
+    50.0
+}
+fn default_burst() -> u64 {
+    16 * 1024
 }
 
 fn default_seed() -> u64 {
@@ -139,6 +215,13 @@ pub struct ParamSpec {
     pub corrupt: Option<f64>,
     /// See [`LinkParams::truncate`].
     pub truncate: Option<f64>,
+    /// ECN marking's `Kmin`, bytes (see [`LinkParams::ecn`]); any `ecn_*` turns marking on,
+    /// the others defaulting to the DCQCN paper's (5 KB, 200 KB, 1 %).
+    pub ecn_kmin_bytes: Option<u64>,
+    /// ECN marking's `Kmax`, bytes.
+    pub ecn_kmax_bytes: Option<u64>,
+    /// ECN marking's `Pmax` (0..=1).
+    pub ecn_pmax: Option<f64>,
 }
 
 impl ParamSpec {
@@ -153,7 +236,22 @@ impl ParamSpec {
             reorder_jitter_ns: self.reorder_jitter_ns.unwrap_or(base.reorder_jitter_ns),
             corrupt: self.corrupt.unwrap_or(base.corrupt),
             truncate: self.truncate.unwrap_or(base.truncate),
+            ecn: self.ecn(base.ecn),
         }
+    }
+
+    /// ECN marking over `base`'s: any `ecn_*` given turns it on.
+    fn ecn(&self, base: Option<EcnMarking>) -> Option<EcnMarking> {
+        if self.ecn_kmin_bytes.is_none() && self.ecn_kmax_bytes.is_none() && self.ecn_pmax.is_none()
+        {
+            return base;
+        }
+        let b = base.unwrap_or(EcnMarking::DCQCN_PAPER);
+        Some(EcnMarking {
+            kmin_bytes: self.ecn_kmin_bytes.unwrap_or(b.kmin_bytes),
+            kmax_bytes: self.ecn_kmax_bytes.unwrap_or(b.kmax_bytes),
+            pmax: self.ecn_pmax.unwrap_or(b.pmax),
+        })
     }
 }
 
