@@ -102,7 +102,13 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
     };
     match scenario::run(&sc, &opts) {
         Ok(report) => {
-            if let Err(e) = super::sim_results::write(&args, &sc, &report, json_stdout) {
+            let outputs = super::sim_results::Outputs {
+                results: args.results,
+                stats: args.stats,
+                json: args.json.as_deref(),
+                plots: args.plots.as_deref(),
+            };
+            if let Err(e) = super::sim_results::write(&outputs, &sc, &report, json_stdout) {
                 return e.report("sim");
             }
             if let Some(run) = &report.packets {

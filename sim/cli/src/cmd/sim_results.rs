@@ -1,15 +1,28 @@
 //! `softverbs sim`'s output besides the ladder: the summary, `--stats`, the results tables
 //! (always with a `[workload]`, else with `--results`), `--json` and `--plots`.
 
+use std::path::Path;
+
 use softverbs_sim::world::scenario::{Report, Scenario};
 
-use super::sim::SimArgs;
 use super::{output_error, CliError};
+
+/// What `softverbs sim` was asked to print and write besides the summary.
+pub struct Outputs<'a> {
+    /// `--results`: the results tables even without a `[workload]`.
+    pub results: bool,
+    /// `--stats`.
+    pub stats: bool,
+    /// `--json FILE` (`-`: standard output).
+    pub json: Option<&'a Path>,
+    /// `--plots DIR`.
+    pub plots: Option<&'a Path>,
+}
 
 /// Print and write what `args` asks for about `report`; with `json_stdout`, the JSON is the
 /// only thing on standard output.
 pub fn write(
-    args: &SimArgs,
+    args: &Outputs,
     sc: &Scenario,
     report: &Report,
     json_stdout: bool,
@@ -24,7 +37,7 @@ pub fn write(
             report.write_stats(&mut out).map_err(output_error)?;
         }
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = args.json {
         if json_stdout {
             report.write_json(&mut std::io::stdout().lock()).map_err(output_error)?;
         } else {
@@ -34,7 +47,7 @@ pub fn write(
                 .map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
         }
     }
-    if let Some(dir) = &args.plots {
+    if let Some(dir) = args.plots {
         let title = format!("{} (seed {})", sc.name, report.seed);
         softverbs_sim::world::workload::write_plots(&report.results, &title, dir)
             .map_err(CliError::failed)?;

@@ -91,8 +91,11 @@ pub(super) struct Sampler {
     /// The links sampled as queues (a switch's egress), and their samples.
     queues: Vec<(usize, Vec<(u64, f64)>)>,
     /// Each host's links out, the bytes they had delivered at the last sample, and its samples.
-    hosts: Vec<(NodeId, Vec<usize>, u64, Vec<(u64, f64)>)>,
+    hosts: Vec<HostSamples>,
 }
+
+/// A host, its links out, the bytes they had delivered at the last sample, and its samples.
+type HostSamples = (NodeId, Vec<usize>, u64, Vec<(u64, f64)>);
 
 impl Sampler {
     /// A sampler for `w`, or none when `every_ns` is 0.
