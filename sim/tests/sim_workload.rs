@@ -186,3 +186,19 @@ fn seq(
         }
     }
 }
+
+/// With DCQCN on, sampling gives each flow's rate limit over time, always within (0, line
+/// rate], and the trace stays the one the unsampled run has.
+#[test]
+fn dcqcn_rate_series_stay_within_the_line_rate() {
+    let sc = scenario("dcqcn-fair.toml");
+    let (plain, sampled) = (run_seed(&sc, None, None), run_seed(&sc, None, Some(2)));
+    assert_eq!(plain.trace_hash, sampled.trace_hash);
+    assert!(plain.results.cc_rates.is_empty());
+    let cc = &sampled.results.cc_rates;
+    assert!(!cc.is_empty(), "no rate series");
+    for s in cc {
+        assert!(s.points.iter().all(|p| p.1 > 0.0 && p.1 <= 100.0 + 1e-9), "{s:?}");
+    }
+    assert!(cc.iter().any(|s| s.points.iter().any(|p| p.1 < 100.0)), "DCQCN cut some flow's rate");
+}

@@ -88,10 +88,15 @@ pub(super) struct Sampler {
     every_ns: u64,
     next_ns: u64,
     start_ns: u64,
+    /// When the last samples were read (the world's clock).
+    read_at_ns: u64,
     /// The links sampled as queues (a switch's egress), and their samples.
     queues: Vec<(usize, Vec<(u64, f64)>)>,
     /// Each host's links out, the bytes they had delivered at the last sample, and its samples.
     hosts: Vec<HostSamples>,
+    /// Each congestion-controlled flow's rate limit, by (sender, destination, destination
+    /// QP), once it has one.
+    cc: std::collections::BTreeMap<(NodeId, NodeId, u32), Vec<(u64, f64)>>,
 }
 
 /// A host, its links out, the bytes they had delivered at the last sample, and its samples.
@@ -115,12 +120,23 @@ impl Sampler {
                 (n, out, 0, Vec::new())
             })
             .collect();
-        Some(Sampler { every_ns, next_ns: start_ns, start_ns, queues, hosts })
+        Some(Sampler {
+            every_ns,
+            next_ns: start_ns,
+            start_ns,
+            read_at_ns: start_ns,
+            queues,
+            hosts,
+            cc: Default::default(),
+        })
     }
 
-    /// Take the samples due by `now` (reading the world, changing nothing in it).
+    /// Take the samples due by `now` (reading the world, changing nothing in it). A rate is
+    /// the bytes delivered since the last reading over the time since then.
     pub(super) fn sample(&mut self, w: &World, now: u64) {
         while now >= self.next_ns {
+            let since = now.saturating_sub(self.read_at_ns);
+            self.read_at_ns = now;
             let t = self.next_ns - self.start_ns;
             for (l, pts) in &mut self.queues {
                 pts.push((t, w.links()[*l].backlog_bytes(now) as f64));
@@ -128,9 +144,15 @@ impl Sampler {
             for (_, out, last, pts) in &mut self.hosts {
                 let bytes: u64 = out.iter().map(|&l| w.links()[l].stats.delivered_bytes).sum();
                 if t > 0 {
-                    pts.push((t, (bytes - *last) as f64 * 8.0 / self.every_ns as f64));
+                    let b = (bytes - *last) as f64 * 8.0;
+                    pts.push((t, if since > 0 { b / since as f64 } else { 0.0 }));
                 }
                 *last = bytes;
+            }
+            for n in 0..w.nodes().len() {
+                for (dst, qp, rate, _) in w.cc_flows(n) {
+                    self.cc.entry((n, dst, qp)).or_default().push((t, rate));
+                }
             }
             self.next_ns += self.every_ns;
         }
@@ -222,9 +244,23 @@ pub(super) fn results(
             paused_ns: w.links()[l].stats.paused_ns,
         })
         .collect();
-    let (mut queues, mut rates, mut sample_ns) = (Vec::new(), Vec::new(), 0);
+    let (mut queues, mut rates, mut cc_rates, mut sample_ns) =
+        (Vec::new(), Vec::new(), Vec::new(), 0);
     if let Some(s) = sampler {
         sample_ns = s.every_ns;
+        // The first flows (by sender, destination, QP): a plot's colours.
+        cc_rates =
+            s.cc.into_iter()
+                .take(MAX_SERIES)
+                .map(|((n, d, qp), points)| Series {
+                    name: format!(
+                        "{} -> {} qp {qp:#x} rate",
+                        w.nodes()[n].name,
+                        w.nodes().get(d).map_or("?", |x| x.name.as_str())
+                    ),
+                    points,
+                })
+                .collect();
         queues = busiest(
             s.queues
                 .into_iter()
@@ -241,5 +277,5 @@ pub(super) fn results(
                 .collect(),
         );
     }
-    Results { flows, queues, rates, pauses, sample_ns }
+    Results { flows, queues, rates, pauses, sample_ns, cc_rates }
 }

@@ -160,7 +160,8 @@ fn bars(title: &str, ylabel: &str, keys: &[&str], groups: &[(String, Vec<f64>)])
 }
 
 /// Write the plots `results` has data for into `dir` (created if missing): `slowdown.svg`,
-/// `queues.svg`, `rates.svg`, `pauses.svg`; returns the files written.
+/// `queues.svg`, `rates.svg`, `cc-rates.svg` (with congestion control), `pauses.svg`; returns
+/// the files written.
 pub fn write_plots(results: &Results, title: &str, dir: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = Vec::new();
@@ -193,6 +194,12 @@ pub fn write_plots(results: &Results, title: &str, dir: &Path) -> Result<Vec<Pat
         put(
             "rates.svg",
             lines(&format!("{title}: host transmit rates"), "Gbit/s", &results.rates),
+        )?;
+    }
+    if !results.cc_rates.is_empty() {
+        put(
+            "cc-rates.svg",
+            lines(&format!("{title}: flows' rate limits"), "Gbit/s", &results.cc_rates),
         )?;
     }
     if !results.pauses.is_empty() {

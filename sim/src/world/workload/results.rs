@@ -145,6 +145,9 @@ pub struct Results {
     pub rates: Vec<Series>,
     /// Every port PFC paused.
     pub pauses: Vec<PortPause>,
+    /// With congestion control on, the first eight flows' rate limits (Gbit/s) over time: DCQCN's
+    /// sawtooth.
+    pub cc_rates: Vec<Series>,
     /// The sample interval of the series, ns (0: none taken).
     pub sample_ns: u64,
 }
@@ -184,7 +187,11 @@ impl Results {
                 )?;
             }
         }
-        for (what, series) in [("queue bytes", &self.queues), ("tx Gbit/s", &self.rates)] {
+        for (what, series) in [
+            ("queue bytes", &self.queues),
+            ("tx Gbit/s", &self.rates),
+            ("rate limit Gbit/s", &self.cc_rates),
+        ] {
             if series.is_empty() {
                 continue;
             }
@@ -246,7 +253,9 @@ impl Results {
             )?;
         }
         write!(out, "],\"sample_ns\":{}", self.sample_ns)?;
-        for (key, series) in [("queues", &self.queues), ("rates", &self.rates)] {
+        for (key, series) in
+            [("queues", &self.queues), ("rates", &self.rates), ("cc_rates", &self.cc_rates)]
+        {
             write!(out, ",\"{key}\":[")?;
             for (i, s) in series.iter().enumerate() {
                 write!(
