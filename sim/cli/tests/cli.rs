@@ -1032,3 +1032,36 @@ fn logs_are_silent_by_default_and_verbose_shows_the_lifecycle() {
     assert_eq!(bad.status.code(), Some(2), "{bad:#?}");
     assert!(bad.stderr.starts_with("softverbs devices: RUST_LOG=\"[\" does not parse"), "{bad:#?}");
 }
+
+/// `softverbs sim` with a `[workload]` prints the slowdown and pause tables; `--json -` puts
+/// the report alone on standard output (the same bytes twice for a seed); `--plots DIR` writes
+/// the SVGs the run has data for.
+#[test]
+fn sim_workload_results_json_and_plots() {
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/workload-incast-pfc.toml");
+    let f = run(&["sim", scenario, "--quiet"]);
+    assert_success(&f, "sim workload");
+    for want in
+        ["flow completion time slowdown", "100 KB - 1 MB", "pause time per port", "h1 -> sw"]
+    {
+        assert!(f.stdout.contains(want), "{want:?} missing: {}", f.stdout);
+    }
+    let json = |_| {
+        let f = run(&["sim", scenario, "--quiet", "--json", "-"]);
+        assert_success(&f, "sim --json -");
+        f.stdout
+    };
+    let (a, b) = (json(1), json(2));
+    assert!(a.starts_with("{\"name\":\"workload-incast-pfc\",\"seed\":7,\"passed\":true,"), "{a}");
+    assert_eq!(a, b, "the same seed, the same JSON");
+    // Removed when dropped, even when an assertion fails.
+    let dir = tempfile::Builder::new().prefix("softverbs-plots-").tempdir().unwrap();
+    let f = run(&["sim", scenario, "--quiet", "--plots", dir.path().to_str().unwrap()]);
+    assert_success(&f, "sim --plots");
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["pauses.svg", "queues.svg", "rates.svg", "slowdown.svg"]);
+}

@@ -33,6 +33,7 @@ mod rng;
 pub mod scenario;
 mod shared;
 pub mod trace;
+pub mod workload;
 
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;

@@ -26,6 +26,7 @@ pub mod perf;
 pub mod pingpong;
 pub mod run;
 pub mod sim;
+pub mod sim_results;
 pub mod sweep;
 pub mod words;
 

@@ -49,6 +49,21 @@ pub struct SimArgs {
     /// Write the run's packet ladder as an SVG file.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Print the results tables (completion-time slowdown by flow size, pause time per port,
+    /// time series) even without a `[workload]` (which prints them anyway).
+    #[arg(long)]
+    pub results: bool,
+    /// Sample switch queue lengths and host transmit rates every this many µs of virtual time
+    /// (overrides the `[workload]` table's `sample_us`).
+    #[arg(long, value_name = "US")]
+    pub sample_us: Option<u64>,
+    /// Write the report as JSON to FILE (`-`: standard output, instead of the summary).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write SVG plots of the results into DIR: slowdown.svg, queues.svg, rates.svg, pauses.svg
+    /// (those the run has data for).
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
 }
 
 /// Run `softverbs sim`: exit 0 if the workload completed as the scenario expects, 1 if not, 2
@@ -72,7 +87,8 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
         }
     };
     let seed = args.seed.unwrap_or(sc.seed);
-    if let Err(e) = writeln!(std::io::stdout(), "seed {seed}") {
+    let json_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
+    if let Err(e) = if json_stdout { Ok(()) } else { writeln!(std::io::stdout(), "seed {seed}") } {
         return super::output_error(e).report("sim");
     }
     let opts = RunOptions {
@@ -82,21 +98,19 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
         trace: args.trace.clone(),
         progress: !args.quiet,
         packets: args.ladder || args.svg.is_some(),
+        sample_us: args.sample_us,
     };
     match scenario::run(&sc, &opts) {
         Ok(report) => {
-            let mut out = std::io::stdout().lock();
-            let printed = report.write_summary(&mut out).and_then(|()| {
-                if args.stats {
-                    report.write_stats(&mut out)
-                } else {
-                    Ok(())
-                }
-            });
-            if let Err(e) = printed {
-                return super::output_error(e).report("sim");
+            let outputs = super::sim_results::Outputs {
+                results: args.results,
+                stats: args.stats,
+                json: args.json.as_deref(),
+                plots: args.plots.as_deref(),
+            };
+            if let Err(e) = super::sim_results::write(&outputs, &sc, &report, json_stdout) {
+                return e.report("sim");
             }
-            drop(out);
             if let Some(run) = &report.packets {
                 let title = format!("softverbs sim {}, seed {seed}: packet ladder", sc.name);
                 let l = softverbs_sim::ladder::from_sim::ladder(&title, run);

@@ -8,6 +8,7 @@
 //! [`Report`] says what happened.
 
 mod check;
+mod flows;
 mod net;
 mod report;
 mod run;

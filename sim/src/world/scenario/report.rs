@@ -89,6 +89,9 @@ pub struct Report {
     pub packets: Option<RunPackets>,
     /// What switches and NICs did about congestion (ECN, CNPs, queues).
     pub net: NetReport,
+    /// Each message's completion time and slowdown, time series if sampled, pause time per
+    /// port.
+    pub results: crate::world::workload::Results,
 }
 
 /// What a run kept for drawing it packet by packet: the trace records, the datagram of each
@@ -437,4 +440,61 @@ fn write_net_summary(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
         shared.join(" "),
         jain(&xs)
     )
+}
+
+impl Report {
+    /// The report as one JSON object (`softverbs sim --json`): the summary's figures, each
+    /// connection's, and the [`crate::world::workload::Results`] (flows and their slowdowns,
+    /// slowdown by size bucket, pause time per port, time series). A newline ends it.
+    pub fn write_json(&self, out: &mut impl Write) -> std::io::Result<()> {
+        use crate::world::workload::{json_num, json_str};
+        let n = &self.net;
+        write!(
+            out,
+            "{{\"name\":{},\"seed\":{},\"passed\":{},\"failure\":{},\"trace_hash\":\"{:016x}\",\
+             \"trace_records\":{},\"elapsed_ns\":{},\"events\":{},\"goodput_bytes\":{},\
+             \"goodput_gbps\":{},\"messages_delivered\":{},\"packets_sent\":{},\
+             \"retransmits\":{},\"timeouts\":{},\"queue_drops\":{},\"ecn_marked\":{},\
+             \"cnps_sent\":{},\"peak_switch_queue_bytes\":{},\"pfc_pauses\":{},\"paused_ns\":{},\
+             \"pfc_deadlock\":{},\"connections\":[",
+            json_str(&self.name),
+            self.seed,
+            self.passed,
+            self.failure.as_deref().map_or("null".into(), json_str),
+            self.trace_hash,
+            self.trace_records,
+            self.elapsed_ns,
+            self.events,
+            self.goodput_bytes,
+            json_num(self.goodput_gbps()),
+            self.messages_delivered,
+            self.packets_sent,
+            self.retransmits,
+            self.timeouts,
+            self.fault("queue-drop"),
+            n.ecn_marked,
+            n.cnps_sent,
+            n.peak_switch_queue_bytes,
+            n.pfc_pauses,
+            n.paused_ns,
+            n.deadlock.as_deref().map_or("null".into(), json_str),
+        )?;
+        for (i, c) in self.connections.iter().enumerate() {
+            write!(
+                out,
+                "{}{{\"name\":{},\"posted\":{},\"total\":{},\"delivered\":{},\"as_expected\":{},\
+                 \"goodput_gbps\":{}}}",
+                if i > 0 { "," } else { "" },
+                json_str(&c.name),
+                c.posted,
+                c.total,
+                c.delivered,
+                c.as_expected,
+                json_num(c.goodput_gbps)
+            )?;
+        }
+        write!(out, "],\"results\":")?;
+        self.results.write_json(out)?;
+        writeln!(out, "}}")
+    }
 }

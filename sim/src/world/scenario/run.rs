@@ -32,6 +32,9 @@ pub struct RunOptions {
     pub progress: bool,
     /// Keep every packet, timer and completion in [`Report::packets`] (for a packet ladder).
     pub packets: bool,
+    /// Sample switch queues and host rates every this many µs into [`Report::results`]
+    /// (overrides the `[workload]` table's `sample_us`; 0: none).
+    pub sample_us: Option<u64>,
 }
 
 /// A capture kept in memory, shared with the world that writes it.
@@ -244,7 +247,15 @@ fn run_inner(
     // The connections each node takes part in, as requester or responder.
     let mut by_node: Vec<Vec<usize>> = vec![Vec::new(); world.lock().nodes().len()];
     let mut psn = 0x100u32;
-    for c in &sc.connections {
+    // The scenario's connections, then its workload's (one per generated flow), each with its
+    // start (ns after the start).
+    let generated = super::flows::workload_conns(sc, &world.lock(), seed)?;
+    let all = sc
+        .connections
+        .iter()
+        .map(|c| (c, c.start_us * 1000))
+        .chain(generated.iter().map(|(c, t)| (c, *t)));
+    for (c, start_after_ns) in all {
         let mtu =
             Mtu::from_bytes(c.mtu).ok_or_else(|| format!("mtu {} is not 256..4096", c.mtu))?;
         let mut ops = Vec::new();
@@ -312,7 +323,7 @@ fn run_inner(
                 next: 0,
                 window: window as usize,
                 outstanding: VecDeque::new(),
-                start_ns: start + c.start_us * 1000,
+                start_ns: start + start_after_ns,
                 recv_at_ns: start + c.recv_delay_us * 1000,
                 recvs_posted: recvs == 0,
                 expect: c.expect,
@@ -364,6 +375,14 @@ fn run_inner(
     world.lock().prepare_routes();
     let wall = std::time::Instant::now();
     let mut cqes: Option<Vec<(u64, usize, String)>> = opts.packets.then(Vec::new);
+    // Each successful message, for the results; and the time series, if asked for.
+    let mut done_msgs: Vec<super::flows::Done> = Vec::new();
+    let sample_us = opts
+        .sample_us
+        .or(sc.workload.as_ref().map(|w| w.sample_us))
+        .unwrap_or(0)
+        .saturating_mul(1000);
+    let mut sampler = super::flows::Sampler::new(&world.lock(), start, sample_us);
     loop {
         let now = world.now_ns();
         for i in round.drain(..) {
@@ -440,6 +459,9 @@ fn run_inner(
                         let b = c.plan.msgs.get(wc.wr_id as usize).map_or(0, |m| m.size as u64);
                         (goodput, c.done_bytes, c.done_ns) = (goodput + b, c.done_bytes + b, now);
                         c.done_log.push((now, b));
+                        let read =
+                            c.plan.msgs.get(wc.wr_id as usize).is_some_and(|m| m.op == Op::Read);
+                        done_msgs.push((i, b, read, posted, now));
                     } else {
                         c.failed = true;
                     }
@@ -470,6 +492,9 @@ fn run_inner(
             break;
         }
         let mut w = world.lock();
+        if let Some(s) = sampler.as_mut() {
+            s.sample(&w, w.now_ns());
+        }
         if opts.progress && progress_ns > 0 && w.now_ns() >= next_progress {
             let done: usize = conns.iter().map(|c| c.completed).sum();
             let total: usize = conns.iter().map(|c| c.plan.msgs.len()).sum();
@@ -644,6 +669,13 @@ fn run_inner(
         wall_ns,
         packets,
         net: super::net::report(sc, &w),
+        results: super::flows::results(
+            &w,
+            start,
+            &conns.iter().map(|c| (c.name.clone(), c.nodes.0, c.nodes.1)).collect::<Vec<_>>(),
+            &done_msgs,
+            sampler,
+        ),
     };
     for n in 0..w.nodes().len() {
         if let Some(nic) = w.nic(n) {

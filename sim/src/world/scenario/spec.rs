@@ -40,8 +40,8 @@ pub struct Scenario {
     /// Changes to links at virtual times.
     #[serde(default, rename = "fault")]
     pub faults: Vec<FaultSpec>,
-    /// RC connections and what each does.
-    #[serde(rename = "connection")]
+    /// RC connections and what each does (none when a `[workload]` makes them).
+    #[serde(default, rename = "connection")]
     pub connections: Vec<ConnSpec>,
     /// Bounds on what the whole run achieved (its `[expect]` table); a run outside them fails.
     #[serde(default)]
@@ -52,6 +52,10 @@ pub struct Scenario {
     /// Priority flow control at every switch ingress (its `[pfc]` table); off when absent.
     #[serde(default)]
     pub pfc: Option<PfcSpec>,
+    /// Generated flows (its `[workload]` table): a Poisson, incast or permutation workload
+    /// with sizes from a CDF; off when absent.
+    #[serde(default)]
+    pub workload: Option<crate::world::workload::WorkloadSpec>,
 }
 
 /// Bounds on a whole run, checked after every connection's own expectation: they make a
