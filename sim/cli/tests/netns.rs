@@ -502,10 +502,8 @@ fn when_the_holder_of_4791_dies_another_process_takes_it_over() {
         return;
     }
     let h = Hosts::new(2, 1);
-    let mut holder = Proc::spawn(
-        h.run(0, &pingpong_args("ibv_rc_pingpong", &port(9), "64", "5")),
-        "holder",
-    );
+    let mut holder =
+        Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &port(9), "64", "5")), "holder");
     await_4791(&h, 0, &mut holder);
     // A second process of host 0 talks to host 1 (its datagrams arrive through the holder).
     let p = port(10);
