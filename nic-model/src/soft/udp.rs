@@ -36,7 +36,7 @@ const RECV_BUFFER: libc::c_int = 16 << 20;
 const MAX_PAYLOAD: usize = 65_507;
 
 /// A port on a network interface: the socket it sends from, its share of the address with
-/// the host's other ports on it ([`share`]), UDP 4791 while it holds it, and a wake-up for
+/// the host's other ports on it (`udp/share.rs`), UDP 4791 while it holds it, and a wake-up for
 /// its parked receiver.
 pub struct UdpPort {
     /// What it sends from: UDP 4791 if it held it when it opened, else a port of its own.
