@@ -3,9 +3,12 @@
 //! the interface itself (`SO_BINDTODEVICE`); its sending half hands each datagram's UDP
 //! payload (BTH to ICRC, byte for byte) to the kernel for the peer's address, port 4791.
 //!
+//! The ports of one address share it (`udp/share.rs`): one holds UDP 4791 and hands the
+//! others what is for their QPs; the others send from UDP ports of their own.
+//!
 //! The kernel writes the IPv4 and UDP headers, and the ICRC covers most of them, so the
-//! sending half makes the engine's headers the kernel's before it sets the ICRC: source port
-//! 4791 (the socket's) and identification 0 (what Linux puts in a DF datagram of an
+//! sending half makes the engine's headers the kernel's before it sets the ICRC: the source
+//! port (the socket's) and identification 0 (what Linux puts in a DF datagram of an
 //! unconnected socket, as in rxe's). The receiving half rebuilds the headers of each
 //! datagram from what the socket reports (source address and port, its own address) with
 //! identification 0 and DF, and hands the engine the whole datagram, ICRC to check. The masked

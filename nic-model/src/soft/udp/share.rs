@@ -106,3 +106,47 @@ pub(super) fn sender(message: &[u8]) -> Option<SocketAddrV4> {
     let h = message.get(..FORWARD_HEAD)?;
     Some(SocketAddrV4::new(Ipv4Addr::new(h[0], h[1], h[2], h[3]), u16::from_be_bytes([h[4], h[5]])))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks are claimed one per port, freed with the port (its socket), and seen by the
+    /// others; a datagram handed to a block arrives with its sender in front; what stays with
+    /// the holder (its own block, QP 1, too short) is not handed on.
+    #[test]
+    fn blocks_are_claimed_freed_and_handed_to() {
+        let iface = format!("test{}", std::process::id());
+        let ip = [10, 9, 8, 7];
+        let a = Share::claim(&iface, ip).expect("a block");
+        assert!(!a.others(), "alone on the address");
+        let b = Share::claim(&iface, ip).expect("another block");
+        assert_ne!(a.block, b.block);
+        assert!(a.others() && b.others());
+        let mut payload = vec![0u8; 40];
+        payload[5] = b.block;
+        assert_eq!(a.elsewhere(&payload), Some(b.block));
+        assert_eq!(b.elsewhere(&payload), None, "its own block");
+        payload[5..8].copy_from_slice(&[0, 0, 1]);
+        assert_eq!(a.elsewhere(&payload), None, "QP 1 stays with the holder");
+        assert_eq!(a.elsewhere(&[0u8; 8]), None, "too short for a BTH");
+
+        payload[5] = b.block;
+        let from = SocketAddrV4::new(Ipv4Addr::new(192, 168, 1, 20), 4791);
+        let mut head = Vec::new();
+        a.hand(&a.inbox, b.block, from, &payload, &mut head).expect("handed");
+        let mut got = vec![0u8; 128];
+        let n = b.inbox.recv(&mut got).expect("arrived");
+        assert_eq!(n, FORWARD_HEAD + payload.len());
+        assert_eq!(sender(&got[..n]), Some(from));
+        assert_eq!(&got[FORWARD_HEAD..n], &payload[..]);
+        assert_eq!(sender(&got[..3]), None);
+
+        // The block of a port that went is free again, and nobody receives for it.
+        let freed = b.block;
+        drop(b);
+        assert!(a.hand(&a.inbox, freed, from, &payload, &mut head).is_err());
+        let c = Share::claim(&iface, ip).expect("a block again");
+        assert_eq!(c.block, freed);
+    }
+}
