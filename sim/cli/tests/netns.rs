@@ -507,14 +507,29 @@ fn when_the_holder_of_4791_dies_another_process_takes_it_over() {
     await_4791(&h, 0, &mut holder);
     // A second process of host 0 talks to host 1 (its datagrams arrive through the holder).
     let p = port(10);
-    let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "4096", "-n", "3000", "--chk"];
+    let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "4096", "-n", "1500", "--chk"];
     let mut to1 = args.to_vec();
     to1.push(h.addr(1));
     let server = Proc::spawn(h.softverbs(1, &args), "server");
-    std::thread::sleep(Duration::from_millis(500));
+    // The client retries its connect while the server starts; once connected (the TCP
+    // exchange stays open while they bounce), mid-transfer, the holder is killed (SIGKILL:
+    // nothing of it runs to hand anything over).
     let mut client = Proc::spawn(h.softverbs(0, &to1), "client");
-    // Mid-transfer, the holder is killed (SIGKILL: nothing of it runs to hand anything over).
-    std::thread::sleep(Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ss = Command::new("ip")
+            .args(["netns", "exec", h.ns(1), "ss", "-Htn", "state", "established"])
+            .arg(format!("( sport = :{p} )"))
+            .output()
+            .expect("ss runs");
+        if !String::from_utf8_lossy(&ss.stdout).trim().is_empty() {
+            break;
+        }
+        let ended = client.0.as_mut().expect("client").try_wait().expect("try_wait").is_some();
+        assert!(!ended && Instant::now() < deadline, "the client never connected");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     let running = client.0.as_mut().expect("client").try_wait().expect("try_wait").is_none();
     drop(holder);
     let t = text(&p0(&mut client).finish(LIMIT));
@@ -522,10 +537,10 @@ fn when_the_holder_of_4791_dies_another_process_takes_it_over() {
     // The client took 4791 over and its transport retried what was lost meanwhile: within
     // RC's budget (retry_cnt 7 ACK timeouts of 67 ms, about half a second), else it would
     // have ended in RETRY_EXC_ERR.
-    check_pingpong(&t, 4096, 3000);
-    assert!(t.contains("--chk: every byte of the peer's 3000 messages as sent"), "{t}");
+    check_pingpong(&t, 4096, 1500);
+    assert!(t.contains("--chk: every byte of the peer's 1500 messages as sent"), "{t}");
     let s = text(&server.finish(LIMIT));
-    check_pingpong(&s, 4096, 3000);
+    check_pingpong(&s, 4096, 1500);
 }
 
 #[test]
