@@ -108,6 +108,11 @@ pub struct NicConfig {
     /// addresses replace those of the slot: its IPv4 address, MAC, GID table and MTU. None: a
     /// port of a softverbs fabric, addressed by its slot.
     pub netdev: Option<Arc<NetdevAddr>>,
+    /// The block of QP numbers the port holds among the processes that share its network
+    /// interface address (`SOFTVERBS_NETDEV`): its QPs are `block << 16 | n`, so that no two
+    /// processes on the address hand out one number (docs/decisions.md, "Several processes
+    /// on one address"). None: the whole 24-bit space.
+    pub qpn_block: Option<u8>,
 }
 
 impl NicConfig {
@@ -124,13 +129,23 @@ impl NicConfig {
             window: 512,
             entropy: splitmix64(u64::from(slot)),
             netdev: None,
+            qpn_block: None,
         }
     }
     /// The first QP number the NIC hands out: from [`NicConfig::entropy`], anywhere in the
-    /// 24-bit space but 0 and 1 (the special QPs) and 0xFFFFFF (the multicast QPN).
+    /// 24-bit space but 0 and 1 (the special QPs) and 0xFFFFFF (the multicast QPN), or in
+    /// the port's block ([`NicConfig::qpn_block`]).
     pub fn first_qpn(&self) -> u32 {
-        let span = u64::from(MAX_QPN - MIN_QPN + 1);
-        MIN_QPN + (self.entropy % span) as u32
+        let (lo, hi) = self.qpn_range();
+        lo + (self.entropy % u64::from(hi - lo + 1)) as u32
+    }
+    /// The lowest and highest QP numbers the NIC hands out: the 24-bit space but the special
+    /// QPs and the multicast QPN, or the port's block ([`NicConfig::qpn_block`], 1 to 254).
+    pub fn qpn_range(&self) -> (u32, u32) {
+        match self.qpn_block {
+            Some(b) if (1..=254).contains(&b) => (u32::from(b) << 16, u32::from(b) << 16 | 0xFFFF),
+            _ => (MIN_QPN, MAX_QPN),
+        }
     }
     /// The port's IPv4 address, from its slot (or its network interface): the address the
     /// wire delivers to.

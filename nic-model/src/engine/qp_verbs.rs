@@ -7,7 +7,6 @@ use verbs_api::{Error, QpAttr, QpAttrMask, QpCap, QpState, QpType, Result};
 use crate::packet::{self, IpUdp};
 
 use super::addr::av_path;
-use super::config::{MAX_QPN, MIN_QPN};
 use super::cq::CqId;
 use super::mr::PdId;
 use super::qp::{self, Qp};
@@ -58,11 +57,12 @@ impl Nic {
         }
         // The next number of the sequence that no QP of this NIC has: fewer than max_qp are
         // in use, so at most that many are skipped.
+        let range = self.hca.cfg.qpn_range();
         let mut qpn = self.hca.next_qpn;
         while self.qps.contains_key(&qpn) {
-            qpn = next_qpn(qpn);
+            qpn = next_qpn(qpn, range);
         }
-        self.hca.next_qpn = next_qpn(qpn);
+        self.hca.next_qpn = next_qpn(qpn, range);
         // Like real providers, grant at least one WR and SGE so the QP is usable. As rxe
         // (rxe_qp.c, rxe_init_sq) sizes a send WQE to hold either the gather list or the
         // inline data, max_inline_data is rounded up to what the SGEs' room holds (16 bytes
@@ -200,10 +200,10 @@ impl Nic {
 }
 
 /// The QP number after `qpn` in a NIC's sequence, wrapping from the highest a QP gets to the
-/// lowest.
-fn next_qpn(qpn: u32) -> u32 {
-    if qpn >= MAX_QPN {
-        MIN_QPN
+/// lowest ([`NicConfig::qpn_range`](super::NicConfig::qpn_range)).
+fn next_qpn(qpn: u32, (lo, hi): (u32, u32)) -> u32 {
+    if qpn >= hi || qpn < lo {
+        lo
     } else {
         qpn + 1
     }

@@ -252,11 +252,13 @@ impl Soft {
             return Ok(d);
         }
         let mut netdev = None;
+        let mut qpn_block = None;
         let (port, lid): (Arc<dyn Port>, u16) = match &self.inner.medium {
             Medium::Udp(iface) => {
                 let p = UdpPort::open(iface)
                     .map_err(|e| Error::new(e.errno, format!("opening {name}: {}", e.message)))?;
                 netdev = Some(p.addr());
+                qpn_block = Some(p.qpn_block());
                 (Arc::new(p), 0)
             }
             Medium::Loopback(lb) => {
@@ -283,6 +285,7 @@ impl Soft {
         cfg.name = name.to_string();
         cfg.slot = lid;
         cfg.netdev = netdev;
+        cfg.qpn_block = qpn_block;
         cfg.node_guid = node_guid(index);
         cfg.entropy = fresh_entropy();
         let pcap = self.inner.pcap.lock().unwrap_or_else(|e| e.into_inner()).clone();

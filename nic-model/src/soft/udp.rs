@@ -3,9 +3,12 @@
 //! the interface itself (`SO_BINDTODEVICE`); its sending half hands each datagram's UDP
 //! payload (BTH to ICRC, byte for byte) to the kernel for the peer's address, port 4791.
 //!
+//! The ports of one address share it (`udp/share.rs`): one holds UDP 4791 and hands the
+//! others what is for their QPs; the others send from UDP ports of their own.
+//!
 //! The kernel writes the IPv4 and UDP headers, and the ICRC covers most of them, so the
-//! sending half makes the engine's headers the kernel's before it sets the ICRC: source port
-//! 4791 (the socket's) and identification 0 (what Linux puts in a DF datagram of an
+//! sending half makes the engine's headers the kernel's before it sets the ICRC: the source
+//! port (the socket's) and identification 0 (what Linux puts in a DF datagram of an
 //! unconnected socket, as in rxe's). The receiving half rebuilds the headers of each
 //! datagram from what the socket reports (source address and port, its own address) with
 //! identification 0 and DF, and hands the engine the whole datagram, ICRC to check. The masked
@@ -14,8 +17,10 @@
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use verbs_api::{Errno, Error};
 
@@ -24,6 +29,7 @@ use super::netdev::{self, Interface};
 use super::port::{completes_nothing, Port, SendOutcome};
 use crate::engine::{is_multicast_ipv4, Egress, NetdevAddr};
 use crate::packet::{self, Icrc, IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};
+use share::Share;
 
 /// The receive buffer a port asks for (`SO_RCVBUF`): some 8000 datagrams of a 1024-byte
 /// MTU, more than a QP's window.
@@ -32,38 +38,74 @@ const RECV_BUFFER: libc::c_int = 16 << 20;
 /// The largest UDP payload an IPv4 datagram holds.
 const MAX_PAYLOAD: usize = 65_507;
 
-/// A port on a network interface: its UDP socket and a wake-up for its parked receiver.
+/// A port on a network interface: the socket it sends from, its share of the address with
+/// the host's other ports on it (`udp/share.rs`), UDP 4791 while it holds it, and a wake-up for
+/// its parked receiver.
 pub struct UdpPort {
-    sock: Arc<UdpSocket>,
+    /// What it sends from: UDP 4791 if it held it when it opened, else a port of its own.
+    tx: Arc<UdpSocket>,
     addr: Arc<NetdevAddr>,
-    /// An eventfd: `unpark` writes it, `park` polls it beside the socket.
+    iface: Interface,
+    share: Arc<Share>,
+    /// The descriptor of UDP 4791 while this port holds it, else -1 (it is closed only when
+    /// the port is dropped).
+    gate_fd: AtomicI32,
+    /// An eventfd: `unpark` writes it, `park` polls it beside the sockets.
     wake: OwnedFd,
-    /// Where a received datagram is rebuilt, headers and payload (the receiver is one
-    /// thread at a time, under the device lock).
-    buf: Mutex<Vec<u8>>,
+    /// The receiver's state (one thread at a time, under the device lock).
+    rx: Mutex<Rx>,
 }
 
+/// What the receiving half keeps: where a datagram is rebuilt, headers and payload; UDP 4791
+/// once held; when to try to bind it next; room to hand a datagram on.
+struct Rx {
+    buf: Vec<u8>,
+    gate: Option<UdpSocket>,
+    next_try: Instant,
+    head: Vec<u8>,
+}
+
+/// How often a port that does not hold UDP 4791 tries to bind it: the longest the address
+/// goes deaf after its holder exits or dies (datagrams then are lost, as a network loses
+/// them, and the transport retries).
+pub const GATE_RETRY: Duration = Duration::from_millis(100);
+
 impl UdpPort {
-    /// Binds UDP port 4791 on the first IPv4 address of `name` that no other socket holds
-    /// (one process per address: docs/decisions.md, "A RoCE device on a network
-    /// interface"), restricted to that interface. An error names the interface and why:
-    /// it does not exist, has no IPv4 address, or every address's port 4791 is taken.
+    /// Opens a port on the first IPv4 address of `name` where UDP port 4791 is free or held
+    /// by another softverbs port (processes share an address: docs/decisions.md, "Several
+    /// processes on one address"), restricted to that interface. An error names the
+    /// interface and why: it does not exist, has no IPv4 address, or every address's port
+    /// 4791 is held by something else.
     pub fn open(name: &str) -> Result<UdpPort, Error> {
         let iface = netdev::lookup(name)?;
+        let io = |ip: [u8; 4], what: &str, e: std::io::Error| {
+            Error::new(
+                Errno::Io,
+                format!("SOFTVERBS_NETDEV={name}: {what} on {}: {e}", Ipv4Addr::from(ip)),
+            )
+        };
         let mut taken = Vec::new();
         for &ip in &iface.ipv4 {
-            match bind(&iface, ip) {
-                Ok(sock) => return UdpPort::with_socket(sock, netdev::netdev_addr(&iface, ip)),
-                Err(e) if e.kind() == ErrorKind::AddrInUse => taken.push(Ipv4Addr::from(ip)),
-                Err(e) => {
-                    return Err(Error::new(
-                        Errno::Io,
-                        format!(
-                            "SOFTVERBS_NETDEV={name}: binding UDP port 4791 on {}: {e}",
-                            Ipv4Addr::from(ip)
-                        ),
-                    ))
+            // The block first, so that a port that finds 4791 held sees its holder's block.
+            let share = match Share::claim(&iface.name, ip) {
+                Ok(s) => s,
+                Err(e) if e.kind() == ErrorKind::AddrInUse => {
+                    taken.push(Ipv4Addr::from(ip));
+                    continue;
                 }
+                Err(e) => return Err(io(ip, "claiming a block of QP numbers", e)),
+            };
+            match bind(&iface, ip, ROCE_UDP_PORT) {
+                Ok(sock) => {
+                    let sock = Arc::new(sock);
+                    return UdpPort::with_sockets(&iface, ip, share, sock.clone(), Some(sock));
+                }
+                Err(e) if e.kind() == ErrorKind::AddrInUse && share.others() => {
+                    let tx = bind(&iface, ip, 0).map_err(|e| io(ip, "binding a UDP port", e))?;
+                    return UdpPort::with_sockets(&iface, ip, share, Arc::new(tx), None);
+                }
+                Err(e) if e.kind() == ErrorKind::AddrInUse => taken.push(Ipv4Addr::from(ip)),
+                Err(e) => return Err(io(ip, "binding UDP port 4791", e)),
             }
         }
         let list: Vec<String> = taken.iter().map(|a| format!("{a}:4791")).collect();
@@ -71,17 +113,23 @@ impl UdpPort {
             Errno::Busy,
             format!(
                 "SOFTVERBS_NETDEV={name}: UDP port 4791 is taken on every IPv4 address of the \
-                 interface ({}): another process is a RoCE device there (another softverbs \
-                 process, or the kernel's rxe). One process per address: give the interface \
-                 another address for this one (ip addr add ... dev {name}), or run it on another \
-                 host or namespace ({})",
+                 interface ({}) by another program (the kernel's rxe, or a RoCE device that is \
+                 not softverbs), or 254 softverbs ports share each already: give the interface \
+                 another address for this one (ip addr add ... dev {name}), or run it on \
+                 another host or namespace ({})",
                 list.join(", "),
                 netdev::describe(&iface)
             ),
         ))
     }
 
-    fn with_socket(sock: UdpSocket, addr: NetdevAddr) -> Result<UdpPort, Error> {
+    fn with_sockets(
+        iface: &Interface,
+        ip: [u8; 4],
+        share: Share,
+        tx: Arc<UdpSocket>,
+        gate: Option<Arc<UdpSocket>>,
+    ) -> Result<UdpPort, Error> {
         // SAFETY: eventfd with valid flags; a non-negative result is a new descriptor we own.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -92,13 +140,28 @@ impl UdpPort {
         }
         // SAFETY: `fd` was just created and is owned by nothing else.
         let wake = unsafe { OwnedFd::from_raw_fd(fd) };
-        tracing::info!(netdev = %addr.name, ip = %Ipv4Addr::from(addr.ipv4),
-            "RoCE v2 port on a network interface: UDP 4791");
+        let addr = netdev::netdev_addr(iface, ip);
+        tracing::info!(netdev = %addr.name, ip = %Ipv4Addr::from(addr.ipv4), block = share.block,
+            holds_4791 = gate.is_some(), "RoCE v2 port on a network interface: UDP 4791");
+        // The port that holds 4791 from the start sends from it (one socket serves both);
+        // a duplicate descriptor lets the receiver own its socket.
+        let gate = match gate {
+            Some(g) => Some(g.try_clone().map_err(|e| Error::new(Errno::Io, e.to_string()))?),
+            None => None,
+        };
         Ok(UdpPort {
-            sock: Arc::new(sock),
+            tx,
             addr: Arc::new(addr),
+            iface: iface.clone(),
+            gate_fd: AtomicI32::new(gate.as_ref().map_or(-1, AsRawFd::as_raw_fd)),
+            share: Arc::new(share),
             wake,
-            buf: Mutex::new(vec![0; IPV4_UDP_LEN + MAX_PAYLOAD]),
+            rx: Mutex::new(Rx {
+                buf: vec![0; IPV4_UDP_LEN + MAX_PAYLOAD + share::FORWARD_HEAD],
+                gate,
+                next_try: Instant::now() + GATE_RETRY,
+                head: Vec::new(),
+            }),
         })
     }
 
@@ -106,12 +169,46 @@ impl UdpPort {
     pub fn addr(&self) -> Arc<NetdevAddr> {
         self.addr.clone()
     }
+
+    /// The block of QP numbers the port holds ([`NicConfig::qpn_block`](crate::engine::NicConfig::qpn_block)).
+    pub fn qpn_block(&self) -> u8 {
+        self.share.block
+    }
+
+    /// Whether the port holds UDP 4791 on its address now.
+    pub fn holds_4791(&self) -> bool {
+        self.gate_fd.load(Ordering::Relaxed) >= 0
+    }
 }
 
-/// A non-blocking UDP socket on `ip`:4791, bound to `iface` too, sending datagrams with DF
-/// (so that the kernel's identification is 0, which the ICRC covers).
-fn bind(iface: &Interface, ip: [u8; 4]) -> std::io::Result<UdpSocket> {
-    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(ip), ROCE_UDP_PORT))?;
+/// Asks a socket for 16 MiB of receive and send buffer ([`RECV_BUFFER`]: `SO_RCVBUFFORCE`
+/// past `net.core.rmem_max` where the process may, CAP_NET_ADMIN, else up to that limit).
+fn grow_buffers(fd: libc::c_int) {
+    let room: libc::c_int = RECV_BUFFER;
+    for opts in [[libc::SO_RCVBUFFORCE, libc::SO_RCVBUF], [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF]] {
+        for opt in opts {
+            // SAFETY: `fd` is an open socket; the value is an int.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    std::ptr::from_ref(&room).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// A non-blocking UDP socket on `ip`:`port` (0: one the kernel picks), bound to `iface` too,
+/// sending datagrams with DF (so that the kernel's identification is 0, which the ICRC
+/// covers).
+fn bind(iface: &Interface, ip: [u8; 4], port: u16) -> std::io::Result<UdpSocket> {
+    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(ip), port))?;
     let fd = sock.as_raw_fd();
     let name = iface.name.as_bytes();
     // SAFETY: `fd` is an open socket; the option value is the name's bytes and their length.
@@ -131,24 +228,8 @@ fn bind(iface: &Interface, ip: [u8; 4]) -> std::io::Result<UdpSocket> {
             "SO_BINDTODEVICE refused: receiving on the address alone");
     }
     // Room for the bursts a window of RC packets makes while the receiver is busy: a datagram
-    // the buffer cannot hold is lost (RcvbufErrors) and costs a retransmission. Forced past
-    // net.core.rmem_max where the process may (CAP_NET_ADMIN), else up to that limit.
-    let room: libc::c_int = RECV_BUFFER;
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: `fd` is an open socket; the value is an int.
-        let r = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                std::ptr::from_ref(&room).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r == 0 {
-            break;
-        }
-    }
+    // the buffer cannot hold is lost (RcvbufErrors) and costs a retransmission.
+    grow_buffers(fd);
     let pmtu: libc::c_int = libc::IP_PMTUDISC_DO;
     // SAFETY: `fd` is an open socket; the value is an int.
     let r = unsafe {
@@ -177,14 +258,57 @@ impl Port for UdpPort {
     }
 
     fn egress(&self, tally: &Arc<Tally>) -> Box<dyn Egress> {
-        Box::new(UdpEgress { sock: self.sock.clone(), tally: tally.clone(), scratch: Vec::new() })
+        let local = UnixDatagram::unbound().ok().filter(|u| u.set_nonblocking(true).is_ok());
+        if let Some(u) = &local {
+            grow_buffers(u.as_raw_fd());
+        }
+        let port = self.tx.local_addr().map_or(ROCE_UDP_PORT, |a| a.port());
+        Box::new(UdpEgress {
+            sock: self.tx.clone(),
+            port,
+            own: self.addr.ipv4,
+            share: self.share.clone(),
+            local,
+            tally: tally.clone(),
+            scratch: Vec::new(),
+            head: Vec::new(),
+        })
     }
 
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
-        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = &mut *guard;
+        if rx.gate.is_none() {
+            self.try_gate(rx);
+        }
         let mut n = 0;
+        // What the host's other ports handed over, then what the network sent.
         while n < max {
-            let (len, from) = match self.sock.recv_from(&mut buf[IPV4_UDP_LEN..]) {
+            let len = match self.share.inbox.recv(&mut rx.buf[IPV4_UDP_LEN - share::FORWARD_HEAD..])
+            {
+                Ok(len) => len,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            n += 1;
+            if len < share::FORWARD_HEAD {
+                continue;
+            }
+            let Some(from) = share::sender(&rx.buf[IPV4_UDP_LEN - share::FORWARD_HEAD..]) else {
+                continue;
+            };
+            let len = len - share::FORWARD_HEAD;
+            let Some(total) = rebuild(&mut rx.buf, len, SocketAddr::V4(from), self.addr.ipv4)
+            else {
+                continue;
+            };
+            if !f(&rx.buf[..total], Icrc::Carried) {
+                return n;
+            }
+        }
+        while n < max {
+            let Some(gate) = &rx.gate else { break };
+            let (len, from) = match gate.recv_from(&mut rx.buf[IPV4_UDP_LEN..]) {
                 Ok(got) => got,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -195,8 +319,24 @@ impl Port for UdpPort {
                 }
             };
             n += 1;
-            let Some(total) = rebuild(&mut buf, len, from, self.addr.ipv4) else { continue };
-            if !f(&buf[..total], Icrc::Carried) {
+            // A datagram for another port of the address goes to its inbox.
+            if let (Some(block), SocketAddr::V4(from)) =
+                (self.share.elsewhere(&rx.buf[IPV4_UDP_LEN..IPV4_UDP_LEN + len]), from)
+            {
+                let payload = &rx.buf[IPV4_UDP_LEN..IPV4_UDP_LEN + len];
+                match self.share.hand(&self.share.inbox, block, from, payload, &mut rx.head) {
+                    Ok(()) => continue,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        // Its inbox is full: lost, as a congested network loses it.
+                        tracing::debug!(block, "the inbox of a port of this address is full");
+                        continue;
+                    }
+                    // Nobody holds the block: this engine drops it and counts it (no QP).
+                    Err(_) => {}
+                }
+            }
+            let Some(total) = rebuild(&mut rx.buf, len, from, self.addr.ipv4) else { continue };
+            if !f(&rx.buf[..total], Icrc::Carried) {
                 break;
             }
         }
@@ -204,17 +344,22 @@ impl Port for UdpPort {
     }
 
     fn park(&self, timeout: Duration) {
+        let gate = self.gate_fd.load(Ordering::Relaxed);
+        // A port that does not hold 4791 wakes to try to bind it.
+        let timeout = if gate < 0 { timeout.min(GATE_RETRY) } else { timeout };
         let mut fds = [
-            libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.share.inbox.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            // A negative descriptor is ignored by poll.
+            libc::pollfd { fd: gate, events: libc::POLLIN, revents: 0 },
         ];
         let ts = libc::timespec {
             tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
         };
-        // SAFETY: `fds` is a valid array of two pollfds, `ts` a valid timespec, no sigmask.
-        unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
-        if fds[1].revents != 0 {
+        // SAFETY: `fds` is a valid array of three pollfds, `ts` a valid timespec, no sigmask.
+        unsafe { libc::ppoll(fds.as_mut_ptr(), 3, &ts, std::ptr::null()) };
+        if fds[0].revents != 0 {
             let mut count = 0u64;
             // SAFETY: reading the eventfd's 8-byte count into `count` resets it.
             unsafe { libc::read(self.wake.as_raw_fd(), std::ptr::from_mut(&mut count).cast(), 8) };
@@ -236,27 +381,59 @@ impl Port for UdpPort {
     }
 
     fn idle(&self) -> bool {
-        let mut waiting: libc::c_int = 0;
-        // SAFETY: FIONREAD writes an int: the size of the next datagram, 0 if none.
-        let r = unsafe { libc::ioctl(self.sock.as_raw_fd(), libc::FIONREAD, &mut waiting) };
-        r == 0 && waiting == 0
+        let gate = self.gate_fd.load(Ordering::Relaxed);
+        nothing_waits(self.share.inbox.as_raw_fd()) && (gate < 0 || nothing_waits(gate))
     }
 
     fn one_sided_waits(&self) -> bool {
-        // The first datagram only: its BTH opcode, peeked.
-        let mut head = [0u8; IPV4_UDP_LEN + 1];
-        head[0] = 0x45;
-        // SAFETY: peeking one byte into `head`'s last byte.
-        let n = unsafe {
-            libc::recv(
-                self.sock.as_raw_fd(),
-                head[IPV4_UDP_LEN..].as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        n == 1 && completes_nothing(&head)
+        // The first datagram of each: its BTH opcode, peeked.
+        let gate = self.gate_fd.load(Ordering::Relaxed);
+        (gate >= 0 && first_completes_nothing(gate, 0))
+            || first_completes_nothing(self.share.inbox.as_raw_fd(), share::FORWARD_HEAD)
     }
+}
+
+impl UdpPort {
+    /// Binds UDP 4791 if its time has come and it is free (its holder went).
+    fn try_gate(&self, rx: &mut Rx) {
+        let now = Instant::now();
+        if now < rx.next_try {
+            return;
+        }
+        rx.next_try = now + GATE_RETRY;
+        if let Ok(sock) = bind(&self.iface, self.addr.ipv4, ROCE_UDP_PORT) {
+            tracing::info!(netdev = %self.addr.name, ip = %Ipv4Addr::from(self.addr.ipv4),
+                block = self.share.block, "took over UDP 4791 on the address");
+            self.gate_fd.store(sock.as_raw_fd(), Ordering::Relaxed);
+            rx.gate = Some(sock);
+        }
+    }
+}
+
+/// Whether no datagram waits on socket `fd` (FIONREAD: the next one's size, 0 if none).
+fn nothing_waits(fd: libc::c_int) -> bool {
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD writes an int.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut waiting) };
+    r == 0 && waiting == 0
+}
+
+/// Whether the first datagram waiting on socket `fd`, whose BTH starts `skip` bytes in, is a
+/// request that completes nothing.
+fn first_completes_nothing(fd: libc::c_int, skip: usize) -> bool {
+    let mut head = [0u8; IPV4_UDP_LEN + 1 + share::FORWARD_HEAD];
+    head[0] = 0x45;
+    let at = IPV4_UDP_LEN - skip;
+    // SAFETY: peeking `skip + 1` bytes into `head` from `at`, which has that room.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            head[at..].as_mut_ptr().cast(),
+            skip + 1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == (skip + 1) as isize && completes_nothing(&head[..IPV4_UDP_LEN + 1])
 }
 
 /// Writes the IPv4 and UDP headers of a datagram whose `len`-byte UDP payload, from `from`,
@@ -274,12 +451,12 @@ fn rebuild(buf: &mut [u8], len: usize, from: SocketAddr, own: [u8; 4]) -> Option
 /// Makes an engine's IPv4 datagram (no options, at least headers and ICRC long, at most
 /// 64 KiB) the one
 /// the kernel puts on the wire for its UDP payload: identification 0 with DF, UDP source port
-/// 4791 (the socket's), and the ICRC over those.
-fn kernel_form(d: &mut [u8]) {
+/// `src_port` (the socket's), and the ICRC over those.
+fn kernel_form(d: &mut [u8], src_port: u16) {
     let ip = IpUdp {
         src: [d[12], d[13], d[14], d[15]],
         dst: [d[16], d[17], d[18], d[19]],
-        src_port: ROCE_UDP_PORT,
+        src_port,
         tos: d[1],
         ttl: d[8],
         ident: 0,
@@ -291,12 +468,18 @@ fn kernel_form(d: &mut [u8]) {
     packet::set_icrc_ipv4(d);
 }
 
-/// The sending half of a [`UdpPort`]: the socket, and a buffer where a datagram's headers
-/// become the kernel's and its ICRC is set.
+/// The sending half of a [`UdpPort`]: the socket and its port, the way to the inboxes of
+/// the address's other ports (for a datagram to its own address), and a buffer where a
+/// datagram's headers become the kernel's and its ICRC is set.
 pub struct UdpEgress {
     sock: Arc<UdpSocket>,
+    port: u16,
+    own: [u8; 4],
+    share: Arc<Share>,
+    local: Option<UnixDatagram>,
     tally: Arc<Tally>,
     scratch: Vec<u8>,
+    head: Vec<u8>,
 }
 
 impl UdpEgress {
@@ -321,7 +504,20 @@ impl UdpEgress {
         let d = &mut self.scratch;
         d.clear();
         d.extend_from_slice(datagram);
-        kernel_form(d);
+        kernel_form(d, self.port);
+        // To a port of this address: straight into its block's inbox (QP 1, or a block
+        // nobody holds, goes to whoever holds 4791, through the kernel).
+        if dst == self.own {
+            let from = SocketAddrV4::new(Ipv4Addr::from(self.own), self.port);
+            let block = d.get(IPV4_UDP_LEN + 5).copied().unwrap_or(0);
+            if let (Some(local), true) = (&self.local, (1..=254).contains(&block)) {
+                match self.share.hand(local, block, from, &d[IPV4_UDP_LEN..], &mut self.head) {
+                    Ok(()) => return SendOutcome::Sent,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return SendOutcome::Full,
+                    Err(_) => {}
+                }
+            }
+        }
         let to = SocketAddrV4::new(Ipv4Addr::from(dst), ROCE_UDP_PORT);
         match self.sock.send_to(&d[IPV4_UDP_LEN..], to) {
             Ok(_) => SendOutcome::Sent,
@@ -351,6 +547,8 @@ impl Egress for UdpEgress {
         self.send_icrc(dst, datagram)
     }
 }
+
+mod share;
 
 #[cfg(test)]
 mod tests;

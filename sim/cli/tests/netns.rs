@@ -3,7 +3,8 @@
 //! interface (`--netdev`, `SOFTVERBS_NETDEV`). rdma-core's pingpongs, perftest and `softverbs
 //! pingpong` across two hosts; the wire captured inside a namespace and decoded by tshark as
 //! RoCE v2 with no malformed frame, every ICRC checked; four hosts all to all with every byte
-//! checked; 2 % loss each way; a host killed mid-transfer; a second process on one address.
+//! checked; 2 % loss each way; a host killed mid-transfer; processes sharing one address, its UDP 4791
+//! taken over when its holder dies.
 //!
 //! Namespaces need root: without it each test says why it skips, and with
 //! `SOFTVERBS_REQUIRE_NETNS=1` (as CI sets) that is a failure. Every namespace is removed when
@@ -410,51 +411,136 @@ fn softverbs_pingpong_runs_across_two_hosts() {
     }
 }
 
+/// Waits until a process in host `i` holds UDP 4791 on its address (`ss` lists it, bound to
+/// the interface too: `ADDR%IFACE:4791`); panics with what `p` printed if it ended first.
+fn await_4791(h: &Hosts, i: usize, p: &mut Proc) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ss = Command::new("ip")
+            .args(["netns", "exec", h.ns(i), "ss", "-Huln", "sport = :4791"])
+            .output()
+            .expect("ss runs");
+        if String::from_utf8_lossy(&ss.stdout).contains(&format!("{}%", h.addr(i))) {
+            return;
+        }
+        let ended = p.0.as_mut().expect("process").try_wait().expect("try_wait").is_some();
+        if ended || Instant::now() > deadline {
+            let _ = p.0.as_mut().expect("process").kill();
+            let what = p.1.clone();
+            panic!("{what} never held the address:\n{}", text(&p0(p).finish(LIMIT)));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Takes the process out of `p` (which then kills nothing).
+fn p0(p: &mut Proc) -> Proc {
+    Proc(p.0.take(), p.1.clone())
+}
+
 #[test]
-fn one_process_per_address_and_the_second_is_told_why() {
-    let test = "one_process_per_address_and_the_second_is_told_why";
+fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
+    let test = "processes_share_one_address_and_reach_each_other_and_other_hosts";
+    if !may_make_hosts(test) || !have(test, "ibv_rc_pingpong") || !have(test, "ib_write_bw") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    // A first process holds the device (and UDP 4791 on 10.231.0.1) while it waits.
+    let p = port(5);
+    let mut holder =
+        Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "holder");
+    await_4791(&h, 0, &mut holder);
+    // A second process on the address: the same GID, rxe's MTU.
+    let out = Proc::spawn(h.softverbs(0, &["devinfo", "-v"]), "devinfo").finish(LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("GID[  1]:\t\t::ffff:10.231.0.1, RoCE v2"), "{t}");
+    assert!(t.contains("active_mtu:\t\t1024 (3)"), "rxe's choice for a 1500-byte MTU:\n{t}");
+    // The holder's client is a process on the same address.
+    let mut client = pingpong_args("ibv_rc_pingpong", &p, "64", "5");
+    client.push(h.addr(0));
+    let out = Proc::spawn(h.run(0, &client), "local client").finish(LIMIT);
+    let (s, c) = (text(&p0(&mut holder).finish(LIMIT)), text(&out));
+    assert!(out.status.success(), "local client:\n{c}\nholder:\n{s}");
+    check_pingpong(&s, 64, 5);
+    check_pingpong(&c, 64, 5);
+    // Two processes of host 0, neither the first, with one of host 1 and with each other,
+    // while a third holds 4791.
+    let p = port(8);
+    let mut holder =
+        Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "holder");
+    await_4791(&h, 0, &mut holder);
+    let p = port(11);
+    let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "1000", "-n", "50", "--chk"];
+    for (server, client) in [(0, 1), (1, 0), (0, 0)] {
+        let mut to = args.to_vec();
+        to.push(h.addr(server));
+        let (s, c) = pair(h.softverbs(server, &args), || h.softverbs(client, &to), "pingpong");
+        for out in [&s, &c] {
+            check_pingpong(out, 1000, 50);
+            assert!(out.contains("--chk: every byte of the peer's 50 messages as sent"), "{out}");
+        }
+    }
+    // perftest across and within the host.
+    let p = port(12);
+    let bw = ["ib_write_bw", "-x", "1", "-s", "4096", "-n", "200", "-p", p.as_str()];
+    for (server, client) in [(0, 1), (0, 0)] {
+        let mut to = bw.to_vec();
+        to.push(h.addr(server));
+        let (s, c) = pair(h.run(server, &bw), || h.run(client, &to), "ib_write_bw");
+        assert!(!s.contains("Failed") && !c.contains("Failed"), "ib_write_bw:\n{s}\n{c}");
+        let row = c.lines().find(|l| l.trim_start().starts_with("4096")).unwrap_or("");
+        assert!(row.split_whitespace().nth(1) == Some("200"), "200 iterations:\n{c}");
+    }
+    drop(holder);
+}
+
+#[test]
+fn when_the_holder_of_4791_dies_another_process_takes_it_over() {
+    let test = "when_the_holder_of_4791_dies_another_process_takes_it_over";
     if !may_make_hosts(test) || !have(test, "ibv_rc_pingpong") {
         return;
     }
     let h = Hosts::new(2, 1);
-    let p = port(5);
-    // A server holds the device (and UDP 4791 on 10.231.0.1) while it waits for a client.
-    let mut server =
-        Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "server");
-    let devinfo = || Proc::spawn(h.softverbs(0, &["devinfo", "-v"]), "devinfo").finish(LIMIT);
-    // Wait until the server's socket is there (`ss` lists it): a devinfo started before would
-    // take the address first.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut holder =
+        Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &port(9), "64", "5")), "holder");
+    await_4791(&h, 0, &mut holder);
+    // A second process of host 0 talks to host 1 (its datagrams arrive through the holder).
+    let p = port(10);
+    let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "4096", "-n", "1500", "--chk"];
+    let mut to1 = args.to_vec();
+    to1.push(h.addr(1));
+    let server = Proc::spawn(h.softverbs(1, &args), "server");
+    // The client retries its connect while the server starts; once connected (the TCP
+    // exchange stays open while they bounce), mid-transfer, the holder is killed (SIGKILL:
+    // nothing of it runs to hand anything over).
+    let mut client = Proc::spawn(h.softverbs(0, &to1), "client");
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let ss = Command::new("ip")
-            .args(["netns", "exec", h.ns(0), "ss", "-Huln", "sport = :4791"])
+            .args(["netns", "exec", h.ns(1), "ss", "-Htn", "state", "established"])
+            .arg(format!("( sport = :{p} )"))
             .output()
             .expect("ss runs");
-        // Bound to the interface too: `10.231.0.1%IFACE:4791`.
-        if String::from_utf8_lossy(&ss.stdout).contains("10.231.0.1%") {
+        if !String::from_utf8_lossy(&ss.stdout).trim().is_empty() {
             break;
         }
-        let ended = server.0.as_mut().expect("server").try_wait().expect("try_wait").is_some();
-        if ended || Instant::now() > deadline {
-            let _ = server.0.as_mut().expect("server").kill();
-            panic!("the server never held the address:\n{}", text(&server.finish(LIMIT)));
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        let ended = client.0.as_mut().expect("client").try_wait().expect("try_wait").is_some();
+        assert!(!ended && Instant::now() < deadline, "the client never connected");
+        std::thread::sleep(Duration::from_millis(50));
     }
-    let out = devinfo();
-    let refused = text(&out);
-    assert!(!out.status.success(), "a second process on the address:\n{refused}");
-    assert!(
-        refused.contains("UDP port 4791 is taken") && refused.contains("10.231.0.1:4791"),
-        "{refused}"
-    );
-    // A second address serves a second process: its GID index 1 is that address.
-    ip(&["-n", h.ns(0), "addr", "add", "10.231.1.1/16", "dev", h.iface(0)]);
-    let out = devinfo();
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    assert!(t.contains("GID[  1]:\t\t::ffff:10.231.1.1, RoCE v2"), "{t}");
-    assert!(t.contains("active_mtu:\t\t1024 (3)"), "rxe's choice for a 1500-byte MTU:\n{t}");
+    std::thread::sleep(Duration::from_millis(300));
+    let running = client.0.as_mut().expect("client").try_wait().expect("try_wait").is_none();
+    drop(holder);
+    let t = text(&p0(&mut client).finish(LIMIT));
+    assert!(running, "the transfer ended before the holder was killed:\n{t}");
+    // The client took 4791 over and its transport retried what was lost meanwhile: within
+    // RC's budget (retry_cnt 7 ACK timeouts of 67 ms, about half a second), else it would
+    // have ended in RETRY_EXC_ERR.
+    check_pingpong(&t, 4096, 1500);
+    assert!(t.contains("--chk: every byte of the peer's 1500 messages as sent"), "{t}");
+    let s = text(&server.finish(LIMIT));
+    check_pingpong(&s, 4096, 1500);
 }
 
 #[test]
@@ -463,10 +549,25 @@ fn four_hosts_all_to_all_with_every_byte_checked() {
     if !may_make_hosts(test) {
         return;
     }
-    // Three addresses a host: each of its three processes takes its own. Twelve processes:
-    // they sleep on completion events (-e) rather than busy-poll, so that none is starved of
-    // the CPU for the half second after which RC gives up (retry_cnt 7, timeout 14).
-    let h = Hosts::new(4, 3);
+    // One address a host, which its three processes share.
+    all_to_all(&Hosts::new(4, 1), |i| i);
+}
+
+/// Four processes on one address, all to all: twelve processes share it.
+#[test]
+fn four_processes_on_one_address_all_to_all_with_every_byte_checked() {
+    let test = "four_processes_on_one_address_all_to_all_with_every_byte_checked";
+    if !may_make_hosts(test) {
+        return;
+    }
+    all_to_all(&Hosts::new(2, 1), |_| 0);
+}
+
+/// Four parties, each in host `host_of(i)`, each pair a `softverbs pingpong --chk` (a server
+/// in one, its client in the other). Twelve processes: they sleep on completion events (-e)
+/// rather than busy-poll, so that none is starved of the CPU for the half second after which
+/// RC gives up (retry_cnt 7, timeout 14).
+fn all_to_all(h: &Hosts, host_of: impl Fn(usize) -> usize) {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     let mut n = 10;
@@ -480,8 +581,8 @@ fn four_hosts_all_to_all_with_every_byte_checked() {
                     .map(|s| s.to_string())
                     .collect();
             let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-            servers.push(Proc::spawn(h.softverbs(a, &argv), "server"));
-            clients.push((b, args, h.addr(a).to_string()));
+            servers.push(Proc::spawn(h.softverbs(host_of(a), &argv), "server"));
+            clients.push((host_of(b), args, h.addr(host_of(a)).to_string()));
         }
     }
     // The clients retry their connect while their servers start.

@@ -282,3 +282,17 @@ fn qp_numbers_wrap_within_24_bits_and_are_never_given_twice() {
     let s = side(&mut nic, ALL);
     assert_eq!(s.qpn, 5);
 }
+
+/// A port that shares its network interface address with other processes holds a block of QP
+/// numbers (`NicConfig::qpn_block`): every QP it makes is in the block, from where its
+/// randomness says, wrapping within the block, so that two processes on one address never
+/// give one number.
+#[test]
+fn qp_numbers_stay_in_the_port_s_block() {
+    let mut nic =
+        Nic::new(NicConfig { entropy: 0xFFFE, qpn_block: Some(7), ..NicConfig::new("b", 2) });
+    assert_eq!(qpns(&mut nic, 3), [0x07_FFFE, 0x07_FFFF, 0x07_0000]);
+    let mut other =
+        Nic::new(NicConfig { entropy: 0xFFFE, qpn_block: Some(8), ..NicConfig::new("b", 2) });
+    assert_eq!(qpns(&mut other, 2), [0x08_FFFE, 0x08_FFFF]);
+}

@@ -30,7 +30,7 @@ fn engine_datagram() -> Vec<u8> {
 #[test]
 fn what_goes_out_is_what_comes_in_with_the_kernel_s_headers() {
     let mut d = engine_datagram();
-    kernel_form(&mut d);
+    kernel_form(&mut d, ROCE_UDP_PORT);
     let (ip, pkt) = packet::parse_datagram(&d).expect("the kernel's form checks");
     assert_eq!((ip.ident, ip.src_port, ip.dont_fragment), (0, ROCE_UDP_PORT, true));
     assert_eq!(pkt.payload, b"over udp");
@@ -95,6 +95,7 @@ fn strangers_and_garbage_from_the_network_are_counted_and_the_path_s_send_lands(
     use verbs_api::conn::{connect, ConnOpts, QpInfo};
     use verbs_api::{AccessFlags, Errno, Gid, QpCap, QpInitAttr, QpType, RecvWr, WcStatus};
 
+    let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let soft = crate::soft::Soft::netdev("lo");
     let ctx = match soft.open("softverbs0") {
         Ok(c) => c,
@@ -169,4 +170,133 @@ fn strangers_and_garbage_from_the_network_are_counted_and_the_path_s_send_lands(
     let total = rebuild(&mut buf, len, from, [127, 0, 0, 3]).expect("IPv4");
     let (_, ack) = packet::parse_datagram(&buf[..total]).expect("the ACK checks, ICRC included");
     assert_eq!((ack.bth.opcode, ack.bth.dest_qp), (Opcode::RC_ACKNOWLEDGE, 0x123));
+}
+
+/// The tests on `lo` one at a time: they share 127.0.0.1, and which port holds its UDP 4791
+/// is part of what they check.
+static LO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Two processes' ports on one address (`lo`, 127.0.0.1) share it as rxe's one device is
+/// shared: their QP numbers are in different blocks; each reaches the other (RC SENDs both
+/// ways, every byte); a datagram from another host (127.0.0.3:4791) for the second port's
+/// QP reaches it through the first, which holds UDP 4791, and its ACK leaves from the
+/// second's own UDP port with an ICRC that checks over it; when the first goes, the second
+/// binds 4791 within its retry period and the other host's next SEND lands.
+#[test]
+fn ports_on_one_address_share_it_and_one_takes_over_4791_when_its_holder_goes() {
+    use std::net::UdpSocket;
+    use std::time::{Duration, Instant};
+
+    use verbs_api::conn::{connect, ConnOpts, Endpoint, QpInfo};
+    use verbs_api::{Errno, Gid, QpCap, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
+
+    let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
+    let (first, second) = (crate::soft::Soft::netdev("lo"), crate::soft::Soft::netdev("lo"));
+    let open = |s: &crate::soft::Soft| s.open("softverbs0");
+    let a = match open(&first) {
+        Ok(c) => c,
+        Err(e) if e.errno == Errno::Busy || e.errno == Errno::NoDev => {
+            eprintln!("skipped: no free 127.0.0.1:4791 on lo here: {e}");
+            return;
+        }
+        Err(e) => panic!("opening softverbs0 on lo: {e}"),
+    };
+    let b = open(&second).expect("a second port on the same address");
+    let gid = Gid::from_ipv4([127, 0, 0, 1]);
+    assert_eq!(b.query_gid(1, 1).expect("GID 1"), gid, "one address, one GID");
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let ea = Endpoint::new(&a, QpType::Rc, cap, 32, 4096).expect("a's endpoint");
+    let eb = Endpoint::new(&b, QpType::Rc, cap, 32, 4096).expect("b's endpoint");
+    let (qa, qb) = (ea.qp.qp_num(), eb.qp.qp_num());
+    assert_ne!(qa >> 16, qb >> 16, "QPNs {qa:#x} and {qb:#x}: one block each");
+    let opts = ConnOpts { sgid_index: 1, ..ConnOpts::default() };
+    let info = |qpn, psn| QpInfo { lid: 0, qpn, psn, gid };
+    connect(&ea.qp, 10, &info(qb, 20), &opts).expect("a connects");
+    connect(&eb.qp, 20, &info(qa, 10), &opts).expect("b connects");
+    let send = |e: &Endpoint, wr_id: u64, bytes: &[u8]| {
+        e.mr.write(0, bytes).expect("write");
+        let sge = [e.mr.sge(0, bytes.len() as u32)];
+        let wr = SendWr {
+            wr_id,
+            sg_list: &sge,
+            opcode: WrOpcode::Send,
+            send_flags: SendFlags::SIGNALED,
+            ..SendWr::default()
+        };
+        e.qp.post_send(&[wr]).expect("post_send");
+    };
+    let recv = |e: &Endpoint, wr_id: u64| {
+        e.qp.post_recv(&[RecvWr { wr_id, sg_list: &[e.mr.sge(2048, 2048)] }]).expect("post_recv");
+    };
+    let done = |e: &Endpoint, n: usize| e.cq.poll_n(n, Duration::from_secs(20)).expect("completes");
+    for (from, to, text) in [(&ea, &eb, &b"a to b"[..]), (&eb, &ea, &b"b to a, longer"[..])] {
+        recv(to, 1);
+        send(from, 2, text);
+        let got = done(to, 1);
+        assert_eq!(
+            (got[0].status, got[0].wr_id, got[0].byte_len),
+            (WcStatus::Success, 1, text.len() as u32)
+        );
+        assert_eq!(to.mr.read_vec(2048, text.len()).expect("read"), text);
+        assert_eq!(done(from, 1)[0].status, WcStatus::Success);
+    }
+
+    // Another host's QP 0x123 at 127.0.0.3 sends to b's second QP.
+    let eb2 = Endpoint::new(&b, QpType::Rc, cap, 32, 4096).expect("b's second endpoint");
+    let peer = QpInfo { lid: 0, qpn: 0x123, psn: 100, gid: Gid::from_ipv4([127, 0, 0, 3]) };
+    connect(&eb2.qp, 500, &peer, &opts).expect("connect");
+    let host = UdpSocket::bind("127.0.0.3:4791").expect("the other host's socket");
+    host.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let to_b = |psn: u32, what: &[u8]| {
+        let ip =
+            IpUdp { src: [127, 0, 0, 3], dst: [127, 0, 0, 1], src_port: 4791, ..IpUdp::default() };
+        let bth = Bth {
+            opcode: Opcode::RC_SEND_ONLY,
+            dest_qp: eb2.qp.qp_num(),
+            psn: crate::packet::Psn::new(psn),
+            ack_req: true,
+            ..Bth::default()
+        };
+        let mut d = Vec::new();
+        packet::emit_datagram(&ip, &Packet::new(bth, what), &mut d).expect("emits");
+        host.send_to(&d[IPV4_UDP_LEN..], "127.0.0.1:4791").expect("sent");
+    };
+    let ack = || {
+        let mut buf = vec![0u8; 2048];
+        let (len, from) = host.recv_from(&mut buf[IPV4_UDP_LEN..]).expect("an ACK");
+        let total = rebuild(&mut buf, len, from, [127, 0, 0, 3]).expect("IPv4");
+        let (_, ack) =
+            packet::parse_datagram(&buf[..total]).expect("the ACK checks, ICRC included");
+        assert_eq!((ack.bth.opcode, ack.bth.dest_qp), (Opcode::RC_ACKNOWLEDGE, 0x123));
+        from
+    };
+    recv(&eb2, 3);
+    to_b(100, b"through the holder");
+    let got = done(&eb2, 1);
+    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 18));
+    assert_eq!(eb2.mr.read_vec(2048, 18).expect("read"), b"through the holder");
+    let from = ack();
+    assert_ne!(from.port(), 4791, "b sends from its own port, which its ICRC covers");
+
+    // The holder goes; b binds 4791 within a few retry periods, and the next SEND lands
+    // (sent again until then, as the other host's transport would).
+    drop((ea, a, first));
+    recv(&eb2, 4);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let got = loop {
+        to_b(101, b"after the takeover");
+        let got = eb2.cq.poll_n(1, Duration::from_millis(300)).unwrap_or_default();
+        if !got.is_empty() {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "nobody took UDP 4791 over");
+    };
+    assert_eq!((got[0].status, got[0].wr_id, got[0].byte_len), (WcStatus::Success, 4, 18));
+    assert_eq!(eb2.mr.read_vec(2048, 18).expect("read"), b"after the takeover");
 }
