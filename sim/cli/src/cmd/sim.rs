@@ -49,6 +49,10 @@ pub struct SimArgs {
     /// Write the run's packet ladder as an SVG file.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Space the ladder's rows by time (a longer gap, more rows, labelled with its length)
+    /// rather than evenly, as `demo --time-scale` does; with --ladder or --svg.
+    #[arg(long)]
+    pub time_scale: bool,
 }
 
 /// Run `softverbs sim`: exit 0 if the workload completed as the scenario expects, 1 if not, 2
@@ -71,6 +75,13 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.time_scale && !args.ladder && args.svg.is_none() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "softverbs sim: --time-scale spaces a ladder's rows: give --ladder or --svg FILE too"
+        );
+        return ExitCode::from(2);
+    }
     let seed = args.seed.unwrap_or(sc.seed);
     if let Err(e) = writeln!(std::io::stdout(), "seed {seed}") {
         return super::output_error(e).report("sim");
@@ -99,7 +110,8 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
             drop(out);
             if let Some(run) = &report.packets {
                 let title = format!("softverbs sim {}, seed {seed}: packet ladder", sc.name);
-                let l = softverbs_sim::ladder::from_sim::ladder(&title, run);
+                let mut l = softverbs_sim::ladder::from_sim::ladder(&title, run);
+                l.time_scale = args.time_scale;
                 if args.ladder {
                     let mut out = std::io::stdout().lock();
                     if let Err(e) =
