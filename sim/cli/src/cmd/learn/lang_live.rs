@@ -105,6 +105,8 @@ pub(super) const ZH_TW: &[(&str, &str)] = &[
     // The demo: each operation's result.
     ("{} us from ibv_post_send to the completion", "從 ibv_post_send 到完成：{0} us"),
     ("bytes that landed here: \"{}\"", "落在這裡的位元組：\"{0}\""),
+    ("target memory [recv buffer]: {}", "目標端記憶體 [接收緩衝區]：{0}"),
+    ("target memory [atomic counter]: {}", "目標端記憶體 [原子計數器]：{0}"),
     (
         "original value returned: {}; it matched {}, so the counter now holds {}",
         "傳回的原值：{0}；它等於 {1}，所以計數器現在是 {2}",
