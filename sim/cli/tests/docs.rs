@@ -227,8 +227,8 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::Run(&[Form(&["sim", "sim/scenarios/ladder.toml", "--ladder"], "packet ladder", &[])]),
     ),
     (
-        "softverbs sim SCENARIO.toml --ladder [--svg FILE]",
-        Plan::Run(&[Form(&["sim", "sim/scenarios/ladder.toml", "-q", "--ladder"], "packet ladder", &[])]),
+        "softverbs sim SCENARIO.toml --ladder [--svg FILE] [--time-scale]",
+        Plan::Run(&[Form(&["sim", "sim/scenarios/ladder.toml", "-q", "--ladder"], "packet ladder", &[]), Form(&["sim", "sim/scenarios/ladder.toml", "-q", "--ladder", "--time-scale"], "packet ladder", &[])]),
     ),
     (
         "softverbs sim sim/scenarios/rnr-ladder.toml --ladder",

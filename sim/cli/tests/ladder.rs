@@ -294,6 +294,44 @@ fn sim_ladder_and_svg_from_the_command_line() {
     assert!(err.contains("writing the ladder to") && err.contains("x.svg"), "{err}");
 }
 
+/// `sim --ladder --time-scale` spaces the rows by time as `demo --break --time-scale` does: the
+/// local ACK timeout, a millisecond after the packets before it, gets two blank rows (the first
+/// labelled with the gap), and the SVG the same labels; without the flag, the rows are even.
+#[test]
+fn sim_ladder_takes_a_time_scale_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("small.toml");
+    std::fs::write(&toml, LOSSY).unwrap();
+    let ladder = |scale: bool| {
+        let svg = dir.path().join(format!("scale-{scale}.svg"));
+        let mut cmd = softverbs();
+        cmd.args(["sim", "-q", "--ladder", "--svg"]).arg(&svg);
+        if scale {
+            cmd.arg("--time-scale");
+        }
+        let out = cmd.arg(&toml).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8(out.stdout).unwrap(), std::fs::read_to_string(&svg).unwrap())
+    };
+    let (even, even_svg) = ladder(false);
+    let (scaled, scaled_svg) = ladder(true);
+    let lines: Vec<&str> = scaled.lines().collect();
+    let timer = lines.iter().position(|s| s.contains("◆ local ACK timeout")).unwrap();
+    assert!(lines[timer - 2].trim_start().starts_with("+1.0"), "{scaled}");
+    assert!(!lines[timer - 1].contains('+'), "{scaled}");
+    let mut l = from_sim::ladder("t", &packets_of(LOSSY));
+    l.time_scale = true;
+    let extra: usize = l.time_gaps().iter().map(|g| g.0).sum();
+    assert_eq!(scaled.lines().count(), even.lines().count() + extra, "{scaled}");
+    assert!(!even.lines().any(|s| s.trim_start().starts_with("+1.0")), "{even}");
+    well_formed(&scaled_svg).unwrap();
+    assert!(scaled_svg.contains(r#"font-style="italic">+1.0"#), "{scaled_svg}");
+    assert!(!even_svg.contains(r#"font-style="italic">+"#), "{even_svg}");
+    // Without a ladder to draw the flag is refused, not ignored.
+    let out = softverbs().args(["sim", "-q", "--time-scale"]).arg(&toml).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn demo_ladder_has_the_packets_the_wire_lines_show() {
     let fabric = tempfile::tempdir().unwrap();

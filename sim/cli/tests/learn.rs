@@ -471,10 +471,11 @@ fn lang_zh_tw_translates_the_explanations_and_keeps_the_measurements() {
         assert!(en.stdout.contains(english), "{english} in the English run");
         assert!(!zh.stdout.contains(english), "{english} left in:\n{}", zh.stdout);
     }
-    // The run's lines and its measurements stay as they are: the same wire lines, the same
-    // RESULT keys, and numbers from this run.
+    // The run's lines are in Chinese with their numbers as printed (issue 32: every line
+    // `--lang zh-TW` prints); the measurements stay: the same RESULT keys, numbers from this
+    // run.
     for (i, len) in [10, 200, 3000].iter().enumerate() {
-        let line = format!("target CQ: receive completion {}: byte_len {len}", i + 1);
+        let line = format!("目標端 CQ：接收完成 {}：byte_len {len}；", i + 1);
         assert!(zh.stdout.contains(&line), "{line}:\n{}", zh.stdout);
     }
     let (e, z) = (en.result(), zh.result());
@@ -483,7 +484,12 @@ fn lang_zh_tw_translates_the_explanations_and_keeps_the_measurements() {
     assert_eq!(zh.num("tcp_bytes"), 3210);
     assert_eq!(
         en.stdout.lines().filter(|l| l.trim_start().starts_with("target ")).count(),
-        zh.stdout.lines().filter(|l| l.trim_start().starts_with("target ")).count(),
+        zh.stdout
+            .lines()
+            .filter(|l| ["目標端 CQ", "目標端 read()"]
+                .iter()
+                .any(|p| l.trim_start().starts_with(p)))
+            .count(),
         "the live run's lines"
     );
     assert_eq!(en.stdout.lines().count(), zh.stdout.lines().count(), "line for line");

@@ -64,6 +64,10 @@ pub struct SimArgs {
     /// (those the run has data for).
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
+    /// Space the ladder's rows by time (a longer gap, more rows, labelled with its length)
+    /// rather than evenly, as `demo --time-scale` does; with --ladder or --svg.
+    #[arg(long)]
+    pub time_scale: bool,
 }
 
 /// Run `softverbs sim`: exit 0 if the workload completed as the scenario expects, 1 if not, 2
@@ -86,6 +90,13 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.time_scale && !args.ladder && args.svg.is_none() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "softverbs sim: --time-scale spaces a ladder's rows: give --ladder or --svg FILE too"
+        );
+        return ExitCode::from(2);
+    }
     let seed = args.seed.unwrap_or(sc.seed);
     let json_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
     if let Err(e) = if json_stdout { Ok(()) } else { writeln!(std::io::stdout(), "seed {seed}") } {
@@ -113,7 +124,8 @@ pub fn main(args: SimArgs, action: Option<SimAction>) -> ExitCode {
             }
             if let Some(run) = &report.packets {
                 let title = format!("softverbs sim {}, seed {seed}: packet ladder", sc.name);
-                let l = softverbs_sim::ladder::from_sim::ladder(&title, run);
+                let mut l = softverbs_sim::ladder::from_sim::ladder(&title, run);
+                l.time_scale = args.time_scale;
                 if args.ladder {
                     let mut out = std::io::stdout().lock();
                     if let Err(e) =

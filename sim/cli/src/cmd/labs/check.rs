@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use super::latency;
 use super::spec::{Lab, WcWant};
 use super::wire::{self, Journal, Wire};
 use crate::cmd::{run, CliError};
@@ -338,6 +339,18 @@ fn grade(lab: &Lab, out: &Outcome) -> Vec<Graded> {
             }
         });
         g.push(Graded { points: 2, what: format!("output: {line}"), kind: Kind::Output, wrong });
+    }
+    if latency::measures(lab) {
+        // ib_send_lat runs only when the program printed a median to compare with it.
+        let perftest = || {
+            let scratch = Scratch::new().map_err(|e| e.to_string())?;
+            latency::ib_send_lat(&scratch.0, &latency::LAB11)
+        };
+        for (points, what, wrong) in
+            latency::grade(n, &latency::LAB11, &out.stdout, &out.wire, perftest)
+        {
+            g.push(Graded { points, what, kind: Kind::Output, wrong });
+        }
     }
     g
 }

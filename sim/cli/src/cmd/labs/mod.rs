@@ -2,6 +2,7 @@
 //! student's program against it), for learners writing their first verbs programs in C.
 
 mod check;
+mod latency;
 pub mod spec;
 mod wire;
 

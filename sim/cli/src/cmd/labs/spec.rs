@@ -19,7 +19,7 @@ pub struct WcWant {
 
 /// One lab: its number, title, README, and what a correct program shows.
 pub struct Lab {
-    /// The lab's number (1..=10), as `labs check N` takes it.
+    /// The lab's number (1..=11), as `labs check N` takes it.
     pub n: u32,
     /// The directory under `labs/`.
     pub dir: &'static str,
@@ -55,6 +55,8 @@ const SRQ_MEM_HINT: &str = "each client's message lands in a receive of the SRQ:
 
 const UD_HINT: &str = "two requests from the clients and two replies from the server, each a datagram: bring each UD QP to RTS (INIT with the P_Key index, port and Q_Key; RTR; RTS with the first PSN, TODO(1)), and answer each request with an address handle made from its completion and GRH (ibv_create_ah_from_wc) and a SEND to wc.src_qp with the Q_Key (TODO(2))";
 const UD_REQUEST_HINT: &str = "the server names each request's client by wc.src_qp and reads it past the 40 bytes of the GRH at the start of the receive buffer";
+
+const PING_HINT: &str = "the ping-pong is given: 50 warm-up and 500 timed round trips, each a SEND from the requester and one back from the responder; if fewer, the program stopped early";
 
 /// Every lab, in order.
 pub const LABS: &[Lab] = &[
@@ -184,6 +186,16 @@ pub const LABS: &[Lab] = &[
             ("mem client1 reply: it is time, client1", UD_HINT),
             ("mem client2 reply: it is time, client2", UD_HINT),
         ],
+    },
+    Lab {
+        n: 11,
+        dir: "11-latency",
+        title: "measure your own program's latency against ib_send_lat",
+        readme: include_str!("../../../../../labs/11-latency/README.md"),
+        // 2 x (50 + 500) SENDs; the measurement's checks are latency.rs's.
+        wire: &[("RC SEND ONLY", 1100, PING_HINT)],
+        wcs: &[],
+        lines: &[],
     },
 ];
 

@@ -52,6 +52,9 @@ struct Nak {
 pub struct Wire {
     /// Each opcode's name and how many distinct packets carried it.
     pub ops: HashMap<String, usize>,
+    /// Each distinct RC SEND ONLY: when it was first seen (wall clock, ns) and its sender, in
+    /// order of time (lab 11's ping-pong).
+    pub sends: Vec<(u128, IpAddr)>,
     accesses: Vec<Access>,
     naks: Vec<Nak>,
 }
@@ -186,6 +189,9 @@ pub fn read(dir: &Path) -> Wire {
             continue;
         }
         *w.ops.entry(name.to_string()).or_default() += 1;
+        if name == "RC SEND ONLY" {
+            w.sends.push((*at, src));
+        }
         let target = match (p.reth, p.atomic_eth) {
             (Some(r), _) => Some((false, r.rkey, r.va, u64::from(r.dma_len))),
             (None, Some(a)) => Some((true, a.rkey, a.va, 8)),
@@ -214,6 +220,7 @@ pub fn read(dir: &Path) -> Wire {
         }
     }
     w.naks.sort_by_key(|n| n.at);
+    w.sends.sort();
     w
 }
 

@@ -17,7 +17,7 @@
 
 use std::io::{self, Write};
 
-use super::{lang_demo, lang_live, lang_new};
+use super::{lang_demo, lang_lessons, lang_live, lang_new};
 
 /// A language the explanatory lines can be printed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -260,7 +260,12 @@ const ZH_TW: &[(&str, &str)] = &[
 /// Every English line the table translates (the lessons' and the demo's), for the test that
 /// holds the table to what the runs print.
 pub fn english_lines() -> impl Iterator<Item = &'static str> {
-    ZH_TW.iter().chain(lang_demo::ZH_TW).chain(lang_new::ZH_TW).map(|(en, _)| *en)
+    ZH_TW
+        .iter()
+        .chain(lang_demo::ZH_TW)
+        .chain(lang_new::ZH_TW)
+        .chain(lang_lessons::EXACT)
+        .map(|(en, _)| *en)
 }
 
 /// `line` in `lang`: its translation, indentation kept, or the line itself.
@@ -273,13 +278,16 @@ pub fn line(lang: Lang, line: &str) -> String {
             .iter()
             .chain(lang_demo::ZH_TW)
             .chain(lang_new::ZH_TW)
+            .chain(lang_lessons::EXACT)
             .find(|(en, _)| *en == text)
         {
             Some((_, zh)) => format!("{indent}{zh}"),
             // A line with the run's numbers in it: by its template.
-            None => match lang_live::translate(text) {
+            // A line with the run's numbers in it: by its template; a table's row or heading
+            // by its label and verdict words; vs-tcp's takeaway by its phrases.
+            None => match lang_live::translate(text).or_else(|| lang_lessons::takeaway(text)) {
                 Some(zh) => format!("{indent}{zh}"),
-                None => line.to_string(),
+                None => lang_lessons::row(line).unwrap_or_else(|| line.to_string()),
             },
         },
     }

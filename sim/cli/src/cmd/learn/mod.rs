@@ -9,6 +9,7 @@
 
 pub mod lang;
 mod lang_demo;
+mod lang_lessons;
 pub mod lang_live;
 mod lang_new;
 mod lessons;
@@ -17,6 +18,12 @@ mod runs;
 mod session;
 mod table;
 mod tcp;
+
+/// `learn vs-tcp`'s lesson on any [`vs_tcp_lesson::Measure`], so that tests can print it from
+/// stand-in measurements (a slow RDMA side, a slow TCP side) without the machine's timing.
+pub mod vs_tcp_lesson {
+    pub use super::lessons::vs_tcp::{lesson, Machine, Measure, Sample};
+}
 
 use std::io::Write;
 use std::path::PathBuf;
