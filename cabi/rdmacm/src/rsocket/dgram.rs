@@ -232,20 +232,7 @@ impl Drop for Qp {
             if !self.qp.is_null() {
                 ibv_destroy_qp(self.qp);
             }
-            for mr in [self.rx_mr, self.tx_mr] {
-                if !mr.is_null() {
-                    ibv_dereg_mr(mr);
-                }
-            }
-            if !self.cq.is_null() {
-                ibv_destroy_cq(self.cq);
-            }
-            if !self.cc.is_null() {
-                ibv_destroy_comp_channel(self.cc);
-            }
-            if !self.pd.is_null() {
-                ibv_dealloc_pd(self.pd);
-            }
+            release(&[self.rx_mr, self.tx_mr], self.cq, self.cc, self.pd);
         }
     }
 }

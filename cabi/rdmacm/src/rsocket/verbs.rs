@@ -174,3 +174,33 @@ pub unsafe fn drain_cq_events(cc: *mut ibv_comp_channel) {
         unsafe { ibv_ack_cq_events(cq, 1) };
     }
 }
+
+/// Releases what a connection's or a datagram socket's `new` made, after its QP: the MRs, the
+/// CQ, the completion channel and the PD, in that order, each skipped when NULL (a `new` that
+/// failed part-way).
+///
+/// # Safety
+/// Each pointer is NULL or a live object of that kind that nothing else releases, and the QP
+/// that used them is destroyed.
+pub unsafe fn release(
+    mrs: &[*mut ibv_mr],
+    cq: *mut ibv_cq,
+    cc: *mut ibv_comp_channel,
+    pd: *mut ibv_pd,
+) {
+    // SAFETY: the caller's objects, each released once, users before what they use.
+    unsafe {
+        for &mr in mrs.iter().filter(|m| !m.is_null()) {
+            ibv_dereg_mr(mr);
+        }
+        if !cq.is_null() {
+            ibv_destroy_cq(cq);
+        }
+        if !cc.is_null() {
+            ibv_destroy_comp_channel(cc);
+        }
+        if !pd.is_null() {
+            ibv_dealloc_pd(pd);
+        }
+    }
+}
