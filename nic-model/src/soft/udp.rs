@@ -41,6 +41,8 @@ pub struct UdpPort {
     /// Where a received datagram is rebuilt, headers and payload (the receiver is one
     /// thread at a time, under the device lock).
     buf: Mutex<Vec<u8>>,
+    /// Where datagrams to QP1 go: the process's connection manager.
+    gsi: gsi::GsiForward,
 }
 
 impl UdpPort {
@@ -99,6 +101,7 @@ impl UdpPort {
             addr: Arc::new(addr),
             wake,
             buf: Mutex::new(vec![0; IPV4_UDP_LEN + MAX_PAYLOAD]),
+            gsi: gsi::GsiForward::new(),
         })
     }
 
@@ -196,6 +199,12 @@ impl Port for UdpPort {
             };
             n += 1;
             let Some(total) = rebuild(&mut buf, len, from, self.addr.ipv4) else { continue };
+            if gsi::is_gsi(&buf[..total]) {
+                if !self.gsi.forward(&buf[..total]) {
+                    tracing::debug!("a MAD to QP1 and no connection manager in this process");
+                }
+                continue;
+            }
             if !f(&buf[..total], Icrc::Carried) {
                 break;
             }
@@ -351,6 +360,9 @@ impl Egress for UdpEgress {
         self.send_icrc(dst, datagram)
     }
 }
+
+mod gsi;
+pub use gsi::gsi_socket_name;
 
 #[cfg(test)]
 mod tests;
