@@ -8,7 +8,9 @@
 //! know whether its peer is local: the gateway is the peer, and it maps each connection's
 //! token to the communication IDs on the wire (docs/decisions.md, "The CM across hosts").
 //!
-//! Not yet: SIDR (UD ids across hosts), retries of a lost MAD (a veth pair or a LAN loses
+//! A UD id (`RDMA_PS_UDP`, or a UD QP) resolves its peer by SIDR_REQ and SIDR_REP instead.
+//!
+//! Not yet: retries of a lost MAD (a veth pair or a LAN loses
 //! few; the requester's REQ life still ends a REQ that got no answer), MRA.
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -20,7 +22,8 @@ use std::sync::{Mutex, OnceLock};
 
 use nic_model::packet::{
     emit_gsi_datagram, parse_datagram, CmDreq, CmIds, CmMad, CmMsg, CmPath, CmRej, CmRep, CmReq,
-    IpCmHeader, IpUdp, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB, SERVICE_ID_PS_TCP,
+    IpCmHeader, IpUdp, SidrRep, SidrReq, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB,
+    SERVICE_ID_PS_TCP, SERVICE_ID_PS_UDP,
 };
 
 use crate::state::{cm_dir, dev_of_ip, devices, gid_of, is_loopback, kind, Msg, Named};
@@ -37,6 +40,10 @@ struct Conn {
     remote_qpn: u32,
     /// The transaction ID of the REQ, which its answers carry.
     tid: u64,
+    /// A UD id's: SIDR_REQ and SIDR_REP, no connection.
+    ud: bool,
+    /// The service ID asked for (a SIDR_REP echoes it).
+    service_id: u64,
 }
 
 /// The gateway of this process.
@@ -213,6 +220,13 @@ fn from_local(w: &Wire, m: &Msg) {
     if m.kind == kind::REQ && m.to == 0 {
         let t = comm_id();
         let tid = u64::from(t) << 32 | 1;
+        let ud = m.qkey != 0;
+        let prefix = match (m.ps_ib != 0, ud) {
+            (true, _) => SERVICE_ID_PS_IB,
+            (false, true) => SERVICE_ID_PS_UDP,
+            (false, false) => SERVICE_ID_PS_TCP,
+        };
+        let service_id = prefix | u64::from(m.dst_port);
         conns.insert(
             t,
             Conn {
@@ -221,6 +235,8 @@ fn from_local(w: &Wire, m: &Msg) {
                 remote_ip: m.dst_ip,
                 remote_qpn: 0,
                 tid,
+                ud,
+                service_id,
             },
         );
         drop(conns);
@@ -230,11 +246,16 @@ fn from_local(w: &Wire, m: &Msg) {
             dst: Ipv4Addr::from(m.dst_ip).into(),
         };
         let mut private = hdr.to_bytes().to_vec();
+        if ud {
+            private.extend_from_slice(&pd[..pd.len().min(216 - IP_CM_HEADER_LEN)]);
+            let req = SidrReq { request_id: t, pkey: 0xFFFF, service_id, private };
+            send_mad(w, m.dst_ip, tid, CmMsg::SidrReq(req));
+            return;
+        }
         private.extend_from_slice(&pd[..pd.len().min(92 - IP_CM_HEADER_LEN)]);
-        let prefix = if m.ps_ib != 0 { SERVICE_ID_PS_IB } else { SERVICE_ID_PS_TCP };
         let req = CmReq {
             local_comm_id: t,
-            service_id: prefix | u64::from(m.dst_port),
+            service_id,
             local_ca_guid: guid(w.ip),
             local_qpn: m.qpn,
             responder_resources: m.rd_atomic,
@@ -268,6 +289,27 @@ fn from_local(w: &Wire, m: &Msg) {
         c.local = Some((reply, m.from));
     }
     let (to, tid, remote) = (c.remote_ip, c.tid, c.remote_comm_id);
+    if c.ud {
+        // The listener's answer to a SIDR_REQ: its QP and Q_Key, or a refusal.
+        let (status, qpn, qkey) = match m.kind {
+            kind::REP => (0, m.qpn, m.qkey),
+            kind::REJ => (2, 0, 0),
+            _ => return,
+        };
+        let rep = SidrRep {
+            request_id: remote,
+            status,
+            qpn,
+            service_id: c.service_id,
+            qkey,
+            private: pd[..pd.len().min(136)].to_vec(),
+            ..SidrRep::default()
+        };
+        conns.remove(&t);
+        drop(conns);
+        send_mad(w, to, tid, CmMsg::SidrRep(rep));
+        return;
+    }
     let ids = CmIds { local_comm_id: t, remote_comm_id: remote, private: pd.to_vec() };
     let msg = match m.kind {
         kind::REP => CmMsg::Rep(CmRep {
@@ -360,12 +402,27 @@ fn from_wire(w: &Wire, d: &[u8]) {
             m.set_pd(&r.private);
             (r.remote_comm_id, m)
         }
-        // MRA: the REQ's life covers it; SIDR: not yet across hosts.
+        CmMsg::SidrReq(r) => {
+            drop(conns);
+            return sidr_req_from_wire(w, ip.src, tid, r);
+        }
+        CmMsg::SidrRep(r) => {
+            // Status 0: the service's QP; else refused (as librdmacm reports a SIDR_REP
+            // with a status: REJECTED with it).
+            let mut m = Msg::new(if r.status == 0 { kind::REP } else { kind::REJ }, 0);
+            m.status = i32::from(r.status);
+            m.qpn = r.qpn;
+            m.qkey = r.qkey;
+            m.src_ip = ip.src;
+            m.set_pd(&r.private);
+            (r.request_id, m)
+        }
+        // MRA: the REQ's life covers it.
         _ => return,
     };
     let Some(c) = conns.get(&t) else { return };
     let Some((path, tok)) = c.local.clone() else { return };
-    if m.kind == kind::DREP || m.kind == kind::REJ {
+    if m.kind == kind::DREP || m.kind == kind::REJ || c.ud {
         conns.remove(&t);
     }
     drop(conns);
@@ -380,10 +437,6 @@ fn from_wire(w: &Wire, d: &[u8]) {
 /// service ID, as a CM with no listener there answers).
 fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
     let hdr = IpCmHeader::parse(&r.private).ok();
-    let v4 = |a: std::net::IpAddr| match a {
-        std::net::IpAddr::V4(x) => Some(x.octets()),
-        std::net::IpAddr::V6(x) => x.to_ipv4_mapped().map(|x| x.octets()),
-    };
     let src = hdr.and_then(|h| v4(h.src)).unwrap_or(from);
     let dst = hdr.and_then(|h| v4(h.dst)).unwrap_or(w.ip);
     let port = (r.service_id & 0xFFFF) as u16;
@@ -412,6 +465,8 @@ fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
             remote_ip: from,
             remote_qpn: r.local_qpn,
             tid,
+            ud: false,
+            service_id: r.service_id,
         },
     );
     let mut m = Msg::new(kind::REQ, tok);
@@ -428,4 +483,53 @@ fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
     m.ps_ib = u8::from(ib);
     m.set_pd(&r.private[IP_CM_HEADER_LEN.min(r.private.len())..]);
     crate::outbox::send(&w.sock, &path, m.bytes());
+}
+
+/// A SIDR_REQ from another host: to the listener of its address and port as a REQ (the
+/// listener answers with its UD QP), or a SIDR_REP with status 1 (no such service).
+fn sidr_req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: SidrReq) {
+    let hdr = IpCmHeader::parse(&r.private).ok();
+    let src = hdr.and_then(|h| v4(h.src)).unwrap_or(from);
+    let dst = hdr.and_then(|h| v4(h.dst)).unwrap_or(w.ip);
+    let port = (r.service_id & 0xFFFF) as u16;
+    let ib = r.service_id & !0xFFFF == SERVICE_ID_PS_IB;
+    let Named::Listener(path, tok) = crate::watch::look_up((dst, port), ib) else {
+        let rep = SidrRep {
+            request_id: r.request_id,
+            status: 1,
+            service_id: r.service_id,
+            ..SidrRep::default()
+        };
+        send_mad(w, from, tid, CmMsg::SidrRep(rep));
+        return;
+    };
+    let t = comm_id();
+    let conn = Conn {
+        local: None,
+        remote_comm_id: r.request_id,
+        remote_ip: from,
+        remote_qpn: 0,
+        tid,
+        ud: true,
+        service_id: r.service_id,
+    };
+    w.conns.lock().expect("wire").insert(t, conn);
+    let mut m = Msg::new(kind::REQ, tok);
+    m.from = u64::from(t);
+    m.set_reply(&w.path);
+    m.src_ip = src;
+    m.src_port = hdr.map_or(0, |h| h.src_port);
+    m.dst_ip = dst;
+    m.dst_port = port;
+    m.ps_ib = u8::from(ib);
+    m.set_pd(&r.private[IP_CM_HEADER_LEN.min(r.private.len())..]);
+    crate::outbox::send(&w.sock, &path, m.bytes());
+}
+
+/// An address of the IP CM header as IPv4 (an IPv4-mapped IPv6 one too).
+fn v4(a: std::net::IpAddr) -> Option<[u8; 4]> {
+    match a {
+        std::net::IpAddr::V4(x) => Some(x.octets()),
+        std::net::IpAddr::V6(x) => x.to_ipv4_mapped().map(|x| x.octets()),
+    }
 }

@@ -3,7 +3,7 @@
 //! fabric directory (nothing shared but the wire) and its device on its interface. `rping`
 //! with every ping's bytes checked and the CM's messages captured and decoded by tshark as
 //! InfiniBand CM MADs on QP1 (REQ, REP, RTU, DREQ, DREP) with no malformed frame; `ucmatose`;
-//! perftest's `ib_write_bw -R`; a connect to a port nobody listens on is REJECTED.
+//! `udaddy` (UD ids: SIDR); perftest's `ib_write_bw -R`; a connect to a port nobody listens on is REJECTED.
 //!
 //! As sim/cli/tests/netns.rs (whose helpers these follow): root is needed, a test without it
 //! says why it skips (`SOFTVERBS_REQUIRE_NETNS=1`, as CI sets, makes that a failure), every
@@ -316,8 +316,8 @@ fn rping_runs_across_two_hosts_with_its_cm_as_infiniband_cm_mads() {
 }
 
 #[test]
-fn ucmatose_and_perftest_connect_across_two_hosts() {
-    let test = "ucmatose_and_perftest_connect_across_two_hosts";
+fn ucmatose_udaddy_and_perftest_connect_across_two_hosts() {
+    let test = "ucmatose_udaddy_and_perftest_connect_across_two_hosts";
     if !may_make_hosts(test) || !have(test, "ucmatose") || !have(test, "ib_write_bw") {
         return;
     }
@@ -331,6 +331,10 @@ fn ucmatose_and_perftest_connect_across_two_hosts() {
             "{out}"
         );
     }
+    // UD ids: SIDR_REQ and SIDR_REP on the wire, then datagrams to the QP and Q_Key they gave.
+    let ((so, _), (co, _)) = pair(&h, 7174, &["udaddy"], &["udaddy", "-s", &a], "udaddy");
+    assert!(so.contains("sending replies") && so.contains("return status 0"), "{so}");
+    assert!(co.contains("receiving data transfers") && co.contains("return status 0"), "{co}");
     let ((so, _), (co, _)) = pair(
         &h,
         18515,
