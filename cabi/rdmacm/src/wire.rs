@@ -75,6 +75,7 @@ fn wire() -> Option<&'static Wire> {
             Ok(w) => {
                 let w: &'static Wire = Box::leak(Box::new(w));
                 let _ = WIRE_PATH.set(w.path.clone());
+                crate::state::set_remote_sender(sends);
                 // SAFETY: registering a plain function to run at exit.
                 unsafe { libc::atexit(remove_socket) };
                 std::thread::Builder::new()
@@ -200,10 +201,7 @@ fn send_mad(w: &Wire, to: [u8; 4], tid: u64, msg: CmMsg) {
 
 /// If `to` is the gateway's channel socket, send `m` as a MAD at once, from the caller's
 /// thread (a DREP sent just before the process exits must still leave), and say so.
-pub fn sends(to: &std::path::Path, m: &Msg) -> bool {
-    if !on() {
-        return false;
-    }
+fn sends(to: &std::path::Path, m: &Msg) -> bool {
     match wire() {
         Some(w) if w.path == to => {
             from_local(w, m);
