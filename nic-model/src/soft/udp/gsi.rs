@@ -43,3 +43,20 @@ impl GsiForward {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_gsi;
+    use crate::packet::{emit_gsi_datagram, IpUdp};
+
+    #[test]
+    fn only_datagrams_to_qp1_are_the_cms() {
+        let ip = IpUdp { src: [10, 0, 0, 1], dst: [10, 0, 0, 2], ttl: 64, ..IpUdp::default() };
+        let mut d = Vec::new();
+        emit_gsi_datagram(&ip, 0, &[0; 256], &mut d).unwrap();
+        assert!(is_gsi(&d));
+        d[28 + 6] = 1; // QP 0x000101
+        assert!(!is_gsi(&d));
+        assert!(!is_gsi(&d[..30]), "a runt is no MAD");
+    }
+}
