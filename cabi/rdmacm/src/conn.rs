@@ -270,7 +270,18 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     m.set_pd(&pd);
     let dst = st.dst;
     drop(st);
-    match crate::watch::look_up(dst, ib) {
+    // A peer on another host: through the gateway (wire.rs), which takes a REQ to token 0.
+    let found = match crate::wire::remote(dst.0) {
+        Some(gateway) => {
+            // A UD id connects by SIDR on the wire: the gateway knows it by the Q_Key.
+            if is_ud(id) {
+                m.qkey = RDMA_UDP_QKEY;
+            }
+            Named::Listener(gateway, 0)
+        }
+        None => crate::watch::look_up(dst, ib),
+    };
+    match found {
         Named::Listener(path, tok) => {
             m.to = tok;
             if send(ch, &path, &m) {

@@ -196,6 +196,7 @@ fn port_list6() -> String {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(cid: *mut rdma_cm_id, _backlog: c_int) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    crate::wire::start();
     if id.st.lock().expect("id").listen.is_none() {
         // As librdmacm: listening unbound binds to any address and a picked port.
         // SAFETY: all-zero sockaddr_in with the family set is "0.0.0.0:0".
@@ -263,7 +264,10 @@ pub unsafe fn resolve_addr(
             }
         },
     };
-    if !is_fabric_ip(d.0) && !is_loopback(d.0) && d.0[0] & 0xF0 != 0xE0 {
+    // On a network interface, any other address is another host's, reached by the CM's
+    // MADs (wire.rs); the source is the interface address the device holds.
+    let across = crate::wire::remote(d.0).is_some();
+    if !across && !is_fabric_ip(d.0) && !is_loopback(d.0) && d.0[0] & 0xF0 != 0xE0 {
         eprintln!(
             "librdmacm (softverbs): {}.{}.{}.{} is the address of no softverbs port (softverbs ports are 10.0.x.y, and 127.0.0.1 reaches any listener; here: {})",
             d.0[0], d.0[1], d.0[2], d.0[3], port_list()

@@ -24,6 +24,8 @@ mod v6;
 mod watch;
 // The rsocket API (issue 30).
 mod rsocket;
+// The CM across hosts: CM MADs on QP1 over the UDP wire (issue 31 item 3).
+mod wire;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));

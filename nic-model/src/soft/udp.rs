@@ -54,6 +54,8 @@ pub struct UdpPort {
     wake: OwnedFd,
     /// The receiver's state (one thread at a time, under the device lock).
     rx: Mutex<Rx>,
+    /// Where datagrams to QP1 go: the process's connection manager.
+    gsi: gsi::GsiForward,
 }
 
 /// What the receiving half keeps: where a datagram is rebuilt, headers and payload; UDP 4791
@@ -162,6 +164,7 @@ impl UdpPort {
                 next_try: Instant::now() + GATE_RETRY,
                 head: Vec::new(),
             }),
+            gsi: gsi::GsiForward::new(),
         })
     }
 
@@ -336,6 +339,12 @@ impl Port for UdpPort {
                 }
             }
             let Some(total) = rebuild(&mut rx.buf, len, from, self.addr.ipv4) else { continue };
+            if gsi::is_gsi(&rx.buf[..total]) {
+                if !self.gsi.forward(&rx.buf[..total]) {
+                    tracing::debug!("a MAD to QP1 and no connection manager in this process");
+                }
+                continue;
+            }
             if !f(&rx.buf[..total], Icrc::Carried) {
                 break;
             }
@@ -548,7 +557,9 @@ impl Egress for UdpEgress {
     }
 }
 
+mod gsi;
 mod share;
+pub use gsi::gsi_socket_name;
 
 #[cfg(test)]
 mod tests;
