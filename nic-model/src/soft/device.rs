@@ -7,11 +7,12 @@
 //! thread *stands by*: it sleeps on its own thread parker, not on the inbox doorbell, so neither
 //! the program nor its peers pay a system call to wake it, and two cores are not shared by four
 //! busy-polling threads. When the program stops calling in (no inline round during a standby
-//! interval) or is about to block in a verb (`ibv_get_cq_event`, `ibv_get_async_event`), the NIC
-//! thread takes over: it runs progress rounds, spins for a bounded window after its last work,
-//! and then parks on the doorbell futex, where a sender wakes it only because it is parked. That
-//! is how one-sided operations complete while the target program sleeps, and why an idle device
-//! costs no CPU. A program that calls in but waits for its peer's one-sided requests by polling
+//! interval) or is about to block in a verb (`ibv_get_async_event`; a thread blocked in
+//! `ibv_get_cq_event` runs the engine itself, `device/driver.rs`), the NIC thread takes over:
+//! it runs progress rounds, spins for a bounded window after its last work, and then parks
+//! on the doorbell futex, where a sender wakes it only because it is parked. That is how
+//! one-sided operations complete while the target program sleeps, and why an idle device costs
+//! no CPU. A program that calls in but waits for its peer's one-sided requests by polling
 //! memory (`ib_write_lat`) leaves them in the inbox; the NIC thread notices at a standby look
 //! and serves it as a sleeping one (`device/nic_thread.rs`).
 
