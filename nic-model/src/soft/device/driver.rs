@@ -126,8 +126,9 @@ impl Core {
             ch.unwatch();
         };
         // The NIC thread stood by for us. Wake it if the program may now sleep elsewhere (a
-        // CQ is still armed, another thread handed the engine over) or if it went to sleep
-        // for long while we waited; otherwise lend it the doorbell back: the program calls in.
+        // CQ is still armed, another thread handed the engine over) or if it may sleep for
+        // long (it does so only once it saw us wait a standby interval); otherwise lend it
+        // the doorbell back: the program calls in.
         let armed = self.armed_cqs.load(Ordering::Acquire) != 0;
         if armed || self.takeover.load(Ordering::Acquire) || start.elapsed() >= self.standby {
             self.doorbell.store(BELL_FREE, Ordering::Release);

@@ -82,6 +82,7 @@ pub(super) fn nic_thread(core: Arc<Core>) {
     // drives had begun at the last look.
     let mut driven_looks = 0u32;
     let mut drives_seen = core.drives.load(Ordering::Relaxed);
+    let mut drive_seen_at = Instant::now();
     while !core.shutdown.load(Ordering::Acquire) {
         let bell = core.doorbell.load(Ordering::Acquire);
         if bell == BELL_WAITER || bell == BELL_LENT {
@@ -100,9 +101,20 @@ pub(super) fn nic_thread(core: Arc<Core>) {
                 // A thread blocked in `ibv_get_cq_event` runs the engine and sleeps on the
                 // doorbell, or did and will be back: stand by. For long only while the same
                 // thread waits, as it wakes us when it returns after a long wait.
-                let long = bell == BELL_WAITER && !again && driven_looks != 0;
+                // (It waited a standby interval by then, so it wakes us: `driver.rs`.)
+                if again || driven_looks == 0 {
+                    drive_seen_at = Instant::now();
+                }
+                let long = bell == BELL_WAITER
+                    && !again
+                    && driven_looks != 0
+                    && drive_seen_at.elapsed() >= core.standby;
                 driven_looks = driven_looks.saturating_add(1);
                 core.check_port();
+                if let Some(c) = &core.capture {
+                    // As when idle: a killed program's capture holds everything up to here.
+                    c.flush();
+                }
                 cost::syscalls(Syscall::Park, 1);
                 std::thread::park_timeout(if long { MAX_PARK } else { core.standby });
                 seen_rounds = core.inline_rounds.load(Ordering::Relaxed);
