@@ -200,7 +200,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(p: *mut ibv_comp_channel) -> c
 }
 
 /// `ibv_get_cq_event`: take the oldest event and name its CQ; with none queued, block until
-/// one is (in `poll` on the fd), or, on a fd the program made non-blocking, -1 with `EAGAIN`,
+/// one is (running the engine meanwhile), or, on a fd the program made non-blocking, -1 with `EAGAIN`,
 /// as the kernel's event file answers a read.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_cq_event(
@@ -209,26 +209,21 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq_context: *mut *mut c_void,
 ) -> c_int {
     let Some(ch) = obj::<Channel, _>("ibv_get_cq_event", p, Magic::Channel) else { return -1 };
-    let fd = ch.c.fd;
-    let cq = loop {
-        match ch.ch.get_cq_event(Some(Duration::ZERO)) {
-            Ok(cq) => break cq,
-            Err(e) if e.errno == Errno::TimedOut => {}
-            Err(e) => {
-                refuse_err("ibv_get_cq_event", &e);
-                return -1;
-            }
-        }
-        // None queued (and the NIC thread now runs the engine): wait on the fd.
-        // SAFETY: plain system calls on the channel's open fd.
-        if unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0 {
+    // SAFETY: a plain system call on the channel's open fd.
+    let nonblock = unsafe { libc::fcntl(ch.c.fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+    // Blocking, this thread runs the engine until the event comes, woken once by the datagram
+    // that brings it (or waits while another thread or the NIC thread does); on a fd the
+    // program made non-blocking, the read's EAGAIN when none is queued.
+    let cq = match ch.ch.get_cq_event(if nonblock { Some(Duration::ZERO) } else { None }) {
+        Ok(cq) => cq,
+        Err(e) if nonblock && e.errno == Errno::TimedOut => {
             set_errno(libc::EAGAIN);
             return -1;
         }
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd. EINTR: wait again, as a read the kernel restarts
-        // (glibc's `signal` sets SA_RESTART).
-        unsafe { libc::poll(&mut pfd, 1, -1) };
+        Err(e) => {
+            refuse_err("ibv_get_cq_event", &e);
+            return -1;
+        }
     };
     let cq = lookup(&CQS, cq.ops().id()) as *mut ibv_cq;
     if cq.is_null() {

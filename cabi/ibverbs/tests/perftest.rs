@@ -134,3 +134,12 @@ fn ib_atomic_bw() {
         assert_eq!((r[0], r[1]), (8.0, 200.0));
     }
 }
+
+/// Event-driven (`-e`): each side blocks in `ibv_get_cq_event`, whose thread runs the engine
+/// (docs/decisions.md, "The waiter runs the engine").
+#[test]
+fn ib_send_lat_events() {
+    for r in perf("ib_send_lat", &["-e", "-n", "200"]) {
+        assert_eq!((r[0], r[1]), (2.0, 200.0));
+    }
+}

@@ -17,7 +17,17 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{Errno, Error, Result};
 
-use super::SoftCq;
+use super::{Port, SoftCq};
+
+/// What [`ChannelInner::watch`] found.
+pub(crate) enum Watch {
+    /// The oldest event, taken.
+    Event(Arc<SoftCq>),
+    /// The device was closed.
+    Closed,
+    /// None queued: the next event, or the close, unparks the port's doorbell.
+    Watching,
+}
 
 /// The events of one completion channel. It holds CQs weakly: the NIC thread queues
 /// notifications without keeping a CQ (and so the device) alive.
@@ -39,6 +49,9 @@ struct Queue {
     waiters: usize,
     /// The device was closed: waiters give up.
     closed: bool,
+    /// The doorbell a thread blocked in `ibv_get_cq_event` sleeps on while it runs the engine
+    /// itself (`Core::drive_until_event`): a push, or the close, rings it.
+    bell: Option<Arc<dyn Port>>,
 }
 
 impl ChannelInner {
@@ -56,6 +69,9 @@ impl ChannelInner {
         }
         if q.waiters > 0 {
             self.ready.notify_all();
+        }
+        if let Some(b) = &q.bell {
+            b.unpark();
         }
     }
 
@@ -77,6 +93,29 @@ impl ChannelInner {
         let mut q = self.lock();
         q.closed = true;
         self.ready.notify_all();
+        if let Some(b) = &q.bell {
+            b.unpark();
+        }
+    }
+
+    /// For a thread about to sleep on `bell` (the device's doorbell) while it runs the
+    /// engine: the oldest event if one is queued; otherwise the next push (or the close)
+    /// unparks `bell`, until [`ChannelInner::unwatch`].
+    pub(crate) fn watch(&self, bell: &Arc<dyn Port>) -> Watch {
+        let mut q = self.lock();
+        if let Some(cq) = self.pop(&mut q) {
+            return Watch::Event(cq);
+        }
+        if q.closed {
+            return Watch::Closed;
+        }
+        q.bell = Some(bell.clone());
+        Watch::Watching
+    }
+
+    /// The thread that watched is awake: pushes ring nothing from now on.
+    pub(crate) fn unwatch(&self) {
+        self.lock().bell = None;
     }
 
     /// The oldest event, if one is queued (no waiting).

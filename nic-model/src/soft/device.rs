@@ -7,16 +7,17 @@
 //! thread *stands by*: it sleeps on its own thread parker, not on the inbox doorbell, so neither
 //! the program nor its peers pay a system call to wake it, and two cores are not shared by four
 //! busy-polling threads. When the program stops calling in (no inline round during a standby
-//! interval) or is about to block in a verb (`ibv_get_cq_event`, `ibv_get_async_event`), the NIC
-//! thread takes over: it runs progress rounds, spins for a bounded window after its last work,
-//! and then parks on the doorbell futex, where a sender wakes it only because it is parked. That
-//! is how one-sided operations complete while the target program sleeps, and why an idle device
-//! costs no CPU. A program that calls in but waits for its peer's one-sided requests by polling
+//! interval) or is about to block in a verb (`ibv_get_async_event`; a thread blocked in
+//! `ibv_get_cq_event` runs the engine itself, `device/driver.rs`), the NIC thread takes over:
+//! it runs progress rounds, spins for a bounded window after its last work, and then parks
+//! on the doorbell futex, where a sender wakes it only because it is parked. That is how
+//! one-sided operations complete while the target program sleeps, and why an idle device costs
+//! no CPU. A program that calls in but waits for its peer's one-sided requests by polling
 //! memory (`ib_write_lat`) leaves them in the inbox; the NIC thread notices at a standby look
 //! and serves it as a sleeping one (`device/nic_thread.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError, Weak};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -33,8 +34,10 @@ use super::{ChannelInner, SoftCq};
 use crate::cost::{self, Syscall};
 use crate::engine::{Egress, Nic, NicEvent, NicStats, Now};
 use crate::packet::{with_icrc_ipv4, Icrc};
+pub(crate) use driver::Driven;
 use nic_thread::nic_thread;
 
+mod driver;
 mod nic_thread;
 
 /// What [`super::Soft::watch_async_events`] calls for each async event: quick, and never a
@@ -174,6 +177,13 @@ pub(crate) struct Core {
     /// are any, the NIC thread does not stand by, since the program may be waiting in
     /// `poll`/`epoll` on the channel's fd, calling no verb.
     armed_cqs: AtomicU32,
+    /// Who sleeps on the inbox doorbell: nobody, the NIC thread, or a thread blocked in
+    /// `ibv_get_cq_event` that runs the engine itself (`driver::BELL_*`).
+    doorbell: AtomicU8,
+    /// How many times a waiter took the doorbell (the NIC thread tells a new one by it).
+    drives: AtomicU64,
+    /// A waiter is taking the doorbell from the NIC thread: the thread does not park there.
+    bell_wanted: AtomicBool,
     nic_thread: OnceLock<Thread>,
     /// Why the port went down for good (see [`Core::check_port`]).
     port_error: OnceLock<String>,
@@ -256,6 +266,9 @@ impl Device {
             inline_rounds: AtomicU64::new(0),
             takeover: AtomicBool::new(false),
             armed_cqs: AtomicU32::new(0),
+            doorbell: AtomicU8::new(driver::BELL_FREE),
+            drives: AtomicU64::new(0),
+            bell_wanted: AtomicBool::new(false),
             nic_thread: OnceLock::new(),
             port_error: OnceLock::new(),
             spin: env.spin,
@@ -291,6 +304,14 @@ impl Device {
         tracing::info!(device = %core.name, slot = core.state.lock().map_or(0, |s| s.nic.config().slot),
             "device opened");
         Arc::new(Device { core, thread: Some(handle) })
+    }
+}
+
+impl Device {
+    /// The shared core, which a thread blocked in a verb holds without keeping the device
+    /// open.
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
     }
 }
 
@@ -504,7 +525,8 @@ impl Core {
             return;
         }
         entry.armed = true;
-        if self.armed_cqs.fetch_add(1, Ordering::AcqRel) == 0 {
+        let lent = self.doorbell.load(Ordering::Acquire) == driver::BELL_LENT;
+        if self.armed_cqs.fetch_add(1, Ordering::AcqRel) == 0 && !lent {
             self.takeover.store(true, Ordering::Release);
             if let Some(t) = self.nic_thread.get() {
                 cost::syscalls(Syscall::Unpark, 1);

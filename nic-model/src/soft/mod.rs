@@ -46,7 +46,7 @@ use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};
 use crate::wire::{Fabric, InboxConfig, WireError};
 use channel::ChannelInner;
-use device::{Core, CqEntry, Device, Round};
+use device::{Core, CqEntry, Device, Driven, Round};
 
 /// What a set of soft devices' ports attach to.
 enum Medium {
@@ -497,11 +497,34 @@ impl CompChannelOps for SoftChannel {
         if let Some(cq) = self.inner.try_pop() {
             return Ok(cq);
         }
-        // The program is about to sleep: the NIC thread must run the engine meanwhile.
-        match self.dev.upgrade() {
-            Some(dev) => dev.hand_over(),
-            None => return Err(Error::new(Errno::Io, "ibv_get_cq_event: the device was closed")),
+        let Some(core) = self.dev.upgrade().map(|d| d.core().clone()) else {
+            return Err(Error::new(Errno::Io, "ibv_get_cq_event: the device was closed"));
+        };
+        if timeout.is_some_and(|t| t.is_zero()) {
+            // The program will wait elsewhere (epoll on the fd): the NIC thread runs the
+            // engine meanwhile.
+            core.hand_over();
+            return Err(Error::new(
+                Errno::TimedOut,
+                "ibv_get_cq_event: no completion event queued",
+            ));
         }
+        // The program is about to sleep: this thread runs the engine meanwhile, woken once
+        // by the datagram that brings the event; if another thread does so already, the NIC
+        // thread does.
+        match core.drive_until_event(&self.inner, timeout) {
+            Driven::Event(cq) => return Ok(cq),
+            Driven::Closed(e) => return Err(e),
+            Driven::TimedOut => {
+                let t = timeout.unwrap_or_default();
+                return Err(Error::new(
+                    Errno::TimedOut,
+                    format!("ibv_get_cq_event: no completion event within {t:?}"),
+                ));
+            }
+            Driven::Busy => core.hand_over(),
+        }
+        drop(core);
         let cq = self.inner.wait(timeout).map_err(|e| {
             e.unwrap_or_else(|| {
                 let t = timeout.unwrap_or_default();

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Core;
+use super::driver::{BELL_FREE, BELL_LENT, BELL_NIC, BELL_WAITER};
+use super::{Core, MAX_PARK};
 use crate::cost::{self, Syscall};
 use crate::wire::os;
 
@@ -77,7 +78,51 @@ pub(super) fn nic_thread(core: Arc<Core>) {
     // When the NIC thread last saw the program call in (seen only while it serves a program
     // that polls memory).
     let mut last_call = Instant::now();
+    // Looks in a row that found a waiter driving the engine (`driver.rs`), and how many
+    // drives had begun at the last look.
+    let mut driven_looks = 0u32;
+    let mut drives_seen = core.drives.load(Ordering::Relaxed);
+    let mut drive_seen_at = Instant::now();
     while !core.shutdown.load(Ordering::Acquire) {
+        let bell = core.doorbell.load(Ordering::Acquire);
+        if bell == BELL_WAITER || bell == BELL_LENT {
+            let drives = core.drives.load(Ordering::Relaxed);
+            let again = std::mem::replace(&mut drives_seen, drives) != drives;
+            // Lent back, and no thread drove since the last look, or the program hands
+            // the engine over: take the doorbell back and run as usual.
+            let lapsed = bell == BELL_LENT
+                && (driven_looks != 0 && !again || core.takeover.load(Ordering::Acquire));
+            if !(lapsed
+                && core
+                    .doorbell
+                    .compare_exchange(BELL_LENT, BELL_FREE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok())
+            {
+                // A thread blocked in `ibv_get_cq_event` runs the engine and sleeps on the
+                // doorbell, or did and will be back: stand by. For long only while the same
+                // thread waits, as it wakes us when it returns after a long wait.
+                // (It waited a standby interval by then, so it wakes us: `driver.rs`.)
+                if again || driven_looks == 0 {
+                    drive_seen_at = Instant::now();
+                }
+                let long = bell == BELL_WAITER
+                    && !again
+                    && driven_looks != 0
+                    && drive_seen_at.elapsed() >= core.standby;
+                driven_looks = driven_looks.saturating_add(1);
+                core.check_port();
+                if let Some(c) = &core.capture {
+                    // As when idle: a killed program's capture holds everything up to here.
+                    c.flush();
+                }
+                cost::syscalls(Syscall::Park, 1);
+                std::thread::park_timeout(if long { MAX_PARK } else { core.standby });
+                seen_rounds = core.inline_rounds.load(Ordering::Relaxed);
+                last_work = Instant::now();
+                continue;
+            }
+        }
+        driven_looks = 0;
         let rounds = core.inline_rounds.load(Ordering::Relaxed);
         let handed_over = core.takeover.swap(false, Ordering::AcqRel);
         // The program calls in and waits for no event: sleep where no sender has to wake us.
@@ -151,13 +196,27 @@ pub(super) fn nic_thread(core: Arc<Core>) {
             c.flush();
         }
         let (budget, until) = core.park_budget();
-        core.parked_until_ns.store(until, Ordering::Release);
-        if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {
-            tracing::trace!(device = %core.name, budget_ns = budget.as_nanos() as u64,
-                "NIC thread parks on the doorbell");
-            core.port.park(budget);
+        if core.bell_wanted.load(Ordering::Acquire) {
+            // A waiter takes the doorbell: let it, and stand by from the next look.
+            std::thread::yield_now();
+            continue;
         }
-        core.parked_until_ns.store(u64::MAX, Ordering::Release);
+        let bell = core.doorbell.compare_exchange(
+            BELL_FREE,
+            BELL_NIC,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if bell.is_ok() {
+            core.parked_until_ns.store(until, Ordering::Release);
+            if !budget.is_zero() && !core.shutdown.load(Ordering::Acquire) {
+                tracing::trace!(device = %core.name, budget_ns = budget.as_nanos() as u64,
+                    "NIC thread parks on the doorbell");
+                core.port.park(budget);
+            }
+            core.parked_until_ns.store(u64::MAX, Ordering::Release);
+            core.doorbell.store(BELL_FREE, Ordering::Release);
+        }
         woke = true;
         // Whatever woke us, look for work at once; then spin a full window only after work.
         last_work = Instant::now().checked_sub(core.spin).unwrap_or_else(Instant::now);
