@@ -294,6 +294,13 @@ impl Device {
     }
 }
 
+impl Device {
+    /// Whether this handle is a copy a child of `fork()` inherited ([`Core::inherited`]).
+    pub(crate) fn inherited(&self) -> bool {
+        self.core.inherited()
+    }
+}
+
 impl Drop for Device {
     fn drop(&mut self) {
         if self.core.inherited() {
