@@ -242,6 +242,9 @@ pub unsafe fn resolve_addr(
         eprintln!("librdmacm (softverbs): rdma_resolve_addr: the destination must be an IPv4 or IPv6 address");
         return fail(libc::EAFNOSUPPORT);
     };
+    // The any address resolves as loopback, as the kernel's CM does (cma_resolve_loopback):
+    // libfabric's verbs provider resolves 0.0.0.0 while it builds its fi_info.
+    let d = if d.0 == [0; 4] { ([127, 0, 0, 1], d.1) } else { d };
     let s = match crate::v6::read(src, "rdma_resolve_addr") {
         Ok(crate::v6::Addr6::Port(ip, _, _)) => Some(ip),
         Ok(crate::v6::Addr6::Foreign(text)) => {
@@ -403,22 +406,37 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     // SAFETY: hints is NULL or the caller's.
     let h = unsafe { hints.as_ref() };
     let hint_src = h.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0);
-    if res.is_null() || (node.is_null() && service.is_null() && hint_src.is_none()) {
+    let hint_dst = h.filter(|h| !h.ai_dst_addr.is_null() && h.ai_dst_len > 0);
+    if res.is_null()
+        || (node.is_null() && service.is_null() && hint_src.is_none() && hint_dst.is_none())
+    {
         return fail(libc::EINVAL);
     }
     let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE != 0);
     if node.is_null() && service.is_null() {
-        // Nothing to look up: the hints' source address alone (as librdmacm; pyverbs'
-        // AddrInfo(src=) of a multicast group for rdma_join_multicast).
+        // Nothing to look up: the hints' addresses as they are (as librdmacm; pyverbs'
+        // AddrInfo(src=) of a multicast group for rdma_join_multicast, libfabric's verbs
+        // provider with the peer's address in ai_dst_addr).
         // SAFETY: all-zero is a valid AiBox.
         let mut b: Box<AiBox> = Box::new(unsafe { std::mem::zeroed() });
-        let h = hint_src.expect("checked above");
+        let h = hint_src.or(hint_dst).expect("checked above");
         b.c.ai_flags = h.ai_flags;
         b.c.ai_qp_type = if h.ai_qp_type != 0 { h.ai_qp_type } else { 2 };
         b.c.ai_port_space = if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP };
-        copy_src(&mut b, h);
-        // SAFETY: the address copied above starts with its family.
-        b.c.ai_family = c_int::from(unsafe { (*h.ai_src_addr).sa_family });
+        if hint_src.is_some() {
+            copy_src(&mut b, h);
+        }
+        if hint_dst.is_some() {
+            let n = (h.ai_dst_len as usize).min(b.dst.len());
+            // SAFETY: the hints' address of ai_dst_len bytes (at most our buffer's).
+            let from = unsafe { std::slice::from_raw_parts(h.ai_dst_addr.cast::<u8>(), n) };
+            b.dst[..n].copy_from_slice(from);
+            b.c.ai_dst_len = n as u32;
+            b.c.ai_dst_addr = b.dst.as_mut_ptr().cast();
+        }
+        let first = if hint_src.is_some() { h.ai_src_addr } else { h.ai_dst_addr };
+        // SAFETY: an address the hints gave starts with its family.
+        b.c.ai_family = c_int::from(unsafe { (*first).sa_family });
         // SAFETY: res is the caller's out pointer.
         unsafe { *res = Box::into_raw(b).cast() };
         return 0;

@@ -31,7 +31,9 @@ fn loopback_bind_has_a_device_foreign_bind_is_silent_and_ack_timeout_reaches_the
              bind 192.0.2.1: -1 EADDRNOTAVAIL\n\
              getaddrinfo(dst, hints src): src 127.0.0.1 dst set\n\
              getaddrinfo(hints src only): src 127.0.0.1 dst none\n\
+             getaddrinfo(hints dst only): src none dst set\n\
              getaddrinfo(nothing): -1 EINVAL\n\
+             resolve 0.0.0.0: resolved, verbs set\n\
              ack timeout of 4 bytes: -1 EINVAL\n\
              active QP timeout 12\n\
              passive QP timeout 9\n",

@@ -2,7 +2,8 @@
  * loopback address binds the id to a device (verbs set, as the kernel's CM binds it to its first
  * device); a bind to an address of no soft port fails with EADDRNOTAVAIL (silent: tests/bind.rs
  * checks stderr); rdma_getaddrinfo keeps the hints' source address; RDMA_OPTION_ID_ACK_TIMEOUT
- * is each side's QP timeout once connected. Usage: bind_opts PORT */
+ * is each side's QP timeout once connected; hints with a destination alone, and a resolve of
+ * 0.0.0.0 (loopback, as the kernel's), as libfabric's verbs provider asks. Usage: bind_opts PORT */
 #include "cm_common.h"
 
 static void show_src(const char *what, struct rdma_addrinfo *ai)
@@ -67,9 +68,25 @@ int main(int argc, char **argv)
 	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0);
 	show_src("getaddrinfo(hints src only)", res);
 	rdma_freeaddrinfo(res);
+	hints.ai_dst_addr = src->ai_src_addr;
+	hints.ai_dst_len = src->ai_src_len;
+	hints.ai_src_addr = NULL;
+	hints.ai_src_len = 0;
+	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0);
+	show_src("getaddrinfo(hints dst only)", res);
+	rdma_freeaddrinfo(res);
 	rdma_freeaddrinfo(src);
 	n = rdma_getaddrinfo(NULL, NULL, NULL, &res);
 	printf("getaddrinfo(nothing): %d %s\n", n, errno == EINVAL ? "EINVAL" : "?");
+
+	/* The any address resolves as loopback (the kernel's cma_resolve_loopback). */
+	CHECK(rdma_create_id(ch, &b, NULL, RDMA_PS_TCP) == 0);
+	foreign.sin_addr.s_addr = htonl(INADDR_ANY);
+	foreign.sin_port = htons(atoi(argv[1]));
+	CHECK(rdma_resolve_addr(b, NULL, (struct sockaddr *)&foreign, 2000) == 0);
+	expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+	printf("resolve 0.0.0.0: resolved, verbs %s\n", b->verbs ? "set" : "NULL");
+	CHECK(rdma_destroy_id(b) == 0);
 
 	/* The ACK timeout each side sets reaches its QP. */
 	loopback_pair(atoi(argv[1]), &listen, &act);
