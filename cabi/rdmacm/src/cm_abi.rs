@@ -166,3 +166,8 @@ pub const RDMA_PS_IB: c_int = 0x013F;
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// `RAI_PASSIVE`.
 pub const RAI_PASSIVE: c_int = 1;
+
+/// `rdma_set_option`'s level for the id's own options (`RDMA_OPTION_ID`).
+pub const RDMA_OPTION_ID: c_int = 0;
+/// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout (a `u8`).
+pub const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;

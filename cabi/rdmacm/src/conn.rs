@@ -112,10 +112,7 @@ pub fn qp_connect(
     let b = ibv_qp_attr {
         qp_state: QpState::Rts.to_c_int(),
         sq_psn: st.my_psn,
-        // The local ACK timeout the kernel's CM gives a RoCE QP: the path's packet life time
-        // (16) + 1, 4.096 µs * 2^17 = 0.54 s a try. (14, 67 ms, let a process starved of CPU
-        // on a loaded laptop fail its peer's RDMA READs with "retry exceeded".)
-        timeout: 17,
+        timeout: crate::state::ack_timeout(st),
         retry_cnt: 7,
         rnr_retry: st.rnr_retry,
         max_rd_atomic: initiator.max(1),

@@ -105,7 +105,7 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
     let (v6, v4) = match crate::v6::read(addr, "rdma_bind_addr") {
         Ok(crate::v6::Addr6::Port(ip, port, scope)) => (Some(scope), Some((ip, port))),
         Ok(crate::v6::Addr6::Foreign(text)) => {
-            eprintln!("librdmacm (softverbs): rdma_bind_addr: {text} is the address of no softverbs port here (a port's IPv6 address is its link-local GID, fe80::...)");
+            crate::state::log_reason(format_args!("rdma_bind_addr: {text} is the address of no softverbs port here (a port's IPv6 address is its link-local GID, fe80::...)"));
             return fail(libc::EADDRNOTAVAIL);
         }
         Ok(crate::v6::Addr6::NotV6) => (None, read_sockaddr(addr)),
@@ -120,17 +120,25 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
     if let Some(scope) = v6 {
         crate::v6::mark(id.token, scope);
     }
-    let ip = if is_loopback(ip) { [0; 4] } else { ip };
-    let dev = if ip == [0; 4] {
+    // A loopback address binds the id to this process's first soft device (the kernel's CM binds
+    // it to its first active device, so `verbs` is set) but listens on any address: 127.0.0.1
+    // reaches whichever process listens on the port (state.rs, is_loopback).
+    let loopback = is_loopback(ip);
+    let ip = if loopback { [0; 4] } else { ip };
+    let dev = if loopback {
+        devices().first().copied()
+    } else if ip == [0; 4] {
         None
     } else {
         match dev_of_ip(ip) {
             Some(d) => Some(d),
             None => {
-                eprintln!(
-                    "librdmacm (softverbs): rdma_bind_addr: {}.{}.{}.{} is the address of no softverbs port here (ports: {})",
+                // As the kernel's librdmacm, silent: UCX, MPI and libfabric probe every host
+                // address; the reason only under SOFTVERBS_LOG.
+                crate::state::log_reason(format_args!(
+                    "rdma_bind_addr: {}.{}.{}.{} is the address of no softverbs port here (ports: {})",
                     ip[0], ip[1], ip[2], ip[3], port_list()
-                );
+                ));
                 return fail(libc::EADDRNOTAVAIL);
             }
         }
@@ -235,6 +243,9 @@ pub unsafe fn resolve_addr(
         eprintln!("librdmacm (softverbs): rdma_resolve_addr: the destination must be an IPv4 or IPv6 address");
         return fail(libc::EAFNOSUPPORT);
     };
+    // The any address resolves as loopback, as the kernel's CM does (cma_resolve_loopback):
+    // libfabric's verbs provider resolves 0.0.0.0 while it builds its fi_info.
+    let d = if d.0 == [0; 4] { ([127, 0, 0, 1], d.1) } else { d };
     let s = match crate::v6::read(src, "rdma_resolve_addr") {
         Ok(crate::v6::Addr6::Port(ip, _, _)) => Some(ip),
         Ok(crate::v6::Addr6::Foreign(text)) => {
@@ -354,18 +365,27 @@ pub unsafe extern "C" fn rdma_get_dst_port(cid: *mut rdma_cm_id) -> u16 {
     id_ref(cid).map_or(0, |_| port_of(unsafe { &(*cid).route.addr.dst }))
 }
 
-/// `rdma_set_option`: accepted and ignored (type of service, reuse-address, timeouts): the soft
+/// `rdma_set_option`: `RDMA_OPTION_ID_ACK_TIMEOUT` (a `u8`) is the local ACK timeout the CM
+/// gives the id's QP at RTS (`rdma_init_qp_attr` too), as the kernel's CM; the other options
+/// (type of service, reuse-address, IPv6 only, an IB path) are accepted and ignored: the soft
 /// fabric has one service level and no address reuse wait.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_set_option(
     cid: *mut rdma_cm_id,
-    _level: c_int,
-    _optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
 ) -> c_int {
-    if id_ref(cid).is_none() {
-        return fail(libc::EINVAL);
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    if level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT {
+        if optval.is_null() || optlen != 1 {
+            eprintln!("librdmacm (softverbs): rdma_set_option: RDMA_OPTION_ID_ACK_TIMEOUT takes a u8 (optlen 1, here {optlen})");
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: the caller's one byte.
+        let t = unsafe { *optval.cast::<u8>() };
+        id.st.lock().expect("id").ack_timeout = Some(t);
     }
     0
 }
@@ -379,7 +399,7 @@ struct AiBox {
 }
 
 /// `rdma_getaddrinfo`: `getaddrinfo` for IPv4; with `RAI_PASSIVE` the address is the source
-/// (to bind), else the destination (to resolve).
+/// (to bind), else the destination (to resolve), with the hints' source address if they give one.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
@@ -387,12 +407,44 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: hints is NULL or the caller's.
     let h = unsafe { hints.as_ref() };
+    let hint_src = h.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0);
+    let hint_dst = h.filter(|h| !h.ai_dst_addr.is_null() && h.ai_dst_len > 0);
+    if res.is_null()
+        || (node.is_null() && service.is_null() && hint_src.is_none() && hint_dst.is_none())
+    {
+        return fail(libc::EINVAL);
+    }
     let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE != 0);
+    if node.is_null() && service.is_null() {
+        // Nothing to look up: the hints' addresses as they are (as librdmacm; pyverbs'
+        // AddrInfo(src=) of a multicast group for rdma_join_multicast, libfabric's verbs
+        // provider with the peer's address in ai_dst_addr).
+        // SAFETY: all-zero is a valid AiBox.
+        let mut b: Box<AiBox> = Box::new(unsafe { std::mem::zeroed() });
+        let h = hint_src.or(hint_dst).expect("checked above");
+        b.c.ai_flags = h.ai_flags;
+        b.c.ai_qp_type = if h.ai_qp_type != 0 { h.ai_qp_type } else { 2 };
+        b.c.ai_port_space = if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP };
+        if hint_src.is_some() {
+            copy_src(&mut b, h);
+        }
+        if hint_dst.is_some() {
+            let n = (h.ai_dst_len as usize).min(b.dst.len());
+            // SAFETY: the hints' address of ai_dst_len bytes (at most our buffer's).
+            let from = unsafe { std::slice::from_raw_parts(h.ai_dst_addr.cast::<u8>(), n) };
+            b.dst[..n].copy_from_slice(from);
+            b.c.ai_dst_len = n as u32;
+            b.c.ai_dst_addr = b.dst.as_mut_ptr().cast();
+        }
+        let first = if hint_src.is_some() { h.ai_src_addr } else { h.ai_dst_addr };
+        // SAFETY: an address the hints gave starts with its family.
+        b.c.ai_family = c_int::from(unsafe { (*first).sa_family });
+        // SAFETY: res is the caller's out pointer.
+        unsafe { *res = Box::into_raw(b).cast() };
+        return 0;
+    }
     // SAFETY: all-zero addrinfo is valid hints.
     let mut sh: libc::addrinfo = unsafe { std::mem::zeroed() };
     // IPv4 unless IPv6 is asked for, or the node is an IPv6 literal (`fe80::...%lo`: v6.rs).
@@ -446,9 +498,24 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         write_sockaddr(field, ip, port);
         *len = 16;
     }
+    // An active lookup keeps the source address the hints give (librdmacm copies it: pyverbs'
+    // AddrInfo(src=, dst=) binds with it).
+    if let Some(h) = hint_src.filter(|_| !passive) {
+        copy_src(&mut b, h);
+    }
     // SAFETY: res is the caller's out pointer.
     unsafe { *res = Box::into_raw(b).cast() };
     0
+}
+
+/// Copy the source address of hints `h` (non-NULL, `ai_src_len` bytes) into `b`.
+fn copy_src(b: &mut AiBox, h: &rdma_addrinfo) {
+    let n = (h.ai_src_len as usize).min(b.src.len());
+    // SAFETY: the hints' address of ai_src_len bytes (at most our buffer's).
+    let from = unsafe { std::slice::from_raw_parts(h.ai_src_addr.cast::<u8>(), n) };
+    b.src[..n].copy_from_slice(from);
+    b.c.ai_src_len = n as u32;
+    b.c.ai_src_addr = b.src.as_mut_ptr().cast();
 }
 
 /// `rdma_freeaddrinfo`.

