@@ -1,6 +1,7 @@
 //! tests/c/transport.c on the library: the transport's behaviour as a C program sees it —
 //! ordering, the responder's refusals (a wrong or stale rkey, a missing access right), READ
-//! and atomics, a PSN or path-MTU mistake, a peer killed mid-conversation — each case in a
+//! and atomics, a PSN or path-MTU mistake, a peer killed mid-conversation, a responder in
+//! ERR, a chain of large WRITEs — each case in a
 //! process of its own, run with direct reach on and off, with the same lines expected both
 //! ways, as rxe gives them (issue 29, Deliver 6: one test matrix, from C too).
 
@@ -59,6 +60,23 @@ cmp_swap: original 7, now 99
         "\
 dead: before the kill: wr_id=10 status=success opcode=1 byte_len=64 qp ok=yes flags=0
 dead: after the kill: wr_id=11 status=transport retry counter exceeded qp ok=yes
+",
+    ),
+    (
+        "err",
+        "\
+err: wr_id=12 status=transport retry counter exceeded qp ok=yes
+err: responder memory untouched: yes
+",
+    ),
+    (
+        "list",
+        "\
+list: wr_id=20 status=success opcode=1 byte_len=524288 qp ok=yes flags=0
+list: wr_id=21 status=success opcode=1 byte_len=524288 qp ok=yes flags=0
+list: wr_id=22 status=success opcode=1 byte_len=524288 qp ok=yes flags=0
+list: wr_id=23 status=success opcode=1 byte_len=524288 qp ok=yes flags=0
+list: bytes: right
 ",
     ),
 ];

@@ -12,7 +12,12 @@
  *   read      a READ, and a compare-and-swap, with the bytes and the original word checked;
  *   psn       a requester 0x100 PSNs ahead of the responder's expected PSN: RETRY_EXC_ERR;
  *   mtu       a 1024-byte WRITE from a 1024-byte path MTU to a responder at 256: REM_INV_REQ_ERR;
- *   dead      a peer process killed with SIGKILL: the next WRITE ends in RETRY_EXC_ERR.
+ *   dead      a peer process killed with SIGKILL: the next WRITE ends in RETRY_EXC_ERR;
+ *   err       the responder's QP moved to ERR: the next WRITE ends in RETRY_EXC_ERR and no
+ *             byte of it lands (rxe drops what reaches a QP in ERR);
+ *   list      four 512 KiB WRITEs chained in one ibv_post_send: four completions in order and
+ *             every byte (direct reach copies at most 1 MiB of them in the call; the rest go
+ *             as packets, which a program cannot tell apart).
  * Only the fields `man ibv_poll_cq` defines for a failed completion (wr_id, status, qp_num)
  * are printed for errors. Every wait is bounded.
  */
@@ -29,6 +34,7 @@
 #include <infiniband/verbs.h>
 
 #define LEN 8192
+#define BIG (4 << 19)
 #define ALL_REMOTE (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
 struct side {
@@ -54,7 +60,7 @@ static void die(const char *what)
 	exit(9);
 }
 
-static void open_side(struct side *s, int index, int mr_access)
+static void open_side_len(struct side *s, int index, int mr_access, size_t len)
 {
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
@@ -66,15 +72,20 @@ static void open_side(struct side *s, int index, int mr_access)
 		die("ibv_open_device");
 	s->pd = ibv_alloc_pd(s->ctx);
 	s->cq = ibv_create_cq(s->ctx, 16, NULL, NULL, 0);
-	if (!s->pd || !s->cq || posix_memalign((void **)&s->buf, 4096, LEN))
+	if (!s->pd || !s->cq || posix_memalign((void **)&s->buf, 4096, len))
 		die("pd, cq or buffer");
-	memset(s->buf, 0, LEN);
-	s->mr = ibv_reg_mr(s->pd, s->buf, LEN, IBV_ACCESS_LOCAL_WRITE | mr_access);
+	memset(s->buf, 0, len);
+	s->mr = ibv_reg_mr(s->pd, s->buf, len, IBV_ACCESS_LOCAL_WRITE | mr_access);
 	struct ibv_qp_init_attr qi = { .send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
 		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 } };
 	s->qp = ibv_create_qp(s->pd, &qi);
 	if (!s->mr || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid))
 		die("mr, qp or gid");
+}
+
+static void open_side(struct side *s, int index, int mr_access)
+{
+	open_side_len(s, index, mr_access, LEN);
 }
 
 static void close_side(struct side *s)
@@ -387,6 +398,53 @@ static void dead_peer(void)
 	close_side(&a);
 }
 
+static void responder_in_err(void)
+{
+	struct side a, b;
+	pair(&a, &b, ALL_REMOTE, 0x100, 0x100, IBV_MTU_1024, IBV_MTU_1024);
+	struct ibv_qp_attr e = { .qp_state = IBV_QPS_ERR };
+	if (ibv_modify_qp(b.qp, &e, IBV_QP_STATE))
+		die("modify the responder to ERR");
+	fill(a.buf, 64, 19);
+	struct ibv_sge ws = { .addr = (uintptr_t)a.buf, .length = 64, .lkey = a.mr->lkey };
+	struct ibv_send_wr w = rdma(12, IBV_WR_RDMA_WRITE, &ws, (uintptr_t)b.buf, b.mr->rkey);
+	post(a.qp, &w);
+	show("err", a.cq, a.qp);
+	int touched = 0;
+	for (int i = 0; i < 64; i++)
+		touched |= b.buf[i];
+	printf("err: responder memory untouched: %s\n", touched ? "no" : "yes");
+	close_side(&a);
+	close_side(&b);
+}
+
+static void chained_list(void)
+{
+	struct side a, b;
+	open_side_len(&a, 0, ALL_REMOTE, BIG);
+	open_side_len(&b, 1, ALL_REMOTE, BIG);
+	struct info ia = info_of(&a), ib = info_of(&b);
+	connect_to(&a, &ib, 0x2000, 0x100, IBV_MTU_1024);
+	connect_to(&b, &ia, 0x100, 0x2000, IBV_MTU_1024);
+	fill(a.buf, BIG, 23);
+	const uint32_t half = BIG / 4;
+	struct ibv_sge sg[4];
+	struct ibv_send_wr w[4];
+	for (int i = 0; i < 4; i++) {
+		sg[i] = (struct ibv_sge){ .addr = (uintptr_t)a.buf + i * half, .length = half,
+					  .lkey = a.mr->lkey };
+		w[i] = rdma(20 + i, IBV_WR_RDMA_WRITE, &sg[i], (uintptr_t)b.buf + i * half,
+			    b.mr->rkey);
+		w[i].next = i < 3 ? &w[i + 1] : NULL;
+	}
+	post(a.qp, &w[0]);
+	for (int i = 0; i < 4; i++)
+		show("list", a.cq, a.qp);
+	printf("list: bytes: %s\n", memcmp(a.buf, b.buf, BIG) ? "wrong" : "right");
+	close_side(&a);
+	close_side(&b);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -402,6 +460,8 @@ int main(int argc, char **argv)
 	CASE("psn", psn_mistake);
 	CASE("mtu", mtu_mistake);
 	CASE("dead", dead_peer);
+	CASE("err", responder_in_err);
+	CASE("list", chained_list);
 	printf("done\n");
 	return 0;
 }
