@@ -91,6 +91,19 @@ static int client(int i, int sock)
 	return 0;
 }
 
+/* The next request: a receive completion. The server's replies complete on the same CQ, and
+ * a request can arrive before the reply to the one before it has completed, so a SEND's
+ * completion met here is counted in *sent rather than taken for a request. */
+static struct ibv_wc next_request(struct side *s, int *sent)
+{
+	for (;;) {
+		struct ibv_wc wc = lab_poll(s, 0);
+		if (wc.opcode & IBV_WC_RECV)
+			return wc;
+		(*sent)++;
+	}
+}
+
 int main(void)
 {
 	int socks[CLIENTS];
@@ -121,8 +134,10 @@ int main(void)
 	}
 	for (int i = 0; i < CLIENTS; i++)
 		lab_signal(socks[i]); /* go */
+	int sent = 0;
+	struct ibv_ah *ahs[CLIENTS] = { 0 };
 	for (int n = 0; n < CLIENTS; n++) {
-		struct ibv_wc wc = lab_poll(&server, 0);
+		struct ibv_wc wc = next_request(&server, &sent);
 		int who = 0;
 		for (int i = 0; i < CLIENTS; i++)
 			if (wc.src_qp == client_qpn[i])
@@ -130,11 +145,21 @@ int main(void)
 		char *req = server.buf + wc.wr_id * SLOT + GRH;
 		printf("mem server request from client%d: %s\n", who, req);
 		/* TODO(2): answer the sender: an address handle made from the request's completion
-		 * and GRH (ibv_create_ah_from_wc), and a SEND to wc.src_qp with the Q_Key. */
+		 * and GRH (ibv_create_ah_from_wc), kept in ahs[n] until its SEND completes, and a
+		 * SEND to wc.src_qp with the Q_Key (its completion is counted by next_request or
+		 * the loop below). */
 		int off = 1024 + n * 64;
 		int len = snprintf(server.buf + off, 64, "it is time, client%d", who) + 1;
 		(void)len;
 	}
+	/* The replies' completions not met yet; then their address handles can go. */
+	while (sent < CLIENTS && ahs[CLIENTS - 1]) {
+		lab_poll(&server, 0);
+		sent++;
+	}
+	for (int n = 0; n < CLIENTS; n++)
+		if (ahs[n])
+			ibv_destroy_ah(ahs[n]);
 	int rc = 0;
 	for (int i = 0; i < CLIENTS; i++) {
 		int status;

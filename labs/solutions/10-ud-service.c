@@ -102,6 +102,19 @@ static int client(int i, int sock)
 	return 0;
 }
 
+/* The next request: a receive completion. The server's replies complete on the same CQ, and
+ * a request can arrive before the reply to the one before it has completed, so a SEND's
+ * completion met here is counted in *sent rather than taken for a request. */
+static struct ibv_wc next_request(struct side *s, int *sent)
+{
+	for (;;) {
+		struct ibv_wc wc = lab_poll(s, 0);
+		if (wc.opcode & IBV_WC_RECV)
+			return wc;
+		(*sent)++;
+	}
+}
+
 int main(void)
 {
 	int socks[CLIENTS];
@@ -132,8 +145,10 @@ int main(void)
 	}
 	for (int i = 0; i < CLIENTS; i++)
 		lab_signal(socks[i]); /* go */
+	int sent = 0;
+	struct ibv_ah *ahs[CLIENTS] = { 0 };
 	for (int n = 0; n < CLIENTS; n++) {
-		struct ibv_wc wc = lab_poll(&server, 0);
+		struct ibv_wc wc = next_request(&server, &sent);
 		int who = 0;
 		for (int i = 0; i < CLIENTS; i++)
 			if (wc.src_qp == client_qpn[i])
@@ -146,12 +161,19 @@ int main(void)
 				(struct ibv_grh *)(server.buf + wc.wr_id * SLOT), 1);
 		if (!ah)
 			lab_die("ibv_create_ah_from_wc");
+		ahs[n] = ah;
 		int off = 1024 + n * 64;
 		int len = snprintf(server.buf + off, 64, "it is time, client%d", who) + 1;
 		send_to(&server, ah, wc.src_qp, off, len);
-		lab_poll(&server, 0);
-		ibv_destroy_ah(ah);
 	}
+	/* The replies' completions not met yet; then their address handles can go. */
+	while (sent < CLIENTS && ahs[CLIENTS - 1]) {
+		lab_poll(&server, 0);
+		sent++;
+	}
+	for (int n = 0; n < CLIENTS; n++)
+		if (ahs[n])
+			ibv_destroy_ah(ahs[n]);
 	int rc = 0;
 	for (int i = 0; i < CLIENTS; i++) {
 		int status;
