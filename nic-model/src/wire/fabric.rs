@@ -483,7 +483,9 @@ pub(crate) fn init_inbox(file: &File, path: &Path, header: &Header) -> Result<In
     os::reserve(file, header.total_size).map_err(|e| WireError::io(path, e))?;
     let meta = file.metadata().map_err(|e| WireError::io(path, e))?;
     let seg = Segment::init(file, path, header)?;
-    Ok(Inbox::new(seg, header.lid, header.gid, (meta.dev(), meta.ino())))
+    let inbox = Inbox::new(seg, header.lid, header.gid, (meta.dev(), meta.ino()));
+    super::at_exit::remove_at_exit(path);
+    Ok(inbox)
 }
 
 /// Reads whatever a file of the fabric directory says about itself.

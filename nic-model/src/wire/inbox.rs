@@ -540,6 +540,7 @@ impl Drop for Inbox {
         }
         self.seg.state().store(STATE_CLOSED, Ordering::Release);
         let path: PathBuf = self.path().to_path_buf();
+        super::at_exit::forget(&path);
         tracing::info!(lid = self.lid, path = %path.display(), "detached a port from the fabric");
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             use std::os::unix::fs::MetadataExt;

@@ -24,6 +24,7 @@
 //! fault (SIGBUS); only processes of the same user can, since files are 0600 in a 0700
 //! directory and files owned by anyone else are refused.
 
+mod at_exit;
 mod error;
 mod fabric;
 mod inbox;

@@ -283,6 +283,7 @@ impl ReachArena {
         mapping.word(H_VERSION).store(VERSION, Ordering::Relaxed);
         mapping.word64(H_LEN).store((ARENA_OFF + ARENA_LEN) as u64, Ordering::Relaxed);
         mapping.word64(H_MAGIC).store(MAGIC, Ordering::Release);
+        super::at_exit::remove_at_exit(&path);
         Ok(ReachArena {
             mapping: std::mem::ManuallyDrop::new(mapping),
             owner: std::process::id(),
@@ -586,6 +587,7 @@ impl Drop for ReachArena {
             return; // A fork child's copy: the file and its memory are the parent's.
         }
         self.mapping.word(H_STATE).store(1, Ordering::SeqCst);
+        super::at_exit::forget(&self.path);
         let _ = std::fs::remove_file(&self.path);
         // SAFETY: dropped once, here, in the process that mapped it.
         unsafe { std::mem::ManuallyDrop::drop(&mut self.mapping) };
