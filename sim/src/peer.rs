@@ -494,17 +494,19 @@ pub fn fabric_base() -> PathBuf {
     }
 }
 
-/// Removes the fabric directories `<prefix><pid>` in `base` of earlier runs whose process is
-/// gone (a run that was killed cannot remove its own), and returns them with those pids. A
-/// directory whose pid belongs to a live process, this run's or another's, is left alone, as
-/// is anything else.
+/// Removes the fabric directories `<prefix><pid>` (or `<prefix><pid>-<anything>`) in `base`
+/// of earlier runs whose process is gone (a run that was killed cannot remove its own), and
+/// returns them with those pids. A directory whose pid belongs to a live process, this run's
+/// or another's, is left alone, as is anything else.
 pub fn remove_dead_runs(base: &Path, prefix: &str) -> Vec<(PathBuf, u32)> {
     let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
     let mut removed = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) =
-            name.to_str().and_then(|n| n.strip_prefix(prefix)).and_then(|p| p.parse::<u32>().ok())
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|p| p.split('-').next()?.parse::<u32>().ok())
         else {
             continue;
         };
@@ -603,6 +605,25 @@ mod tests {
 
     fn info() -> QpInfo {
         QpInfo { lid: 3, qpn: 0x11, psn: 0x1234, gid: Gid([0; 16]) }
+    }
+
+    /// A test's directory, `sv-test-<pid>-<n>-<nanos>-<test>`, is found by the pid before its
+    /// first `-`: a dead process's goes, a live one's and a name without a pid stay.
+    #[test]
+    fn dead_runs_are_found_by_the_pid_before_the_suffix() {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let base = tmp.path();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let dead_dir = base.join(format!("sv-test-{dead}-0-1f-some_test"));
+        let live_dir = base.join(format!("sv-test-{}-0-1f-this_test", std::process::id()));
+        let other = base.join("sv-test-notapid-0");
+        for d in [&dead_dir, &live_dir, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        assert_eq!(remove_dead_runs(base, "sv-test-"), vec![(dead_dir.clone(), dead)]);
+        assert!(!dead_dir.exists() && live_dir.exists() && other.exists());
     }
 
     #[test]

@@ -211,6 +211,14 @@ pub struct FabricDir(peer::FabricDir);
 impl FabricDir {
     /// Creates a fresh, empty directory (mode 0700) named after the test, and prints its path.
     pub fn new(test: &str) -> FabricDir {
+        // A test process that crashed (a signal: no drop ran) left its directories; the next
+        // test run removes those whose process is gone.
+        for (dir, pid) in peer::remove_dead_runs(&peer::fabric_base(), "sv-test-") {
+            println!(
+                "[{test}] removed {}, left by test process {pid}, which is gone",
+                dir.display()
+            );
+        }
         let n = DIR_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
