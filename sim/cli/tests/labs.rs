@@ -148,9 +148,23 @@ fn check_reach(lib: &Path, n: u32, exe: &Path, reach: &str) -> (i32, String) {
 /// Build `source`, check it against lab `n`, and insist on a failure whose output has every
 /// one of `said`.
 fn fails_with(lib: &Path, n: u32, name: &str, source: &str, said: &[&str]) {
+    fails_within(lib, n, name, source, said, 1);
+}
+
+/// [`fails_with`], for a diagnosis drawn from timings of one run (lab 11 compares the
+/// program's median with the wire's on a shared machine): up to `runs` runs, the last one
+/// asserted in full.
+fn fails_within(lib: &Path, n: u32, name: &str, source: &str, said: &[&str], runs: u32) {
     let tmp = tempfile::tempdir().expect("tmp");
     let exe = build(tmp.path(), name, source);
-    let (code, out) = check(lib, n, &exe);
+    let (mut code, mut out) = check(lib, n, &exe);
+    for run in 2..=runs {
+        if code == 1 && said.iter().all(|s| out.contains(s)) {
+            break;
+        }
+        eprintln!("{name}: run {} did not show the diagnosis; again:\n{out}", run - 1);
+        (code, out) = check(lib, n, &exe);
+    }
     assert_eq!(code, 1, "{name}: exit status, output:\n{out}");
     for s in said {
         assert!(out.contains(s), "{name}: no {s:?} in:\n{out}");
@@ -642,12 +656,13 @@ fn lab11_mistakes() {
         solution(11),
         &[("half[i - WARMUP] = (t1 - t0) / 2;", "half[i - WARMUP] = t1 - t0;")],
     );
-    fails_with(
+    fails_within(
         &lib,
         11,
         "full",
         &full,
         &["the wire's", "that is a whole round trip; a ping-pong's latency is half of it"],
+        3,
     );
     // The clock stopped when ibv_post_send returned: a fraction of the round trip.
     let part = patched(
@@ -657,7 +672,7 @@ fn lab11_mistakes() {
             "\t\tpost_send(&s);\n\t\tdouble t1 = now_us();\n\t\tawait_recv(&s);",
         )],
     );
-    fails_with(&lib, 11, "part", &part, &["the timer covers only part of the round trip"]);
+    fails_within(&lib, 11, "part", &part, &["the timer covers only part of the round trip"], 3);
     // Nanoseconds printed as microseconds.
     let ns = patched(
         solution(11),
