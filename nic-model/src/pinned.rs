@@ -618,6 +618,14 @@ impl ForkGuard {
     }
 }
 
+/// Holds off every moving window (and registration) for as long as it lives: for a test that
+/// sets this process's `SIGSEGV` action itself, which a window open at the same time would
+/// save and put back across it.
+#[cfg(test)]
+pub(crate) fn hold_windows() -> impl Drop {
+    ForkGuard::lock()
+}
+
 impl Drop for ForkGuard {
     fn drop(&mut self) {
         // SAFETY: locked by this thread in `lock`.

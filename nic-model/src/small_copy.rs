@@ -165,6 +165,9 @@ mod tests {
             };
         }
 
+        // No registration's moving window may open meanwhile: it would save this test's
+        // action and put it back after the test had restored its own (or the reverse).
+        let _windows = crate::pinned::hold_windows();
         // SAFETY: a private anonymous mapping of two pages, used only here; the handler is
         // this process's SIGSEGV action for the duration of the test, then the previous one.
         unsafe {

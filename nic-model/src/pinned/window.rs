@@ -50,8 +50,17 @@ pub(super) fn moving(lo: usize, len: usize, prot: libc::c_int, mv: impl FnOnce()
     }
     HI.store(0, Ordering::SeqCst);
     LO.store(0, Ordering::SeqCst);
-    // SAFETY: the action saved above.
-    unsafe { libc::sigaction(libc::SIGSEGV, OLD.0.get(), std::ptr::null_mut()) };
+    // The action saved above goes back unless the program set one of its own meanwhile
+    // (a signal handler installed while the window was open stays the program's).
+    // SAFETY: reads the current action, then puts back the one saved above.
+    unsafe {
+        let mut now: libc::sigaction = std::mem::zeroed();
+        let ours = libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut now) == 0
+            && now.sa_sigaction == held as *const () as usize;
+        if ours {
+            libc::sigaction(libc::SIGSEGV, OLD.0.get(), std::ptr::null_mut());
+        }
+    }
     moved
 }
 
