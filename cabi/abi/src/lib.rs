@@ -6,6 +6,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+pub mod select;
+
 /// `pthread_mutex_t` (40 bytes on x86_64 glibc): programs never touch it, it only takes room.
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]

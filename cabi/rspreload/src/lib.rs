@@ -401,53 +401,11 @@ pub unsafe extern "C" fn select(
             None => enosys(),
         };
     }
-    let mut p: Vec<libc::pollfd> = (0..n)
-        .filter_map(|fd| {
-            let mut e = 0;
-            if isset(rd, fd) {
-                e |= libc::POLLIN;
-            }
-            if isset(wr, fd) {
-                e |= libc::POLLOUT;
-            }
-            if isset(ex, fd) {
-                e |= libc::POLLPRI;
-            }
-            (e != 0).then_some(libc::pollfd { fd, events: e, revents: 0 })
-        })
-        .collect();
-    let ms = if tv.is_null() {
-        -1
-    } else {
-        // SAFETY: the caller's timeval.
-        let t = unsafe { *tv };
-        (t.tv_sec * 1000 + t.tv_usec / 1000).clamp(0, c_int::MAX as i64) as c_int
-    };
-    // SAFETY: our array.
-    let r = unsafe { poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
-    if r < 0 {
-        return r;
-    }
-    let mut count = 0;
-    // SAFETY: the caller's sets.
+    // SAFETY: the caller's sets and timeval, as `select`'s; `poll` (this library's, which
+    // takes rsockets) over our array.
     unsafe {
-        for s in [rd, wr, ex] {
-            if !s.is_null() {
-                libc::FD_ZERO(s);
-            }
-        }
-        for q in &p {
-            let bad = q.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0;
-            for (s, bit) in [(rd, libc::POLLIN), (wr, libc::POLLOUT), (ex, libc::POLLPRI)] {
-                if !s.is_null()
-                    && q.events & bit != 0
-                    && (q.revents & bit != 0 || bad && bit != libc::POLLPRI)
-                {
-                    libc::FD_SET(q.fd, s);
-                    count += 1;
-                }
-            }
-        }
+        softverbs_cabi_abi::select::select_by_poll(nfds, rd, wr, ex, tv, |fds, ms| {
+            poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms)
+        })
     }
-    count
 }

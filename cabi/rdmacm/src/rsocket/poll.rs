@@ -185,66 +185,10 @@ pub unsafe extern "C" fn rselect(
     if !(0..=libc::FD_SETSIZE as c_int).contains(&nfds) {
         return err(libc::EINVAL);
     }
-    // SAFETY: the caller's sets (each NULL or a fd_set).
-    let isset =
-        |set: *mut libc::fd_set, fd: c_int| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
-    let mut pfds: Vec<libc::pollfd> = Vec::new();
-    for fd in 0..nfds {
-        let mut events = 0;
-        if isset(rd, fd) {
-            events |= libc::POLLIN;
-        }
-        if isset(wr, fd) {
-            events |= libc::POLLOUT;
-        }
-        if isset(ex, fd) {
-            events |= libc::POLLPRI;
-        }
-        if events != 0 {
-            pfds.push(libc::pollfd { fd, events, revents: 0 });
-        }
-    }
-    let timeout = if tv.is_null() {
-        -1
-    } else {
-        // SAFETY: the caller's timeval.
-        let t = unsafe { *tv };
-        (t.tv_sec * 1000 + t.tv_usec / 1000).clamp(0, c_int::MAX as i64) as c_int
-    };
-    // SAFETY: our array.
-    let r = unsafe { rpoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
-    if r < 0 {
-        return r;
-    }
-    // SAFETY: the caller's sets.
+    // SAFETY: the caller's sets and timeval, as `select`'s; `rpoll` over our array.
     unsafe {
-        for set in [rd, wr, ex] {
-            if !set.is_null() {
-                libc::FD_ZERO(set);
-            }
-        }
-        let mut n = 0;
-        for p in &pfds {
-            let bad = p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0;
-            if !rd.is_null()
-                && p.events & libc::POLLIN != 0
-                && (p.revents & libc::POLLIN != 0 || bad)
-            {
-                libc::FD_SET(p.fd, rd);
-                n += 1;
-            }
-            if !wr.is_null()
-                && p.events & libc::POLLOUT != 0
-                && (p.revents & libc::POLLOUT != 0 || bad)
-            {
-                libc::FD_SET(p.fd, wr);
-                n += 1;
-            }
-            if !ex.is_null() && p.events & libc::POLLPRI != 0 && p.revents & libc::POLLPRI != 0 {
-                libc::FD_SET(p.fd, ex);
-                n += 1;
-            }
-        }
-        n
+        softverbs_cabi_abi::select::select_by_poll(nfds, rd, wr, ex, tv, |fds, ms| {
+            rpoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms)
+        })
     }
 }
