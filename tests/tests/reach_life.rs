@@ -57,6 +57,102 @@ fn run(ep: &Endpoint, wr: SendWr<'_>) -> WorkCompletion {
     ep.cq.poll_n(1, WAIT).expect("a completion")[0]
 }
 
+// ---------------- a peer stopped with SIGSTOP ----------------
+
+/// Sends SIGCONT to the stopped child when dropped, so a failing test leaves no stopped
+/// process behind (the Peer's own drop then kills and reaps it).
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> Stopped {
+        // SAFETY: a signal to our own child, which the Peer reaps.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0, "SIGSTOP");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGCONT) };
+    }
+}
+
+/// The target is stopped (SIGSTOP, as a debugger's breakpoint stops a server) for 40 times
+/// the requester's whole retry budget, with a WRITE outstanding. On hardware, or rxe, its
+/// NIC would have answered whatever its process did; here its NIC thread is stopped with it,
+/// so the request waits unread in its inbox: that is lateness, not loss, and spends no retry.
+/// Continued, the WRITE completes with SUCCESS and its bytes are there (read back); with
+/// direct reach on, it completes without the stopped process at all. Before the peer's
+/// unread inbox counted as late, this ended in RETRY_EXC_ERR with reach off.
+fn a_stopped_peer_is_late_not_lost(reach: bool) {
+    let tag = if reach { "stopped_reach_on" } else { "stopped_reach_off" };
+    let dir = FabricDir::new(tag);
+    let env = [("SOFTVERBS_REACH", if reach { "on" } else { "off" })];
+    let args = ["target".to_string(), dir.path().display().to_string()];
+    let mut target = Peer::spawn_env("target", PEER.as_ref(), &args, &env);
+    let soft = nic_model::soft::Soft::shared_memory(Some(dir.path())).expect("soft");
+    soft.set_reach(reach);
+    let ctx = soft.open("softverbs0").expect("softverbs0");
+    // 4.2 ms × (1 + 2 retries): about 12.6 ms of retry budget.
+    let opts = ConnOpts { timeout: 10, retry_cnt: 2, ..conn_opts() };
+    let ep = Endpoint::new(&ctx, QpType::Rc, cap(), 16, 8192).expect("the initiator");
+    let me = ep.info(0x5321).expect("QP info");
+    let (remote, mr) = target.swap_info(&me, LINE_WAIT);
+    let (raddr, rkey) = mr.expect("the target's INFO names its MR");
+    conn::connect(&ep.qp, 0x5321, &remote, &opts).expect("connecting");
+    target.expect_line("READY", LINE_WAIT);
+    let rs = [ep.mr.sge(0, 64)];
+    let wc = run(&ep, read_wr(&rs, 1, raddr, rkey));
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "alive: {wc:?}");
+
+    let stopped = Stopped::stop(target.pid());
+    std::thread::sleep(Duration::from_millis(20));
+    let bytes = pattern(9, 0, 512);
+    ep.mr.write(4096, &bytes).unwrap();
+    let ws = [ep.mr.sge(4096, 512)];
+    ep.qp.post_send(&[write_wr(&ws, 2, raddr + 1024, rkey)]).expect("post_send");
+    std::thread::sleep(Duration::from_millis(500));
+    let early = ep.cq.poll_n(1, Duration::ZERO).unwrap_or_default();
+    if reach {
+        // Reached: the stopped process's memory took the bytes, as a NIC's DMA would.
+        assert_eq!(
+            early.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            [(2, WcStatus::Success)]
+        );
+    } else {
+        assert!(early.is_empty(), "no completion while the responder's NIC is stopped: {early:?}");
+    }
+    drop(stopped);
+    let wc = if reach { early[0] } else { ep.cq.poll_n(1, WAIT).expect("a completion")[0] };
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (2, WcStatus::Success, WcOpcode::RdmaWrite),
+        "{wc:?}"
+    );
+    let back = [ep.mr.sge(0, 512)];
+    let wc = run(&ep, read_wr(&back, 3, raddr + 1024, rkey));
+    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (3, WcStatus::Success, 512), "{wc:?}");
+    assert_eq!(ep.mr.read_vec(0, 512).unwrap(), bytes, "the WRITE's bytes are there");
+    let nic = soft.stats("softverbs0").unwrap().nic;
+    assert_eq!((nic.retries, nic.retry_exceeded), (0, 0), "no retry spent on a late peer");
+    if !reach {
+        assert!(nic.timeouts_deferred > 0, "the timer waited for the stopped peer: {nic:?}");
+    }
+    drop(ctx);
+    target.kill();
+}
+
+#[test]
+fn a_stopped_peer_is_late_not_lost_with_reach_on() {
+    a_stopped_peer_is_late_not_lost(true);
+}
+
+#[test]
+fn a_stopped_peer_is_late_not_lost_with_reach_off() {
+    a_stopped_peer_is_late_not_lost(false);
+}
+
 // ---------------- a peer killed with SIGKILL ----------------
 
 /// The target is SIGKILLed and reaped (its death is observable). From then on every

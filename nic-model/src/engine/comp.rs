@@ -332,7 +332,15 @@ pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
             "handle_timeout stamps timers before firing them"
         );
         if now >= t {
-            if qp.req.psn.diff(qp.req.comp_psn) > 0 {
+            if qp.req.psn.diff(qp.req.comp_psn) > 0 && hca.tx.peer_busy(qp.dst_ip) {
+                // The responder's NIC has not taken its datagrams yet (its process is
+                // starved or stopped): nothing is lost, so no retry is spent (Egress::peer_busy).
+                hca.stats.timeouts_deferred += 1;
+                tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn),
+                    psn = %Hex(qp.req.comp_psn.value()),
+                    "ACK timeout while the responder has not read its inbox: waiting again");
+                qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|d| now + d);
+            } else if qp.req.psn.diff(qp.req.comp_psn) > 0 {
                 hca.stats.timeouts += 1;
                 start_retry(qp, hca, &mut Now::At(now), true);
             } else {

@@ -165,6 +165,9 @@ pub struct NicStats {
     pub retransmits: u64,
     /// Local ACK timeouts that fired.
     pub timeouts: u64,
+    /// Local ACK timeouts that waited another timeout instead of spending a retry, because
+    /// the responder was alive and had not read its inbox yet ([`Egress::peer_busy`]).
+    pub timeouts_deferred: u64,
     /// Go-back-N restarts, each spending one of the QP's `retry_cnt` (after a timeout, a
     /// sequence-error NAK or a response showing a loss); rxe's `completer_retry_err`.
     pub retries: u64,

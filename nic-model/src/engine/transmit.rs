@@ -100,6 +100,17 @@ pub trait Egress: Send {
     fn release(&mut self) -> bool {
         false
     }
+
+    /// Whether the port at `dst` is alive and has datagrams in its inbox it has not taken
+    /// yet: its NIC is late, not the network lossy. A local ACK timeout then waits another
+    /// timeout instead of spending a retry, as a hardware NIC (or rxe's softirq) would have
+    /// answered whatever its host's CPUs were doing, where a software NIC's thread can be
+    /// starved or stopped. Asked only when a timer fires. Only an egress whose delivery
+    /// loses nothing says yes; the default (and any layer that loses datagrams on purpose,
+    /// a fault plan) says no.
+    fn peer_busy(&self, _dst: [u8; 4]) -> bool {
+        false
+    }
 }
 
 /// A boxed egress is one: so layers compose over an egress chosen at run time.
@@ -127,6 +138,9 @@ impl<E: Egress + ?Sized> Egress for Box<E> {
     #[inline]
     fn release(&mut self) -> bool {
         (**self).release()
+    }
+    fn peer_busy(&self, dst: [u8; 4]) -> bool {
+        (**self).peer_busy(dst)
     }
 }
 
@@ -198,6 +212,12 @@ impl TxRoom {
     #[inline]
     pub(crate) fn reach(&mut self, dst: [u8; 4], ask: &ReachAsk, op: &ReachOp<'_>) -> Option<u64> {
         self.egress.as_deref_mut()?.reach(dst, ask, op)
+    }
+
+    /// [`Egress::peer_busy`] of the lent egress (no egress: no).
+    #[cold]
+    pub(crate) fn peer_busy(&self, dst: [u8; 4]) -> bool {
+        self.egress.as_deref().is_some_and(|e| e.peer_busy(dst))
     }
 
     fn recycle(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {

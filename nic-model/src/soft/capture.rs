@@ -214,6 +214,11 @@ impl<S: Egress> Egress for Captured<S> {
     fn release(&mut self) -> bool {
         self.inner.release()
     }
+
+    // Looking at datagrams loses none.
+    fn peer_busy(&self, dst: [u8; 4]) -> bool {
+        self.inner.peer_busy(dst)
+    }
 }
 
 /// Take an exclusive advisory lock on `file` without waiting (held until it is closed).

@@ -557,6 +557,14 @@ impl Egress for ShmEgress {
         self.send_marked(dst, datagram, false)
     }
 
+    // The shared-memory wire loses nothing: a datagram in a live owner's inbox will be read.
+    fn peer_busy(&self, dst: [u8; 4]) -> bool {
+        let lid = slot_of_ip(dst);
+        self.senders
+            .binary_search_by_key(&lid, |(l, _)| *l)
+            .is_ok_and(|at| self.senders[at].1.unread() && self.senders[at].1.owner_alive())
+    }
+
     // The receiver reads the slot's mark and checks everything but the ICRC; whatever looks
     // at the datagrams on this side is a layer around this egress, which says no itself.
     fn takes_unset_icrc(&self) -> bool {

@@ -63,4 +63,9 @@ impl<S: Egress> Egress for Tapped<S> {
     fn release(&mut self) -> bool {
         self.inner.release()
     }
+
+    // Looking at datagrams loses none.
+    fn peer_busy(&self, dst: [u8; 4]) -> bool {
+        self.inner.peer_busy(dst)
+    }
 }

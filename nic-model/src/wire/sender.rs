@@ -218,6 +218,12 @@ impl Sender {
         }
     }
 
+    /// Whether the inbox holds packets its owner has not taken yet (from any sender): the
+    /// consumer's head is behind the tail. A look at two words, no system call.
+    pub fn unread(&self) -> bool {
+        self.seg.head().load(Ordering::Acquire) != self.seg.tail().load(Ordering::Acquire)
+    }
+
     /// Whether the owner still has this inbox open: false once it closed it or exited (a
     /// recycled pid does not count). May make a system call; meant for occasional checks,
     /// e.g. when sends keep failing with [`WireError::Full`].

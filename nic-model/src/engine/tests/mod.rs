@@ -575,7 +575,7 @@ fn parsed(t: &Transmit) -> (Opcode, u32, Option<packet::Aeth>) {
 
 /// An egress to one port (by LID) that records what it takes, or refuses everything while
 /// `full` is set; with `unset_icrc`, it takes datagrams without their ICRC, and records
-/// those apart.
+/// those apart; `busy` is its answer to `peer_busy`.
 #[derive(Clone, Default)]
 struct FakeEgress {
     to: u16,
@@ -583,6 +583,8 @@ struct FakeEgress {
     full: Arc<std::sync::atomic::AtomicBool>,
     unset_icrc: bool,
     sent_unset: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    /// What [`Egress::peer_busy`] answers: the other side has not read its inbox yet.
+    busy: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Egress for FakeEgress {
@@ -607,6 +609,11 @@ impl Egress for FakeEgress {
         }
         self.sent_unset.lock().unwrap().push(datagram.to_vec());
         SendOutcome::Sent
+    }
+
+    fn peer_busy(&self, dst: [u8; 4]) -> bool {
+        assert_eq!(slot_of_ip(dst), self.to, "asked about the QP's own peer");
+        self.busy.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -460,3 +460,72 @@ fn poll_transmit_where_skips_a_held_back_qp_and_keeps_each_qps_order() {
         [vec![(1, WcStatus::Success)], vec![(2, WcStatus::Success)]]
     );
 }
+
+#[test]
+fn an_ack_timeout_while_the_peer_has_not_read_its_inbox_waits_again_and_spends_no_retry() {
+    // A software responder whose NIC thread is starved or stopped has the request in its
+    // inbox, unread: nothing is lost, and a hardware NIC would have answered. The timer
+    // waits another timeout each time; once the peer reads, recovery is as ever.
+    let opts = ConnOpts { timeout: 8, retry_cnt: 1, ..ConnOpts::default() };
+    let (mut p, a, b) = setup(opts);
+    let wire = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(wire.clone())));
+    a.mem.write(0, b"late").unwrap();
+    let wr = SendWr {
+        wr_id: 7,
+        sg_list: &[sge(&a, 0, 4)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: b.mem.addr(), rkey: b.key },
+        ..Default::default()
+    };
+    p.a.post_send(p.now, a.qpn, &[wr]).unwrap();
+    let sent = wire.take();
+    assert_eq!(sent.len(), 1, "the WRITE went out");
+    wire.busy.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Far more timeouts than retry_cnt allows: none spends a retry, none resends.
+    for _ in 0..5 {
+        let due = p.a.next_timeout().expect("the ACK timer stays armed");
+        p.a.handle_timeout(due);
+    }
+    let s = p.a.stats();
+    assert_eq!((s.timeouts, s.timeouts_deferred, s.retries, s.retransmits), (0, 5, 0, 0));
+    assert!(wire.take().is_empty(), "nothing sent again while the peer has it unread");
+    assert!(poll_all(&mut p.a, a.cq).is_empty(), "no completion: the WRITE is still on its way");
+    // The peer reads it at last: its ACK completes the WRITE, with its bytes there.
+    wire.busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    p.b.handle_packet(p.now, &sent[0]);
+    for t in std::iter::from_fn(|| p.b.poll_transmit()) {
+        p.a.handle_packet(p.now, &t.data);
+    }
+    let wcs = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        [(7, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(read_mem(&b, 0, 4), b"late");
+    // A peer that does not hold the request unread is a loss again: retries are spent.
+    let (mut p, a, _b) = setup(opts);
+    let wire = FakeEgress { to: 2, ..FakeEgress::default() };
+    p.a.set_egress(Some(Box::new(wire.clone())));
+    let wr = SendWr {
+        wr_id: 8,
+        sg_list: &[sge(&a, 0, 4)],
+        opcode: WrOpcode::RdmaWrite,
+        send_flags: signaled(),
+        rdma: RdmaTarget { remote_addr: 0, rkey: 0 },
+        ..Default::default()
+    };
+    p.a.post_send(p.now, a.qpn, &[wr]).unwrap();
+    for _ in 0..2 {
+        let due = p.a.next_timeout().expect("armed");
+        p.a.handle_timeout(due);
+    }
+    let s = p.a.stats();
+    assert_eq!((s.timeouts, s.timeouts_deferred, s.retry_exceeded), (2, 0, 1));
+    let wcs = poll_all(&mut p.a, a.cq);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(8, WcStatus::RetryExcErr)]
+    );
+}
