@@ -57,6 +57,37 @@ fn run(ep: &Endpoint, wr: SendWr<'_>) -> WorkCompletion {
     ep.cq.poll_n(1, WAIT).expect("a completion")[0]
 }
 
+/// A target process (`sv-peer target`, its MR of pattern seed 1) and this process's RC
+/// endpoint on softverbs0, connected with `opts` from `psn`, reach on or off as the target's.
+struct Connected {
+    target: Peer,
+    soft: nic_model::soft::Soft,
+    ep: Endpoint,
+    remote: conn::QpInfo,
+    raddr: u64,
+    rkey: u32,
+    // Bound first where destructured, so that it is dropped last: the fabric directory goes
+    // after everything in it.
+    _dir: FabricDir,
+}
+
+fn connect_to_target(tag: &str, reach: bool, opts: &ConnOpts, psn: u32) -> Connected {
+    let dir = FabricDir::new(tag);
+    let env = [("SOFTVERBS_REACH", if reach { "on" } else { "off" })];
+    let args = ["target".to_string(), dir.path().display().to_string()];
+    let mut target = Peer::spawn_env("target", PEER.as_ref(), &args, &env);
+    let soft = nic_model::soft::Soft::shared_memory(Some(dir.path())).expect("soft");
+    soft.set_reach(reach);
+    let ctx = soft.open("softverbs0").expect("softverbs0");
+    let ep = Endpoint::new(&ctx, QpType::Rc, cap(), 16, 8192).expect("the initiator");
+    let me = ep.info(psn).expect("QP info");
+    let (remote, mr) = target.swap_info(&me, LINE_WAIT);
+    let (raddr, rkey) = mr.expect("the target's INFO names its MR");
+    conn::connect(&ep.qp, psn, &remote, opts).expect("connecting");
+    target.expect_line("READY", LINE_WAIT);
+    Connected { target, soft, ep, remote, raddr, rkey, _dir: dir }
+}
+
 // ---------------- a peer stopped with SIGSTOP ----------------
 
 /// Sends SIGCONT to the stopped child when dropped, so a failing test leaves no stopped
@@ -87,21 +118,10 @@ impl Drop for Stopped {
 /// unread inbox counted as late, this ended in RETRY_EXC_ERR with reach off.
 fn a_stopped_peer_is_late_not_lost(reach: bool) {
     let tag = if reach { "stopped_reach_on" } else { "stopped_reach_off" };
-    let dir = FabricDir::new(tag);
-    let env = [("SOFTVERBS_REACH", if reach { "on" } else { "off" })];
-    let args = ["target".to_string(), dir.path().display().to_string()];
-    let mut target = Peer::spawn_env("target", PEER.as_ref(), &args, &env);
-    let soft = nic_model::soft::Soft::shared_memory(Some(dir.path())).expect("soft");
-    soft.set_reach(reach);
-    let ctx = soft.open("softverbs0").expect("softverbs0");
     // 4.2 ms × (1 + 2 retries): about 12.6 ms of retry budget.
     let opts = ConnOpts { timeout: 10, retry_cnt: 2, ..conn_opts() };
-    let ep = Endpoint::new(&ctx, QpType::Rc, cap(), 16, 8192).expect("the initiator");
-    let me = ep.info(0x5321).expect("QP info");
-    let (remote, mr) = target.swap_info(&me, LINE_WAIT);
-    let (raddr, rkey) = mr.expect("the target's INFO names its MR");
-    conn::connect(&ep.qp, 0x5321, &remote, &opts).expect("connecting");
-    target.expect_line("READY", LINE_WAIT);
+    let Connected { _dir, mut target, soft, ep, raddr, rkey, .. } =
+        connect_to_target(tag, reach, &opts, 0x5321);
     let rs = [ep.mr.sge(0, 64)];
     let wc = run(&ep, read_wr(&rs, 1, raddr, rkey));
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "alive: {wc:?}");
@@ -139,7 +159,7 @@ fn a_stopped_peer_is_late_not_lost(reach: bool) {
     if !reach {
         assert!(nic.timeouts_deferred > 0, "the timer waited for the stopped peer: {nic:?}");
     }
-    drop(ctx);
+    drop(ep);
     target.kill();
 }
 
@@ -161,21 +181,10 @@ fn a_stopped_peer_is_late_not_lost_with_reach_off() {
 /// each on the QP reset and connected again to the dead peer's QP; nothing is reached.
 fn a_killed_peer_answers_nothing(reach: bool) {
     let tag = if reach { "killed_reach_on" } else { "killed_reach_off" };
-    let dir = FabricDir::new(tag);
-    let env = [("SOFTVERBS_REACH", if reach { "on" } else { "off" })];
-    let args = ["target".to_string(), dir.path().display().to_string()];
-    let mut target = Peer::spawn_env("target", PEER.as_ref(), &args, &env);
+    let opts = ConnOpts { timeout: 10, retry_cnt: 3, ..conn_opts() };
+    let Connected { _dir, mut target, soft, ep, remote, raddr, rkey } =
+        connect_to_target(tag, reach, &opts, 0x4321);
     {
-        let soft = nic_model::soft::Soft::shared_memory(Some(dir.path())).expect("soft");
-        soft.set_reach(reach);
-        let ctx = soft.open("softverbs0").expect("softverbs0");
-        let opts = ConnOpts { timeout: 10, retry_cnt: 3, ..conn_opts() };
-        let ep = Endpoint::new(&ctx, QpType::Rc, cap(), 16, 8192).expect("the initiator");
-        let me = ep.info(0x4321).expect("QP info");
-        let (remote, mr) = target.swap_info(&me, LINE_WAIT);
-        let (raddr, rkey) = mr.expect("the target's INFO names its MR");
-        conn::connect(&ep.qp, 0x4321, &remote, &opts).expect("connecting");
-        target.expect_line("READY", LINE_WAIT);
         // Alive: a READ brings the target's pattern (seed 1), a WRITE succeeds.
         let rs = [ep.mr.sge(0, 64)];
         let wc = run(&ep, read_wr(&rs, 1, raddr, rkey));
