@@ -93,6 +93,7 @@ mod reach;
 mod receive;
 mod req;
 mod resp;
+mod resp_flush;
 mod rights;
 mod send_check;
 mod srq;

@@ -67,6 +67,8 @@ pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: 
         on_read(qp, hca, pkt);
     } else if flags.contains(OpFlags::ATOMIC) {
         on_atomic(qp, hca, pkt);
+    } else if flags.intersects(OpFlags::ATOMIC_WRITE | OpFlags::FLUSH) {
+        super::resp_flush::on_request(qp, hca, pkt, flags);
     }
 }
 
@@ -96,7 +98,7 @@ fn ack(qp: &Qp, hca: &mut Hca, psn: Psn) {
 /// class C/D errors: the requester gets the matching remote error status, and this QP's
 /// program the IBA's affiliated event for it (access violation, invalid request), as mlx5
 /// raises them (rxe raises none).
-fn nak_error(qp: &mut Qp, hca: &mut Hca, psn: Psn, code: NakCode) {
+pub(super) fn nak_error(qp: &mut Qp, hca: &mut Hca, psn: Psn, code: NakCode) {
     tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
         code = ?code, "NAK sent");
     hca.transmit_aeth(qp, psn, Aeth::nak(code, qp.resp.msn));
@@ -432,7 +434,7 @@ fn send_atomic_ack(qp: &Qp, hca: &mut Hca, psn: Psn, orig: u64, msn: u32) {
     hca.transmit(qp, &p);
 }
 
-fn save_resource(qp: &mut Qp, res: RdResource) {
+pub(super) fn save_resource(qp: &mut Qp, res: RdResource) {
     let cap = (qp.attr.max_dest_rd_atomic as usize).max(1);
     while qp.resp.resources.len() >= cap {
         qp.resp.resources.pop_front();
@@ -476,6 +478,10 @@ fn duplicate(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags) {
         if let Some((orig, msn)) = found {
             send_atomic_ack(qp, hca, psn, orig, msn);
         }
+        return;
+    }
+    if flags.intersects(OpFlags::ATOMIC_WRITE | OpFlags::FLUSH) {
+        super::resp_flush::duplicate(qp, hca, psn);
         return;
     }
     // SEND/WRITE: already executed; acknowledge again (every duplicate, as rxe does, since the
