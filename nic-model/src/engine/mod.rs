@@ -93,7 +93,6 @@ mod reach;
 mod receive;
 mod req;
 mod resp;
-mod resp_flush;
 mod rights;
 mod send_check;
 mod srq;

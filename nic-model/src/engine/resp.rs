@@ -14,6 +14,8 @@ use super::{Hca, Hex};
 use crate::cost::{self, CopyAt};
 use crate::packet::{Aeth, Bth, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 
+mod flush;
+
 /// The `slid` of a receive completion: a RoCE sender has no LID (rxe leaves the field 0); a UD
 /// receiver finds the sender's address in the GRH area instead.
 const ROCE_SLID: u16 = 0;
@@ -68,7 +70,7 @@ pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: 
     } else if flags.contains(OpFlags::ATOMIC) {
         on_atomic(qp, hca, pkt);
     } else if flags.intersects(OpFlags::ATOMIC_WRITE | OpFlags::FLUSH) {
-        super::resp_flush::on_request(qp, hca, pkt, flags);
+        flush::on_request(qp, hca, pkt, flags);
     }
 }
 
@@ -98,7 +100,7 @@ fn ack(qp: &Qp, hca: &mut Hca, psn: Psn) {
 /// class C/D errors: the requester gets the matching remote error status, and this QP's
 /// program the IBA's affiliated event for it (access violation, invalid request), as mlx5
 /// raises them (rxe raises none).
-pub(super) fn nak_error(qp: &mut Qp, hca: &mut Hca, psn: Psn, code: NakCode) {
+fn nak_error(qp: &mut Qp, hca: &mut Hca, psn: Psn, code: NakCode) {
     tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), psn = %Hex(psn.value()),
         code = ?code, "NAK sent");
     hca.transmit_aeth(qp, psn, Aeth::nak(code, qp.resp.msn));
@@ -434,7 +436,7 @@ fn send_atomic_ack(qp: &Qp, hca: &mut Hca, psn: Psn, orig: u64, msn: u32) {
     hca.transmit(qp, &p);
 }
 
-pub(super) fn save_resource(qp: &mut Qp, res: RdResource) {
+fn save_resource(qp: &mut Qp, res: RdResource) {
     let cap = (qp.attr.max_dest_rd_atomic as usize).max(1);
     while qp.resp.resources.len() >= cap {
         qp.resp.resources.pop_front();
@@ -481,7 +483,7 @@ fn duplicate(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags) {
         return;
     }
     if flags.intersects(OpFlags::ATOMIC_WRITE | OpFlags::FLUSH) {
-        super::resp_flush::duplicate(qp, hca, psn);
+        flush::duplicate(qp, hca, psn);
         return;
     }
     // SEND/WRITE: already executed; acknowledge again (every duplicate, as rxe does, since the

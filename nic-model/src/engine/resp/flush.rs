@@ -9,10 +9,10 @@ use std::sync::atomic::{fence, Ordering};
 
 use verbs_api::{FlushLevel, FlushType};
 
-use super::qp::{Qp, RdResource};
-use super::resp::{nak_error, save_resource};
-use super::rights::{self, RemoteOp, Request};
-use super::Hca;
+use super::super::qp::{Qp, RdResource};
+use super::super::rights::{self, RemoteOp, Request};
+use super::super::Hca;
+use super::{nak_error, save_resource};
 use crate::packet::{Aeth, Bth, NakCode, OpFlags, Opcode, Packet, Psn};
 
 /// An ATOMIC WRITE or FLUSH in sequence (`flags` tells which).
