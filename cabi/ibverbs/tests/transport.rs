@@ -93,6 +93,7 @@ atomic-write: misaligned word unchanged: yes
         "\
 flush: wr_id=41 status=success opcode=8 byte_len=4096 qp ok=yes flags=0
 flush: the write's bytes: right
+flush: device_cap_flags_ex: FLUSH_GLOBAL yes, FLUSH_PERSISTENT no, ATOMIC_WRITE yes
 flush: a persistent MR: refused errno=22
 flush: a global-visibility MR: registered
 flush: a UD QP with FLUSH: refused errno=95

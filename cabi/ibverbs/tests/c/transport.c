@@ -541,6 +541,13 @@ static void flush(void)
 		die("ibv_wr_complete");
 	show("flush", a.cq, a.qp);
 	printf("flush: the write's bytes: %s\n", memcmp(a.buf, b.buf + 1000, 4096) ? "wrong" : "right");
+	struct ibv_device_attr_ex dx;
+	if (ibv_query_device_ex(a.ctx, NULL, &dx))
+		die("ibv_query_device_ex");
+	printf("flush: device_cap_flags_ex: FLUSH_GLOBAL %s, FLUSH_PERSISTENT %s, ATOMIC_WRITE %s\n",
+	       dx.device_cap_flags_ex & (1ULL << 38) ? "yes" : "no",
+	       dx.device_cap_flags_ex & (1ULL << 39) ? "yes" : "no",
+	       dx.device_cap_flags_ex & (1ULL << 40) ? "yes" : "no");
 	char *mem = NULL;
 	if (posix_memalign((void **)&mem, 4096, 4096))
 		die("posix_memalign");
