@@ -96,6 +96,8 @@ ibv_enum!(WrOpcode, "enum ibv_wr_opcode", [
     RdmaRead = 4 IBV_WR_RDMA_READ,
     AtomicCmpAndSwp = 5 IBV_WR_ATOMIC_CMP_AND_SWP,
     AtomicFetchAndAdd = 6 IBV_WR_ATOMIC_FETCH_AND_ADD,
+    Flush = 14 IBV_WR_FLUSH,
+    AtomicWrite = 15 IBV_WR_ATOMIC_WRITE,
 ]);
 
 ibv_enum!(WcOpcode, "enum ibv_wc_opcode", [
@@ -106,6 +108,8 @@ ibv_enum!(WcOpcode, "enum ibv_wc_opcode", [
     FetchAdd = 4 IBV_WC_FETCH_ADD,
     Recv = 128 IBV_WC_RECV,
     RecvRdmaWithImm = 129 IBV_WC_RECV_RDMA_WITH_IMM,
+    Flush = 8 IBV_WC_FLUSH,
+    AtomicWrite = 9 IBV_WC_ATOMIC_WRITE,
 ]);
 
 ibv_enum!(WcStatus, "enum ibv_wc_status", [
@@ -217,6 +221,8 @@ mod tests {
             WrOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp,
             WrOpcode::AtomicFetchAndAdd,
+            WrOpcode::Flush,
+            WrOpcode::AtomicWrite,
         ]);
         check(&[
             WcOpcode::Send,
@@ -226,6 +232,8 @@ mod tests {
             WcOpcode::FetchAdd,
             WcOpcode::Recv,
             WcOpcode::RecvRdmaWithImm,
+            WcOpcode::Flush,
+            WcOpcode::AtomicWrite,
         ]);
         check(&WcStatus::TABLE.iter().map(|r| r.0).collect::<Vec<_>>());
         check(&[Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096]);

@@ -523,7 +523,10 @@ pub struct ibv_qp_ex {
     pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
     pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
     pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
-    pub wr_atomic_write: *const c_void,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
+    /// rdma-core 45's addition: past the end of rdma-core 44's `struct ibv_qp_ex`, so a
+    /// program built against 44's header never reads it.
+    pub wr_flush: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8)>,
 }
 
 /// `struct ibv_data_buf`.

@@ -15,17 +15,23 @@ pub(crate) const MAX_SGE: usize = 32;
 /// The access flags softverbs enforces, from `enum ibv_access_flags`: the optional bits
 /// (`IBV_ACCESS_RELAXED_ORDERING` and up, which a device may ignore) and `IBV_ACCESS_MW_BIND`
 /// and `IBV_ACCESS_HUGETLB` (hints) are dropped; zero-based and on-demand MRs are refused.
+/// `IBV_ACCESS_FLUSH_GLOBAL` is taken; `IBV_ACCESS_FLUSH_PERSISTENT` is `EINVAL`, as rxe
+/// refuses it for memory that is not persistent memory (none here is).
 pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
     const OPTIONAL_FIRST: u32 = 1 << 20;
     const IGNORED: u32 = 0x10 | 0x80;
+    const FLUSH_PERSISTENT: u32 = 1 << 9;
+    if flags & FLUSH_PERSISTENT != 0 {
+        let why =
+            "IBV_ACCESS_FLUSH_PERSISTENT: no memory here is persistent memory (rxe refuses it too)";
+        return Err(refuse(what, libc::EINVAL, why));
+    }
     let f = flags & (OPTIONAL_FIRST - 1) & !IGNORED;
-    if f & !0xf != 0 {
+    if f & !(0xf | AccessFlags::FLUSH_GLOBAL.bits()) != 0 {
         return Err(refuse(
             what,
             libc::EOPNOTSUPP,
-            &format!(
-                "access flags {flags:#x}: zero-based, on-demand and flush MRs are not supported"
-            ),
+            &format!("access flags {flags:#x}: zero-based and on-demand MRs are not supported"),
         ));
     }
     Ok(AccessFlags::from_bits_truncate(f))

@@ -203,6 +203,10 @@ pub(crate) unsafe extern "C" fn query_device_ex(
     // SAFETY: plain old data.
     let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
     x.orig_attr = device_attr(&a);
+    // The 32 bits of device_cap_flags and above them, as rxe has them: IBV_DEVICE_FLUSH_GLOBAL
+    // (1 << 38) and IBV_DEVICE_ATOMIC_WRITE (1 << 40). Not IBV_DEVICE_FLUSH_PERSISTENT (rxe's
+    // 1 << 39): no memory here is persistent, so no MR can take such a FLUSH.
+    x.device_cap_flags_ex = x.orig_attr.device_cap_flags as u64 | (1 << 38) | (1 << 40);
     x.completion_timestamp_mask = 0;
     x.phys_port_cnt_ex = a.phys_port_cnt as u32;
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());

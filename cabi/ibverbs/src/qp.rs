@@ -172,7 +172,9 @@ const CREATE_FLAGS: u32 = 1 << 2;
 /// operations every connected QP type has.
 const OPS_UC: u64 = 0b1111;
 /// [`OPS_UC`] and `IBV_QP_EX_WITH_RDMA_READ`, `_ATOMIC_CMP_AND_SWP`, `_ATOMIC_FETCH_AND_ADD`.
-const OPS_RC: u64 = 0b111_1111;
+const OPS_RC: u64 = 0b111_1111 | FLUSH_AND_ATOMIC_WRITE;
+/// `IBV_QP_EX_WITH_FLUSH` (1 << 11) and `IBV_QP_EX_WITH_ATOMIC_WRITE` (1 << 12): RC only.
+const FLUSH_AND_ATOMIC_WRITE: u64 = 0b11 << 11;
 /// `IBV_QP_EX_WITH_SEND`, `_SEND_WITH_IMM`.
 const OPS_UD: u64 = 0b1100;
 /// What rxe's provider takes beyond softverbs (`RXE_SUP_RC_QP_SEND_OPS_FLAGS`): LOCAL_INV,
@@ -444,6 +446,11 @@ fn convert<'a>(
             &format!("opcode {}: not supported by softverbs", w.opcode),
         ));
     };
+    if matches!(opcode, WrOpcode::Flush | WrOpcode::AtomicWrite) {
+        // struct ibv_send_wr has no fields for them (rxe's provider copies none either).
+        let why = format!("{}: post it with ibv_wr_flush / ibv_wr_atomic_write", opcode.name());
+        return Err(refuse(W, libc::EINVAL, &why));
+    }
     if w.send_flags & !0xf != 0 {
         return Err(refuse(
             W,
@@ -500,6 +507,7 @@ fn convert<'a>(
         },
         ud,
         inline_data,
+        flush: Default::default(),
     })
 }
 

@@ -9,7 +9,10 @@
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 
-use verbs_api::{AtomicTarget, QueuePair, RdmaTarget, SendFlags, SendWr, Sge, UdTarget, WrOpcode};
+use verbs_api::{
+    AtomicTarget, FlushLevel, FlushTarget, FlushType, QueuePair, RdmaTarget, SendFlags, SendWr,
+    Sge, UdTarget, WrOpcode,
+};
 
 use crate::object::Magic;
 use crate::refuse;
@@ -37,6 +40,7 @@ struct Pending {
     ud: Option<(*mut ibv_ah, u32, u32)>,
     sges: (usize, usize),
     inline: Option<(usize, usize)>,
+    flush: FlushTarget,
 }
 
 /// The batch between `ibv_wr_start` and `ibv_wr_complete`, and the first problem found in it
@@ -84,6 +88,7 @@ unsafe fn push(q: *mut ibv_qp_ex, opcode: WrOpcode) -> &'static mut Pending {
         ud: None,
         sges: (at, at),
         inline: None,
+        flush: FlushTarget::default(),
     });
     let last = b.wrs.len() - 1;
     // SAFETY: the batch lives as long as the QP; the reference is used before the next call.
@@ -147,6 +152,56 @@ unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64
     // SAFETY: as wr_send.
     unsafe { push(q, WrOpcode::AtomicFetchAndAdd) }.atomic =
         AtomicTarget { remote_addr: addr, rkey, compare_add: add, swap: 0 };
+}
+
+/// `ibv_wr_atomic_write`: the 8 bytes at `value` (copied now, as rxe's provider copies them
+/// into the WQE) written at `addr` in one store.
+unsafe extern "C" fn wr_atomic_write(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    value: *const c_void,
+) {
+    // SAFETY: as wr_send; the batch outlives the call.
+    let b = unsafe { batch(q) };
+    if value.is_null() {
+        b.error = refuse("ibv_wr_atomic_write", libc::EINVAL, "atomic_wr is NULL");
+        return;
+    }
+    let at = b.inline.len();
+    // SAFETY: libibverbs' contract: atomic_wr points at 8 readable bytes.
+    b.inline.extend_from_slice(unsafe { std::slice::from_raw_parts(value as *const u8, 8) });
+    // SAFETY: as wr_send.
+    let w = unsafe { push(q, WrOpcode::AtomicWrite) };
+    w.rdma = RdmaTarget { remote_addr: addr, rkey };
+    w.inline = Some((at, at + 8));
+}
+
+/// `ibv_wr_flush`: make `[addr, +len)` (`IBV_FLUSH_RANGE`) or the whole MR of `rkey`
+/// (`IBV_FLUSH_MR`) visible at the placement `ty` (`IBV_FLUSH_GLOBAL`, `IBV_FLUSH_PERSISTENT`).
+/// A level or placement type rdma-core does not define, or a length past 32 bits (the RETH's
+/// DMA length), fails the batch with `EINVAL` at `ibv_wr_complete`.
+unsafe extern "C" fn wr_flush(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    ty: u8,
+    level: u8,
+) {
+    const W: &str = "ibv_wr_flush";
+    // SAFETY: as wr_send.
+    let b = unsafe { batch(q) };
+    let placement = FlushType::from_bits(ty);
+    let level = FlushLevel::from_ibv(level);
+    let (Some(placement), Some(level), Ok(len)) = (placement, level, u32::try_from(len)) else {
+        b.error = refuse(W, libc::EINVAL, &format!("type {ty:#x}, level {level:?}, len {len}"));
+        return;
+    };
+    // SAFETY: as wr_send.
+    let w = unsafe { push(q, WrOpcode::Flush) };
+    w.rdma = RdmaTarget { remote_addr: addr, rkey };
+    w.flush = FlushTarget { len, placement, level };
 }
 
 /// The WR being built, or None (the batch remembers `EINVAL`) when no opcode call came first.
@@ -256,6 +311,7 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
                 atomic: w.atomic,
                 ud,
                 inline_data: w.inline.map(|(s, e)| &b.inline[s..e]),
+                flush: w.flush,
             });
         }
         if !wrs.is_empty() {
@@ -280,7 +336,7 @@ fn reuse<'b>(mut v: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 }
 
 /// Fill the `ibv_wr_*` entry points of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; the
-/// operations softverbs lacks (memory windows, local invalidate, TSO, XRC, atomic write) stay
+/// operations softverbs lacks (memory windows, local invalidate, TSO, XRC) stay
 /// NULL, and `ibv_create_qp_ex` refuses a QP whose `send_ops_flags` ask for one of them
 /// (`crate::qp`'s `send_ops_refused`), so no program can reach a NULL pointer it asked for.
 pub(crate) fn fill(q: &mut ibv_qp_ex) {
@@ -300,4 +356,6 @@ pub(crate) fn fill(q: &mut ibv_qp_ex) {
     q.wr_start = Some(wr_start);
     q.wr_complete = Some(wr_complete);
     q.wr_abort = Some(wr_abort);
+    q.wr_atomic_write = Some(wr_atomic_write);
+    q.wr_flush = Some(wr_flush);
 }

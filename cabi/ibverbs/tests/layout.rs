@@ -173,8 +173,11 @@ fn table() -> Vec<(&'static str, String, usize)> {
         IBV_QP_INIT_ATTR_SEND_OPS_FLAGS as usize
     );
     // verbs-api's one table per verbs enum (verbs_api::ibv), value by value against the header.
+    // Values rdma-core 45 added, which Debian 12's header (rdma-core 44) lacks: 14 and 8 in
+    // current rdma-core's verbs.h, checked by verbs-api's own table test.
+    const NEWER: [&str; 2] = ["IBV_WR_FLUSH", "IBV_WC_FLUSH"];
     fn values<T: IbvEnum>(t: &mut Vec<(&'static str, String, usize)>) {
-        for &(_, value, name) in T::TABLE {
+        for &(_, value, name) in T::TABLE.iter().filter(|r| !NEWER.contains(&r.2)) {
             t.push((name, name.to_string(), value as usize));
         }
     }

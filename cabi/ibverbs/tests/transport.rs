@@ -79,6 +79,27 @@ list: wr_id=23 status=success opcode=1 byte_len=524288 qp ok=yes flags=0
 list: bytes: right
 ",
     ),
+    (
+        "atomic-write",
+        "\
+atomic-write: wr_id=30 status=success opcode=9 byte_len=8 qp ok=yes flags=0
+atomic-write: bytes: right, around them untouched: yes
+atomic-write: misaligned: wr_id=31 status=remote invalid request error qp ok=yes
+atomic-write: misaligned word unchanged: yes
+",
+    ),
+    (
+        "flush",
+        "\
+flush: wr_id=41 status=success opcode=8 byte_len=4096 qp ok=yes flags=0
+flush: the write's bytes: right
+flush: device_cap_flags_ex: FLUSH_GLOBAL yes, FLUSH_PERSISTENT no, ATOMIC_WRITE yes
+flush: a persistent MR: refused errno=22
+flush: a global-visibility MR: registered
+flush: a UD QP with FLUSH: refused errno=95
+flush: persistent: wr_id=42 status=remote access error qp ok=yes
+",
+    ),
 ];
 
 #[test]

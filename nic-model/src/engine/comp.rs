@@ -1,13 +1,13 @@
 //! The completer: retires send WQEs in order on ACKs, READ responses and atomic ACKs; turns NAKs
 //! into retries or error completions; runs the local ACK timer and the RNR back-off.
 
-use verbs_api::{AccessFlags, Sge, WcStatus};
+use verbs_api::{AccessFlags, Sge, WcStatus, WrOpcode};
 
 use super::qp::Qp;
 use super::req::{ack_timeout_ns, go_back};
 use super::time::{Nanos, Now};
 use super::{Hca, Hex};
-use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Packet, Psn};
+use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Opcode, Packet, Psn};
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
 pub(crate) fn handle_response(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, pkt: &Packet<'_>) {
@@ -211,7 +211,21 @@ fn on_read_response(
     }
     let mtu = qp.mtu() as usize;
     let Some(w) = qp.sq.front() else { return };
-    if w.opcode != verbs_api::WrOpcode::RdmaRead || !w.started {
+    if matches!(w.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush) && w.started {
+        // Their answer is one RDMA READ RESPONSE ONLY with no payload (rxe's completer takes
+        // it as an ACK for an ATOMIC WRITE and as an empty READ for a FLUSH: the same).
+        if pkt.bth.opcode != Opcode::RC_RDMA_READ_RESPONSE_ONLY || !pkt.payload.is_empty() {
+            fail_front(qp, hca, WcStatus::BadRespErr);
+            return;
+        }
+        qp.req.comp_psn = psn.next();
+        let w = qp.sq.pop_front().expect("front exists");
+        qp.req.next = qp.req.next.saturating_sub(1);
+        hca.complete_send(qp, &w, WcStatus::Success);
+        made_progress(qp, now);
+        return;
+    }
+    if w.opcode != WrOpcode::RdmaRead || !w.started {
         fail_front(qp, hca, WcStatus::BadRespErr);
         return;
     }

@@ -191,6 +191,14 @@ impl MrMemory {
     pub fn fetch_add(&self, offset: usize, add: u64) -> Option<u64> {
         Some(self.atomic_at(offset)?.fetch_add(add, Ordering::AcqRel))
     }
+
+    /// An ATOMIC WRITE: `bytes` stored at `offset` in one 8-byte store, after every earlier
+    /// write to memory (release ordering, as rxe's `smp_store_release`); None when the word is
+    /// outside the MR or not 8-byte aligned.
+    pub fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Option<()> {
+        self.atomic_at(offset)?.store(u64::from_ne_bytes(bytes), Ordering::Release);
+        Some(())
+    }
 }
 
 impl Drop for MrMemory {

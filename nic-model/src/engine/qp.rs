@@ -176,6 +176,8 @@ pub struct SendWqe {
     pub rdma: RdmaTarget,
     /// Atomic operands.
     pub atomic: AtomicTarget,
+    /// A FLUSH's placement type and level (its length is `len`, its target `rdma`).
+    pub flush: verbs_api::FlushTarget,
     /// Immediate data (host order).
     pub imm: u32,
     /// UD destination, resolved from the address handle at post time.
@@ -189,7 +191,9 @@ pub struct SendWqe {
 }
 
 impl SendWqe {
-    /// READ or atomic: needs a response, counts against `max_rd_atomic`.
+    /// READ or atomic: needs a response, counts against `max_rd_atomic`. An ATOMIC WRITE or
+    /// FLUSH is answered by a response too, but counts against nothing and is retired by a
+    /// later ACK as a WRITE is, as in rxe (its `WR_ATOMIC_OR_READ_MASK` leaves them out).
     pub fn is_rd_atomic(&self) -> bool {
         self.opcode == WrOpcode::RdmaRead || self.opcode.is_atomic()
     }
@@ -260,6 +264,14 @@ pub enum RdResource {
         psn: Psn,
         /// The original remote data it returned.
         orig: u64,
+        /// MSN to report.
+        msn: u32,
+    },
+    /// An ATOMIC WRITE or a FLUSH: a duplicate is answered with its zero-length RDMA READ
+    /// RESPONSE ONLY again, never executed twice (IBA 1.5 oA19-14, oA19-15; rxe's `replay`).
+    Replied {
+        /// Its PSN.
+        psn: Psn,
         /// MSN to report.
         msn: u32,
     },

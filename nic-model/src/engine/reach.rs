@@ -214,6 +214,8 @@ impl Traffic {
         const READ_REQUEST: u64 = around(Opcode::RC_RDMA_READ_REQUEST);
         const ATOMIC: u64 = around(Opcode::RC_FETCH_ADD);
         const ATOMIC_ACK: u64 = around(Opcode::RC_ATOMIC_ACKNOWLEDGE);
+        const ATOMIC_WRITE: u64 = around(Opcode::RC_ATOMIC_WRITE) + 8;
+        const FLUSH: u64 = around(Opcode::RC_FLUSH);
         let padded = |payload: u32| u64::from(payload.next_multiple_of(4));
         // A path MTU is a power of two: a shift, not a division, on the reach path.
         let n = ((u64::from(len) + u64::from(mtu) - 1) >> mtu.trailing_zeros()).max(1) as u32;
@@ -239,6 +241,9 @@ impl Traffic {
             }
             RemoteOp::Read => (1, READ_REQUEST, u64::from(n), cut(&R)),
             RemoteOp::Atomic => (1, ATOMIC, 1, ATOMIC_ACK),
+            // Never reached (`candidate` leaves them to the packet path): their packets.
+            RemoteOp::AtomicWrite => (1, ATOMIC_WRITE, 1, R[0]),
+            RemoteOp::Flush { .. } => (1, FLUSH, 1, R[0]),
         };
         Traffic { sent_packets, sent_bytes, received_packets, received_bytes }
     }

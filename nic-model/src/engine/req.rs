@@ -7,7 +7,7 @@ use super::qp::Qp;
 use super::send_check::CheckedWr;
 use super::time::Now;
 use super::Hca;
-use crate::packet::{AtomicEth, Bth, Deth, Opcode, Packet, Reth, Transport};
+use crate::packet::{AtomicEth, Bth, Deth, Feth, Opcode, Packet, Reth, Transport};
 
 /// Local ACK timeout for the `timeout` attribute: 4.096 µs × 2^timeout; 0 means no timer.
 pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
@@ -118,7 +118,8 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
     let w = &qp.sq[next];
     if qp.req.pkt == 0 && !w.started {
         // Execution-time checks, as a NIC makes them when it fetches the WQE.
-        let status = if w.len > hca.cfg.limits.max_msg_sz {
+        // A FLUSH moves no bytes: its length is not a message's.
+        let status = if w.len > hca.cfg.limits.max_msg_sz && w.opcode != WrOpcode::Flush {
             Some(WcStatus::LocLenErr) // longer than the port's max_msg_sz
         } else if w.is_rd_atomic() && qp.attr.max_rd_atomic == 0 {
             Some(WcStatus::LocQpOpErr) // the QP was set up to initiate no READs/atomics
@@ -209,6 +210,36 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
                 swap_add,
                 compare,
             });
+        }
+        WrOpcode::AtomicWrite => {
+            // One packet: the RETH names the word, the payload is its 8 bytes (rxe).
+            let mut value = [0u8; 8];
+            match &w.inline {
+                Some(d) => value.copy_from_slice(&d[..8]),
+                None => {
+                    if hca.mrs.gather(qp.pd, &w.sges, 0, &mut value).is_err() {
+                        fail_wqe(qp, hca, next, WcStatus::LocProtErr);
+                        return false;
+                    }
+                }
+            }
+            scratch.clear();
+            scratch.extend_from_slice(&value);
+            bth.opcode = Opcode::RC_ATOMIC_WRITE;
+            bth.ack_req = true;
+            pkt = Packet::new(bth, scratch);
+            pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: 8 });
+        }
+        WrOpcode::Flush => {
+            // One packet, no payload (oA19-2): FETH, then the RETH of the range.
+            bth.opcode = Opcode::RC_FLUSH;
+            bth.ack_req = true;
+            pkt = Packet::new(bth, &[]);
+            pkt.feth = Some(Feth {
+                placement: w.flush.placement.bits(),
+                selectivity: w.flush.level.to_ibv(),
+            });
+            pkt.reth = Some(Reth { va: w.rdma.remote_addr, rkey: w.rdma.rkey, dma_len: w.len });
         }
         _ => {
             let i = qp.req.pkt;

@@ -14,6 +14,8 @@ use super::{Hca, Hex};
 use crate::cost::{self, CopyAt};
 use crate::packet::{Aeth, Bth, NakCode, OpFlags, Opcode, Packet, Psn, SendOnly};
 
+mod flush;
+
 /// The `slid` of a receive completion: a RoCE sender has no LID (rxe leaves the field 0); a UD
 /// receiver finds the sender's address in the GRH area instead.
 const ROCE_SLID: u16 = 0;
@@ -67,6 +69,8 @@ pub(crate) fn handle_request(qp: &mut Qp, hca: &mut Hca, ip_header: &[u8], pkt: 
         on_read(qp, hca, pkt);
     } else if flags.contains(OpFlags::ATOMIC) {
         on_atomic(qp, hca, pkt);
+    } else if flags.intersects(OpFlags::ATOMIC_WRITE | OpFlags::FLUSH) {
+        flush::on_request(qp, hca, pkt, flags);
     }
 }
 
@@ -476,6 +480,10 @@ fn duplicate(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags) {
         if let Some((orig, msn)) = found {
             send_atomic_ack(qp, hca, psn, orig, msn);
         }
+        return;
+    }
+    if flags.intersects(OpFlags::ATOMIC_WRITE | OpFlags::FLUSH) {
+        flush::duplicate(qp, hca, psn);
         return;
     }
     // SEND/WRITE: already executed; acknowledge again (every duplicate, as rxe does, since the

@@ -14,7 +14,7 @@
 //! requester says in [`Request`] and what the responder knows in [`QpRights`]: every path that
 //! executes a request runs it then.
 
-use verbs_api::AccessFlags;
+use verbs_api::{AccessFlags, FlushType};
 
 use super::mr::{DmaError, Mr, MrTable, PdId};
 use super::qp::Qp;
@@ -29,6 +29,18 @@ pub enum RemoteOp {
     Read,
     /// Compare-and-swap or fetch-and-add: `IBV_ACCESS_REMOTE_ATOMIC`.
     Atomic,
+    /// ATOMIC WRITE (IBA 1.5): `IBV_ACCESS_REMOTE_WRITE`, as rxe's `check_op_valid` and
+    /// `check_rkey` ask.
+    AtomicWrite,
+    /// FLUSH (IBA 1.5) of the `placement` types asked for, of the request's range or of the
+    /// whole MR (`whole_mr`, `IBV_FLUSH_MR`: the range is not checked): `IBV_ACCESS_FLUSH_GLOBAL`
+    /// for global visibility; persistence no QP or MR here can grant.
+    Flush {
+        /// The FETH's placement type.
+        placement: FlushType,
+        /// Selectivity `IBV_FLUSH_MR`.
+        whole_mr: bool,
+    },
 }
 
 impl RemoteOp {
@@ -39,6 +51,11 @@ impl RemoteOp {
             RemoteOp::Write => AccessFlags::REMOTE_WRITE,
             RemoteOp::Read => AccessFlags::REMOTE_READ,
             RemoteOp::Atomic => AccessFlags::REMOTE_ATOMIC,
+            RemoteOp::AtomicWrite => AccessFlags::REMOTE_WRITE,
+            RemoteOp::Flush { placement, .. } => match placement.contains(FlushType::GLOBAL) {
+                true => AccessFlags::FLUSH_GLOBAL,
+                false => AccessFlags::empty(),
+            },
         }
     }
 }
@@ -131,24 +148,43 @@ pub enum Grant {
 /// 4. The QP allows the operation remotely (`qp_access_flags`; rxe's `check_op_valid` →
 ///    `check_qp_attr_access`, which rxe makes before rule 1 and answers with an invalid
 ///    request NAK): remote access error, as softverbs has always answered it.
-/// 5. The MR's key, PD, range and access ([`check_mr`]): remote access error.
+/// 5. The MR's key, PD, range and access ([`check_mr`]): remote access error. A FLUSH of the
+///    whole MR is held to the key, PD and access only (rxe's `check_rkey` skips the range).
+/// 6. An ATOMIC WRITE's address is 8-byte aligned (rxe's `rxe_mr_do_atomic_write`, after
+///    the key: `RESPST_ERR_MISALIGNED_ATOMIC`): invalid request.
+///
+/// An ATOMIC WRITE needs responder resources as a READ does (rule 1; rxe's `check_resource`),
+/// a FLUSH none; neither is a zero-length shortcut (rule 3). A persistent FLUSH is refused at
+/// rule 4: no QP here takes one (rxe answers invalid request for a QP without
+/// `IBV_ACCESS_FLUSH_PERSISTENT`, remote access error for one with it, whose MRs can never
+/// have it on memory that is not persistent).
 #[inline]
 pub fn check(qp: &QpRights, req: &Request, mr: Option<&MrRights>) -> Result<Grant, NakCode> {
-    let rd_atomic = req.op != RemoteOp::Write;
+    let rd_atomic = !matches!(req.op, RemoteOp::Write | RemoteOp::Flush { .. });
     if rd_atomic && qp.max_dest_rd_atomic == 0 {
         return Err(NakCode::InvalidRequest);
     }
     if req.op == RemoteOp::Atomic && !req.va.is_multiple_of(8) {
         return Err(NakCode::InvalidRequest);
     }
-    if req.len == 0 && req.op != RemoteOp::Atomic {
+    if req.len == 0 && matches!(req.op, RemoteOp::Write | RemoteOp::Read) {
         return Ok(Grant::Nothing);
     }
     let need = req.op.need();
     if !qp.access.contains(need) {
         return Err(NakCode::RemoteAccessError);
     }
-    match check_mr(mr, req.rkey, qp.pd, req.va, req.len, need) {
+    let (va, len) = match (req.op, mr) {
+        (RemoteOp::Flush { placement, .. }, _) if placement.contains(FlushType::PERSISTENT) => {
+            return Err(NakCode::RemoteAccessError);
+        }
+        (RemoteOp::Flush { whole_mr: true, .. }, Some(mr)) => (mr.iova, mr.len),
+        _ => (req.va, req.len),
+    };
+    match check_mr(mr, req.rkey, qp.pd, va, len, need) {
+        Ok(_) if req.op == RemoteOp::AtomicWrite && !va.is_multiple_of(8) => {
+            Err(NakCode::InvalidRequest)
+        }
         Ok(at) => Ok(Grant::At(at)),
         Err(_) => Err(NakCode::RemoteAccessError),
     }
@@ -208,7 +244,9 @@ pub fn payload_fits(first: bool, last: bool, len: u64, mtu: u64) -> bool {
 /// that a pair whose path MTUs disagree fails by reach exactly as by packets.
 #[inline]
 pub fn message_fits_mtu(op: RemoteOp, len: u64, sent_mtu: u64, mtu: u64) -> bool {
-    if op == RemoteOp::Atomic || sent_mtu == mtu {
+    if matches!(op, RemoteOp::Atomic | RemoteOp::AtomicWrite | RemoteOp::Flush { .. })
+        || sent_mtu == mtu
+    {
         return true;
     }
     // On different MTUs only a message of one packet under both passes: a WRITE's ONLY
@@ -293,6 +331,36 @@ mod tests {
         let wo = qp(AccessFlags::REMOTE_WRITE, 1);
         assert_eq!(check(&wo, &req(RemoteOp::Read, 0x1008, 8), Some(&m)), Err(Rae));
         assert_eq!(check(&ok, &req(RemoteOp::Write, 0x1038, 9), Some(&m)), Err(Rae));
+    }
+
+    #[test]
+    fn atomic_write_and_flush_follow_rxe() {
+        use NakCode::{InvalidRequest as Ir, RemoteAccessError as Rae};
+        let m = mr(ALL);
+        let ok = qp(ALL, 1);
+        let aw = RemoteOp::AtomicWrite;
+        // Resources, as for a READ; then REMOTE_WRITE on the QP and the MR; the range; then
+        // the alignment, last.
+        assert_eq!(check(&qp(ALL, 0), &req(aw, 0x1008, 8), Some(&m)), Err(Ir));
+        assert_eq!(check(&ok, &req(aw, 0x1008, 8), Some(&m)), Ok(Grant::At(8)));
+        let ro = qp(AccessFlags::REMOTE_READ, 1);
+        assert_eq!(check(&ro, &req(aw, 0x1008, 8), Some(&m)), Err(Rae));
+        assert_eq!(check(&ok, &req(aw, 0x1008, 8), Some(&mr(AccessFlags::REMOTE_READ))), Err(Rae));
+        assert_eq!(check(&ok, &req(aw, 0x103c, 8), Some(&m)), Err(Rae));
+        assert_eq!(check(&ok, &req(aw, 0x1004, 8), Some(&m)), Err(Ir));
+        // FLUSH: no resources needed; FLUSH_GLOBAL on both; the range unless the whole MR.
+        let global = |whole_mr| RemoteOp::Flush { placement: FlushType::GLOBAL, whole_mr };
+        assert_eq!(check(&qp(ALL, 0), &req(global(false), 0x1000, 64), Some(&m)), Ok(Grant::At(0)));
+        assert_eq!(check(&ok, &req(global(false), 0x1000, 0), Some(&m)), Ok(Grant::At(0)));
+        assert_eq!(check(&ok, &req(global(false), 0x1000, 65), Some(&m)), Err(Rae));
+        assert_eq!(check(&ok, &req(global(true), 0, 1 << 40), Some(&m)), Ok(Grant::At(0)));
+        assert_eq!(check(&ok, &req(global(true), 0, 0), None), Err(Rae));
+        let rw = qp(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ, 1);
+        assert_eq!(check(&rw, &req(global(false), 0x1000, 8), Some(&m)), Err(Rae));
+        let no_flush = mr(AccessFlags::REMOTE_WRITE);
+        assert_eq!(check(&ok, &req(global(false), 0x1000, 8), Some(&no_flush)), Err(Rae));
+        let persistent = RemoteOp::Flush { placement: FlushType::PERSISTENT, whole_mr: false };
+        assert_eq!(check(&ok, &req(persistent, 0x1000, 8), Some(&m)), Err(Rae));
     }
 
     #[test]

@@ -97,7 +97,8 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
                 .expect("check_send checked every SGE the gather reads"),
             ),
         };
-        let npsn = match self.wr.opcode.is_atomic() || qp.qp_type == QpType::Ud {
+        let one_packet = matches!(self.wr.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush);
+        let npsn = match self.wr.opcode.is_atomic() || one_packet || qp.qp_type == QpType::Ud {
             true => 1,
             false => qp.packets_for(self.len),
         };
@@ -132,6 +133,7 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
             len: self.len,
             rdma: wr.rdma,
             atomic: wr.atomic,
+            flush: wr.flush,
             imm: wr.imm_data,
             ud: self.ud,
             first_psn: packet::Psn::new(0),
@@ -191,6 +193,7 @@ pub(crate) fn check_send<'w, 'd>(
                 | WrOpcode::SendWithImm
                 | WrOpcode::RdmaWrite
                 | WrOpcode::RdmaWriteWithImm
+                | WrOpcode::AtomicWrite
         );
         if !inline_ok {
             return inval(format!("IBV_SEND_INLINE is not valid with {}", wr.opcode.name()));
@@ -202,6 +205,9 @@ pub(crate) fn check_send<'w, 'd>(
             ))
         };
         match wr.inline_data {
+            // An ATOMIC WRITE's 8 bytes are its operand, not inline data (rxe keeps them
+            // apart from max_inline_data too).
+            Some(d) if wr.opcode == WrOpcode::AtomicWrite => d.len() as u64,
             Some(d) if d.len() > qp.cap.max_inline_data as usize => return Err(too_long(d.len())),
             Some(d) => d.len() as u64,
             None => {
@@ -253,6 +259,17 @@ pub(crate) fn check_send<'w, 'd>(
             ));
         }
     }
+    let len = match wr.opcode {
+        // `ibv_wr_atomic_write`'s value: 8 bytes (rxe copies exactly 8).
+        WrOpcode::AtomicWrite if len != 8 => {
+            return inval(format!(
+                "IBV_WR_ATOMIC_WRITE writes 8 bytes (inline_data or one 8-byte SGE), got {len}"
+            ));
+        }
+        // A FLUSH reads nothing locally: its length is the range it flushes (the RETH's).
+        WrOpcode::Flush => u64::from(wr.flush.len),
+        _ => len,
+    };
     let mut ud = None;
     if qp.qp_type == QpType::Ud {
         let Some(wr_ud) = &wr.ud else {

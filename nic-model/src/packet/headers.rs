@@ -97,6 +97,38 @@ impl Bth {
     }
 }
 
+/// FLUSH Extended Transport Header (FETH, 4 bytes, IBA 1.5 9.3.9; rxe's `struct rxe_feth`):
+/// what a FLUSH makes durable and how much of the memory it names. The other 26 bits are
+/// reserved: sent as zero, ignored on receipt.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Feth {
+    /// Placement type (bits 3–0): bit 0 global visibility, bit 1 persistence
+    /// (`IBV_FLUSH_GLOBAL`, `IBV_FLUSH_PERSISTENT`).
+    pub placement: u8,
+    /// Selectivity (bits 5–4): 0 the RETH's range, 1 the whole MR the R_Key names
+    /// (`IBV_FLUSH_RANGE`, `IBV_FLUSH_MR`).
+    pub selectivity: u8,
+}
+
+impl Feth {
+    /// Bytes of a FETH.
+    pub const LEN: usize = super::opcode::FETH_LEN;
+
+    /// The FETH in these 4 bytes.
+    #[inline]
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> Feth {
+        let word = u32::from_be_bytes(*b);
+        Feth { placement: (word & 0xF) as u8, selectivity: (word >> 4 & 0x3) as u8 }
+    }
+
+    /// The 4 wire bytes (the fields masked to their widths, the reserved bits zero).
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let word = u32::from(self.placement & 0xF) | u32::from(self.selectivity & 0x3) << 4;
+        word.to_be_bytes()
+    }
+}
+
 /// RDMA Extended Transport Header (RETH, 16 bytes): the remote buffer of an RDMA WRITE or READ.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Reth {

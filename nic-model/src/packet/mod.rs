@@ -47,13 +47,13 @@ pub(crate) use datagram::{
     parse_datagram_with,
 };
 pub use datagram6::{datagram6_len, emit_datagram6, parse_any_datagram, parse_datagram6};
-pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, NakCode, Reth};
+pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, Feth, NakCode, Reth};
 pub use icrc::{icrc_ipv4, icrc_ipv6};
 pub use ipv4_udp::{ipv4_udp_header, IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};
 pub use ipv6_udp::{Ip6Udp, IPV6_UDP_LEN};
 pub use opcode::{
     opcode_table, OpFlags, Opcode, OpcodeInfo, Transport, ATOMIC_ACK_ETH_LEN, CNP_RESERVED_LEN,
-    IETH_LEN, IMMDT_LEN,
+    FETH_LEN, IETH_LEN, IMMDT_LEN,
 };
 pub use pcap::PcapWriter;
 pub(crate) use peek::{opcode_of, peek_rc_acknowledge, peek_rc_send_only, SendOnly};

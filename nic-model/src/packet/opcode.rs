@@ -3,8 +3,9 @@
 //! packet layer: the header codecs take their lengths from here, and nothing here names them.
 //!
 //! An opcode is 3 bits of transport (RC 000, UC 001, UD 011, CNP 100) and 5 bits of operation
-//! (IBA 9.2.1, Table 38). The table below lists every opcode softverbs speaks; anything else
-//! (RD, XRC, FLUSH, ATOMIC WRITE, reserved codes) is unknown and [`Opcode::info`] returns `None`.
+//! (IBA 9.2.1, Table 38; FLUSH and ATOMIC WRITE from IBA 1.5). The table below lists every
+//! opcode softverbs speaks; anything else (RD, XRC, reserved codes) is unknown and
+//! [`Opcode::info`] returns `None`.
 
 use bitflags::bitflags;
 use core::fmt;
@@ -91,6 +92,15 @@ bitflags! {
         const IETH = 1 << 20;
         /// Immediate data (ImmDt, 4 B) precedes the payload.
         const IMMDT = 1 << 21;
+        /// An RDMA FLUSH (IBA 1.5 9.4.5): no payload, answered by a zero-length RDMA READ
+        /// RESPONSE ONLY.
+        const FLUSH = 1 << 22;
+        /// An RDMA ATOMIC WRITE (IBA 1.5 9.4.6): 8 bytes placed in one store, answered by a
+        /// zero-length RDMA READ RESPONSE ONLY.
+        const ATOMIC_WRITE = 1 << 23;
+        /// A FLUSH Extended Transport Header (FETH, 4 B: placement type, selectivity) follows
+        /// the BTH, before the RETH.
+        const FETH = 1 << 24;
     }
 }
 
@@ -98,6 +108,8 @@ bitflags! {
 pub(crate) const BTH_LEN: usize = 12;
 /// Bytes of a Datagram Extended Transport Header (DETH: Q_Key and source QP).
 pub(crate) const DETH_LEN: usize = 8;
+/// Bytes of a FLUSH Extended Transport Header (FETH: placement type and selectivity).
+pub const FETH_LEN: usize = 4;
 /// Bytes of an RDMA Extended Transport Header (RETH: virtual address, R_Key, DMA length).
 pub(crate) const RETH_LEN: usize = 16;
 /// Bytes of an Atomic Extended Transport Header (AtomicETH: address, R_Key, two operands).
@@ -115,8 +127,9 @@ pub const CNP_RESERVED_LEN: usize = 16;
 
 /// The extension headers in IBA order (the order in which they follow the BTH, and of
 /// [`Packet`](super::Packet)'s fields): the flag that stands for each, its name and its length.
-pub(crate) const EXTENSION_HEADERS: [(OpFlags, &str, usize); 7] = [
+pub(crate) const EXTENSION_HEADERS: [(OpFlags, &str, usize); 8] = [
     (OpFlags::DETH, "DETH", DETH_LEN),
+    (OpFlags::FETH, "FETH", FETH_LEN),
     (OpFlags::RETH, "RETH", RETH_LEN),
     (OpFlags::ATOMIC_ETH, "AtomicETH", ATOMIC_ETH_LEN),
     (OpFlags::AETH, "AETH", AETH_LEN),
@@ -127,6 +140,7 @@ pub(crate) const EXTENSION_HEADERS: [(OpFlags, &str, usize); 7] = [
 
 /// The opcode-table flags that stand for an extension header.
 pub(crate) const EXTENSION_HEADER_FLAGS: OpFlags = OpFlags::DETH
+    .union(OpFlags::FETH)
     .union(OpFlags::RETH)
     .union(OpFlags::ATOMIC_ETH)
     .union(OpFlags::AETH)
@@ -223,6 +237,10 @@ impl Opcode {
     pub const RC_SEND_LAST_WITH_INVALIDATE: Opcode = Opcode(0x16);
     /// RC SEND ONLY WITH INVALIDATE (0x17): IETH.
     pub const RC_SEND_ONLY_WITH_INVALIDATE: Opcode = Opcode(0x17);
+    /// RC FLUSH (0x1C, IBA 1.5): FETH, RETH, no payload.
+    pub const RC_FLUSH: Opcode = Opcode(0x1C);
+    /// RC ATOMIC WRITE (0x1D, IBA 1.5): RETH and 8 bytes of payload.
+    pub const RC_ATOMIC_WRITE: Opcode = Opcode(0x1D);
 
     // Unreliable Connection (transport 001).
     /// UC SEND FIRST (0x20).
@@ -260,7 +278,7 @@ impl Opcode {
     pub const CNP: Opcode = Opcode(0x81);
 
     /// This opcode's row of the opcode table, or `None` for an opcode softverbs does not speak
-    /// (RD, XRC, FLUSH, ATOMIC WRITE, reserved codes).
+    /// (RD, XRC, reserved codes).
     pub fn info(self) -> Option<&'static OpcodeInfo> {
         match INDEX[usize::from(self.0)] {
             NONE => None,
@@ -304,12 +322,12 @@ impl fmt::Display for Opcode {
 }
 
 /// The opcode table, in opcode order; [`opcode_table`] is its public face.
-static OPCODES: [OpcodeInfo; 38] = TABLE;
+static OPCODES: [OpcodeInfo; 40] = TABLE;
 
 /// The table's contents, a constant so that [`INDEX`] can be built from it at compile time.
 /// Each row: opcode, name, transport, what the packet is, then the headers after the BTH.
 #[rustfmt::skip]
-const TABLE: [OpcodeInfo; 38] = {
+const TABLE: [OpcodeInfo; 40] = {
     use OpFlags as F;
     use Transport::{Cnp, Rc, Uc, Ud};
 
@@ -347,6 +365,9 @@ const TABLE: [OpcodeInfo; 38] = {
                                          F::INVALIDATE, F::IETH];
     const SEND_ONLY_INV: &[OpFlags] =  &[F::REQUEST, F::SEND, F::START, F::END, F::RWR, F::COMP,
                                          F::PAYLOAD, F::INVALIDATE, F::IETH];
+    const FLUSH: &[OpFlags] =          &[F::REQUEST, F::FLUSH, F::START, F::END, F::FETH, F::RETH];
+    const ATOMIC_WRITE: &[OpFlags] =   &[F::REQUEST, F::ATOMIC_WRITE, F::START, F::END, F::PAYLOAD,
+                                         F::RETH];
     // UD.
     const UD_SEND: &[OpFlags] =        &[F::REQUEST, F::SEND, F::START, F::END, F::RWR, F::COMP,
                                          F::PAYLOAD, F::DETH];
@@ -378,6 +399,9 @@ const TABLE: [OpcodeInfo; 38] = {
         // 0x15 is reserved.
         row(0x16, "RC SEND LAST WITH INVALIDATE",      Rc, SEND_LAST_INV),
         row(0x17, "RC SEND ONLY WITH INVALIDATE",      Rc, SEND_ONLY_INV),
+        // 0x18–0x1B are reserved.
+        row(0x1C, "RC FLUSH",                          Rc, FLUSH),
+        row(0x1D, "RC ATOMIC WRITE",                   Rc, ATOMIC_WRITE),
         row(0x20, "UC SEND FIRST",                     Uc, SEND_FIRST),
         row(0x21, "UC SEND MIDDLE",                    Uc, SEND_MIDDLE),
         row(0x22, "UC SEND LAST",                      Uc, SEND_LAST),
@@ -480,7 +504,7 @@ mod tests {
         let mut sorted = codes.clone();
         sorted.sort_unstable();
         assert_eq!(codes, sorted);
-        assert_eq!(codes.len(), 38);
+        assert_eq!(codes.len(), 40);
         for row in opcode_table() {
             assert_eq!(info(row.opcode), row);
         }
@@ -489,15 +513,15 @@ mod tests {
     #[test]
     fn known_and_unknown_codes() {
         let known: Vec<u8> = (0x00..=0x14)
-            .chain([0x16, 0x17])
+            .chain([0x16, 0x17, 0x1C, 0x1D])
             .chain(0x20..=0x2B)
             .chain([0x64, 0x65, 0x81])
             .collect();
         for code in 0..=255u8 {
             assert_eq!(Opcode(code).info().is_some(), known.contains(&code), "{code:#x}");
         }
-        // Reserved RC 0x15, RD, XRC, FLUSH and ATOMIC WRITE are not spoken.
-        for code in [0x15, 0x1C, 0x1D, 0x2C, 0x40, 0x44, 0x60, 0x80, 0xA4] {
+        // Reserved RC 0x15 and 0x18–0x1B, UC FLUSH and ATOMIC WRITE, RD and XRC are not spoken.
+        for code in [0x15, 0x18, 0x1B, 0x1E, 0x2C, 0x3C, 0x3D, 0x40, 0x44, 0x60, 0x80, 0xA4] {
             assert!(Opcode(code).info().is_none(), "{code:#x}");
         }
     }
@@ -519,6 +543,8 @@ mod tests {
         assert_eq!(info(Opcode::UD_SEND_ONLY).header_len, 12 + 8);
         assert_eq!(info(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).header_len, 12 + 8 + 4);
         assert_eq!(info(Opcode::CNP).header_len, 12 + 16);
+        assert_eq!(info(Opcode::RC_FLUSH).header_len, 12 + 4 + 16);
+        assert_eq!(info(Opcode::RC_ATOMIC_WRITE).header_len, 12 + 16);
     }
 
     #[test]
@@ -532,6 +558,10 @@ mod tests {
         assert_eq!(at(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE, OpFlags::IMMDT), Some(12 + 8));
         assert_eq!(at(Opcode::RC_SEND_ONLY, OpFlags::IMMDT), None);
         assert_eq!(at(Opcode::RC_ACKNOWLEDGE, OpFlags::SEND), None);
+        // rxe's offsets: FETH right after the BTH, the RETH after it.
+        assert_eq!(at(Opcode::RC_FLUSH, OpFlags::FETH), Some(12));
+        assert_eq!(at(Opcode::RC_FLUSH, OpFlags::RETH), Some(12 + 4));
+        assert_eq!(at(Opcode::RC_ATOMIC_WRITE, OpFlags::RETH), Some(12));
         // The last header of every opcode ends where its payload starts.
         for row in opcode_table() {
             let last = EXTENSION_HEADERS.iter().rev().find(|(flag, ..)| row.flags.contains(*flag));
@@ -559,8 +589,14 @@ mod tests {
             let position = f.intersection(OpFlags::START | OpFlags::MIDDLE | OpFlags::END);
             assert!(!position.is_empty(), "{}", row.name);
             assert!(!f.contains(OpFlags::MIDDLE) || position == OpFlags::MIDDLE, "{}", row.name);
-            let ops =
-                f.intersection(OpFlags::SEND | OpFlags::WRITE | OpFlags::READ | OpFlags::ATOMIC);
+            let ops = f.intersection(
+                OpFlags::SEND
+                    | OpFlags::WRITE
+                    | OpFlags::READ
+                    | OpFlags::ATOMIC
+                    | OpFlags::FLUSH
+                    | OpFlags::ATOMIC_WRITE,
+            );
             // One operation family, except for a plain ACKNOWLEDGE, which acks any of them.
             let families = if row.opcode == Opcode::RC_ACKNOWLEDGE { 0 } else { 1 };
             assert_eq!(ops.bits().count_ones(), families, "{}", row.name);
@@ -615,6 +651,7 @@ mod tests {
             Opcode::RC_ATOMIC_ACKNOWLEDGE,
             Opcode::RC_COMPARE_SWAP,
             Opcode::RC_FETCH_ADD,
+            Opcode::RC_FLUSH,
             Opcode::CNP,
         ] {
             assert!(!info(op).flags.contains(OpFlags::PAYLOAD), "{op}");

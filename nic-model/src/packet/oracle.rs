@@ -16,7 +16,7 @@
 //!
 //! The golden frames it is tried on are the wire-format reference's (`testing.rs`).
 
-use super::headers::{Aeth, AtomicEth, Bth, Deth, Reth};
+use super::headers::{Aeth, AtomicEth, Bth, Deth, Feth, Reth};
 use super::ipv4_udp::IpUdp;
 use super::opcode::Opcode;
 use super::psn::Psn;
@@ -107,11 +107,21 @@ enum Ext {
     ImmDt,
     /// Invalidate ETH: R_Key 32.
     Ieth,
+    /// FLUSH ETH (IBA 1.5): 26 reserved bits, selectivity 2, placement type 4.
+    Feth,
 }
 
 /// Every extension header, in IBA order.
-const EXT_ORDER: [Ext; 7] =
-    [Ext::Deth, Ext::Reth, Ext::AtomicEth, Ext::Aeth, Ext::AtomicAckEth, Ext::ImmDt, Ext::Ieth];
+const EXT_ORDER: [Ext; 8] = [
+    Ext::Deth,
+    Ext::Feth,
+    Ext::Reth,
+    Ext::AtomicEth,
+    Ext::Aeth,
+    Ext::AtomicAckEth,
+    Ext::ImmDt,
+    Ext::Ieth,
+];
 
 impl Ext {
     /// Its length in bytes (IBA 9.3, each header's figure).
@@ -124,6 +134,7 @@ impl Ext {
             Ext::AtomicAckEth => 8,
             Ext::ImmDt => 4,
             Ext::Ieth => 4,
+            Ext::Feth => 4,
         }
     }
 
@@ -137,6 +148,7 @@ impl Ext {
             Ext::AtomicAckEth => "AtomicAckETH",
             Ext::ImmDt => "ImmDt",
             Ext::Ieth => "IETH",
+            Ext::Feth => "FETH",
         }
     }
 }
@@ -165,10 +177,11 @@ impl Layout {
 
 /// IBA Table 38 (OpCode field), for the opcodes softverbs speaks: RC (transport 000), UC (001:
 /// SEND and RDMA WRITE only), UD (011: SEND ONLY with and without immediate) and the RoCEv2 CNP
-/// (0x81, Annex A17: BTH and 16 reserved bytes). RD, XRC, FLUSH, ATOMIC WRITE and reserved codes
-/// are `None`.
+/// (0x81, Annex A17: BTH and 16 reserved bytes), and IBA 1.5's RC FLUSH (FETH then RETH, no
+/// payload) and RC ATOMIC WRITE (RETH, 8 bytes of payload). RD, XRC and reserved codes are
+/// `None`.
 fn layout(opcode: u8) -> Option<Layout> {
-    use Ext::{Aeth, AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Reth};
+    use Ext::{Aeth, AtomicAckEth, AtomicEth, Deth, Feth, Ieth, ImmDt, Reth};
     let l = |headers: &'static [Ext], payload: bool| Some(Layout { headers, payload, reserved: 0 });
     let (transport, operation) = (opcode >> 5, opcode & 0x1F);
     match (transport, operation) {
@@ -190,6 +203,9 @@ fn layout(opcode: u8) -> Option<Layout> {
         (0, 0x13 | 0x14) => l(&[AtomicEth], false),
         // 0x15 reserved; SEND LAST and SEND ONLY WITH INVALIDATE.
         (0, 0x16 | 0x17) => l(&[Ieth], true),
+        // IBA 1.5: FLUSH and ATOMIC WRITE.
+        (0, 0x1C) => l(&[Feth, Reth], false),
+        (0, 0x1D) => l(&[Reth], true),
         // UD: SEND ONLY, SEND ONLY WITH IMMEDIATE.
         (3, 0x04) => l(&[Deth], true),
         (3, 0x05) => l(&[Deth, ImmDt], true),
@@ -279,6 +295,7 @@ pub(super) fn emit_datagram(
             Ext::AtomicAckEth => pkt.atomic_ack_eth.is_some(),
             Ext::ImmDt => pkt.imm.is_some(),
             Ext::Ieth => pkt.ieth.is_some(),
+            Ext::Feth => pkt.feth.is_some(),
         };
         match (layout.has(ext), present) {
             (true, false) => return Err(PacketError::MissingHeader(ext.name())),
@@ -346,6 +363,10 @@ pub(super) fn emit_datagram(
     if let Some(Deth { qkey, src_qp }) = pkt.deth {
         put(&qkey.to_be_bytes());
         put(&src_qp.to_be_bytes()); // its top byte is DETH's reserved byte, 0
+    }
+    if let Some(Feth { placement, selectivity }) = pkt.feth {
+        // 26 reserved bits, then selectivity (2 bits) and placement type (4 bits).
+        put(&[0, 0, 0, (selectivity & 0x03) << 4 | (placement & 0x0F)]);
     }
     if let Some(Reth { va, rkey, dma_len }) = pkt.reth {
         put(&va.to_be_bytes());
@@ -487,6 +508,7 @@ pub(super) fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), Packet
             psn: Psn::new(be24(t, BTH_PSN)),
         },
         deth: None,
+        feth: None,
         reth: None,
         atomic_eth: None,
         aeth: None,
@@ -515,6 +537,9 @@ pub(super) fn parse_datagram(bytes: &[u8]) -> Result<(IpUdp, Packet<'_>), Packet
             Ext::AtomicAckEth => pkt.atomic_ack_eth = Some(be64(h, 0)),
             Ext::ImmDt => pkt.imm = Some(be32(h, 0)),
             Ext::Ieth => pkt.ieth = Some(be32(h, 0)),
+            Ext::Feth => {
+                pkt.feth = Some(Feth { placement: h[3] & 0x0F, selectivity: h[3] >> 4 & 0x03 })
+            }
         }
         at += ext.len();
     }

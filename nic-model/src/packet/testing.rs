@@ -2,7 +2,7 @@
 //! resealing a mutated datagram so that parsing reaches the checks behind its checksums, and the
 //! golden frames of the wire-format reference.
 
-use super::headers::{Aeth, AtomicEth, Bth, Deth, Reth};
+use super::headers::{Aeth, AtomicEth, Bth, Deth, Feth, Reth};
 use super::ipv4_udp::{ones_complement_sum, IpUdp, IPV4_LEN};
 use super::opcode::{OpFlags, Opcode};
 use super::psn::Psn;
@@ -34,6 +34,10 @@ pub(super) fn sample(opcode: Opcode, seed: u64, payload: &[u8]) -> Packet<'_> {
     let flag = |flag: OpFlags| f.contains(flag);
     pkt.deth =
         flag(OpFlags::DETH).then_some(Deth { qkey: s32 ^ 0x5555, src_qp: (s32 >> 3) & 0xFF_FFFF });
+    pkt.feth = flag(OpFlags::FETH).then_some(Feth {
+        placement: (seed >> 32) as u8 & 0x0F,
+        selectivity: (seed >> 36) as u8 & 3,
+    });
     pkt.reth = flag(OpFlags::RETH).then_some(Reth {
         va: seed.rotate_left(7),
         rkey: !s32,

@@ -5,7 +5,7 @@
 //! ([`OpcodeInfo::flags`]); nothing here matches on individual opcodes. The ICRC and the
 //! IPv4/UDP encapsulation belong to the datagram layer above.
 
-use super::headers::{Aeth, AtomicEth, Bth, Deth, Reth, U24_MAX};
+use super::headers::{Aeth, AtomicEth, Bth, Deth, Feth, Reth, U24_MAX};
 use super::opcode::{
     OpFlags, OpcodeInfo, ATOMIC_ACK_ETH_LEN, EXTENSION_HEADERS, EXTENSION_HEADER_FLAGS, IETH_LEN,
     IMMDT_LEN, MAX_HEADER_LEN,
@@ -22,7 +22,9 @@ pub struct Packet<'a> {
     pub bth: Bth,
     /// DETH (UD).
     pub deth: Option<Deth>,
-    /// RETH (RDMA WRITE FIRST/ONLY, RDMA READ REQUEST).
+    /// FETH (FLUSH).
+    pub feth: Option<Feth>,
+    /// RETH (RDMA WRITE FIRST/ONLY, RDMA READ REQUEST, FLUSH, ATOMIC WRITE).
     pub reth: Option<Reth>,
     /// AtomicETH (COMPARE SWAP, FETCH ADD).
     pub atomic_eth: Option<AtomicEth>,
@@ -44,6 +46,7 @@ impl<'a> Packet<'a> {
         Packet {
             bth,
             deth: None,
+            feth: None,
             reth: None,
             atomic_eth: None,
             aeth: None,
@@ -97,6 +100,9 @@ impl<'a> Packet<'a> {
             if flags.contains(OpFlags::DETH) {
                 pkt.deth = Some(Deth::from_bytes(take(&mut ext)?));
             }
+            if flags.contains(OpFlags::FETH) {
+                pkt.feth = Some(Feth::from_bytes(take(&mut ext)?));
+            }
             if flags.contains(OpFlags::RETH) {
                 pkt.reth = Some(Reth::from_bytes(take(&mut ext)?));
             }
@@ -138,6 +144,7 @@ impl<'a> Packet<'a> {
     fn present_headers(&self) -> OpFlags {
         let flag = |present: bool, flag: OpFlags| if present { flag } else { OpFlags::empty() };
         flag(self.deth.is_some(), OpFlags::DETH)
+            | flag(self.feth.is_some(), OpFlags::FETH)
             | flag(self.reth.is_some(), OpFlags::RETH)
             | flag(self.atomic_eth.is_some(), OpFlags::ATOMIC_ETH)
             | flag(self.aeth.is_some(), OpFlags::AETH)
@@ -231,6 +238,9 @@ impl<'a> Packet<'a> {
         put(headers, &mut at, bth.to_bytes());
         if let Some(deth) = &self.deth {
             put(headers, &mut at, deth.to_bytes());
+        }
+        if let Some(feth) = &self.feth {
+            put(headers, &mut at, feth.to_bytes());
         }
         if let Some(reth) = &self.reth {
             put(headers, &mut at, reth.to_bytes());

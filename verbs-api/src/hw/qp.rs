@@ -167,6 +167,8 @@ impl HwQp {
                     };
                 }
                 WrOpcode::Send | WrOpcode::SendWithImm => {}
+                // Refused by `post_send` before the list is built.
+                WrOpcode::AtomicWrite | WrOpcode::Flush => {}
             }
             if self.qp_type == QpType::Ud {
                 let Some(ud) = &wr.ud else {
@@ -300,6 +302,14 @@ impl QpOps for HwQp {
     fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         if wrs.is_empty() {
             return Ok(());
+        }
+        if let Some(i) =
+            wrs.iter().position(|w| matches!(w.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush))
+        {
+            // struct ibv_send_wr has no fields for them: the ibv_wr_* API carries them.
+            let what = wrs[i].opcode.name();
+            let e = Error::inval(format!("ibv_post_send: {what} is posted with ibv_wr_*"));
+            return Err(e.at_wr(i));
         }
         let mut list = self.build_send(wrs)?;
         let live = self.raw.live("ibv_post_send")?;

@@ -143,7 +143,8 @@ pub struct SendWr<'a> {
     pub send_flags: SendFlags,
     /// `imm_data` (host order here; network order on the wire).
     pub imm_data: u32,
-    /// `wr.rdma`, for RDMA WRITE / READ.
+    /// `wr.rdma`, for RDMA WRITE / READ, and the remote address and R_Key of an ATOMIC WRITE
+    /// (`ibv_wr_atomic_write`) or a FLUSH (`ibv_wr_flush`).
     pub rdma: RdmaTarget,
     /// `wr.atomic`, for atomics.
     pub atomic: AtomicTarget,
@@ -151,5 +152,9 @@ pub struct SendWr<'a> {
     pub ud: Option<UdTarget>,
     /// Inline payload given as bytes rather than SGEs (with [`SendFlags::INLINE`]): softverbs' safe
     /// form of an inline SGE that points at unregistered memory. When set, `sg_list` is ignored.
+    /// An ATOMIC WRITE's 8 bytes (`ibv_wr_atomic_write`'s `atomic_wr`) come here or in one
+    /// 8-byte SGE.
     pub inline_data: Option<&'a [u8]>,
+    /// A FLUSH's length, placement type and level (`ibv_wr_flush`); unused by other opcodes.
+    pub flush: FlushTarget,
 }

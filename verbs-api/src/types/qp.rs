@@ -19,6 +19,9 @@ bitflags::bitflags! {
         const REMOTE_READ = 1 << 2;
         /// `IBV_ACCESS_REMOTE_ATOMIC`: peers may run atomics on it (requires LOCAL_WRITE).
         const REMOTE_ATOMIC = 1 << 3;
+        /// `IBV_ACCESS_FLUSH_GLOBAL`: peers may FLUSH it for global visibility (on a QP:
+        /// the QP takes such FLUSHes).
+        const FLUSH_GLOBAL = 1 << 8;
     }
 }
 

@@ -57,6 +57,15 @@ pub enum WrOpcode {
     AtomicCmpAndSwp,
     /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
     AtomicFetchAndAdd,
+    /// `IBV_WR_ATOMIC_WRITE` (`ibv_wr_atomic_write`, RC only): the 8 bytes of the WR's
+    /// `inline_data` (or of its one 8-byte SGE) written at `rdma.remote_addr` in one store,
+    /// after every earlier write of the QP is placed (IBA 1.5 9.4.6). The responder needs
+    /// `IBV_ACCESS_REMOTE_WRITE`, as for an RDMA WRITE, and an 8-byte-aligned address.
+    AtomicWrite,
+    /// `IBV_WR_FLUSH` (`ibv_wr_flush`, RC only): make the responder's memory named by
+    /// `rdma` and [`SendWr::flush`](crate::SendWr::flush) visible at the placement type asked
+    /// (IBA 1.5 9.4.5). The responder needs `IBV_ACCESS_FLUSH_GLOBAL` on the QP and the MR.
+    Flush,
 }
 
 impl WrOpcode {
@@ -70,6 +79,8 @@ impl WrOpcode {
             WrOpcode::RdmaRead => "IBV_WR_RDMA_READ",
             WrOpcode::AtomicCmpAndSwp => "IBV_WR_ATOMIC_CMP_AND_SWP",
             WrOpcode::AtomicFetchAndAdd => "IBV_WR_ATOMIC_FETCH_AND_ADD",
+            WrOpcode::AtomicWrite => "IBV_WR_ATOMIC_WRITE",
+            WrOpcode::Flush => "IBV_WR_FLUSH",
         }
     }
     /// Whether this opcode carries immediate data.
@@ -80,13 +91,18 @@ impl WrOpcode {
     pub fn is_atomic(self) -> bool {
         matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
     }
-    /// Whether the QP type can carry this opcode (`ibv_post_send`: READ and atomics are RC only; UD is SEND only).
+    /// Whether the QP type can carry this opcode (`ibv_post_send`: READ, atomics, ATOMIC WRITE
+    /// and FLUSH are RC only; UD is SEND only).
     pub fn valid_for(self, qp_type: QpType) -> bool {
         match qp_type {
             QpType::Rc => true,
             QpType::Uc => !matches!(
                 self,
-                WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+                WrOpcode::RdmaRead
+                    | WrOpcode::AtomicCmpAndSwp
+                    | WrOpcode::AtomicFetchAndAdd
+                    | WrOpcode::AtomicWrite
+                    | WrOpcode::Flush
             ),
             QpType::Ud => matches!(self, WrOpcode::Send | WrOpcode::SendWithImm),
         }
@@ -111,6 +127,10 @@ pub enum WcOpcode {
     Recv,
     /// `IBV_WC_RECV_RDMA_WITH_IMM`: a receive consumed by an RDMA WRITE with immediate.
     RecvRdmaWithImm,
+    /// `IBV_WC_FLUSH`: a FLUSH completed.
+    Flush,
+    /// `IBV_WC_ATOMIC_WRITE`: an ATOMIC WRITE completed.
+    AtomicWrite,
 }
 
 impl WcOpcode {
@@ -122,6 +142,8 @@ impl WcOpcode {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+            WrOpcode::Flush => WcOpcode::Flush,
         }
     }
     /// The `IBV_WC_*` name.
@@ -134,6 +156,8 @@ impl WcOpcode {
             WcOpcode::FetchAdd => "IBV_WC_FETCH_ADD",
             WcOpcode::Recv => "IBV_WC_RECV",
             WcOpcode::RecvRdmaWithImm => "IBV_WC_RECV_RDMA_WITH_IMM",
+            WcOpcode::Flush => "IBV_WC_FLUSH",
+            WcOpcode::AtomicWrite => "IBV_WC_ATOMIC_WRITE",
         }
     }
 }
@@ -282,6 +306,61 @@ pub struct AtomicTarget {
     pub compare_add: u64,
     /// `swap`: the value to swap in (CAS).
     pub swap: u64,
+}
+
+bitflags::bitflags! {
+    /// The placement type of a FLUSH (`IBV_FLUSH_GLOBAL`, `IBV_FLUSH_PERSISTENT` of
+    /// `ibv_wr_flush`'s `type`; the FETH's placement type bits 3–0, IBA 1.5 9.4.5).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct FlushType: u8 {
+        /// `IBV_FLUSH_GLOBAL`: the data is visible to every reader of the memory (global
+        /// visibility). Needs `IBV_ACCESS_FLUSH_GLOBAL`.
+        const GLOBAL = 1;
+        /// `IBV_FLUSH_PERSISTENT`: the data is persistent. Needs
+        /// `IBV_ACCESS_FLUSH_PERSISTENT`, which rxe, and softverbs, grant no MR: no memory
+        /// here is persistent memory.
+        const PERSISTENT = 1 << 1;
+    }
+}
+
+/// What a FLUSH covers (`ibv_wr_flush`'s `level`; the FETH's selectivity bits 5–4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum FlushLevel {
+    /// `IBV_FLUSH_RANGE`: the bytes `[remote_addr, +len)`.
+    #[default]
+    Range,
+    /// `IBV_FLUSH_MR`: the whole MR the R_Key names (address and length are not checked).
+    Mr,
+}
+
+impl FlushLevel {
+    /// The `IBV_FLUSH_*` value, as the FETH's selectivity field carries it.
+    pub fn to_ibv(self) -> u8 {
+        match self {
+            FlushLevel::Range => 0,
+            FlushLevel::Mr => 1,
+        }
+    }
+    /// The level of an `IBV_FLUSH_*` value; None for another value.
+    pub fn from_ibv(v: u8) -> Option<FlushLevel> {
+        match v {
+            0 => Some(FlushLevel::Range),
+            1 => Some(FlushLevel::Mr),
+            _ => None,
+        }
+    }
+}
+
+/// A FLUSH's own operands (`ibv_wr_flush`'s `len`, `type` and `level`); its address and R_Key
+/// are the WR's `rdma`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FlushTarget {
+    /// Bytes from `rdma.remote_addr` (the RETH's DMA length; ignored for [`FlushLevel::Mr`]).
+    pub len: u32,
+    /// The placement type asked for.
+    pub placement: FlushType,
+    /// Range or whole MR.
+    pub level: FlushLevel,
 }
 
 /// A receive work request (`struct ibv_recv_wr`).

@@ -85,7 +85,7 @@ int main(void)
 	printf("qp_ex(RC, send/write/read/atomics): %s\n", q ? "object" : "NULL");
 	if (q)
 		ibv_destroy_qp(q);
-	SHOW_NULL("qp_ex(RC, ATOMIC_WRITE)", qp_ex(ctx, pd, cq, IBV_QPT_RC,
+	SHOW_NULL("qp_ex(UC, ATOMIC_WRITE)", qp_ex(ctx, pd, cq, IBV_QPT_UC,
 		  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE));
 	SHOW_NULL("qp_ex(RC, BIND_MW)", qp_ex(ctx, pd, cq, IBV_QPT_RC,
 		  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, IBV_QP_EX_WITH_BIND_MW));

@@ -18,6 +18,16 @@
  *   list      four 512 KiB WRITEs chained in one ibv_post_send: four completions in order and
  *             every byte (direct reach copies at most 1 MiB of them in the call; the rest go
  *             as packets, which a program cannot tell apart).
+ *   atomic-write  ibv_wr_atomic_write (a QP from ibv_create_qp_ex): the 8 bytes land and
+ *             nothing around them, IBV_WC_ATOMIC_WRITE; then one at an address that is not
+ *             8-byte aligned: REM_INV_REQ_ERR, the word unchanged (rxe's misaligned atomic);
+ *   flush     a WRITE, then ibv_wr_flush of its range for global visibility: IBV_WC_FLUSH
+ *             once the bytes are there; the MR flag IBV_ACCESS_FLUSH_PERSISTENT refused
+ *             (EINVAL, as rxe refuses it for memory that is not persistent memory), a QP of
+ *             type UD with IBV_QP_EX_WITH_FLUSH refused (EOPNOTSUPP); a persistent FLUSH
+ *             fails REM_ACCESS_ERR. Debian 12's <infiniband/verbs.h> (rdma-core 44) has
+ *             ibv_wr_atomic_write but not FLUSH: its values are spelled out below, and
+ *             wr_flush is reached where rdma-core 45 put it, right after wr_atomic_write.
  * Only the fields `man ibv_poll_cq` defines for a failed completion (wr_id, status, qp_num)
  * are printed for errors. Every wait is bounded.
  */
@@ -36,6 +46,9 @@
 #define LEN 8192
 #define BIG (4 << 19)
 #define ALL_REMOTE (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+/* The remote operations every QP takes (the FLUSH cases add global-visibility FLUSHes). */
+static int qp_access = ALL_REMOTE;
 
 struct side {
 	struct ibv_context *ctx;
@@ -105,7 +118,7 @@ static void connect_to(struct side *s, const struct info *to, uint32_t rq_psn, u
 		       enum ibv_mtu mtu)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = ALL_REMOTE };
+				 .qp_access_flags = qp_access };
 	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 					     IBV_QP_ACCESS_FLAGS))
 		die("modify to INIT");
@@ -445,6 +458,126 @@ static void chained_list(void)
 	close_side(&b);
 }
 
+/* rdma-core 45's FLUSH, absent from rdma-core 44's header. */
+#define ACCESS_FLUSH_GLOBAL (1 << 8)
+#define ACCESS_FLUSH_PERSISTENT (1 << 9)
+#define QP_EX_WITH_FLUSH (1 << 11)
+#define FLUSH_GLOBAL 1
+#define FLUSH_PERSISTENT 2
+#define FLUSH_RANGE 0
+typedef void (*wr_flush_fn)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t, uint8_t, uint8_t);
+
+/* A pair whose `a` QP has the ibv_wr_* API (RDMA WRITE, ATOMIC WRITE, FLUSH) and whose `b` QP
+ * takes FLUSHes for global visibility. */
+static struct ibv_qp_ex *pair_ex(struct side *a, struct side *b)
+{
+	open_side(a, 0, ALL_REMOTE);
+	open_side(b, 1, ALL_REMOTE | ACCESS_FLUSH_GLOBAL);
+	ibv_destroy_qp(a->qp);
+	struct ibv_qp_init_attr_ex qi = {
+		.send_cq = a->cq, .recv_cq = a->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = a->pd,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE |
+				  QP_EX_WITH_FLUSH };
+	a->qp = ibv_create_qp_ex(a->ctx, &qi);
+	struct ibv_qp_ex *x = a->qp ? ibv_qp_to_qp_ex(a->qp) : NULL;
+	if (!x)
+		die("ibv_create_qp_ex with ATOMIC_WRITE and FLUSH");
+	qp_access = ALL_REMOTE | ACCESS_FLUSH_GLOBAL;
+	struct info ia = info_of(a), ib = info_of(b);
+	connect_to(a, &ib, 0x2000, 0x100, IBV_MTU_1024);
+	connect_to(b, &ia, 0x100, 0x2000, IBV_MTU_1024);
+	return x;
+}
+
+static void atomic_write(void)
+{
+	struct side a, b;
+	struct ibv_qp_ex *x = pair_ex(&a, &b);
+	memset(b.buf, 0x5a, 256);
+	ibv_wr_start(x);
+	x->wr_id = 30;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(x, b.mr->rkey, (uintptr_t)b.buf + 64, "ABCDEFGH");
+	if (ibv_wr_complete(x))
+		die("ibv_wr_complete");
+	show("atomic-write", a.cq, a.qp);
+	int around = 1;
+	for (int i = 0; i < 256; i++)
+		around &= (i >= 64 && i < 72) || b.buf[i] == 0x5a;
+	printf("atomic-write: bytes: %s, around them untouched: %s\n",
+	       memcmp(b.buf + 64, "ABCDEFGH", 8) ? "wrong" : "right", around ? "yes" : "no");
+	ibv_wr_start(x);
+	x->wr_id = 31;
+	ibv_wr_atomic_write(x, b.mr->rkey, (uintptr_t)b.buf + 132, "misalign");
+	if (ibv_wr_complete(x))
+		die("ibv_wr_complete");
+	show("atomic-write: misaligned", a.cq, a.qp);
+	printf("atomic-write: misaligned word unchanged: %s\n",
+	       b.buf[132] == 0x5a && b.buf[139] == 0x5a ? "yes" : "no");
+	close_side(&a);
+	close_side(&b);
+	qp_access = ALL_REMOTE;
+}
+
+static void flush(void)
+{
+	struct side a, b;
+	struct ibv_qp_ex *x = pair_ex(&a, &b);
+	wr_flush_fn wr_flush = *(wr_flush_fn *)(&x->wr_atomic_write + 1);
+	if (!wr_flush)
+		die("no wr_flush after wr_atomic_write");
+	fill(a.buf, 4096, 11);
+	ibv_wr_start(x);
+	x->wr_id = 40;
+	x->wr_flags = 0;
+	ibv_wr_rdma_write(x, b.mr->rkey, (uintptr_t)b.buf + 1000);
+	ibv_wr_set_sge(x, a.mr->lkey, (uintptr_t)a.buf, 4096);
+	x->wr_id = 41;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	wr_flush(x, b.mr->rkey, (uintptr_t)b.buf + 1000, 4096, FLUSH_GLOBAL, FLUSH_RANGE);
+	if (ibv_wr_complete(x))
+		die("ibv_wr_complete");
+	show("flush", a.cq, a.qp);
+	printf("flush: the write's bytes: %s\n", memcmp(a.buf, b.buf + 1000, 4096) ? "wrong" : "right");
+	struct ibv_device_attr_ex dx;
+	if (ibv_query_device_ex(a.ctx, NULL, &dx))
+		die("ibv_query_device_ex");
+	printf("flush: device_cap_flags_ex: FLUSH_GLOBAL %s, FLUSH_PERSISTENT %s, ATOMIC_WRITE %s\n",
+	       dx.device_cap_flags_ex & (1ULL << 38) ? "yes" : "no",
+	       dx.device_cap_flags_ex & (1ULL << 39) ? "yes" : "no",
+	       dx.device_cap_flags_ex & (1ULL << 40) ? "yes" : "no");
+	char *mem = NULL;
+	if (posix_memalign((void **)&mem, 4096, 4096))
+		die("posix_memalign");
+	errno = 0;
+	struct ibv_mr *pmem = ibv_reg_mr(a.pd, mem, 4096, ACCESS_FLUSH_PERSISTENT);
+	printf("flush: a persistent MR: %s errno=%d\n", pmem ? "registered" : "refused", errno);
+	struct ibv_mr *gmem = ibv_reg_mr(a.pd, mem, 4096, ACCESS_FLUSH_GLOBAL);
+	printf("flush: a global-visibility MR: %s\n", gmem ? "registered" : "refused");
+	if (gmem)
+		ibv_dereg_mr(gmem);
+	free(mem);
+	struct ibv_qp_init_attr_ex ud = {
+		.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = a.pd,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND | QP_EX_WITH_FLUSH };
+	errno = 0;
+	struct ibv_qp *udqp = ibv_create_qp_ex(a.ctx, &ud);
+	printf("flush: a UD QP with FLUSH: %s errno=%d\n", udqp ? "created" : "refused", errno);
+	ibv_wr_start(x);
+	x->wr_id = 42;
+	wr_flush(x, b.mr->rkey, (uintptr_t)b.buf, 64, FLUSH_PERSISTENT, FLUSH_RANGE);
+	if (ibv_wr_complete(x))
+		die("ibv_wr_complete");
+	show("flush: persistent", a.cq, a.qp);
+	close_side(&a);
+	close_side(&b);
+	qp_access = ALL_REMOTE;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -462,6 +595,8 @@ int main(int argc, char **argv)
 	CASE("dead", dead_peer);
 	CASE("err", responder_in_err);
 	CASE("list", chained_list);
+	CASE("atomic-write", atomic_write);
+	CASE("flush", flush);
 	printf("done\n");
 	return 0;
 }

@@ -13,6 +13,7 @@ use crate::packet::{self, Opcode};
 
 mod errors;
 mod fast_paths;
+mod flush;
 mod ipv6;
 mod lazy_clock;
 mod mtu;

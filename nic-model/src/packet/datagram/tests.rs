@@ -1,7 +1,7 @@
 //! The datagram codec's tests: emit and parse against the oracle and golden frames, every
 //! check's error, the engine's own entries, and both ways of carrying the ICRC.
 
-use super::super::headers::{Aeth, AethKind, AtomicEth, Deth, NakCode, Reth};
+use super::super::headers::{Aeth, AethKind, AtomicEth, Deth, Feth, NakCode, Reth};
 use super::super::opcode::{opcode_table, Opcode};
 use super::super::oracle;
 use super::super::psn::Psn;
@@ -485,6 +485,7 @@ proptest! {
         if flip(4) { pkt.atomic_eth = pkt.atomic_eth.xor(Some(AtomicEth::default())); }
         if flip(5) { pkt.ieth = pkt.ieth.xor(Some(5)); }
         if flip(6) { pkt.atomic_ack_eth = pkt.atomic_ack_eth.xor(Some(6)); }
+        if flip(7) { pkt.feth = pkt.feth.xor(Some(Feth { placement: 1, selectivity: 0 })); }
         match wide {
             1 => pkt.bth.dest_qp |= 1 << 24,
             2 => if let Some(deth) = &mut pkt.deth { deth.src_qp |= 1 << 30 },

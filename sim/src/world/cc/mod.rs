@@ -329,6 +329,7 @@ pub fn build_cnp(src: [u8; 4], dst: [u8; 4], dest_qp: u32, src_port: u16) -> Vec
             ..Bth::default()
         },
         deth: None,
+        feth: None,
         reth: None,
         atomic_eth: None,
         aeth: None,
