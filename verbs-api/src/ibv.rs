@@ -96,6 +96,9 @@ ibv_enum!(WrOpcode, "enum ibv_wr_opcode", [
     RdmaRead = 4 IBV_WR_RDMA_READ,
     AtomicCmpAndSwp = 5 IBV_WR_ATOMIC_CMP_AND_SWP,
     AtomicFetchAndAdd = 6 IBV_WR_ATOMIC_FETCH_AND_ADD,
+    LocalInv = 7 IBV_WR_LOCAL_INV,
+    BindMw = 8 IBV_WR_BIND_MW,
+    SendWithInv = 9 IBV_WR_SEND_WITH_INV,
 ]);
 
 ibv_enum!(WcOpcode, "enum ibv_wc_opcode", [
@@ -104,6 +107,8 @@ ibv_enum!(WcOpcode, "enum ibv_wc_opcode", [
     RdmaRead = 2 IBV_WC_RDMA_READ,
     CompSwap = 3 IBV_WC_COMP_SWAP,
     FetchAdd = 4 IBV_WC_FETCH_ADD,
+    BindMw = 5 IBV_WC_BIND_MW,
+    LocalInv = 6 IBV_WC_LOCAL_INV,
     Recv = 128 IBV_WC_RECV,
     RecvRdmaWithImm = 129 IBV_WC_RECV_RDMA_WITH_IMM,
 ]);
@@ -217,6 +222,9 @@ mod tests {
             WrOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp,
             WrOpcode::AtomicFetchAndAdd,
+            WrOpcode::LocalInv,
+            WrOpcode::BindMw,
+            WrOpcode::SendWithInv,
         ]);
         check(&[
             WcOpcode::Send,
@@ -224,6 +232,8 @@ mod tests {
             WcOpcode::RdmaRead,
             WcOpcode::CompSwap,
             WcOpcode::FetchAdd,
+            WcOpcode::BindMw,
+            WcOpcode::LocalInv,
             WcOpcode::Recv,
             WcOpcode::RecvRdmaWithImm,
         ]);

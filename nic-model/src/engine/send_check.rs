@@ -98,6 +98,7 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
             ),
         };
         let npsn = match self.wr.opcode.is_atomic() || qp.qp_type == QpType::Ud {
+            _ if self.wr.opcode.is_local() => 0,
             true => 1,
             false => qp.packets_for(self.len),
         };
@@ -132,7 +133,11 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
             len: self.len,
             rdma: wr.rdma,
             atomic: wr.atomic,
-            imm: wr.imm_data,
+            imm: match wr.opcode {
+                WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.invalidate_rkey,
+                _ => wr.imm_data,
+            },
+            bind: (wr.opcode == WrOpcode::BindMw).then(|| Box::new(wr.bind_mw)),
             ud: self.ud,
             first_psn: packet::Psn::new(0),
             npsn,
@@ -189,6 +194,7 @@ pub(crate) fn check_send<'w, 'd>(
             wr.opcode,
             WrOpcode::Send
                 | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
                 | WrOpcode::RdmaWrite
                 | WrOpcode::RdmaWriteWithImm
         );
