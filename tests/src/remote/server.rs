@@ -237,6 +237,7 @@ impl Server {
                         atomic: o.atomic,
                         ud,
                         inline_data: o.inline.as_deref(),
+                        ..SendWr::default()
                     });
                 }
                 qp.post_send(&wrs)?;
