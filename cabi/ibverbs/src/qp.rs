@@ -169,17 +169,19 @@ const SEND_OPS_FLAGS: u32 = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 const CREATE_FLAGS: u32 = 1 << 2;
 
 /// `IBV_QP_EX_WITH_RDMA_WRITE`, `_RDMA_WRITE_WITH_IMM`, `_SEND`, `_SEND_WITH_IMM`: the
-/// operations every connected QP type has.
-const OPS_UC: u64 = 0b1111;
-/// [`OPS_UC`] and `IBV_QP_EX_WITH_RDMA_READ`, `_ATOMIC_CMP_AND_SWP`, `_ATOMIC_FETCH_AND_ADD`.
-const OPS_RC: u64 = 0b111_1111;
+/// operations every connected QP type has, and `_BIND_MW` (RC and UC, as rxe).
+const OPS_UC: u64 = 0b1111 | 1 << 8;
+/// [`OPS_UC`] and `IBV_QP_EX_WITH_RDMA_READ`, `_ATOMIC_CMP_AND_SWP`, `_ATOMIC_FETCH_AND_ADD`,
+/// `_LOCAL_INV`, `_BIND_MW`, `_SEND_WITH_INV`.
+const OPS_RC: u64 = 0b11_1111_1111;
 /// `IBV_QP_EX_WITH_SEND`, `_SEND_WITH_IMM`.
 const OPS_UD: u64 = 0b1100;
-/// What rxe's provider takes beyond softverbs (`RXE_SUP_RC_QP_SEND_OPS_FLAGS`): LOCAL_INV,
-/// BIND_MW, SEND_WITH_INV, FLUSH (1 << 11), ATOMIC_WRITE (1 << 12).
-const RXE_ONLY_RC: u64 = (0b111 << 7) | (0b11 << 11);
-/// `RXE_SUP_UC_QP_SEND_OPS_FLAGS` beyond softverbs': BIND_MW, SEND_WITH_INV.
-const RXE_ONLY_UC: u64 = 0b11 << 8;
+/// What rxe's provider takes beyond softverbs (`RXE_SUP_RC_QP_SEND_OPS_FLAGS`): FLUSH
+/// (1 << 11), ATOMIC_WRITE (1 << 12).
+const RXE_ONLY_RC: u64 = 0b11 << 11;
+/// `RXE_SUP_UC_QP_SEND_OPS_FLAGS` beyond softverbs': SEND_WITH_INV (the IBA has no UC opcode
+/// that carries an IETH; rxe fails the WR at execution).
+const RXE_ONLY_UC: u64 = 1 << 9;
 
 /// Why a QP of type `ty` cannot have the `ibv_wr_*` operations `ops`, or None. softverbs fills
 /// an entry point for each operation it takes ([`qp_ex::fill`]); an operation rxe refuses for
@@ -223,6 +225,13 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(p: *mut ibv_qp) -> *mut ibv_qp_ex {
 /// The QP box behind `p`, if it is a live softverbs QP.
 pub(crate) fn qp_of<'a>(what: &str, p: *mut ibv_qp) -> Option<&'a Qp> {
     obj::<Qp, ibv_qp_ex>(what, p as *mut ibv_qp_ex, Magic::Qp)
+}
+
+impl Qp {
+    /// softverbs' QP.
+    pub(crate) fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
 }
 
 /// `ibv_modify_qp`.
@@ -451,6 +460,10 @@ fn convert<'a>(
             &format!("send_flags {:#x}: unknown bits", w.send_flags),
         ));
     }
+    if opcode == WrOpcode::BindMw && w.tail[0] == 0 {
+        // rxe's provider reads bind_mw.mw->rkey here (and crashes on NULL).
+        return Err(refuse(W, libc::EINVAL, "IBV_WR_BIND_MW with bind_mw.mw NULL"));
+    }
     let flags = SendFlags::from_bits_truncate(w.send_flags);
     let Some(sg) = sges(W, w.sg_list, w.num_sge, buf) else { return Err(libc::EINVAL) };
     // The SGEs' lkeys of inline data are not looked at.
@@ -500,6 +513,11 @@ fn convert<'a>(
         },
         ud,
         inline_data,
+        invalidate_rkey: w.imm_data,
+        bind_mw: match opcode {
+            WrOpcode::BindMw => crate::mw::bind_wr_of(&w.tail),
+            _ => Default::default(),
+        },
     })
 }
 
