@@ -1,29 +1,29 @@
-//! Memory windows (`ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw` through the context's ops,
+//! Memory windows (`ibv_alloc_mw`, `ibv_dealloc_mw` through the context's ops,
 //! as `<infiniband/verbs.h>`'s inlines call them), and the conversion of a bind WR's
 //! `bind_mw` (of `ibv_post_send` and `ibv_wr_bind_mw`) into softverbs' [`MwBind`]. As
 //! rdma-core's rxe provider, `ibv_bind_mw` posts an `IBV_WR_BIND_MW` on the QP and gives the
-//! window the next rkey (`ibv_inc_rkey`) when the post is taken.
+//! window the next rkey (`ibv_inc_rkey`) when the post is taken: `crate::qp`'s `bind_mw`,
+//! beside the other posts, since it names a QP.
 
 use std::ffi::c_int;
 use std::ptr::null_mut;
 
 use softverbs_cabi_abi::*;
-use verbs_api::{AccessFlags, MemoryWindow, MwBind, MwBindInfo, MwType, SendFlags};
+use verbs_api::{AccessFlags, MemoryWindow, MwBind, MwBindInfo, MwType};
 
 use crate::object::{free, obj, Magic};
-use crate::qp::qp_of;
 use crate::verbs::{Mr, Pd};
-use crate::{refuse, refuse_err, refuse_null};
+use crate::{refuse_err, refuse_null};
 
 /// `IBV_ACCESS_ZERO_BASED`.
-const ZERO_BASED: u32 = 1 << 5;
+pub(crate) const ZERO_BASED: u32 = 1 << 5;
 
 /// A memory window: the C struct, then softverbs' window.
 #[repr(C)]
 pub(crate) struct Mw {
     c: ibv_mw,
     magic: Magic,
-    mw: MemoryWindow,
+    pub(crate) mw: MemoryWindow,
 }
 
 /// `ops.alloc_mw`, behind the inline `ibv_alloc_mw`.
@@ -61,7 +61,7 @@ pub(crate) unsafe extern "C" fn dealloc_mw(m: *mut ibv_mw) -> c_int {
 }
 
 /// The bind a C `struct ibv_mw_bind_info` asks for, as softverbs' [`MwBindInfo`].
-fn bind_info<'a>(b: &ibv_mw_bind_info, mr: Option<&'a Mr>) -> MwBindInfo<'a> {
+pub(crate) fn bind_info<'a>(b: &ibv_mw_bind_info, mr: Option<&'a Mr>) -> MwBindInfo<'a> {
     MwBindInfo {
         mr: mr.map(|m| &m.mr),
         addr: b.addr,
@@ -71,42 +71,9 @@ fn bind_info<'a>(b: &ibv_mw_bind_info, mr: Option<&'a Mr>) -> MwBindInfo<'a> {
     }
 }
 
-/// `ops.bind_mw`, behind the inline `ibv_bind_mw` (which checked the window's type and the
-/// MR's PD): a zero-based bind is `EINVAL`, as rxe's provider refuses it; otherwise the bind
-/// WR is posted and the window takes its new rkey. Returns 0 or the errno (also in `errno`).
-pub(crate) unsafe extern "C" fn bind_mw(
-    q: *mut ibv_qp,
-    m: *mut ibv_mw,
-    b: *mut ibv_mw_bind,
-) -> c_int {
-    const W: &str = "ibv_bind_mw";
-    let Some(qp) = qp_of(W, q) else { return libc::EINVAL };
-    let Some(mw) = obj::<Mw, _>(W, m, Magic::Mw) else { return libc::EINVAL };
-    if b.is_null() {
-        return refuse(W, libc::EINVAL, "mw_bind is NULL");
-    }
-    // SAFETY: checked non-NULL; the caller's struct ibv_mw_bind.
-    let b = unsafe { &*b };
-    if b.bind_info.mw_access_flags & ZERO_BASED != 0 {
-        return refuse(W, libc::EINVAL, "a zero-based bind (rxe refuses it for ibv_bind_mw)");
-    }
-    let mr = match b.bind_info.mr.is_null() {
-        true => None,
-        false => match obj::<Mr, _>(W, b.bind_info.mr, Magic::Mr) {
-            Some(mr) => Some(mr),
-            None => return libc::EINVAL,
-        },
-    };
-    let info = bind_info(&b.bind_info, mr);
-    let flags = SendFlags::from_bits_truncate(b.send_flags);
-    match mw.mw.bind(qp.qp(), &info, b.wr_id, flags) {
-        Ok(rkey) => {
-            // SAFETY: our live object; the program reads mw->rkey for the new key.
-            unsafe { (*m).rkey = rkey };
-            0
-        }
-        Err(e) => refuse_err(W, &e),
-    }
+/// The window behind an `ibv_mw` pointer, or None (with a log line).
+pub(crate) fn mw_of<'a>(what: &str, m: *mut ibv_mw) -> Option<&'a Mw> {
+    obj::<Mw, _>(what, m, Magic::Mw)
 }
 
 /// The `bind_mw` of a C send WR (`ibv_post_send` with `IBV_WR_BIND_MW`), as rxe's provider

@@ -38,7 +38,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     cops.post_send = Some(qp::post_send);
     cops.post_recv = Some(qp::post_recv);
     cops.alloc_mw = mw::alloc_mw as *const c_void;
-    cops.bind_mw = mw::bind_mw as *const c_void;
+    cops.bind_mw = qp::bind_mw as *const c_void;
     cops.dealloc_mw = mw::dealloc_mw as *const c_void;
     // The async event fd: an eventfd the device signals once per event it queues, so the fd is
     // readable while `ibv_get_async_event` would not block.

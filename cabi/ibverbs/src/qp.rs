@@ -15,7 +15,7 @@ use crate::convert::{access, post_recv_chain, sges, MAX_SGE};
 use crate::object::{free, lookup, obj, track, Magic, QPS};
 use crate::qp_ex::{self, Batch, QpHead};
 use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
-use crate::verbs::{cq_of, Pd};
+use crate::verbs::{cq_of, Mr, Pd};
 use crate::{refuse, refuse_err, refuse_null};
 use softverbs_cabi_abi::*;
 
@@ -630,4 +630,42 @@ pub(crate) unsafe extern "C" fn post_recv(
 ) -> c_int {
     let Some(q) = qp_of("ibv_post_recv", p) else { return libc::EINVAL };
     post_recv_chain("ibv_post_recv", wr, bad, |w| q.qp.post_recv(w))
+}
+
+/// `ops.bind_mw`, behind the inline `ibv_bind_mw` (which checked the window's type and the
+/// MR's PD): a zero-based bind is `EINVAL`, as rxe's provider refuses it; otherwise the bind
+/// WR is posted and the window takes its new rkey. Returns 0 or the errno (also in `errno`).
+pub(crate) unsafe extern "C" fn bind_mw(
+    q: *mut ibv_qp,
+    m: *mut ibv_mw,
+    b: *mut ibv_mw_bind,
+) -> c_int {
+    const W: &str = "ibv_bind_mw";
+    let Some(qp) = qp_of(W, q) else { return libc::EINVAL };
+    let Some(mw) = crate::mw::mw_of(W, m) else { return libc::EINVAL };
+    if b.is_null() {
+        return refuse(W, libc::EINVAL, "mw_bind is NULL");
+    }
+    // SAFETY: checked non-NULL; the caller's struct ibv_mw_bind.
+    let b = unsafe { &*b };
+    if b.bind_info.mw_access_flags & crate::mw::ZERO_BASED != 0 {
+        return refuse(W, libc::EINVAL, "a zero-based bind (rxe refuses it for ibv_bind_mw)");
+    }
+    let mr = match b.bind_info.mr.is_null() {
+        true => None,
+        false => match obj::<Mr, _>(W, b.bind_info.mr, Magic::Mr) {
+            Some(mr) => Some(mr),
+            None => return libc::EINVAL,
+        },
+    };
+    let info = crate::mw::bind_info(&b.bind_info, mr);
+    let flags = SendFlags::from_bits_truncate(b.send_flags);
+    match mw.mw.bind(qp.qp(), &info, b.wr_id, flags) {
+        Ok(rkey) => {
+            // SAFETY: our live object; the program reads mw->rkey for the new key.
+            unsafe { (*m).rkey = rkey };
+            0
+        }
+        Err(e) => refuse_err(W, &e),
+    }
 }
