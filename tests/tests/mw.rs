@@ -342,3 +342,60 @@ fn binds_and_invalidations_fail_as_rxe_fails_them() {
         pd.dealloc().unwrap();
     });
 }
+
+/// What the tap on a saw leave: each request's opcode and IETH.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(u8, Option<u32>)>>>;
+
+#[test]
+fn send_with_invalidate_goes_as_the_iba_opcodes_with_an_ieth() {
+    // A tap sees the wire, so direct reach is off either way; the packets are the same.
+    both(|reach| {
+        let p = pair("mw-wire", reach);
+        let (a_qpn, b_qpn) = (p.a.qp.qp_num(), p.b.qp.qp_num());
+        let seen: Seen = Default::default();
+        let s = seen.clone();
+        let tap = move |dir: nic_model::soft::TapDir, d: &[u8]| {
+            if dir == nic_model::soft::TapDir::Tx {
+                if let Ok((_, pkt)) = nic_model::packet::parse_datagram(d) {
+                    s.lock().unwrap().push((pkt.bth.opcode.0, pkt.ieth));
+                }
+            }
+        };
+        p.soft.set_tap("softverbs0", Some(std::sync::Arc::new(tap))).unwrap();
+        let mut rkeys = Vec::new();
+        // One window per SEND: a 3000-byte SEND (FIRST, MIDDLE, LAST WITH INVALIDATE at the
+        // 1024-byte MTU) and an 8-byte one (ONLY WITH INVALIDATE).
+        for (i, len) in [3000u32, 8].into_iter().enumerate() {
+            let mw = p.b.pd.alloc_mw(MwType::Type2).unwrap();
+            let id = 40 + i as u64;
+            ok(&bind_type2(&p, &mw, id, &info(&p, rw())), id, WcOpcode::BindMw, 0, b_qpn);
+            let rsge = [p.b.mr.sge(16384, 4096)];
+            p.b.qp.post_recv(&[RecvWr { wr_id: id, sg_list: &rsge }]).unwrap();
+            let data = pattern(id, 0, len as usize);
+            p.a.mr.write(0, &data).unwrap();
+            let sges = [p.a.mr.sge(0, len)];
+            let wr = SendWr {
+                wr_id: id,
+                sg_list: &sges,
+                opcode: WrOpcode::SendWithInv,
+                send_flags: SendFlags::SIGNALED,
+                invalidate_rkey: mw.rkey(),
+                ..Default::default()
+            };
+            p.a.qp.post_send(&[wr]).unwrap();
+            ok(&one(&p.a.cq), id, WcOpcode::Send, len, a_qpn);
+            let wc = one(&p.b.cq);
+            assert_eq!((wc.wr_id, wc.status, wc.byte_len), (id, WcStatus::Success, len));
+            assert_eq!((wc.wc_flags, wc.imm_data), (WcFlags::WITH_INV, mw.rkey()));
+            assert_eq!(p.b.mr.read_vec(16384, len as usize).unwrap(), data);
+            rkeys.push(mw.rkey());
+        }
+        p.soft.set_tap("softverbs0", None).unwrap();
+        let requests: Vec<(u8, Option<u32>)> =
+            seen.lock().unwrap().iter().copied().filter(|(op, _)| *op != 0x11).collect();
+        // SEND FIRST, SEND MIDDLE, SEND LAST WITH INVALIDATE (0x16), SEND ONLY WITH
+        // INVALIDATE (0x17): only the last packet of a message carries the IETH.
+        let want = vec![(0x00, None), (0x01, None), (0x16, Some(rkeys[0])), (0x17, Some(rkeys[1]))];
+        assert_eq!(requests, want);
+    });
+}
