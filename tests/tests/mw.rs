@@ -399,3 +399,22 @@ fn send_with_invalidate_goes_as_the_iba_opcodes_with_an_ieth() {
         assert_eq!(requests, want);
     });
 }
+
+#[test]
+fn a_zero_based_type_2_window_is_named_from_0() {
+    both(|reach| {
+        let p = pair("mw-zero-based", reach);
+        let (a_qpn, b_qpn) = (p.a.qp.qp_num(), p.b.qp.qp_num());
+        let mw = p.b.pd.alloc_mw(MwType::Type2).unwrap();
+        let zb = MwBindInfo { zero_based: true, ..info(&p, rw()) };
+        ok(&bind_type2(&p, &mw, 1, &zb), 1, WcOpcode::BindMw, 0, b_qpn);
+        let data = pattern(9, 0, 16);
+        p.a.mr.write(0, &data).unwrap();
+        ok(&write(&p, 2, 8, mw.rkey(), 16), 2, WcOpcode::RdmaWrite, 16, a_qpn);
+        assert_eq!(p.b.mr.read_vec(WIN_OFF as usize + 8, 16).unwrap(), data);
+        ok(&read(&p, 3, 8, mw.rkey(), 16), 3, WcOpcode::RdmaRead, 16, a_qpn);
+        assert_eq!(p.a.mr.read_vec(8192, 16).unwrap(), data);
+        // Its length from 0: the window's last byte is WIN_LEN - 1.
+        failed(&write(&p, 4, WIN_LEN - 8, mw.rkey(), 9), 4, WcStatus::RemAccessErr, a_qpn);
+    });
+}

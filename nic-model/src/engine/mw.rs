@@ -304,3 +304,106 @@ impl Nic {
         self.hca.mws.get(key)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::mr::MrMemory;
+
+    const RW: AccessFlags = AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_READ);
+
+    /// An MR table with one 4 KiB MR at iova 0x10000 on PD 1, registered with `access`.
+    fn mrs(access: AccessFlags) -> (MrTable, u32) {
+        let mut t = MrTable::new(5);
+        let key = t.insert(1, MrMemory::allocate(4096).unwrap(), 0x10000, access);
+        (t, key)
+    }
+
+    fn bind(w: &Mw, mr_lkey: u32, addr: u64, length: u64) -> MwBind {
+        MwBind {
+            mw_rkey: w.key,
+            new_rkey: verbs_api::inc_rkey(w.key),
+            mr_lkey,
+            addr,
+            length,
+            access: RW,
+            zero_based: false,
+        }
+    }
+
+    #[test]
+    fn window_keys_and_mr_keys_never_meet() {
+        let (mut mrs, mr) = mrs(AccessFlags::LOCAL_WRITE);
+        let mut mws = MwTable::new(5);
+        assert!(!is_mw_key(mr));
+        for _ in 0..100 {
+            let k = mws.insert(1, MwType::Type2);
+            assert!(is_mw_key(k) && mrs.get(k).is_none(), "{k:#x}");
+            let m = mrs.insert(1, MrMemory::allocate(8).unwrap(), 0x1000, AccessFlags::empty());
+            assert!(!is_mw_key(m) && mws.get(m).is_none(), "{m:#x}");
+        }
+    }
+
+    #[test]
+    fn a_type_2_window_binds_once_answers_its_qp_alone_and_is_invalidated() {
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND;
+        let (mrs, mr) = mrs(all);
+        let mut mws = MwTable::new(9);
+        let key = mws.insert(1, MwType::Type2);
+        // Nothing to grant before the bind.
+        assert!(mws.target(&mrs, key, Some(7)).is_none());
+        let b = bind(mws.get(key).unwrap(), mr, 0x10100, 256);
+        // The QP's PD must be the window's.
+        assert!(mws.bind(&mrs, 2, 7, &b).is_err());
+        mws.bind(&mrs, 1, 7, &b).unwrap();
+        let new = b.new_rkey;
+        assert!(mws.get(key).is_none(), "the old key names nothing");
+        let (m, w) = mws.target(&mrs, new, Some(7)).unwrap();
+        assert_eq!((m.key, w.addr, w.length, w.qpn), (mr, 0x10100, 256, Some(7)));
+        assert!(mws.target(&mrs, new, Some(8)).is_none(), "another QP");
+        assert!(mws.target(&mrs, new, None).is_some(), "a later packet (no QP check)");
+        assert_eq!(mws.bound_to(mr), 1);
+        // Bound already: a second bind fails until it is invalidated.
+        let again = bind(mws.get(new).unwrap(), mr, 0x10000, 64);
+        assert!(mws.bind(&mrs, 1, 7, &again).is_err());
+        assert!(mws.invalidate(b.mw_rkey).is_err(), "the old key");
+        mws.invalidate(new).unwrap();
+        assert!(mws.invalidate(new).is_err(), "free already");
+        assert!(mws.target(&mrs, new, Some(7)).is_none());
+        assert_eq!(mws.bound_to(mr), 0);
+        mws.bind(&mrs, 1, 7, &again).unwrap();
+    }
+
+    #[test]
+    fn binds_are_checked_as_rxe_checks_them() {
+        let mut mws = MwTable::new(3);
+        // An MR without MW_BIND; one without LOCAL_WRITE under a writable window.
+        for access in [AccessFlags::LOCAL_WRITE, AccessFlags::MW_BIND] {
+            let (mrs, mr) = mrs(access);
+            let key = mws.insert(1, MwType::Type1);
+            let b = bind(mws.get(key).unwrap(), mr, 0x10000, 64);
+            assert!(mws.bind(&mrs, 1, 7, &b).is_err(), "{access:?}");
+        }
+        let (mrs, mr) = mrs(AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+        let key = mws.insert(1, MwType::Type1);
+        let w = mws.get(key).unwrap().clone();
+        // Outside the MR, on either side.
+        assert!(mws.bind(&mrs, 1, 7, &bind(&w, mr, 0xffff, 8)).is_err());
+        assert!(mws.bind(&mrs, 1, 7, &bind(&w, mr, 0x10ff9, 8)).is_err());
+        assert!(mws.bind(&mrs, 1, 7, &bind(&w, 0x1234_5600, 0x10000, 8)).is_err(), "no MR");
+        // Zero-based type 1: refused.
+        let zb = MwBind { zero_based: true, ..bind(&w, mr, 0x10000, 8) };
+        assert!(mws.bind(&mrs, 1, 7, &zb).is_err());
+        // A type 1 bind of length 0 unbinds; type 1 cannot be invalidated.
+        let b = bind(&w, mr, 0x10000, 4096);
+        mws.bind(&mrs, 1, 7, &b).unwrap();
+        assert!(mws.invalidate(b.new_rkey).is_err());
+        let w = mws.get(b.new_rkey).unwrap().clone();
+        assert_eq!(w.qpn, None, "a type 1 window answers on any QP");
+        mws.bind(&mrs, 1, 7, &bind(&w, 0, 0, 0)).unwrap();
+        assert!(mws.target(&mrs, verbs_api::inc_rkey(w.key), None).is_none());
+        assert_eq!(mws.bound_to(mr), 0);
+        // An MR's key is never invalidated.
+        assert!(mws.invalidate(mr).is_err());
+    }
+}
