@@ -20,6 +20,9 @@ const MIN_MW_INDEX: u32 = 0x0080_0000;
 /// The highest MW index.
 const MAX_MW_INDEX: u32 = 0x00FF_FFFF;
 
+/// The QP a type 2 window answers for once its QP is destroyed: no QP number is 32 bits wide.
+const NO_QP: u32 = u32::MAX;
+
 /// Whether `key` names a memory window rather than an MR (rxe's `rkey_is_mw`): its index is
 /// in the MWs' half of the index space.
 #[inline]
@@ -125,6 +128,15 @@ impl MwTable {
     /// How many windows are bound to the MR with this key (rxe's `mr->num_mw`).
     pub fn bound_to(&self, mr_key: u32) -> usize {
         self.mws.values().filter(|w| w.mr_key == Some(mr_key)).count()
+    }
+
+    /// The QP `qpn` was destroyed: the type 2 windows bound through it stay bound but answer
+    /// for no QP, not even a later one given the same number (rxe's window holds the
+    /// destroyed QP, which no new QP is); they can still be invalidated or deallocated.
+    pub(crate) fn qp_destroyed(&mut self, qpn: u32) {
+        for w in self.mws.values_mut().filter(|w| w.qpn == Some(qpn)) {
+            w.qpn = Some(NO_QP);
+        }
     }
 
     fn insert(&mut self, pd: PdId, ty: MwType) -> u32 {
@@ -367,6 +379,9 @@ mod tests {
         let again = bind(mws.get(new).unwrap(), mr, 0x10000, 64);
         assert!(mws.bind(&mrs, 1, 7, &again).is_err());
         assert!(mws.invalidate(b.mw_rkey).is_err(), "the old key");
+        // Its QP destroyed, it answers for no QP, not even one given the same number.
+        mws.qp_destroyed(7);
+        assert!(mws.target(&mrs, new, Some(7)).is_none());
         mws.invalidate(new).unwrap();
         assert!(mws.invalidate(new).is_err(), "free already");
         assert!(mws.target(&mrs, new, Some(7)).is_none());
