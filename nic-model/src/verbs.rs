@@ -13,11 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use verbs_api::provider::{AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, QpOps, SrqOps};
+use verbs_api::provider::{
+    AhOps, CompChannelOps, ContextOps, CqOps, MrOps, MwOps, PdOps, QpOps, SrqOps,
+};
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, Errno, Error, Gid,
-    GidEntry, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result,
-    SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
+    GidEntry, MwType, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr,
+    Result, SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
 use crate::cost::{self, CopyAt};
@@ -390,6 +392,11 @@ impl<H: Host> PdOps for EnginePd<H> {
         self.host.with_nic(|n| check_ah(n.config().ip(), n.config().netdev.as_deref(), attr))?;
         Ok(Arc::new(EngineAh { attr: *attr, _pd: self.ahs.clone() }))
     }
+    fn alloc_mw(&self, ty: MwType) -> Result<Arc<dyn MwOps>> {
+        let rkey = self.host.with_nic(|n| n.alloc_mw(self.id, ty))?;
+        let rkey = AtomicU32::new(rkey);
+        Ok(Arc::new(EngineMw { host: self.host.clone(), rkey, ty, owned: Owned::default() }))
+    }
     fn dealloc(&self) -> Result<()> {
         self.owned.destroy(&*self.host, "ibv_dealloc_pd", "PD", || {
             let ahs = Arc::strong_count(&self.ahs) - 1;
@@ -453,6 +460,7 @@ impl<H: Host> MrOps for EngineMr<H> {
     }
     fn dereg(&self) -> Result<()> {
         self.owned.destroy(&*self.host, "ibv_dereg_mr", "MR", || {
+            self.host.with_nic(|n| n.check_no_windows(self.key))?;
             self.host.mr_withdrawn(self.key);
             self.host.with_nic(|n| n.dereg_mr(self.key))
         })
@@ -467,6 +475,42 @@ impl<H: Host> Drop for EngineMr<H> {
         self.owned.drop_with(&*self.host, || {
             self.host.mr_withdrawn(self.key);
             let _ = self.host.with_nic(|n| n.dereg_mr(self.key));
+        });
+    }
+}
+
+/// A memory window (`struct ibv_mw`): its rkey, which a bind changes, and its type.
+pub struct EngineMw<H: Host> {
+    host: Arc<H>,
+    rkey: AtomicU32,
+    ty: MwType,
+    owned: Owned,
+}
+
+impl<H: Host> MwOps for EngineMw<H> {
+    fn rkey(&self) -> u32 {
+        self.rkey.load(Ordering::Acquire)
+    }
+    fn set_rkey(&self, rkey: u32) {
+        self.rkey.store(rkey, Ordering::Release);
+    }
+    fn mw_type(&self) -> MwType {
+        self.ty
+    }
+    fn dealloc(&self) -> Result<()> {
+        self.owned.destroy(&*self.host, "ibv_dealloc_mw", "MW", || {
+            self.host.with_nic(|n| n.dealloc_mw(self.rkey()))
+        })
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<H: Host> Drop for EngineMw<H> {
+    fn drop(&mut self) {
+        self.owned.drop_with(&*self.host, || {
+            let _ = self.host.with_nic(|n| n.dealloc_mw(self.rkey()));
         });
     }
 }

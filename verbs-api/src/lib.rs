@@ -37,8 +37,9 @@ pub use device::{
 pub use error::{Errno, Error, Result};
 pub use ibv::IbvEnum;
 pub use object::{
-    AddressHandle, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpInitAttr, QueuePair, SendWr, SharedReceiveQueue, UdTarget,
+    inc_rkey, AddressHandle, CompChannel, CompletionQueue, Context, MemoryRegion, MemoryWindow,
+    MwBindInfo, MwOps, MwType, ProtectionDomain, QpInitAttr, QueuePair, SendWr, SharedReceiveQueue,
+    UdTarget,
 };
 pub use provider::{DeviceInfo, Provider};
 pub use types::*;

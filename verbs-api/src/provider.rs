@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use crate::error::Result;
 
-pub use crate::object::{AhOps, CompChannelOps, ContextOps, CqOps, MrOps, PdOps, QpOps, SrqOps};
+pub use crate::object::{
+    AhOps, CompChannelOps, ContextOps, CqOps, MrOps, MwOps, PdOps, QpOps, SrqOps,
+};
 
 /// A backend that owns devices (`struct verbs_device_ops` in rdma-core, roughly).
 pub trait Provider: Send + Sync {

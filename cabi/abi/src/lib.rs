@@ -215,6 +215,35 @@ pub struct ibv_mr {
     pub rkey: u32,
 }
 
+/// `struct ibv_mw`.
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub mw_type: c_int,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: u32,
+}
+
+/// `struct ibv_mw_bind`: what `ibv_bind_mw` takes.
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
 /// `struct ibv_comp_channel`.
 #[repr(C)]
 pub struct ibv_comp_channel {
@@ -432,7 +461,8 @@ pub struct ibv_send_wr {
     pub wr: SendWrUnion,
     /// `qp_type.xrc.remote_srqn`.
     pub xrc_remote_srqn: u32,
-    /// `bind_mw` / `tso` (unused by softverbs).
+    /// `bind_mw` {mw, rkey, bind_info {mr, addr, length, mw_access_flags}} / `tso`:
+    /// read by `mw_bind_of`'s conversions as words.
     pub tail: [u64; 6],
 }
 
@@ -504,14 +534,15 @@ pub struct ibv_qp_ex {
     pub wr_flags: u32,
     pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
     pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
-    pub wr_bind_mw: *const c_void,
-    pub wr_local_inv: *const c_void,
+    pub wr_bind_mw:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
     pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
     pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
     pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
     pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
-    pub wr_send_inv: *const c_void,
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_send_tso: *const c_void,
     pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
     pub wr_set_xrc_srqn: *const c_void,

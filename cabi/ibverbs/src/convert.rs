@@ -4,7 +4,9 @@
 use std::ffi::{c_int, c_void};
 
 use softverbs_cabi_abi::*;
-use verbs_api::{AccessFlags, AsyncElement, AsyncEvent, IbvEnum, RecvWr, Sge, WorkCompletion};
+use verbs_api::{
+    AccessFlags, AsyncElement, AsyncEvent, IbvEnum, RecvWr, Sge, WcFlags, WorkCompletion,
+};
 
 use crate::object::{lookup, CQS, QPS, SRQS};
 use crate::{refuse, refuse_err};
@@ -12,14 +14,14 @@ use crate::{refuse, refuse_err};
 /// The most SGEs one work request may carry here (the soft NIC's `max_sge` is 32).
 pub(crate) const MAX_SGE: usize = 32;
 
-/// The access flags softverbs enforces, from `enum ibv_access_flags`: the optional bits
-/// (`IBV_ACCESS_RELAXED_ORDERING` and up, which a device may ignore) and `IBV_ACCESS_MW_BIND`
-/// and `IBV_ACCESS_HUGETLB` (hints) are dropped; zero-based and on-demand MRs are refused.
-/// `IBV_ACCESS_FLUSH_GLOBAL` is taken; `IBV_ACCESS_FLUSH_PERSISTENT` is `EINVAL`, as rxe
-/// refuses it for memory that is not persistent memory (none here is).
+/// The access flags softverbs enforces, from `enum ibv_access_flags` (`IBV_ACCESS_MW_BIND`
+/// included): the optional bits (`IBV_ACCESS_RELAXED_ORDERING` and up, which a device may
+/// ignore) and `IBV_ACCESS_HUGETLB` (a hint) are dropped; zero-based and on-demand MRs are
+/// refused. `IBV_ACCESS_FLUSH_GLOBAL` is taken; `IBV_ACCESS_FLUSH_PERSISTENT` is `EINVAL`, as
+/// rxe refuses it for memory that is not persistent memory (none here is).
 pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
     const OPTIONAL_FIRST: u32 = 1 << 20;
-    const IGNORED: u32 = 0x10 | 0x80;
+    const IGNORED: u32 = 0x80;
     const FLUSH_PERSISTENT: u32 = 1 << 9;
     if flags & FLUSH_PERSISTENT != 0 {
         let why =
@@ -27,7 +29,7 @@ pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
         return Err(refuse(what, libc::EINVAL, why));
     }
     let f = flags & (OPTIONAL_FIRST - 1) & !IGNORED;
-    if f & !(0xf | AccessFlags::FLUSH_GLOBAL.bits()) != 0 {
+    if f & !(0x1f | AccessFlags::FLUSH_GLOBAL.bits()) != 0 {
         return Err(refuse(
             what,
             libc::EOPNOTSUPP,
@@ -46,7 +48,11 @@ pub(crate) fn wc_c(w: &WorkCompletion) -> ibv_wc {
         opcode: w.opcode.to_c_int(),
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
-        imm_data: w.imm_data.to_be(),
+        // The union's other member, `invalidated_rkey`, is in host order.
+        imm_data: match w.wc_flags.contains(WcFlags::WITH_INV) {
+            true => w.imm_data,
+            false => w.imm_data.to_be(),
+        },
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: w.wc_flags.bits(),

@@ -141,8 +141,11 @@ fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
     d.max_qp = i(a.max_qp);
     d.max_qp_wr = i(a.max_qp_wr);
-    // IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ, as rxe has them.
-    d.device_cap_flags = (1 << 12) | (1 << 13) | (1 << 14);
+    // IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ,
+    // IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B, as rxe has them.
+    d.device_cap_flags = (1 << 12) | (1 << 13) | (1 << 14) | (1 << 17) | (1 << 24);
+    // The engine's windows share the MRs' limit.
+    d.max_mw = i(a.max_mr);
     d.max_sge = i(a.max_sge);
     d.max_sge_rd = i(a.max_sge);
     d.max_cq = i(a.max_cq);

@@ -13,6 +13,7 @@ mod convert;
 mod cq_ex;
 mod device;
 mod extra;
+mod mw;
 mod object;
 mod ops;
 mod qp;

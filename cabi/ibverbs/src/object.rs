@@ -26,6 +26,7 @@ pub(crate) enum Magic {
     Qp = 0x736f_6674_7170_3031,
     Srq = 0x736f_6674_7372_3031,
     Ah = 0x736f_6674_6168_3031,
+    Mw = 0x736f_6674_6d77_3031,
 }
 
 /// Where a C object's box is, by the key the backend names it with (QPN, CQ id, SRQ id), so

@@ -9,7 +9,7 @@ use softverbs_cabi_abi::*;
 
 use crate::device::{dev_of, query_device_ex, query_port_ex};
 use crate::object::{ctx_of, Ctx, Magic};
-use crate::{cq_ex, qp, refuse_null, soft, srq_ah, verbs};
+use crate::{cq_ex, mw, qp, refuse_null, soft, srq_ah, verbs};
 
 /// `ibv_open_device`.
 #[no_mangle]
@@ -37,6 +37,9 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     cops.post_srq_recv = Some(srq_ah::post_srq_recv);
     cops.post_send = Some(qp::post_send);
     cops.post_recv = Some(qp::post_recv);
+    cops.alloc_mw = mw::alloc_mw as *const c_void;
+    cops.bind_mw = qp::bind_mw as *const c_void;
+    cops.dealloc_mw = mw::dealloc_mw as *const c_void;
     // The async event fd: an eventfd the device signals once per event it queues, so the fd is
     // readable while `ibv_get_async_event` would not block.
     // SAFETY: plain syscall; semaphore mode makes one read take one event.

@@ -15,7 +15,7 @@ use crate::convert::{access, post_recv_chain, sges, MAX_SGE};
 use crate::object::{free, lookup, obj, track, Magic, QPS};
 use crate::qp_ex::{self, Batch, QpHead};
 use crate::srq_ah::{ah_attr, ah_attr_c, ah_of, srq_of};
-use crate::verbs::{cq_of, Pd};
+use crate::verbs::{cq_of, Mr, Pd};
 use crate::{refuse, refuse_err, refuse_null};
 use softverbs_cabi_abi::*;
 
@@ -169,24 +169,25 @@ const SEND_OPS_FLAGS: u32 = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 const CREATE_FLAGS: u32 = 1 << 2;
 
 /// `IBV_QP_EX_WITH_RDMA_WRITE`, `_RDMA_WRITE_WITH_IMM`, `_SEND`, `_SEND_WITH_IMM`: the
-/// operations every connected QP type has.
-const OPS_UC: u64 = 0b1111;
-/// [`OPS_UC`] and `IBV_QP_EX_WITH_RDMA_READ`, `_ATOMIC_CMP_AND_SWP`, `_ATOMIC_FETCH_AND_ADD`.
-const OPS_RC: u64 = 0b111_1111 | FLUSH_AND_ATOMIC_WRITE;
+/// operations every connected QP type has, and `_BIND_MW` (RC and UC, as rxe).
+const OPS_UC: u64 = 0b1111 | 1 << 8;
+/// [`OPS_UC`] and `IBV_QP_EX_WITH_RDMA_READ`, `_ATOMIC_CMP_AND_SWP`, `_ATOMIC_FETCH_AND_ADD`,
+/// `_LOCAL_INV`, `_BIND_MW`, `_SEND_WITH_INV`, and [`FLUSH_AND_ATOMIC_WRITE`].
+const OPS_RC: u64 = 0b11_1111_1111 | FLUSH_AND_ATOMIC_WRITE;
 /// `IBV_QP_EX_WITH_FLUSH` (1 << 11) and `IBV_QP_EX_WITH_ATOMIC_WRITE` (1 << 12): RC only.
 const FLUSH_AND_ATOMIC_WRITE: u64 = 0b11 << 11;
 /// `IBV_QP_EX_WITH_SEND`, `_SEND_WITH_IMM`.
 const OPS_UD: u64 = 0b1100;
-/// What rxe's provider takes beyond softverbs (`RXE_SUP_RC_QP_SEND_OPS_FLAGS`): LOCAL_INV,
-/// BIND_MW, SEND_WITH_INV, FLUSH (1 << 11), ATOMIC_WRITE (1 << 12).
-const RXE_ONLY_RC: u64 = (0b111 << 7) | (0b11 << 11);
-/// `RXE_SUP_UC_QP_SEND_OPS_FLAGS` beyond softverbs': BIND_MW, SEND_WITH_INV.
-const RXE_ONLY_UC: u64 = 0b11 << 8;
+/// What rxe's provider takes beyond softverbs (`RXE_SUP_RC_QP_SEND_OPS_FLAGS`): nothing now.
+const RXE_ONLY_RC: u64 = 0;
+/// `RXE_SUP_UC_QP_SEND_OPS_FLAGS` beyond softverbs': SEND_WITH_INV (the IBA has no UC opcode
+/// that carries an IETH; rxe fails the WR at execution).
+const RXE_ONLY_UC: u64 = 1 << 9;
 
 /// Why a QP of type `ty` cannot have the `ibv_wr_*` operations `ops`, or None. softverbs fills
 /// an entry point for each operation it takes ([`qp_ex::fill`]); an operation rxe refuses for
-/// the type is refused as rxe does, and one rxe has but softverbs lacks (memory windows, local
-/// invalidation, flush, atomic write) is refused too rather than left a NULL pointer.
+/// the type is refused as rxe does, and one rxe takes but softverbs does not (SEND_WITH_INV on
+/// UC) is refused too rather than left a NULL pointer.
 fn send_ops_refused(ty: c_int, ops: u64) -> Option<String> {
     let (ours, rxe_only, name) = match QpType::from_c_int(ty) {
         Some(QpType::Rc) => (OPS_RC, RXE_ONLY_RC, "RC"),
@@ -204,8 +205,8 @@ fn send_ops_refused(ty: c_int, ops: u64) -> Option<String> {
     }
     Some(match extra & !rxe_only {
         0 => format!(
-            "send_ops_flags {ops:#x}: {extra:#x} (memory windows, local invalidation, flush or \
-             atomic write) are rxe's but not softverbs'"
+            "send_ops_flags {ops:#x}: {extra:#x} are rxe's but not softverbs' (SEND_WITH_INV \
+             on UC: the IBA has no UC opcode that carries an IETH)"
         ),
         _ => format!("send_ops_flags {ops:#x}: {extra:#x} are not supported on a {name} QP (rxe refuses them too)"),
     })
@@ -225,6 +226,13 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(p: *mut ibv_qp) -> *mut ibv_qp_ex {
 /// The QP box behind `p`, if it is a live softverbs QP.
 pub(crate) fn qp_of<'a>(what: &str, p: *mut ibv_qp) -> Option<&'a Qp> {
     obj::<Qp, ibv_qp_ex>(what, p as *mut ibv_qp_ex, Magic::Qp)
+}
+
+impl Qp {
+    /// softverbs' QP.
+    pub(crate) fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
 }
 
 /// `ibv_modify_qp`.
@@ -458,6 +466,10 @@ fn convert<'a>(
             &format!("send_flags {:#x}: unknown bits", w.send_flags),
         ));
     }
+    if opcode == WrOpcode::BindMw && w.tail[0] == 0 {
+        // rxe's provider reads bind_mw.mw->rkey here (and crashes on NULL).
+        return Err(refuse(W, libc::EINVAL, "IBV_WR_BIND_MW with bind_mw.mw NULL"));
+    }
     let flags = SendFlags::from_bits_truncate(w.send_flags);
     let Some(sg) = sges(W, w.sg_list, w.num_sge, buf) else { return Err(libc::EINVAL) };
     // The SGEs' lkeys of inline data are not looked at.
@@ -508,6 +520,11 @@ fn convert<'a>(
         ud,
         inline_data,
         flush: Default::default(),
+        invalidate_rkey: w.imm_data,
+        bind_mw: match opcode {
+            WrOpcode::BindMw => crate::mw::bind_wr_of(&w.tail),
+            _ => Default::default(),
+        },
     })
 }
 
@@ -620,4 +637,42 @@ pub(crate) unsafe extern "C" fn post_recv(
 ) -> c_int {
     let Some(q) = qp_of("ibv_post_recv", p) else { return libc::EINVAL };
     post_recv_chain("ibv_post_recv", wr, bad, |w| q.qp.post_recv(w))
+}
+
+/// `ops.bind_mw`, behind the inline `ibv_bind_mw` (which checked the window's type and the
+/// MR's PD): a zero-based bind is `EINVAL`, as rxe's provider refuses it; otherwise the bind
+/// WR is posted and the window takes its new rkey. Returns 0 or the errno (also in `errno`).
+pub(crate) unsafe extern "C" fn bind_mw(
+    q: *mut ibv_qp,
+    m: *mut ibv_mw,
+    b: *mut ibv_mw_bind,
+) -> c_int {
+    const W: &str = "ibv_bind_mw";
+    let Some(qp) = qp_of(W, q) else { return libc::EINVAL };
+    let Some(mw) = crate::mw::mw_of(W, m) else { return libc::EINVAL };
+    if b.is_null() {
+        return refuse(W, libc::EINVAL, "mw_bind is NULL");
+    }
+    // SAFETY: checked non-NULL; the caller's struct ibv_mw_bind.
+    let b = unsafe { &*b };
+    if b.bind_info.mw_access_flags & crate::mw::ZERO_BASED != 0 {
+        return refuse(W, libc::EINVAL, "a zero-based bind (rxe refuses it for ibv_bind_mw)");
+    }
+    let mr = match b.bind_info.mr.is_null() {
+        true => None,
+        false => match obj::<Mr, _>(W, b.bind_info.mr, Magic::Mr) {
+            Some(mr) => Some(mr),
+            None => return libc::EINVAL,
+        },
+    };
+    let info = crate::mw::bind_info(&b.bind_info, mr);
+    let flags = SendFlags::from_bits_truncate(b.send_flags);
+    match mw.mw.bind(qp.qp(), &info, b.wr_id, flags) {
+        Ok(rkey) => {
+            // SAFETY: our live object; the program reads mw->rkey for the new key.
+            unsafe { (*m).rkey = rkey };
+            0
+        }
+        Err(e) => refuse_err(W, &e),
+    }
 }

@@ -9,9 +9,11 @@
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 
+use std::ptr::null_mut;
+
 use verbs_api::{
-    AtomicTarget, FlushLevel, FlushTarget, FlushType, QueuePair, RdmaTarget, SendFlags, SendWr,
-    Sge, UdTarget, WrOpcode,
+    AtomicTarget, FlushLevel, FlushTarget, FlushType, MwBind, QueuePair, RdmaTarget, SendFlags,
+    SendWr, Sge, UdTarget, WrOpcode,
 };
 
 use crate::object::Magic;
@@ -34,7 +36,9 @@ struct Pending {
     wr_id: u64,
     flags: u32,
     opcode: WrOpcode,
+    /// Immediate data, or the rkey to invalidate.
     imm: u32,
+    bind: MwBind,
     rdma: RdmaTarget,
     atomic: AtomicTarget,
     ud: Option<(*mut ibv_ah, u32, u32)>,
@@ -83,6 +87,7 @@ unsafe fn push(q: *mut ibv_qp_ex, opcode: WrOpcode) -> &'static mut Pending {
         flags,
         opcode,
         imm: 0,
+        bind: MwBind::default(),
         rdma: RdmaTarget::default(),
         atomic: AtomicTarget::default(),
         ud: None,
@@ -204,6 +209,34 @@ unsafe extern "C" fn wr_flush(
     w.flush = FlushTarget { len, placement, level };
 }
 
+unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::SendWithInv) }.imm = rkey;
+}
+
+unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::LocalInv) }.imm = rkey;
+}
+
+/// `ibv_wr_bind_mw`: bind `mw` (of either type, as rxe's provider takes it) with the new
+/// `rkey`, as `info` says; a NULL `info` binds nothing (a bind error at execution).
+unsafe extern "C" fn wr_bind_mw(
+    q: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: the caller's struct ibv_mw_bind_info, when not NULL.
+    let info = match unsafe { info.as_ref() } {
+        Some(i) => *i,
+        None => ibv_mw_bind_info { mr: null_mut(), addr: 0, length: 0, mw_access_flags: 0 },
+    };
+    let bind = crate::mw::bind_of(mw, rkey, &info);
+    // SAFETY: as wr_send.
+    unsafe { push(q, WrOpcode::BindMw) }.bind = bind;
+}
+
 /// The WR being built, or None (the batch remembers `EINVAL`) when no opcode call came first.
 unsafe fn last<'a>(q: *mut ibv_qp_ex, what: &str) -> Option<(&'a mut Batch, usize)> {
     // SAFETY: the caller's contract.
@@ -312,6 +345,8 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
                 ud,
                 inline_data: w.inline.map(|(s, e)| &b.inline[s..e]),
                 flush: w.flush,
+                invalidate_rkey: w.imm,
+                bind_mw: w.bind,
             });
         }
         if !wrs.is_empty() {
@@ -336,8 +371,7 @@ fn reuse<'b>(mut v: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 }
 
 /// Fill the `ibv_wr_*` entry points of a QP made with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; the
-/// operations softverbs lacks (memory windows, local invalidate, TSO, XRC) stay
-/// NULL, and `ibv_create_qp_ex` refuses a QP whose `send_ops_flags` ask for one of them
+/// operations softverbs lacks (TSO, XRC) stay NULL, and `ibv_create_qp_ex` refuses a QP whose `send_ops_flags` ask for one of them
 /// (`crate::qp`'s `send_ops_refused`), so no program can reach a NULL pointer it asked for.
 pub(crate) fn fill(q: &mut ibv_qp_ex) {
     q.comp_mask = 0;
@@ -348,6 +382,9 @@ pub(crate) fn fill(q: &mut ibv_qp_ex) {
     q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
     q.wr_send = Some(wr_send);
     q.wr_send_imm = Some(wr_send_imm);
+    q.wr_send_inv = Some(wr_send_inv);
+    q.wr_local_inv = Some(wr_local_inv);
+    q.wr_bind_mw = Some(wr_bind_mw);
     q.wr_set_ud_addr = Some(wr_set_ud_addr);
     q.wr_set_inline_data = Some(wr_set_inline_data);
     q.wr_set_inline_data_list = Some(wr_set_inline_data_list);

@@ -63,7 +63,7 @@ pub(crate) fn wall_ns() -> u128 {
 pub(crate) struct Mr {
     c: ibv_mr,
     magic: Magic,
-    mr: MemoryRegion,
+    pub(crate) mr: MemoryRegion,
 }
 
 fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -> *mut ibv_mr {

@@ -24,7 +24,7 @@ import_device(dup of cmd_fd): NULL errno=EOPNOTSUPP
 rate_to_mbps(100G): 103125, mbps_to_ibv_rate(25781): 15, rate_to_mult(10G): 4
 qp_ex(RC, send/write/read/atomics): object
 qp_ex(UC, ATOMIC_WRITE): NULL errno=EOPNOTSUPP
-qp_ex(RC, BIND_MW): NULL errno=EOPNOTSUPP
+qp_ex(UC, SEND_WITH_INV): NULL errno=EOPNOTSUPP
 qp_ex(RC, TSO): NULL errno=EOPNOTSUPP
 qp_ex(UD, RDMA_WRITE): NULL errno=EOPNOTSUPP
 qp_ex(create_flags 0): object

@@ -94,6 +94,23 @@ fn table() -> Vec<(&'static str, String, usize)> {
          link_layer, flags, port_cap_flags2);
     off!(ibv_gid_entry: gid, gid_index, port_num, gid_type, ndev_ifindex);
     off!(ibv_mr: context, pd, addr, length, handle, lkey, rkey);
+    size!(ibv_mw = ibv_mw, ibv_mw_bind_info = ibv_mw_bind_info, ibv_mw_bind = ibv_mw_bind);
+    off!(ibv_mw: context, pd, rkey, handle);
+    other!("ibv_mw.type", "offsetof(struct ibv_mw, type)", offset_of!(ibv_mw, mw_type));
+    off!(ibv_mw_bind_info: mr, addr, length, mw_access_flags);
+    off!(ibv_mw_bind: wr_id, send_flags, bind_info);
+    // The bind_mw member of ibv_send_wr's last union, which mw.rs reads as words of `tail`.
+    let tail = offset_of!(ibv_send_wr, tail);
+    for (field, at) in [
+        ("bind_mw.mw", 0),
+        ("bind_mw.rkey", 8),
+        ("bind_mw.bind_info.mr", 16),
+        ("bind_mw.bind_info.addr", 24),
+        ("bind_mw.bind_info.length", 32),
+        ("bind_mw.bind_info.mw_access_flags", 40),
+    ] {
+        t.push((field, format!("offsetof(struct ibv_send_wr, {field})"), tail + at));
+    }
     off!(ibv_comp_channel: context, fd, refcnt);
     off!(ibv_cq: context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
          async_events_completed);

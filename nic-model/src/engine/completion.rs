@@ -107,6 +107,35 @@ impl Hca {
         self.complete(qp.recv_cq, wc, solicited)
     }
 
+    /// Complete the receive WQE of a SEND WITH INVALIDATE that invalidated `rkey`
+    /// (`IBV_WC_WITH_INV`, the rkey in `imm_data`, as rxe's `do_complete`); whether its CQ
+    /// had room.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete_recv_inv(
+        &mut self,
+        qp: &Qp,
+        wr_id: u64,
+        byte_len: u32,
+        rkey: u32,
+        src_qp: u32,
+        slid: u16,
+        solicited: bool,
+    ) -> bool {
+        let wc = WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len,
+            imm_data: rkey,
+            qp_num: qp.qpn,
+            src_qp,
+            wc_flags: WcFlags::WITH_INV,
+            slid,
+            ..WorkCompletion::default()
+        };
+        self.complete(qp.recv_cq, wc, solicited)
+    }
+
     /// Complete a UD receive (its flags carry GRH); whether its CQ had room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn complete_ud_recv(

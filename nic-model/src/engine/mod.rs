@@ -86,6 +86,7 @@ mod config;
 pub mod cq;
 mod mcast;
 pub mod mr;
+pub mod mw;
 mod post;
 pub mod qp;
 mod qp_verbs;
@@ -220,6 +221,7 @@ pub struct Nic {
 pub(crate) struct Hca {
     cfg: NicConfig,
     mrs: MrTable,
+    mws: mw::MwTable,
     cqs: BTreeMap<CqId, Cq>,
     pds: BTreeMap<PdId, u32>,
     srqs: BTreeMap<u32, srq::Srq>,
@@ -248,6 +250,7 @@ impl Nic {
     pub fn new(cfg: NicConfig) -> Nic {
         let next_qpn = cfg.first_qpn();
         let mrs = MrTable::new(cfg.entropy);
+        let entropy = cfg.entropy;
         Nic {
             qps: BTreeMap::new(),
             timers: TimerIndex::default(),
@@ -255,6 +258,7 @@ impl Nic {
             hca: Hca {
                 cfg,
                 mrs,
+                mws: mw::MwTable::new(entropy),
                 cqs: BTreeMap::new(),
                 pds: BTreeMap::new(),
                 srqs: BTreeMap::new(),

@@ -255,8 +255,9 @@ pub enum DmaError {
 }
 
 /// The highest MR index a key can carry: the index is the key's upper 24 bits, and index 0 is
-/// never used (as rxe's MR pool starts at index 1), so no key is below `0x100`.
-const MAX_MR_INDEX: u32 = 0x00FF_FFFF;
+/// never used (as rxe's MR pool starts at index 1), so no key is below `0x100`. The upper
+/// half of the index space is the memory windows' (`mw::is_mw_key`), as in rxe.
+const MAX_MR_INDEX: u32 = 0x007F_FFFF;
 /// Slots of a new table; it doubles when full (up to the device's `max_mr`).
 const FIRST_SLOTS: usize = 16;
 
@@ -497,9 +498,9 @@ impl Nic {
         }
         let qps = self.qps.values().filter(|q| q.pd == pd).count();
         let srqs = self.hca.srqs.values().filter(|s| s.pd == pd).count();
-        if self.hca.mrs.any_in_pd(pd) || qps > 0 || srqs > 0 {
+        if self.hca.mrs.any_in_pd(pd) || self.hca.mws.any_in_pd(pd) || qps > 0 || srqs > 0 {
             return Err(Error::busy(format!(
-                "ibv_dealloc_pd: PD {pd} still has MRs, QPs or SRQs ({qps} QPs, {srqs} SRQs)"
+                "ibv_dealloc_pd: PD {pd} still has MRs, MWs, QPs or SRQs ({qps} QPs, {srqs} SRQs)"
             )));
         }
         self.hca.pds.remove(&pd);
@@ -560,8 +561,22 @@ impl Nic {
         Ok(self.hca.mrs.insert(pd, memory, iova, access))
     }
 
-    /// `ibv_dereg_mr`.
+    /// The check of [`Nic::dereg_mr`] a host makes before it lets go of the MR's memory: no
+    /// memory window is bound to the MR `key` names (rxe's `mr->num_mw`), else `EINVAL`.
+    pub fn check_no_windows(&self, key: u32) -> Result<()> {
+        let bound = self.hca.mws.bound_to(key);
+        if bound > 0 && self.hca.mrs.get(key).is_some() {
+            return Err(Error::inval(format!(
+                "ibv_dereg_mr: {bound} memory window(s) are bound to the MR with key {key:#x}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `ibv_dereg_mr`: `EINVAL` while memory windows are bound to the MR (rxe, after IBA
+    /// 10.6.7.2.6).
     pub fn dereg_mr(&mut self, key: u32) -> Result<()> {
+        self.check_no_windows(key)?;
         self.hca
             .mrs
             .remove(key)

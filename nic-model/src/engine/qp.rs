@@ -178,8 +178,11 @@ pub struct SendWqe {
     pub atomic: AtomicTarget,
     /// A FLUSH's placement type and level (its length is `len`, its target `rdma`).
     pub flush: verbs_api::FlushTarget,
-    /// Immediate data (host order).
+    /// Immediate data (host order), or the rkey a LOCAL_INV or SEND_WITH_INV invalidates
+    /// (C's `imm_data`/`invalidate_rkey` union).
     pub imm: u32,
+    /// What a BIND_MW binds (boxed: only bind WRs carry one).
+    pub bind: Option<Box<verbs_api::MwBind>>,
     /// UD destination, resolved from the address handle at post time.
     pub ud: Option<UdDest>,
     /// The first PSN, once started.

@@ -102,6 +102,7 @@ impl Nic {
         if let Some(s) = qp.srq.and_then(|id| self.hca.srqs.get_mut(&id)) {
             s.users = s.users.saturating_sub(1);
         }
+        self.hca.mws.qp_destroyed(qpn);
         Ok(())
     }
 

@@ -350,6 +350,11 @@ fn place(qp: &Qp, hca: &mut Hca, w: &CheckedWr<'_, '_>) -> bool {
         (true, _) => (RemoteOp::Read, wr.rdma.rkey, wr.rdma.remote_addr),
         _ => (RemoteOp::Write, wr.rdma.rkey, wr.rdma.remote_addr),
     };
+    // A memory window's rkey: its rules (state, the type 2 window's QP, invalidation) live in
+    // the responder's engine alone, which publishes MRs only; the packet path answers for it.
+    if super::mw::is_mw_key(rkey) {
+        return false;
+    }
     let (mtu, len) = (qp.mtu(), w.len());
     let traffic = Traffic::of(op, len, mtu, hca.cfg.ack_every);
     let ask = ReachAsk {

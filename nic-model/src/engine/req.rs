@@ -110,6 +110,9 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
     if next >= qp.sq.len() {
         return false;
     }
+    if qp.sq[next].opcode.is_local() {
+        return local_op(qp, hca, next);
+    }
     // The window bounds unacknowledged packets, so only RC has one: a UC message longer than
     // the window would otherwise never finish (UC retires a WQE only once it is all sent).
     if qp.qp_type == QpType::Rc && qp.req.psn.diff(qp.req.comp_psn) >= hca.cfg.window as i32 {
@@ -261,9 +264,16 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
                 Some(d) => &d[off..off + n],
                 None => scratch,
             };
-            let is_send = matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm);
+            let is_send =
+                matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv);
             let with_imm = w.opcode.has_imm();
-            bth.opcode = segment_opcode(is_send, with_imm, first, last).with_transport(transport);
+            let with_inv = last && w.opcode == WrOpcode::SendWithInv;
+            bth.opcode = match (with_inv, first) {
+                // RC only (`WrOpcode::valid_for`): the IBA has no UC or UD invalidate opcodes.
+                (true, true) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+                (true, false) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+                _ => segment_opcode(is_send, with_imm, first, last).with_transport(transport),
+            };
             bth.solicited = last && w.solicited;
             // An ACK is asked for at the end of a message, every `ack_every` packets, and by
             // the packet that fills the send window: nothing more can go until it is answered.
@@ -277,6 +287,9 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
             }
             if with_imm && last {
                 pkt.imm = Some(w.imm);
+            }
+            if with_inv {
+                pkt.ieth = Some(w.imm);
             }
             done_wqe = last;
         }
@@ -316,6 +329,38 @@ fn step(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, scratch: &mut Vec<u8>) ->
         qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|t| now.ack_deadline(t));
     }
     true
+}
+
+/// A local operation (`IBV_WR_BIND_MW`, `IBV_WR_LOCAL_INV`) at `sq[index]`: nothing goes on
+/// the wire, the NIC does it (rxe's `rxe_do_local_ops`) once every WQE before it has completed,
+/// so that its completion keeps its place in post order and WRs after it see its effect. A
+/// failure completes it with rxe's status (`IBV_WC_MW_BIND_ERR` for a bind,
+/// `IBV_WC_LOC_QP_OP_ERR` for an invalidation) and moves the QP to the error state.
+fn local_op(qp: &mut Qp, hca: &mut Hca, index: usize) -> bool {
+    if index != 0 {
+        return false;
+    }
+    let w = qp.sq.pop_front().expect("index < len");
+    let failed = match w.opcode {
+        WrOpcode::BindMw => {
+            let b = w.bind.as_deref().copied().unwrap_or_default();
+            hca.mws.bind(&hca.mrs, qp.pd, qp.qpn, &b).err().map(|e| (e, WcStatus::MwBindErr))
+        }
+        _ => hca.mws.invalidate(w.imm).err().map(|e| (e, WcStatus::LocQpOpErr)),
+    };
+    match failed {
+        None => {
+            hca.complete_send(qp, &w, WcStatus::Success);
+            true
+        }
+        Some((why, status)) => {
+            tracing::debug!(device = %hca.cfg.name, qpn = %super::Hex(qp.qpn),
+                opcode = w.opcode.name(), why, "local operation failed");
+            hca.complete_send(qp, &w, status);
+            hca.enter_error(qp, None);
+            false
+        }
+    }
 }
 
 /// Complete `sq[index]` with a local error and move the QP to the error state. While WQEs

@@ -164,26 +164,65 @@ fn on_send(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_lid
     let off = off + pkt.payload.len() as u64;
     qp.resp.set_epsn(psn.next());
     if flags.contains(OpFlags::END) {
-        qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
-        let imm = pkt.imm;
-        if !complete_message(
+        if let Some(rkey) = pkt.ieth {
+            if !on_invalidate(qp, hca, pkt, w.wr_id, off as u32, rkey, src_lid) {
+                return;
+            }
+        } else if !complete_message(
             hca,
             qp,
             w.wr_id,
             WcOpcode::Recv,
             off as u32,
-            imm,
+            pkt.imm,
             src_lid,
             pkt.bth.solicited,
         ) {
             return;
         }
+        qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
     } else {
         qp.resp.recv = Some((w, off));
     }
     if pkt.bth.ack_req {
         ack(qp, hca, psn);
     }
+}
+
+/// The last packet of a SEND WITH INVALIDATE, its payload placed: invalidate `rkey` (a type 2
+/// window of this device, rxe's `invalidate_rkey`) and complete the receive with
+/// `IBV_WC_WITH_INV`. If the key cannot be invalidated (rxe's `RESPST_ERR_INVALIDATE_RKEY`,
+/// class J) the receive completes with `IBV_WC_REM_INV_REQ_ERR`, the request is still
+/// acknowledged and this QP goes to ERR, as rxe does. False when the caller must stop (no
+/// acknowledgement: the QP is in ERR for a full CQ).
+fn on_invalidate(
+    qp: &mut Qp,
+    hca: &mut Hca,
+    pkt: &Packet<'_>,
+    wr_id: u64,
+    byte_len: u32,
+    rkey: u32,
+    src_lid: u16,
+) -> bool {
+    let src_qp = qp.attr.dest_qp_num;
+    let solicited = pkt.bth.solicited;
+    if let Err(why) = hca.mws.invalidate(rkey) {
+        tracing::debug!(device = %hca.cfg.name, qpn = %Hex(qp.qpn), rkey = %Hex(rkey), why,
+            "SEND WITH INVALIDATE of a key that cannot be invalidated");
+        let status = WcStatus::RemInvReqErr;
+        let room =
+            hca.complete_recv(qp, wr_id, status, WcOpcode::Recv, 0, None, src_qp, src_lid, false);
+        if room && pkt.bth.ack_req {
+            ack(qp, hca, pkt.bth.psn);
+        }
+        hca.enter_error(qp, None);
+        return false;
+    }
+    if !hca.complete_recv_inv(qp, wr_id, byte_len, rkey, src_qp, src_lid, solicited) {
+        hca.recv_cq_overflow(qp);
+        return false;
+    }
+    true
 }
 
 /// The fast path of [`handle_request`] for the message latency waits on: an RC SEND ONLY (with
@@ -251,7 +290,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
             va: reth.va,
             len: u64::from(reth.dma_len),
         };
-        if let Err(code) = rights::request(qp, &hca.mrs, &req) {
+        if let Err(code) = rights::request(qp, &hca.mrs, &hca.mws, &req) {
             nak_error(qp, hca, psn, code);
             return;
         }
@@ -274,7 +313,7 @@ fn on_write(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: OpFlags, src_li
     }
     if n > 0 {
         let need = AccessFlags::REMOTE_WRITE;
-        let placed = rights::remote(&hca.mrs, qp.pd, ctx.rkey, ctx.va, n as u64, need)
+        let placed = rights::remote(&hca.mrs, &hca.mws, qp.pd, ctx.rkey, ctx.va, n as u64, need)
             .map(|(mr, off)| mr.memory.place(off, pkt.payload));
         if !matches!(placed, Ok(Ok(()))) {
             nak_error(qp, hca, psn, NakCode::RemoteAccessError); // deregistered mid-message
@@ -319,7 +358,7 @@ fn on_read(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     };
     let req =
         Request { op: RemoteOp::Read, rkey: reth.rkey, va: reth.va, len: u64::from(reth.dma_len) };
-    if let Err(code) = rights::request(qp, &hca.mrs, &req) {
+    if let Err(code) = rights::request(qp, &hca.mrs, &hca.mws, &req) {
         nak_error(qp, hca, psn, code);
         return;
     }
@@ -359,9 +398,16 @@ fn send_read_responses(
         let data = &mut buf[..n];
         if n > 0 {
             let at = va + off as u64;
-            let read =
-                rights::remote(&hca.mrs, qp.pd, rkey, at, n as u64, AccessFlags::REMOTE_READ)
-                    .map(|(mr, o)| mr.memory.read(o, data));
+            let read = rights::remote(
+                &hca.mrs,
+                &hca.mws,
+                qp.pd,
+                rkey,
+                at,
+                n as u64,
+                AccessFlags::REMOTE_READ,
+            )
+            .map(|(mr, o)| mr.memory.read(o, data));
             if !matches!(read, Ok(Ok(()))) {
                 nak_error(qp, hca, first.add(i), NakCode::RemoteAccessError);
                 return;
@@ -397,7 +443,7 @@ fn on_atomic(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     };
     let is_cas = pkt.bth.opcode == Opcode::RC_COMPARE_SWAP;
     let req = Request { op: RemoteOp::Atomic, rkey: a.rkey, va: a.va, len: 8 };
-    let orig = match rights::request(qp, &hca.mrs, &req) {
+    let orig = match rights::request(qp, &hca.mrs, &hca.mws, &req) {
         Ok(Some((mr, off))) => {
             if is_cas {
                 mr.memory.compare_swap(off, a.compare, a.swap_add)
@@ -583,7 +629,7 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         let ok = pkt.reth.is_some_and(|r| {
             let req =
                 Request { op: RemoteOp::Write, rkey: r.rkey, va: r.va, len: u64::from(r.dma_len) };
-            rights::request(qp, &hca.mrs, &req).is_ok()
+            rights::request(qp, &hca.mrs, &hca.mws, &req).is_ok()
         });
         let Some(r) = pkt.reth.filter(|_| ok) else {
             hca.stats.dropped_messages += 1;
@@ -602,6 +648,7 @@ fn uc_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
         && (n == 0
             || rights::remote(
                 &hca.mrs,
+                &hca.mws,
                 qp.pd,
                 ctx.rkey,
                 ctx.va,

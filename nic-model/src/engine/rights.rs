@@ -17,6 +17,7 @@
 use verbs_api::{AccessFlags, FlushType};
 
 use super::mr::{DmaError, Mr, MrTable, PdId};
+use super::mw::{is_mw_key, Mw, MwTable};
 use super::qp::Qp;
 use crate::packet::NakCode;
 
@@ -114,6 +115,16 @@ pub struct MrRights {
 }
 
 impl MrRights {
+    /// A memory window bound to `mr`, as the rules see it (rxe's `rxe_lookup_mw`): its own
+    /// key, PD, access and bounds (from 0 if it is zero-based), and how far its first byte is
+    /// into `mr`.
+    #[inline]
+    pub(crate) fn of_window(w: &Mw, mr: &Mr) -> (MrRights, u64) {
+        let iova = if w.zero_based { 0 } else { w.addr };
+        let rights = MrRights { key: w.key, pd: w.pd, access: w.access, iova, len: w.length };
+        (rights, w.addr - mr.iova)
+    }
+
     /// An MR of this engine's table.
     #[inline]
     pub(crate) fn of(mr: &Mr) -> MrRights {
@@ -263,13 +274,18 @@ pub fn message_fits_mtu(op: RemoteOp, len: u64, sent_mtu: u64, mtu: u64) -> bool
 }
 
 /// [`check`] for a request that arrived at `qp` as packets: the MR from this engine's table,
-/// and where the bytes are (None for [`Grant::Nothing`]).
+/// or a memory window's (`mws`; its own rights, the type 2 window's QP), and where the bytes
+/// are in the MR (None for [`Grant::Nothing`]).
 #[inline]
 pub(crate) fn request<'m>(
     qp: &Qp,
     mrs: &'m MrTable,
+    mws: &MwTable,
     req: &Request,
 ) -> Result<Option<(&'m Mr, usize)>, NakCode> {
+    if is_mw_key(req.rkey) {
+        return window_request(qp, mrs, mws, req);
+    }
     let mr = mrs.get(req.rkey);
     match check(&QpRights::of(qp), req, mr.map(MrRights::of).as_ref())? {
         Grant::At(at) => Ok(mr.map(|mr| (mr, at as usize))),
@@ -277,17 +293,41 @@ pub(crate) fn request<'m>(
     }
 }
 
+/// [`request`] for a memory window's rkey, out of the MR path's way.
+#[cold]
+fn window_request<'m>(
+    qp: &Qp,
+    mrs: &'m MrTable,
+    mws: &MwTable,
+    req: &Request,
+) -> Result<Option<(&'m Mr, usize)>, NakCode> {
+    let target = mws.target(mrs, req.rkey, Some(qp.qpn));
+    let window = target.map(|(mr, w)| (mr, MrRights::of_window(w, mr)));
+    match check(&QpRights::of(qp), req, window.map(|(_, (r, _))| r).as_ref())? {
+        Grant::At(at) => Ok(window.map(|(mr, (_, base))| (mr, (at + base) as usize))),
+        Grant::Nothing => Ok(None),
+    }
+}
+
 /// [`check_mr`] against this engine's table, for a later packet of a request (a WRITE's
 /// payload, a READ's next response): the MR and the offset of `va` in it.
 #[inline]
-pub(crate) fn remote(
-    mrs: &MrTable,
+pub(crate) fn remote<'m>(
+    mrs: &'m MrTable,
+    mws: &MwTable,
     pd: PdId,
     rkey: u32,
     va: u64,
     len: u64,
     need: AccessFlags,
-) -> Result<(&Mr, usize), DmaError> {
+) -> Result<(&'m Mr, usize), DmaError> {
+    if is_mw_key(rkey) {
+        // rxe's `rxe_recheck_mr`: the window may have been invalidated since the first packet.
+        let (mr, w) = mws.target(mrs, rkey, None).ok_or(DmaError::BadKey)?;
+        let (rights, base) = MrRights::of_window(w, mr);
+        let at = check_mr(Some(&rights), rkey, pd, va, len, need)?;
+        return Ok((mr, (at + base) as usize));
+    }
     let mr = mrs.get(rkey).ok_or(DmaError::BadKey)?;
     let at = check_mr(Some(&MrRights::of(mr)), rkey, pd, va, len, need)?;
     Ok((mr, at as usize))

@@ -99,6 +99,7 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
         };
         let one_packet = matches!(self.wr.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush);
         let npsn = match self.wr.opcode.is_atomic() || one_packet || qp.qp_type == QpType::Ud {
+            _ if self.wr.opcode.is_local() => 0,
             true => 1,
             false => qp.packets_for(self.len),
         };
@@ -134,7 +135,11 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
             rdma: wr.rdma,
             atomic: wr.atomic,
             flush: wr.flush,
-            imm: wr.imm_data,
+            imm: match wr.opcode {
+                WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.invalidate_rkey,
+                _ => wr.imm_data,
+            },
+            bind: (wr.opcode == WrOpcode::BindMw).then(|| Box::new(wr.bind_mw)),
             ud: self.ud,
             first_psn: packet::Psn::new(0),
             npsn,
@@ -191,6 +196,7 @@ pub(crate) fn check_send<'w, 'd>(
             wr.opcode,
             WrOpcode::Send
                 | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
                 | WrOpcode::RdmaWrite
                 | WrOpcode::RdmaWriteWithImm
                 | WrOpcode::AtomicWrite

@@ -648,7 +648,7 @@ mod tests {
             atomic: AtomicTarget { remote_addr: 3, rkey: 4, compare_add: 5, swap: u64::MAX },
             ud: None,
             inline_data: Some(b""),
-            flush: FlushTarget::default(),
+            ..SendWr::default()
         };
         let o = round_trip(|l| put_send_wr(l, &wr, 0), take_send_wr);
         assert_eq!(

@@ -237,7 +237,7 @@ impl Server {
                         atomic: o.atomic,
                         ud,
                         inline_data: o.inline.as_deref(),
-                        flush: FlushTarget::default(),
+                        ..SendWr::default()
                     });
                 }
                 qp.post_send(&wrs)?;

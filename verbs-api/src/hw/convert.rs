@@ -52,7 +52,7 @@ const QP_TYPES: [(QpType, ibv_qp_type::Type); 3] = [
 ];
 
 #[cfg(test)]
-const WR_OPCODES: [(WrOpcode, ibv_wr_opcode::Type); 7] = [
+const WR_OPCODES: [(WrOpcode, ibv_wr_opcode::Type); 10] = [
     (WrOpcode::Send, ibv_wr_opcode::IBV_WR_SEND),
     (WrOpcode::SendWithImm, ibv_wr_opcode::IBV_WR_SEND_WITH_IMM),
     (WrOpcode::RdmaWrite, ibv_wr_opcode::IBV_WR_RDMA_WRITE),
@@ -60,15 +60,20 @@ const WR_OPCODES: [(WrOpcode, ibv_wr_opcode::Type); 7] = [
     (WrOpcode::RdmaRead, ibv_wr_opcode::IBV_WR_RDMA_READ),
     (WrOpcode::AtomicCmpAndSwp, ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP),
     (WrOpcode::AtomicFetchAndAdd, ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD),
+    (WrOpcode::LocalInv, ibv_wr_opcode::IBV_WR_LOCAL_INV),
+    (WrOpcode::BindMw, ibv_wr_opcode::IBV_WR_BIND_MW),
+    (WrOpcode::SendWithInv, ibv_wr_opcode::IBV_WR_SEND_WITH_INV),
 ];
 
 #[cfg(test)]
-const WC_OPCODES: [(WcOpcode, ibv_wc_opcode::Type); 7] = [
+const WC_OPCODES: [(WcOpcode, ibv_wc_opcode::Type); 9] = [
     (WcOpcode::Send, ibv_wc_opcode::IBV_WC_SEND),
     (WcOpcode::RdmaWrite, ibv_wc_opcode::IBV_WC_RDMA_WRITE),
     (WcOpcode::RdmaRead, ibv_wc_opcode::IBV_WC_RDMA_READ),
     (WcOpcode::CompSwap, ibv_wc_opcode::IBV_WC_COMP_SWAP),
     (WcOpcode::FetchAdd, ibv_wc_opcode::IBV_WC_FETCH_ADD),
+    (WcOpcode::BindMw, ibv_wc_opcode::IBV_WC_BIND_MW),
+    (WcOpcode::LocalInv, ibv_wc_opcode::IBV_WC_LOCAL_INV),
     (WcOpcode::Recv, ibv_wc_opcode::IBV_WC_RECV),
     (WcOpcode::RecvRdmaWithImm, ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM),
 ];
@@ -153,7 +158,7 @@ pub(crate) fn wr_opcode_to_ibv(op: WrOpcode) -> ibv_wr_opcode::Type {
 pub(crate) fn wc_opcode_to_ibv(op: WcOpcode) -> ibv_wc_opcode::Type {
     op.to_ibv()
 }
-/// `enum ibv_wc_opcode` → `WcOpcode`. softverbs posts no memory-window, invalidate, TSO or
+/// `enum ibv_wc_opcode` → `WcOpcode`. softverbs posts no TSO, flush, atomic-write or
 /// tag-matching WRs, so those never complete; should one appear, a receive-side opcode (bit 7
 /// set) reads as `Recv` and a send-side one as `Send`.
 pub(crate) fn wc_opcode_from_ibv(op: ibv_wc_opcode::Type) -> WcOpcode {
@@ -330,6 +335,9 @@ pub(crate) fn wc_from_ibv(c: &ibv_wc) -> WorkCompletion {
     let imm_data = if wc_flags.contains(WcFlags::WITH_IMM) {
         // SAFETY: both members of the union are u32, so any value the provider wrote is valid.
         u32::from_be(unsafe { c.imm_data_invalidated_rkey_union.imm_data })
+    } else if wc_flags.contains(WcFlags::WITH_INV) {
+        // SAFETY: as above; the invalidated rkey is in host order.
+        unsafe { c.imm_data_invalidated_rkey_union.invalidated_rkey }
     } else {
         0
     };
@@ -472,6 +480,7 @@ mod tests {
         assert_eq!(SendFlags::INLINE.bits(), ibv_send_flags::IBV_SEND_INLINE.0);
         assert_eq!(WcFlags::GRH.bits(), ibv_wc_flags::IBV_WC_GRH.0);
         assert_eq!(WcFlags::WITH_IMM.bits(), ibv_wc_flags::IBV_WC_WITH_IMM.0);
+        assert_eq!(WcFlags::WITH_INV.bits(), ibv_wc_flags::IBV_WC_WITH_INV.0);
         assert_eq!(SrqAttrMask::MAX_WR.bits(), ibv_srq_attr_mask::IBV_SRQ_MAX_WR.0);
         assert_eq!(SrqAttrMask::LIMIT.bits(), ibv_srq_attr_mask::IBV_SRQ_LIMIT.0);
     }
@@ -492,7 +501,7 @@ mod tests {
             assert_eq!(wc_opcode_to_ibv(wc_opcode_from_ibv(c)), c);
         }
         assert_eq!(wc_opcode_from_ibv(ibv_wc_opcode::IBV_WC_TM_RECV), WcOpcode::Recv);
-        assert_eq!(wc_opcode_from_ibv(ibv_wc_opcode::IBV_WC_LOCAL_INV), WcOpcode::Send);
+        assert_eq!(wc_opcode_from_ibv(ibv_wc_opcode::IBV_WC_TSO), WcOpcode::Send);
         for (s, c) in QP_STATES {
             assert_eq!(qp_state_from_ibv(qp_state_to_ibv(s)), Some(s));
             assert_eq!(qp_state_to_ibv(qp_state_from_ibv(c).unwrap()), c);

@@ -169,6 +169,19 @@ impl HwQp {
                 WrOpcode::Send | WrOpcode::SendWithImm => {}
                 // Refused by `post_send` before the list is built.
                 WrOpcode::AtomicWrite | WrOpcode::Flush => {}
+                WrOpcode::SendWithInv | WrOpcode::LocalInv => {
+                    w.imm_data_invalidated_rkey_union.invalidated_rkey = wr.invalidate_rkey;
+                }
+                WrOpcode::BindMw => {
+                    return Err(Error::new(
+                        Errno::NotSup,
+                        format!(
+                            "ibv_post_send: WR {i} (wr_id {:#x}): the hw backend has no memory \
+                             windows (ibv_alloc_mw) to bind",
+                            wr.wr_id
+                        ),
+                    ))
+                }
             }
             if self.qp_type == QpType::Ud {
                 let Some(ud) = &wr.ud else {

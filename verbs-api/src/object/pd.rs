@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::ah::{AddressHandle, AhOps};
 use super::mr::{MemoryRegion, MrOps};
+use super::mw::{MemoryWindow, MwOps, MwType};
 use super::qp::{QpInitAttr, QpOps, QueuePair};
 use super::srq::{SharedReceiveQueue, SrqOps};
 use crate::error::{Errno, Error, Result};
@@ -41,6 +42,11 @@ pub trait PdOps: Send + Sync {
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
         let _ = attr;
         Err(Error::new(Errno::NotSup, "ibv_create_ah: not supported by this device yet"))
+    }
+    /// `ibv_alloc_mw`; a backend without memory windows refuses it (`EOPNOTSUPP`).
+    fn alloc_mw(&self, ty: MwType) -> Result<Arc<dyn MwOps>> {
+        let _ = ty;
+        Err(Error::new(Errno::NotSup, "ibv_alloc_mw: this device has no memory windows"))
     }
     /// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs or AHs use it.
     fn dealloc(&self) -> Result<()>;
@@ -93,6 +99,10 @@ impl ProtectionDomain {
     /// `ibv_create_ah`.
     pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
         Ok(AddressHandle { ops: self.ops.create_ah(attr)? })
+    }
+    /// `ibv_alloc_mw`: a memory window of type `ty` on this PD, bound to nothing.
+    pub fn alloc_mw(&self, ty: MwType) -> Result<MemoryWindow> {
+        Ok(MemoryWindow { ops: self.ops.alloc_mw(ty)? })
     }
     /// `ibv_dealloc_pd`: `EBUSY` while anything was created from it and is not destroyed.
     pub fn dealloc(self) -> Result<()> {

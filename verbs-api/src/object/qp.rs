@@ -150,6 +150,10 @@ pub struct SendWr<'a> {
     pub atomic: AtomicTarget,
     /// `wr.ud`, for UD sends.
     pub ud: Option<UdTarget>,
+    /// `invalidate_rkey`: the rkey an `IBV_WR_LOCAL_INV` or `IBV_WR_SEND_WITH_INV` invalidates.
+    pub invalidate_rkey: u32,
+    /// `wr.bind_mw`, for `IBV_WR_BIND_MW`.
+    pub bind_mw: MwBind,
     /// Inline payload given as bytes rather than SGEs (with [`SendFlags::INLINE`]): softverbs' safe
     /// form of an inline SGE that points at unregistered memory. When set, `sg_list` is ignored.
     /// An ATOMIC WRITE's 8 bytes (`ibv_wr_atomic_write`'s `atomic_wr`) come here or in one

@@ -19,6 +19,9 @@ bitflags::bitflags! {
         const REMOTE_READ = 1 << 2;
         /// `IBV_ACCESS_REMOTE_ATOMIC`: peers may run atomics on it (requires LOCAL_WRITE).
         const REMOTE_ATOMIC = 1 << 3;
+        /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to this MR (`ibv_bind_mw`,
+        /// `IBV_WR_BIND_MW`).
+        const MW_BIND = 1 << 4;
         /// `IBV_ACCESS_FLUSH_GLOBAL`: peers may FLUSH it for global visibility (on a QP:
         /// the QP takes such FLUSHes).
         const FLUSH_GLOBAL = 1 << 8;

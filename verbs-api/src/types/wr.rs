@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use super::qp::QpType;
+use super::qp::{AccessFlags, QpType};
 
 bitflags::bitflags! {
     /// Flags of a send work request (`enum ibv_send_flags`).
@@ -36,6 +36,9 @@ bitflags::bitflags! {
         const GRH = 1;
         /// `IBV_WC_WITH_IMM`: `imm_data` is valid.
         const WITH_IMM = 1 << 1;
+        /// `IBV_WC_WITH_INV`: a SEND WITH INVALIDATE invalidated the rkey that `imm_data`
+        /// holds (`ibv_wc_read_invalidated_rkey`; C's `imm_data`/`invalidated_rkey` union).
+        const WITH_INV = 1 << 3;
     }
 }
 
@@ -66,6 +69,13 @@ pub enum WrOpcode {
     /// `rdma` and [`SendWr::flush`](crate::SendWr::flush) visible at the placement type asked
     /// (IBA 1.5 9.4.5). The responder needs `IBV_ACCESS_FLUSH_GLOBAL` on the QP and the MR.
     Flush,
+    /// `IBV_WR_LOCAL_INV`: invalidate a type 2 memory window's rkey (`invalidate_rkey`) at
+    /// this QP's own device.
+    LocalInv,
+    /// `IBV_WR_BIND_MW`: bind a memory window to a range of an MR (`bind_mw`).
+    BindMw,
+    /// `IBV_WR_SEND_WITH_INV`: a SEND that invalidates `invalidate_rkey` at the receiver.
+    SendWithInv,
 }
 
 impl WrOpcode {
@@ -81,6 +91,9 @@ impl WrOpcode {
             WrOpcode::AtomicFetchAndAdd => "IBV_WR_ATOMIC_FETCH_AND_ADD",
             WrOpcode::AtomicWrite => "IBV_WR_ATOMIC_WRITE",
             WrOpcode::Flush => "IBV_WR_FLUSH",
+            WrOpcode::LocalInv => "IBV_WR_LOCAL_INV",
+            WrOpcode::BindMw => "IBV_WR_BIND_MW",
+            WrOpcode::SendWithInv => "IBV_WR_SEND_WITH_INV",
         }
     }
     /// Whether this opcode carries immediate data.
@@ -91,8 +104,14 @@ impl WrOpcode {
     pub fn is_atomic(self) -> bool {
         matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
     }
-    /// Whether the QP type can carry this opcode (`ibv_post_send`: READ, atomics, ATOMIC WRITE
-    /// and FLUSH are RC only; UD is SEND only).
+    /// Whether this is a local operation (`IBV_WR_LOCAL_INV`, `IBV_WR_BIND_MW`): done by the
+    /// NIC itself, with nothing on the wire.
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
+    }
+    /// Whether the QP type can carry this opcode (`ibv_post_send`, rxe's `rxe_wr_opcode_info`:
+    /// READ, atomics, ATOMIC WRITE, FLUSH, LOCAL_INV and SEND_WITH_INV are RC only, BIND_MW RC
+    /// and UC; UD is SEND only).
     pub fn valid_for(self, qp_type: QpType) -> bool {
         match qp_type {
             QpType::Rc => true,
@@ -103,6 +122,8 @@ impl WrOpcode {
                     | WrOpcode::AtomicFetchAndAdd
                     | WrOpcode::AtomicWrite
                     | WrOpcode::Flush
+                    | WrOpcode::LocalInv
+                    | WrOpcode::SendWithInv
             ),
             QpType::Ud => matches!(self, WrOpcode::Send | WrOpcode::SendWithImm),
         }
@@ -123,6 +144,10 @@ pub enum WcOpcode {
     CompSwap,
     /// `IBV_WC_FETCH_ADD`.
     FetchAdd,
+    /// `IBV_WC_BIND_MW`: a memory window bind (`ibv_bind_mw`, `IBV_WR_BIND_MW`).
+    BindMw,
+    /// `IBV_WC_LOCAL_INV`: an `IBV_WR_LOCAL_INV`.
+    LocalInv,
     /// `IBV_WC_RECV`: a receive consumed by a SEND (or SEND_WITH_IMM).
     Recv,
     /// `IBV_WC_RECV_RDMA_WITH_IMM`: a receive consumed by an RDMA WRITE with immediate.
@@ -137,13 +162,15 @@ impl WcOpcode {
     /// The opcode a successful send-side completion of `op` reports.
     pub fn for_send(op: WrOpcode) -> WcOpcode {
         match op {
-            WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
             WrOpcode::Flush => WcOpcode::Flush,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
         }
     }
     /// The `IBV_WC_*` name.
@@ -154,6 +181,8 @@ impl WcOpcode {
             WcOpcode::RdmaRead => "IBV_WC_RDMA_READ",
             WcOpcode::CompSwap => "IBV_WC_COMP_SWAP",
             WcOpcode::FetchAdd => "IBV_WC_FETCH_ADD",
+            WcOpcode::BindMw => "IBV_WC_BIND_MW",
+            WcOpcode::LocalInv => "IBV_WC_LOCAL_INV",
             WcOpcode::Recv => "IBV_WC_RECV",
             WcOpcode::RecvRdmaWithImm => "IBV_WC_RECV_RDMA_WITH_IMM",
             WcOpcode::Flush => "IBV_WC_FLUSH",
@@ -363,6 +392,27 @@ pub struct FlushTarget {
     pub level: FlushLevel,
 }
 
+/// What a memory window bind sets (`wr.bind_mw` of `struct ibv_send_wr`, with its
+/// `struct ibv_mw_bind_info`), by keys as the NIC sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct MwBind {
+    /// The window's current rkey (`bind_mw.mw->rkey`).
+    pub mw_rkey: u32,
+    /// Its rkey once bound (`bind_mw.rkey`): the same index, a new key byte (`ibv_inc_rkey`).
+    pub new_rkey: u32,
+    /// The MR's lkey (`bind_info.mr->lkey`); unused when `length` is 0.
+    pub mr_lkey: u32,
+    /// `bind_info.addr`: the window's first byte, an address of the MR.
+    pub addr: u64,
+    /// `bind_info.length`: 0 unbinds a type 1 window.
+    pub length: u64,
+    /// `bind_info.mw_access_flags` (the remote rights the window grants), without
+    /// `IBV_ACCESS_ZERO_BASED`, which is [`MwBind::zero_based`].
+    pub access: AccessFlags,
+    /// `IBV_ACCESS_ZERO_BASED`: peers name the window's bytes from 0, not from `addr`.
+    pub zero_based: bool,
+}
+
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecvWr<'a> {
@@ -385,7 +435,8 @@ pub struct WorkCompletion {
     pub vendor_err: u32,
     /// `byte_len`: bytes received (receives) or transferred (READ, atomics: 8).
     pub byte_len: u32,
-    /// `imm_data` (host order), valid with [`WcFlags::WITH_IMM`].
+    /// `imm_data` (host order), valid with [`WcFlags::WITH_IMM`]; with [`WcFlags::WITH_INV`],
+    /// the invalidated rkey (`invalidated_rkey`, which shares its place in C).
     pub imm_data: u32,
     /// `qp_num`: the local QP.
     pub qp_num: u32,

@@ -61,7 +61,7 @@ int main(void)
 	SHOW_RC("query_port(2)", ibv_query_port(ctx, 2, &pa));
 	struct ibv_gid_entry ge;
 	SHOW_RC("query_gid_ex(99)", ibv_query_gid_ex(ctx, 1, 99, &ge, 0));
-	SHOW("alloc_mw", ibv_alloc_mw(pd, IBV_MW_TYPE_1));
+	SHOW("alloc_mw(type 3)", ibv_alloc_mw(pd, 3));
 	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1 };
 	SHOW("open_xrcd", ibv_open_xrcd(ctx, &xa));
 	struct ibv_cq_init_attr_ex cxa = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
@@ -85,7 +85,7 @@ int main(void)
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey };
 	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_BIND_MW,
 				  .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
-	SHOW_RC("post_send(BIND_MW)", ibv_post_send(a, &wr, &bad));
+	SHOW_RC("post_send(BIND_MW of no window)", ibv_post_send(a, &wr, &bad));
 	printf("bad_wr names it: %s\n", bad == &wr ? "yes" : "no");
 
 	/* The channel's fd: not readable before an event, readable after one. */

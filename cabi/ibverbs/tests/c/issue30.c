@@ -87,8 +87,8 @@ int main(void)
 		ibv_destroy_qp(q);
 	SHOW_NULL("qp_ex(UC, ATOMIC_WRITE)", qp_ex(ctx, pd, cq, IBV_QPT_UC,
 		  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE));
-	SHOW_NULL("qp_ex(RC, BIND_MW)", qp_ex(ctx, pd, cq, IBV_QPT_RC,
-		  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, IBV_QP_EX_WITH_BIND_MW));
+	SHOW_NULL("qp_ex(UC, SEND_WITH_INV)", qp_ex(ctx, pd, cq, IBV_QPT_UC,
+		  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, IBV_QP_EX_WITH_SEND_WITH_INV));
 	SHOW_NULL("qp_ex(RC, TSO)", qp_ex(ctx, pd, cq, IBV_QPT_RC,
 		  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, IBV_QP_EX_WITH_TSO));
 	SHOW_NULL("qp_ex(UD, RDMA_WRITE)", qp_ex(ctx, pd, cq, IBV_QPT_UD,

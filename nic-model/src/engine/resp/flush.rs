@@ -30,7 +30,7 @@ pub(crate) fn on_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: Op
         }
         let req = Request { op: RemoteOp::AtomicWrite, rkey: reth.rkey, va: reth.va, len: 8 };
         let bytes: [u8; 8] = pkt.payload.try_into().expect("8 bytes, checked above");
-        let stored = match rights::request(qp, &hca.mrs, &req) {
+        let stored = match rights::request(qp, &hca.mrs, &hca.mws, &req) {
             Ok(Some((mr, off))) => mr.memory.atomic_write(off, bytes),
             Ok(None) => None,
             Err(code) => {
@@ -53,7 +53,7 @@ pub(crate) fn on_request(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>, flags: Op
         let whole_mr = FlushLevel::from_ibv(feth.selectivity) != Some(FlushLevel::Range);
         let op = RemoteOp::Flush { placement, whole_mr };
         let req = Request { op, rkey: reth.rkey, va: reth.va, len: u64::from(reth.dma_len) };
-        if let Err(code) = rights::request(qp, &hca.mrs, &req) {
+        if let Err(code) = rights::request(qp, &hca.mrs, &hca.mws, &req) {
             nak_error(qp, hca, psn, code);
             return;
         }
