@@ -1,0 +1,71 @@
+//! `rdma_migrate_id` of synchronous ids, as libfabric's verbs provider uses it (c/migrate.c):
+//! a synchronous id moved onto an event channel becomes asynchronous (its last event
+//! acknowledged, its next calls answered on that channel, a listener bound before the move
+//! getting its REQs there), and an asynchronous id moved to NULL becomes synchronous. Before,
+//! the moved id stayed synchronous: its `rdma_resolve_route` consumed ROUTE_RESOLVED itself, so
+//! libfabric's event queue never saw it, never called `rdma_connect`, and `fi_pingpong -e msg`'s
+//! client waited for ever.
+
+#[path = "../../ibverbs/tests/common/mod.rs"]
+mod common;
+
+mod cm;
+
+use cm::{env, leftovers};
+use common::text;
+
+#[test]
+fn a_synchronous_id_migrated_to_a_channel_is_asynchronous_and_back() {
+    let test = "a_synchronous_id_migrated_to_a_channel_is_asynchronous_and_back";
+    let env = env();
+    let port = common::free_port().to_string();
+    let Some(out) = cm::run_c(test, &env, "migrate", &[&port]) else { return };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert_eq!(
+        o,
+        "listener on the new channel: yes\n\
+         blocking resolve left RDMA_CM_EVENT_ADDR_RESOLVED\n\
+         after the migration: event none, channel the new one\n\
+         nothing waits on the new channel: EAGAIN\n\
+         rdma_resolve_route returned with event none\n\
+         client event RDMA_CM_EVENT_ROUTE_RESOLVED status 0\n\
+         server event RDMA_CM_EVENT_CONNECT_REQUEST status 0\n\
+         request's id on the listener's channel: yes\n\
+         client event RDMA_CM_EVENT_ESTABLISHED status 0\n\
+         server event RDMA_CM_EVENT_ESTABLISHED status 0\n\
+         server event RDMA_CM_EVENT_DISCONNECTED status 0\n\
+         client event RDMA_CM_EVENT_DISCONNECTED status 0\n\
+         migrated to NULL: channel of its own yes\n\
+         blocking resolve left RDMA_CM_EVENT_ADDR_RESOLVED\n\
+         a synchronous id migrated to NULL: -1 EINVAL\n"
+    );
+    assert_eq!(e, "");
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+}
+
+/// `RDMA_MAX_RESP_RES` and `RDMA_MAX_INIT_DEPTH` in `rdma_connect`'s and `rdma_accept`'s
+/// parameters (libfabric's verbs provider passes both) give the QPs the device's maxima
+/// (c/rd_atomic.c); before, 255 went to `ibv_modify_qp` as it was, the accept's move to RTR was
+/// refused (EINVAL), and `fi_pingpong -e msg`'s server failed in `fi_accept`.
+#[test]
+fn the_maximum_responder_resources_and_initiator_depth_are_the_devices() {
+    let test = "the_maximum_responder_resources_and_initiator_depth_are_the_devices";
+    let env = env();
+    let port = common::free_port().to_string();
+    let Some(out) = cm::run_c(test, &env, "rd_atomic", &[&port]) else { return };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert_eq!(
+        o,
+        "initiator depth over the device's: -1 EINVAL\n \
+         event RDMA_CM_EVENT_CONNECT_REQUEST\n \
+         event RDMA_CM_EVENT_ESTABLISHED\n \
+         event RDMA_CM_EVENT_ESTABLISHED\n\
+         active: max_rd_atomic the device's, max_dest_rd_atomic the device's\n\
+         passive: max_rd_atomic the device's, max_dest_rd_atomic the device's\n \
+         event RDMA_CM_EVENT_DISCONNECTED\n \
+         event RDMA_CM_EVENT_DISCONNECTED\n"
+    );
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+}
