@@ -69,3 +69,27 @@ fn the_maximum_responder_resources_and_initiator_depth_are_the_devices() {
     );
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
+
+/// An id bound to 127.0.0.1 reports that address, as the kernel's CM reports the bound one,
+/// and a peer reaches the listener at it (c/loopback_name.c). libfabric's verbs provider binds
+/// its passive endpoints to `localhost` when no address is asked for, and rxm hands the
+/// listener's name to its peers: it was 0.0.0.0, which rxm's address vector refuses ("invalid
+/// address"), so `fi_pingpong -p 'verbs;ofi_rxm' -e rdm`'s client could not insert the
+/// server's name.
+#[test]
+fn a_loopback_bound_listener_reports_its_address_and_is_reached_there() {
+    let test = "a_loopback_bound_listener_reports_its_address_and_is_reached_there";
+    let env = env();
+    let Some(out) = cm::run_c(test, &env, "loopback_name", &[]) else { return };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert_eq!(
+        o,
+        "bound to 127.0.0.1, port 0: local address 127.0.0.1, port picked, verbs set\n \
+         event RDMA_CM_EVENT_ADDR_RESOLVED\n \
+         event RDMA_CM_EVENT_ROUTE_RESOLVED\n \
+         event RDMA_CM_EVENT_CONNECT_REQUEST\n \
+         event RDMA_CM_EVENT_REJECTED\n"
+    );
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+}
