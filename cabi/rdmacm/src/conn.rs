@@ -163,7 +163,8 @@ pub unsafe extern "C" fn rdma_create_qp(
         (*cid).pd = pd;
         (*cid).send_cq = (*attr).send_cq;
         (*cid).recv_cq = (*attr).recv_cq;
-        (*cid).srq = (*attr).srq;
+        // Not the id's `srq`: librdmacm sets that only in rdma_create_srq, and rdma_destroy_ep
+        // destroys it; the program's own SRQ (libfabric's shared receive context) stays its.
         (*cid).qp_type = (*attr).qp_type;
     }
     0

@@ -93,3 +93,26 @@ fn a_loopback_bound_listener_reports_its_address_and_is_reached_there() {
     );
     assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
 }
+
+/// A QP made on the program's own SRQ leaves the SRQ the program's: `rdma_destroy_ep` does not
+/// destroy it (c/srq_ep.c). Before, `rdma_create_qp` recorded it as the id's `srq`, as if
+/// `rdma_create_srq` had made it, and `rdma_destroy_ep` destroyed it with the first endpoint:
+/// `fi_pingpong -p 'verbs;ofi_rxm' -e rdm` with `FI_OFI_RXM_USE_SRX=1` then failed every
+/// `fi_close` at its end (the SRQ's destroy refused, EINVAL, and all that depended on it busy).
+#[test]
+fn rdma_destroy_ep_leaves_the_programs_own_srq() {
+    let test = "rdma_destroy_ep_leaves_the_programs_own_srq";
+    let env = env();
+    let port = common::free_port().to_string();
+    let Some(out) = cm::run_c(test, &env, "srq_ep", &[&port]) else { return };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{o}{e}");
+    assert_eq!(
+        o,
+        "id->srq after rdma_create_qp: NULL\n\
+         the SRQ after rdma_destroy_ep: post_srq_recv ok\n\
+         ibv_destroy_srq: 0\n"
+    );
+    assert_eq!(e, "");
+    assert!(leftovers(&env).is_empty(), "the CM left {:?} behind", leftovers(&env));
+}
