@@ -448,7 +448,7 @@ fn fi_pingpong(fabric: &Path, provider: &str, ep: &str, env: &[(&str, &str)]) {
 /// and reposts a receive buffer from one of them onto the closed endpoint (libfabric commit
 /// 697688386, "fix the msg_ep use-after-free at connection teardown"); when the peer's
 /// disconnect is handled before the last receive completion is read, the process dies of
-/// SIGSEGV after the run (about 1 run in 5 on a loaded machine). With a shared receive
+/// SIGSEGV after the run (4 of about 25 runs here, under load). With a shared receive
 /// context the buffer goes back to it instead.
 #[test]
 fn fi_pingpong_over_libfabrics_verbs_provider() {
