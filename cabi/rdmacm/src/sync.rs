@@ -317,11 +317,15 @@ pub unsafe extern "C" fn rdma_migrate_id(
     if (ch.is_null() && was_sync) || (!ch.is_null() && !ours) {
         return fail(libc::EINVAL);
     }
+    let old = id.c.channel;
+    if ch == old {
+        // Already there (a synchronous id named its own channel: it stays as it is).
+        return 0;
+    }
     let new = if ch.is_null() { own_channel() } else { ch };
     if new.is_null() {
         return -1;
     }
-    let old = id.c.channel;
     // SAFETY: the caller's live id: its last synchronous event, and its channel.
     unsafe {
         if was_sync && !(*cid).event.is_null() {

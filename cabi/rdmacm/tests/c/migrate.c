@@ -61,10 +61,12 @@ int main(int argc, char **argv)
 	printf("listener on the new channel: %s\n", listen->channel == srv ? "yes" : "no");
 	CHECK(rdma_listen(listen, 8) == 0);
 
-	/* The active side: resolved while synchronous, then migrated. */
+	/* The active side: resolved while synchronous, then migrated (to its own channel first:
+	 * nothing changes). */
 	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
 	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0);
 	printf("blocking resolve left %s\n", id->event ? rdma_event_str(id->event->event) : "none");
+	CHECK(rdma_migrate_id(id, id->channel) == 0);
 	CHECK(rdma_migrate_id(id, cli) == 0);
 	printf("after the migration: event %s, channel %s\n", id->event ? "left" : "none",
 	       id->channel == cli ? "the new one" : "another");
