@@ -7,9 +7,12 @@ use crate::cm_abi::*;
 use crate::state::*;
 use verbs_api::{IbvEnum, Mtu, QpAttrMask, QpState};
 
-use softverbs_cabi_abi::{ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr};
+use softverbs_cabi_abi::{
+    ibv_context, ibv_device_attr, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+};
 
 unsafe extern "C" {
+    fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int;
     fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
     fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
     fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
@@ -160,7 +163,8 @@ pub unsafe extern "C" fn rdma_create_qp(
         (*cid).pd = pd;
         (*cid).send_cq = (*attr).send_cq;
         (*cid).recv_cq = (*attr).recv_cq;
-        (*cid).srq = (*attr).srq;
+        // Not the id's `srq`: librdmacm sets that only in rdma_create_srq, and rdma_destroy_ep
+        // destroys it; the program's own SRQ (libfabric's shared receive context) stays its.
         (*cid).qp_type = (*attr).qp_type;
     }
     0
@@ -224,6 +228,43 @@ pub fn psn() -> u32 {
     (token() as u32).wrapping_mul(2_654_435_761) ^ std::process::id() & 0xff_ffff
 }
 
+/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH` in `rdma_conn_param`: as many as the device
+/// allows.
+const RD_MAX: u8 = 0xff;
+
+/// The id's device's `max_qp_rd_atom` and `max_qp_init_rd_atom` (librdmacm's
+/// `max_responder_resources` and `max_initiator_depth`); 1 each without a device.
+fn rd_limits(id: &Id) -> (u8, u8) {
+    // SAFETY: all-zero is a valid ibv_device_attr.
+    let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the id's device context (set once its address is bound or resolved).
+    if id.c.verbs.is_null() || unsafe { ibv_query_device(id.c.verbs, &mut a) } != 0 {
+        return (1, 1);
+    }
+    let cap = |v: c_int| v.clamp(1, RD_MAX as c_int - 1) as u8;
+    (cap(a.max_qp_rd_atom), cap(a.max_qp_init_rd_atom))
+}
+
+/// The responder resources and initiator depth an `rdma_connect` or `rdma_accept` asks for, as
+/// librdmacm's: `RD_MAX` is the device's maximum (at most `offered`, the REQ's, for an
+/// accept); another value over the device's is `EINVAL` for an `RDMA_PS_TCP` id
+/// (`ucma_valid_param`), else taken as it is.
+fn rd_atomic(id: &Id, p: &rdma_conn_param, offered: u8, what: &str) -> Result<(u8, u8), c_int> {
+    let (resp_max, init_max) = rd_limits(id);
+    let pick = |v: u8, max: u8, name: &str| match v {
+        RD_MAX => Ok(max.min(offered)),
+        v if v > max && id.c.ps == RDMA_PS_TCP => {
+            eprintln!("librdmacm (softverbs): {what}: {name} {v} is over the device's {max}");
+            Err(fail(libc::EINVAL))
+        }
+        v => Ok(v),
+    };
+    Ok((
+        pick(p.responder_resources, resp_max, "responder_resources")?,
+        pick(p.initiator_depth, init_max, "initiator_depth")?,
+    ))
+}
+
 /// `rdma_connect` (sync.rs exports it): send a REQ to the listener at the resolved address;
 /// REJECTED (status 8, invalid service ID, as the IB CM answers) when nothing listens there.
 pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
@@ -234,6 +275,11 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     else {
         eprintln!("librdmacm (softverbs): rdma_connect: private data over 56 bytes");
         return fail(libc::EINVAL);
+    };
+    let init = match p.map(|p| rd_atomic(id, p, RD_MAX, "rdma_connect")) {
+        Some(Ok((_, init))) => init,
+        Some(Err(r)) => return r,
+        None => 1,
     };
     let mut st = id.st.lock().expect("id");
     if !st.state.has_addr() {
@@ -254,7 +300,7 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     m.src_port = st.src.1;
     m.dst_ip = st.dst.0;
     m.dst_port = st.dst.1;
-    m.rd_atomic = p.map_or(1, |p| p.initiator_depth);
+    m.rd_atomic = init;
     m.rnr_retry = st.rnr_retry;
     // With a QP, librdmacm takes the local ECE from ibv_query_ece, which has none (as rxe).
     m.ece = if id.c.qp.is_null() { st.local_ece } else { [0, 0] };
@@ -330,9 +376,11 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
     }
     // SAFETY: the caller's id.
     let qp = unsafe { (*cid).qp };
-    let (resp, init) = p.map_or((st.req_rd_atomic, st.req_rd_atomic), |p| {
-        (p.responder_resources, p.initiator_depth)
-    });
+    let (resp, init) = match p.map(|p| rd_atomic(id, p, st.req_rd_atomic, "rdma_accept")) {
+        Some(Ok(r)) => r,
+        Some(Err(r)) => return r,
+        None => (st.req_rd_atomic, st.req_rd_atomic),
+    };
     let gid = crate::v6::path_gid(id.token, st.dst.0);
     if !qp.is_null() && !is_ud(id) && qp_connect(qp, &st, resp, init, gid) != 0 {
         return fail(libc::EINVAL);

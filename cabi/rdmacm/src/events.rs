@@ -407,17 +407,3 @@ pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
 
 /// How long `rdma_destroy_id` waits for the id's events to be acknowledged.
 const DESTROY_WAIT: Duration = Duration::from_secs(5);
-
-/// `rdma_migrate_id`: move the id to channel `ch` (its later events are read there).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_migrate_id(
-    cid: *mut rdma_cm_id,
-    ch: *mut rdma_event_channel,
-) -> c_int {
-    if id_ref(cid).is_none() || ch.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: the caller's live id.
-    unsafe { (*cid).channel = ch };
-    0
-}

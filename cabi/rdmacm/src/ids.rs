@@ -124,6 +124,9 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
     // it to its first active device, so `verbs` is set) but listens on any address: 127.0.0.1
     // reaches whichever process listens on the port (state.rs, is_loopback).
     let loopback = is_loopback(ip);
+    // The address the id reports (`rdma_get_local_addr`) is the one bound, as the kernel's:
+    // a loopback one too (libfabric's rxm hands it to its peers as the listener's name).
+    let shown = ip;
     let ip = if loopback { [0; 4] } else { ip };
     let dev = if loopback {
         devices().first().copied()
@@ -168,7 +171,7 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
         }
     }
     crate::cq::give_pd(c);
-    set_route(id, (ip, port), None);
+    set_route(id, (shown, port), None);
     0
 }
 

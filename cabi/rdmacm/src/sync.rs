@@ -172,6 +172,7 @@ pub unsafe extern "C" fn rdma_create_id(
 pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let own = forget(id);
+    let id_token = id.token;
     // SAFETY: the live id's own field.
     unsafe {
         if own.is_some() && !(*cid).event.is_null() {
@@ -184,6 +185,10 @@ pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
     let r = unsafe { crate::events::destroy_id(cid) };
     if let Some(ch) = own {
         drop_channel(ch);
+    }
+    let mut kept = kept_channels().lock().expect("kept");
+    while let Some(i) = kept.iter().position(|&(t, _)| t == id_token) {
+        drop_channel(kept.swap_remove(i).1 as *mut rdma_event_channel);
     }
     r
 }
@@ -286,4 +291,79 @@ pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
         0 if !done => wait(cid, Some(DISCONNECT_WAIT), "rdma_disconnect"),
         r => r,
     }
+}
+
+/// The channels of synchronous ids that moved to another channel while connected (or
+/// connecting): the peer still sends to them, so they live until the id is destroyed.
+fn kept_channels() -> &'static Mutex<Vec<(u64, usize)>> {
+    static K: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
+    &K
+}
+
+/// `rdma_migrate_id`: move the id to channel `ch` (its later events are read there), as
+/// librdmacm's: a synchronous id becomes asynchronous (the event its last call left is
+/// acknowledged, its private channel goes), and with a NULL `ch` an asynchronous id becomes
+/// synchronous on a channel of its own (a synchronous one: `EINVAL`). What waits on the old
+/// channel for the id follows it, and the name it listens on (claimed at `rdma_bind_addr`)
+/// names the new channel.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_migrate_id(
+    cid: *mut rdma_cm_id,
+    ch: *mut rdma_event_channel,
+) -> c_int {
+    let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let was_sync = is_sync(id);
+    let ours = channels().lock().expect("channels").contains(&(ch as usize));
+    if (ch.is_null() && was_sync) || (!ch.is_null() && !ours) {
+        return fail(libc::EINVAL);
+    }
+    let old = id.c.channel;
+    if ch == old {
+        // Already there (a synchronous id named its own channel: it stays as it is).
+        return 0;
+    }
+    let new = if ch.is_null() { own_channel() } else { ch };
+    if new.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller's live id: its last synchronous event, and its channel.
+    unsafe {
+        if was_sync && !(*cid).event.is_null() {
+            rdma_ack_cm_event((*cid).event);
+            (*cid).event = std::ptr::null_mut();
+        }
+        (*cid).channel = new;
+    }
+    let st = id.st.lock().expect("id");
+    if let Some(name) = &st.listen {
+        // SAFETY: channels of ours (checked, or made above).
+        let (from, to) = unsafe { (&*old.cast::<Channel>(), &*new.cast::<Channel>()) };
+        let mine = format!("{}#{}", from.path.display(), id.token);
+        if std::fs::read_link(name).is_ok_and(|t| t.to_string_lossy() == mine) {
+            let _ = replace_link(&format!("{}#{}", to.path.display(), id.token), name);
+        }
+    }
+    let connected = st.peer.is_some() || st.req_to.is_some();
+    drop(st);
+    if ch.is_null() {
+        mark(id);
+    } else if was_sync {
+        sync_ids().lock().expect("sync ids").remove(&id.token);
+        // SAFETY: the id's private channel (non-blocking), read by no one else now.
+        let from = unsafe { &*old.cast::<Channel>() };
+        let mut buf = [0u8; size_of::<Msg>()];
+        while let Ok(n) = from.sock.recv(&mut buf) {
+            if let Some(m) = Msg::from_bytes(&buf[..n]) {
+                // SAFETY: the id's new channel, live.
+                let to = unsafe { &*new.cast::<Channel>() };
+                send(to, &to.path, &m);
+            }
+        }
+        if connected {
+            kept_channels().lock().expect("kept").push((id.token, old as usize));
+        } else {
+            drop_channel(old);
+        }
+    }
+    0
 }
