@@ -86,3 +86,57 @@ fn the_rust_example_exchanges_and_checks_its_bytes_across_two_hosts() {
     assert!(s.contains("RDMA WRITE: every byte of the client's 65536 bytes as sent"), "{s}");
     assert!(c.contains("RDMA WRITE: 65536 bytes into the server's memory"), "{c}");
 }
+
+#[test]
+fn softverbs_demo_runs_across_two_hosts() {
+    let test = "softverbs_demo_runs_across_two_hosts";
+    if !may_make_hosts(test) {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let server = Proc::spawn(h.softverbs(0, &["demo", "--server", "--port", "18701"]), "server");
+    let start = std::time::Instant::now();
+    let client = loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let args = ["demo", "--connect", h.addr(0), "--port", "18701"];
+        let out = Proc::spawn(h.softverbs(1, &args), "client").finish(LIMIT);
+        let refused = !out.status.success() && text(&out).contains("Connection refused");
+        if !refused || start.elapsed() > std::time::Duration::from_secs(20) {
+            break out;
+        }
+    };
+    let server = server.finish(LIMIT);
+    let (s, c) = (text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "server:\n{s}\nclient:\n{c}");
+    // The initiator's wire lines: RoCE v2 between the two hosts' addresses.
+    let wire = "10.231.0.2 -> 10.231.0.1";
+    for op in ["RC SEND ONLY", "RC RDMA WRITE FIRST", "RC RDMA READ REQUEST", "RC COMPARE SWAP"] {
+        assert!(c.lines().any(|l| l.contains(op) && l.contains(wire)), "no {op} on the wire:\n{c}");
+    }
+    assert!(c.contains("target:    softverbs0 on 10.231.0.1 port 1"), "{c}");
+    assert!(c.contains("All five operations completed with the right data."), "{c}");
+    // The target's side, as it told the initiator, printed on its host too.
+    assert!(s.contains("The initiator connected from 10.231.0.2:"), "{s}");
+    for line in [
+        "target memory [recv buffer]: \"Hello from softverbs0!\"",
+        "2500 B written by RDMA WRITE]: starts \"RDMA WRITE: zero copy, no remote CPU. RD\", all 2500 bytes as sent",
+        "target memory [atomic counter]: 50",
+    ] {
+        assert!(s.contains(line) && c.contains(line), "{line}:\nserver:\n{s}\nclient:\n{c}");
+    }
+}
+
+#[test]
+fn softverbs_demo_connect_names_a_server_that_is_not_there() {
+    let test = "softverbs_demo_connect_names_a_server_that_is_not_there";
+    if !may_make_hosts(test) {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let args = ["demo", "--connect", h.addr(0), "--port", "18702"];
+    let out = Proc::spawn(h.softverbs(1, &args), "client").finish(LIMIT);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("--connect 10.231.0.1: TCP port 18702: Connection refused"), "{t}");
+    assert!(t.contains("is `softverbs demo --server` running there?"), "{t}");
+}
