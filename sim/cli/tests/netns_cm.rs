@@ -11,16 +11,21 @@
 
 mod common;
 
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use common::netns::{cm_mads, have, may_make_hosts, text, Capture, Hosts, Proc, LIMIT};
 
 /// A server on host 0, then, once it listens on `port` (its name is in host 0's CM
 /// directory), a client on host 1; both must exit 0. Returns their (stdout, stderr) each.
 fn pair(h: &Hosts, port: u16, server: &[&str], client: &[&str], what: &str) -> (Texts, Texts) {
-    let server = Proc::spawn(h.run(0, server), &format!("{what} server"));
+    pair_of(h, port, h.run(0, server), h.run(1, client), what)
+}
+
+/// [`pair`] of two commands made by the caller.
+fn pair_of(h: &Hosts, port: u16, server: Command, client: Command, what: &str) -> (Texts, Texts) {
+    let server = Proc::spawn(server, &format!("{what} server"));
     h.await_cm_listen(0, port, what);
-    let client = Proc::spawn(h.run(1, client), &format!("{what} client")).finish(LIMIT);
+    let client = Proc::spawn(client, &format!("{what} client")).finish(LIMIT);
     let server = server.finish(LIMIT);
     let texts = |o: &Output| {
         (
@@ -152,4 +157,54 @@ fn a_connect_to_a_port_nobody_listens_on_across_hosts_is_rejected() {
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(t.contains("REJECTED") || t.contains("reject"), "the client was rejected: {t}");
+}
+
+/// A REQ lost on its way in (the server's CM drops the first it receives) and, in a second
+/// connection, a REP lost on its way in (the client's CM drops the first): each is sent again
+/// after its CM response timeout (about 4.1 s, from the REQ's fields as ib_cm derives it), the
+/// connection forms and every ping's bytes arrive; the capture on the server's side shows the
+/// message twice, the same transaction ID both times.
+#[test]
+fn a_lost_req_or_rep_is_sent_again_and_the_connection_forms() {
+    let test = "a_lost_req_or_rep_is_sent_again_and_the_connection_forms";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    for (port, server_plan, client_plan, attr) in
+        [(7175u16, "rx:drop=cm-req#1", "", "0x0010"), (7176, "", "rx:drop=cm-rep#1", "0x0013")]
+    {
+        let mut cap = Capture::start(&h, 0);
+        let p = port.to_string();
+        let mut server = h.run(0, &["rping", "-s", "-a", &a, "-p", &p, "-C", "10", "-v"]);
+        server.env("SOFTVERBS_FAULTS", server_plan);
+        let mut client = h.run(1, &["rping", "-c", "-a", &a, "-p", &p, "-C", "10", "-v"]);
+        client.env("SOFTVERBS_FAULTS", client_plan);
+        let start = std::time::Instant::now();
+        let ((so, se), (co, ce)) = pair_of(&h, port, server, client, attr);
+        let took = start.elapsed();
+        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", ping_text(n))).collect();
+        assert_eq!(co.lines().collect::<Vec<_>>(), want, "client output; stderr: {ce}");
+        assert_eq!(so.lines().count(), 10, "server output: {so}");
+        // The plan was applied, and said so.
+        let (plan_side, words) = if server_plan.is_empty() {
+            (&ce, "0x0013 number 1 received")
+        } else {
+            (&se, "0x0010 number 1 received")
+        };
+        assert!(plan_side.contains(&format!("CM MAD {words} dropped")), "{plan_side}");
+        assert!(took >= std::time::Duration::from_secs(4), "a try lasts about 4.1 s: {took:?}");
+        let file = cap.stop().to_path_buf();
+        let mads = cm_mads(&file);
+        let sent: Vec<&Vec<String>> = mads.iter().filter(|r| r[2] == attr).collect();
+        assert_eq!(sent.len(), 2, "{attr} twice (the first lost):\n{mads:?}");
+        let attrs: Vec<&str> = mads.iter().map(|r| r[2].as_str()).collect();
+        assert!(attrs.contains(&"0x0014"), "an RTU: {mads:?}");
+        // One connection: one REP for the REQ's two copies (no MRA needed: the listener
+        // answered the first before the second came, or never saw the first).
+        if attr == "0x0010" {
+            assert_eq!(attrs.iter().filter(|a| **a == "0x0013").count(), 1, "{mads:?}");
+        }
+    }
 }
