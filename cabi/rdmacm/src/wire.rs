@@ -119,6 +119,8 @@ struct Wire {
     ip: [u8; 4],
     conns: Mutex<HashMap<u32, Conn>>,
     drops: Mutex<MadDrops>,
+    /// The address's gate name, held by one CM of the address (wire_mux.rs).
+    gate: crate::wire_mux::Gate,
 }
 
 /// Whether this process's devices are on a network interface (`SOFTVERBS_NETDEV`).
@@ -209,7 +211,8 @@ fn open() -> std::io::Result<Wire> {
         .map_or_else(Vec::new, |p| p.mad_drops());
     let drops = Mutex::new(MadDrops { rules, ..MadDrops::default() });
     let conns = Mutex::new(HashMap::new());
-    Ok(Wire { path, sock, gsi, udp, udp_port, ip: dev.ip, conns, drops })
+    let gate = crate::wire_mux::Gate::new(dev.ip);
+    Ok(Wire { path, sock, gsi, udp, udp_port, ip: dev.ip, conns, drops, gate })
 }
 
 /// The CM response timeout the REQ asks for (`CMA_CM_RESPONSE_TIMEOUT`: 2^(20-8) ms).
@@ -234,20 +237,28 @@ fn run(w: &'static Wire) {
         let mut fds = [
             libc::pollfd { fd: w.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: w.gsi.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: w.gate.take(), events: libc::POLLIN, revents: 0 },
         ];
         let wait = next_due(w).map_or(1000, |d| {
             d.saturating_duration_since(Instant::now()).as_millis().min(1000) as libc::c_int
         });
-        // SAFETY: two valid pollfds.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, wait) };
+        // SAFETY: three pollfds (poll skips a negative descriptor).
+        unsafe { libc::poll(fds.as_mut_ptr(), 3, wait) };
         resend_due(w);
         while let Ok(n) = w.sock.recv(&mut buf) {
             if let Some(m) = Msg::from_bytes(&buf[..n]) {
                 from_local(w, &m);
             }
         }
+        while let Some(n) = w.gate.recv(&mut buf) {
+            from_wire(w, &buf[..n], true);
+        }
         while let Ok(n) = w.gsi.recv(&mut buf) {
-            from_wire(w, &buf[..n]);
+            // From this process's port, or handed on by another CM of the host.
+            match buf[..n].strip_prefix(crate::wire_mux::HANDED) {
+                Some(d) => from_wire(w, d, false),
+                None => from_wire(w, &buf[..n], true),
+            }
         }
     }
 }
@@ -522,14 +533,21 @@ fn guid(ip: [u8; 4]) -> u64 {
     0x0200_5eff_fe00_0000 | u64::from(u32::from_be_bytes(ip) & 0xFF_FFFF)
 }
 
-/// A datagram to QP1 from the port: a CM MAD from another host, to its local id.
-fn from_wire(w: &Wire, d: &[u8]) {
+/// A MAD for no connection of this CM: handed to the other CMs of the host when it came from
+/// the wire (`fresh`: one of them may have started the connection); whether one took it.
+fn elsewhere(d: &[u8], fresh: bool) -> bool {
+    fresh && crate::wire_mux::to_others(d) > 0
+}
+
+/// A datagram to QP1 from the port (`fresh`), or handed on by another CM of the host: a CM
+/// MAD from another host, to its local id.
+fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
     let Ok((ip, pkt)) = parse_datagram(d) else { return };
     if pkt.deth.map(|x| x.qkey) != Some(0x8001_0000) {
         return;
     }
     let Ok(mad) = CmMad::parse(pkt.payload) else { return };
-    if w.drops.lock().expect("drops").drops(CmAttr::of(&mad.msg), false) {
+    if fresh && w.drops.lock().expect("drops").drops(CmAttr::of(&mad.msg), false) {
         return;
     }
     let tid = mad.tid;
@@ -540,7 +558,11 @@ fn from_wire(w: &Wire, d: &[u8]) {
             return req_from_wire(w, ip.src, tid, r);
         }
         CmMsg::Rep(r) => {
-            let Some(c) = conns.get_mut(&r.remote_comm_id) else { return };
+            let Some(c) = conns.get_mut(&r.remote_comm_id) else {
+                drop(conns);
+                elsewhere(d, fresh);
+                return;
+            };
             if c.remote_comm_id != 0 {
                 // A duplicate (our RTU, or the REP's first copy, was lost or is late): the
                 // RTU again once sent, else an MRA (cm_dup_rep_handler).
@@ -568,7 +590,11 @@ fn from_wire(w: &Wire, d: &[u8]) {
             (r.remote_comm_id, m)
         }
         CmMsg::Rtu(r) => {
-            let Some(c) = conns.get_mut(&r.remote_comm_id) else { return };
+            let Some(c) = conns.get_mut(&r.remote_comm_id) else {
+                drop(conns);
+                elsewhere(d, fresh);
+                return;
+            };
             if c.resend.take().is_none() {
                 // A duplicate RTU: the REP was answered already.
                 return;
@@ -583,9 +609,12 @@ fn from_wire(w: &Wire, d: &[u8]) {
         }
         CmMsg::Dreq(r) => {
             if !conns.contains_key(&r.remote_comm_id) {
-                // No such connection (any more: our DREP was lost): a DREP all the same,
-                // as ib_cm's cm_issue_drep.
+                // No such connection here: another CM's of the host, else none (any more:
+                // our DREP was lost): a DREP all the same, as ib_cm's cm_issue_drep.
                 drop(conns);
+                if !fresh || elsewhere(d, fresh) {
+                    return;
+                }
                 let ids = CmIds {
                     local_comm_id: r.remote_comm_id,
                     remote_comm_id: r.local_comm_id,
@@ -621,7 +650,11 @@ fn from_wire(w: &Wire, d: &[u8]) {
         CmMsg::Mra(r) => {
             // The peer needs longer: the MRAed message's next try waits its service timeout
             // and a packet life (cm_mra_handler).
-            let Some(c) = conns.get_mut(&r.remote_comm_id) else { return };
+            let Some(c) = conns.get_mut(&r.remote_comm_id) else {
+                drop(conns);
+                elsewhere(d, fresh);
+                return;
+            };
             let attr = [0x0010, 0x0013][usize::from(r.message_mraed.min(1))];
             if let Some(x) = c.resend.as_mut().filter(|x| x.attr == attr) {
                 x.due = Instant::now() + cm_ms(r.service_timeout) + cm_ms(REQ_ACK_TIMEOUT - 1);
@@ -629,7 +662,11 @@ fn from_wire(w: &Wire, d: &[u8]) {
             return;
         }
     };
-    let Some(c) = conns.get(&t) else { return };
+    let Some(c) = conns.get(&t) else {
+        drop(conns);
+        elsewhere(d, fresh);
+        return;
+    };
     let Some((path, tok)) = c.local.clone() else { return };
     if m.kind == kind::DREP || m.kind == kind::REJ || c.ud {
         conns.remove(&t);

@@ -162,28 +162,6 @@ fn softverbs_pingpong_runs_across_two_hosts() {
     }
 }
 
-/// Waits until a process in host `i` holds UDP 4791 on its address (`ss` lists it, bound to
-/// the interface too: `ADDR%IFACE:4791`); panics with what `p` printed if it ended first.
-fn await_4791(h: &Hosts, i: usize, p: &mut Proc) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ss = Command::new("ip")
-            .args(["netns", "exec", h.ns(i), "ss", "-Huln", "sport = :4791"])
-            .output()
-            .expect("ss runs");
-        if String::from_utf8_lossy(&ss.stdout).contains(&format!("{}%", h.addr(i))) {
-            return;
-        }
-        let ended = p.0.as_mut().expect("process").try_wait().expect("try_wait").is_some();
-        if ended || Instant::now() > deadline {
-            let _ = p.0.as_mut().expect("process").kill();
-            let what = p.1.clone();
-            panic!("{what} never held the address:\n{}", text(&p.take().finish(LIMIT)));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
     let test = "processes_share_one_address_and_reach_each_other_and_other_hosts";
@@ -195,7 +173,7 @@ fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
     let p = port(5);
     let mut holder =
         Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "holder");
-    await_4791(&h, 0, &mut holder);
+    h.await_4791(0, &mut holder);
     // A second process on the address: the same GID, rxe's MTU.
     let out = Proc::spawn(h.softverbs(0, &["devinfo", "-v"]), "devinfo").finish(LIMIT);
     let t = text(&out);
@@ -215,7 +193,7 @@ fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
     let p = port(8);
     let mut holder =
         Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "holder");
-    await_4791(&h, 0, &mut holder);
+    h.await_4791(0, &mut holder);
     let p = port(11);
     let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "1000", "-n", "50", "--chk"];
     for (server, client) in [(0, 1), (1, 0), (0, 0)] {
@@ -250,7 +228,7 @@ fn when_the_holder_of_4791_dies_another_process_takes_it_over() {
     let h = Hosts::new(2, 1);
     let mut holder =
         Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &port(9), "64", "5")), "holder");
-    await_4791(&h, 0, &mut holder);
+    h.await_4791(0, &mut holder);
     // A second process of host 0 talks to host 1 (its datagrams arrive through the holder).
     let p = port(10);
     let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "4096", "-n", "1500", "--chk"];

@@ -208,3 +208,76 @@ fn a_lost_req_or_rep_is_sent_again_and_the_connection_forms() {
         }
     }
 }
+
+/// QP 1 for every process of an address: the process that holds UDP 4791 on host 0's address
+/// receives every CM MAD for it. A listener in another process of the address is reached from
+/// host 1 while the holder has no CM at all (`ibv_rc_pingpong`: the MADs go to the CM that
+/// holds the address's gate name) and while the holder is itself a CM (an `rping` server on
+/// another port, which answers as the listener's stand-in); and a client in a process that
+/// does not hold 4791 connects to host 1 (the REP reaches the holder's CM, which hands it to
+/// the client's). Every ping's bytes checked.
+#[test]
+fn every_process_of_an_address_has_qp1() {
+    let test = "every_process_of_an_address_has_qp1";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "ibv_rc_pingpong") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a0 = h.addr(0).to_string();
+    let a1 = h.addr(1).to_string();
+    let rping = |host: usize, args: &[&str]| {
+        let mut v = vec!["rping"];
+        v.extend_from_slice(args);
+        v.extend_from_slice(&["-C", "10", "-v"]);
+        h.run(host, &v)
+    };
+    let check = |(so, _): Texts, (co, ce): Texts, what: &str| {
+        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", ping_text(n))).collect();
+        assert_eq!(co.lines().collect::<Vec<_>>(), want, "{what}: client; stderr: {ce}");
+        assert_eq!(so.lines().count(), 10, "{what}: server: {so}");
+    };
+    // 1. The holder uses no CM.
+    let mut holder =
+        Proc::spawn(h.run(0, &["ibv_rc_pingpong", "-g", "1", "-p", "18650"]), "holder");
+    h.await_4791(0, &mut holder);
+    let (s, c) = pair_of(
+        &h,
+        7177,
+        rping(0, &["-s", "-a", &a0, "-p", "7177"]),
+        rping(1, &["-c", "-a", &a0, "-p", "7177"]),
+        "a listener beside a holder with no CM",
+    );
+    check(s, c, "beside a holder with no CM");
+    drop(holder);
+    // 2. The holder is a CM: an rping server waiting on another port.
+    let mut holder = Proc::spawn(rping(0, &["-s", "-a", &a0, "-p", "7178"]), "holder");
+    h.await_4791(0, &mut holder);
+    h.await_cm_listen(0, 7178, "the holder");
+    let (s, c) = pair_of(
+        &h,
+        7179,
+        rping(0, &["-s", "-a", &a0, "-p", "7179"]),
+        rping(1, &["-c", "-a", &a0, "-p", "7179"]),
+        "a listener beside a holder that is a CM",
+    );
+    check(s, c, "beside a CM holder");
+    // 3. A client of host 0 that does not hold 4791, to a server of host 1.
+    let server = Proc::spawn(rping(1, &["-s", "-a", &a1, "-p", "7180"]), "host 1's server");
+    h.await_cm_listen(1, 7180, "host 1's server");
+    let client = Proc::spawn(rping(0, &["-c", "-a", &a1, "-p", "7180"]), "client").finish(LIMIT);
+    let server = server.finish(LIMIT);
+    let t = |o: &Output| {
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert!(
+        client.status.success() && server.status.success(),
+        "client:\n{}\nserver:\n{}",
+        text(&client),
+        text(&server)
+    );
+    check(t(&server), t(&client), "a client that does not hold 4791");
+    drop(holder);
+}

@@ -186,6 +186,28 @@ impl Hosts {
         std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).collect()
     }
 
+    /// Waits until a process in host `i` holds UDP 4791 on its address (`ss` lists it, bound
+    /// to the interface too: `ADDR%IFACE:4791`); panics with what `p` printed if it ended
+    /// first.
+    pub fn await_4791(&self, i: usize, p: &mut Proc) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ss = Command::new("ip")
+                .args(["netns", "exec", self.ns(i), "ss", "-Huln", "sport = :4791"])
+                .output()
+                .expect("ss runs");
+            if String::from_utf8_lossy(&ss.stdout).contains(&format!("{}%", self.addr(i))) {
+                return;
+            }
+            if p.ended() || Instant::now() > deadline {
+                let _ = p.0.as_mut().expect("process").kill();
+                let what = p.1.clone();
+                panic!("{what} never held the address:\n{}", text(&p.take().finish(LIMIT)));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits until something in host `i` listens on CM port `port` (its name is in the
     /// host's CM directory); panics past 30 s.
     pub fn await_cm_listen(&self, i: usize, port: u16, what: &str) {
