@@ -145,12 +145,12 @@ fn a_connect_to_a_port_nobody_listens_on_across_hosts_is_rejected() {
     }
     let h = Hosts::new(2, 1);
     // Host 0 has a device on its interface (a CM to answer) but nothing listens on 7999.
-    let mut idle = h.run(0, &["rping", "-s", "-a", &h.addr(0), "-p", "7998", "-C", "1"]);
+    let mut idle = h.run(0, &["rping", "-s", "-a", h.addr(0), "-p", "7998", "-C", "1"]);
     idle.stdout(Stdio::null());
     let _server = Proc::spawn(idle, "idle rping server");
     h.await_cm_listen(0, 7998, "the idle rping server");
     let out = Proc::spawn(
-        h.run(1, &["rping", "-c", "-a", &h.addr(0), "-p", "7999", "-C", "1"]),
+        h.run(1, &["rping", "-c", "-a", h.addr(0), "-p", "7999", "-C", "1"]),
         "rping client",
     )
     .finish(LIMIT);
