@@ -426,7 +426,7 @@ fn from_local(w: &Wire, m: &Msg) {
             local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
             retry_count: 7,
             pkey: 0xFFFF,
-            path_mtu: 3,
+            path_mtu: if m.mtu == 0 { 3 } else { m.mtu },
             rnr_retry_count: m.rnr_retry,
             max_cm_retries: MAX_CM_RETRIES,
             primary: CmPath {
@@ -755,6 +755,7 @@ fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
     m.dst_port = port;
     m.rd_atomic = r.initiator_depth;
     m.rnr_retry = r.rnr_retry_count;
+    m.mtu = r.path_mtu;
     m.ps_ib = u8::from(ib);
     m.set_pd(&r.private[IP_CM_HEADER_LEN.min(r.private.len())..]);
     crate::outbox::send(&w.sock, &path, m.bytes());

@@ -281,3 +281,47 @@ fn every_process_of_an_address_has_qp1() {
     check(t(&server), t(&client), "a client that does not hold 4791");
     drop(holder);
 }
+
+/// Across hosts the path MTU is the active side's port MTU, as the kernel's CM takes it from
+/// its path record: on a 9000-byte link, `active_mtu` 4096, so rping's 16 KiB RDMA READs and
+/// WRITEs travel in 4096-byte packets (on a 1500-byte link, 1024: the other tests).
+#[test]
+fn the_path_mtu_across_hosts_is_the_port_s_active_mtu() {
+    let test = "the_path_mtu_across_hosts_is_the_port_s_active_mtu";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    for i in 0..2 {
+        common::netns::ip(&["-n", h.ns(i), "link", "set", h.iface(i), "mtu", "9000"]);
+    }
+    let mut cap = Capture::start(&h, 0);
+    let a = h.addr(0).to_string();
+    let ((so, _), (co, ce)) = pair(
+        &h,
+        7181,
+        &["rping", "-s", "-a", &a, "-p", "7181", "-S", "16384", "-C", "3", "-v"],
+        &["rping", "-c", "-a", &a, "-p", "7181", "-S", "16384", "-C", "3", "-v"],
+        "rping at MTU 9000",
+    );
+    assert_eq!(co.lines().count(), 3, "client: {co}{ce}");
+    assert_eq!(so.lines().count(), 3, "server: {so}");
+    let file = cap.stop().to_path_buf();
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .args(["-Y", "udp.dstport == 4791", "-T", "fields", "-e", "udp.length"])
+        .output()
+        .expect("tshark runs");
+    let lens: Vec<usize> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let max = lens.iter().copied().max().unwrap_or(0);
+    // 8 (UDP) + 12 (BTH) + 4096 + 4 (ICRC), a RETH or AETH more on some.
+    assert!(
+        (4120..=4140).contains(&max),
+        "the largest RoCE datagram: {max} bytes ({} seen)",
+        lens.len()
+    );
+}
