@@ -27,7 +27,8 @@ unsafe extern "C" {
 pub fn port_mtu(ctx: *mut ibv_context) -> u8 {
     let mut a = ibv_port_attr::default();
     // SAFETY: an open context or NULL (refused), and our attribute struct.
-    let ok = crate::wire::on() && !ctx.is_null() && unsafe { ibv_query_port(ctx, 1, &mut a) } == 0;
+    let netdev = std::env::var_os("SOFTVERBS_NETDEV").is_some_and(|v| !v.is_empty());
+    let ok = netdev && !ctx.is_null() && unsafe { ibv_query_port(ctx, 1, &mut a) } == 0;
     match u8::try_from(a.active_mtu) {
         Ok(m @ 1..=5) if ok => m,
         _ => 3,
