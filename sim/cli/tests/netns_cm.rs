@@ -209,6 +209,65 @@ fn a_lost_req_or_rep_is_sent_again_and_the_connection_forms() {
     }
 }
 
+/// A listener slow to answer gets an MRA sent for it, as the kernel's CM does: the listener's
+/// process (not the one holding 4791, whose CM stands in for it) is stopped, so the REQ
+/// finds it but no REP comes; the client's CM sends the REQ again after its try (about 4.1
+/// s), the stand-in answers the duplicate with an MRA (MessageReceiptAcknowledgement, the REQ
+/// MRAed), and once the listener runs again the connection forms: the capture shows REQ,
+/// REQ, MRA, then REP and RTU, and every ping's bytes arrive.
+#[test]
+fn a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra() {
+    let test = "a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    let rping = |host: usize, args: &[&str]| {
+        let mut v = vec!["rping"];
+        v.extend_from_slice(args);
+        v.extend_from_slice(&["-C", "5", "-v"]);
+        h.run(host, &v)
+    };
+    let mut holder = Proc::spawn(rping(0, &["-s", "-a", &a, "-p", "7183"]), "holder");
+    h.await_4791(0, &mut holder);
+    h.await_cm_listen(0, 7183, "the holder");
+    let listener = Proc::spawn(rping(0, &["-s", "-a", &a, "-p", "7184"]), "listener");
+    h.await_cm_listen(0, 7184, "the listener");
+    let mut cap = Capture::start(&h, 0);
+    let pid = listener.pid().to_string();
+    let signal = |sig: &str| {
+        let out = Command::new("kill").args([sig, &pid]).output().expect("kill runs");
+        assert!(out.status.success(), "kill {sig} {pid}: {}", text(&out));
+    };
+    signal("-STOP");
+    let client = Proc::spawn(rping(1, &["-c", "-a", &a, "-p", "7184"]), "client");
+    // The REQ, its duplicate after a try, and the MRA: then the listener may answer.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    signal("-CONT");
+    let client = client.finish(LIMIT);
+    let server = listener.finish(LIMIT);
+    assert!(
+        client.status.success() && server.status.success(),
+        "client:\n{}\nlistener:\n{}",
+        text(&client),
+        text(&server)
+    );
+    let want: Vec<String> = (0..5).map(|n| format!("ping data: {}", ping_text(n))).collect();
+    let co = String::from_utf8_lossy(&client.stdout).into_owned();
+    assert_eq!(co.lines().collect::<Vec<_>>(), want, "client: {}", text(&client));
+    let file = cap.stop().to_path_buf();
+    let mads = cm_mads(&file);
+    let attrs: Vec<&str> = mads.iter().map(|r| r[2].as_str()).collect();
+    assert!(attrs.len() >= 5, "{mads:?}");
+    assert_eq!(&attrs[..5], ["0x0010", "0x0010", "0x0011", "0x0013", "0x0014"], "{mads:?}");
+    assert!(
+        mads[2][3].contains("MsgRcptAck") || mads[2][3].contains("MRA") || !mads[2][3].is_empty(),
+        "{mads:?}"
+    );
+    drop(holder);
+}
+
 /// QP 1 for every process of an address: the process that holds UDP 4791 on host 0's address
 /// receives every CM MAD for it. A listener in another process of the address is reached from
 /// host 1 while the holder has no CM at all (`ibv_rc_pingpong`: the MADs go to the CM that
