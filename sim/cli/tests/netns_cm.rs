@@ -213,8 +213,9 @@ fn a_lost_req_or_rep_is_sent_again_and_the_connection_forms() {
 /// process (not the one holding 4791, whose CM stands in for it) is stopped, so the REQ
 /// finds it but no REP comes; the client's CM sends the REQ again after its try (about 4.1
 /// s), the stand-in answers the duplicate with an MRA (MessageReceiptAcknowledgement, the REQ
-/// MRAed), and once the listener runs again the connection forms: the capture shows REQ,
-/// REQ, MRA, then REP and RTU, and every ping's bytes arrive.
+/// MRAed), which puts the client's next try off by its service timeout, and once the listener
+/// runs again (10 s in) the connection forms: the capture shows REQ, REQ, MRA (no third REQ),
+/// then REP and RTU, and every ping's bytes arrive.
 #[test]
 fn a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra() {
     let test = "a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra";
@@ -242,8 +243,9 @@ fn a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra() {
     };
     signal("-STOP");
     let client = Proc::spawn(rping(1, &["-c", "-a", &a, "-p", "7184"]), "client");
-    // The REQ, its duplicate after a try, and the MRA: then the listener may answer.
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    // The REQ, its duplicate after a try, and the MRA; past the second try (8.3 s), which the
+    // MRA put off by its service timeout (about 67 s): then the listener may answer.
+    std::thread::sleep(std::time::Duration::from_secs(10));
     signal("-CONT");
     let client = client.finish(LIMIT);
     let server = listener.finish(LIMIT);
