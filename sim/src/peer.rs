@@ -83,6 +83,8 @@ enum Runner {
         stderr_thread: Option<JoinHandle<()>>,
     },
     Thread(Option<JoinHandle<Result<(), String>>>),
+    /// A peer on another host, over a TCP connection (`demo --connect`).
+    Remote(std::net::TcpStream),
 }
 
 /// The other side of a connection, in a child process or on a thread, spoken to in lines: its
@@ -173,16 +175,32 @@ impl Peer {
         })
     }
 
+    /// A peer on another host that speaks the same lines over the TCP connection `stream`
+    /// (`softverbs demo --connect` to a `demo --server`): there is no process or thread here to
+    /// wait for or kill; [`Peer::finish`] closes the connection.
+    pub fn stream(name: &str, stream: std::net::TcpStream) -> Result<Peer, String> {
+        let clone = |s: &std::net::TcpStream| {
+            s.try_clone().map_err(|e| format!("a second handle on the connection to {name}: {e}"))
+        };
+        let (to, from) = (clone(&stream)?, clone(&stream)?);
+        Ok(Peer {
+            name: name.to_string(),
+            to: Some(Box::new(to)),
+            lines: read_lines(from),
+            runner: Runner::Remote(stream),
+        })
+    }
+
     /// The name messages call it by.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The process's pid (`None` for a thread).
+    /// The process's pid (`None` for a thread or a peer on another host).
     pub fn pid(&self) -> Option<u32> {
         match &self.runner {
             Runner::Process { child, .. } => Some(child.id()),
-            Runner::Thread(_) => None,
+            Runner::Thread(_) | Runner::Remote(_) => None,
         }
     }
 
@@ -211,6 +229,10 @@ impl Peer {
             },
             Runner::Thread(Some(h)) if !h.is_finished() => "still running".to_string(),
             Runner::Thread(_) => "finished".to_string(),
+            Runner::Remote(s) => match s.peer_addr() {
+                Ok(a) => format!("connected from {a}"),
+                Err(_) => "disconnected".to_string(),
+            },
         };
         let mut s = match self.pid() {
             Some(pid) => format!("{} (pid {pid}) is {status}", self.name),
@@ -360,6 +382,10 @@ impl Peer {
                     Err(format!("{} did not exit", self.name))
                 }
             },
+            Runner::Remote(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+                Ok(())
+            }
             Runner::Thread(handle) => {
                 let h = handle.take().expect("the thread is taken only here");
                 while !h.is_finished() {
@@ -391,7 +417,7 @@ impl Peer {
     pub fn status(&self) -> Option<ExitStatus> {
         match &self.runner {
             Runner::Process { status, .. } => *status,
-            Runner::Thread(_) => None,
+            Runner::Thread(_) | Runner::Remote(_) => None,
         }
     }
 

@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use crate::cm_abi::*;
 use crate::state::*;
-use verbs_api::{IbvEnum, Mtu, QpAttrMask, QpState};
+use verbs_api::{IbvEnum, QpAttrMask, QpState};
 
 use softverbs_cabi_abi::{
     ibv_context, ibv_device_attr, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
@@ -96,7 +96,7 @@ pub fn qp_connect(
 ) -> c_int {
     let mut a = ibv_qp_attr {
         qp_state: QpState::Rtr.to_c_int(),
-        path_mtu: Mtu::Mtu1024.to_c_int(), // the active MTU of a softverbs port on a 1500-byte link
+        path_mtu: crate::state::path_mtu(st), // the REQ's: the active side's port MTU
         dest_qp_num: st.peer_qpn,
         rq_psn: st.peer_psn,
         max_dest_rd_atomic: responder.max(1),
@@ -302,6 +302,8 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     m.dst_port = st.dst.1;
     m.rd_atomic = init;
     m.rnr_retry = st.rnr_retry;
+    st.path_mtu = crate::state::port_mtu(id.c.verbs);
+    m.mtu = st.path_mtu;
     // With a QP, librdmacm takes the local ECE from ibv_query_ece, which has none (as rxe).
     m.ece = if id.c.qp.is_null() { st.local_ece } else { [0, 0] };
     if let Some(scope) = crate::v6::scope(id.token) {

@@ -148,6 +148,8 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
             st.peer = Some((m.reply_path(), m.from));
             st.peer_qpn = m.qpn;
             st.peer_psn = m.psn;
+            // The passive side takes the REQ's path MTU, as ib_cm's cm_req_handler.
+            st.path_mtu = m.mtu;
             st.req_rd_atomic = m.rd_atomic;
             st.rnr_retry = m.rnr_retry;
             st.remote_ece = m.ece;

@@ -26,6 +26,8 @@ mod watch;
 mod rsocket;
 // The CM across hosts: CM MADs on QP1 over the UDP wire (issue 31 item 3).
 mod wire;
+// QP 1 for every process of an address (issue 31).
+mod wire_mux;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));

@@ -12,7 +12,7 @@ use crate::conn::{
     RNR_RETRY, RQ_PSN, SQ_PSN, STATE, TIMEOUT,
 };
 use crate::state::*;
-use verbs_api::{AccessFlags, IbvEnum, Mtu, QpState};
+use verbs_api::{AccessFlags, IbvEnum, QpState};
 
 use softverbs_cabi_abi::ibv_qp_attr;
 
@@ -27,8 +27,8 @@ const REMOTE_ATOMIC: u32 = AccessFlags::REMOTE_ATOMIC.bits();
 /// - INIT: state, P_Key index 0, port 1, and for a UD id the Q_Key (`0x01234567`), for an RC
 ///   id the access flags: none before a connection, remote write once one is being made, with
 ///   remote read and atomic when the peer offers RDMA READ / atomic resources;
-/// - RTR (RC, once the peer's REQ or REP came): the address vector to the peer's GID, path MTU
-///   1024, the peer's QP number and starting PSN, the responder resources, RNR timer 0;
+/// - RTR (RC, once the peer's REQ or REP came): the address vector to the peer's GID, the path
+///   MTU (1024; across hosts the REQ's, the active side's port MTU), the peer's QP number and starting PSN, the responder resources, RNR timer 0;
 /// - RTS (RC, as RTR): this side's starting PSN (the one the REQ or REP carries), ACK timeout
 ///   17 (a RoCE path's packet life time, 16, + 1, as the kernel CM; the same as the QPs the CM
 ///   moves itself), retry count 7, the RNR retry count, the initiator depth.
@@ -84,7 +84,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         (a.ah_attr.grh.dgid.raw, a.ah_attr.grh.sgid_index) =
             crate::v6::path_gid(id.token, st.dst.0);
         a.ah_attr.grh.hop_limit = 64;
-        a.path_mtu = Mtu::Mtu1024.to_c_int(); // as the CM's own moves
+        a.path_mtu = crate::state::path_mtu(&st); // as the CM's own moves
         a.dest_qp_num = st.peer_qpn;
         a.rq_psn = st.peer_psn;
         a.max_dest_rd_atomic = st.req_rd_atomic.max(1);

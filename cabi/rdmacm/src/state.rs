@@ -11,12 +11,34 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::cm_abi::rdma_event_channel;
 pub use crate::cm_state::CmState;
-use softverbs_cabi_abi::{ibv_context, ibv_device, ibv_gid};
+use softverbs_cabi_abi::{ibv_context, ibv_device, ibv_gid, ibv_port_attr};
 
 unsafe extern "C" {
     fn ibv_get_device_list(n: *mut c_int) -> *mut *mut ibv_device;
     fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context;
     fn ibv_query_gid(c: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
+    fn ibv_query_port(c: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int;
+}
+
+/// The path MTU a REQ offers (`enum ibv_mtu`, 1 = 256 … 5 = 4096): on a network interface
+/// (`SOFTVERBS_NETDEV`) port 1's `active_mtu` of device `ctx`, as the kernel's CM takes it
+/// from its path record (on RoCE, from the netdev's MTU, as the port's); on the shared-memory
+/// fabric, and when it cannot be read, 3 (1024), as before.
+pub fn port_mtu(ctx: *mut ibv_context) -> u8 {
+    let mut a = ibv_port_attr::default();
+    // SAFETY: an open context or NULL (refused), and our attribute struct.
+    let netdev = std::env::var_os("SOFTVERBS_NETDEV").is_some_and(|v| !v.is_empty());
+    let ok = netdev && !ctx.is_null() && unsafe { ibv_query_port(ctx, 1, &mut a) } == 0;
+    match u8::try_from(a.active_mtu) {
+        Ok(m @ 1..=5) if ok => m,
+        _ => 3,
+    }
+}
+
+/// The path MTU (`enum ibv_mtu`) the CM gives an id's QP at RTR: the REQ's (the active side's
+/// port MTU), 1024 when none was set.
+pub fn path_mtu(st: &St) -> c_int {
+    c_int::from(if st.path_mtu == 0 { 3 } else { st.path_mtu })
 }
 
 /// A soft device opened for the CM, with its port's IPv4 address (GID index 1).
@@ -326,6 +348,8 @@ pub struct Msg {
     pub v6: u8,
     /// 1 when the REQ is for a port of the port space `RDMA_PS_IB` ([`listen_name`]).
     pub ps_ib: u8,
+    /// The path MTU a REQ offers (`enum ibv_mtu`; 0: 1024).
+    pub mtu: u8,
     pub scope: [u8; 4],
     /// The ECE (`ibv_ece`'s vendor_id, options) a REQ or REP carries, as the kernel's CM
     /// carries it in its messages (more.rs).
@@ -456,6 +480,8 @@ pub struct St {
     /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`'s local ACK timeout for the QP's RTS
     /// (None: the CM's own, 17).
     pub ack_timeout: Option<u8>,
+    /// The connection's path MTU (`enum ibv_mtu`; 0: 1024, [`path_mtu`]).
+    pub path_mtu: u8,
 }
 
 /// The local ACK timeout (`ibv_qp_attr.timeout`) the CM gives a connected QP at RTS: the one

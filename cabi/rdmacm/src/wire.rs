@@ -10,8 +10,15 @@
 //!
 //! A UD id (`RDMA_PS_UDP`, or a UD QP) resolves its peer by SIDR_REQ and SIDR_REP instead.
 //!
-//! Not yet: retries of a lost MAD (a veth pair or a LAN loses
-//! few; the requester's REQ life still ends a REQ that got no answer), MRA.
+//! A lost MAD is sent again as the kernel's CM (drivers/infiniband/core/cm.c) sends it: the
+//! REQ after twice the path's packet life time plus the REQ's remote CM response timeout,
+//! the REP after the REQ's local CM response timeout, the DREQ after the connection's, each at
+//! most the REQ's `max_cm_retries` times, until its answer comes (REP or REJ, RTU or REJ,
+//! DREP). A duplicate REQ the listener has not answered yet gets an MRA (the REP's own timer
+//! covers one it answered), a duplicate REP whose RTU went gets the RTU again (else an MRA), a
+//! DREQ for no connection a DREP; an MRA received pushes its message's next try back by the
+//! MRA's service timeout. `SOFTVERBS_FAULTS`' `drop=cm-req#K` (`cm-rep`, `cm-rtu`, `cm-dreq`,
+//! `cm-drep`, `cm-rej`, `cm-mra`; `rx:` for the way in) drops the K-th such MAD here.
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -19,10 +26,11 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use nic_model::packet::{
-    emit_gsi_datagram, parse_datagram, CmDreq, CmIds, CmMad, CmMsg, CmPath, CmRej, CmRep, CmReq,
-    IpCmHeader, IpUdp, SidrRep, SidrReq, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB,
+    emit_gsi_datagram, parse_datagram, CmDreq, CmIds, CmMad, CmMra, CmMsg, CmPath, CmRej, CmRep,
+    CmReq, IpCmHeader, IpUdp, SidrRep, SidrReq, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB,
     SERVICE_ID_PS_TCP, SERVICE_ID_PS_UDP,
 };
 
@@ -44,6 +52,58 @@ struct Conn {
     ud: bool,
     /// The service ID asked for (a SIDR_REP echoes it).
     service_id: u64,
+    /// How long a try of this connection's REQ, REP or DREQ lasts, and how many tries follow
+    /// the first (from the REQ, as ib_cm derives them).
+    timeout: Duration,
+    retries: u8,
+    /// The MAD this side waits to have answered, sent again when its try ends.
+    resend: Option<Resend>,
+    /// Whether this (passive) side sent its REP.
+    rep_sent: bool,
+    /// The RTU this (active) side sent, sent again for a duplicate REP.
+    rtu: Option<Vec<u8>>,
+}
+
+/// A MAD waiting for its answer.
+struct Resend {
+    /// Its UDP payload and attribute.
+    bytes: Vec<u8>,
+    attr: u16,
+    /// When its try ends, and how many tries remain.
+    due: Instant,
+    left: u8,
+}
+
+/// The plan's `drop=cm-…#K` words and the MADs counted so far, by attribute, each way.
+#[derive(Default)]
+struct MadDrops {
+    rules: Vec<(u16, bool, u64)>,
+    seen: HashMap<(u16, bool), u64>,
+}
+
+impl MadDrops {
+    /// Whether the MAD of `attr` going out (`tx`) or in is one the plan drops.
+    fn drops(&mut self, attr: u16, tx: bool) -> bool {
+        if self.rules.is_empty() {
+            return false;
+        }
+        let n = self.seen.entry((attr, tx)).or_default();
+        *n += 1;
+        let n = *n;
+        let hit = self.rules.iter().any(|&(a, t, k)| a == attr && t == tx && k == n);
+        if hit {
+            eprintln!(
+                "librdmacm (softverbs): SOFTVERBS_FAULTS: CM MAD {attr:#06x} number {n} {} dropped",
+                if tx { "sent" } else { "received" }
+            );
+        }
+        hit
+    }
+}
+
+/// IBA's 4.096 µs × 2^t as ib_cm's `cm_convert_to_ms`: 2^(t-8) ms.
+fn cm_ms(t: u8) -> Duration {
+    Duration::from_millis(1 << (t.min(31).saturating_sub(8)))
 }
 
 /// The gateway of this process.
@@ -58,6 +118,9 @@ struct Wire {
     udp_port: u16,
     ip: [u8; 4],
     conns: Mutex<HashMap<u32, Conn>>,
+    drops: Mutex<MadDrops>,
+    /// The address's gate name, held by one CM of the address (wire_mux.rs).
+    gate: crate::wire_mux::Gate,
 }
 
 /// Whether this process's devices are on a network interface (`SOFTVERBS_NETDEV`).
@@ -142,8 +205,24 @@ fn open() -> std::io::Result<Wire> {
         )
     };
     let udp_port = udp.local_addr()?.port();
-    Ok(Wire { path, sock, gsi, udp, udp_port, ip: dev.ip, conns: Mutex::new(HashMap::new()) })
+    let plan = std::env::var("SOFTVERBS_FAULTS").ok().filter(|t| !t.is_empty());
+    let rules = plan
+        .and_then(|t| nic_model::soft::FaultPlan::parse(&t).ok())
+        .map_or_else(Vec::new, |p| p.mad_drops());
+    let drops = Mutex::new(MadDrops { rules, ..MadDrops::default() });
+    let conns = Mutex::new(HashMap::new());
+    let gate = crate::wire_mux::Gate::new(dev.ip);
+    Ok(Wire { path, sock, gsi, udp, udp_port, ip: dev.ip, conns, drops, gate })
 }
+
+/// The CM response timeout the REQ asks for (`CMA_CM_RESPONSE_TIMEOUT`: 2^(20-8) ms).
+const CM_RESPONSE_TIMEOUT: u8 = 20;
+/// The REQ's tries after the first (`CMA_MAX_CM_RETRIES`).
+const MAX_CM_RETRIES: u8 = 15;
+/// The primary path's local ACK timeout the REQ carries (its packet life time + 1).
+const REQ_ACK_TIMEOUT: u8 = 14;
+/// The service timeout of an MRA this side sends (the kernel's cma: 24, about 67 s).
+const MRA_SERVICE_TIMEOUT: u8 = 24;
 
 /// A fresh local communication ID (never 0).
 fn comm_id() -> u32 {
@@ -158,27 +237,40 @@ fn run(w: &'static Wire) {
         let mut fds = [
             libc::pollfd { fd: w.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: w.gsi.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: w.gate.take(), events: libc::POLLIN, revents: 0 },
         ];
-        // SAFETY: two valid pollfds.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+        let wait = next_due(w).map_or(1000, |d| {
+            d.saturating_duration_since(Instant::now()).as_millis().min(1000) as libc::c_int
+        });
+        // SAFETY: three pollfds (poll skips a negative descriptor).
+        unsafe { libc::poll(fds.as_mut_ptr(), 3, wait) };
+        resend_due(w);
         while let Ok(n) = w.sock.recv(&mut buf) {
             if let Some(m) = Msg::from_bytes(&buf[..n]) {
                 from_local(w, &m);
             }
         }
+        while let Some(n) = w.gate.recv(&mut buf) {
+            from_wire(w, &buf[..n], true);
+        }
         while let Ok(n) = w.gsi.recv(&mut buf) {
-            from_wire(w, &buf[..n]);
+            // From this process's port, or handed on by another CM of the host.
+            match buf[..n].strip_prefix(crate::wire_mux::HANDED) {
+                Some(d) => from_wire(w, d, false),
+                None => from_wire(w, &buf[..n], true),
+            }
         }
     }
 }
 
-/// Send `msg` as a CM MAD to `to`.
-fn send_mad(w: &Wire, to: [u8; 4], tid: u64, msg: CmMsg) {
+/// Send `msg` as a CM MAD to `to`; the UDP payload sent (or dropped by the fault plan).
+fn send_mad(w: &Wire, to: [u8; 4], tid: u64, msg: CmMsg) -> Option<Vec<u8>> {
+    let attr = CmAttr::of(&msg);
     let mad = match (CmMad { tid, msg }).emit() {
         Ok(m) => m,
         Err(e) => {
             eprintln!("librdmacm (softverbs): a CM MAD: {e}");
-            return;
+            return None;
         }
     };
     let ip = IpUdp {
@@ -191,12 +283,76 @@ fn send_mad(w: &Wire, to: [u8; 4], tid: u64, msg: CmMsg) {
         dont_fragment: true,
     };
     let mut out = Vec::with_capacity(MAD_LEN + 64);
-    if emit_gsi_datagram(&ip, 0, &mad, &mut out).is_ok() {
-        let dst = SocketAddrV4::new(Ipv4Addr::from(to), nic_model::packet::ROCE_UDP_PORT);
-        if let Err(e) = w.udp.send_to(&out[nic_model::packet::IPV4_UDP_LEN..], dst) {
-            eprintln!("librdmacm (softverbs): sending a CM MAD to {dst}: {e}");
+    emit_gsi_datagram(&ip, 0, &mad, &mut out).ok()?;
+    let bytes = out.split_off(nic_model::packet::IPV4_UDP_LEN);
+    put(w, to, attr, &bytes);
+    Some(bytes)
+}
+
+/// Send a MAD's UDP payload to `to`'s port 4791, unless the fault plan drops it.
+fn put(w: &Wire, to: [u8; 4], attr: u16, bytes: &[u8]) {
+    if w.drops.lock().expect("drops").drops(attr, true) {
+        return;
+    }
+    let dst = SocketAddrV4::new(Ipv4Addr::from(to), nic_model::packet::ROCE_UDP_PORT);
+    if let Err(e) = w.udp.send_to(bytes, dst) {
+        eprintln!("librdmacm (softverbs): sending a CM MAD to {dst}: {e}");
+    }
+}
+
+/// A MAD's attribute ID.
+struct CmAttr;
+
+impl CmAttr {
+    fn of(m: &CmMsg) -> u16 {
+        match m {
+            CmMsg::Req(_) => 0x0010,
+            CmMsg::Mra(_) => 0x0011,
+            CmMsg::Rej(_) => 0x0012,
+            CmMsg::Rep(_) => 0x0013,
+            CmMsg::Rtu(_) => 0x0014,
+            CmMsg::Dreq(_) => 0x0015,
+            CmMsg::Drep(_) => 0x0016,
+            CmMsg::SidrReq(_) => 0x0017,
+            CmMsg::SidrRep(_) => 0x0018,
         }
     }
+}
+
+/// When the earliest try ends.
+fn next_due(w: &Wire) -> Option<Instant> {
+    w.conns.lock().expect("wire").values().filter_map(|c| c.resend.as_ref().map(|r| r.due)).min()
+}
+
+/// Sends again each MAD whose try ended unanswered; one out of tries is given up (the local
+/// CM's own timers end the id: UNREACHABLE for a REQ, DISCONNECTED for a DREQ).
+fn resend_due(w: &Wire) {
+    let now = Instant::now();
+    let mut again = Vec::new();
+    let mut conns = w.conns.lock().expect("wire");
+    for c in conns.values_mut() {
+        let Some(r) = c.resend.as_mut() else { continue };
+        if r.due > now {
+            continue;
+        }
+        if r.left == 0 {
+            c.resend = None;
+            continue;
+        }
+        r.left -= 1;
+        r.due = now + c.timeout;
+        again.push((c.remote_ip, r.attr, r.bytes.clone()));
+    }
+    drop(conns);
+    for (to, attr, bytes) in again {
+        put(w, to, attr, &bytes);
+    }
+}
+
+/// Waits for an answer to `bytes` on connection `c`.
+fn await_answer(c: &mut Conn, attr: u16, bytes: Option<Vec<u8>>) {
+    c.resend =
+        bytes.map(|bytes| Resend { bytes, attr, due: Instant::now() + c.timeout, left: c.retries });
 }
 
 /// If `to` is the gateway's channel socket, send `m` as a MAD at once, from the caller's
@@ -235,6 +391,13 @@ fn from_local(w: &Wire, m: &Msg) {
                 tid,
                 ud,
                 service_id,
+                // ib_send_cm_req: twice the packet life time (the path's local ACK timeout
+                // less one) plus the remote CM response timeout, CMA_MAX_CM_RETRIES tries.
+                timeout: cm_ms(REQ_ACK_TIMEOUT - 1) * 2 + cm_ms(CM_RESPONSE_TIMEOUT),
+                retries: MAX_CM_RETRIES,
+                resend: None,
+                rep_sent: false,
+                rtu: None,
             },
         );
         drop(conns);
@@ -258,25 +421,28 @@ fn from_local(w: &Wire, m: &Msg) {
             local_qpn: m.qpn,
             responder_resources: m.rd_atomic,
             initiator_depth: m.rd_atomic,
-            remote_cm_response_timeout: 20,
+            remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
             starting_psn: m.psn,
-            local_cm_response_timeout: 20,
+            local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
             retry_count: 7,
             pkey: 0xFFFF,
-            path_mtu: 3,
+            path_mtu: if m.mtu == 0 { 3 } else { m.mtu },
             rnr_retry_count: m.rnr_retry,
-            max_cm_retries: 15,
+            max_cm_retries: MAX_CM_RETRIES,
             primary: CmPath {
                 local_gid: gid_of(w.ip),
                 remote_gid: gid_of(m.dst_ip),
                 hop_limit: 64,
-                local_ack_timeout: 14,
+                local_ack_timeout: REQ_ACK_TIMEOUT,
                 ..CmPath::default()
             },
             private,
             ..CmReq::default()
         };
-        send_mad(w, m.dst_ip, tid, CmMsg::Req(req));
+        let bytes = send_mad(w, m.dst_ip, tid, CmMsg::Req(req));
+        if let Some(c) = w.conns.lock().expect("wire").get_mut(&t) {
+            await_answer(c, 0x0010, bytes);
+        }
         return;
     }
     let Ok(t) = u32::try_from(m.to) else { return };
@@ -348,7 +514,18 @@ fn from_local(w: &Wire, m: &Msg) {
         _ => return,
     };
     drop(conns);
-    send_mad(w, to, tid, msg);
+    let bytes = send_mad(w, to, tid, msg);
+    let mut conns = w.conns.lock().expect("wire");
+    let Some(c) = conns.get_mut(&t) else { return };
+    match m.kind {
+        kind::REP => {
+            c.rep_sent = true;
+            await_answer(c, 0x0013, bytes);
+        }
+        kind::RTU => c.rtu = bytes,
+        kind::DREQ => await_answer(c, 0x0015, bytes),
+        _ => {}
+    }
 }
 
 /// The CA GUID the gateway's MADs carry: the soft device's form with the address in it.
@@ -356,13 +533,23 @@ fn guid(ip: [u8; 4]) -> u64 {
     0x0200_5eff_fe00_0000 | u64::from(u32::from_be_bytes(ip) & 0xFF_FFFF)
 }
 
-/// A datagram to QP1 from the port: a CM MAD from another host, to its local id.
-fn from_wire(w: &Wire, d: &[u8]) {
+/// A MAD for no connection of this CM: handed to the other CMs of the host when it came from
+/// the wire (`fresh`: one of them may have started the connection); whether one took it.
+fn elsewhere(d: &[u8], fresh: bool) -> bool {
+    fresh && crate::wire_mux::to_others(d) > 0
+}
+
+/// A datagram to QP1 from the port (`fresh`), or handed on by another CM of the host: a CM
+/// MAD from another host, to its local id.
+fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
     let Ok((ip, pkt)) = parse_datagram(d) else { return };
     if pkt.deth.map(|x| x.qkey) != Some(0x8001_0000) {
         return;
     }
     let Ok(mad) = CmMad::parse(pkt.payload) else { return };
+    if fresh && w.drops.lock().expect("drops").drops(CmAttr::of(&mad.msg), false) {
+        return;
+    }
     let tid = mad.tid;
     let mut conns = w.conns.lock().expect("wire");
     let (t, m) = match mad.msg {
@@ -371,7 +558,26 @@ fn from_wire(w: &Wire, d: &[u8]) {
             return req_from_wire(w, ip.src, tid, r);
         }
         CmMsg::Rep(r) => {
-            let Some(c) = conns.get_mut(&r.remote_comm_id) else { return };
+            let Some(c) = conns.get_mut(&r.remote_comm_id) else {
+                drop(conns);
+                elsewhere(d, fresh);
+                return;
+            };
+            if c.remote_comm_id != 0 {
+                // A duplicate (our RTU, or the REP's first copy, was lost or is late): the
+                // RTU again once sent, else an MRA (cm_dup_rep_handler).
+                let (to, rtu) = (c.remote_ip, c.rtu.clone());
+                drop(conns);
+                match rtu {
+                    Some(bytes) => put(w, to, 0x0014, &bytes),
+                    None => {
+                        let mra = mra(r.remote_comm_id, r.local_comm_id, 1);
+                        send_mad(w, to, tid, CmMsg::Mra(mra));
+                    }
+                }
+                return;
+            }
+            c.resend = None;
             c.remote_comm_id = r.local_comm_id;
             c.remote_qpn = r.local_qpn;
             let mut m = Msg::new(kind::REP, 0);
@@ -383,7 +589,18 @@ fn from_wire(w: &Wire, d: &[u8]) {
             m.set_pd(&r.private);
             (r.remote_comm_id, m)
         }
-        CmMsg::Rtu(r) => (r.remote_comm_id, Msg::new(kind::RTU, 0)),
+        CmMsg::Rtu(r) => {
+            let Some(c) = conns.get_mut(&r.remote_comm_id) else {
+                drop(conns);
+                elsewhere(d, fresh);
+                return;
+            };
+            if c.resend.take().is_none() {
+                // A duplicate RTU: the REP was answered already.
+                return;
+            }
+            (r.remote_comm_id, Msg::new(kind::RTU, 0))
+        }
         CmMsg::Rej(r) => {
             let mut m = Msg::new(kind::REJ, 0);
             m.status = i32::from(r.reason);
@@ -391,6 +608,21 @@ fn from_wire(w: &Wire, d: &[u8]) {
             (r.remote_comm_id, m)
         }
         CmMsg::Dreq(r) => {
+            if !conns.contains_key(&r.remote_comm_id) {
+                // No such connection here: another CM's of the host, else none (any more:
+                // our DREP was lost): a DREP all the same, as ib_cm's cm_issue_drep.
+                drop(conns);
+                if !fresh || elsewhere(d, fresh) {
+                    return;
+                }
+                let ids = CmIds {
+                    local_comm_id: r.remote_comm_id,
+                    remote_comm_id: r.local_comm_id,
+                    private: Vec::new(),
+                };
+                send_mad(w, ip.src, tid, CmMsg::Drep(ids));
+                return;
+            }
             let mut m = Msg::new(kind::DREQ, 0);
             m.set_pd(&r.private);
             (r.remote_comm_id, m)
@@ -415,10 +647,26 @@ fn from_wire(w: &Wire, d: &[u8]) {
             m.set_pd(&r.private);
             (r.request_id, m)
         }
-        // MRA: the REQ's life covers it.
-        _ => return,
+        CmMsg::Mra(r) => {
+            // The peer needs longer: the MRAed message's next try waits its service timeout
+            // and a packet life (cm_mra_handler).
+            let Some(c) = conns.get_mut(&r.remote_comm_id) else {
+                drop(conns);
+                elsewhere(d, fresh);
+                return;
+            };
+            let attr = [0x0010, 0x0013][usize::from(r.message_mraed.min(1))];
+            if let Some(x) = c.resend.as_mut().filter(|x| x.attr == attr) {
+                x.due = Instant::now() + cm_ms(r.service_timeout) + cm_ms(REQ_ACK_TIMEOUT - 1);
+            }
+            return;
+        }
     };
-    let Some(c) = conns.get(&t) else { return };
+    let Some(c) = conns.get(&t) else {
+        drop(conns);
+        elsewhere(d, fresh);
+        return;
+    };
     let Some((path, tok)) = c.local.clone() else { return };
     if m.kind == kind::DREP || m.kind == kind::REJ || c.ud {
         conns.remove(&t);
@@ -431,9 +679,32 @@ fn from_wire(w: &Wire, d: &[u8]) {
     crate::outbox::send(&w.sock, &path, m.bytes());
 }
 
+/// An MRA of the message `mraed` (0 REQ, 1 REP) of connection `local` (the peer's `remote`).
+fn mra(local: u32, remote: u32, mraed: u8) -> CmMra {
+    CmMra {
+        local_comm_id: local,
+        remote_comm_id: remote,
+        message_mraed: mraed,
+        service_timeout: MRA_SERVICE_TIMEOUT,
+        private: Vec::new(),
+    }
+}
+
 /// A REQ from another host: to the listener of its address and port, or a REJ (invalid
-/// service ID, as a CM with no listener there answers).
+/// service ID, as a CM with no listener there answers). A duplicate of a REQ this side has
+/// (its first copy's answer lost, or late) gets an MRA while the listener has not answered,
+/// else nothing: the REP's own timer sends it again (cm_dup_req_handler).
 fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
+    let dup = w.conns.lock().expect("wire").iter().find_map(|(t, c)| {
+        (!c.ud && c.remote_ip == from && c.remote_comm_id == r.local_comm_id)
+            .then_some((*t, c.rep_sent))
+    });
+    if let Some((t, rep_sent)) = dup {
+        if !rep_sent {
+            send_mad(w, from, tid, CmMsg::Mra(mra(t, r.local_comm_id, 0)));
+        }
+        return;
+    }
     let hdr = IpCmHeader::parse(&r.private).ok();
     let src = hdr.and_then(|h| v4(h.src)).unwrap_or(from);
     let dst = hdr.and_then(|h| v4(h.dst)).unwrap_or(w.ip);
@@ -465,6 +736,12 @@ fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
             tid,
             ud: false,
             service_id: r.service_id,
+            // cm_req_handler: the REQ's local CM response timeout and max CM retries.
+            timeout: cm_ms(r.local_cm_response_timeout),
+            retries: r.max_cm_retries,
+            resend: None,
+            rep_sent: false,
+            rtu: None,
         },
     );
     let mut m = Msg::new(kind::REQ, tok);
@@ -478,6 +755,7 @@ fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
     m.dst_port = port;
     m.rd_atomic = r.initiator_depth;
     m.rnr_retry = r.rnr_retry_count;
+    m.mtu = r.path_mtu;
     m.ps_ib = u8::from(ib);
     m.set_pd(&r.private[IP_CM_HEADER_LEN.min(r.private.len())..]);
     crate::outbox::send(&w.sock, &path, m.bytes());
@@ -510,6 +788,11 @@ fn sidr_req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: SidrReq) {
         tid,
         ud: true,
         service_id: r.service_id,
+        timeout: cm_ms(CM_RESPONSE_TIMEOUT),
+        retries: 0,
+        resend: None,
+        rep_sent: false,
+        rtu: None,
     };
     w.conns.lock().expect("wire").insert(t, conn);
     let mut m = Msg::new(kind::REQ, tok);

@@ -32,6 +32,12 @@ const MAX_HELD: usize = 4096;
 const KINDS: [&str; 8] =
     ["send", "write", "read-req", "read-resp", "ack", "atomic", "atomic-ack", "any"];
 
+/// The connection manager's MADs `drop=KIND#K` also names, by attribute ID from 0x0010 (REQ):
+/// the process's CM sends and receives them itself (they are not the port's packets), and
+/// applies these words to them ([`FaultPlan::mad_drops`]).
+pub const MAD_KINDS: [&str; 7] =
+    ["cm-req", "cm-mra", "cm-rej", "cm-rep", "cm-rtu", "cm-dreq", "cm-drep"];
+
 /// The kind of a datagram (an index into [`KINDS`]); "any" (7) when it is none of the others.
 fn kind_of(datagram: &[u8]) -> usize {
     let Some(&op) = datagram.get(IPV4_UDP_LEN) else { return 7 };
@@ -66,8 +72,15 @@ enum What {
     Truncate(f64),
     Reorder(u64),
     Drop(usize, u64),
-    Pause { at_ns: u64, for_ns: u64 },
-    Fail { at_ns: u64 },
+    /// `drop=cm-…#K`: an index into [`MAD_KINDS`].
+    DropMad(usize, u64),
+    Pause {
+        at_ns: u64,
+        for_ns: u64,
+    },
+    Fail {
+        at_ns: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -147,14 +160,23 @@ fn parse_word(word: &str) -> Result<Rule, String> {
             "reorder_jitter_ns" => What::Reorder(value.parse().map_err(|_| bad("a whole number of ns"))?),
             "drop" => {
                 let (kind, k) = value.split_once('#').ok_or_else(|| bad("drop=KIND#K, such as drop=ack#3"))?;
-                let kind = KINDS.iter().position(|n| *n == kind).ok_or_else(|| {
-                    bad(&format!("unknown packet kind {kind:?} (kinds: {})", KINDS.join(", ")))
-                })?;
+                let mad = MAD_KINDS.iter().position(|n| *n == kind);
+                let port_kind = KINDS.iter().position(|n| *n == kind);
+                if mad.is_none() && port_kind.is_none() {
+                    return Err(bad(&format!(
+                        "unknown packet kind {kind:?} (kinds: {}, {})",
+                        KINDS.join(", "),
+                        MAD_KINDS.join(", ")
+                    )));
+                }
                 let k: u64 = k.parse().ok().filter(|&k| k >= 1).ok_or_else(|| bad("K counts from 1"))?;
                 if !scoped {
                     (tx, rx) = (true, false);
                 }
-                What::Drop(kind, k)
+                match (port_kind, mad) {
+                    (Some(kind), _) => What::Drop(kind, k),
+                    (None, m) => What::DropMad(m.unwrap_or_default(), k),
+                }
             }
             "pause" => {
                 let (dur, at) = value.split_once('@').ok_or_else(|| bad("pause=DURATION@TIME, such as pause=200ms@1s"))?;
@@ -234,6 +256,23 @@ impl FaultPlan {
         };
         let rules = words.iter().map(|w| parse_word(w)).collect::<Result<Vec<_>, _>>()?;
         Ok(FaultPlan { rules, text: text.trim().to_string() })
+    }
+
+    /// The plan's `drop=cm-…#K` words, for the CM that sends and receives MADs: (attribute
+    /// ID, on the way out (else in), K counting from 1), for any device.
+    pub fn mad_drops(&self) -> Vec<(u16, bool, u64)> {
+        let mut v = Vec::new();
+        for r in &self.rules {
+            if let What::DropMad(i, k) = r.what {
+                if r.tx {
+                    v.push((0x0010 + i as u16, true, k));
+                }
+                if r.rx {
+                    v.push((0x0010 + i as u16, false, k));
+                }
+            }
+        }
+        v
     }
 
     /// The plan's seed, if it names one.
@@ -614,6 +653,13 @@ mod tests {
             f.judge(Dir::Tx, [0; 4], &[0; 48]),
             Verdict::Pass { altered: None, dup: false }
         ));
+    }
+
+    #[test]
+    fn cm_mad_kinds_are_the_cm_s_and_not_the_port_s() {
+        let p = FaultPlan::parse("drop=cm-req#1 rx:drop=cm-rep#2 drop=ack#1").unwrap();
+        assert_eq!(p.mad_drops(), vec![(0x0010, true, 1), (0x0013, false, 2)]);
+        assert!(FaultPlan::parse("drop=cm-foo#1").unwrap_err().contains("cm-req"));
     }
 
     #[test]

@@ -164,7 +164,7 @@ impl UdpPort {
                 next_try: Instant::now() + GATE_RETRY,
                 head: Vec::new(),
             }),
-            gsi: gsi::GsiForward::new(),
+            gsi: gsi::GsiForward::new(ip),
         })
     }
 
@@ -559,7 +559,7 @@ impl Egress for UdpEgress {
 
 mod gsi;
 mod share;
-pub use gsi::gsi_socket_name;
+pub use gsi::{gsi_gate_name, gsi_socket_name};
 
 #[cfg(test)]
 mod tests;

@@ -121,6 +121,16 @@ enum Cmd {
         /// Internal: run as the demo's target process.
         #[arg(long, hide = true)]
         target: bool,
+        /// Run the target alone on this host and wait for an initiator on another host
+        /// (`--connect`) on TCP port --port (docs/guide.md, "Across machines").
+        #[arg(long, conflicts_with_all = ["in_process", "connect", "brk", "pcap", "ladder", "svg"])]
+        server: bool,
+        /// Be the initiator of the target that `softverbs demo --server` runs on host ADDR.
+        #[arg(long, value_name = "ADDR", conflicts_with_all = ["in_process", "brk"])]
+        connect: Option<String>,
+        /// The TCP port of --server and --connect's exchange.
+        #[arg(long, value_name = "PORT", default_value_t = demo::remote::DEFAULT_PORT)]
+        port: u16,
         #[command(flatten)]
         fabric: FabricOpt,
         #[command(flatten)]
@@ -291,6 +301,9 @@ fn main() -> ExitCode {
             "devinfo",
             cmd::register_fabric(fabric.dir()).and_then(|_| devinfo::devinfo(&args, &mut stdout)),
         ),
+        Cmd::Demo { ib_dev, gid_idx, server: true, port, fabric, .. } => {
+            report("demo", demo::remote::serve(fabric.dir(), &ib_dev, gid_idx, port, &mut stdout))
+        }
         Cmd::Demo { ib_dev, gid_idx, brk: Some(kind), target: true, fabric, .. } => report(
             "demo",
             demo::drill::target_main(fabric.dir(), &ib_dev, gid_idx, kind, &mut stdout),
@@ -334,6 +347,9 @@ fn main() -> ExitCode {
             ladder,
             svg,
             time_scale,
+            server: _,
+            connect,
+            port,
         } => {
             let opts = demo::DemoOpts {
                 in_process,
@@ -344,6 +360,8 @@ fn main() -> ExitCode {
                 ladder,
                 svg,
                 time_scale,
+                connect,
+                port,
             };
             let mut out = learn::lang::Translating::new(&mut stdout, lang);
             let r = demo::run(&opts, &mut out);

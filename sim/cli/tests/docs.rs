@@ -468,6 +468,13 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs run --netdev wlan0 -- rping -c -a 192.168.1.10 -C 100 -v", Plan::NotRun(ACROSS_CM)),
     ("softverbs run --netdev wlan0 -- ib_write_bw -R", Plan::NotRun(ACROSS_CM)),
     ("softverbs run --netdev wlan0 -- ib_write_bw -R 192.168.1.10", Plan::NotRun(ACROSS_CM)),
+    ("softverbs demo --netdev wlan0 --server", Plan::NotRun(ACROSS_APPS)),
+    ("softverbs demo --netdev wlan0 --connect 192.168.1.10", Plan::NotRun(ACROSS_APPS)),
+    ("cargo run -p softverbs --example rc_exchange -- --netdev wlan0", Plan::NotRun(ACROSS_APPS)),
+    (
+        "cargo run -p softverbs --example rc_exchange -- --netdev wlan0 192.168.1.10",
+        Plan::NotRun(ACROSS_APPS),
+    ),
 ];
 
 /// Why the "Across machines" walk-through's commands are not run here.
@@ -476,6 +483,9 @@ const ACROSS: &str =
 
 const ACROSS_CM: &str =
     "they need two hosts with a wlan0: sim/cli/tests/netns_cm.rs runs them between network namespaces";
+
+const ACROSS_APPS: &str =
+    "they need two hosts with a wlan0: sim/cli/tests/netns_apps.rs runs them between network namespaces";
 
 const LEARN: &[Form] = &[Form(&["learn"], "zero-copy", &[])];
 const ZERO_COPY: &[Form] =

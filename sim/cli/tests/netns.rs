@@ -6,192 +6,17 @@
 //! checked; 2 % loss each way; a host killed mid-transfer; processes sharing one address, its UDP 4791
 //! taken over when its holder dies.
 //!
-//! Namespaces need root: without it each test says why it skips, and with
+//! The hosts and their helpers are in common/netns.rs. Namespaces need root: without it each test says why it skips, and with
 //! `SOFTVERBS_REQUIRE_NETNS=1` (as CI sets) that is a failure. Every namespace is removed when
 //! its test ends, failed or not (a guard's drop), and every process is killed.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::BIN;
-
-/// Bound on one program (a debug build on a loaded machine).
-const LIMIT: Duration = Duration::from_secs(90);
-
-/// Whether this process may make network namespaces (root, with `ip`); otherwise says on
-/// stderr why `test` skips, or panics with `SOFTVERBS_REQUIRE_NETNS=1`.
-fn may_make_hosts(test: &str) -> bool {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|v| v.split_whitespace().nth(1).map(str::to_string))
-        })
-        .unwrap_or_default();
-    let ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
-    let why = match (uid == "0", ip) {
-        (true, true) => return true,
-        (false, _) => "not root (network namespaces need CAP_SYS_ADMIN)",
-        (true, false) => "`ip` is not installed (apt-get install iproute2)",
-    };
-    if std::env::var("SOFTVERBS_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("SOFTVERBS_REQUIRE_NETNS=1 but {test} cannot run: {why}");
-    }
-    eprintln!("{test}: skipped: {why} (SOFTVERBS_REQUIRE_NETNS=1 makes this an error)");
-    false
-}
-
-/// `ip ARGS`, which must succeed.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip runs");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Hosts: network namespaces, each with one interface and its IPv4 addresses, removed (with
-/// their interfaces) when dropped.
-struct Hosts {
-    /// Every namespace made, the switch's included.
-    all: Vec<String>,
-    /// Per host: namespace, interface, addresses.
-    hosts: Vec<(String, String, Vec<String>)>,
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for ns in &self.all {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-impl Hosts {
-    /// `n` hosts with `addrs` IPv4 addresses each (10.231.k.i/16): two joined by a veth
-    /// pair, more by a bridge in a namespace of its own.
-    fn new(n: usize, addrs: usize) -> Hosts {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let tag =
-            format!("{}{}", std::process::id() % 100_000, SEQ.fetch_add(1, Ordering::Relaxed));
-        let mut h = Hosts { all: Vec::new(), hosts: Vec::new() };
-        for i in 0..n {
-            let ns = format!("svnet{tag}h{i}");
-            ip(&["netns", "add", &ns]);
-            h.all.push(ns.clone());
-            ip(&["-n", &ns, "link", "set", "lo", "up"]);
-            let addrs = (0..addrs).map(|k| format!("10.231.{k}.{}", i + 1)).collect();
-            h.hosts.push((ns, format!("sv{tag}h{i}"), addrs));
-        }
-        if n == 2 {
-            let (a, b) = (&h.hosts[0], &h.hosts[1]);
-            ip(&[
-                "link", "add", &a.1, "netns", &a.0, "type", "veth", "peer", "name", &b.1, "netns",
-                &b.0,
-            ]);
-        } else {
-            let sw = format!("svnet{tag}sw");
-            ip(&["netns", "add", &sw]);
-            h.all.push(sw.clone());
-            ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"]);
-            ip(&["-n", &sw, "link", "set", "br0", "up"]);
-            for (i, (ns, iface, _)) in h.hosts.iter().enumerate() {
-                let port = format!("p{i}");
-                ip(&[
-                    "link", "add", iface, "netns", ns, "type", "veth", "peer", "name", &port,
-                    "netns", &sw,
-                ]);
-                ip(&["-n", &sw, "link", "set", &port, "master", "br0", "up"]);
-            }
-        }
-        for (ns, iface, addrs) in &h.hosts {
-            for a in addrs {
-                ip(&["-n", ns, "addr", "add", &format!("{a}/16"), "dev", iface]);
-            }
-            ip(&["-n", ns, "link", "set", iface, "up"]);
-        }
-        h
-    }
-
-    fn ns(&self, i: usize) -> &str {
-        &self.hosts[i].0
-    }
-
-    fn iface(&self, i: usize) -> &str {
-        &self.hosts[i].1
-    }
-
-    fn addr(&self, i: usize) -> &str {
-        &self.hosts[i].2[0]
-    }
-
-    /// `softverbs ARGS` in host `i`'s namespace on its interface (`--netdev` after ARGS[0]).
-    fn softverbs(&self, i: usize, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", self.ns(i), BIN, args[0], "--netdev", self.iface(i)]);
-        c.args(&args[1..]);
-        c.env_remove("RUST_LOG").env_remove("SOFTVERBS_FAULTS").env_remove("SOFTVERBS_NETDEV");
-        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        c
-    }
-
-    /// A C program on softverbs' libibverbs.so.1 in host `i` (`softverbs run --netdev`).
-    fn run(&self, i: usize, program: &[&str]) -> Command {
-        let mut args = vec!["run", "--"];
-        args.extend_from_slice(program);
-        self.softverbs(i, &args)
-    }
-}
-
-/// A process killed and reaped when dropped.
-struct Proc(Option<Child>, String);
-
-impl Proc {
-    fn spawn(mut c: Command, what: &str) -> Proc {
-        Proc(Some(c.spawn().unwrap_or_else(|e| panic!("{what}: {e}"))), what.to_string())
-    }
-
-    /// Waits up to `limit`; panics with what it printed past that.
-    fn finish(mut self, limit: Duration) -> Output {
-        let deadline = Instant::now() + limit;
-        let mut c = self.0.take().expect("child");
-        loop {
-            if c.try_wait().expect("try_wait").is_some() {
-                return c.wait_with_output().expect("output");
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let out = c.wait_with_output().expect("output");
-                panic!("{}: still running after {limit:?}:\n{}", self.1, text(&out));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.as_ref().expect("child").id()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+use common::netns::{have, ip, may_make_hosts, text, tshark_decode, Capture, Hosts, Proc, LIMIT};
 
 /// A server started with `server`, then a client made by `client` run to the end, retried
 /// while the server is not listening yet; both must exit 0. Returns (server, client) output.
@@ -239,59 +64,6 @@ fn check_pingpong(out: &str, size: usize, iters: usize) {
     assert!(!out.contains("Invalid data"), "a byte was wrong:\n{out}");
 }
 
-/// Whether a C tool is installed; otherwise a skip, or a failure with SOFTVERBS_REQUIRE_C=1.
-fn have(test: &str, tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    if !found {
-        if std::env::var("SOFTVERBS_REQUIRE_C").as_deref() == Ok("1") {
-            panic!("SOFTVERBS_REQUIRE_C=1 but {tool} is not on PATH");
-        }
-        eprintln!("{test}: skipped: {tool} is not on PATH");
-    }
-    found
-}
-
-/// A capture of one namespace's interface by tshark, stopped when dropped or by `stop`.
-struct Capture {
-    proc: Proc,
-    file: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Capture {
-    fn start(h: &Hosts, i: usize) -> Capture {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("wire.pcap");
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", h.ns(i), "tshark", "-q", "-i", h.iface(i), "-F", "pcap", "-w"]);
-        c.arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let proc = Proc::spawn(c, "tshark");
-        // tshark writes the file's header once it captures.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::fs::metadata(&file).map_or(0, |m| m.len()) < 24 {
-            assert!(Instant::now() < deadline, "tshark did not start capturing");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        Capture { proc, file, _dir: dir }
-    }
-
-    /// Stops tshark (SIGINT: it writes out what it holds) and returns the file.
-    fn stop(&mut self) -> &Path {
-        // dumpcap writes what it captured in batches: give it a moment before it stops.
-        std::thread::sleep(Duration::from_secs(1));
-        let _ = Command::new("kill").args(["-INT", &self.proc.pid().to_string()]).output();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let c = self.proc.0.as_mut().expect("tshark");
-        while c.try_wait().expect("try_wait").is_none() {
-            assert!(Instant::now() < deadline, "tshark did not stop");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        &self.file
-    }
-}
-
 /// The UDP payloads to port 4791 of a pcap file (Ethernet, IPv4), each with its whole IPv4
 /// datagram.
 fn roce_datagrams(pcap: &Path) -> Vec<Vec<u8>> {
@@ -312,27 +84,6 @@ fn roce_datagrams(pcap: &Path) -> Vec<Vec<u8>> {
         }
     }
     out
-}
-
-/// What tshark decodes in `pcap` (UDP 4791 as InfiniBand), with no malformed frame: one
-/// line per frame, `protocol<TAB>opcode`.
-fn tshark_decode(pcap: &Path) -> String {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-d", "udp.port==4791,infiniband"])
-        // Wireshark's heuristic payload dissectors (RPC and NVMe over RDMA, ...) take a
-        // pingpong's bytes for theirs and call them malformed.
-        .args(["--disable-protocol", "rpcordma", "--disable-protocol", "nvme-rdma"])
-        .args(["--disable-protocol", "smb_direct", "--disable-protocol", "iser"])
-        .args(["-Y", "udp.port==4791", "-T", "fields", "-e", "_ws.col.Protocol"])
-        .args(["-e", "infiniband.bth.opcode", "-e", "_ws.col.Info"])
-        .output()
-        .expect("tshark runs");
-    assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
-    let t = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(!t.contains("Malformed"), "tshark found malformed frames:\n{t}");
-    t
 }
 
 #[test]
@@ -411,33 +162,6 @@ fn softverbs_pingpong_runs_across_two_hosts() {
     }
 }
 
-/// Waits until a process in host `i` holds UDP 4791 on its address (`ss` lists it, bound to
-/// the interface too: `ADDR%IFACE:4791`); panics with what `p` printed if it ended first.
-fn await_4791(h: &Hosts, i: usize, p: &mut Proc) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ss = Command::new("ip")
-            .args(["netns", "exec", h.ns(i), "ss", "-Huln", "sport = :4791"])
-            .output()
-            .expect("ss runs");
-        if String::from_utf8_lossy(&ss.stdout).contains(&format!("{}%", h.addr(i))) {
-            return;
-        }
-        let ended = p.0.as_mut().expect("process").try_wait().expect("try_wait").is_some();
-        if ended || Instant::now() > deadline {
-            let _ = p.0.as_mut().expect("process").kill();
-            let what = p.1.clone();
-            panic!("{what} never held the address:\n{}", text(&p0(p).finish(LIMIT)));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Takes the process out of `p` (which then kills nothing).
-fn p0(p: &mut Proc) -> Proc {
-    Proc(p.0.take(), p.1.clone())
-}
-
 #[test]
 fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
     let test = "processes_share_one_address_and_reach_each_other_and_other_hosts";
@@ -449,7 +173,7 @@ fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
     let p = port(5);
     let mut holder =
         Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "holder");
-    await_4791(&h, 0, &mut holder);
+    h.await_4791(0, &mut holder);
     // A second process on the address: the same GID, rxe's MTU.
     let out = Proc::spawn(h.softverbs(0, &["devinfo", "-v"]), "devinfo").finish(LIMIT);
     let t = text(&out);
@@ -460,7 +184,7 @@ fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
     let mut client = pingpong_args("ibv_rc_pingpong", &p, "64", "5");
     client.push(h.addr(0));
     let out = Proc::spawn(h.run(0, &client), "local client").finish(LIMIT);
-    let (s, c) = (text(&p0(&mut holder).finish(LIMIT)), text(&out));
+    let (s, c) = (text(&holder.take().finish(LIMIT)), text(&out));
     assert!(out.status.success(), "local client:\n{c}\nholder:\n{s}");
     check_pingpong(&s, 64, 5);
     check_pingpong(&c, 64, 5);
@@ -469,7 +193,7 @@ fn processes_share_one_address_and_reach_each_other_and_other_hosts() {
     let p = port(8);
     let mut holder =
         Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &p, "64", "5")), "holder");
-    await_4791(&h, 0, &mut holder);
+    h.await_4791(0, &mut holder);
     let p = port(11);
     let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "1000", "-n", "50", "--chk"];
     for (server, client) in [(0, 1), (1, 0), (0, 0)] {
@@ -504,7 +228,7 @@ fn when_the_holder_of_4791_dies_another_process_takes_it_over() {
     let h = Hosts::new(2, 1);
     let mut holder =
         Proc::spawn(h.run(0, &pingpong_args("ibv_rc_pingpong", &port(9), "64", "5")), "holder");
-    await_4791(&h, 0, &mut holder);
+    h.await_4791(0, &mut holder);
     // A second process of host 0 talks to host 1 (its datagrams arrive through the holder).
     let p = port(10);
     let args = ["pingpong", "-g", "1", "-p", p.as_str(), "-s", "4096", "-n", "1500", "--chk"];
@@ -532,7 +256,7 @@ fn when_the_holder_of_4791_dies_another_process_takes_it_over() {
     std::thread::sleep(Duration::from_millis(300));
     let running = client.0.as_mut().expect("client").try_wait().expect("try_wait").is_none();
     drop(holder);
-    let t = text(&p0(&mut client).finish(LIMIT));
+    let t = text(&client.take().finish(LIMIT));
     assert!(running, "the transfer ended before the holder was killed:\n{t}");
     // The client took 4791 over and its transport retried what was lost meanwhile: within
     // RC's budget (retry_cnt 7 ACK timeouts of 67 ms, about half a second), else it would

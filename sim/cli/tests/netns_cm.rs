@@ -5,178 +5,27 @@
 //! InfiniBand CM MADs on QP1 (REQ, REP, RTU, DREQ, DREP) with no malformed frame; `ucmatose`;
 //! `udaddy` (UD ids: SIDR); perftest's `ib_write_bw -R`; a connect to a port nobody listens on is REJECTED.
 //!
-//! As sim/cli/tests/netns.rs (whose helpers these follow): root is needed, a test without it
+//! As sim/cli/tests/netns.rs (the hosts and their helpers are common/netns.rs): root is needed, a test without it
 //! says why it skips (`SOFTVERBS_REQUIRE_NETNS=1`, as CI sets, makes that a failure), every
 //! namespace is removed and every process killed when a test ends, failed or not.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
-use common::BIN;
-
-/// Bound on one program (a debug build on a loaded machine).
-const LIMIT: Duration = Duration::from_secs(90);
-
-fn may_make_hosts(test: &str) -> bool {
-    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .is_some_and(|v| v.split_whitespace().nth(1) == Some("0"))
-    });
-    let ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
-    let why = match (root, ip) {
-        (true, true) => return true,
-        (false, _) => "not root (network namespaces need CAP_SYS_ADMIN)",
-        (true, false) => "`ip` is not installed (apt-get install iproute2)",
-    };
-    if std::env::var("SOFTVERBS_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("SOFTVERBS_REQUIRE_NETNS=1 but {test} cannot run: {why}");
-    }
-    eprintln!("{test}: skipped: {why} (SOFTVERBS_REQUIRE_NETNS=1 makes this an error)");
-    false
-}
-
-fn have(test: &str, tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    if !found {
-        if std::env::var("SOFTVERBS_REQUIRE_C").as_deref() == Ok("1") {
-            panic!("SOFTVERBS_REQUIRE_C=1 but {tool} is not on PATH");
-        }
-        eprintln!("{test}: skipped: {tool} is not on PATH");
-    }
-    found
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip runs");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two hosts: namespaces joined by a veth pair, 10.232.0.1 and 10.232.0.2, each with a
-/// fabric directory of its own; removed when dropped.
-struct Hosts {
-    ns: [String; 2],
-    iface: [String; 2],
-    fabric: [tempfile::TempDir; 2],
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-impl Hosts {
-    fn new() -> Hosts {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let tag =
-            format!("{}{}", std::process::id() % 100_000, SEQ.fetch_add(1, Ordering::Relaxed));
-        let ns = [format!("svcm{tag}a"), format!("svcm{tag}b")];
-        let iface = [format!("svc{tag}a"), format!("svc{tag}b")];
-        let fabric = [tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir")];
-        ip(&["netns", "add", &ns[0]]);
-        let h = Hosts { ns, iface, fabric };
-        ip(&["netns", "add", &h.ns[1]]);
-        let (a, b) = (&h.ns, &h.iface);
-        ip(&[
-            "link", "add", &b[0], "netns", &a[0], "type", "veth", "peer", "name", &b[1], "netns",
-            &a[1],
-        ]);
-        for i in 0..2 {
-            ip(&["-n", &a[i], "link", "set", "lo", "up"]);
-            ip(&["-n", &a[i], "addr", "add", &format!("{}/24", h.addr(i)), "dev", &b[i]]);
-            ip(&["-n", &a[i], "link", "set", &b[i], "up"]);
-        }
-        h
-    }
-
-    fn addr(&self, i: usize) -> String {
-        format!("10.232.0.{}", i + 1)
-    }
-
-    /// A C program on softverbs' libraries in host `i` (`softverbs run --netdev`).
-    fn run(&self, i: usize, program: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], BIN, "run", "--netdev", &self.iface[i], "--"]);
-        c.args(program);
-        c.env_remove("RUST_LOG").env_remove("SOFTVERBS_FAULTS").env_remove("SOFTVERBS_NETDEV");
-        c.env("SOFTVERBS_FABRIC", self.fabric[i].path());
-        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        c
-    }
-
-    /// What the CM left in host `i`'s fabric directory (nothing, once its programs ended).
-    fn cm_leftovers(&self, i: usize) -> Vec<PathBuf> {
-        let dir = self.fabric[i].path().join("cm");
-        std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).collect()
-    }
-}
-
-/// A process killed and reaped when dropped.
-struct Proc(Option<Child>, String);
-
-impl Proc {
-    fn spawn(mut c: Command, what: &str) -> Proc {
-        Proc(Some(c.spawn().unwrap_or_else(|e| panic!("{what}: {e}"))), what.to_string())
-    }
-
-    fn finish(mut self, limit: Duration) -> Output {
-        let deadline = Instant::now() + limit;
-        let mut c = self.0.take().expect("child");
-        loop {
-            if c.try_wait().expect("try_wait").is_some() {
-                return c.wait_with_output().expect("output");
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let out = c.wait_with_output().expect("output");
-                panic!("{}: still running after {limit:?}:\n{}", self.1, text(&out));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.as_ref().expect("child").id()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+use common::netns::{cm_mads, have, may_make_hosts, text, Capture, Hosts, Proc, LIMIT};
 
 /// A server on host 0, then, once it listens on `port` (its name is in host 0's CM
 /// directory), a client on host 1; both must exit 0. Returns their (stdout, stderr) each.
 fn pair(h: &Hosts, port: u16, server: &[&str], client: &[&str], what: &str) -> (Texts, Texts) {
-    let server = Proc::spawn(h.run(0, server), &format!("{what} server"));
-    let suffix = format!(":{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !h.cm_leftovers(0).iter().any(|p| p.to_string_lossy().ends_with(&suffix)) {
-        assert!(Instant::now() < deadline, "{what}: the server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let client = Proc::spawn(h.run(1, client), &format!("{what} client")).finish(LIMIT);
+    pair_of(h, port, h.run(0, server), h.run(1, client), what)
+}
+
+/// [`pair`] of two commands made by the caller.
+fn pair_of(h: &Hosts, port: u16, server: Command, client: Command, what: &str) -> (Texts, Texts) {
+    let server = Proc::spawn(server, &format!("{what} server"));
+    h.await_cm_listen(0, port, what);
+    let client = Proc::spawn(client, &format!("{what} client")).finish(LIMIT);
     let server = server.finish(LIMIT);
     let texts = |o: &Output| {
         (
@@ -210,76 +59,15 @@ fn ping_text(n: usize) -> String {
     s
 }
 
-/// A tshark capture of host `i`'s interface, stopped when dropped or by `stop`.
-struct Capture {
-    proc: Proc,
-    file: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Capture {
-    fn start(h: &Hosts, i: usize) -> Capture {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("cm.pcap");
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &h.ns[i], "tshark", "-q", "-i", &h.iface[i], "-F", "pcap", "-w"]);
-        c.arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let proc = Proc::spawn(c, "tshark");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::fs::metadata(&file).map_or(0, |m| m.len()) < 24 {
-            assert!(Instant::now() < deadline, "tshark did not start capturing");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        Capture { proc, file, _dir: dir }
-    }
-
-    fn stop(&mut self) -> &Path {
-        std::thread::sleep(Duration::from_secs(1));
-        let _ = Command::new("kill").args(["-INT", &self.proc.pid().to_string()]).output();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let c = self.proc.0.as_mut().expect("tshark");
-        while c.try_wait().expect("try_wait").is_none() {
-            assert!(Instant::now() < deadline, "tshark did not stop");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        &self.file
-    }
-}
-
-/// The CM MADs tshark finds in `pcap` (`dst_qp<TAB>qkey<TAB>attribute<TAB>info` per frame),
-/// none malformed.
-fn cm_mads(pcap: &Path) -> Vec<Vec<String>> {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-d", "udp.port==4791,infiniband"])
-        .args(["--disable-protocol", "rpcordma", "--disable-protocol", "nvme-rdma"])
-        .args(["--disable-protocol", "smb_direct", "--disable-protocol", "iser"])
-        .args(["-Y", "infiniband.mad || _ws.malformed", "-T", "fields"])
-        .args(["-e", "infiniband.bth.destqp", "-e", "infiniband.deth.q_key"])
-        .args(["-e", "infiniband.mad.attributeid", "-e", "_ws.col.Info", "-e", "_ws.malformed"])
-        .output()
-        .expect("tshark runs");
-    assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
-    let t = String::from_utf8_lossy(&out.stdout).into_owned();
-    let rows: Vec<Vec<String>> =
-        t.lines().map(|l| l.split('\t').map(str::to_string).collect()).collect();
-    for r in &rows {
-        assert_eq!(r.get(4).map(String::as_str), Some(""), "a malformed frame:\n{t}");
-    }
-    rows
-}
-
 #[test]
 fn rping_runs_across_two_hosts_with_its_cm_as_infiniband_cm_mads() {
     let test = "rping_runs_across_two_hosts_with_its_cm_as_infiniband_cm_mads";
     if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
         return;
     }
-    let h = Hosts::new();
+    let h = Hosts::new(2, 1);
     let mut cap = Capture::start(&h, 0);
-    let a = h.addr(0);
+    let a = h.addr(0).to_string();
     let ((so, _), (co, ce)) = pair(
         &h,
         7174,
@@ -321,8 +109,8 @@ fn ucmatose_udaddy_and_perftest_connect_across_two_hosts() {
     if !may_make_hosts(test) || !have(test, "ucmatose") || !have(test, "ib_write_bw") {
         return;
     }
-    let h = Hosts::new();
-    let a = h.addr(0);
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
     let ((so, _), (co, _)) =
         pair(&h, 7471, &["ucmatose", "-C", "20"], &["ucmatose", "-s", &a, "-C", "20"], "ucmatose");
     for out in [&so, &co] {
@@ -343,7 +131,7 @@ fn ucmatose_udaddy_and_perftest_connect_across_two_hosts() {
         "ib_write_bw -R",
     );
     for out in [&so, &co] {
-        assert!(out.contains("GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:232:00:0"), "{out}");
+        assert!(out.contains("GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:231:00:0"), "{out}");
         let row = |l: &str| l.split_whitespace().take(2).eq(["65536", "100"]);
         assert!(out.lines().any(row), "the bandwidth row: {out}");
     }
@@ -355,22 +143,246 @@ fn a_connect_to_a_port_nobody_listens_on_across_hosts_is_rejected() {
     if !may_make_hosts(test) || !have(test, "rping") {
         return;
     }
-    let h = Hosts::new();
+    let h = Hosts::new(2, 1);
     // Host 0 has a device on its interface (a CM to answer) but nothing listens on 7999.
-    let mut idle = h.run(0, &["rping", "-s", "-a", &h.addr(0), "-p", "7998", "-C", "1"]);
+    let mut idle = h.run(0, &["rping", "-s", "-a", h.addr(0), "-p", "7998", "-C", "1"]);
     idle.stdout(Stdio::null());
     let _server = Proc::spawn(idle, "idle rping server");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !h.cm_leftovers(0).iter().any(|p| p.to_string_lossy().ends_with(":7998")) {
-        assert!(Instant::now() < deadline, "the idle server did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    h.await_cm_listen(0, 7998, "the idle rping server");
     let out = Proc::spawn(
-        h.run(1, &["rping", "-c", "-a", &h.addr(0), "-p", "7999", "-C", "1"]),
+        h.run(1, &["rping", "-c", "-a", h.addr(0), "-p", "7999", "-C", "1"]),
         "rping client",
     )
     .finish(LIMIT);
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(t.contains("REJECTED") || t.contains("reject"), "the client was rejected: {t}");
+}
+
+/// A REQ lost on its way in (the server's CM drops the first it receives) and, in a second
+/// connection, a REP lost on its way in (the client's CM drops the first): each is sent again
+/// after its CM response timeout (about 4.1 s, from the REQ's fields as ib_cm derives it), the
+/// connection forms and every ping's bytes arrive; the capture on the server's side shows the
+/// message twice, the same transaction ID both times.
+#[test]
+fn a_lost_req_or_rep_is_sent_again_and_the_connection_forms() {
+    let test = "a_lost_req_or_rep_is_sent_again_and_the_connection_forms";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    for (port, server_plan, client_plan, attr) in
+        [(7175u16, "rx:drop=cm-req#1", "", "0x0010"), (7176, "", "rx:drop=cm-rep#1", "0x0013")]
+    {
+        let mut cap = Capture::start(&h, 0);
+        let p = port.to_string();
+        let mut server = h.run(0, &["rping", "-s", "-a", &a, "-p", &p, "-C", "10", "-v"]);
+        server.env("SOFTVERBS_FAULTS", server_plan);
+        let mut client = h.run(1, &["rping", "-c", "-a", &a, "-p", &p, "-C", "10", "-v"]);
+        client.env("SOFTVERBS_FAULTS", client_plan);
+        let start = std::time::Instant::now();
+        let ((so, se), (co, ce)) = pair_of(&h, port, server, client, attr);
+        let took = start.elapsed();
+        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", ping_text(n))).collect();
+        assert_eq!(co.lines().collect::<Vec<_>>(), want, "client output; stderr: {ce}");
+        assert_eq!(so.lines().count(), 10, "server output: {so}");
+        // The plan was applied, and said so.
+        let (plan_side, words) = if server_plan.is_empty() {
+            (&ce, "0x0013 number 1 received")
+        } else {
+            (&se, "0x0010 number 1 received")
+        };
+        assert!(plan_side.contains(&format!("CM MAD {words} dropped")), "{plan_side}");
+        assert!(took >= std::time::Duration::from_secs(4), "a try lasts about 4.1 s: {took:?}");
+        let file = cap.stop().to_path_buf();
+        let mads = cm_mads(&file);
+        let sent: Vec<&Vec<String>> = mads.iter().filter(|r| r[2] == attr).collect();
+        assert_eq!(sent.len(), 2, "{attr} twice (the first lost):\n{mads:?}");
+        let attrs: Vec<&str> = mads.iter().map(|r| r[2].as_str()).collect();
+        assert!(attrs.contains(&"0x0014"), "an RTU: {mads:?}");
+        // One connection: one REP for the REQ's two copies (no MRA needed: the listener
+        // answered the first before the second came, or never saw the first).
+        if attr == "0x0010" {
+            assert_eq!(attrs.iter().filter(|a| **a == "0x0013").count(), 1, "{mads:?}");
+        }
+    }
+}
+
+/// A listener slow to answer gets an MRA sent for it, as the kernel's CM does: the listener's
+/// process (not the one holding 4791, whose CM stands in for it) is stopped, so the REQ
+/// finds it but no REP comes; the client's CM sends the REQ again after its try (about 4.1
+/// s), the stand-in answers the duplicate with an MRA (MessageReceiptAcknowledgement, the REQ
+/// MRAed), which puts the client's next try off by its service timeout, and once the listener
+/// runs again (10 s in) the connection forms: the capture shows REQ, REQ, MRA (no third REQ),
+/// then REP and RTU, and every ping's bytes arrive.
+#[test]
+fn a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra() {
+    let test = "a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    let rping = |host: usize, args: &[&str]| {
+        let mut v = vec!["rping"];
+        v.extend_from_slice(args);
+        v.extend_from_slice(&["-C", "5", "-v"]);
+        h.run(host, &v)
+    };
+    let mut holder = Proc::spawn(rping(0, &["-s", "-a", &a, "-p", "7183"]), "holder");
+    h.await_4791(0, &mut holder);
+    h.await_cm_listen(0, 7183, "the holder");
+    let listener = Proc::spawn(rping(0, &["-s", "-a", &a, "-p", "7184"]), "listener");
+    h.await_cm_listen(0, 7184, "the listener");
+    let mut cap = Capture::start(&h, 0);
+    let pid = listener.pid().to_string();
+    let signal = |sig: &str| {
+        let out = Command::new("kill").args([sig, &pid]).output().expect("kill runs");
+        assert!(out.status.success(), "kill {sig} {pid}: {}", text(&out));
+    };
+    signal("-STOP");
+    let client = Proc::spawn(rping(1, &["-c", "-a", &a, "-p", "7184"]), "client");
+    // The REQ, its duplicate after a try, and the MRA; past the second try (8.3 s), which the
+    // MRA put off by its service timeout (about 67 s): then the listener may answer.
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    signal("-CONT");
+    let client = client.finish(LIMIT);
+    let server = listener.finish(LIMIT);
+    assert!(
+        client.status.success() && server.status.success(),
+        "client:\n{}\nlistener:\n{}",
+        text(&client),
+        text(&server)
+    );
+    let want: Vec<String> = (0..5).map(|n| format!("ping data: {}", ping_text(n))).collect();
+    let co = String::from_utf8_lossy(&client.stdout).into_owned();
+    assert_eq!(co.lines().collect::<Vec<_>>(), want, "client: {}", text(&client));
+    let file = cap.stop().to_path_buf();
+    let mads = cm_mads(&file);
+    let attrs: Vec<&str> = mads.iter().map(|r| r[2].as_str()).collect();
+    assert!(attrs.len() >= 5, "{mads:?}");
+    assert_eq!(&attrs[..5], ["0x0010", "0x0010", "0x0011", "0x0013", "0x0014"], "{mads:?}");
+    assert!(
+        mads[2][3].contains("MsgRcptAck") || mads[2][3].contains("MRA") || !mads[2][3].is_empty(),
+        "{mads:?}"
+    );
+    drop(holder);
+}
+
+/// QP 1 for every process of an address: the process that holds UDP 4791 on host 0's address
+/// receives every CM MAD for it. A listener in another process of the address is reached from
+/// host 1 while the holder has no CM at all (`ibv_rc_pingpong`: the MADs go to the CM that
+/// holds the address's gate name) and while the holder is itself a CM (an `rping` server on
+/// another port, which answers as the listener's stand-in); and a client in a process that
+/// does not hold 4791 connects to host 1 (the REP reaches the holder's CM, which hands it to
+/// the client's). Every ping's bytes checked.
+#[test]
+fn every_process_of_an_address_has_qp1() {
+    let test = "every_process_of_an_address_has_qp1";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "ibv_rc_pingpong") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a0 = h.addr(0).to_string();
+    let a1 = h.addr(1).to_string();
+    let rping = |host: usize, args: &[&str]| {
+        let mut v = vec!["rping"];
+        v.extend_from_slice(args);
+        v.extend_from_slice(&["-C", "10", "-v"]);
+        h.run(host, &v)
+    };
+    let check = |(so, _): Texts, (co, ce): Texts, what: &str| {
+        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", ping_text(n))).collect();
+        assert_eq!(co.lines().collect::<Vec<_>>(), want, "{what}: client; stderr: {ce}");
+        assert_eq!(so.lines().count(), 10, "{what}: server: {so}");
+    };
+    // 1. The holder uses no CM.
+    let mut holder =
+        Proc::spawn(h.run(0, &["ibv_rc_pingpong", "-g", "1", "-p", "18650"]), "holder");
+    h.await_4791(0, &mut holder);
+    let (s, c) = pair_of(
+        &h,
+        7177,
+        rping(0, &["-s", "-a", &a0, "-p", "7177"]),
+        rping(1, &["-c", "-a", &a0, "-p", "7177"]),
+        "a listener beside a holder with no CM",
+    );
+    check(s, c, "beside a holder with no CM");
+    drop(holder);
+    // 2. The holder is a CM: an rping server waiting on another port.
+    let mut holder = Proc::spawn(rping(0, &["-s", "-a", &a0, "-p", "7178"]), "holder");
+    h.await_4791(0, &mut holder);
+    h.await_cm_listen(0, 7178, "the holder");
+    let (s, c) = pair_of(
+        &h,
+        7179,
+        rping(0, &["-s", "-a", &a0, "-p", "7179"]),
+        rping(1, &["-c", "-a", &a0, "-p", "7179"]),
+        "a listener beside a holder that is a CM",
+    );
+    check(s, c, "beside a CM holder");
+    // 3. A client of host 0 that does not hold 4791, to a server of host 1.
+    let server = Proc::spawn(rping(1, &["-s", "-a", &a1, "-p", "7180"]), "host 1's server");
+    h.await_cm_listen(1, 7180, "host 1's server");
+    let client = Proc::spawn(rping(0, &["-c", "-a", &a1, "-p", "7180"]), "client").finish(LIMIT);
+    let server = server.finish(LIMIT);
+    let t = |o: &Output| {
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert!(
+        client.status.success() && server.status.success(),
+        "client:\n{}\nserver:\n{}",
+        text(&client),
+        text(&server)
+    );
+    check(t(&server), t(&client), "a client that does not hold 4791");
+    drop(holder);
+}
+
+/// Across hosts the path MTU is the active side's port MTU, as the kernel's CM takes it from
+/// its path record: on a 9000-byte link, `active_mtu` 4096, so rping's 16 KiB RDMA READs and
+/// WRITEs travel in 4096-byte packets (on a 1500-byte link, 1024: the other tests).
+#[test]
+fn the_path_mtu_across_hosts_is_the_port_s_active_mtu() {
+    let test = "the_path_mtu_across_hosts_is_the_port_s_active_mtu";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    for i in 0..2 {
+        common::netns::ip(&["-n", h.ns(i), "link", "set", h.iface(i), "mtu", "9000"]);
+    }
+    let mut cap = Capture::start(&h, 0);
+    let a = h.addr(0).to_string();
+    let ((so, _), (co, ce)) = pair(
+        &h,
+        7181,
+        &["rping", "-s", "-a", &a, "-p", "7181", "-S", "16384", "-C", "3", "-v"],
+        &["rping", "-c", "-a", &a, "-p", "7181", "-S", "16384", "-C", "3", "-v"],
+        "rping at MTU 9000",
+    );
+    assert_eq!(co.lines().count(), 3, "client: {co}{ce}");
+    assert_eq!(so.lines().count(), 3, "server: {so}");
+    let file = cap.stop().to_path_buf();
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .args(["-Y", "udp.dstport == 4791", "-T", "fields", "-e", "udp.length"])
+        .output()
+        .expect("tshark runs");
+    let lens: Vec<usize> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let max = lens.iter().copied().max().unwrap_or(0);
+    // 8 (UDP) + 12 (BTH) + 4096 + 4 (ICRC), a RETH or AETH more on some.
+    assert!(
+        (4120..=4140).contains(&max),
+        "the largest RoCE datagram: {max} bytes ({} seen)",
+        lens.len()
+    );
 }

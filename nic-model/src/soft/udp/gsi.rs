@@ -2,13 +2,22 @@
 //! manager's MADs) is no engine's; the port hands it, headers rebuilt and ICRC to check, to
 //! the process's connection manager (`librdmacm.so.1`, cabi/rdmacm/src/wire.rs), which
 //! listens on the abstract Unix datagram socket [`gsi_socket_name`]. Nobody there (a process
-//! that uses no CM): the datagram is dropped, as a port without a GSI agent drops MADs.
+//! that uses no CM): the datagram goes to the CM that holds the address's gate name
+//! ([`gsi_gate_name`]: some process of the address that uses the CM), which hands each MAD to
+//! the process whose listener or connection it is for; nobody at all: it is dropped, as a port
+//! without a GSI agent drops MADs.
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
 /// The abstract socket name a process's CM receives QP1 datagrams on (`softverbs-gsi-PID`).
 pub fn gsi_socket_name(pid: u32) -> String {
     format!("softverbs-gsi-{pid}")
+}
+
+/// The abstract socket name the CM of one process of address `ip` holds for the address:
+/// where a port whose own process has no CM hands QP1 datagrams (`softverbs-gsi-gate/IP`).
+pub fn gsi_gate_name(ip: [u8; 4]) -> String {
+    format!("softverbs-gsi-gate/{}", std::net::Ipv4Addr::from(ip))
 }
 
 /// Whether the RoCE v2 datagram `d` (IPv4 and UDP headers first) is for QP1.
@@ -22,25 +31,28 @@ pub fn is_gsi(d: &[u8]) -> bool {
 pub struct GsiForward {
     sock: Option<UnixDatagram>,
     to: Option<SocketAddr>,
+    /// The address's gate ([`gsi_gate_name`]), when this process's CM takes nothing.
+    gate: Option<SocketAddr>,
 }
 
 impl GsiForward {
-    /// The forwarder of this process (sockets that fail to open make it drop everything).
-    pub fn new() -> GsiForward {
+    /// The forwarder of this process's port on address `ip` (sockets that fail to open make
+    /// it drop everything).
+    pub fn new(ip: [u8; 4]) -> GsiForward {
         let to = SocketAddr::from_abstract_name(gsi_socket_name(std::process::id())).ok();
+        let gate = SocketAddr::from_abstract_name(gsi_gate_name(ip)).ok();
         let sock = UnixDatagram::unbound().ok();
         if let Some(s) = &sock {
             let _ = s.set_nonblocking(true);
         }
-        GsiForward { sock, to }
+        GsiForward { sock, to, gate }
     }
 
-    /// Hand `d` to the CM; false when nobody takes it (no CM, or its queue full).
+    /// Hand `d` to this process's CM, else to the address's gate; false when nobody takes it
+    /// (no CM, or its queue full).
     pub fn forward(&self, d: &[u8]) -> bool {
-        match (&self.sock, &self.to) {
-            (Some(s), Some(to)) => s.send_to_addr(d, to).is_ok(),
-            _ => false,
-        }
+        let Some(s) = &self.sock else { return false };
+        [&self.to, &self.gate].into_iter().flatten().any(|to| s.send_to_addr(d, to).is_ok())
     }
 }
 

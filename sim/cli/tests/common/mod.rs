@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use softverbs_sim::peer::{FabricDir, Peer, Stderr};
 
+pub mod netns;
 pub mod xml;
 
 /// The `softverbs` binary under test.

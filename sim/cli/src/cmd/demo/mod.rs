@@ -7,6 +7,7 @@
 
 pub mod drill;
 mod ladder;
+pub mod remote;
 mod wire;
 
 use std::io::{BufRead, Write};
@@ -65,6 +66,10 @@ pub struct DemoOpts {
     pub svg: Option<PathBuf>,
     /// Space the ladder's rows by time (`--time-scale`).
     pub time_scale: bool,
+    /// The host whose `demo --server` is the target (`--connect`), instead of a process here.
+    pub connect: Option<String>,
+    /// The TCP port of `--connect`'s exchange (`--port`).
+    pub port: u16,
 }
 
 impl Default for DemoOpts {
@@ -78,6 +83,8 @@ impl Default for DemoOpts {
             ladder: false,
             svg: None,
             time_scale: false,
+            connect: None,
+            port: remote::DEFAULT_PORT,
         }
     }
 }
@@ -236,8 +243,20 @@ pub fn run(o: &DemoOpts, out: &mut dyn Write) -> Result<(), CliError> {
             ),
         );
         Target { peer, device }
+    } else if let Some(host) = &o.connect {
+        remote::connect(host, o.port, &o.ib_dev, out)?
     } else {
-        let dir = soft.fabric().expect("shared-memory soft has a fabric").dir().to_path_buf();
+        let dir = soft
+            .fabric()
+            .ok_or_else(|| {
+                CliError::usage(
+                    "on a network interface (--netdev) the demo's target is on another host: run \
+                     `softverbs demo --netdev IFACE --server` there and `softverbs demo --netdev \
+                     IFACE --connect ADDR` here",
+                )
+            })?
+            .dir()
+            .to_path_buf();
         let exe = std::env::current_exe()
             .map_err(|e| CliError::failed(format!("finding this program: {e}")))?;
         let mut cmd = Command::new(exe);
@@ -374,7 +393,11 @@ fn initiator(
     }
     w(
         out,
-        "The two sides exchanged these over a pipe (ibv_rc_pingpong uses TCP), and each QP went",
+        if o.connect.is_some() {
+            "The two sides exchanged these over TCP (as ibv_rc_pingpong does), and each QP went"
+        } else {
+            "The two sides exchanged these over a pipe (ibv_rc_pingpong uses TCP), and each QP went"
+        },
     );
     w(
         out,
