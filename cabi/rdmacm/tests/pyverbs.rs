@@ -19,9 +19,10 @@ use std::time::Duration;
 use cm::env;
 use common::text;
 
-/// Tests of Debian 12's suite that pass on softverbs through `softverbs run` (88 of 273 in
-/// each of 3 runs, the 10 RDMA-CM tests among them); fewer is a regression.
-const PASSING_AT_LEAST: usize = 88;
+/// Tests of Debian 12's suite that pass on softverbs through `softverbs run` (97 of 273: the
+/// 10 RDMA-CM tests, the 8 memory-window tests and the atomic write among them; docs/c.md
+/// says what the 176 skips are); fewer is a regression.
+const PASSING_AT_LEAST: usize = 97;
 
 /// The number after `key` in `s` (e.g. `Ran 273 tests`, `skipped=195`).
 fn number_after(s: &str, key: &str) -> Option<usize> {
@@ -92,6 +93,7 @@ fn rdma_cores_pyverbs_suite_passes_with_no_error_and_no_crash() {
     }
     let ran = number_after(&all, "\nRan ").expect("unittest's 'Ran N tests' line");
     let skipped = number_after(&all, "skipped=").unwrap_or(0);
+    println!("pyverbs: {} of {ran} passed ({skipped} skipped)", ran - skipped);
     assert!(
         all.lines().any(|l| l.starts_with("OK")),
         "no 'OK': errors or failures:\n{summary:?}\n{all}"
