@@ -321,14 +321,17 @@ impl Port for UdpPort {
                 return n;
             }
         }
-        // A batch of datagrams at a time (`recvmmsg`), handed on one by one; those a round
-        // leaves (it stopped at a completion) are the next round's first.
+        // One datagram (`recvfrom`), then while they keep coming a batch at a time
+        // (`recvmmsg`), handed on one by one; those a round leaves (it stopped at a
+        // completion) are the next round's first.
         let Rx { batch, gate, head, .. } = rx;
+        let mut flowing = false;
         while n < max {
             let Some(gate) = gate else { break };
-            if batch.fill(gate.as_raw_fd(), max - n) == 0 {
+            if batch.fill(gate.as_raw_fd(), max - n, !flowing) == 0 {
                 break;
             }
+            flowing = true;
             let Some((slot, len, from)) = batch.take() else { break };
             n += 1;
             // A datagram for another port of the address goes to its inbox.

@@ -157,17 +157,22 @@ impl RecvBatch {
     }
 
     /// Receives up to `max` (at most [`RECV_MAX`]) datagrams from nonblocking socket `fd` with
-    /// one `recvmmsg`, once the waiting ones are all taken; how many wait now. A datagram
-    /// from anything but IPv4 is dropped (an IPv4 socket gets none); an error (nothing there,
-    /// an ICMP error of an earlier send) receives nothing.
-    pub(super) fn fill(&mut self, fd: libc::c_int, max: usize) -> usize {
+    /// one `recvmmsg`, or one with `recvfrom` when `one` (a round's first look: most find
+    /// nothing or one datagram, and `recvfrom` is the cheaper call: the latency path), once
+    /// the waiting ones are all taken; how many wait now. A datagram from anything but IPv4 is
+    /// dropped (an IPv4 socket gets none); an error (nothing there, an ICMP error of an
+    /// earlier send) receives nothing.
+    pub(super) fn fill(&mut self, fd: libc::c_int, max: usize, one: bool) -> usize {
         if self.waiting() > 0 {
             return self.waiting();
         }
         self.count = 0;
         self.next = 0;
-        let n = max.clamp(1, RECV_MAX);
+        let n = if one { 1 } else { max.clamp(1, RECV_MAX) };
         let size = self.head + RECV_ROOM;
+        if n == 1 {
+            return self.fill_one(fd);
+        }
         // SAFETY: all-zero is a valid value of these C structs (null pointers, zero lengths).
         let mut addrs: [libc::sockaddr_in; RECV_MAX] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -228,6 +233,51 @@ impl RecvBatch {
             self.count += 1;
         }
         self.count
+    }
+
+    /// [`RecvBatch::fill`] of one datagram, with `recvfrom`.
+    fn fill_one(&mut self, fd: libc::c_int) -> usize {
+        let mut errors = 0;
+        loop {
+            // SAFETY: all-zero is a valid sockaddr_in.
+            let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            let mut addr_len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let room = &mut self.slots[self.head..self.head + RECV_ROOM];
+            // SAFETY: `room` is RECV_ROOM writable bytes; `addr` and `addr_len` are valid
+            // for the kernel to write the sender's address into.
+            let r = unsafe {
+                libc::recvfrom(
+                    fd,
+                    room.as_mut_ptr().cast(),
+                    room.len(),
+                    0,
+                    std::ptr::from_mut(&mut addr).cast(),
+                    &mut addr_len,
+                )
+            };
+            if r >= 0 {
+                if addr.sin_family != libc::AF_INET as libc::sa_family_t {
+                    return 0;
+                }
+                let ip = std::net::Ipv4Addr::from(addr.sin_addr.s_addr.to_ne_bytes());
+                self.lens[0] = (r as usize).min(RECV_ROOM);
+                self.from[0] = SocketAddrV4::new(ip, u16::from_be(addr.sin_port));
+                self.count = 1;
+                return 1;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => return 0,
+                _ => {
+                    tracing::debug!(error = %e, "UDP receive");
+                    errors += 1;
+                    if errors == 8 {
+                        return 0;
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -95,7 +95,7 @@ fn received_batches_hand_on_each_datagram_once_in_order() {
     let rx = UdpSocket::bind(lo).expect("receiver");
     rx.set_nonblocking(true).unwrap();
     let mut batch = RecvBatch::new(28);
-    assert_eq!(batch.fill(rx.as_raw_fd(), 64), 0, "nothing there");
+    assert_eq!(batch.fill(rx.as_raw_fd(), 64, false), 0, "nothing there");
     let total = RECV_MAX + 4;
     let datagrams: Vec<Vec<u8>> = (0..total).map(|i| vec![i as u8; 30 + i]).collect();
     for d in &datagrams {
@@ -108,8 +108,12 @@ fn received_batches_hand_on_each_datagram_once_in_order() {
     let mut got = Vec::new();
     // A round that takes three, then stops (a completion): the rest wait, and a fill does not
     // receive over them.
+    assert_eq!(batch.fill(rx.as_raw_fd(), 64, true), 1, "one, with recvfrom");
+    let (slot, len, sender) = batch.take().expect("waiting");
+    assert_eq!((sender, &slot[28..28 + len]), (from, &datagrams[0][..]));
+    got.push(datagrams[0].clone());
     let mut deadline = 0;
-    while batch.fill(rx.as_raw_fd(), 64) == 0 {
+    while batch.fill(rx.as_raw_fd(), 64, false) == 0 {
         deadline += 1;
         assert!(deadline < 5000, "the datagrams arrive on the loopback");
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -121,13 +125,13 @@ fn received_batches_hand_on_each_datagram_once_in_order() {
         assert_eq!(sender, from);
         got.push(slot[28..28 + len].to_vec());
     }
-    assert_eq!(batch.fill(rx.as_raw_fd(), 64), first - 3.min(first), "the rest wait");
+    assert_eq!(batch.fill(rx.as_raw_fd(), 64, false), first - 3.min(first), "the rest wait");
     assert_eq!(batch.peek().map(<[u8]>::len), Some(datagrams[got.len()].len()));
     for _ in 0..1000 {
         if got.len() == total {
             break;
         }
-        if batch.fill(rx.as_raw_fd(), 64) == 0 {
+        if batch.fill(rx.as_raw_fd(), 64, false) == 0 {
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         }
@@ -137,5 +141,5 @@ fn received_batches_hand_on_each_datagram_once_in_order() {
         }
     }
     assert_eq!(got, datagrams, "each once, in order, byte for byte");
-    assert_eq!(batch.fill(rx.as_raw_fd(), 64), 0, "nothing twice");
+    assert_eq!(batch.fill(rx.as_raw_fd(), 64, false), 0, "nothing twice");
 }
