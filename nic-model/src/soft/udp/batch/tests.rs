@@ -143,3 +143,101 @@ fn received_batches_hand_on_each_datagram_once_in_order() {
     assert_eq!(got, datagrams, "each once, in order, byte for byte");
     assert_eq!(batch.fill(rx.as_raw_fd(), 64, false), 0, "nothing twice");
 }
+
+/// The UDP wire's `send_batch` on real sockets: a run of datagrams for another host leaves
+/// with one `sendmmsg`, each in the kernel's form (as `send` makes it); a multicast datagram
+/// in the run goes alone and is unreachable; the engine's way of offering the rest again
+/// (its queue) gets every datagram there once, in order, byte for byte, and counts each.
+#[test]
+fn the_egress_sends_a_queue_in_batches_each_datagram_as_send_would() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use crate::engine::{Transmit, SEND_BATCH};
+    use crate::packet::{self, Bth, IpUdp, Opcode, Packet, Psn, IPV4_UDP_LEN, ROCE_UDP_PORT};
+    use crate::soft::counters::Tally;
+    use crate::soft::udp::{kernel_form, share::Share, UdpEgress};
+
+    // A loopback address of this test's own for the peer's port 4791 (all of 127/8 is the
+    // loopback), so that nothing else on the host holds it.
+    let pid = std::process::id();
+    let peer = [127, 91, (pid >> 8) as u8, pid as u8 | 1];
+    let Ok(rx) = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(peer), ROCE_UDP_PORT)) else {
+        eprintln!("skipped: 127.91.x.y:4791 is taken");
+        return;
+    };
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let own = [127, 0, 0, 1];
+    let sock = Arc::new(UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(own), 0)).unwrap());
+    let port = sock.local_addr().unwrap().port();
+    let tally = Arc::new(Tally::default());
+    let mut egress = UdpEgress {
+        sock,
+        port,
+        own,
+        share: Arc::new(Share::claim(&format!("batchtest{pid}"), own).expect("a block")),
+        local: None,
+        tally: tally.clone(),
+        scratch: Vec::new(),
+        head: Vec::new(),
+        bufs: Vec::new(),
+    };
+    let datagram = |dst: [u8; 4], psn: u32, len: usize| {
+        let ip = IpUdp { src: own, dst, src_port: 0xc000, ident: psn as u16, ..IpUdp::default() };
+        let bth = Bth {
+            opcode: Opcode::RC_SEND_ONLY,
+            dest_qp: 0x12,
+            psn: Psn::new(psn),
+            ..Bth::default()
+        };
+        let payload: Vec<u8> = (0..len).map(|i| (i + psn as usize) as u8).collect();
+        let mut out = Vec::new();
+        packet::emit_datagram(&ip, &Packet::new(bth, &payload), &mut out).expect("emits");
+        Transmit { dst, data: out }
+    };
+    // 100 datagrams, one of them multicast (no route here), more than a batch.
+    let mut queue: std::collections::VecDeque<Transmit> = (0..100u32)
+        .map(|i| match i {
+            30 => datagram([224, 0, 0, 1], i, 8),
+            _ => datagram(peer, i, 40 + (i as usize * 13) % 1000),
+        })
+        .collect();
+    let want: Vec<Vec<u8>> = queue
+        .iter()
+        .filter(|t| t.dst == peer)
+        .map(|t| {
+            let mut d = t.data.clone();
+            kernel_form(&mut d, port);
+            d[IPV4_UDP_LEN..].to_vec()
+        })
+        .collect();
+    let mut outcomes = [Full; SEND_BATCH];
+    let (mut calls, mut unreachable) = (0, 0);
+    while !queue.is_empty() {
+        calls += 1;
+        assert!(calls < 1000, "the queue drains");
+        let n = crate::engine::Egress::send_batch(&mut egress, queue.as_slices().0, &mut outcomes);
+        assert!(n >= 1, "at least one outcome");
+        for &o in &outcomes[..n] {
+            match o {
+                Sent => {}
+                Unreachable => unreachable += 1,
+                // The loopback's buffer was full: offered again, as the engine does.
+                Full => break,
+            }
+            queue.pop_front();
+        }
+    }
+    assert_eq!(unreachable, 1, "the multicast datagram");
+    assert!(calls <= 6, "batches, not one call a datagram: {calls} calls");
+    let mut buf = vec![0u8; 2048];
+    for (i, w) in want.iter().enumerate() {
+        let (n, from) = rx.recv_from(&mut buf).expect("each datagram arrives");
+        assert_eq!(&buf[..n], &w[..], "datagram {i}, the kernel's form byte for byte");
+        assert_eq!(from, std::net::SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(own), port)));
+    }
+    rx.set_nonblocking(true).unwrap();
+    assert!(rx.recv_from(&mut buf).is_err(), "nothing twice");
+    assert_eq!(tally.xmit_packets.load(Ordering::Relaxed), 99);
+    assert_eq!(tally.unreachable.load(Ordering::Relaxed), 1);
+}
