@@ -116,7 +116,7 @@ pub use qp::PsnMirror;
 pub use reach::{LocalSges, QpFacts, ReachAsk, ReachOp, Traffic};
 pub use rights::{Grant, MrRights, RemoteOp, Request};
 pub use time::{Nanos, Now};
-pub use transmit::{Egress, Flushed, SendOutcome, Transmit, SPARE_BUFFERS};
+pub use transmit::{Egress, Flushed, SendOutcome, Transmit, SEND_BATCH, SPARE_BUFFERS};
 
 use cq::{Cq, CqId};
 use mr::{MrTable, PdId};

@@ -18,6 +18,10 @@ use super::{Hca, Nic};
 /// (docs/decisions.md, "Direct wire for small datagrams only").
 const DIRECT_DATAGRAM: usize = 256;
 
+/// The most datagrams of the transmit queue offered to the egress at once
+/// ([`Egress::send_batch`]): one `sendmmsg` on the UDP wire.
+pub const SEND_BATCH: usize = 64;
+
 /// Datagram buffers a NIC keeps for reuse ([`Nic::recycle`]): enough for a full send window
 /// (512 packets) in flight on two QPs.
 pub const SPARE_BUFFERS: usize = 1024;
@@ -111,6 +115,26 @@ pub trait Egress: Send {
     fn peer_busy(&self, _dst: [u8; 4]) -> bool {
         false
     }
+
+    /// Sends datagrams of `batch` in order, as many as it can at once (one system call for
+    /// several where the egress can: the UDP wire's `sendmmsg`), writing each one's outcome
+    /// into `outcomes` and stopping after the first `Full`; returns how many outcomes it
+    /// wrote: at least one while `batch` and `outcomes` are not empty, at most either's
+    /// length. Those it wrote are the first datagrams of `batch`, each sent at most once; the
+    /// rest were not touched. [`Nic::flush_transmit`] sends its queue this way. The default
+    /// sends them one by one with [`Egress::send`], so layers that look at each datagram (a
+    /// capture, a fault plan) see each as before.
+    fn send_batch(&mut self, batch: &[Transmit], outcomes: &mut [SendOutcome]) -> usize {
+        let mut n = 0;
+        for (t, out) in batch.iter().zip(outcomes.iter_mut()) {
+            *out = self.send(t.dst, &t.data);
+            n += 1;
+            if *out == SendOutcome::Full {
+                break;
+            }
+        }
+        n
+    }
 }
 
 /// A boxed egress is one: so layers compose over an egress chosen at run time.
@@ -141,6 +165,10 @@ impl<E: Egress + ?Sized> Egress for Box<E> {
     }
     fn peer_busy(&self, dst: [u8; 4]) -> bool {
         (**self).peer_busy(dst)
+    }
+    #[inline]
+    fn send_batch(&mut self, batch: &[Transmit], outcomes: &mut [SendOutcome]) -> usize {
+        (**self).send_batch(batch, outcomes)
     }
 }
 
@@ -314,21 +342,32 @@ impl Nic {
         let Some(egress) = egress.as_deref_mut() else { return out };
         out.moved = egress.release();
         *last_ack = None;
-        while let Some(t) = queue.front() {
-            match egress.send(t.dst, &t.data) {
-                SendOutcome::Full if !is_ud(&t.data) => {
-                    out.backpressured += (queue.len() - *refused) as u64;
-                    *refused = queue.len();
-                    break;
+        // The queue's head goes in batches (Egress::send_batch): what each datagram became
+        // is decided in order, exactly as if they went one by one.
+        let mut outcomes = [SendOutcome::Full; SEND_BATCH];
+        'queue: while !queue.is_empty() {
+            let sent = egress.send_batch(queue.as_slices().0, &mut outcomes);
+            debug_assert!(sent >= 1, "an egress sends at least one datagram of a batch");
+            for &outcome in &outcomes[..sent.min(SEND_BATCH)] {
+                let t = queue.front().expect("an outcome for each datagram of the queue");
+                match outcome {
+                    SendOutcome::Full if !is_ud(&t.data) => {
+                        out.backpressured += (queue.len() - *refused) as u64;
+                        *refused = queue.len();
+                        break 'queue;
+                    }
+                    outcome => {
+                        out.ud_dropped += u64::from(outcome == SendOutcome::Full);
+                        out.moved = true;
+                        *refused = refused.saturating_sub(1);
+                        let t = queue.pop_front().expect("the queue's head was just looked at");
+                        // The bytes are on their way: the buffer serves the next packet.
+                        TxRoom::recycle(spare, t.data);
+                    }
                 }
-                outcome => {
-                    out.ud_dropped += u64::from(outcome == SendOutcome::Full);
-                    out.moved = true;
-                    *refused = refused.saturating_sub(1);
-                    let t = queue.pop_front().expect("the queue's head was just looked at");
-                    // The bytes are on their way: the buffer serves the next packet.
-                    TxRoom::recycle(spare, t.data);
-                }
+            }
+            if sent == 0 {
+                break;
             }
         }
         out

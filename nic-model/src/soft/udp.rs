@@ -18,7 +18,7 @@ use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ use verbs_api::{Errno, Error};
 use super::counters::{self, Tally};
 use super::netdev::{self, Interface};
 use super::port::{completes_nothing, Port, SendOutcome};
-use crate::engine::{is_multicast_ipv4, Egress, NetdevAddr};
+use crate::engine::{is_multicast_ipv4, Egress, NetdevAddr, Transmit};
 use crate::packet::{self, Icrc, IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};
 use share::Share;
 
@@ -56,12 +56,20 @@ pub struct UdpPort {
     rx: Mutex<Rx>,
     /// Where datagrams to QP1 go: the process's connection manager.
     gsi: gsi::GsiForward,
+    /// Datagrams the receiver took from UDP 4791 and has not handed on yet (a round that
+    /// stopped at a completion leaves them for the next), and whether the first of them is
+    /// a request that completes nothing: for [`Port::idle`] and
+    /// [`Port::one_sided_waits`], which do not take the receiver's lock.
+    taken: AtomicUsize,
+    taken_one_sided: AtomicBool,
 }
 
 /// What the receiving half keeps: where a datagram is rebuilt, headers and payload; UDP 4791
 /// once held; when to try to bind it next; room to hand a datagram on.
 struct Rx {
     buf: Vec<u8>,
+    /// What one `recvmmsg` took from UDP 4791 (`udp/batch.rs`).
+    batch: batch::RecvBatch,
     gate: Option<UdpSocket>,
     next_try: Instant,
     head: Vec<u8>,
@@ -160,11 +168,14 @@ impl UdpPort {
             wake,
             rx: Mutex::new(Rx {
                 buf: vec![0; IPV4_UDP_LEN + MAX_PAYLOAD + share::FORWARD_HEAD],
+                batch: batch::RecvBatch::new(IPV4_UDP_LEN),
                 gate,
                 next_try: Instant::now() + GATE_RETRY,
                 head: Vec::new(),
             }),
             gsi: gsi::GsiForward::new(ip),
+            taken: AtomicUsize::new(0),
+            taken_one_sided: AtomicBool::new(false),
         })
     }
 
@@ -275,6 +286,7 @@ impl Port for UdpPort {
             tally: tally.clone(),
             scratch: Vec::new(),
             head: Vec::new(),
+            bufs: Vec::new(),
         })
     }
 
@@ -309,25 +321,23 @@ impl Port for UdpPort {
                 return n;
             }
         }
+        // One datagram (`recvfrom`), then while they keep coming a batch at a time
+        // (`recvmmsg`), handed on one by one; those a round leaves (it stopped at a
+        // completion) are the next round's first.
+        let Rx { batch, gate, head, .. } = rx;
+        let mut flowing = false;
         while n < max {
-            let Some(gate) = &rx.gate else { break };
-            let (len, from) = match gate.recv_from(&mut rx.buf[IPV4_UDP_LEN..]) {
-                Ok(got) => got,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // An ICMP error queued for an earlier send: nothing was received.
-                    tracing::debug!(error = %e, "UDP receive");
-                    continue;
-                }
-            };
+            let Some(gate) = gate else { break };
+            if batch.fill(gate.as_raw_fd(), max - n, !flowing) == 0 {
+                break;
+            }
+            flowing = true;
+            let Some((slot, len, from)) = batch.take() else { break };
             n += 1;
             // A datagram for another port of the address goes to its inbox.
-            if let (Some(block), SocketAddr::V4(from)) =
-                (self.share.elsewhere(&rx.buf[IPV4_UDP_LEN..IPV4_UDP_LEN + len]), from)
-            {
-                let payload = &rx.buf[IPV4_UDP_LEN..IPV4_UDP_LEN + len];
-                match self.share.hand(&self.share.inbox, block, from, payload, &mut rx.head) {
+            if let Some(block) = self.share.elsewhere(&slot[IPV4_UDP_LEN..IPV4_UDP_LEN + len]) {
+                let payload = &slot[IPV4_UDP_LEN..IPV4_UDP_LEN + len];
+                match self.share.hand(&self.share.inbox, block, from, payload, head) {
                     Ok(()) => continue,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         // Its inbox is full: lost, as a congested network loses it.
@@ -338,21 +348,38 @@ impl Port for UdpPort {
                     Err(_) => {}
                 }
             }
-            let Some(total) = rebuild(&mut rx.buf, len, from, self.addr.ipv4) else { continue };
-            if gsi::is_gsi(&rx.buf[..total]) {
-                if !self.gsi.forward(&rx.buf[..total]) {
+            let Some(total) = rebuild(slot, len, SocketAddr::V4(from), self.addr.ipv4) else {
+                continue;
+            };
+            if gsi::is_gsi(&slot[..total]) {
+                if !self.gsi.forward(&slot[..total]) {
                     tracing::debug!("a MAD to QP1 and no connection manager in this process");
                 }
                 continue;
             }
-            if !f(&rx.buf[..total], Icrc::Carried) {
+            if !f(&slot[..total], Icrc::Carried) {
                 break;
             }
         }
+        let first = batch.peek().and_then(|p| p.first().copied());
+        self.taken_one_sided.store(
+            first.is_some_and(|op| {
+                let mut h = [0u8; IPV4_UDP_LEN + 1];
+                h[0] = 0x45;
+                h[IPV4_UDP_LEN] = op;
+                completes_nothing(&h)
+            }),
+            Ordering::Relaxed,
+        );
+        self.taken.store(batch.waiting(), Ordering::Release);
         n
     }
 
     fn park(&self, timeout: Duration) {
+        if self.taken.load(Ordering::Acquire) != 0 {
+            // Datagrams taken from the socket wait for the next round: no sleep.
+            return;
+        }
         let gate = self.gate_fd.load(Ordering::Relaxed);
         // A port that does not hold 4791 wakes to try to bind it.
         let timeout = if gate < 0 { timeout.min(GATE_RETRY) } else { timeout };
@@ -391,12 +418,17 @@ impl Port for UdpPort {
 
     fn idle(&self) -> bool {
         let gate = self.gate_fd.load(Ordering::Relaxed);
-        nothing_waits(self.share.inbox.as_raw_fd()) && (gate < 0 || nothing_waits(gate))
+        self.taken.load(Ordering::Acquire) == 0
+            && nothing_waits(self.share.inbox.as_raw_fd())
+            && (gate < 0 || nothing_waits(gate))
     }
 
     fn one_sided_waits(&self) -> bool {
         // The first datagram of each: its BTH opcode, peeked.
         let gate = self.gate_fd.load(Ordering::Relaxed);
+        if self.taken.load(Ordering::Acquire) != 0 {
+            return self.taken_one_sided.load(Ordering::Relaxed);
+        }
         (gate >= 0 && first_completes_nothing(gate, 0))
             || first_completes_nothing(self.share.inbox.as_raw_fd(), share::FORWARD_HEAD)
     }
@@ -489,6 +521,8 @@ pub struct UdpEgress {
     tally: Arc<Tally>,
     scratch: Vec<u8>,
     head: Vec<u8>,
+    /// Where a batch's datagrams become the kernel's ([`UdpEgress::send_batch`]).
+    bufs: Vec<Vec<u8>>,
 }
 
 impl UdpEgress {
@@ -500,6 +534,15 @@ impl UdpEgress {
             SendOutcome::Full => {}
         }
         outcome
+    }
+
+    /// Whether `datagram` for `dst` is one the kernel sends to another host as it is (not
+    /// multicast, IPv4 without options, not for a port of this address).
+    fn goes_out(&self, dst: [u8; 4], datagram: &[u8]) -> bool {
+        !is_multicast_ipv4(dst)
+            && datagram.len() >= IPV4_UDP_LEN + packet::ICRC_LEN
+            && datagram[0] == 0x45
+            && dst != self.own
     }
 
     fn send_uncounted(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
@@ -530,8 +573,7 @@ impl UdpEgress {
         let to = SocketAddrV4::new(Ipv4Addr::from(dst), ROCE_UDP_PORT);
         match self.sock.send_to(&d[IPV4_UDP_LEN..], to) {
             Ok(_) => SendOutcome::Sent,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => SendOutcome::Full,
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => SendOutcome::Full,
+            Err(e) if batch::is_full(&e) => SendOutcome::Full,
             Err(e) => {
                 // No route, the link down, or larger than the link (EMSGSIZE: a path MTU
                 // above what the interface carries): lost, as a NIC's frame would be.
@@ -555,8 +597,46 @@ impl Egress for UdpEgress {
     fn send_without_icrc(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
         self.send_icrc(dst, datagram)
     }
+
+    /// The run of datagrams at the batch's head that go to other hosts leaves in one
+    /// `sendmmsg` (`udp/batch.rs`), each made the kernel's as [`Egress::send`] makes it; a
+    /// datagram for this address or one that cannot go goes alone, as before.
+    fn send_batch(&mut self, batch: &[Transmit], outcomes: &mut [SendOutcome]) -> usize {
+        let max = batch.len().min(outcomes.len()).min(batch::SEND_MAX);
+        let run = batch[..max].iter().take_while(|t| self.goes_out(t.dst, &t.data)).count();
+        if run <= 1 {
+            let Some(t) = batch.first().filter(|_| max > 0) else { return 0 };
+            outcomes[0] = self.send_icrc(t.dst, &t.data);
+            return 1;
+        }
+        if self.bufs.len() < run {
+            self.bufs.resize_with(run, Vec::new);
+        }
+        let mut payloads: [&[u8]; batch::SEND_MAX] = [&[]; batch::SEND_MAX];
+        let mut to = [SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); batch::SEND_MAX];
+        for (i, (t, d)) in batch[..run].iter().zip(self.bufs.iter_mut()).enumerate() {
+            d.clear();
+            d.extend_from_slice(&t.data);
+            kernel_form(d, self.port);
+            to[i] = SocketAddrV4::new(Ipv4Addr::from(t.dst), ROCE_UDP_PORT);
+        }
+        for (p, d) in payloads.iter_mut().zip(&self.bufs[..run]) {
+            *p = &d[IPV4_UDP_LEN..];
+        }
+        let result = batch::sendmmsg_to(self.sock.as_raw_fd(), &payloads[..run], &to[..run]);
+        let n = batch::outcomes_of(result, run, outcomes);
+        for (t, outcome) in batch.iter().zip(&outcomes[..n]) {
+            match outcome {
+                SendOutcome::Sent => self.tally.sent(t.data.len()),
+                SendOutcome::Unreachable => counters::add(&self.tally.unreachable, 1),
+                SendOutcome::Full => {}
+            }
+        }
+        n
+    }
 }
 
+mod batch;
 mod gsi;
 mod share;
 pub use gsi::{gsi_gate_name, gsi_socket_name};

@@ -11,6 +11,7 @@ use super::mr::MrMemory;
 use super::*;
 use crate::packet::{self, Opcode};
 
+mod batch;
 mod errors;
 mod fast_paths;
 mod flush;
