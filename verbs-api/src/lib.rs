@@ -37,7 +37,7 @@ pub use device::{
 pub use error::{Errno, Error, Result};
 pub use ibv::IbvEnum;
 pub use object::{
-    AddressHandle, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+    AddressHandle, CompChannel, CompletionQueue, Context, MemoryRegion, MrAdvice, ProtectionDomain,
     QpInitAttr, QueuePair, SendWr, SharedReceiveQueue, UdTarget,
 };
 pub use provider::{DeviceInfo, Provider};

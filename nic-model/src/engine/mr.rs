@@ -12,7 +12,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use verbs_api::{AccessFlags, Error, Result, Sge};
+use verbs_api::{AccessFlags, Errno, Error, Result, Sge};
 
 use crate::cost::{self, CopyAt};
 use crate::small_copy;
@@ -24,7 +24,12 @@ use super::Nic;
 /// touch the same bytes concurrently, exactly as with a real NIC's DMA.
 pub struct MrMemory {
     ptr: *mut u8,
+    /// The bytes the inline copies may touch: `len`, or 0 for on-demand memory, whose every
+    /// access then takes the out-of-line path (`crate::odp`) with no test of its own here.
+    fast_len: usize,
     len: usize,
+    /// On-demand paging (`IBV_ACCESS_ON_DEMAND`): the program's pages, which may be unmapped.
+    odp: bool,
     owned: Option<Layout>,
     /// What keeps memory that the host allocated alive (see [`MrMemory::hosted`]).
     _keep: Option<Box<dyn Send + Sync>>,
@@ -47,7 +52,14 @@ impl MrMemory {
         if ptr.is_null() {
             return Err(Error::nomem(format!("ibv_reg_mr: cannot allocate {len} bytes")));
         }
-        Ok(Arc::new(MrMemory { ptr, len, owned: Some(layout), _keep: None }))
+        Ok(Arc::new(MrMemory {
+            ptr,
+            fast_len: len,
+            len,
+            odp: false,
+            owned: Some(layout),
+            _keep: None,
+        }))
     }
 
     /// `len` zeroed bytes at `ptr` that a host allocated (the soft backend's reach arena),
@@ -56,7 +68,7 @@ impl MrMemory {
     /// # Safety
     /// `ptr..ptr+len` must be valid, zeroed, 64-byte aligned memory for as long as `keep` lives.
     pub unsafe fn hosted(ptr: *mut u8, len: usize, keep: Box<dyn Send + Sync>) -> Arc<MrMemory> {
-        Arc::new(MrMemory { ptr, len, owned: None, _keep: Some(keep) })
+        Arc::new(MrMemory { ptr, fast_len: len, len, odp: false, owned: None, _keep: Some(keep) })
     }
 
     /// `len` bytes at `ptr` that stay mapped as long as `keep` lives, with no other promise
@@ -65,7 +77,7 @@ impl MrMemory {
     /// # Safety
     /// `ptr..ptr+len` must be valid memory for as long as `keep` lives.
     pub unsafe fn kept(ptr: *mut u8, len: usize, keep: Box<dyn Send + Sync>) -> Arc<MrMemory> {
-        Arc::new(MrMemory { ptr, len, owned: None, _keep: Some(keep) })
+        Arc::new(MrMemory { ptr, fast_len: len, len, odp: false, owned: None, _keep: Some(keep) })
     }
 
     /// Borrow caller memory.
@@ -73,7 +85,22 @@ impl MrMemory {
     /// # Safety
     /// `ptr..ptr+len` must stay valid for as long as the returned value lives.
     pub unsafe fn borrow_raw(ptr: *mut u8, len: usize) -> Arc<MrMemory> {
-        Arc::new(MrMemory { ptr, len, owned: None, _keep: None })
+        Arc::new(MrMemory { ptr, fast_len: len, len, odp: false, owned: None, _keep: None })
+    }
+
+    /// The program's `len` bytes at `addr`, registered on demand (`IBV_ACCESS_ON_DEMAND`):
+    /// neither pinned nor moved, and never dereferenced. Every access goes through
+    /// `crate::odp`, which follows the program's current mapping and answers a page that is
+    /// not mapped (or not writable for a write) with an error instead of a fault.
+    pub fn on_demand(addr: u64, len: usize) -> Arc<MrMemory> {
+        let ptr = addr as *mut u8;
+        Arc::new(MrMemory { ptr, fast_len: 0, len, odp: true, owned: None, _keep: None })
+    }
+
+    /// Whether this is on-demand memory ([`MrMemory::on_demand`]), which direct reach declines.
+    #[inline]
+    pub fn is_odp(&self) -> bool {
+        self.odp
     }
 
     /// The process's address of the first byte (an MR's default iova).
@@ -93,10 +120,27 @@ impl MrMemory {
         self.len == 0
     }
 
+    /// Whether the inline copies may touch `n` bytes at `offset` (never, for on-demand memory).
+    #[inline]
+    fn fits(&self, offset: usize, n: usize) -> bool {
+        matches!(offset.checked_add(n), Some(end) if end <= self.fast_len)
+    }
+
     #[inline]
     fn check(&self, offset: usize, n: usize) -> Result<()> {
+        match self.fits(offset, n) {
+            true => Ok(()),
+            false => Err(self.outside(offset, n)),
+        }
+    }
+
+    /// The out-of-line access of on-demand memory (fault-safe), or the bounds error.
+    #[cold]
+    fn slow(&self, offset: usize, n: usize, op: crate::odp::Op<'_>) -> Result<()> {
         match offset.checked_add(n) {
-            Some(end) if end <= self.len => Ok(()),
+            Some(end) if self.odp && end <= self.len => {
+                crate::odp::access(self.ptr as u64 + offset as u64, op)
+            }
             _ => Err(self.outside(offset, n)),
         }
     }
@@ -112,7 +156,9 @@ impl MrMemory {
     /// Copy out.
     #[inline]
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        self.check(offset, buf.len())?;
+        if !self.fits(offset, buf.len()) {
+            return self.slow(offset, buf.len(), crate::odp::Op::Read(buf));
+        }
         // SAFETY: bounds checked above; the source is valid MR memory and does not overlap `buf`.
         unsafe {
             small_copy::copy_nonoverlapping(self.ptr.add(offset), buf.as_mut_ptr(), buf.len())
@@ -123,7 +169,9 @@ impl MrMemory {
     /// Copy in.
     #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
+        if !self.fits(offset, data.len()) {
+            return self.slow(offset, data.len(), crate::odp::Op::Write(data));
+        }
         // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
         unsafe { small_copy::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
         Ok(())
@@ -133,7 +181,9 @@ impl MrMemory {
     /// visible last (`small_copy::copy_ordered`), so a program polling the last byte of an
     /// RDMA WRITE's target finds every byte before it there.
     pub fn place(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
+        if !self.fits(offset, data.len()) {
+            return self.slow(offset, data.len(), crate::odp::Op::Write(data));
+        }
         // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
         unsafe { small_copy::copy_ordered(data.as_ptr(), self.ptr.add(offset), data.len()) };
         Ok(())
@@ -179,9 +229,29 @@ impl MrMemory {
         }
     }
 
+    /// The word at `offset` of on-demand memory as an atomic, once a fault-safe read and
+    /// write of it (`crate::odp::probe_word`) found its page mapped and writable; None if
+    /// out of bounds, misaligned or not mapped so.
+    #[cold]
+    fn odp_atomic_at(&self, offset: usize) -> Option<&AtomicU64> {
+        let end = offset.checked_add(8)?;
+        let p = self.ptr.wrapping_add(offset);
+        if !self.odp || end > self.len || !(p as usize).is_multiple_of(8) {
+            return None;
+        }
+        crate::odp::probe_word(p as u64).ok()?;
+        // SAFETY: the probe found the aligned word mapped and writable just now. The program
+        // may unmap it in between (a race rxe closes with its MMU notifier and this NIC does
+        // not: docs/decisions.md, "On-demand paging").
+        Some(unsafe { AtomicU64::from_ptr(p as *mut u64) })
+    }
+
     /// Atomic compare-and-swap of the 8-byte word at `offset`; returns the original value.
     pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Option<u64> {
-        let a = self.atomic_at(offset)?;
+        let a = match self.atomic_at(offset) {
+            Some(a) => a,
+            None => self.odp_atomic_at(offset)?,
+        };
         Some(match a.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
             Ok(v) | Err(v) => v,
         })
@@ -189,7 +259,11 @@ impl MrMemory {
 
     /// Atomic fetch-and-add of the 8-byte word at `offset`; returns the original value.
     pub fn fetch_add(&self, offset: usize, add: u64) -> Option<u64> {
-        Some(self.atomic_at(offset)?.fetch_add(add, Ordering::AcqRel))
+        let a = match self.atomic_at(offset) {
+            Some(a) => a,
+            None => self.odp_atomic_at(offset)?,
+        };
+        Some(a.fetch_add(add, Ordering::AcqRel))
     }
 }
 
@@ -266,6 +340,9 @@ const FIRST_SLOTS: usize = 16;
 pub struct MrTable {
     slots: Vec<Option<Mr>>,
     count: usize,
+    /// How many of them are on-demand ([`MrMemory::is_odp`]): while none are, direct reach
+    /// need not look for one among a WR's SGEs.
+    odp: usize,
     /// The index the next registration tries first.
     next_index: u32,
     /// The key-byte stream: its seed and how many bytes were drawn.
@@ -288,6 +365,7 @@ impl MrTable {
         MrTable {
             slots: (0..FIRST_SLOTS).map(|_| None).collect(),
             count: 0,
+            odp: 0,
             next_index: 1 + (key_seed % u64::from(MAX_MR_INDEX)) as u32,
             key_seed,
             drawn: 0,
@@ -335,6 +413,7 @@ impl MrTable {
         self.next_index = next_mr_index(index);
         let key = index << 8 | self.key_byte();
         let i = self.slot_of(key);
+        self.odp += usize::from(memory.is_odp());
         self.slots[i] = Some(Mr { pd, memory, access, key, iova });
         self.count += 1;
         key
@@ -354,7 +433,16 @@ impl MrTable {
             return None;
         }
         self.count -= 1;
-        slot.take()
+        let mr = slot.take();
+        self.odp -= usize::from(mr.as_ref().is_some_and(|mr| mr.memory.is_odp()));
+        mr
+    }
+
+    /// Whether one of `sges` names an on-demand MR (which direct reach declines: its pages
+    /// are reached only through the fault-safe copies of `crate::odp`).
+    #[inline]
+    pub fn any_odp(&self, sges: &[Sge]) -> bool {
+        self.odp != 0 && sges.iter().any(|s| self.get(s.lkey).is_some_and(|mr| mr.memory.is_odp()))
     }
 
     /// Registered MRs.
@@ -550,6 +638,42 @@ impl Nic {
             )));
         }
         Ok(self.hca.mrs.insert(pd, memory, iova, access))
+    }
+
+    /// The program ranges `ibv_advise_mr` prefetches, as rxe's `rxe_ib_prefetch_sg_list`
+    /// finds them: each SGE's MR of `pd` with `IBV_ACCESS_LOCAL_WRITE` (`EINVAL` otherwise),
+    /// writable when the advice is for writing (`EPERM`), on demand (`EINVAL`: a pinned MR
+    /// has nothing to page in) and holding the range (`EFAULT`, as `ib_umem_odp` refuses).
+    pub fn odp_ranges(&self, pd: PdId, write: bool, sges: &[Sge]) -> Result<Vec<(u64, u64)>> {
+        let bad = |errno, why: String| Err(Error::new(errno, format!("ibv_advise_mr: {why}")));
+        let mut out = Vec::with_capacity(sges.len());
+        for s in sges {
+            let local = self.hca.mrs.resolve_local(pd, s, AccessFlags::LOCAL_WRITE);
+            let mr = match self.hca.mrs.get(s.lkey) {
+                Some(mr) if mr.pd == pd && mr.access.contains(AccessFlags::LOCAL_WRITE) => mr,
+                _ => {
+                    return bad(
+                        Errno::Inval,
+                        format!("no local-write MR of the PD has lkey {:#x}", s.lkey),
+                    )
+                }
+            };
+            if write && !mr.access.intersects(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            {
+                return bad(Errno::Perm, format!("MR {:#x} may not be written", s.lkey));
+            }
+            if !mr.memory.is_odp() {
+                return bad(Errno::Inval, format!("MR {:#x} is not on demand", s.lkey));
+            }
+            let Ok((_, off)) = local else {
+                return bad(
+                    Errno::Fault,
+                    format!("{} bytes at {:#x} are outside MR {:#x}", s.length, s.addr, s.lkey),
+                );
+            };
+            out.push((mr.memory.addr() + off as u64, u64::from(s.length)));
+        }
+        Ok(out)
     }
 
     /// `ibv_dereg_mr`.

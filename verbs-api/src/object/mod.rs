@@ -19,6 +19,6 @@ pub use ah::{AddressHandle, AhOps};
 pub use context::{Context, ContextOps};
 pub use cq::{CompChannel, CompChannelOps, CompletionQueue, CqOps};
 pub use mr::{MemoryRegion, MrOps};
-pub use pd::{PdOps, ProtectionDomain};
+pub use pd::{MrAdvice, PdOps, ProtectionDomain};
 pub use qp::{QpInitAttr, QpOps, QueuePair, SendWr, UdTarget};
 pub use srq::{SharedReceiveQueue, SrqOps};
