@@ -14,18 +14,19 @@ pub(crate) const MAX_SGE: usize = 32;
 
 /// The access flags softverbs enforces, from `enum ibv_access_flags`: the optional bits
 /// (`IBV_ACCESS_RELAXED_ORDERING` and up, which a device may ignore) and `IBV_ACCESS_MW_BIND`
-/// and `IBV_ACCESS_HUGETLB` (hints) are dropped; zero-based and on-demand MRs are refused.
+/// and `IBV_ACCESS_HUGETLB` (hints) are dropped; zero-based MRs are refused; the
+/// `IBV_ACCESS_ON_DEMAND` bit is dropped here (the caller registers on demand).
 pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
     const OPTIONAL_FIRST: u32 = 1 << 20;
     const IGNORED: u32 = 0x10 | 0x80;
     let f = flags & (OPTIONAL_FIRST - 1) & !IGNORED;
-    if f & !0xf != 0 {
+    // IBV_ACCESS_ON_DEMAND is the caller's to act on (`reg_mr`), not a right.
+    const ON_DEMAND: u32 = 0x40;
+    if f & !(0xf | ON_DEMAND) != 0 {
         return Err(refuse(
             what,
             libc::EOPNOTSUPP,
-            &format!(
-                "access flags {flags:#x}: zero-based, on-demand and flush MRs are not supported"
-            ),
+            &format!("access flags {flags:#x}: zero-based and flush MRs are not supported"),
         ));
     }
     Ok(AccessFlags::from_bits_truncate(f))
