@@ -113,6 +113,7 @@ pub(crate) fn probe_word(addr: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::mr::MrMemory;
 
     /// An anonymous mapping of `pages` pages.
     fn map(pages: usize) -> *mut u8 {
@@ -157,6 +158,38 @@ mod tests {
         access(a + 10, Op::Read(&mut out)).unwrap();
         assert_eq!(access(a + 10, Op::Write(b"x")).unwrap_err().errno, Errno::Fault);
         assert_eq!(probe_word(a + 8).unwrap_err().errno, Errno::Fault);
+        // SAFETY: our mapping's first page.
+        unsafe { libc::munmap(p.cast(), page) };
+    }
+
+    #[test]
+    fn on_demand_memory_is_reached_only_fault_safely_and_within_its_length() {
+        let page = page_size() as usize;
+        let p = map(2);
+        let m = MrMemory::on_demand(p as u64, 2 * page);
+        assert!(m.is_odp());
+        assert_eq!((m.addr(), m.len()), (p as u64, 2 * page));
+        m.write(page - 2, b"abcd").unwrap();
+        let mut out = [0u8; 4];
+        m.read(page - 2, &mut out).unwrap();
+        assert_eq!(&out, b"abcd");
+        m.place(8, &7u64.to_ne_bytes()).unwrap();
+        assert_eq!(m.fetch_add(8, 1), Some(7));
+        assert_eq!(m.compare_swap(8, 8, 50), Some(8));
+        assert_eq!(m.fetch_add(4, 1), None, "misaligned");
+        assert_eq!(m.fetch_add(2 * page, 1), None, "out of bounds");
+        let e = m.read(2 * page - 2, &mut out).unwrap_err();
+        assert_eq!(e.errno, Errno::Inval, "outside the MR: {e}");
+        // SAFETY: our mapping's second page.
+        unsafe { libc::munmap(p.add(page).cast(), page) };
+        assert_eq!(m.read(page - 2, &mut out).unwrap_err().errno, Errno::Fault);
+        assert_eq!(m.write(page, b"x").unwrap_err().errno, Errno::Fault);
+        assert_eq!(m.fetch_add(page + 8, 1), None, "an unmapped word: no atomic, no fault");
+        // An ordinary MR's copies are untouched: the fast path.
+        let o = MrMemory::allocate(16).unwrap();
+        assert!(!o.is_odp());
+        o.write(8, b"12345678").unwrap();
+        assert_eq!(o.fetch_add(8, 0), Some(u64::from_ne_bytes(*b"12345678")));
         // SAFETY: our mapping's first page.
         unsafe { libc::munmap(p.cast(), page) };
     }

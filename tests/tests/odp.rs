@@ -237,7 +237,7 @@ fn odp_mrs_carry_write_read_send_and_atomics_as_pinned_ones_with_reach_off() {
 /// What a responder's unmapped page and a requester's unmapped page give, with reach `reach`.
 fn faults(reach: bool) -> Vec<(WcStatus, u32)> {
     let mut out = Vec::new();
-    for (i, what) in ["read", "atomic", "local"].into_iter().enumerate() {
+    for (i, what) in ["read", "atomic", "local", "recv"].into_iter().enumerate() {
         let p = pair(&format!("odp_fault_{i}_{reach}"), reach);
         let (a, b) = (&p.a, &p.b);
         let (am, bm) = (Mapping::new(2), Mapping::new(2));
@@ -249,6 +249,23 @@ fn faults(reach: bool) -> Vec<(WcStatus, u32)> {
                 bm.unmap(1);
                 let s = [a.mr.sge(0, 32)];
                 run(&p, rdma(WrOpcode::RdmaRead, &s, 1, far, bo.rkey()))
+            }
+            "recv" => {
+                // The receive buffer's page is gone: the receive completes with LOC_PROT_ERR
+                // and the sender gets the NAK of a bad receive SGE (REM_OP_ERR), as for a
+                // receive whose lkey is wrong.
+                bm.unmap(1);
+                let rs = [bo.sge(PAGE + 8, 64)];
+                b.qp.post_recv(&[RecvWr { wr_id: 70, sg_list: &rs }]).unwrap();
+                let s = [a.mr.sge(0, 32)];
+                let w =
+                    run(&p, SendWr { opcode: WrOpcode::Send, ..rdma(WrOpcode::Send, &s, 1, 0, 0) });
+                let r = b.cq.poll_n(1, WAIT).expect("b's receive")[0];
+                assert_eq!(
+                    (r.wr_id, r.status, r.qp_num),
+                    (70, WcStatus::LocProtErr, b.qp.qp_num())
+                );
+                w
             }
             "atomic" => {
                 bm.unmap(1);
@@ -285,8 +302,12 @@ fn faults(reach: bool) -> Vec<(WcStatus, u32)> {
 #[test]
 fn an_unmapped_odp_page_fails_the_wr_as_rxe_with_reach_on_and_off() {
     // (byte_len is the message's, as every error completion of this engine reports it.)
-    let want =
-        vec![(WcStatus::RemAccessErr, 32), (WcStatus::RemAccessErr, 8), (WcStatus::LocProtErr, 32)];
+    let want = vec![
+        (WcStatus::RemAccessErr, 32),
+        (WcStatus::RemAccessErr, 8),
+        (WcStatus::LocProtErr, 32),
+        (WcStatus::RemOpErr, 32),
+    ];
     assert_eq!(faults(true), want, "reach on");
     assert_eq!(faults(false), want, "reach off");
 }
