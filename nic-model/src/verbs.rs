@@ -348,7 +348,7 @@ impl<H: Host> PdOps for EnginePd<H> {
     }
     fn advise_mr(&self, advice: MrAdvice, flush: bool, sges: &[verbs_api::Sge]) -> Result<()> {
         let write = advice == MrAdvice::PrefetchWrite;
-        let ranges = self.host.with_nic(|n| n.odp_ranges(self.id, write, sges))?;
+        let ranges = self.host.with_nic(|n| n.odp_ranges(self.id, flush, sges))?;
         // NO_FAULT maps only pages already present: nothing for this NIC to do, which never
         // keeps a mapping of its own. A prefetch without IBV_ADVISE_MR_FLAG_FLUSH is
         // best-effort (rxe queues it and ignores its failure).

@@ -328,6 +328,10 @@ fn advise_mr_prefetches_odp_ranges_and_refuses_what_rxe_refuses() {
     let bad = Sge { addr: m.addr(0), length: 8, lkey: 0x77 };
     assert_eq!(p.a.pd.advise_mr(MrAdvice::Prefetch, true, &[bad]).unwrap_err().errno, Errno::Inval);
     let out = Sge { addr: m.addr(0), length: 3 * PAGE as u32, lkey: o.lkey() };
+    // Asynchronous, past the look-up it is best effort (rxe queues it): 0.
+    p.a.pd.advise_mr(MrAdvice::Prefetch, false, &[out, p.a.mr.sge(0, 8)]).unwrap();
+    let e = p.a.pd.advise_mr(MrAdvice::Prefetch, false, &[bad]).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval, "the look-up fails an asynchronous call too: {e}");
     assert_eq!(p.a.pd.advise_mr(MrAdvice::Prefetch, true, &[out]).unwrap_err().errno, Errno::Fault);
     // rxe looks the MR up for local writing: an ODP MR without LOCAL_WRITE is EINVAL.
     let ro = p.a.pd.reg_mr_on_demand(m.addr(0), PAGE, AccessFlags::REMOTE_READ).unwrap();

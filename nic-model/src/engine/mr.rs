@@ -640,38 +640,36 @@ impl Nic {
         Ok(self.hca.mrs.insert(pd, memory, iova, access))
     }
 
-    /// The program ranges `ibv_advise_mr` prefetches, as rxe's `rxe_ib_prefetch_sg_list`
-    /// finds them: each SGE's MR of `pd` with `IBV_ACCESS_LOCAL_WRITE` (`EINVAL` otherwise),
-    /// writable when the advice is for writing (`EPERM`), on demand (`EINVAL`: a pinned MR
-    /// has nothing to page in) and holding the range (`EFAULT`, as `ib_umem_odp` refuses).
-    pub fn odp_ranges(&self, pd: PdId, write: bool, sges: &[Sge]) -> Result<Vec<(u64, u64)>> {
+    /// The program ranges `ibv_advise_mr` prefetches, as rxe's `rxe_ib_advise_mr_prefetch`
+    /// finds them: each SGE must name an MR of `pd` with `IBV_ACCESS_LOCAL_WRITE` (`EINVAL`;
+    /// rxe looks it up for local writing, so every such MR is writable). A synchronous call
+    /// (`sync`) also wants it on demand (`EINVAL`: a pinned MR has nothing to page in) and
+    /// holding the range (`EFAULT`, as `ib_umem_odp` refuses); an asynchronous one is
+    /// best effort past the look-up, and leaves out what it cannot prefetch.
+    pub fn odp_ranges(&self, pd: PdId, sync: bool, sges: &[Sge]) -> Result<Vec<(u64, u64)>> {
         let bad = |errno, why: String| Err(Error::new(errno, format!("ibv_advise_mr: {why}")));
         let mut out = Vec::with_capacity(sges.len());
         for s in sges {
-            let local = self.hca.mrs.resolve_local(pd, s, AccessFlags::LOCAL_WRITE);
             let mr = match self.hca.mrs.get(s.lkey) {
                 Some(mr) if mr.pd == pd && mr.access.contains(AccessFlags::LOCAL_WRITE) => mr,
                 _ => {
-                    return bad(
-                        Errno::Inval,
-                        format!("no local-write MR of the PD has lkey {:#x}", s.lkey),
-                    )
+                    let why = format!("no local-write MR of the PD has lkey {:#x}", s.lkey);
+                    return bad(Errno::Inval, why);
                 }
             };
-            if write && !mr.access.intersects(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-            {
-                return bad(Errno::Perm, format!("MR {:#x} may not be written", s.lkey));
+            let at = mr.offset_of(s.addr, u64::from(s.length));
+            match (mr.memory.is_odp(), at) {
+                (true, Some(off)) => out.push((mr.memory.addr() + off as u64, u64::from(s.length))),
+                _ if !sync => {}
+                (false, _) => {
+                    return bad(Errno::Inval, format!("MR {:#x} is not on demand", s.lkey))
+                }
+                (true, None) => {
+                    let why =
+                        format!("{} bytes at {:#x} are outside MR {:#x}", s.length, s.addr, s.lkey);
+                    return bad(Errno::Fault, why);
+                }
             }
-            if !mr.memory.is_odp() {
-                return bad(Errno::Inval, format!("MR {:#x} is not on demand", s.lkey));
-            }
-            let Ok((_, off)) = local else {
-                return bad(
-                    Errno::Fault,
-                    format!("{} bytes at {:#x} are outside MR {:#x}", s.length, s.addr, s.lkey),
-                );
-            };
-            out.push((mr.memory.addr() + off as u64, u64::from(s.length)));
         }
         Ok(out)
     }
