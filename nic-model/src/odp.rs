@@ -70,7 +70,7 @@ fn page_size() -> u64 {
 /// Pages in `[addr, addr+len)` as a prefetch does (`ibv_advise_mr`): for writing
 /// (`MADV_POPULATE_WRITE`) or reading (`MADV_POPULATE_READ`); `EFAULT` naming the range if a
 /// page is not mapped so. Where the kernel lacks these (before Linux 5.14) a fault-safe read of
-/// one byte per page stands in.
+/// one byte per page stands in, for writing too.
 pub(crate) fn populate(addr: u64, len: u64, write: bool) -> Result<()> {
     if len == 0 {
         return Ok(());
@@ -86,8 +86,10 @@ pub(crate) fn populate(addr: u64, len: u64, write: bool) -> Result<()> {
         return Ok(());
     }
     let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EINVAL) && !write {
-        // An old kernel: read a byte of each page.
+    // EINVAL is also the answer for a range mapped without the permission asked.
+    if err.raw_os_error() == Some(libc::EINVAL) && !populate_known() {
+        // A kernel before 5.14: read a byte of each page (which sees whether it is mapped
+        // and readable, not whether it is writable).
         let mut at = lo.max(addr);
         while at < hi {
             access(at, Op::Read(&mut [0u8]))?;
@@ -102,6 +104,17 @@ pub(crate) fn populate(addr: u64, len: u64, write: bool) -> Result<()> {
             if write { "writing" } else { "reading" }
         ),
     ))
+}
+
+/// Whether the kernel knows `MADV_POPULATE_READ` (Linux 5.14+): asked once, of a page that is
+/// surely mapped and readable (this function's own code).
+fn populate_known() -> bool {
+    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        let at = (populate_known as *const () as u64) & !(page_size() - 1);
+        // SAFETY: populating a mapped code page for reading changes nothing.
+        unsafe { libc::madvise(at as *mut libc::c_void, 1, libc::MADV_POPULATE_READ) == 0 }
+    })
 }
 
 /// Makes the aligned 8-byte word at `addr` present and writable (an atomic's target), or
