@@ -229,9 +229,9 @@ impl MrMemory {
         }
     }
 
-    /// The word at `offset` of on-demand memory as an atomic, once a fault-safe read and
-    /// write of it (`crate::odp::probe_word`) found its page mapped and writable; None if
-    /// out of bounds, misaligned or not mapped so.
+    /// The word at `offset` of on-demand memory as an atomic, once `crate::odp::probe_word`
+    /// (which changes no byte) made its page present and found it writable; None if out of
+    /// bounds, misaligned or not mapped so.
     #[cold]
     fn odp_atomic_at(&self, offset: usize) -> Option<&AtomicU64> {
         let end = offset.checked_add(8)?;
