@@ -14,6 +14,7 @@
 pub mod cost;
 pub mod engine;
 pub mod fault;
+mod odp;
 pub mod packet;
 pub mod pinned;
 mod small_copy;

@@ -18,8 +18,8 @@ use verbs_api::provider::{
 };
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, CompChannel, CompletionQueue, DeviceAttr, Errno, Error, Gid,
-    GidEntry, MwType, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr,
-    Result, SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
+    GidEntry, MrAdvice, MwType, PortAttr, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType,
+    RecvWr, Result, SendWr, SrqAttr, SrqAttrMask, SrqInitAttr, WorkCompletion,
 };
 
 use crate::cost::{self, CopyAt};
@@ -338,6 +338,31 @@ impl<H: Host> PdOps for EnginePd<H> {
         // SAFETY: the caller guarantees the memory outlives the MR (PdOps::reg_mr_raw contract).
         let memory = unsafe { self.host.raw_mr_memory(addr, len, access)? };
         self.register(memory, addr as u64, access)
+    }
+    fn reg_mr_on_demand(
+        &self,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Arc<dyn MrOps>> {
+        // As rxe_odp_mr_init_user: nothing pinned, nothing need be mapped yet (crate::odp).
+        self.register(MrMemory::on_demand(addr, len), addr, access)
+    }
+    fn advise_mr(&self, advice: MrAdvice, flush: bool, sges: &[verbs_api::Sge]) -> Result<()> {
+        let write = advice == MrAdvice::PrefetchWrite;
+        let ranges = self.host.with_nic(|n| n.odp_ranges(self.id, flush, sges))?;
+        // NO_FAULT maps only pages already present: nothing for this NIC to do, which never
+        // keeps a mapping of its own. A prefetch without IBV_ADVISE_MR_FLAG_FLUSH is
+        // best-effort (rxe queues it and ignores its failure).
+        if advice != MrAdvice::PrefetchNoFault {
+            for (addr, len) in ranges {
+                match crate::odp::populate(addr, len, write) {
+                    Err(e) if flush => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
     }
     fn create_qp(&self, init: &QpInitAttr) -> Result<Arc<dyn QpOps>> {
         let cq_of = |cq: &CompletionQueue, what| {

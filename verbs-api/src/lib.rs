@@ -38,8 +38,8 @@ pub use error::{Errno, Error, Result};
 pub use ibv::IbvEnum;
 pub use object::{
     inc_rkey, AddressHandle, CompChannel, CompletionQueue, Context, MemoryRegion, MemoryWindow,
-    MwBindInfo, MwOps, MwType, ProtectionDomain, QpInitAttr, QueuePair, SendWr, SharedReceiveQueue,
-    UdTarget,
+    MrAdvice, MwBindInfo, MwOps, MwType, ProtectionDomain, QpInitAttr, QueuePair, SendWr,
+    SharedReceiveQueue, UdTarget,
 };
 pub use provider::{DeviceInfo, Provider};
 pub use types::*;

@@ -75,6 +75,7 @@ pub struct ibv_context {
 /// Slot indices in [`verbs_context::ops`] (its 39 pointer-sized members in header order).
 pub mod vslot {
     pub const QUERY_PORT: usize = 0;
+    pub const ADVISE_MR: usize = 1;
     pub const CREATE_CQ_EX: usize = 25;
     pub const QUERY_DEVICE_EX: usize = 27;
     pub const CREATE_QP_EX: usize = 33;

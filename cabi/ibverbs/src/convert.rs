@@ -16,9 +16,10 @@ pub(crate) const MAX_SGE: usize = 32;
 
 /// The access flags softverbs enforces, from `enum ibv_access_flags` (`IBV_ACCESS_MW_BIND`
 /// included): the optional bits (`IBV_ACCESS_RELAXED_ORDERING` and up, which a device may
-/// ignore) and `IBV_ACCESS_HUGETLB` (a hint) are dropped; zero-based and on-demand MRs are
-/// refused. `IBV_ACCESS_FLUSH_GLOBAL` is taken; `IBV_ACCESS_FLUSH_PERSISTENT` is `EINVAL`, as
-/// rxe refuses it for memory that is not persistent memory (none here is).
+/// ignore) and `IBV_ACCESS_HUGETLB` (a hint) are dropped; zero-based MRs are refused; the
+/// `IBV_ACCESS_ON_DEMAND` bit is dropped here (the caller registers on demand).
+/// `IBV_ACCESS_FLUSH_GLOBAL` is taken; `IBV_ACCESS_FLUSH_PERSISTENT` is `EINVAL`, as rxe
+/// refuses it for memory that is not persistent memory (none here is).
 pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
     const OPTIONAL_FIRST: u32 = 1 << 20;
     const IGNORED: u32 = 0x80;
@@ -29,11 +30,13 @@ pub(crate) fn access(what: &str, flags: u32) -> Result<AccessFlags, c_int> {
         return Err(refuse(what, libc::EINVAL, why));
     }
     let f = flags & (OPTIONAL_FIRST - 1) & !IGNORED;
-    if f & !(0x1f | AccessFlags::FLUSH_GLOBAL.bits()) != 0 {
+    // IBV_ACCESS_ON_DEMAND is the caller's to act on (`reg_mr`), not a right.
+    const ON_DEMAND: u32 = 0x40;
+    if f & !(0x1f | AccessFlags::FLUSH_GLOBAL.bits() | ON_DEMAND) != 0 {
         return Err(refuse(
             what,
             libc::EOPNOTSUPP,
-            &format!("access flags {flags:#x}: zero-based and on-demand MRs are not supported"),
+            &format!("access flags {flags:#x}: zero-based MRs are not supported"),
         ));
     }
     Ok(AccessFlags::from_bits_truncate(f))

@@ -187,6 +187,24 @@ pub unsafe extern "C" fn ibv_query_device(
     0
 }
 
+/// `odp_caps` as rxe reports them (`rxe_init_device_param`): `IBV_ODP_SUPPORT` (no implicit
+/// MRs); RC: SEND, RECV, WRITE, READ, ATOMIC, SRQ_RECV; UC: none; UD: SEND, RECV, SRQ_RECV.
+/// (rxe's RC FLUSH and ATOMIC_WRITE bits follow those operations.)
+const ODP_CAPS: [u64; 3] = {
+    const SEND: u64 = 1;
+    const RECV: u64 = 1 << 1;
+    const WRITE: u64 = 1 << 2;
+    const READ: u64 = 1 << 3;
+    const ATOMIC: u64 = 1 << 4;
+    const SRQ_RECV: u64 = 1 << 5;
+    const FLUSH: u64 = 1 << 6;
+    const ATOMIC_WRITE: u64 = 1 << 7;
+    let rc = SEND | RECV | WRITE | READ | ATOMIC | SRQ_RECV | FLUSH | ATOMIC_WRITE;
+    let (uc, ud) = (0u64, SEND | RECV | SRQ_RECV);
+    // general_caps, then {rc, uc} and {ud, padding} as two little-endian words of u32s.
+    [1, rc | uc << 32, ud]
+};
+
 /// `verbs_context.query_device_ex`, which the inline `ibv_query_device_ex` calls with the size
 /// of the `ibv_device_attr_ex` the program was compiled with.
 pub(crate) unsafe extern "C" fn query_device_ex(
@@ -211,6 +229,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
     // 1 << 39): no memory here is persistent, so no MR can take such a FLUSH.
     x.device_cap_flags_ex = x.orig_attr.device_cap_flags as u64 | (1 << 38) | (1 << 40);
     x.completion_timestamp_mask = 0;
+    x.odp_caps = ODP_CAPS;
     x.phys_port_cnt_ex = a.phys_port_cnt as u32;
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     // SAFETY: the caller gave attr_size bytes at attr; n is no more than both sizes.

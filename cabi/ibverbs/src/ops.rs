@@ -30,6 +30,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[vslot::QUERY_DEVICE_EX] = query_device_ex as *const c_void;
     ops[vslot::CREATE_QP_EX] = qp::create_qp_ex as *const c_void;
     ops[vslot::CREATE_CQ_EX] = cq_ex::create_cq_ex as *const c_void;
+    ops[vslot::ADVISE_MR] = verbs::advise_mr as *const c_void;
     // SAFETY: ibv_context_ops is all pointers; all zeroes (NULL) is valid.
     let mut cops: ibv_context_ops = unsafe { std::mem::zeroed() };
     cops.poll_cq = Some(verbs::poll_cq);

@@ -7,7 +7,8 @@ use std::ptr::null_mut;
 use std::time::Duration;
 
 use verbs_api::{
-    CompChannel, CompletionQueue, Errno, MemoryRegion, ProtectionDomain, WorkCompletion,
+    CompChannel, CompletionQueue, Errno, MemoryRegion, MrAdvice, ProtectionDomain, Sge,
+    WorkCompletion,
 };
 
 use crate::convert::{access, wc_c};
@@ -66,6 +67,9 @@ pub(crate) struct Mr {
     pub(crate) mr: MemoryRegion,
 }
 
+/// `IBV_ACCESS_ON_DEMAND`: register without pinning (on-demand paging).
+const IBV_ACCESS_ON_DEMAND: u32 = 1 << 6;
+
 fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -> *mut ibv_mr {
     let acc_raw = acc;
     let Some(pd) = obj::<Pd, _>(what, p, Magic::Pd) else { return null_mut() };
@@ -73,10 +77,15 @@ fn reg_mr(what: &str, p: *mut ibv_pd, addr: *mut c_void, len: usize, acc: u32) -
         Ok(a) => a,
         Err(_) => return null_mut(),
     };
-    // SAFETY: libibverbs' contract: the memory stays valid until ibv_dereg_mr, and the program
-    // does not free it while WRs use it. reg_mr_raw pins as the kernel does: a range that is
-    // not mapped as the access needs (NULL included) is EFAULT, length 0 EINVAL.
-    match unsafe { pd.pd.reg_mr_raw(addr as *mut u8, len, acc) } {
+    let made = match acc_raw & IBV_ACCESS_ON_DEMAND {
+        // SAFETY: libibverbs' contract: the memory stays valid until ibv_dereg_mr, and the program
+        // does not free it while WRs use it. reg_mr_raw pins as the kernel does: a range that is
+        // not mapped as the access needs (NULL included) is EFAULT, length 0 EINVAL.
+        0 => unsafe { pd.pd.reg_mr_raw(addr as *mut u8, len, acc) },
+        // Not pinned: the NIC pages the program's memory in at each access (rxe_odp.c).
+        _ => pd.pd.reg_mr_on_demand(addr as u64, len, acc),
+    };
+    match made {
         Ok(mr) => {
             let c = ibv_mr {
                 context: pd.c.context,
@@ -407,5 +416,37 @@ pub(crate) unsafe extern "C" fn req_notify_cq(p: *mut ibv_cq, solicited_only: c_
     match cq.cq.req_notify(solicited_only != 0) {
         Ok(()) => 0,
         Err(e) => refuse_err("ibv_req_notify_cq", &e),
+    }
+}
+
+/// `verbs_context.advise_mr`, which the inline `ibv_advise_mr` calls: prefetch ranges of
+/// on-demand MRs, as rxe's `rxe_ib_advise_mr` (advice PREFETCH, PREFETCH_WRITE or
+/// PREFETCH_NO_FAULT, else `EOPNOTSUPP`; `IBV_ADVISE_MR_FLAG_FLUSH` waits for the pages, else
+/// best effort). Returns the errno, 0 on success.
+pub(crate) unsafe extern "C" fn advise_mr(
+    p: *mut ibv_pd,
+    advice: c_int,
+    flags: u32,
+    list: *mut ibv_sge,
+    n: u32,
+) -> c_int {
+    const WHAT: &str = "ibv_advise_mr";
+    const FLUSH: u32 = 1;
+    let Some(pd) = obj::<Pd, _>(WHAT, p, Magic::Pd) else { return libc::EINVAL };
+    let advice = match advice {
+        0 => MrAdvice::Prefetch,
+        1 => MrAdvice::PrefetchWrite,
+        2 => MrAdvice::PrefetchNoFault,
+        a => return refuse(WHAT, libc::EOPNOTSUPP, &format!("advice {a} is not a prefetch")),
+    };
+    if flags & !FLUSH != 0 || n == 0 {
+        return refuse(WHAT, libc::EINVAL, &format!("flags {flags:#x} or num_sge {n}"));
+    }
+    let mut buf = [Sge::default(); crate::convert::MAX_SGE];
+    let n = c_int::try_from(n).unwrap_or(c_int::MAX);
+    let Some(sges) = crate::convert::sges(WHAT, list, n, &mut buf) else { return libc::EINVAL };
+    match pd.pd.advise_mr(advice, flags & FLUSH != 0, sges) {
+        Ok(()) => 0,
+        Err(e) => refuse_err(WHAT, &e),
     }
 }

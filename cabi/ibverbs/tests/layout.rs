@@ -74,6 +74,7 @@ fn table() -> Vec<(&'static str, String, usize)> {
         ("query_device_ex", vslot::QUERY_DEVICE_EX),
         ("create_qp_ex", vslot::CREATE_QP_EX),
         ("open_xrcd", vslot::OPEN_XRCD),
+        ("advise_mr", vslot::ADVISE_MR),
     ] {
         t.push(("verbs_context op", format!("offsetof(struct verbs_context, {name})"), slot * 8));
     }

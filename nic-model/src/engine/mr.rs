@@ -12,7 +12,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use verbs_api::{AccessFlags, Error, Result, Sge};
+use verbs_api::{AccessFlags, Errno, Error, Result, Sge};
 
 use crate::cost::{self, CopyAt};
 use crate::small_copy;
@@ -24,7 +24,12 @@ use super::Nic;
 /// touch the same bytes concurrently, exactly as with a real NIC's DMA.
 pub struct MrMemory {
     ptr: *mut u8,
+    /// The bytes the inline copies may touch: `len`, or 0 for on-demand memory, whose every
+    /// access then takes the out-of-line path (`crate::odp`) with no test of its own here.
+    fast_len: usize,
     len: usize,
+    /// On-demand paging (`IBV_ACCESS_ON_DEMAND`): the program's pages, which may be unmapped.
+    odp: bool,
     owned: Option<Layout>,
     /// What keeps memory that the host allocated alive (see [`MrMemory::hosted`]).
     _keep: Option<Box<dyn Send + Sync>>,
@@ -47,7 +52,14 @@ impl MrMemory {
         if ptr.is_null() {
             return Err(Error::nomem(format!("ibv_reg_mr: cannot allocate {len} bytes")));
         }
-        Ok(Arc::new(MrMemory { ptr, len, owned: Some(layout), _keep: None }))
+        Ok(Arc::new(MrMemory {
+            ptr,
+            fast_len: len,
+            len,
+            odp: false,
+            owned: Some(layout),
+            _keep: None,
+        }))
     }
 
     /// `len` zeroed bytes at `ptr` that a host allocated (the soft backend's reach arena),
@@ -56,7 +68,7 @@ impl MrMemory {
     /// # Safety
     /// `ptr..ptr+len` must be valid, zeroed, 64-byte aligned memory for as long as `keep` lives.
     pub unsafe fn hosted(ptr: *mut u8, len: usize, keep: Box<dyn Send + Sync>) -> Arc<MrMemory> {
-        Arc::new(MrMemory { ptr, len, owned: None, _keep: Some(keep) })
+        Arc::new(MrMemory { ptr, fast_len: len, len, odp: false, owned: None, _keep: Some(keep) })
     }
 
     /// `len` bytes at `ptr` that stay mapped as long as `keep` lives, with no other promise
@@ -65,7 +77,7 @@ impl MrMemory {
     /// # Safety
     /// `ptr..ptr+len` must be valid memory for as long as `keep` lives.
     pub unsafe fn kept(ptr: *mut u8, len: usize, keep: Box<dyn Send + Sync>) -> Arc<MrMemory> {
-        Arc::new(MrMemory { ptr, len, owned: None, _keep: Some(keep) })
+        Arc::new(MrMemory { ptr, fast_len: len, len, odp: false, owned: None, _keep: Some(keep) })
     }
 
     /// Borrow caller memory.
@@ -73,7 +85,22 @@ impl MrMemory {
     /// # Safety
     /// `ptr..ptr+len` must stay valid for as long as the returned value lives.
     pub unsafe fn borrow_raw(ptr: *mut u8, len: usize) -> Arc<MrMemory> {
-        Arc::new(MrMemory { ptr, len, owned: None, _keep: None })
+        Arc::new(MrMemory { ptr, fast_len: len, len, odp: false, owned: None, _keep: None })
+    }
+
+    /// The program's `len` bytes at `addr`, registered on demand (`IBV_ACCESS_ON_DEMAND`):
+    /// neither pinned nor moved, and never dereferenced. Every access goes through
+    /// `crate::odp`, which follows the program's current mapping and answers a page that is
+    /// not mapped (or not writable for a write) with an error instead of a fault.
+    pub fn on_demand(addr: u64, len: usize) -> Arc<MrMemory> {
+        let ptr = addr as *mut u8;
+        Arc::new(MrMemory { ptr, fast_len: 0, len, odp: true, owned: None, _keep: None })
+    }
+
+    /// Whether this is on-demand memory ([`MrMemory::on_demand`]), which direct reach declines.
+    #[inline]
+    pub fn is_odp(&self) -> bool {
+        self.odp
     }
 
     /// The process's address of the first byte (an MR's default iova).
@@ -93,10 +120,27 @@ impl MrMemory {
         self.len == 0
     }
 
+    /// Whether the inline copies may touch `n` bytes at `offset` (never, for on-demand memory).
+    #[inline]
+    fn fits(&self, offset: usize, n: usize) -> bool {
+        matches!(offset.checked_add(n), Some(end) if end <= self.fast_len)
+    }
+
     #[inline]
     fn check(&self, offset: usize, n: usize) -> Result<()> {
+        match self.fits(offset, n) {
+            true => Ok(()),
+            false => Err(self.outside(offset, n)),
+        }
+    }
+
+    /// The out-of-line access of on-demand memory (fault-safe), or the bounds error.
+    #[cold]
+    fn slow(&self, offset: usize, n: usize, op: crate::odp::Op<'_>) -> Result<()> {
         match offset.checked_add(n) {
-            Some(end) if end <= self.len => Ok(()),
+            Some(end) if self.odp && end <= self.len => {
+                crate::odp::access(self.ptr as u64 + offset as u64, op)
+            }
             _ => Err(self.outside(offset, n)),
         }
     }
@@ -112,7 +156,9 @@ impl MrMemory {
     /// Copy out.
     #[inline]
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        self.check(offset, buf.len())?;
+        if !self.fits(offset, buf.len()) {
+            return self.slow(offset, buf.len(), crate::odp::Op::Read(buf));
+        }
         // SAFETY: bounds checked above; the source is valid MR memory and does not overlap `buf`.
         unsafe {
             small_copy::copy_nonoverlapping(self.ptr.add(offset), buf.as_mut_ptr(), buf.len())
@@ -123,7 +169,9 @@ impl MrMemory {
     /// Copy in.
     #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
+        if !self.fits(offset, data.len()) {
+            return self.slow(offset, data.len(), crate::odp::Op::Write(data));
+        }
         // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
         unsafe { small_copy::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
         Ok(())
@@ -133,7 +181,9 @@ impl MrMemory {
     /// visible last (`small_copy::copy_ordered`), so a program polling the last byte of an
     /// RDMA WRITE's target finds every byte before it there.
     pub fn place(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
+        if !self.fits(offset, data.len()) {
+            return self.slow(offset, data.len(), crate::odp::Op::Write(data));
+        }
         // SAFETY: bounds checked above; the destination is valid MR memory and does not overlap `data`.
         unsafe { small_copy::copy_ordered(data.as_ptr(), self.ptr.add(offset), data.len()) };
         Ok(())
@@ -179,9 +229,29 @@ impl MrMemory {
         }
     }
 
+    /// The word at `offset` of on-demand memory as an atomic, once `crate::odp::probe_word`
+    /// (which changes no byte) made its page present and found it writable; None if out of
+    /// bounds, misaligned or not mapped so.
+    #[cold]
+    fn odp_atomic_at(&self, offset: usize) -> Option<&AtomicU64> {
+        let end = offset.checked_add(8)?;
+        let p = self.ptr.wrapping_add(offset);
+        if !self.odp || end > self.len || !(p as usize).is_multiple_of(8) {
+            return None;
+        }
+        crate::odp::probe_word(p as u64).ok()?;
+        // SAFETY: the probe found the aligned word mapped and writable just now. The program
+        // may unmap it in between (a race rxe closes with its MMU notifier and this NIC does
+        // not: docs/decisions.md, "On-demand paging").
+        Some(unsafe { AtomicU64::from_ptr(p as *mut u64) })
+    }
+
     /// Atomic compare-and-swap of the 8-byte word at `offset`; returns the original value.
     pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Option<u64> {
-        let a = self.atomic_at(offset)?;
+        let a = match self.atomic_at(offset) {
+            Some(a) => a,
+            None => self.odp_atomic_at(offset)?,
+        };
         Some(match a.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
             Ok(v) | Err(v) => v,
         })
@@ -189,14 +259,22 @@ impl MrMemory {
 
     /// Atomic fetch-and-add of the 8-byte word at `offset`; returns the original value.
     pub fn fetch_add(&self, offset: usize, add: u64) -> Option<u64> {
-        Some(self.atomic_at(offset)?.fetch_add(add, Ordering::AcqRel))
+        let a = match self.atomic_at(offset) {
+            Some(a) => a,
+            None => self.odp_atomic_at(offset)?,
+        };
+        Some(a.fetch_add(add, Ordering::AcqRel))
     }
 
     /// An ATOMIC WRITE: `bytes` stored at `offset` in one 8-byte store, after every earlier
     /// write to memory (release ordering, as rxe's `smp_store_release`); None when the word is
     /// outside the MR or not 8-byte aligned.
     pub fn atomic_write(&self, offset: usize, bytes: [u8; 8]) -> Option<()> {
-        self.atomic_at(offset)?.store(u64::from_ne_bytes(bytes), Ordering::Release);
+        let a = match self.atomic_at(offset) {
+            Some(a) => a,
+            None => self.odp_atomic_at(offset)?,
+        };
+        a.store(u64::from_ne_bytes(bytes), Ordering::Release);
         Some(())
     }
 }
@@ -275,6 +353,9 @@ const FIRST_SLOTS: usize = 16;
 pub struct MrTable {
     slots: Vec<Option<Mr>>,
     count: usize,
+    /// How many of them are on-demand ([`MrMemory::is_odp`]): while none are, direct reach
+    /// need not look for one among a WR's SGEs.
+    odp: usize,
     /// The index the next registration tries first.
     next_index: u32,
     /// The key-byte stream: its seed and how many bytes were drawn.
@@ -297,6 +378,7 @@ impl MrTable {
         MrTable {
             slots: (0..FIRST_SLOTS).map(|_| None).collect(),
             count: 0,
+            odp: 0,
             next_index: 1 + (key_seed % u64::from(MAX_MR_INDEX)) as u32,
             key_seed,
             drawn: 0,
@@ -344,6 +426,7 @@ impl MrTable {
         self.next_index = next_mr_index(index);
         let key = index << 8 | self.key_byte();
         let i = self.slot_of(key);
+        self.odp += usize::from(memory.is_odp());
         self.slots[i] = Some(Mr { pd, memory, access, key, iova });
         self.count += 1;
         key
@@ -363,7 +446,16 @@ impl MrTable {
             return None;
         }
         self.count -= 1;
-        slot.take()
+        let mr = slot.take();
+        self.odp -= usize::from(mr.as_ref().is_some_and(|mr| mr.memory.is_odp()));
+        mr
+    }
+
+    /// Whether one of `sges` names an on-demand MR (which direct reach declines: its pages
+    /// are reached only through the fault-safe copies of `crate::odp`).
+    #[inline]
+    pub fn any_odp(&self, sges: &[Sge]) -> bool {
+        self.odp != 0 && sges.iter().any(|s| self.get(s.lkey).is_some_and(|mr| mr.memory.is_odp()))
     }
 
     /// Registered MRs.
@@ -559,6 +651,40 @@ impl Nic {
             )));
         }
         Ok(self.hca.mrs.insert(pd, memory, iova, access))
+    }
+
+    /// The program ranges `ibv_advise_mr` prefetches, as rxe's `rxe_ib_advise_mr_prefetch`
+    /// finds them: each SGE must name an MR of `pd` with `IBV_ACCESS_LOCAL_WRITE` (`EINVAL`;
+    /// rxe looks it up for local writing, so every such MR is writable). A synchronous call
+    /// (`sync`) also wants it on demand (`EINVAL`: a pinned MR has nothing to page in) and
+    /// holding the range (`EFAULT`, as `ib_umem_odp` refuses); an asynchronous one is
+    /// best effort past the look-up, and leaves out what it cannot prefetch.
+    pub fn odp_ranges(&self, pd: PdId, sync: bool, sges: &[Sge]) -> Result<Vec<(u64, u64)>> {
+        let bad = |errno, why: String| Err(Error::new(errno, format!("ibv_advise_mr: {why}")));
+        let mut out = Vec::with_capacity(sges.len());
+        for s in sges {
+            let mr = match self.hca.mrs.get(s.lkey) {
+                Some(mr) if mr.pd == pd && mr.access.contains(AccessFlags::LOCAL_WRITE) => mr,
+                _ => {
+                    let why = format!("no local-write MR of the PD has lkey {:#x}", s.lkey);
+                    return bad(Errno::Inval, why);
+                }
+            };
+            let at = mr.offset_of(s.addr, u64::from(s.length));
+            match (mr.memory.is_odp(), at) {
+                (true, Some(off)) => out.push((mr.memory.addr() + off as u64, u64::from(s.length))),
+                _ if !sync => {}
+                (false, _) => {
+                    return bad(Errno::Inval, format!("MR {:#x} is not on demand", s.lkey))
+                }
+                (true, None) => {
+                    let why =
+                        format!("{} bytes at {:#x} are outside MR {:#x}", s.length, s.addr, s.lkey);
+                    return bad(Errno::Fault, why);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The check of [`Nic::dereg_mr`] a host makes before it lets go of the MR's memory: no

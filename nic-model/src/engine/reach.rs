@@ -337,6 +337,10 @@ fn place(qp: &Qp, hca: &mut Hca, w: &CheckedWr<'_, '_>) -> bool {
     if atomic && wr.sg_list.len() != 1 {
         return false;
     }
+    // On-demand memory may be unmapped: only the packet path's fault-safe copies touch it.
+    if hca.mrs.any_odp(wr.sg_list) {
+        return false;
+    }
     // Where the data lands locally must take it (a READ's or atomic's SGEs need LOCAL_WRITE);
     // the packet path reports a failure here as LOC_PROT_ERR, so leave it to it.
     if read || atomic {

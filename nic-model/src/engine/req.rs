@@ -64,7 +64,9 @@ pub(crate) fn post_now(
     // that goes out at once is read at once).
     let mut buf = [0u8; FAST_PAYLOAD];
     let len = len as usize;
-    checked.read_into(qp, &hca.mrs, &mut buf[..len]);
+    if !checked.read_into(qp, &hca.mrs, &mut buf[..len]) {
+        return false;
+    }
     let payload = &buf[..len];
     let psn = qp.req.psn;
     let with_imm = wr.opcode.has_imm();

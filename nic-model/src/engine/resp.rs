@@ -445,22 +445,30 @@ fn on_atomic(qp: &mut Qp, hca: &mut Hca, pkt: &Packet<'_>) {
     let req = Request { op: RemoteOp::Atomic, rkey: a.rkey, va: a.va, len: 8 };
     let orig = match rights::request(qp, &hca.mrs, &hca.mws, &req) {
         Ok(Some((mr, off))) => {
-            if is_cas {
+            let orig = if is_cas {
                 mr.memory.compare_swap(off, a.compare, a.swap_add)
             } else {
                 mr.memory.fetch_add(off, a.swap_add)
+            };
+            // An aligned word of on-demand memory that is not mapped: rxe_odp_atomic_op's
+            // failed page fault, an rkey violation.
+            match orig {
+                None if mr.memory.is_odp() && a.va.is_multiple_of(8) => {
+                    Err(NakCode::RemoteAccessError)
+                }
+                o => o.ok_or(NakCode::InvalidRequest),
             }
         }
         // (An atomic always names 8 bytes: `Nothing` is never its grant.)
-        Ok(None) => None,
+        Ok(None) => Err(NakCode::InvalidRequest),
+        Err(code) => Err(code),
+    };
+    let orig = match orig {
+        Ok(orig) => orig,
         Err(code) => {
             nak_error(qp, hca, psn, code);
             return;
         }
-    };
-    let Some(orig) = orig else {
-        nak_error(qp, hca, psn, NakCode::InvalidRequest);
-        return;
     };
     qp.resp.msn = (qp.resp.msn + 1) & Psn::MASK;
     save_resource(qp, RdResource::Atomic { psn, orig, msn: qp.resp.msn });

@@ -73,15 +73,18 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
     }
 
     /// Reads the message into `out` (its length): the WR's `inline_data`, or its gather list
-    /// (an inline WR without `inline_data` is gathered from its SGEs too).
+    /// (an inline WR without `inline_data` is gathered from its SGEs too). False when a page
+    /// of an on-demand MR is not mapped (`check_send` checked everything else): the WR then
+    /// goes to the send queue, whose gather fails it with `LOC_PROT_ERR`.
     #[inline]
-    pub(crate) fn read_into(&self, qp: &Qp, mrs: &MrTable, out: &mut [u8]) {
+    pub(crate) fn read_into(&self, qp: &Qp, mrs: &MrTable, out: &mut [u8]) -> bool {
         debug_assert_eq!(out.len(), self.len as usize);
         match self.wr.inline_data {
-            Some(d) => out.copy_from_slice(d),
-            None => mrs
-                .gather(qp.pd, self.wr.sg_list, 0, out)
-                .expect("check_send checked every SGE the gather reads"),
+            Some(d) => {
+                out.copy_from_slice(d);
+                true
+            }
+            None => mrs.gather(qp.pd, self.wr.sg_list, 0, out).is_ok(),
         }
     }
 
@@ -90,12 +93,12 @@ impl<'w, 'd> CheckedWr<'w, 'd> {
         let inline = match (self.inline, self.wr.inline_data) {
             (false, _) => None,
             (true, Some(d)) => Some(qp::InlineData::from(d)),
-            (true, None) => Some(
-                qp::InlineData::filled(self.len as usize, |buf| {
-                    mrs.gather(qp.pd, self.wr.sg_list, 0, buf)
-                })
-                .expect("check_send checked every SGE the gather reads"),
-            ),
+            // Where the gather fails (an unmapped page of an on-demand MR: `check_send`
+            // checked everything else), the WQE gathers at execution, which fails it.
+            (true, None) => qp::InlineData::filled(self.len as usize, |buf| {
+                mrs.gather(qp.pd, self.wr.sg_list, 0, buf)
+            })
+            .ok(),
         };
         let one_packet = matches!(self.wr.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush);
         let npsn = match self.wr.opcode.is_atomic() || one_packet || qp.qp_type == QpType::Ud {

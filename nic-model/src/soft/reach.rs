@@ -107,6 +107,10 @@ impl SoftReach {
         iova: u64,
         memory: &MrMemory,
     ) {
+        // On-demand memory is the program's, maybe unmapped: peers never reach it.
+        if memory.is_odp() {
+            return;
+        }
         let ptr = memory.addr() as *const u8;
         self.arena.publish_mr(key, pd, access.bits(), iova, ptr, memory.len());
     }

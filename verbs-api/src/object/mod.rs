@@ -22,6 +22,6 @@ pub use context::{Context, ContextOps};
 pub use cq::{CompChannel, CompChannelOps, CompletionQueue, CqOps};
 pub use mr::{MemoryRegion, MrOps};
 pub use mw::{inc_rkey, MemoryWindow, MwBindInfo, MwOps, MwType};
-pub use pd::{PdOps, ProtectionDomain};
+pub use pd::{MrAdvice, PdOps, ProtectionDomain};
 pub use qp::{QpInitAttr, QpOps, QueuePair, SendWr, UdTarget};
 pub use srq::{SharedReceiveQueue, SrqOps};

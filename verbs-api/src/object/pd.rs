@@ -11,7 +11,7 @@ use super::mw::{MemoryWindow, MwOps, MwType};
 use super::qp::{QpInitAttr, QpOps, QueuePair};
 use super::srq::{SharedReceiveQueue, SrqOps};
 use crate::error::{Errno, Error, Result};
-use crate::types::{AccessFlags, AhAttr, SrqInitAttr};
+use crate::types::{AccessFlags, AhAttr, Sge, SrqInitAttr};
 
 /// A protection domain (`struct ibv_pd`), as a backend implements it; programs hold a
 /// [`ProtectionDomain`].
@@ -33,6 +33,26 @@ pub trait PdOps: Send + Sync {
     ) -> Result<Arc<dyn MrOps>>;
     /// `ibv_create_qp`.
     fn create_qp(&self, init: &QpInitAttr) -> Result<Arc<dyn QpOps>>;
+    /// `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND` over the program's `len` bytes at `addr`:
+    /// nothing is pinned or checked at registration, and the NIC follows the program's
+    /// mapping at each access (a page that is not mapped then fails that access, not the
+    /// program). `EOPNOTSUPP` where the device has no on-demand paging.
+    fn reg_mr_on_demand(
+        &self,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Arc<dyn MrOps>> {
+        let _ = (addr, len, access);
+        Err(Error::new(Errno::NotSup, "ibv_reg_mr: IBV_ACCESS_ON_DEMAND is not supported"))
+    }
+    /// `ibv_advise_mr`: prefetch the ranges `sges` name of on-demand MRs of this PD, before
+    /// returning when `flush` (`IBV_ADVISE_MR_FLAG_FLUSH`), else as a hint. `EOPNOTSUPP`
+    /// where the device has no on-demand paging.
+    fn advise_mr(&self, advice: MrAdvice, flush: bool, sges: &[Sge]) -> Result<()> {
+        let _ = (advice, flush, sges);
+        Err(Error::new(Errno::NotSup, "ibv_advise_mr: not supported by this device"))
+    }
     /// `ibv_create_srq`.
     fn create_srq(&self, init: &SrqInitAttr) -> Result<Arc<dyn SrqOps>> {
         let _ = init;
@@ -52,6 +72,17 @@ pub trait PdOps: Send + Sync {
     fn dealloc(&self) -> Result<()>;
     /// Downcasting support for backends.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// What `ibv_advise_mr` advises (`enum ibv_advise_mr_advice`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MrAdvice {
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH`: page the ranges in for reading.
+    Prefetch,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE`: page them in for writing.
+    PrefetchWrite,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT`: map the pages already present, fault none.
+    PrefetchNoFault,
 }
 
 /// A protection domain (`struct ibv_pd`).
@@ -87,6 +118,20 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion> {
         // SAFETY: the caller upholds the contract documented above.
         Ok(MemoryRegion { ops: unsafe { self.ops.reg_mr_raw(addr, len, access)? } })
+    }
+    /// `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND` ([`PdOps::reg_mr_on_demand`]). Safe: the
+    /// NIC never dereferences the program's pages, it copies them fault-safely.
+    pub fn reg_mr_on_demand(
+        &self,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        Ok(MemoryRegion { ops: self.ops.reg_mr_on_demand(addr, len, access)? })
+    }
+    /// `ibv_advise_mr` ([`PdOps::advise_mr`]).
+    pub fn advise_mr(&self, advice: MrAdvice, flush: bool, sges: &[Sge]) -> Result<()> {
+        self.ops.advise_mr(advice, flush, sges)
     }
     /// `ibv_create_qp`.
     pub fn create_qp(&self, init: &QpInitAttr) -> Result<QueuePair> {

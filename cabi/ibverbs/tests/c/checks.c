@@ -50,7 +50,7 @@ int main(void)
 	SHOW("alloc_pd(NULL)", ibv_alloc_pd(NULL));
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	char *buf = calloc(1, 4096);
-	SHOW("reg_mr(ON_DEMAND)", ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
+	SHOW("reg_mr(ZERO_BASED)", ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED));
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	SHOW_RC("dealloc_pd(in use)", ibv_dealloc_pd(pd));
 	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
