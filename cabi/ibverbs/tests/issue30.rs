@@ -8,10 +8,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
-
 const EXPECTED: &str = "\
 reg_dmabuf_mr: NULL errno=EOPNOTSUPP
 rereg_mr(access): rc=-4 errno=EOPNOTSUPP
@@ -49,16 +45,7 @@ fn issue_30_entry_points_qp_ex_checks_inline_rounding_and_destroyed_qps_events_a
     let test = "issue_30_entry_points_qp_ex_checks_inline_rounding_and_destroyed_qps_events_as_rxe";
     let Some((_dir, exe)) = common::build_c(test, "issue30", &[]) else { return };
     for reach in ["on", "off"] {
-        let env = Env::new();
-        let mut cmd = env.command(&exe);
-        cmd.env("SOFTVERBS_REACH", reach);
-        let out = common::finish(
-            common::Guard(Some(cmd.spawn().expect("spawn"))),
-            Duration::from_secs(60),
-            test,
-        );
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "reach {reach}: {:?}\n{o}{e}", out.status);
-        assert_eq!(o, EXPECTED, "reach {reach}");
+        let (o, e) = common::run_c(&exe, &[], reach, &[], test);
+        assert_eq!(o, EXPECTED, "reach {reach}\n{e}");
     }
 }

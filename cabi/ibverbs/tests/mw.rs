@@ -5,10 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
-
 /// Each case and what it prints.
 const CASES: &[(&str, &str)] = &[
     ("caps", "caps: MEM_WINDOW yes, TYPE_2B yes, max_mw>0 yes\n"),
@@ -55,17 +51,5 @@ localinv: window untouched: yes
 #[test]
 fn memory_windows_from_c_with_reach_on_and_off() {
     let test = "memory_windows_from_c_with_reach_on_and_off";
-    let Some((_dir, exe)) = common::build_c(test, "mw", &[]) else { return };
-    for reach in ["1", "0"] {
-        for (case, want) in CASES {
-            let env = Env::new();
-            let mut cmd = env.command(&exe);
-            cmd.arg(case).env("SOFTVERBS_REACH", reach);
-            let child = cmd.spawn().expect("spawn");
-            let out = common::finish(common::Guard(Some(child)), Duration::from_secs(60), case);
-            let (o, e) = text(&out);
-            assert!(out.status.success(), "{case}, reach {reach}: {:?}\n{o}{e}", out.status);
-            assert_eq!(o, format!("{want}done\n"), "{case}, reach {reach}\n{e}");
-        }
-    }
+    common::run_cases(test, "mw", CASES);
 }

@@ -6,10 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
-
 const EXPECTED: &str = "\
 query_device_ex: 0 general=0x1 rc=0xff uc=0 ud=0x23
 reg_mr on demand: registered addr=the program's
@@ -33,16 +29,7 @@ fn odp_mrs_from_c_follow_the_programs_pages_as_rxe() {
     let test = "odp_mrs_from_c_follow_the_programs_pages_as_rxe";
     let Some((_dir, exe)) = common::build_c(test, "odp", &[]) else { return };
     for reach in ["on", "off"] {
-        let env = Env::new();
-        let mut cmd = env.command(&exe);
-        cmd.env("SOFTVERBS_REACH", reach).env("SOFTVERBS_LOG", "warn");
-        let out = common::finish(
-            common::Guard(Some(cmd.spawn().expect("spawn"))),
-            Duration::from_secs(60),
-            test,
-        );
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "reach {reach}: {:?}\n{o}{e}", out.status);
+        let (o, e) = common::run_c(&exe, &[], reach, &[("SOFTVERBS_LOG", "warn")], test);
         assert_eq!(o, EXPECTED, "reach {reach}\n{e}");
     }
 }

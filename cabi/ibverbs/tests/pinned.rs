@@ -9,10 +9,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
-
 const EXPECTED: &str = "\
 heap buffer: registered yes
 write: success, bytes ok
@@ -45,16 +41,7 @@ fn a_c_programs_registered_memory_is_pinned_and_reached() {
     let test = "a_c_programs_registered_memory_is_pinned_and_reached";
     let Some((_dir, exe)) = common::build_c(test, "pinned", &[]) else { return };
     for reach in ["on", "off"] {
-        let env = Env::new();
-        let mut cmd = env.command(&exe);
-        cmd.env("SOFTVERBS_REACH", reach);
-        let out = common::finish(
-            common::Guard(Some(cmd.spawn().expect("spawn"))),
-            Duration::from_secs(60),
-            test,
-        );
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "reach {reach}: {:?}\n{o}{e}", out.status);
+        let (o, e) = common::run_c(&exe, &[], reach, &[], test);
         assert_eq!(o, EXPECTED, "reach {reach}\n{e}");
     }
 }

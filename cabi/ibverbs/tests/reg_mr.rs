@@ -5,10 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
-
 const EXPECTED: &str = "\
 unmapped 0x10000: refused errno=EFAULT
 NULL: refused errno=EFAULT
@@ -29,16 +25,7 @@ fn reg_mr_refuses_what_the_kernel_cannot_pin_and_takes_the_rest() {
     let test = "reg_mr_refuses_what_the_kernel_cannot_pin_and_takes_the_rest";
     let Some((_dir, exe)) = common::build_c(test, "reg_mr", &[]) else { return };
     for reach in ["on", "off"] {
-        let env = Env::new();
-        let mut cmd = env.command(&exe);
-        cmd.env("SOFTVERBS_REACH", reach).env("SOFTVERBS_LOG", "warn");
-        let out = common::finish(
-            common::Guard(Some(cmd.spawn().expect("spawn"))),
-            Duration::from_secs(60),
-            test,
-        );
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "reach {reach}: {:?}\n{o}{e}", out.status);
+        let (o, e) = common::run_c(&exe, &[], reach, &[("SOFTVERBS_LOG", "warn")], test);
         assert_eq!(o, EXPECTED, "reach {reach}");
         assert!(e.contains("the memory at 0x10000 is not mapped"), "the log names it:\n{e}");
     }

@@ -7,10 +7,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
-
 /// Each case and what it prints: every field of a successful completion, the defined ones
 /// (wr_id, status, qp_num) of a failed one, and what the memory shows.
 const CASES: &[(&str, &str)] = &[
@@ -105,17 +101,5 @@ flush: persistent: wr_id=42 status=remote access error qp ok=yes
 #[test]
 fn the_transport_behaves_the_same_from_c_with_reach_on_and_off() {
     let test = "the_transport_behaves_the_same_from_c_with_reach_on_and_off";
-    let Some((_dir, exe)) = common::build_c(test, "transport", &[]) else { return };
-    for reach in ["1", "0"] {
-        for (case, want) in CASES {
-            let env = Env::new();
-            let mut cmd = env.command(&exe);
-            cmd.arg(case).env("SOFTVERBS_REACH", reach);
-            let child = cmd.spawn().expect("spawn");
-            let out = common::finish(common::Guard(Some(child)), Duration::from_secs(60), case);
-            let (o, e) = text(&out);
-            assert!(out.status.success(), "{case}, reach {reach}: {:?}\n{o}{e}", out.status);
-            assert_eq!(o, format!("{want}done\n"), "{case}, reach {reach}\n{e}");
-        }
-    }
+    common::run_cases(test, "transport", CASES);
 }

@@ -230,3 +230,34 @@ pub fn build_c(test: &str, name: &str, libs: &[&str]) -> Option<(tempfile::TempD
     assert!(out.status.success(), "cc {name}.c:\n{}", String::from_utf8_lossy(&out.stderr));
     Some((dir, exe))
 }
+
+/// Runs the built C program `exe` with `args` and direct reach `reach` (`SOFTVERBS_REACH`),
+/// `extra` added to its environment, on a fabric of its own, for at most 60 s; panics unless
+/// it exits 0, showing what it printed. Its stdout and stderr.
+pub fn run_c(
+    exe: &Path,
+    args: &[&str],
+    reach: &str,
+    extra: &[(&str, &str)],
+    what: &str,
+) -> (String, String) {
+    let env = Env::new();
+    let mut cmd = env.command(exe);
+    cmd.args(args).env("SOFTVERBS_REACH", reach).envs(extra.iter().copied());
+    let out = finish(Guard(Some(cmd.spawn().expect("spawn"))), Duration::from_secs(60), what);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{what}, reach {reach}: {:?}\n{o}{e}", out.status);
+    (o, e)
+}
+
+/// A C program of `tests/c/` built as `name` whose argument names a case: each of `cases`
+/// runs with direct reach on and off, and must print the case's lines, then `done`.
+pub fn run_cases(test: &str, name: &str, cases: &[(&str, &str)]) {
+    let Some((_dir, exe)) = build_c(test, name, &[]) else { return };
+    for reach in ["1", "0"] {
+        for (case, want) in cases {
+            let (o, e) = run_c(&exe, &[case], reach, &[], case);
+            assert_eq!(o, format!("{want}done\n"), "{case}, reach {reach}\n{e}");
+        }
+    }
+}
