@@ -59,7 +59,7 @@ counters! {
     "drop_ud_inbox_full": "UD datagrams dropped: the peer's inbox was full",
     "drop_unreachable": "datagrams for no live port (lost, as on a dead link)",
     "backpressured": "RC/UC datagrams that waited for room in a full inbox",
-    "ack_timeout_waited": "ACK timeouts that waited again: the peer had not read its inbox",
+    "ack_timeout_waited": "local ACK timeouts that waited again, no retry spent: the live peer had not read its inbox",
     "fault_loss_tx": "SOFTVERBS_FAULTS: packets lost on the way out",
     "fault_loss_rx": "SOFTVERBS_FAULTS: packets lost on the way in",
     "fault_duplicate": "SOFTVERBS_FAULTS: copies made",
