@@ -426,18 +426,18 @@ fn initiator(
         peer.send_line("DIE")?;
         peer.expect("DEAD", HANDSHAKE)?;
     }
+    // A second work request behind the first: what happens to the rest of a queue. Both in
+    // one ibv_post_send, so the second is on the send queue before any answer to the first
+    // can come back, however the machine schedules this thread.
+    let mut wrs: Vec<SendWr<'_>> = vec![wr];
+    match kind {
+        Break::CqOverrun => wrs.extend([send(2, &small), send(3, &small)]),
+        Break::Rnr => {}
+        _ => wrs.push(send(2, &small)),
+    }
     log.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let t0 = Instant::now();
-    ep.qp.post_send(&[wr]).map_err(|e| e.to_string())?;
-    // A second work request behind the first: what happens to the rest of a queue.
-    let extra: Vec<SendWr<'_>> = match kind {
-        Break::CqOverrun => vec![send(2, &small), send(3, &small)],
-        Break::Rnr => vec![],
-        _ => vec![send(2, &small)],
-    };
-    if !extra.is_empty() {
-        ep.qp.post_send(&extra).map_err(|e| e.to_string())?;
-    }
+    ep.qp.post_send(&wrs).map_err(|e| e.to_string())?;
     if kind == Break::Rnr {
         wait_rnr_naks(log, 2)?;
         peer.send_line("POST")?;
