@@ -219,9 +219,7 @@ fn on_read_response(
             return;
         }
         qp.req.comp_psn = psn.next();
-        let w = qp.sq.pop_front().expect("front exists");
-        qp.req.next = qp.req.next.saturating_sub(1);
-        hca.complete_send(qp, &w, WcStatus::Success);
+        complete_front(qp, hca);
         made_progress(qp, now);
         return;
     }
@@ -244,9 +242,7 @@ fn on_read_response(
     }
     qp.req.comp_psn = psn.next();
     if end_flag {
-        let w = qp.sq.pop_front().expect("front exists");
-        qp.req.next = qp.req.next.saturating_sub(1);
-        hca.complete_send(qp, &w, WcStatus::Success);
+        complete_front(qp, hca);
     }
     made_progress(qp, now);
 }
@@ -282,10 +278,15 @@ fn on_atomic_ack(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn, orig: 
         return;
     }
     qp.req.comp_psn = psn.next();
+    complete_front(qp, hca);
+    made_progress(qp, now);
+}
+
+/// Retire the oldest WQE, which its response completed, with `IBV_WC_SUCCESS`.
+fn complete_front(qp: &mut Qp, hca: &mut Hca) {
     let w = qp.sq.pop_front().expect("front exists");
     qp.req.next = qp.req.next.saturating_sub(1);
     hca.complete_send(qp, &w, WcStatus::Success);
-    made_progress(qp, now);
 }
 
 /// Go back N after a loss, spending one transport retry; `RETRY_EXC_ERR` when none are left.
@@ -346,7 +347,9 @@ pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
             "handle_timeout stamps timers before firing them"
         );
         if now >= t {
-            if qp.req.psn.diff(qp.req.comp_psn) > 0 && hca.tx.peer_busy(qp.dst_ip) {
+            if qp.req.psn.diff(qp.req.comp_psn) <= 0 {
+                qp.req.timer_ns = None;
+            } else if hca.tx.peer_busy(qp.dst_ip) {
                 // The responder's NIC has not taken its datagrams yet (its process is
                 // starved or stopped): nothing is lost, so no retry is spent (Egress::peer_busy).
                 hca.stats.timeouts_deferred += 1;
@@ -354,11 +357,9 @@ pub(crate) fn handle_timers(qp: &mut Qp, hca: &mut Hca, now: Nanos) {
                     psn = %Hex(qp.req.comp_psn.value()),
                     "ACK timeout while the responder has not read its inbox: waiting again");
                 qp.req.timer_ns = ack_timeout_ns(qp.attr.timeout).map(|d| now + d);
-            } else if qp.req.psn.diff(qp.req.comp_psn) > 0 {
+            } else {
                 hca.stats.timeouts += 1;
                 start_retry(qp, hca, &mut Now::At(now), true);
-            } else {
-                qp.req.timer_ns = None;
             }
         }
     }
