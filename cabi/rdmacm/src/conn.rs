@@ -276,10 +276,11 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
         eprintln!("librdmacm (softverbs): rdma_connect: private data over 56 bytes");
         return fail(libc::EINVAL);
     };
+    // NULL parameters: the device's maxima, as librdmacm's rdma_connect.
     let init = match p.map(|p| rd_atomic(id, p, RD_MAX, "rdma_connect")) {
         Some(Ok((_, init))) => init,
         Some(Err(r)) => return r,
-        None => 1,
+        None => rd_limits(id).1,
     };
     let mut st = id.st.lock().expect("id");
     if !st.state.has_addr() {
@@ -381,7 +382,11 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
     let (resp, init) = match p.map(|p| rd_atomic(id, p, st.req_rd_atomic, "rdma_accept")) {
         Some(Ok(r)) => r,
         Some(Err(r)) => return r,
-        None => (st.req_rd_atomic, st.req_rd_atomic),
+        // NULL parameters: the REQ's, at most the device's, as librdmacm's rdma_accept.
+        None => {
+            let (resp_max, init_max) = rd_limits(id);
+            (st.req_rd_atomic.min(resp_max), st.req_rd_atomic.min(init_max))
+        }
     };
     let gid = crate::v6::path_gid(id.token, st.dst.0);
     if !qp.is_null() && !is_ud(id) && qp_connect(qp, &st, resp, init, gid) != 0 {

@@ -47,7 +47,8 @@ fn a_synchronous_id_migrated_to_a_channel_is_asynchronous_and_back() {
 /// `RDMA_MAX_RESP_RES` and `RDMA_MAX_INIT_DEPTH` in `rdma_connect`'s and `rdma_accept`'s
 /// parameters (libfabric's verbs provider passes both) give the QPs the device's maxima
 /// (c/rd_atomic.c); before, 255 went to `ibv_modify_qp` as it was, the accept's move to RTR was
-/// refused (EINVAL), and `fi_pingpong -e msg`'s server failed in `fi_accept`.
+/// refused (EINVAL), and `fi_pingpong -e msg`'s server failed in `fi_accept`. NULL parameters
+/// mean the same, as in librdmacm (before, an `rdma_connect` with NULL offered 1).
 #[test]
 fn the_maximum_responder_resources_and_initiator_depth_are_the_devices() {
     let test = "the_maximum_responder_resources_and_initiator_depth_are_the_devices";
@@ -64,6 +65,15 @@ fn the_maximum_responder_resources_and_initiator_depth_are_the_devices() {
          event RDMA_CM_EVENT_ESTABLISHED\n\
          active: max_rd_atomic the device's, max_dest_rd_atomic the device's\n\
          passive: max_rd_atomic the device's, max_dest_rd_atomic the device's\n \
+         event RDMA_CM_EVENT_DISCONNECTED\n \
+         event RDMA_CM_EVENT_DISCONNECTED\n \
+         event RDMA_CM_EVENT_ADDR_RESOLVED\n \
+         event RDMA_CM_EVENT_ROUTE_RESOLVED\n \
+         event RDMA_CM_EVENT_CONNECT_REQUEST\n \
+         event RDMA_CM_EVENT_ESTABLISHED\n \
+         event RDMA_CM_EVENT_ESTABLISHED\n\
+         active, NULL parameters: max_rd_atomic the device's, max_dest_rd_atomic the device's\n\
+         passive, NULL parameters: max_rd_atomic the device's, max_dest_rd_atomic the device's\n \
          event RDMA_CM_EVENT_DISCONNECTED\n \
          event RDMA_CM_EVENT_DISCONNECTED\n"
     );

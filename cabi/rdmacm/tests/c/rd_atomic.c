@@ -2,8 +2,10 @@
  * libfabric's verbs provider passes to rdma_connect and rdma_accept, mean "as many as the
  * device allows", as in librdmacm: both QPs end with the device's max_qp_rd_atom and
  * max_qp_init_rd_atom, not a refused move to RTR. A value over the device's maximum that is
- * not 255 is EINVAL (librdmacm's ucma_valid_param). One process, every wait bounded
- * (cm_common.h's channel, poll 5 s). Usage: rd_atomic PORT */
+ * not 255 is EINVAL (librdmacm's ucma_valid_param). NULL parameters to rdma_connect and
+ * rdma_accept mean the same (librdmacm takes the device's maxima, and the REQ's at most for an
+ * accept): a second connection checks that. One process, every wait bounded (cm_common.h's
+ * channel, poll 5 s). Usage: rd_atomic PORT */
 #include <poll.h>
 #include "cm_common.h"
 
@@ -39,11 +41,13 @@ int main(int argc, char **argv)
 		.initiator_depth = RDMA_MAX_INIT_DEPTH, .rnr_retry_count = 7, .retry_count = 7 };
 	struct rdma_conn_param over = most;
 	struct ibv_device_attr dev;
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int n;
 
 	if (argc != 2)
 		return 2;
 	loopback_pair(atoi(argv[1]), &listen, &act);
+	dst.sin_port = htons(atoi(argv[1]));
 	CHECK(ibv_query_device(act->verbs, &dev) == 0);
 	CHECK(rdma_create_qp(act, NULL, &ia) == 0);
 	over.initiator_depth = dev.max_qp_init_rd_atom + 1;
@@ -57,6 +61,29 @@ int main(int argc, char **argv)
 	wait_for(RDMA_CM_EVENT_ESTABLISHED);
 	show("active", act, &dev);
 	show("passive", child, &dev);
+	CHECK(rdma_disconnect(act) == 0);
+	wait_for(RDMA_CM_EVENT_DISCONNECTED);
+	wait_for(RDMA_CM_EVENT_DISCONNECTED);
+	rdma_destroy_qp(act);
+	rdma_destroy_qp(child);
+	CHECK(rdma_destroy_id(act) == 0);
+	CHECK(rdma_destroy_id(child) == 0);
+
+	/* Again, with NULL parameters on both sides. */
+	CHECK(rdma_create_id(ch, &act, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(act, NULL, (struct sockaddr *)&dst, 2000) == 0);
+	wait_for(RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(rdma_resolve_route(act, 2000) == 0);
+	wait_for(RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK(rdma_create_qp(act, NULL, &ia) == 0);
+	CHECK(rdma_connect(act, NULL) == 0);
+	child = wait_for(RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(rdma_create_qp(child, NULL, &ia) == 0);
+	CHECK(rdma_accept(child, NULL) == 0);
+	wait_for(RDMA_CM_EVENT_ESTABLISHED);
+	wait_for(RDMA_CM_EVENT_ESTABLISHED);
+	show("active, NULL parameters", act, &dev);
+	show("passive, NULL parameters", child, &dev);
 	CHECK(rdma_disconnect(act) == 0);
 	wait_for(RDMA_CM_EVENT_DISCONNECTED);
 	wait_for(RDMA_CM_EVENT_DISCONNECTED);
