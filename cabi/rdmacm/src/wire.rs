@@ -17,8 +17,10 @@
 //! DREP). A duplicate REQ the listener has not answered yet gets an MRA (the REP's own timer
 //! covers one it answered), a duplicate REP whose RTU went gets the RTU again (else an MRA), a
 //! DREQ for no connection a DREP; an MRA received pushes its message's next try back by the
-//! MRA's service timeout. `SOFTVERBS_FAULTS`' `drop=cm-req#K` (`cm-rep`, `cm-rtu`, `cm-dreq`,
-//! `cm-drep`, `cm-rej`, `cm-mra`; `rx:` for the way in) drops the K-th such MAD here.
+//! MRA's service timeout. A SIDR_REQ is sent again after rdma_cm's SIDR timeout until its
+//! SIDR_REP comes; a copy of one the listener has not answered yet is dropped.
+//! `SOFTVERBS_FAULTS`' `drop=cm-req#K` (`cm-rep`, `cm-rtu`, `cm-dreq`, `cm-drep`, `cm-rej`,
+//! `cm-mra`, `cm-sidr-req`, `cm-sidr-rep`; `rx:` for the way in) drops the K-th such MAD here.
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -324,18 +326,24 @@ fn next_due(w: &Wire) -> Option<Instant> {
     w.conns.lock().expect("wire").values().filter_map(|c| c.resend.as_ref().map(|r| r.due)).min()
 }
 
-/// Sends again each MAD whose try ended unanswered; one out of tries is given up (the local
-/// CM's own timers end the id: UNREACHABLE for a REQ, DISCONNECTED for a DREQ).
+/// Sends again each MAD whose try ended unanswered. One out of tries is given up: a REQ, REP or
+/// SIDR_REQ ends its connection and gives the local id UNREACHABLE with `-ETIMEDOUT`, as cma.c
+/// reports ib_cm's `IB_CM_REQ_ERROR`, `IB_CM_REP_ERROR` and `IB_CM_SIDR_REQ_ERROR`; a DREQ's
+/// id gets DISCONNECTED from the local CM's own timer (`watch::start_dreq_timeout`).
 fn resend_due(w: &Wire) {
     let now = Instant::now();
     let mut again = Vec::new();
+    let mut ended = Vec::new();
     let mut conns = w.conns.lock().expect("wire");
-    for c in conns.values_mut() {
+    for (&t, c) in conns.iter_mut() {
         let Some(r) = c.resend.as_mut() else { continue };
         if r.due > now {
             continue;
         }
         if r.left == 0 {
+            if matches!(r.attr, 0x0010 | 0x0013 | 0x0017) {
+                ended.push(t);
+            }
             c.resend = None;
             continue;
         }
@@ -343,9 +351,26 @@ fn resend_due(w: &Wire) {
         r.due = now + c.timeout;
         again.push((c.remote_ip, r.attr, r.bytes.clone()));
     }
+    let ended: Vec<_> = ended.into_iter().filter_map(|t| conns.remove(&t)?.local).collect();
     drop(conns);
     for (to, attr, bytes) in again {
         put(w, to, attr, &bytes);
+    }
+    for (path, tok) in ended {
+        let mut m = Msg::new(kind::LOCAL, tok);
+        m.event = crate::cm_abi::ev::UNREACHABLE;
+        m.status = -libc::ETIMEDOUT;
+        crate::outbox::send(&w.sock, &path, m.bytes());
+    }
+}
+
+/// A try of a CM message: the kernel's `kernel`, or `SOFTVERBS_CM_TRY_MS` when set (tests
+/// shorten the tries with it, as they shorten the local CM's).
+fn try_len(kernel: Duration) -> Duration {
+    if std::env::var_os("SOFTVERBS_CM_TRY_MS").is_some() {
+        crate::watch::cm_try()
+    } else {
+        kernel
     }
 }
 
@@ -393,7 +418,7 @@ fn from_local(w: &Wire, m: &Msg) {
                 service_id,
                 // ib_send_cm_req: twice the packet life time (the path's local ACK timeout
                 // less one) plus the remote CM response timeout, CMA_MAX_CM_RETRIES tries.
-                timeout: cm_ms(REQ_ACK_TIMEOUT - 1) * 2 + cm_ms(CM_RESPONSE_TIMEOUT),
+                timeout: try_len(cm_ms(REQ_ACK_TIMEOUT - 1) * 2 + cm_ms(CM_RESPONSE_TIMEOUT)),
                 retries: MAX_CM_RETRIES,
                 resend: None,
                 rep_sent: false,
@@ -410,7 +435,13 @@ fn from_local(w: &Wire, m: &Msg) {
         if ud {
             private.extend_from_slice(&pd[..pd.len().min(216 - IP_CM_HEADER_LEN)]);
             let req = SidrReq { request_id: t, pkey: 0xFFFF, service_id, private };
-            send_mad(w, m.dst_ip, tid, CmMsg::SidrReq(req));
+            // Sent again until a SIDR_REP comes, as ib_send_cm_sidr_req with rdma_cm's
+            // timeout (2^(CMA_CM_RESPONSE_TIMEOUT - 8) ms) and CMA_MAX_CM_RETRIES.
+            let bytes = send_mad(w, m.dst_ip, tid, CmMsg::SidrReq(req));
+            if let Some(c) = w.conns.lock().expect("wire").get_mut(&t) {
+                c.timeout = try_len(Duration::from_millis(1 << (CM_RESPONSE_TIMEOUT - 8)));
+                await_answer(c, 0x0017, bytes);
+            }
             return;
         }
         private.extend_from_slice(&pd[..pd.len().min(92 - IP_CM_HEADER_LEN)]);
@@ -737,7 +768,7 @@ fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
             ud: false,
             service_id: r.service_id,
             // cm_req_handler: the REQ's local CM response timeout and max CM retries.
-            timeout: cm_ms(r.local_cm_response_timeout),
+            timeout: try_len(cm_ms(r.local_cm_response_timeout)),
             retries: r.max_cm_retries,
             resend: None,
             rep_sent: false,
@@ -779,6 +810,13 @@ fn sidr_req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: SidrReq) {
         send_mad(w, from, tid, CmMsg::SidrRep(rep));
         return;
     };
+    // A copy of a SIDR_REQ whose listener has not answered yet is dropped, as cm_sidr_req_handler
+    // drops one it finds among the pending (`cm_insert_remote_sidr`); once answered, the
+    // request is forgotten and a later copy asks again.
+    let mut conns = w.conns.lock().expect("wire");
+    if conns.values().any(|c| c.ud && c.remote_ip == from && c.remote_comm_id == r.request_id) {
+        return;
+    }
     let t = comm_id();
     let conn = Conn {
         local: None,
@@ -794,7 +832,8 @@ fn sidr_req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: SidrReq) {
         rep_sent: false,
         rtu: None,
     };
-    w.conns.lock().expect("wire").insert(t, conn);
+    conns.insert(t, conn);
+    drop(conns);
     let mut m = Msg::new(kind::REQ, tok);
     m.from = u64::from(t);
     m.set_reply(&w.path);

@@ -35,8 +35,17 @@ const KINDS: [&str; 8] =
 /// The connection manager's MADs `drop=KIND#K` also names, by attribute ID from 0x0010 (REQ):
 /// the process's CM sends and receives them itself (they are not the port's packets), and
 /// applies these words to them ([`FaultPlan::mad_drops`]).
-pub const MAD_KINDS: [&str; 7] =
-    ["cm-req", "cm-mra", "cm-rej", "cm-rep", "cm-rtu", "cm-dreq", "cm-drep"];
+pub const MAD_KINDS: [&str; 9] = [
+    "cm-req",
+    "cm-mra",
+    "cm-rej",
+    "cm-rep",
+    "cm-rtu",
+    "cm-dreq",
+    "cm-drep",
+    "cm-sidr-req",
+    "cm-sidr-rep",
+];
 
 /// The kind of a datagram (an index into [`KINDS`]); "any" (7) when it is none of the others.
 fn kind_of(datagram: &[u8]) -> usize {
@@ -659,6 +668,8 @@ mod tests {
     fn cm_mad_kinds_are_the_cm_s_and_not_the_port_s() {
         let p = FaultPlan::parse("drop=cm-req#1 rx:drop=cm-rep#2 drop=ack#1").unwrap();
         assert_eq!(p.mad_drops(), vec![(0x0010, true, 1), (0x0013, false, 2)]);
+        let p = FaultPlan::parse("rx:drop=cm-sidr-req#1 drop=cm-sidr-rep#3").unwrap();
+        assert_eq!(p.mad_drops(), vec![(0x0017, false, 1), (0x0018, true, 3)]);
         assert!(FaultPlan::parse("drop=cm-foo#1").unwrap_err().contains("cm-req"));
     }
 

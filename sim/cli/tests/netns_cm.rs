@@ -386,3 +386,62 @@ fn the_path_mtu_across_hosts_is_the_port_s_active_mtu() {
         lens.len()
     );
 }
+
+/// A SIDR_REQ lost on its way in (the server's CM drops the first it receives) is sent again
+/// after rdma_cm's SIDR timeout (2^(20-8) ms, as `ib_send_cm_sidr_req` is given it), and
+/// `udaddy` completes: the capture on the server's side shows the SIDR_REQ twice with one
+/// transaction ID, and one SIDR_REP.
+#[test]
+fn a_lost_sidr_req_is_sent_again_and_udaddy_completes() {
+    let test = "a_lost_sidr_req_is_sent_again_and_udaddy_completes";
+    if !may_make_hosts(test) || !have(test, "udaddy") || !have(test, "tshark") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    let mut cap = Capture::start(&h, 0);
+    let mut server = h.run(0, &["udaddy"]);
+    server.env("SOFTVERBS_FAULTS", "rx:drop=cm-sidr-req#1");
+    let client = h.run(1, &["udaddy", "-s", &a]);
+    let start = std::time::Instant::now();
+    let ((so, se), (co, _)) = pair_of(&h, 7174, server, client, "udaddy");
+    let took = start.elapsed();
+    assert!(so.contains("sending replies") && so.contains("return status 0"), "{so}");
+    assert!(co.contains("receiving data transfers") && co.contains("return status 0"), "{co}");
+    assert!(se.contains("CM MAD 0x0017 number 1 received dropped"), "{se}");
+    assert!(took >= std::time::Duration::from_secs(4), "a try lasts about 4.1 s: {took:?}");
+    let file = cap.stop().to_path_buf();
+    let mads = cm_mads(&file);
+    let reqs: Vec<&Vec<String>> = mads.iter().filter(|r| r[2] == "0x0017").collect();
+    assert_eq!(reqs.len(), 2, "the SIDR_REQ twice (the first lost):\n{mads:?}");
+    assert_eq!(reqs[0][5], reqs[1][5], "one transaction ID: {mads:?}");
+    assert_eq!(mads.iter().filter(|r| r[2] == "0x0018").count(), 1, "one SIDR_REP: {mads:?}");
+}
+
+/// A REQ (rping) and a SIDR_REQ (udaddy) to a host where no CM answers (nothing holds its UDP
+/// port 4791) end, after the kernel's 16 tries, in `RDMA_CM_EVENT_UNREACHABLE` with
+/// `-ETIMEDOUT` (cma.c's answer to `IB_CM_REQ_ERROR` and `IB_CM_SIDR_REQ_ERROR`), and the
+/// programs exit with an error instead of waiting for ever. `SOFTVERBS_CM_TRY_MS` shortens
+/// each try to 200 ms.
+#[test]
+fn a_req_to_a_host_where_no_cm_answers_ends_unreachable() {
+    let test = "a_req_to_a_host_where_no_cm_answers_ends_unreachable";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "udaddy") {
+        return;
+    }
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    for program in [&["rping", "-c", "-a", &a, "-p", "7177", "-C", "1"][..], &["udaddy", "-s", &a]]
+    {
+        let mut client = h.run(1, program);
+        client.env("SOFTVERBS_CM_TRY_MS", "200");
+        let start = std::time::Instant::now();
+        let out = Proc::spawn(client, program[0]).finish(LIMIT);
+        let took = start.elapsed();
+        let t = text(&out);
+        assert!(!out.status.success(), "{}: {t}", program[0]);
+        assert!(t.contains("UNREACHABLE") || t.contains("-110"), "{}: {t}", program[0]);
+        assert!(took >= std::time::Duration::from_millis(16 * 200), "16 tries: {took:?}");
+        assert!(took < std::time::Duration::from_secs(30), "16 short tries: {took:?}");
+    }
+}

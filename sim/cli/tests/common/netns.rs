@@ -353,8 +353,8 @@ pub fn tshark_decode(pcap: &Path) -> String {
     t
 }
 
-/// The CM MADs tshark finds in `pcap` (`dst_qp`, `qkey`, `attribute`, `info` per frame),
-/// none malformed.
+/// The CM MADs tshark finds in `pcap` (`dst_qp`, `qkey`, `attribute`, `info`, malformed (empty),
+/// transaction ID per frame), none malformed.
 pub fn cm_mads(pcap: &Path) -> Vec<Vec<String>> {
     let t = tshark(
         pcap,
@@ -373,6 +373,8 @@ pub fn cm_mads(pcap: &Path) -> Vec<Vec<String>> {
             "_ws.col.Info",
             "-e",
             "_ws.malformed",
+            "-e",
+            "infiniband.mad.transactionid",
         ],
     );
     let rows: Vec<Vec<String>> =
