@@ -100,6 +100,9 @@ pub fn gid_entry(ip: [u8; 4], index: u32) -> Option<(Gid, GidType)> {
 pub struct NetdevAddr {
     /// The interface name (`eth0`).
     pub name: String,
+    /// Its index (`if_nametoindex`): the network device of every GID (`ndev_ifindex` of
+    /// `struct ibv_gid_entry`).
+    pub ifindex: u32,
     /// The IPv4 address datagrams leave from and arrive at (UDP port 4791).
     pub ipv4: [u8; 4],
     /// The interface's IPv6 addresses the port sends from and receives on (UDP port 4791,
@@ -355,6 +358,7 @@ mod tests {
         let (ll, global) = (v6("fe80::1c71:a8ff:fe3c:600b"), v6("fd00::7"));
         let n = NetdevAddr {
             name: "veth0".into(),
+            ifindex: 7,
             ipv4: [10, 201, 0, 1],
             ipv6: vec![global],
             mac: [0x1e, 0x71, 0xa8, 0x3c, 0x60, 0x0b],

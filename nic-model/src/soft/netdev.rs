@@ -69,6 +69,7 @@ pub fn gid_table(iface: &Interface, ipv4: [u8; 4], ipv6: &[[u8; 16]]) -> Vec<Gid
 pub fn netdev_addr(iface: &Interface, ipv4: [u8; 4], ipv6: &[[u8; 16]]) -> NetdevAddr {
     NetdevAddr {
         name: iface.name.clone(),
+        ifindex: iface.index,
         ipv4,
         ipv6: iface.ipv6.iter().filter(|a| ipv6.contains(a)).copied().collect(),
         mac: iface.mac,

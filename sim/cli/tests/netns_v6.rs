@@ -181,7 +181,8 @@ fn devinfo_lists_the_ipv6_gids_of_the_interface() {
         return;
     }
     let (h, ll) = v6_hosts();
-    let out = Proc::spawn(h.run(0, &["ibv_devinfo", "-d", "softverbs0", "-v"]), "ibv_devinfo").finish(LIMIT);
+    let out = Proc::spawn(h.run(0, &["ibv_devinfo", "-d", "softverbs0", "-v"]), "ibv_devinfo")
+        .finish(LIMIT);
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     let gids: Vec<&str> = t.lines().filter(|l| l.contains("GID[")).map(str::trim).collect();
@@ -192,6 +193,19 @@ fn devinfo_lists_the_ipv6_gids_of_the_interface() {
             "GID[  1]:\t\t::ffff:10.231.0.1, RoCE v2".to_string(),
             "GID[  2]:\t\tfd31::1, RoCE v2".to_string(),
         ],
+        "{t}"
+    );
+    // sysfs says the same, as the kernel's files for rxe say it (what show_gids reads).
+    let p = "/sys/class/infiniband/softverbs0/ports/1";
+    let script = format!(
+        "cat {p}/gids/2 {p}/gid_attrs/types/2 {p}/gid_attrs/ndevs/2; ls {p}/gids | sort -n | tail -1"
+    );
+    let out = Proc::spawn(h.run(0, &["sh", "-c", &script]), "sysfs").finish(LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert_eq!(
+        t,
+        format!("fd31:0000:0000:0000:0000:0000:0000:0001\nRoCE v2\n{}\n2\n", h.iface(0)),
         "{t}"
     );
 }
