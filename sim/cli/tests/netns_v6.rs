@@ -209,3 +209,81 @@ fn devinfo_lists_the_ipv6_gids_of_the_interface() {
         "{t}"
     );
 }
+
+/// The UDP sockets host `i` has on `addr` (`ss -Hulnp`: local address and owner), one a line.
+fn udp_on(h: &Hosts, i: usize, addr: &str) -> Vec<String> {
+    let ss = Command::new("ip")
+        .args(["netns", "exec", h.ns(i), "ss", "-Hulnp"])
+        .output()
+        .expect("ss runs");
+    let t = String::from_utf8_lossy(&ss.stdout).into_owned();
+    t.lines().filter(|l| l.contains(&format!("[{addr}]"))).map(str::to_string).collect()
+}
+
+/// Waits (at most 30 s) until a UDP socket of host `i` on `[addr]` matches `want`.
+fn await_udp(h: &Hosts, i: usize, addr: &str, what: &str, want: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !udp_on(h, i, addr).iter().any(|l| want(l)) {
+        assert!(Instant::now() < deadline, "{what}: {:?}", udp_on(h, i, addr));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The processes of an address share its IPv6 addresses as they share the IPv4 one: while a
+/// first process holds UDP 4791 on `fd31::1` (and the link-local address), others of host 0
+/// reach host 1 and each other from GID 2 and GID 0, every byte checked, their datagrams
+/// from host 1 handed on by the holder; when the holder dies, a process that was waiting takes
+/// `[fd31::1]:4791` over and its pingpong with host 1 completes.
+#[test]
+fn processes_of_an_address_share_its_ipv6_addresses() {
+    let test = "processes_of_an_address_share_its_ipv6_addresses";
+    if !may_make_hosts(test) || !have(test, "ibv_rc_pingpong") {
+        return;
+    }
+    let (h, _) = v6_hosts();
+    let holder_args = ["ibv_rc_pingpong", "-g", GLOBAL, "-p", "18651", "-s", "64", "-n", "5"];
+    let mut holder = Proc::spawn(h.run(0, &holder_args), "holder");
+    h.await_4791(0, &mut holder);
+    await_udp(&h, 0, "fd31::1", "the holder on [fd31::1]:4791", |l| {
+        l.contains("]%sv") && l.contains(":4791 ")
+    });
+    for (gid, server, client, port) in [
+        (GLOBAL, 0, 1, "18652"),
+        (GLOBAL, 1, 0, "18653"),
+        (GLOBAL, 0, 0, "18654"),
+        ("0", 0, 1, "18655"),
+    ] {
+        let args = ["pingpong", "-g", gid, "-p", port, "-s", "1000", "-n", "50", "--chk"];
+        let mut to = args.to_vec();
+        to.push(h.addr(server));
+        let what = format!("pingpong -g {gid} from host {client} to host {server}");
+        let (s, c) = pair(h.softverbs(server, &args), || h.softverbs(client, &to), &what);
+        for out in [&s, &c] {
+            check_pingpong(out, 1000, 50);
+            assert!(out.contains("--chk: every byte of the peer's 50 messages as sent"), "{out}");
+        }
+    }
+    // A server that opened its device while the holder held 4791 (it sends from a port of
+    // its own on fd31::1), then the holder dies: the server takes 4791 over.
+    let args = ["pingpong", "-g", GLOBAL, "-p", "18656", "-s", "1000", "-n", "50", "--chk"];
+    let server = Proc::spawn(h.softverbs(0, &args), "waiting server");
+    let pid = format!("pid={},", server.pid());
+    await_udp(&h, 0, "fd31::1", "the waiting server on fd31::1", |l| l.contains(&pid));
+    assert!(
+        udp_on(&h, 0, "fd31::1").iter().all(|l| !(l.contains(&pid) && l.contains(":4791 "))),
+        "the waiting server does not hold 4791 yet"
+    );
+    drop(holder);
+    let mut to = args.to_vec();
+    to.push(h.addr(0));
+    let client = Proc::spawn(h.softverbs(1, &to), "client").finish(LIMIT);
+    let (s, c) = (text(&server.finish(LIMIT)), text(&client));
+    assert!(client.status.success(), "client:\n{c}\nserver:\n{s}");
+    for out in [&s, &c] {
+        check_pingpong(out, 1000, 50);
+    }
+    assert!(
+        udp_on(&h, 0, "fd31::1").iter().all(|l| !l.contains(":4791 ")),
+        "nobody holds [fd31::1]:4791 once every process ended"
+    );
+}
