@@ -109,6 +109,11 @@ pub struct NetdevAddr {
     /// RoCE v2 over IPv6): those its GID table lists after the IPv4 one, and the link-local
     /// one when it is the default GID.
     pub ipv6: Vec<[u8; 16]>,
+    /// Whether the engine may meet IPv6 datagrams: set once a path from an IPv6 GID is made
+    /// or a UD QP is created, so that the port reads its IPv6 sockets in every round only
+    /// then (an IPv4 program pays no system call for them: docs/decisions.md, "IPv6 between
+    /// hosts on the UDP wire").
+    pub ipv6_used: Ipv6Used,
     /// The interface's MAC address.
     pub mac: [u8; 6],
     /// The GID table, index by index (all RoCE v2): the default GID `fe80::<EUI-64 of the
@@ -118,6 +123,34 @@ pub struct NetdevAddr {
     /// MTU (`eth_mtu_int_to_enum`).
     pub active_mtu: Mtu,
 }
+
+/// A flag shared by a port on a network interface and its engine ([`NetdevAddr::ipv6_used`]):
+/// whether IPv6 datagrams may come. Not part of the addresses' identity: any two compare
+/// equal.
+#[derive(Clone, Debug, Default)]
+pub struct Ipv6Used(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Ipv6Used {
+    /// Sets it (for good).
+    pub fn arm(&self) {
+        if !self.is_armed() {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    /// Whether it is set.
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl PartialEq for Ipv6Used {
+    fn eq(&self, _: &Ipv6Used) -> bool {
+        true
+    }
+}
+
+impl Eq for Ipv6Used {}
 
 /// Entry `index` of the GID table of the port with IPv4 address `ip`: [`gid_entry`]'s, or the
 /// table of its network interface (`netdev`).
@@ -300,6 +333,7 @@ fn netdev_path6(
             ),
         ));
     }
+    n.ipv6_used.arm();
     Ok(AvPath {
         ip: [0; 4],
         ip6: Some(Ip6Path { src: sgid.0, dst: av.dgid.0, flow_label: av.flow_label & 0x000F_FFFF }),
@@ -361,6 +395,7 @@ mod tests {
             ifindex: 7,
             ipv4: [10, 201, 0, 1],
             ipv6: vec![global],
+            ipv6_used: Ipv6Used::default(),
             mac: [0x1e, 0x71, 0xa8, 0x3c, 0x60, 0x0b],
             gids: vec![Gid(ll), Gid::from_ipv4([10, 201, 0, 1]), Gid(global), Gid(v6("fd00::8"))],
             active_mtu: Mtu::Mtu1024,
@@ -373,7 +408,9 @@ mod tests {
             flow_label: 0x1_2345,
             ..verbs_api::AhAttr::default()
         };
+        assert!(!n.ipv6_used.is_armed());
         let path = av_path(n.ipv4, Some(&n), &av(2, v6("fd00::9"))).expect("an IPv6 path");
+        assert!(n.ipv6_used.is_armed(), "the port now reads its IPv6 sockets");
         let want = Ip6Path { src: global, dst: v6("fd00::9"), flow_label: 0x1_2345 };
         assert_eq!(path, AvPath { ip: [0; 4], ip6: Some(want) });
         let why = |r: std::result::Result<AvPath, (Errno, String)>| {

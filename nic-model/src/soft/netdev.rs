@@ -72,6 +72,7 @@ pub fn netdev_addr(iface: &Interface, ipv4: [u8; 4], ipv6: &[[u8; 16]]) -> Netde
         ifindex: iface.index,
         ipv4,
         ipv6: iface.ipv6.iter().filter(|a| ipv6.contains(a)).copied().collect(),
+        ipv6_used: Default::default(),
         mac: iface.mac,
         gids: gid_table(iface, ipv4, ipv6),
         active_mtu: rxe_active_mtu(iface.mtu),

@@ -77,6 +77,8 @@ struct Rx {
     head: Vec<u8>,
     /// UDP 4791 of each IPv6 address (`UdpPort::six`), where this port holds it.
     gates6: Vec<Option<UdpSocket>>,
+    /// Rounds counted, for reading the IPv6 sockets every [`v6::V6_IDLE_EVERY`]-th.
+    v6_tick: u32,
 }
 
 /// How often a port that does not hold UDP 4791 tries to bind it: the longest the address
@@ -181,6 +183,7 @@ impl UdpPort {
                 next_try: Instant::now() + GATE_RETRY,
                 head: Vec::new(),
                 gates6,
+                v6_tick: 0,
             }),
             gsi: gsi::GsiForward::new(ip),
             taken: AtomicUsize::new(0),
@@ -342,8 +345,14 @@ impl Port for UdpPort {
         // One datagram (`recvfrom`), then while they keep coming a batch at a time
         // (`recvmmsg`), handed on one by one; those a round leaves (it stopped at a
         // completion) are the next round's first.
-        // RoCE v2 over IPv6 (`udp/v6.rs`): one datagram at a time.
-        if !self.six.is_empty() {
+        // RoCE v2 over IPv6 (`udp/v6.rs`): one datagram at a time; every round once the
+        // engine may meet IPv6 datagrams, before that every V6_IDLE_EVERY-th (for the
+        // address's other processes, when this one holds an IPv6 address's 4791), so that
+        // an IPv4 program's rounds make no system call for IPv6.
+        rx.v6_tick = rx.v6_tick.wrapping_add(1);
+        if !self.six.is_empty()
+            && (self.addr.ipv6_used.is_armed() || rx.v6_tick % v6::V6_IDLE_EVERY == 0)
+        {
             let (took, more) = self.recv6(rx, max.saturating_sub(n), f);
             n += took;
             if !more {
@@ -455,10 +464,11 @@ impl Port for UdpPort {
         self.taken.load(Ordering::Acquire) == 0
             && nothing_waits(self.share.inbox.as_raw_fd())
             && (gate < 0 || nothing_waits(gate))
-            && self.six.iter().all(|s| {
-                let fd = s.gate_fd.load(Ordering::Relaxed);
-                fd < 0 || nothing_waits(fd)
-            })
+            && (!self.addr.ipv6_used.is_armed()
+                || self.six.iter().all(|s| {
+                    let fd = s.gate_fd.load(Ordering::Relaxed);
+                    fd < 0 || nothing_waits(fd)
+                }))
     }
 
     fn one_sided_waits(&self) -> bool {
@@ -469,10 +479,11 @@ impl Port for UdpPort {
         }
         (gate >= 0 && first_completes_nothing(gate, 0))
             || first_completes_nothing(self.share.inbox.as_raw_fd(), share::FORWARD_HEAD)
-            || self.six.iter().any(|s| {
-                let fd = s.gate_fd.load(Ordering::Relaxed);
-                fd >= 0 && first_completes_nothing(fd, 0)
-            })
+            || (self.addr.ipv6_used.is_armed()
+                && self.six.iter().any(|s| {
+                    let fd = s.gate_fd.load(Ordering::Relaxed);
+                    fd >= 0 && first_completes_nothing(fd, 0)
+                }))
     }
 }
 

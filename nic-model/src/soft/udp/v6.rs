@@ -42,6 +42,12 @@ pub(super) struct Six {
     pub(super) gate_fd: AtomicI32,
 }
 
+/// How often a port whose engine has met no IPv6 path or UD QP yet
+/// ([`NetdevAddr::ipv6_used`](crate::engine::NetdevAddr::ipv6_used)) reads the IPv6 sockets
+/// it holds: every this many rounds (what waits there is for the address's other processes;
+/// `park` wakes for it, so an idle port takes it within as many quick rounds).
+pub(super) const V6_IDLE_EVERY: u32 = 32;
+
 /// Whether `a` is a link-local unicast address (`fe80::/10`), reached on the interface.
 pub(super) fn is_link_local(a: &[u8; 16]) -> bool {
     a[0] == 0xfe && a[1] & 0xc0 == 0x80
