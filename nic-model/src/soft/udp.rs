@@ -351,7 +351,7 @@ impl Port for UdpPort {
         // an IPv4 program's rounds make no system call for IPv6.
         rx.v6_tick = rx.v6_tick.wrapping_add(1);
         if !self.six.is_empty()
-            && (self.addr.ipv6_used.is_armed() || rx.v6_tick % v6::V6_IDLE_EVERY == 0)
+            && (self.addr.ipv6_used.is_armed() || rx.v6_tick.is_multiple_of(v6::V6_IDLE_EVERY))
         {
             let (took, more) = self.recv6(rx, max.saturating_sub(n), f);
             n += took;
