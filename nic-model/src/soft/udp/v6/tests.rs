@@ -206,3 +206,23 @@ fn over_ipv6_on_lo_a_send_lands_and_two_ports_reach_each_other() {
         assert_eq!((sent[0].status, sent[0].wr_id), (WcStatus::Success, 2));
     }
 }
+
+proptest::proptest! {
+    /// Whatever an IPv6 socket receives, rebuilt and handed to an engine, is dropped and
+    /// counted (malformed, bad ICRC, no such QP) without a panic.
+    #[test]
+    fn arbitrary_ipv6_payloads_are_counted_never_a_panic(
+        payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+        port in proptest::prelude::any::<u16>(),
+    ) {
+        let mut nic = crate::engine::Nic::new(crate::engine::NicConfig::new("b", 2));
+        let mut buf = vec![0u8; IPV6_UDP_LEN + payload.len()];
+        buf[IPV6_UDP_LEN..].copy_from_slice(&payload);
+        let total = rebuild6(&mut buf, payload.len(), a6(), port, b6()).expect("fits");
+        nic.handle_packet(0, &buf[..total]);
+        let s = nic.stats();
+        proptest::prop_assert_eq!(s.rx_malformed + s.rx_no_qp + s.rx_bad_length, 1,
+            "one datagram, one drop: {:?}", s);
+        proptest::prop_assert!(nic.poll_transmit().is_none(), "nothing answers a stranger's bytes");
+    }
+}
