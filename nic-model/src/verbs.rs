@@ -226,13 +226,19 @@ impl<H: Host> ContextOps for EngineContext<H> {
     fn query_gid_entry(&self, port_num: u8, index: u32) -> Result<GidEntry> {
         only_port_1("ibv_query_gid_ex", port_num)?;
         gid_index_in_table("ibv_query_gid_ex", index)?;
-        let Some((gid, gid_type)) = self.host.with_nic(|n| n.config().gid_entry(index)) else {
+        let found = self.host.with_nic(|n| {
+            let c = n.config();
+            c.gid_entry(index).map(|e| (e, c.netdev.as_ref().map_or(0, |d| d.ifindex)))
+        });
+        let Some(((gid, gid_type), ndev_ifindex)) = found else {
             return Err(Error::new(
                 Errno::NoData,
                 format!("ibv_query_gid_ex: GID index {index} of port 1 is empty"),
             ));
         };
-        Ok(GidEntry { gid, gid_index: index, port_num: 1, gid_type, ndev_ifindex: 0 })
+        // A port on a network interface: its index, as rxe's GIDs name their netdev; else 0
+        // (the C library names `lo`).
+        Ok(GidEntry { gid, gid_index: index, port_num: 1, gid_type, ndev_ifindex })
     }
     fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
         let id = self.host.with_nic(|n| n.alloc_pd())?;

@@ -100,8 +100,20 @@ pub fn gid_entry(ip: [u8; 4], index: u32) -> Option<(Gid, GidType)> {
 pub struct NetdevAddr {
     /// The interface name (`eth0`).
     pub name: String,
+    /// Its index (`if_nametoindex`): the network device of every GID (`ndev_ifindex` of
+    /// `struct ibv_gid_entry`).
+    pub ifindex: u32,
     /// The IPv4 address datagrams leave from and arrive at (UDP port 4791).
     pub ipv4: [u8; 4],
+    /// The interface's IPv6 addresses the port sends from and receives on (UDP port 4791,
+    /// RoCE v2 over IPv6): those its GID table lists after the IPv4 one, and the link-local
+    /// one when it is the default GID.
+    pub ipv6: Vec<[u8; 16]>,
+    /// Whether the engine may meet IPv6 datagrams: set once a path from an IPv6 GID is made
+    /// or a UD QP is created, so that the port reads its IPv6 sockets in every round only
+    /// then (an IPv4 program pays no system call for them: docs/decisions.md, "IPv6 between
+    /// hosts on the UDP wire").
+    pub ipv6_used: Ipv6Used,
     /// The interface's MAC address.
     pub mac: [u8; 6],
     /// The GID table, index by index (all RoCE v2): the default GID `fe80::<EUI-64 of the
@@ -111,6 +123,34 @@ pub struct NetdevAddr {
     /// MTU (`eth_mtu_int_to_enum`).
     pub active_mtu: Mtu,
 }
+
+/// A flag shared by a port on a network interface and its engine ([`NetdevAddr::ipv6_used`]):
+/// whether IPv6 datagrams may come. Not part of the addresses' identity: any two compare
+/// equal.
+#[derive(Clone, Debug, Default)]
+pub struct Ipv6Used(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Ipv6Used {
+    /// Sets it (for good).
+    pub fn arm(&self) {
+        if !self.is_armed() {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    /// Whether it is set.
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl PartialEq for Ipv6Used {
+    fn eq(&self, _: &Ipv6Used) -> bool {
+        true
+    }
+}
+
+impl Eq for Ipv6Used {}
 
 /// Entry `index` of the GID table of the port with IPv4 address `ip`: [`gid_entry`]'s, or the
 /// table of its network interface (`netdev`).
@@ -198,22 +238,12 @@ pub(super) fn av_path(
     };
     let dgid = Ipv6Addr::from(av.dgid.0);
     if let (Some(n), None) = (netdev, sgid.to_ipv4()) {
-        return Err((
-            Errno::Inval,
-            format!(
-                "sgid_index {sgid_index} is the IPv6 GID {}: softverbs on a network interface \
-                 ({}, SOFTVERBS_NETDEV) sends RoCE v2 over IPv4 only; send from GID index \
-                 {GID_INDEX_IPV4}, the IPv4 address {}",
-                Ipv6Addr::from(sgid.0),
-                n.name,
-                std::net::Ipv4Addr::from(n.ipv4)
-            ),
-        ));
+        return netdev_path6(n, sgid_index, &sgid, av);
     }
     if sgid.to_ipv4().is_some() {
         return match av.dgid.to_ipv4() {
             Some(dst) => Ok(AvPath { ip: dst, ip6: None }),
-            None if ip_of_link_local(&av.dgid).is_some() => Err((
+            None if netdev.is_some() || ip_of_link_local(&av.dgid).is_some() => Err((
                 Errno::Inval,
                 format!(
                     "dgid {dgid} is an IPv6 GID but sgid_index {sgid_index} is the IPv4 GID \
@@ -254,6 +284,60 @@ pub(super) fn av_path(
             ),
         )),
     }
+}
+
+/// [`av_path`] from the IPv6 GID `sgid` (entry `sgid_index`) of a port on network interface
+/// `n`: RoCE v2 over IPv6 between hosts. The source must be an address the port receives on
+/// ([`NetdevAddr::ipv6`]); the destination any unicast IPv6 address that is not IPv4-mapped
+/// (a link-local one is reached on the interface, its scope). The IPv4 address of the path
+/// is unused (0.0.0.0): the UDP wire reads the datagram's own addresses.
+fn netdev_path6(
+    n: &NetdevAddr,
+    sgid_index: u32,
+    sgid: &Gid,
+    av: &verbs_api::AhAttr,
+) -> std::result::Result<AvPath, (Errno, String)> {
+    let dgid = Ipv6Addr::from(av.dgid.0);
+    if !n.ipv6.contains(&sgid.0) {
+        return Err((
+            Errno::Inval,
+            format!(
+                "sgid_index {sgid_index} is the IPv6 GID {} of {}, which this port does not \
+                 receive on (the address is not the interface's, is not ready yet, or its \
+                 UDP port 4791 is another program's; ports of the interface's other IPv4 \
+                 addresses send over IPv4 only: docs/guide.md, \"Across machines\"); send from \
+                 GID index {GID_INDEX_IPV4}, the IPv4 address {}",
+                Ipv6Addr::from(sgid.0),
+                n.name,
+                std::net::Ipv4Addr::from(n.ipv4)
+            ),
+        ));
+    }
+    if av.dgid.to_ipv4().is_some() {
+        return Err((
+            Errno::Inval,
+            format!(
+                "dgid {dgid} is an IPv4 GID but sgid_index {sgid_index} is the IPv6 GID {}: \
+                 both ends of a path speak one IP version (send from GID index \
+                 {GID_INDEX_IPV4} to reach an IPv4 GID)",
+                Ipv6Addr::from(sgid.0)
+            ),
+        ));
+    }
+    if dgid.is_unspecified() || dgid.is_multicast() {
+        return Err((
+            Errno::Inval,
+            format!(
+                "dgid {dgid} is not a unicast IPv6 address of another host (multicast over \
+                 IPv6 is not done on the UDP wire)"
+            ),
+        ));
+    }
+    n.ipv6_used.arm();
+    Ok(AvPath {
+        ip: [0; 4],
+        ip6: Some(Ip6Path { src: sgid.0, dst: av.dgid.0, flow_label: av.flow_label & 0x000F_FFFF }),
+    })
 }
 
 /// `ibv_create_ah`'s checks for the port with IPv4 address `ip` (on network interface
@@ -297,5 +381,56 @@ mod tests {
         assert_eq!(t1, GidType::RoceV2);
         assert_eq!(gid_entry(ip, 2), None);
         assert_eq!(slot_of_ip(ip_of_slot(0x0102)), 0x0102);
+    }
+
+    /// On a network interface a path from an IPv6 GID the port receives on leads over IPv6
+    /// to any unicast IPv6 destination; any other source, a destination of the other IP
+    /// version or a multicast one is refused, naming why.
+    #[test]
+    fn on_a_network_interface_an_ipv6_gid_leads_over_ipv6() {
+        let v6 = |t: &str| t.parse::<Ipv6Addr>().unwrap().octets();
+        let (ll, global) = (v6("fe80::1c71:a8ff:fe3c:600b"), v6("fd00::7"));
+        let n = NetdevAddr {
+            name: "veth0".into(),
+            ifindex: 7,
+            ipv4: [10, 201, 0, 1],
+            ipv6: vec![global],
+            ipv6_used: Ipv6Used::default(),
+            mac: [0x1e, 0x71, 0xa8, 0x3c, 0x60, 0x0b],
+            gids: vec![Gid(ll), Gid::from_ipv4([10, 201, 0, 1]), Gid(global), Gid(v6("fd00::8"))],
+            active_mtu: Mtu::Mtu1024,
+        };
+        let av = |sgid_index: u8, dgid: [u8; 16]| verbs_api::AhAttr {
+            is_global: true,
+            port_num: 1,
+            sgid_index,
+            dgid: Gid(dgid),
+            flow_label: 0x1_2345,
+            ..verbs_api::AhAttr::default()
+        };
+        assert!(!n.ipv6_used.is_armed());
+        let path = av_path(n.ipv4, Some(&n), &av(2, v6("fd00::9"))).expect("an IPv6 path");
+        assert!(n.ipv6_used.is_armed(), "the port now reads its IPv6 sockets");
+        let want = Ip6Path { src: global, dst: v6("fd00::9"), flow_label: 0x1_2345 };
+        assert_eq!(path, AvPath { ip: [0; 4], ip6: Some(want) });
+        let why = |r: std::result::Result<AvPath, (Errno, String)>| {
+            let (errno, why) = r.expect_err("refused");
+            assert_eq!(errno, Errno::Inval);
+            why
+        };
+        // The link-local address is not one the port receives on here (not ready, say).
+        let w = why(av_path(n.ipv4, Some(&n), &av(0, v6("fe80::2"))));
+        assert!(w.contains("does not receive on"), "{w}");
+        let w = why(av_path(n.ipv4, Some(&n), &av(3, v6("fd00::9"))));
+        assert!(w.contains("fd00::8"), "{w}");
+        let w = why(av_path(n.ipv4, Some(&n), &av(2, Gid::from_ipv4([10, 201, 0, 2]).0)));
+        assert!(w.contains("one IP version"), "{w}");
+        let w = why(av_path(n.ipv4, Some(&n), &av(1, v6("fd00::9"))));
+        assert!(w.contains("one IP version"), "{w}");
+        let w = why(av_path(n.ipv4, Some(&n), &av(2, v6("ff02::1"))));
+        assert!(w.contains("multicast"), "{w}");
+        // The IPv4 path is as it was.
+        let path = av_path(n.ipv4, Some(&n), &av(1, Gid::from_ipv4([10, 201, 0, 2]).0));
+        assert_eq!(path, Ok(AvPath { ip: [10, 201, 0, 2], ip6: None }));
     }
 }

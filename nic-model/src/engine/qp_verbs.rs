@@ -83,6 +83,10 @@ impl Nic {
             }
         }
         self.qps.insert(qpn, Qp::new(qpn, qp_type, pd, send_cq, recv_cq, granted, sq_sig_all));
+        // A UD QP may hear from an IPv6 peer before it has an address handle for one.
+        if let (QpType::Ud, Some(n)) = (qp_type, &self.hca.cfg.netdev) {
+            n.ipv6_used.arm();
+        }
         Ok((qpn, granted))
     }
 

@@ -62,6 +62,15 @@ pub fn parse_datagram6(bytes: &[u8]) -> Result<(Ip6Udp, Packet<'_>), PacketError
     Ok((ip, pkt))
 }
 
+/// Sets the ICRC of an IPv6 datagram (its last four bytes) over the rest, as
+/// [`set_icrc_ipv4`](super::set_icrc_ipv4) does over IPv4: for a datagram whose headers
+/// were made a host kernel's after the engine built it (the UDP wire). Shorter than an ICRC:
+/// left as it is.
+pub fn set_icrc_ipv6(datagram: &mut [u8]) {
+    let Some((covered, icrc)) = datagram.split_last_chunk_mut::<ICRC_LEN>() else { return };
+    *icrc = icrc_ipv6(covered).to_le_bytes();
+}
+
 /// Parse a datagram of either IP version, by its first nibble ([`parse_datagram`] or
 /// [`parse_datagram6`]): its source and destination addresses and its transport packet. For
 /// tools that show any datagram (the demo's wire lines).

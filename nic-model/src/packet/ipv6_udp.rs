@@ -64,6 +64,17 @@ pub(super) fn write_ip6_udp(ip: &Ip6Udp, payload_len: u16, out: &mut [u8; IPV6_U
     out[46..48].fill(0);
 }
 
+/// The IPv6 and UDP headers (destination port 4791) of a datagram whose UDP payload (BTH to
+/// ICRC) is `payload_len` bytes: what a host's kernel put in front of a payload an IPv6 UDP
+/// socket received, rebuilt so that the ICRC can be checked over them (the IPv6 sibling of
+/// [`ipv4_udp_header`](super::ipv4_udp_header)). None if too long for an IPv6 payload length.
+pub fn ipv6_udp_header(ip: &Ip6Udp, payload_len: usize) -> Option<[u8; IPV6_UDP_LEN]> {
+    let len = u16::try_from(payload_len.checked_add(super::ipv4_udp::UDP_LEN)?).ok()?;
+    let mut out = [0u8; IPV6_UDP_LEN];
+    write_ip6_udp(ip, len, &mut out);
+    Some(out)
+}
+
 /// Check the IPv6 and UDP headers at the front of `bytes`, a whole datagram: version 6, next
 /// header UDP (extension headers are not supported), payload length = the bytes after the
 /// header, UDP destination port 4791 and UDP length = the payload. Returns the fields.

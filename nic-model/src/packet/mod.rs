@@ -46,11 +46,13 @@ pub(crate) use datagram::{
     emit_engine_datagram, emit_engine_datagram_into, emit_request_into, engine_datagram_len,
     parse_datagram_with,
 };
-pub use datagram6::{datagram6_len, emit_datagram6, parse_any_datagram, parse_datagram6};
+pub use datagram6::{
+    datagram6_len, emit_datagram6, parse_any_datagram, parse_datagram6, set_icrc_ipv6,
+};
 pub use headers::{rnr_timer_ns, Aeth, AethKind, AtomicEth, Bth, Deth, Feth, NakCode, Reth};
 pub use icrc::{icrc_ipv4, icrc_ipv6};
 pub use ipv4_udp::{ipv4_udp_header, IpUdp, IPV4_UDP_LEN, ROCE_UDP_PORT};
-pub use ipv6_udp::{Ip6Udp, IPV6_UDP_LEN};
+pub use ipv6_udp::{ipv6_udp_header, Ip6Udp, IPV6_UDP_LEN};
 pub use opcode::{
     opcode_table, OpFlags, Opcode, OpcodeInfo, Transport, ATOMIC_ACK_ETH_LEN, CNP_RESERVED_LEN,
     FETH_LEN, IETH_LEN, IMMDT_LEN,

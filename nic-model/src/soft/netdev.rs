@@ -16,6 +16,8 @@ use crate::engine::{eui64_of_mac, NetdevAddr};
 pub struct Interface {
     /// The interface name.
     pub name: String,
+    /// Its index (`if_nametoindex`): the scope of its link-local IPv6 addresses.
+    pub index: u32,
     /// Its MAC address.
     pub mac: [u8; 6],
     /// Its MTU in bytes.
@@ -43,16 +45,18 @@ pub fn rxe_active_mtu(mtu: u32) -> Mtu {
     }
 }
 
-/// The GID table of a RoCE v2 port on `iface` sending from `ipv4`, in ib_core's order: the
-/// default GID (`fe80::` and the EUI-64 of the MAC, `make_default_gid`) first, then the IPv4
-/// address (`enum_netdev_ipv4_ips`), then the IPv6 addresses (`enum_netdev_ipv6_ips`) but one
-/// equal to the default GID, which the cache does not add twice. The interface's other IPv4
+/// The GID table of a RoCE v2 port on `iface` sending from `ipv4` and from the IPv6
+/// addresses `ipv6` (those of the interface it receives on), in ib_core's order: the default
+/// GID (`fe80::` and the EUI-64 of the MAC, `make_default_gid`) first, then the IPv4 address
+/// (`enum_netdev_ipv4_ips`), then the IPv6 addresses (`enum_netdev_ipv6_ips`) but one equal
+/// to the default GID, which the cache does not add twice. The interface's other IPv4
 /// addresses are left out: other processes receive on them (docs/decisions.md, "A RoCE
-/// device on a network interface").
-pub fn gid_table(iface: &Interface, ipv4: [u8; 4]) -> Vec<Gid> {
+/// device on a network interface"); so are IPv6 addresses the port does not receive on
+/// ("IPv6 between hosts").
+pub fn gid_table(iface: &Interface, ipv4: [u8; 4], ipv6: &[[u8; 16]]) -> Vec<Gid> {
     let default = Gid::link_local(eui64_of_mac(iface.mac));
     let mut gids = vec![default, Gid::from_ipv4(ipv4)];
-    for a in &iface.ipv6 {
+    for a in iface.ipv6.iter().filter(|a| ipv6.contains(a)) {
         let g = Gid(*a);
         if !gids.contains(&g) {
             gids.push(g);
@@ -61,13 +65,16 @@ pub fn gid_table(iface: &Interface, ipv4: [u8; 4]) -> Vec<Gid> {
     gids
 }
 
-/// The port's addresses on `iface` when it sends from `ipv4`.
-pub fn netdev_addr(iface: &Interface, ipv4: [u8; 4]) -> NetdevAddr {
+/// The port's addresses on `iface` when it sends from `ipv4` and the IPv6 addresses `ipv6`.
+pub fn netdev_addr(iface: &Interface, ipv4: [u8; 4], ipv6: &[[u8; 16]]) -> NetdevAddr {
     NetdevAddr {
         name: iface.name.clone(),
+        ifindex: iface.index,
         ipv4,
+        ipv6: iface.ipv6.iter().filter(|a| ipv6.contains(a)).copied().collect(),
+        ipv6_used: Default::default(),
         mac: iface.mac,
-        gids: gid_table(iface, ipv4),
+        gids: gid_table(iface, ipv4, ipv6),
         active_mtu: rxe_active_mtu(iface.mtu),
     }
 }
@@ -82,7 +89,8 @@ pub fn lookup(name: &str) -> Result<Interface, Error> {
         return Err(nodev(format!("not an interface name (1 to {} bytes)", libc::IFNAMSIZ - 1)));
     }
     // SAFETY: `cname` is a valid NUL-terminated string.
-    if unsafe { libc::if_nametoindex(cname.as_ptr()) } == 0 {
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index == 0 {
         return Err(nodev(format!(
             "no such network interface in this network namespace ({})",
             std::io::Error::last_os_error()
@@ -96,7 +104,7 @@ pub fn lookup(name: &str) -> Result<Interface, Error> {
             "the interface has no IPv4 address (give it one: ip addr add 10.0.0.1/24 dev {name})"
         )));
     }
-    Ok(Interface { name: name.to_string(), mac, mtu, ipv4, ipv6 })
+    Ok(Interface { name: name.to_string(), index, mac, mtu, ipv4, ipv6 })
 }
 
 /// An `ifreq` naming interface `name` (shorter than `IFNAMSIZ`, checked by the caller).
@@ -211,20 +219,36 @@ mod tests {
     fn the_gid_table_is_ib_core_s_order() {
         let ll: [u8; 16] = "fe80::1c71:a8ff:fe3c:600b".parse::<Ipv6Addr>().unwrap().octets();
         let global: [u8; 16] = "fd00::7".parse::<Ipv6Addr>().unwrap().octets();
+        let other: [u8; 16] = "2001:db8::9".parse::<Ipv6Addr>().unwrap().octets();
         let iface = Interface {
             name: "veth0".into(),
+            index: 7,
             mac: [0x1e, 0x71, 0xa8, 0x3c, 0x60, 0x0b],
             mtu: 1500,
             ipv4: vec![[10, 201, 0, 1], [10, 201, 0, 9]],
-            ipv6: vec![global, ll],
+            ipv6: vec![global, ll, other],
         };
-        let gids = gid_table(&iface, [10, 201, 0, 9]);
-        let text: Vec<String> = gids.iter().map(|g| Ipv6Addr::from(g.0).to_string()).collect();
+        let text = |gids: &[Gid]| -> Vec<String> {
+            gids.iter().map(|g| Ipv6Addr::from(g.0).to_string()).collect()
+        };
         // The default GID from the MAC (equal to the link-local address, not added twice),
-        // the port's IPv4 address, the other IPv6 address.
-        assert_eq!(text, ["fe80::1c71:a8ff:fe3c:600b", "::ffff:10.201.0.9", "fd00::7"]);
-        let a = netdev_addr(&iface, [10, 201, 0, 9]);
+        // the port's IPv4 address, the other IPv6 addresses in the interface's order: the
+        // IPv4 users' index 1 stays where it was.
+        let all = gid_table(&iface, [10, 201, 0, 1], &[other, ll, global]);
+        assert_eq!(
+            text(&all),
+            ["fe80::1c71:a8ff:fe3c:600b", "::ffff:10.201.0.1", "fd00::7", "2001:db8::9"]
+        );
+        // Only the IPv6 addresses the port receives on are listed; the default GID always.
+        let some = gid_table(&iface, [10, 201, 0, 1], &[other]);
+        assert_eq!(text(&some), ["fe80::1c71:a8ff:fe3c:600b", "::ffff:10.201.0.1", "2001:db8::9"]);
+        // A port of another IPv4 address: the default GID and its address.
+        let none = gid_table(&iface, [10, 201, 0, 9], &[]);
+        assert_eq!(text(&none), ["fe80::1c71:a8ff:fe3c:600b", "::ffff:10.201.0.9"]);
+        let a = netdev_addr(&iface, [10, 201, 0, 9], &[ll, global]);
         assert_eq!((a.active_mtu, a.ipv4, a.mac), (Mtu::Mtu1024, [10, 201, 0, 9], iface.mac));
+        assert_eq!(a.ipv6, [global, ll], "the interface's order");
+        assert_eq!(text(&a.gids), ["fe80::1c71:a8ff:fe3c:600b", "::ffff:10.201.0.9", "fd00::7"]);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! fields (TOS, TTL, the checksums) do not matter.
 
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
@@ -62,6 +62,8 @@ pub struct UdpPort {
     /// [`Port::one_sided_waits`], which do not take the receiver's lock.
     taken: AtomicUsize,
     taken_one_sided: AtomicBool,
+    /// The IPv6 addresses it sends from and receives on (`udp/v6.rs`).
+    six: Arc<[v6::Six]>,
 }
 
 /// What the receiving half keeps: where a datagram is rebuilt, headers and payload; UDP 4791
@@ -73,6 +75,10 @@ struct Rx {
     gate: Option<UdpSocket>,
     next_try: Instant,
     head: Vec<u8>,
+    /// UDP 4791 of each IPv6 address (`UdpPort::six`), where this port holds it.
+    gates6: Vec<Option<UdpSocket>>,
+    /// Rounds counted, for reading the IPv6 sockets every [`v6::V6_IDLE_EVERY`]-th.
+    v6_tick: u32,
 }
 
 /// How often a port that does not hold UDP 4791 tries to bind it: the longest the address
@@ -150,7 +156,11 @@ impl UdpPort {
         }
         // SAFETY: `fd` was just created and is owned by nothing else.
         let wake = unsafe { OwnedFd::from_raw_fd(fd) };
-        let addr = netdev::netdev_addr(iface, ip);
+        // The IPv6 addresses go with the interface's first IPv4 address (docs/decisions.md,
+        // "IPv6 between hosts on the UDP wire").
+        let (six, gates6) = v6::open(iface, iface.ipv4.first() == Some(&ip), || share.others());
+        let held: Vec<[u8; 16]> = six.iter().map(|s| s.addr).collect();
+        let addr = netdev::netdev_addr(iface, ip, &held);
         tracing::info!(netdev = %addr.name, ip = %Ipv4Addr::from(addr.ipv4), block = share.block,
             holds_4791 = gate.is_some(), "RoCE v2 port on a network interface: UDP 4791");
         // The port that holds 4791 from the start sends from it (one socket serves both);
@@ -167,15 +177,18 @@ impl UdpPort {
             share: Arc::new(share),
             wake,
             rx: Mutex::new(Rx {
-                buf: vec![0; IPV4_UDP_LEN + MAX_PAYLOAD + share::FORWARD_HEAD],
+                buf: vec![0; IPV4_UDP_LEN + MAX_PAYLOAD + share::FORWARD_HEAD6],
                 batch: batch::RecvBatch::new(IPV4_UDP_LEN),
                 gate,
                 next_try: Instant::now() + GATE_RETRY,
                 head: Vec::new(),
+                gates6,
+                v6_tick: 0,
             }),
             gsi: gsi::GsiForward::new(ip),
             taken: AtomicUsize::new(0),
             taken_one_sided: AtomicBool::new(false),
+            six: six.into(),
         })
     }
 
@@ -283,6 +296,7 @@ impl Port for UdpPort {
             own: self.addr.ipv4,
             share: self.share.clone(),
             local,
+            six: self.six.clone(),
             tally: tally.clone(),
             scratch: Vec::new(),
             head: Vec::new(),
@@ -293,7 +307,7 @@ impl Port for UdpPort {
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize {
         let mut guard = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         let rx = &mut *guard;
-        if rx.gate.is_none() {
+        if rx.gate.is_none() || rx.gates6.iter().any(Option::is_none) {
             self.try_gate(rx);
         }
         let mut n = 0;
@@ -306,6 +320,13 @@ impl Port for UdpPort {
                 Err(_) => break,
             };
             n += 1;
+            if share::is_v6(&rx.buf[IPV4_UDP_LEN - share::FORWARD_HEAD..]) {
+                let Some(total) = v6::from_inbox6(&mut rx.buf, len) else { continue };
+                if !f(&rx.buf[..total], Icrc::Carried) {
+                    return n;
+                }
+                continue;
+            }
             if len < share::FORWARD_HEAD {
                 continue;
             }
@@ -324,6 +345,20 @@ impl Port for UdpPort {
         // One datagram (`recvfrom`), then while they keep coming a batch at a time
         // (`recvmmsg`), handed on one by one; those a round leaves (it stopped at a
         // completion) are the next round's first.
+        // RoCE v2 over IPv6 (`udp/v6.rs`): one datagram at a time; every round once the
+        // engine may meet IPv6 datagrams, before that every V6_IDLE_EVERY-th (for the
+        // address's other processes, when this one holds an IPv6 address's 4791), so that
+        // an IPv4 program's rounds make no system call for IPv6.
+        rx.v6_tick = rx.v6_tick.wrapping_add(1);
+        if !self.six.is_empty()
+            && (self.addr.ipv6_used.is_armed() || rx.v6_tick.is_multiple_of(v6::V6_IDLE_EVERY))
+        {
+            let (took, more) = self.recv6(rx, max.saturating_sub(n), f);
+            n += took;
+            if !more {
+                return n;
+            }
+        }
         let Rx { batch, gate, head, .. } = rx;
         let mut flowing = false;
         while n < max {
@@ -381,20 +416,26 @@ impl Port for UdpPort {
             return;
         }
         let gate = self.gate_fd.load(Ordering::Relaxed);
-        // A port that does not hold 4791 wakes to try to bind it.
-        let timeout = if gate < 0 { timeout.min(GATE_RETRY) } else { timeout };
-        let mut fds = [
-            libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: self.share.inbox.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            // A negative descriptor is ignored by poll.
-            libc::pollfd { fd: gate, events: libc::POLLIN, revents: 0 },
-        ];
+        let mut fds = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 3 + v6::MAX_SIX];
+        fds[0].fd = self.wake.as_raw_fd();
+        fds[1].fd = self.share.inbox.as_raw_fd();
+        // A negative descriptor is ignored by poll.
+        fds[2].fd = gate;
+        let mut deaf = gate < 0;
+        for (fd, six) in fds[3..].iter_mut().zip(self.six.iter()) {
+            fd.fd = six.gate_fd.load(Ordering::Relaxed);
+            deaf |= fd.fd < 0;
+        }
+        // A port that does not hold a 4791 wakes to try to bind it.
+        let timeout = if deaf { timeout.min(GATE_RETRY) } else { timeout };
+        let nfds = 3 + self.six.len();
         let ts = libc::timespec {
             tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
         };
-        // SAFETY: `fds` is a valid array of three pollfds, `ts` a valid timespec, no sigmask.
-        unsafe { libc::ppoll(fds.as_mut_ptr(), 3, &ts, std::ptr::null()) };
+        // SAFETY: `fds` is a valid array of at least `nfds` pollfds, `ts` a valid timespec, no
+        // sigmask.
+        unsafe { libc::ppoll(fds.as_mut_ptr(), nfds as libc::nfds_t, &ts, std::ptr::null()) };
         if fds[0].revents != 0 {
             let mut count = 0u64;
             // SAFETY: reading the eventfd's 8-byte count into `count` resets it.
@@ -409,8 +450,10 @@ impl Port for UdpPort {
     }
 
     fn describe(&self) -> String {
+        let six: String =
+            self.six.iter().map(|s| format!(", [{}]", Ipv6Addr::from(s.addr))).collect();
         format!(
-            "UDP {}:{ROCE_UDP_PORT} on network interface {}",
+            "UDP {}{six}:{ROCE_UDP_PORT} on network interface {}",
             Ipv4Addr::from(self.addr.ipv4),
             self.addr.name
         )
@@ -421,6 +464,11 @@ impl Port for UdpPort {
         self.taken.load(Ordering::Acquire) == 0
             && nothing_waits(self.share.inbox.as_raw_fd())
             && (gate < 0 || nothing_waits(gate))
+            && (!self.addr.ipv6_used.is_armed()
+                || self.six.iter().all(|s| {
+                    let fd = s.gate_fd.load(Ordering::Relaxed);
+                    fd < 0 || nothing_waits(fd)
+                }))
     }
 
     fn one_sided_waits(&self) -> bool {
@@ -431,6 +479,11 @@ impl Port for UdpPort {
         }
         (gate >= 0 && first_completes_nothing(gate, 0))
             || first_completes_nothing(self.share.inbox.as_raw_fd(), share::FORWARD_HEAD)
+            || (self.addr.ipv6_used.is_armed()
+                && self.six.iter().any(|s| {
+                    let fd = s.gate_fd.load(Ordering::Relaxed);
+                    fd >= 0 && first_completes_nothing(fd, 0)
+                }))
     }
 }
 
@@ -442,6 +495,17 @@ impl UdpPort {
             return;
         }
         rx.next_try = now + GATE_RETRY;
+        for (six, gate) in self.six.iter().zip(rx.gates6.iter_mut()).filter(|(_, g)| g.is_none()) {
+            if let Ok(sock) = v6::bind(&self.iface, six.addr, ROCE_UDP_PORT) {
+                tracing::info!(netdev = %self.addr.name, ip = %Ipv6Addr::from(six.addr),
+                    block = self.share.block, "took over UDP 4791 on the IPv6 address");
+                six.gate_fd.store(sock.as_raw_fd(), Ordering::Relaxed);
+                *gate = Some(sock);
+            }
+        }
+        if rx.gate.is_some() {
+            return;
+        }
         if let Ok(sock) = bind(&self.iface, self.addr.ipv4, ROCE_UDP_PORT) {
             tracing::info!(netdev = %self.addr.name, ip = %Ipv4Addr::from(self.addr.ipv4),
                 block = self.share.block, "took over UDP 4791 on the address");
@@ -518,6 +582,8 @@ pub struct UdpEgress {
     own: [u8; 4],
     share: Arc<Share>,
     local: Option<UnixDatagram>,
+    /// The IPv6 addresses it sends from (`udp/v6.rs`).
+    six: Arc<[v6::Six]>,
     tally: Arc<Tally>,
     scratch: Vec<u8>,
     head: Vec<u8>,
@@ -546,6 +612,9 @@ impl UdpEgress {
     }
 
     fn send_uncounted(&mut self, dst: [u8; 4], datagram: &[u8]) -> SendOutcome {
+        if datagram.first().is_some_and(|b| b >> 4 == 6) {
+            return self.send6(datagram);
+        }
         // The engine's datagrams are IPv4 without options; multicast has no route here.
         if is_multicast_ipv4(dst)
             || datagram.len() < IPV4_UDP_LEN + packet::ICRC_LEN
@@ -639,6 +708,7 @@ impl Egress for UdpEgress {
 mod batch;
 mod gsi;
 mod share;
+mod v6;
 pub use gsi::{gsi_gate_name, gsi_socket_name};
 
 #[cfg(test)]

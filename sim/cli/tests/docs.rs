@@ -464,6 +464,10 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs run --netdev wlan0 -- ib_write_bw -x 1 192.168.1.10", Plan::NotRun(ACROSS)),
     ("softverbs pingpong --netdev wlan0 -g 1", Plan::NotRun(ACROSS)),
     ("softverbs pingpong --netdev wlan0 -g 1 192.168.1.10", Plan::NotRun(ACROSS)),
+    ("softverbs run --netdev eth0 -- ibv_rc_pingpong -g 0", Plan::NotRun(ACROSS_V6)),
+    ("softverbs run --netdev eth0 -- ibv_rc_pingpong -g 0 192.168.1.10", Plan::NotRun(ACROSS_V6)),
+    ("softverbs run --netdev eth0 -- ibv_ud_pingpong -g 2", Plan::NotRun(ACROSS_V6)),
+    ("softverbs run --netdev eth0 -- ibv_ud_pingpong -g 2 192.168.1.10", Plan::NotRun(ACROSS_V6)),
     ("softverbs run --netdev wlan0 -- rping -s -a 192.168.1.10 -C 100 -v", Plan::NotRun(ACROSS_CM)),
     ("softverbs run --netdev wlan0 -- rping -c -a 192.168.1.10 -C 100 -v", Plan::NotRun(ACROSS_CM)),
     ("softverbs run --netdev wlan0 -- ib_write_bw -R", Plan::NotRun(ACROSS_CM)),
@@ -480,6 +484,9 @@ const PLANS: &[(&str, Plan)] = &[
 /// Why the "Across machines" walk-through's commands are not run here.
 const ACROSS: &str =
     "they need two hosts with a wlan0: sim/cli/tests/netns.rs runs them between network namespaces";
+
+const ACROSS_V6: &str =
+    "they need two hosts with IPv6 addresses: sim/cli/tests/netns_v6.rs runs them between network namespaces";
 
 const ACROSS_CM: &str =
     "they need two hosts with a wlan0: sim/cli/tests/netns_cm.rs runs them between network namespaces";

@@ -21,6 +21,11 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 /// IPv4 address, its UDP port (big-endian) and two zero bytes.
 pub(super) const FORWARD_HEAD: usize = 8;
 
+/// The bytes in front of an IPv6 datagram handed between the ports of one address (RoCE v2
+/// over IPv6, `v6.rs`): four zero bytes, the sender's UDP port (big-endian), 6 and 0 (where
+/// an IPv4 head has two zero bytes), the sender's IPv6 address and the one it was sent to.
+pub(super) const FORWARD_HEAD6: usize = 40;
+
 /// The blocks of QP numbers there are: 1 to 254 (block 0 holds QP 0 and 1, block 255 the
 /// multicast QPN 0xFFFFFF).
 const BLOCKS: std::ops::RangeInclusive<u8> = 1..=254;
@@ -101,9 +106,51 @@ impl Share {
     }
 }
 
+impl Share {
+    /// Hands `payload`, an IPv6 datagram's UDP payload from `src`:`port` to `dst`, to block
+    /// `block`'s inbox, as [`Share::hand`] does for IPv4 (an [`FORWARD_HEAD6`]-byte head).
+    pub(super) fn hand6(
+        &self,
+        sock: &UnixDatagram,
+        block: u8,
+        (src, port, dst): ([u8; 16], u16, [u8; 16]),
+        payload: &[u8],
+        head: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        head.clear();
+        head.extend_from_slice(&[0; 4]);
+        head.extend_from_slice(&port.to_be_bytes());
+        head.extend_from_slice(&[6, 0]);
+        head.extend_from_slice(&src);
+        head.extend_from_slice(&dst);
+        head.extend_from_slice(payload);
+        sock.send_to_addr(head, &self.name(block)?).map(|_| ())
+    }
+}
+
+/// The sender (address and UDP port) and destination a handed IPv6 datagram names in front
+/// of it ([`Share::hand6`]); None if it is an IPv4 one or too short.
+pub(super) fn sender6(message: &[u8]) -> Option<([u8; 16], u16, [u8; 16])> {
+    let h = message.get(..FORWARD_HEAD6)?;
+    if h[6] != 6 {
+        return None;
+    }
+    let src = <[u8; 16]>::try_from(&h[8..24]).ok()?;
+    let dst = <[u8; 16]>::try_from(&h[24..40]).ok()?;
+    Some((src, u16::from_be_bytes([h[4], h[5]]), dst))
+}
+
+/// Whether a handed message carries an IPv6 datagram ([`Share::hand6`]'s head).
+pub(super) fn is_v6(message: &[u8]) -> bool {
+    message.get(6) == Some(&6)
+}
+
 /// The sender a handed datagram names in front of it; None if it is too short.
 pub(super) fn sender(message: &[u8]) -> Option<SocketAddrV4> {
     let h = message.get(..FORWARD_HEAD)?;
+    if h[6] != 0 {
+        return None;
+    }
     Some(SocketAddrV4::new(Ipv4Addr::new(h[0], h[1], h[2], h[3]), u16::from_be_bytes([h[4], h[5]])))
 }
 

@@ -174,7 +174,7 @@ fn strangers_and_garbage_from_the_network_are_counted_and_the_path_s_send_lands(
 
 /// The tests on `lo` one at a time: they share 127.0.0.1, and which port holds its UDP 4791
 /// is part of what they check.
-static LO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(super) static LO: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Two processes' ports on one address (`lo`, 127.0.0.1) share it as rxe's one device is
 /// shared: their QP numbers are in different blocks; each reaches the other (RC SENDs both

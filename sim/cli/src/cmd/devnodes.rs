@@ -40,6 +40,38 @@ pub enum Node {
 /// The entries for the soft devices `names` (index = the `N` of `uverbsN`, as softverbs'
 /// libibverbs numbers them), parents before children.
 pub fn tree(names: &[(String, u64)]) -> Vec<(PathBuf, Node)> {
+    tree_on(names, None)
+}
+
+/// The network interface the soft devices are RoCE v2 devices on (`--netdev`) and the GID
+/// table a port of it has, for sysfs: `gids/N`, `gid_attrs/types/N` and `gid_attrs/ndevs/N`
+/// for each entry, the interface as every GID's device, the port's `parent` and `device/net`.
+pub struct NetdevGids {
+    /// The interface's name.
+    pub name: String,
+    /// The GID table of a port on it (index by index).
+    pub gids: Vec<verbs_api::Gid>,
+}
+
+impl NetdevGids {
+    /// What a port of `SOFTVERBS_NETDEV` (when set) lists: the table of a port of the
+    /// interface's first IPv4 address, which holds its IPv6 addresses too (docs/decisions.md,
+    /// "IPv6 between hosts on the UDP wire"). None when it is unset or names no interface
+    /// with an IPv4 address (the program's open then says why).
+    pub fn from_env() -> Option<NetdevGids> {
+        let name = std::env::var("SOFTVERBS_NETDEV").ok().filter(|v| !v.is_empty())?;
+        let iface = nic_model::soft::netdev::lookup(&name).ok()?;
+        let first = *iface.ipv4.first()?;
+        let gids = nic_model::soft::netdev::gid_table(&iface, first, &iface.ipv6);
+        Some(NetdevGids { name, gids })
+    }
+}
+
+/// [`tree`] for devices on network interface `netdev` (`softverbs run --netdev`), whose GIDs
+/// sysfs then lists as the kernel lists an rxe device's; None: ports of the fabric, whose
+/// GIDs are each opening process's own, so that only their types and device (`lo`) are there.
+pub fn tree_on(names: &[(String, u64)], netdev: Option<&NetdevGids>) -> Vec<(PathBuf, Node)> {
+    let ndev = netdev.map_or(NETDEV, |n| n.name.as_str());
     let mut t: Vec<(PathBuf, Node)> = Vec::new();
     let mut add = |p: String, n: Node| t.push((PathBuf::from(p), n));
     add("/dev/infiniband".into(), Node::Dir);
@@ -67,11 +99,11 @@ pub fn tree(names: &[(String, u64)]) -> Vec<(PathBuf, Node)> {
         add(format!("{d}/node_guid"), Node::File(format!("{}\n", guid_text(*guid))));
         add(format!("{d}/sys_image_guid"), Node::File(format!("{}\n", guid_text(*guid))));
         add(format!("{d}/node_desc"), Node::File(format!("softverbs {name}\n")));
-        add(format!("{d}/parent"), Node::File(format!("{NETDEV}\n")));
+        add(format!("{d}/parent"), Node::File(format!("{ndev}\n")));
         add(format!("{d}/device"), Node::Dir);
         add(format!("{d}/device/numa_node"), Node::File("-1\n".into()));
         add(format!("{d}/device/net"), Node::Dir);
-        add(format!("{d}/device/net/{NETDEV}"), Node::Link(format!("/sys/class/net/{NETDEV}")));
+        add(format!("{d}/device/net/{ndev}"), Node::Link(format!("/sys/class/net/{ndev}")));
         add(format!("{d}/ports"), Node::Dir);
         let p = format!("{d}/ports/1");
         add(p.clone(), Node::Dir);
@@ -108,6 +140,16 @@ pub fn tree(names: &[(String, u64)]) -> Vec<(PathBuf, Node)> {
         add(format!("{p}/gid_attrs"), Node::Dir);
         add(format!("{p}/gid_attrs/types"), Node::Dir);
         add(format!("{p}/gid_attrs/ndevs"), Node::Dir);
+        if let Some(n) = netdev {
+            // A port on an interface: its table, as sysfs shows rxe's (`gids/N` in full).
+            add(format!("{p}/gids"), Node::Dir);
+            for (index, gid) in n.gids.iter().enumerate() {
+                add(format!("{p}/gids/{index}"), Node::File(format!("{gid}\n")));
+                add(format!("{p}/gid_attrs/types/{index}"), Node::File("RoCE v2\n".into()));
+                add(format!("{p}/gid_attrs/ndevs/{index}"), Node::File(format!("{ndev}\n")));
+            }
+            continue;
+        }
         // The GIDs themselves are the opening process's port address (each open takes its
         // own slot on the fabric), so there is no `gids/` here: ibv_query_gid answers them.
         // Their types and network device are the same for every port.
@@ -419,6 +461,32 @@ mod tests {
         assert_eq!(rate_text(2, 32), "100 Gb/sec (4X EDR)");
         assert_eq!(rate_text(1, 1), "2.5 Gb/sec (1X SDR)");
         assert_eq!(rate_text(8, 16), "168 Gb/sec (12X FDR)");
+    }
+
+    /// On a network interface, sysfs lists the port's GIDs (the IPv6 ones too) as the
+    /// kernel lists rxe's, each of the interface.
+    #[test]
+    fn on_an_interface_the_tree_lists_every_gid_of_the_interface() {
+        use verbs_api::Gid;
+        let ll: [u8; 16] = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let g: [u8; 16] = "fd31::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let gids = vec![Gid(ll), Gid::from_ipv4([10, 231, 0, 1]), Gid(g)];
+        let n = NetdevGids { name: "veth7".into(), gids };
+        let t = tree_on(&[("softverbs0".into(), 1)], Some(&n));
+        let get = |p: &str| t.iter().find(|(q, _)| q == Path::new(p)).map(|(_, n)| n.clone());
+        let f = |s: &str| Some(Node::File(s.to_string()));
+        let p = "/sys/class/infiniband/softverbs0/ports/1";
+        assert_eq!(get(&format!("{p}/gids/0")), f("fe80:0000:0000:0000:0000:0000:0000:0001\n"));
+        assert_eq!(get(&format!("{p}/gids/1")), f("0000:0000:0000:0000:0000:ffff:0ae7:0001\n"));
+        assert_eq!(get(&format!("{p}/gids/2")), f("fd31:0000:0000:0000:0000:0000:0000:0001\n"));
+        assert_eq!(get(&format!("{p}/gids/3")), None);
+        assert_eq!(get(&format!("{p}/gid_attrs/types/2")), f("RoCE v2\n"));
+        assert_eq!(get(&format!("{p}/gid_attrs/ndevs/2")), f("veth7\n"));
+        assert_eq!(get("/sys/class/infiniband/softverbs0/parent"), f("veth7\n"));
+        assert_eq!(
+            get("/sys/class/infiniband/softverbs0/device/net/veth7"),
+            Some(Node::Link("/sys/class/net/veth7".into()))
+        );
     }
 
     #[test]

@@ -158,7 +158,8 @@ fn show_devices() -> Result<(), CliError> {
     // A bad environment (SOFTVERBS_DEVICES) is the program's own error to give, when it lists
     // the devices: run it without the entries.
     let Ok(names) = super::devnodes::soft_devices() else { return Ok(()) };
-    let tree = super::devnodes::tree(&names);
+    let netdev = super::devnodes::NetdevGids::from_env();
+    let tree = super::devnodes::tree_on(&names, netdev.as_ref());
     if super::devnodes::present(&tree) {
         return Ok(());
     }

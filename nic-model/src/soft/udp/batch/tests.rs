@@ -177,6 +177,7 @@ fn the_egress_sends_a_queue_in_batches_each_datagram_as_send_would() {
         own,
         share: Arc::new(Share::claim(&format!("batchtest{pid}"), own).expect("a block")),
         local: None,
+        six: Arc::from(Vec::new()),
         tally: tally.clone(),
         scratch: Vec::new(),
         head: Vec::new(),
