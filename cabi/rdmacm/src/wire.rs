@@ -206,6 +206,18 @@ fn open() -> std::io::Result<Wire> {
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+    // UDP checksum 0, as rxe sends QP1's MADs (its prepare_udp_hdr).
+    let on: libc::c_int = 1;
+    // SAFETY: an open socket; the value is an int.
+    unsafe {
+        libc::setsockopt(
+            udp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            std::ptr::from_ref(&on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
     let udp_port = udp.local_addr()?.port();
     let plan = std::env::var("SOFTVERBS_FAULTS").ok().filter(|t| !t.is_empty());
     let rules = plan

@@ -233,7 +233,7 @@ fn grow_buffers(fd: libc::c_int) {
 
 /// A non-blocking UDP socket on `ip`:`port` (0: one the kernel picks), bound to `iface` too,
 /// sending datagrams with DF (so that the kernel's identification is 0, which the ICRC
-/// covers).
+/// covers) and UDP checksum 0.
 fn bind(iface: &Interface, ip: [u8; 4], port: u16) -> std::io::Result<UdpSocket> {
     let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(ip), port))?;
     let fd = sock.as_raw_fd();
@@ -271,8 +271,29 @@ fn bind(iface: &Interface, ip: [u8; 4], port: u16) -> std::io::Result<UdpSocket>
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    no_udp_checksum(fd);
     sock.set_nonblocking(true)?;
     Ok(sock)
+}
+
+/// Sends with UDP checksum 0 (`SO_NO_CHECK`), as rxe's `prepare_udp_hdr` and RoCE NICs leave
+/// it over IPv4: the ICRC guards the datagram, and a capture shows rxe's bytes. A kernel that
+/// refuses keeps computing it; a receiver ignores it either way.
+pub(crate) fn no_udp_checksum(fd: std::os::fd::RawFd) {
+    let on: libc::c_int = 1;
+    // SAFETY: `fd` is an open socket; the value is an int.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            std::ptr::from_ref(&on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "SO_NO_CHECK refused");
+    }
 }
 
 impl Port for UdpPort {

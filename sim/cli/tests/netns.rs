@@ -113,6 +113,8 @@ fn the_pingpongs_run_across_two_hosts_as_rocev2_on_the_wire() {
         // The kernel's headers, the ICRC over them: what rxe or a RoCE NIC would check.
         nic_model::packet::parse_datagram(f)
             .unwrap_or_else(|e| panic!("a datagram on the wire does not check ({e}): {f:02x?}"));
+        // UDP checksum 0, as rxe's prepare_udp_hdr leaves it (RoCE v2 over IPv4 needs none).
+        assert_eq!(f[26..28], [0, 0], "the UDP checksum: {f:02x?}");
     }
     let decoded = tshark_decode(&file);
     // 4096 bytes at the 1024-byte MTU of a 1500-byte link: four packets a message.
