@@ -98,8 +98,9 @@ pub(super) fn open(
 }
 
 /// A non-blocking UDP socket on `[addr]:port` (0: one the kernel picks; a link-local address
-/// scoped to `iface`), bound to `iface` too, with room for bursts, and never fragmenting (`IPV6_PMTUDISC_DO`: a datagram
-/// larger than the link is an error, a lost frame, as over IPv4).
+/// scoped to `iface`), bound to `iface` too, with room for bursts, never fragmenting
+/// (`IPV6_PMTUDISC_DO`: a datagram larger than the link is an error, a lost frame, as over
+/// IPv4), with UDP checksum 0 sent and taken, as rxe.
 pub(super) fn bind(iface: &Interface, addr: [u8; 16], port: u16) -> std::io::Result<UdpSocket> {
     let scope = if is_link_local(&addr) { iface.index } else { 0 };
     let sock = UdpSocket::bind(SocketAddrV6::new(Ipv6Addr::from(addr), port, 0, scope))?;
@@ -134,8 +135,38 @@ pub(super) fn bind(iface: &Interface, addr: [u8; 16], port: u16) -> std::io::Res
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    zero_udp_checksums(fd)?;
     sock.set_nonblocking(true)?;
     Ok(sock)
+}
+
+/// `SOL_UDP` and linux/udp.h's `UDP_NO_CHECK6_TX` / `UDP_NO_CHECK6_RX` (not in libc).
+const SOL_UDP: libc::c_int = 17;
+const UDP_NO_CHECK6_TX: libc::c_int = 101;
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// UDP checksum 0 both ways, as rxe: its `prepare_udp_hdr` leaves the checksum of an IPv6
+/// datagram at 0 as of an IPv4 one, and its tunnel socket takes such datagrams in. A plain
+/// IPv6 socket would drop every datagram a kernel rxe peer sends, so taking them is required;
+/// sending 0 keeps a capture rxe's bytes.
+fn zero_udp_checksums(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    for opt in [UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX] {
+        let on: libc::c_int = 1;
+        // SAFETY: `fd` is an open UDP socket; the value is an int.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                SOL_UDP,
+                opt,
+                std::ptr::from_ref(&on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Writes the IPv6 and UDP headers of a datagram whose `len`-byte UDP payload, from
