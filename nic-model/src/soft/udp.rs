@@ -237,23 +237,7 @@ fn grow_buffers(fd: libc::c_int) {
 fn bind(iface: &Interface, ip: [u8; 4], port: u16) -> std::io::Result<UdpSocket> {
     let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::from(ip), port))?;
     let fd = sock.as_raw_fd();
-    let name = iface.name.as_bytes();
-    // SAFETY: `fd` is an open socket; the option value is the name's bytes and their length.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_BINDTODEVICE,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        // Bound to the address already; a process without the right (kernels before 5.7
-        // ask CAP_NET_RAW) still receives only what is sent to it.
-        tracing::info!(error = %std::io::Error::last_os_error(), netdev = %iface.name,
-            "SO_BINDTODEVICE refused: receiving on the address alone");
-    }
+    bind_to_device(fd, iface);
     // Room for the bursts a window of RC packets makes while the receiver is busy: a datagram
     // the buffer cannot hold is lost (RcvbufErrors) and costs a retransmission.
     grow_buffers(fd);
@@ -274,6 +258,28 @@ fn bind(iface: &Interface, ip: [u8; 4], port: u16) -> std::io::Result<UdpSocket>
     no_udp_checksum(fd);
     sock.set_nonblocking(true)?;
     Ok(sock)
+}
+
+/// Binds `fd` to `iface` (`SO_BINDTODEVICE`) so it receives on that interface alone. A refusal
+/// is logged: the socket is bound to an address of the interface already, and a process
+/// without the right (kernels before 5.7 ask CAP_NET_RAW) still receives only what is sent to
+/// that address.
+pub(crate) fn bind_to_device(fd: std::os::fd::RawFd, iface: &Interface) {
+    let name = iface.name.as_bytes();
+    // SAFETY: `fd` is an open socket; the option value is the name's bytes and their length.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        tracing::info!(error = %std::io::Error::last_os_error(), netdev = %iface.name,
+            "SO_BINDTODEVICE refused: receiving on the address alone");
+    }
 }
 
 /// Sends with UDP checksum 0 (`SO_NO_CHECK`), as rxe's `prepare_udp_hdr` and RoCE NICs leave

@@ -12,11 +12,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::netns::{have, ip, may_make_hosts, text, tshark_decode, Capture, Hosts, Proc, LIMIT};
+use common::netns::{
+    check_pingpong, have, ip, may_make_hosts, roce_datagrams, text, tshark_decode, Capture, Hosts,
+    Proc, LIMIT,
+};
 
 /// A server started with `server`, then a client made by `client` run to the end, retried
 /// while the server is not listening yet; both must exit 0. Returns (server, client) output.
@@ -56,36 +58,6 @@ fn pingpong_args<'a>(tool: &'a str, port: &'a str, size: &'a str, iters: &'a str
     v
 }
 
-/// The pingpong's closing lines are there, and no byte was wrong.
-fn check_pingpong(out: &str, size: usize, iters: usize) {
-    let bytes = format!("{} bytes in ", 2 * size * iters);
-    assert!(out.lines().any(|l| l.starts_with(&bytes)), "no `{bytes}`:\n{out}");
-    assert!(out.contains(&format!("{iters} iters in ")), "{out}");
-    assert!(!out.contains("Invalid data"), "a byte was wrong:\n{out}");
-}
-
-/// The UDP payloads to port 4791 of a pcap file (Ethernet, IPv4), each with its whole IPv4
-/// datagram.
-fn roce_datagrams(pcap: &Path) -> Vec<Vec<u8>> {
-    let f = std::fs::read(pcap).expect("the capture");
-    assert!(f.len() >= 24, "no pcap header");
-    let mut at = 24;
-    let mut out = Vec::new();
-    while at + 16 <= f.len() {
-        let incl = u32::from_le_bytes(f[at + 8..at + 12].try_into().unwrap()) as usize;
-        let frame = &f[at + 16..(at + 16 + incl).min(f.len())];
-        at += 16 + incl;
-        let is_roce = frame.len() > 14 + 28
-            && frame[12..14] == [0x08, 0x00]
-            && frame[14 + 9] == 17
-            && frame[14 + 22..14 + 24] == 4791u16.to_be_bytes();
-        if is_roce {
-            out.push(frame[14..].to_vec());
-        }
-    }
-    out
-}
-
 #[test]
 fn the_pingpongs_run_across_two_hosts_as_rocev2_on_the_wire() {
     let test = "the_pingpongs_run_across_two_hosts_as_rocev2_on_the_wire";
@@ -107,7 +79,7 @@ fn the_pingpongs_run_across_two_hosts_as_rocev2_on_the_wire() {
         assert!(s.contains("GID ::ffff:10.231.0.1") && s.contains("GID ::ffff:10.231.0.2"), "{s}");
     }
     let file = cap.stop().to_path_buf();
-    let frames = roce_datagrams(&file);
+    let (frames, _) = roce_datagrams(&file);
     assert!(frames.len() >= 4 * 20, "the pingpongs' datagrams were captured: {}", frames.len());
     for f in &frames {
         // The kernel's headers, the ICRC over them: what rxe or a RoCE NIC would check.

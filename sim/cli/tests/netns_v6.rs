@@ -11,11 +11,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::netns::{have, ip, may_make_hosts, text, tshark_decode, Capture, Hosts, Proc, LIMIT};
+use common::netns::{
+    check_pingpong, have, ip, may_make_hosts, roce_datagrams, text, tshark_decode, Capture, Hosts,
+    Proc, LIMIT,
+};
 
 /// The GID index of the global IPv6 address: after the default GID (the link-local address)
 /// and the IPv4 address.
@@ -76,41 +78,6 @@ fn pair(server: Command, client: impl Fn() -> Command, what: &str) -> (String, S
     (s, c)
 }
 
-/// The pingpong's closing lines are there, and no byte was wrong.
-fn check_pingpong(out: &str, size: usize, iters: usize) {
-    let bytes = format!("{} bytes in ", 2 * size * iters);
-    assert!(out.lines().any(|l| l.starts_with(&bytes)), "no `{bytes}`:\n{out}");
-    assert!(out.contains(&format!("{iters} iters in ")), "{out}");
-    assert!(!out.contains("Invalid data"), "a byte was wrong:\n{out}");
-}
-
-/// The IPv6 datagrams to UDP port 4791 of a pcap file (Ethernet), whole; and how many
-/// IPv4 ones to that port it holds.
-fn roce6_datagrams(pcap: &Path) -> (Vec<Vec<u8>>, usize) {
-    let f = std::fs::read(pcap).expect("the capture");
-    assert!(f.len() >= 24, "no pcap header");
-    let mut at = 24;
-    let (mut out, mut v4) = (Vec::new(), 0);
-    while at + 16 <= f.len() {
-        let incl = u32::from_le_bytes(f[at + 8..at + 12].try_into().unwrap()) as usize;
-        let frame = &f[at + 16..(at + 16 + incl).min(f.len())];
-        at += 16 + incl;
-        let is_roce6 = frame.len() > 14 + 48
-            && frame[12..14] == [0x86, 0xdd]
-            && frame[14 + 6] == 17
-            && frame[14 + 42..14 + 44] == 4791u16.to_be_bytes();
-        let is_roce4 = frame.len() > 14 + 28
-            && frame[12..14] == [0x08, 0x00]
-            && frame[14 + 9] == 17
-            && frame[14 + 22..14 + 24] == 4791u16.to_be_bytes();
-        if is_roce6 {
-            out.push(frame[14..].to_vec());
-        }
-        v4 += usize::from(is_roce4);
-    }
-    (out, v4)
-}
-
 #[test]
 fn the_pingpongs_run_over_ipv6_across_two_hosts_from_the_link_local_and_a_global_gid() {
     let test = "the_pingpongs_run_over_ipv6_across_two_hosts_from_the_link_local_and_a_global_gid";
@@ -147,8 +114,8 @@ fn the_pingpongs_run_over_ipv6_across_two_hosts_from_the_link_local_and_a_global
         }
     }
     let file = cap.stop().to_path_buf();
-    let (frames, v4) = roce6_datagrams(&file);
-    assert_eq!(v4, 0, "every datagram went over IPv6");
+    let (v4, frames) = roce_datagrams(&file);
+    assert_eq!(v4.len(), 0, "every datagram went over IPv6");
     // Two RC runs of 20 round trips of 4-packet messages and their ACKs, two UD runs.
     assert!(frames.len() >= 2 * 20 * 2 * 4 + 2 * 20 * 2, "captured: {}", frames.len());
     let (mut link, mut global) = (0, 0);

@@ -32,6 +32,18 @@ static void show(const char *who, struct rdma_cm_id *id, struct ibv_device_attr 
 	       a.max_dest_rd_atomic == dev->max_qp_rd_atom ? "the device's" : "other");
 }
 
+/* The active side disconnects, both read DISCONNECTED, and both ids go with their QPs. */
+static void disconnect(struct rdma_cm_id *act, struct rdma_cm_id *child)
+{
+	CHECK(rdma_disconnect(act) == 0);
+	wait_for(RDMA_CM_EVENT_DISCONNECTED);
+	wait_for(RDMA_CM_EVENT_DISCONNECTED);
+	rdma_destroy_qp(act);
+	rdma_destroy_qp(child);
+	CHECK(rdma_destroy_id(act) == 0);
+	CHECK(rdma_destroy_id(child) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_cm_id *listen, *act, *child;
@@ -61,13 +73,7 @@ int main(int argc, char **argv)
 	wait_for(RDMA_CM_EVENT_ESTABLISHED);
 	show("active", act, &dev);
 	show("passive", child, &dev);
-	CHECK(rdma_disconnect(act) == 0);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
-	rdma_destroy_qp(act);
-	rdma_destroy_qp(child);
-	CHECK(rdma_destroy_id(act) == 0);
-	CHECK(rdma_destroy_id(child) == 0);
+	disconnect(act, child);
 
 	/* Again, with NULL parameters on both sides. */
 	CHECK(rdma_create_id(ch, &act, NULL, RDMA_PS_TCP) == 0);
@@ -84,13 +90,7 @@ int main(int argc, char **argv)
 	wait_for(RDMA_CM_EVENT_ESTABLISHED);
 	show("active, NULL parameters", act, &dev);
 	show("passive, NULL parameters", child, &dev);
-	CHECK(rdma_disconnect(act) == 0);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
-	rdma_destroy_qp(act);
-	rdma_destroy_qp(child);
-	CHECK(rdma_destroy_id(act) == 0);
-	CHECK(rdma_destroy_id(child) == 0);
+	disconnect(act, child);
 	CHECK(rdma_destroy_id(listen) == 0);
 	rdma_destroy_event_channel(ch);
 	return 0;

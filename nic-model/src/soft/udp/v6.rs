@@ -105,21 +105,7 @@ pub(super) fn bind(iface: &Interface, addr: [u8; 16], port: u16) -> std::io::Res
     let scope = if is_link_local(&addr) { iface.index } else { 0 };
     let sock = UdpSocket::bind(SocketAddrV6::new(Ipv6Addr::from(addr), port, 0, scope))?;
     let fd = sock.as_raw_fd();
-    let name = iface.name.as_bytes();
-    // SAFETY: `fd` is an open socket; the option value is the name's bytes and their length.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_BINDTODEVICE,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        tracing::info!(error = %std::io::Error::last_os_error(), netdev = %iface.name,
-            "SO_BINDTODEVICE refused: receiving on the IPv6 address alone");
-    }
+    super::bind_to_device(fd, iface);
     super::grow_buffers(fd);
     let pmtu: libc::c_int = libc::IPV6_PMTUDISC_DO;
     // SAFETY: `fd` is an open socket; the value is an int.

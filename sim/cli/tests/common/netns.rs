@@ -384,3 +384,39 @@ pub fn cm_mads(pcap: &Path) -> Vec<Vec<String>> {
     }
     rows
 }
+
+/// The pingpong's closing lines are there, and no byte was wrong.
+pub fn check_pingpong(out: &str, size: usize, iters: usize) {
+    let bytes = format!("{} bytes in ", 2 * size * iters);
+    assert!(out.lines().any(|l| l.starts_with(&bytes)), "no `{bytes}`:\n{out}");
+    assert!(out.contains(&format!("{iters} iters in ")), "{out}");
+    assert!(!out.contains("Invalid data"), "a byte was wrong:\n{out}");
+}
+
+/// The RoCE v2 datagrams (to UDP port 4791) of a pcap file (Ethernet), each whole from its IP
+/// header: the IPv4 ones, then the IPv6 ones.
+pub fn roce_datagrams(pcap: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let f = std::fs::read(pcap).expect("the capture");
+    assert!(f.len() >= 24, "no pcap header");
+    let mut at = 24;
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    while at + 16 <= f.len() {
+        let incl = u32::from_le_bytes(f[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &f[at + 16..(at + 16 + incl).min(f.len())];
+        at += 16 + incl;
+        let is_roce4 = frame.len() > 14 + 28
+            && frame[12..14] == [0x08, 0x00]
+            && frame[14 + 9] == 17
+            && frame[14 + 22..14 + 24] == 4791u16.to_be_bytes();
+        let is_roce6 = frame.len() > 14 + 48
+            && frame[12..14] == [0x86, 0xdd]
+            && frame[14 + 6] == 17
+            && frame[14 + 42..14 + 44] == 4791u16.to_be_bytes();
+        if is_roce4 {
+            v4.push(frame[14..].to_vec());
+        } else if is_roce6 {
+            v6.push(frame[14..].to_vec());
+        }
+    }
+    (v4, v6)
+}
