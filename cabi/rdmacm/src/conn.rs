@@ -44,7 +44,8 @@ pub const DEST_QPN: c_int = mask(QpAttrMask::DEST_QPN);
 pub fn modify(qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: c_int, step: &str) -> c_int {
     // SAFETY: qp is the id's live QP.
     let r = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
-    // A move to ERR can race the peer's DREQ (the QP is then in ERR already): not worth a line.
+    // A move to ERR finds the QP in ERR already when the program moved it, or disconnects
+    // twice: not worth a line.
     if r != 0 && QpState::from_c_int(attr.qp_state) != Some(QpState::Err) {
         eprintln!("librdmacm (softverbs): moving the QP to {step} failed (errno {r})");
     }
@@ -444,17 +445,11 @@ unsafe fn reject_with(cid: *mut rdma_cm_id, data: *const c_void, len: u8, status
 }
 
 /// `rdma_disconnect` (sync.rs exports it): QP to ERR (flushing what is posted) and a DREQ to
-/// the peer; DISCONNECTED follows its DREP (at once when the peer is gone).
+/// the peer; DISCONNECTED follows its DREP (at once when the peer is gone). On an id whose peer
+/// disconnected first (its DREQ read, DISCONNECTED given), the QP still goes to ERR, as
+/// librdmacm's `ucma_shutdown` does before it asks the kernel, and no DREQ leaves.
 pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
-    let st = id.st.lock().expect("id");
-    let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };
-    let done = st.state.disconnected();
-    drop(st);
-    if done {
-        // The peer's DREQ came first: the QP is already in ERR and DISCONNECTED delivered.
-        return 0;
-    }
     if !id.c.qp.is_null() {
         modify(
             id.c.qp,
@@ -462,6 +457,14 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
             STATE,
             "ERR",
         );
+    }
+    let st = id.st.lock().expect("id");
+    let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };
+    let done = st.state.disconnected();
+    drop(st);
+    if done {
+        // The peer's DREQ came first (and was answered): DISCONNECTED is delivered already.
+        return 0;
     }
     let ch = channel_of(id);
     let mut m = Msg::new(kind::DREQ, tok);

@@ -1,6 +1,7 @@
 //! `rdma_get_cm_event` / `rdma_ack_cm_event`: what arrives on a channel's socket (the peer's
 //! REQ, REP, RTU, REJ, DREQ, DREP, or this process's own resolution events) becomes the event
-//! librdmacm gives, and the id state and QP move with it; and `rdma_destroy_id`.
+//! librdmacm gives, and the id state moves with it (the QP only on REJECTED, as librdmacm's
+//! `rdma_get_cm_event`); and `rdma_destroy_id`.
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -269,14 +270,10 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
                 return None;
             }
             drop(st);
-            if !id.c.qp.is_null() {
-                modify(
-                    id.c.qp,
-                    ibv_qp_attr { qp_state: QpState::Err.to_c_int(), ..Default::default() },
-                    STATE,
-                    "ERR",
-                );
-            }
+            // The QP is left as it is, as the kernel's CM (cma.c's `cma_ib_handler` only
+            // turns IB_CM_DREQ_RECEIVED into DISCONNECTED) and librdmacm (`rdma_get_cm_event`
+            // moves it to ERR on REJECTED alone) leave it: it goes to ERR at the program's own
+            // `rdma_disconnect` (or is destroyed), and its receives stay posted until then.
             // As the IB CM: a connected id enters timewait, and TIMEWAIT_EXIT follows when it
             // ends (UD ids have no connection, hence no timewait).
             if !ud {
