@@ -354,6 +354,20 @@ fn disconnected_now(id: &Id) {
     send(ch, &ch.path, &Msg::new(kind::DREP, id.token));
 }
 
+/// Send the DREP that the peer's DREQ waits for, if one does (`St::drep_to`); with
+/// `timewait` (the id lives on), the id enters timewait and TIMEWAIT_EXIT follows after it. A
+/// peer gone meanwhile gets nothing (its socket is gone; its ids with it).
+pub fn answer_dreq(id: &Id, timewait: bool) {
+    let Some((to, tok)) = id.st.lock().expect("id").drep_to.take() else { return };
+    let ch = channel_of(id);
+    let mut r = Msg::new(kind::DREP, tok);
+    r.from = id.token;
+    send(ch, &to, &r);
+    if timewait && !is_ud(id) {
+        crate::watch::start_timewait(&ch.path, id.token);
+    }
+}
+
 /// `rdma_accept` (sync.rs exports it): move the QP to RTR and RTS and send the REP;
 /// ESTABLISHED follows the RTU.
 pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
@@ -458,12 +472,18 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
             "ERR",
         );
     }
-    let st = id.st.lock().expect("id");
+    let mut st = id.st.lock().expect("id");
     let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };
     let done = st.state.disconnected();
+    if !done {
+        st.dreq_sent = true;
+    }
     drop(st);
     if done {
-        // The peer's DREQ came first (and was answered): DISCONNECTED is delivered already.
+        // The peer's DREQ came first: DISCONNECTED is given already, and the DREP answers it
+        // now (the kernel's rdma_disconnect: `ib_send_cm_dreq` fails in DREQ_RCVD, so
+        // `ib_send_cm_drep`); once answered, or after a DREP, nothing is sent.
+        answer_dreq(id, true);
         return 0;
     }
     let ch = channel_of(id);

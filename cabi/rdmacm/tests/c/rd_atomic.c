@@ -58,8 +58,11 @@ int main(int argc, char **argv)
 	show("active", act, &dev);
 	show("passive", child, &dev);
 	CHECK(rdma_disconnect(act) == 0);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
+	/* The passive side answers its DISCONNECTED with rdma_disconnect (its DREP, as with the
+	 * kernel's CM): the active side's DISCONNECTED follows. */
+	CHECK(wait_for(RDMA_CM_EVENT_DISCONNECTED) == child);
+	CHECK(rdma_disconnect(child) == 0);
+	CHECK(wait_for(RDMA_CM_EVENT_DISCONNECTED) == act);
 	rdma_destroy_qp(act);
 	rdma_destroy_qp(child);
 	CHECK(rdma_destroy_id(act) == 0);
