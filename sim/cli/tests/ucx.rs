@@ -389,31 +389,7 @@ fn open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud() {
 /// client, each through `softverbs run` with `env`, with control ports of their own: both exit
 /// 0, nothing on stderr, and the client prints a row per size (64 B to 1 MiB; a datagram
 /// endpoint: to 4 KiB) with 50 sent and 50 acknowledged.
-/// [`fi_pingpong_once`], run again once when the rdm client's only fault was rxm reading a
-/// flushed receive at teardown after every size had passed: softverbs moves a QP to ERR when
-/// the peer's DREQ arrives, where librdmacm leaves that to the program's rdma_disconnect, so
-/// rxm may see its receives flushed before it knows the connection is closing (CI met it
-/// once; `docs/c.md` lists it). Any other failure, or the same one twice, fails the test.
 fn fi_pingpong(fabric: &Path, provider: &str, ep: &str, env: &[(&str, &str)]) {
-    let first = std::panic::catch_unwind(|| fi_pingpong_once(fabric, provider, ep, env));
-    if let Err(e) = first {
-        let msg = e
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| e.downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        let teardown = ep == "rdm"
-            && msg.contains("cq_readerr: Work Request Flushed Error")
-            && msg.contains("\n1m      50      =50");
-        if !teardown {
-            std::panic::resume_unwind(e);
-        }
-        eprintln!("fi_pingpong rdm: a flushed receive at teardown, run again once:\n{msg}");
-        fi_pingpong_once(fabric, provider, ep, env);
-    }
-}
-
-fn fi_pingpong_once(fabric: &Path, provider: &str, ep: &str, env: &[(&str, &str)]) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
