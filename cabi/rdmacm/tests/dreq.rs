@@ -3,8 +3,9 @@
 //! librdmacm (whose `rdma_get_cm_event` moves a QP to ERR on REJECTED only) leave it over rxe:
 //! at DISCONNECTED the QP is still in RTS and a posted receive is not flushed; the program's own
 //! `rdma_disconnect` moves the QP to ERR and flushes it (librdmacm's `ucma_shutdown`, which runs
-//! whether or not DISCONNECTED came first). Run with direct reach on and off: the same lines
-//! both ways.
+//! whether or not DISCONNECTED came first), and sends the DREP that gives the active side its
+//! DISCONNECTED (the kernel's CM sends none before: ib_cm's DREQ_RCVD waits for the consumer).
+//! Run with direct reach on and off: the same lines both ways.
 
 mod cm;
 #[path = "../../ibverbs/tests/common/mod.rs"]
@@ -48,6 +49,7 @@ fn the_peers_dreq_leaves_the_qp_in_rts_until_the_programs_own_rdma_disconnect() 
             "passive event RDMA_CM_EVENT_DISCONNECTED, status 0".to_owned(),
             "passive QP at DISCONNECTED: RTS".to_owned(),
             "passive cq at DISCONNECTED: 0".to_owned(),
+            "an event before the passive's rdma_disconnect: none".to_owned(),
             "passive QP after its rdma_disconnect: ERR".to_owned(),
             wc("passive", "0x9a"),
             "passive cq after it: 0".to_owned(),

@@ -3,9 +3,10 @@
  * ids on 127.0.0.1:PORT. The active side posts a receive and calls rdma_disconnect; the passive
  * side, which posted a receive too, reads DISCONNECTED and finds its QP still in RTS and its
  * receive still posted (nothing on its CQ), as with the kernel's CM and librdmacm over rxe:
- * neither touches a QP at the peer's DREQ. Its own rdma_disconnect then moves the QP to ERR and
- * flushes the receive (every field of the completion printed), and gives no second
- * DISCONNECTED; the active side's DISCONNECTED (status 0) and both TIMEWAIT_EXITs follow.
+ * neither touches a QP at the peer's DREQ; and no DREP has left yet (the active side has no
+ * event). Its own rdma_disconnect then moves the QP to ERR, flushes the receive (every field
+ * of the completion printed) and sends the DREP, and gives no second DISCONNECTED; the active
+ * side's DISCONNECTED (status 0) and both TIMEWAIT_EXITs follow.
  * Every wait is bounded (10 s for an event or a completion).
  */
 #include <poll.h>
@@ -123,6 +124,15 @@ int main(int argc, char **argv)
 	next_event(act);
 	printf("passive QP at DISCONNECTED: %s\n", qp_state(pas));
 	printf("passive cq at DISCONNECTED: %d\n", ibv_poll_cq(p.cq, 1, &wc));
+	/* The DREP waits for the passive program, as the kernel's CM sends it at the program's
+	 * rdma_disconnect: the active side's DISCONNECTED cannot be there yet (its DREQ's life is
+	 * 74 s). A DREP sent when the DREQ was read would be on the channel already. */
+	{
+		struct pollfd q = { .fd = ch->fd, .events = POLLIN };
+
+		printf("an event before the passive's rdma_disconnect: %s\n",
+		       poll(&q, 1, 100) == 0 ? "none" : "yes");
+	}
 	CHECK(rdma_disconnect(pas) == 0);
 	printf("passive QP after its rdma_disconnect: %s\n", qp_state(pas));
 	flushed("passive", pas, &p);
