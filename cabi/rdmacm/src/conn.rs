@@ -44,7 +44,8 @@ pub const DEST_QPN: c_int = mask(QpAttrMask::DEST_QPN);
 pub fn modify(qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: c_int, step: &str) -> c_int {
     // SAFETY: qp is the id's live QP.
     let r = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
-    // A move to ERR can race the peer's DREQ (the QP is then in ERR already): not worth a line.
+    // A move to ERR finds the QP in ERR already when the program moved it, or disconnects
+    // twice: not worth a line.
     if r != 0 && QpState::from_c_int(attr.qp_state) != Some(QpState::Err) {
         eprintln!("librdmacm (softverbs): moving the QP to {step} failed (errno {r})");
     }
@@ -354,6 +355,20 @@ fn disconnected_now(id: &Id) {
     send(ch, &ch.path, &Msg::new(kind::DREP, id.token));
 }
 
+/// Send the DREP that the peer's DREQ waits for, if one does (`St::drep_to`); with
+/// `timewait` (the id lives on), the id enters timewait and TIMEWAIT_EXIT follows after it. A
+/// peer gone meanwhile gets nothing (its socket is gone; its ids with it).
+pub fn answer_dreq(id: &Id, timewait: bool) {
+    let Some((to, tok)) = id.st.lock().expect("id").drep_to.take() else { return };
+    let ch = channel_of(id);
+    let mut r = Msg::new(kind::DREP, tok);
+    r.from = id.token;
+    send(ch, &to, &r);
+    if timewait && !is_ud(id) {
+        crate::watch::start_timewait(&ch.path, id.token);
+    }
+}
+
 /// `rdma_accept` (sync.rs exports it): move the QP to RTR and RTS and send the REP;
 /// ESTABLISHED follows the RTU.
 pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
@@ -449,17 +464,11 @@ unsafe fn reject_with(cid: *mut rdma_cm_id, data: *const c_void, len: u8, status
 }
 
 /// `rdma_disconnect` (sync.rs exports it): QP to ERR (flushing what is posted) and a DREQ to
-/// the peer; DISCONNECTED follows its DREP (at once when the peer is gone).
+/// the peer; DISCONNECTED follows its DREP (at once when the peer is gone). On an id whose peer
+/// disconnected first (its DREQ read, DISCONNECTED given), the QP still goes to ERR, as
+/// librdmacm's `ucma_shutdown` does before it asks the kernel, and no DREQ leaves.
 pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
-    let st = id.st.lock().expect("id");
-    let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };
-    let done = st.state.disconnected();
-    drop(st);
-    if done {
-        // The peer's DREQ came first: the QP is already in ERR and DISCONNECTED delivered.
-        return 0;
-    }
     if !id.c.qp.is_null() {
         modify(
             id.c.qp,
@@ -467,6 +476,20 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
             STATE,
             "ERR",
         );
+    }
+    let mut st = id.st.lock().expect("id");
+    let Some((to, tok)) = st.peer.clone() else { return fail(libc::EINVAL) };
+    let done = st.state.disconnected();
+    if !done {
+        st.dreq_sent = true;
+    }
+    drop(st);
+    if done {
+        // The peer's DREQ came first: DISCONNECTED is given already, and the DREP answers it
+        // now (the kernel's rdma_disconnect: `ib_send_cm_dreq` fails in DREQ_RCVD, so
+        // `ib_send_cm_drep`); once answered, or after a DREP, nothing is sent.
+        answer_dreq(id, true);
+        return 0;
     }
     let ch = channel_of(id);
     let mut m = Msg::new(kind::DREQ, tok);

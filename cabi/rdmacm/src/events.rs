@@ -1,6 +1,7 @@
 //! `rdma_get_cm_event` / `rdma_ack_cm_event`: what arrives on a channel's socket (the peer's
 //! REQ, REP, RTU, REJ, DREQ, DREP, or this process's own resolution events) becomes the event
-//! librdmacm gives, and the id state and QP move with it; and `rdma_destroy_id`.
+//! librdmacm gives, and the id state moves with it (the QP only on REJECTED, as librdmacm's
+//! `rdma_get_cm_event`); and `rdma_destroy_id`.
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -260,26 +261,37 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
         }
         kind::DREQ | kind::DREP => {
             let mut st = id.st.lock().expect("id");
-            if m.kind == kind::DREQ {
+            let first = st.state.move_to(CmState::Disconnect);
+            // The DREP a DREQ gets, as the IB CM's: none yet for the first (DREQ_RCVD: the
+            // program's rdma_disconnect or rdma_destroy_id sends it, `drep_to`), none for a
+            // repeat of it while that waits; at once when this side sent its own DREQ
+            // (crossing DREQs: the program asked to disconnect already) or answered before
+            // (a repeat in timewait, ib_cm's cm_dreq_handler).
+            let answer_now =
+                m.kind == kind::DREQ && (st.dreq_sent || !first) && st.drep_to.is_none();
+            if m.kind == kind::DREQ && first && !st.dreq_sent {
+                st.drep_to = Some((m.reply_path(), m.from));
+            }
+            drop(st);
+            if answer_now {
                 let mut r = Msg::new(kind::DREP, m.from);
                 r.from = id.token;
                 send(ch, &m.reply_path(), &r);
+                if first && !ud {
+                    crate::watch::start_timewait(&ch.path, id.token);
+                }
             }
-            if !st.state.move_to(CmState::Disconnect) {
+            if !first {
                 return None;
             }
-            drop(st);
-            if !id.c.qp.is_null() {
-                modify(
-                    id.c.qp,
-                    ibv_qp_attr { qp_state: QpState::Err.to_c_int(), ..Default::default() },
-                    STATE,
-                    "ERR",
-                );
-            }
-            // As the IB CM: a connected id enters timewait, and TIMEWAIT_EXIT follows when it
-            // ends (UD ids have no connection, hence no timewait).
-            if !ud {
+            // The QP is left as it is, as the kernel's CM (cma.c's `cma_ib_handler` only
+            // turns IB_CM_DREQ_RECEIVED into DISCONNECTED) and librdmacm (`rdma_get_cm_event`
+            // moves it to ERR on REJECTED alone) leave it: it goes to ERR at the program's own
+            // `rdma_disconnect` (or is destroyed), and its receives stay posted until then.
+            // As the IB CM: a connected id enters timewait when the DREP comes (or leaves:
+            // above, and `conn::answer_dreq`), and TIMEWAIT_EXIT follows when it ends (UD ids
+            // have no connection, hence no timewait).
+            if m.kind == kind::DREP && !ud {
                 crate::watch::start_timewait(&ch.path, id.token);
             }
             // Status 0, or -ETIMEDOUT after a DREQ nobody answered (`watch::start_dreq_timeout`).
@@ -386,6 +398,8 @@ pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
         send(ch, to, &m);
     }
     drop(st);
+    // A DREQ still unanswered gets its DREP now, as ib_cm's cm_destroy_id sends it.
+    crate::conn::answer_dreq(id, false);
     ids().lock().expect("ids").remove(&id.token);
     // As librdmacm's: wait until the id's events are acknowledged (and a message for it that
     // another thread is handling is done). librdmacm waits for ever; a program that never

@@ -482,6 +482,13 @@ pub struct St {
     pub ack_timeout: Option<u8>,
     /// The connection's path MTU (`enum ibv_mtu`; 0: 1024, [`path_mtu`]).
     pub path_mtu: u8,
+    /// This side sent its DREQ (`rdma_disconnect`): the IB CM's DREQ_SENT.
+    pub dreq_sent: bool,
+    /// The peer's DREQ came and is not answered yet (the IB CM's DREQ_RCVD): where the DREP
+    /// goes (reply socket, peer token) once the program calls `rdma_disconnect` or
+    /// `rdma_destroy_id`, as the kernel's CM sends it then (`rdma_disconnect`'s
+    /// `ib_send_cm_drep`, `cm_destroy_id`), not when the DREQ comes.
+    pub drep_to: Option<(PathBuf, u64)>,
 }
 
 /// The local ACK timeout (`ibv_qp_attr.timeout`) the CM gives a connected QP at RTS: the one

@@ -308,9 +308,9 @@ fn note_req_to(token: u64, path: PathBuf) {
 
 /// For every RC id whose peer's channel socket is gone, a GONE message to the id's own channel
 /// (once): `rdma_get_cm_event` makes it what the dead process's kernel would have sent for the
-/// id's state (the IB CM's `cm_destroy_id`): a DREQ once established (DISCONNECTED, QP in ERR,
-/// timewait), else a REJ — status 4 (timeout) from a requester, 28 (consumer defined) from a
-/// listener's process that took the REQ.
+/// id's state (the IB CM's `cm_destroy_id`): a DREQ once established (DISCONNECTED; the QP
+/// and the DREP are left to the program's rdma_disconnect), else a REJ — status 4 (timeout)
+/// from a requester, 28 (consumer defined) from a listener's process that took the REQ.
 fn check_peers(sock: &UnixDatagram) {
     // Ids are read under the registry's lock: rdma_destroy_id unregisters before it frees.
     let mut suspects = Vec::new();

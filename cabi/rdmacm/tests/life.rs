@@ -5,9 +5,11 @@
 //! without listening again, and is UNREACHABLE after its life; a DREQ nobody answers gives
 //! DISCONNECTED after its timeout; a peer (client
 //! or server) that is SIGKILLed or exits without disconnecting gets the survivor DISCONNECTED
-//! with its QP in ERR, and one that dies before the connection is made gets the other side
-//! REJECTED (status 4 or 28, as the dead process's kernel would send);
-//! after DISCONNECTED each side gets TIMEWAIT_EXIT once the timewait (512 ms) passed.
+//! with its QP left as it was (RTS, as for a peer that disconnected: the kernel's CM leaves a
+//! QP to its program, whose rdma_disconnect moves it to ERR), and one that dies before the
+//! connection is made gets the other side REJECTED (status 4 or 28, as the dead process's
+//! kernel would send); after DISCONNECTED each side gets TIMEWAIT_EXIT once the timewait
+//! (512 ms) passed.
 
 mod cm;
 #[path = "../../ibverbs/tests/common/mod.rs"]
@@ -43,42 +45,57 @@ fn conn_lines(out: &str, c: usize) -> Vec<String> {
     out.lines().filter_map(|l| l.strip_prefix(&p)).map(str::to_owned).collect()
 }
 
-/// What a side prints after its connection ended: DISCONNECTED, the QP in ERR, TIMEWAIT_EXIT
-/// no sooner than the timewait.
-const ENDING: [&str; 4] = [
+/// What the side that disconnected prints after its connection ended: DISCONNECTED, its QP
+/// in ERR (its own rdma_disconnect moved it), TIMEWAIT_EXIT no sooner than the timewait.
+const ACTIVE_ENDING: [&str; 4] = [
     "RDMA_CM_EVENT_DISCONNECTED, status 0",
     "QP ERR",
     "RDMA_CM_EVENT_TIMEWAIT_EXIT, status 0",
     "timewait at least 500 ms: yes",
 ];
 
+/// What the side whose peer disconnected (or died) prints: DISCONNECTED with its QP still in
+/// RTS (the peer's DREQ leaves it alone, as the kernel's CM and librdmacm do), its own
+/// rdma_disconnect moving it to ERR, then TIMEWAIT_EXIT no sooner than the timewait.
+const PASSIVE_ENDING: [&str; 5] = [
+    "RDMA_CM_EVENT_DISCONNECTED, status 0",
+    "QP RTS",
+    "rdma_disconnect, QP ERR",
+    "RDMA_CM_EVENT_TIMEWAIT_EXIT, status 0",
+    "timewait at least 500 ms: yes",
+];
+
 /// What the client prints of a connection that lived and ended: resolved, ESTABLISHED, then
-/// [`ENDING`].
-fn client_life() -> Vec<&'static str> {
+/// [`ACTIVE_ENDING`] (`passive`: [`PASSIVE_ENDING`], the server ended it).
+fn client_life(passive: bool) -> Vec<&'static str> {
     let mut v = vec![
         "RDMA_CM_EVENT_ADDR_RESOLVED, status 0",
         "RDMA_CM_EVENT_ROUTE_RESOLVED, status 0",
         "RDMA_CM_EVENT_ESTABLISHED, status 0",
     ];
-    v.extend(ENDING);
+    if passive {
+        v.extend(PASSIVE_ENDING);
+    } else {
+        v.extend(ACTIVE_ENDING);
+    }
     v
 }
 
-/// What the server prints of a connection that lived and ended: the request, ESTABLISHED,
-/// then [`ENDING`].
+/// What the server prints of a connection that lived and that the client ended: the request,
+/// ESTABLISHED, then [`PASSIVE_ENDING`].
 fn server_life() -> Vec<&'static str> {
     let mut v =
         vec!["RDMA_CM_EVENT_CONNECT_REQUEST, status 0", "RDMA_CM_EVENT_ESTABLISHED, status 0"];
-    v.extend(ENDING);
+    v.extend(PASSIVE_ENDING);
     v
 }
 
 /// cm_life's client of one connection exited 0 after its whole life ([`client_life`]), with
 /// "done" last and nothing on stderr.
-fn assert_client_lived(client: &Output) {
+fn assert_client_lived(client: &Output, passive: bool) {
     let (co, ce) = text(client);
     assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
-    assert_eq!(conn_lines(&co, 0), client_life(), "client:\n{co}{ce}");
+    assert_eq!(conn_lines(&co, 0), client_life(passive), "client:\n{co}{ce}");
     assert_eq!(co.lines().last(), Some("done"));
     assert_eq!(ce, "");
 }
@@ -98,7 +115,7 @@ fn a_req_waits_for_a_server_that_works_between_two_listens() {
     // starved of CPU, once left its client REJECTED and itself waiting forever for a
     // CONNECT_REQUEST).
     let Some((client, _)) = req_between_listens(test, &["3000", "busy"], &[]) else { return };
-    assert_client_lived(&client);
+    assert_client_lived(&client, false);
 }
 
 #[test]
@@ -108,7 +125,7 @@ fn a_req_waits_for_a_server_asleep_between_two_listens() {
     // next, not how long it takes or whether it runs meanwhile (this was REJECTED after a 2 s
     // hold): it listens again without waiting for events in between, so the REQ is its.
     let Some((client, took)) = req_between_listens(test, &["6000"], &[]) else { return };
-    assert_client_lived(&client);
+    assert_client_lived(&client, false);
     assert!(took >= Duration::from_secs(5), "connected after {took:?}, before the relisten");
 }
 
@@ -162,7 +179,7 @@ fn a_dreq_nobody_answers_gives_disconnected_after_its_timeout() {
     let client = finish(Guard(Some(c.spawn().expect("spawn client"))), limit(), "cm_life client");
     let (co, ce) = text(&client);
     assert!(client.status.success(), "client {:?}:\n{co}{ce}", client.status);
-    let mut want = client_life();
+    let mut want = client_life(false);
     want[3] = "RDMA_CM_EVENT_DISCONNECTED, status -110";
     assert_eq!(conn_lines(&co, 0), want, "client:\n{co}{ce}");
     assert_eq!(co.lines().last(), Some("done"));
@@ -234,7 +251,7 @@ fn two_connections_across_a_relisten(test: &str, relisten: &[&str]) {
         limit(),
     );
     for c in 0..2 {
-        assert_eq!(conn_lines(&co, c), client_life(), "client, connection {c}:\n{co}");
+        assert_eq!(conn_lines(&co, c), client_life(false), "client, connection {c}:\n{co}");
         assert_eq!(conn_lines(&so, c), server_life(), "server, connection {c}:\n{so}");
     }
     assert_eq!(co.lines().last(), Some("done"));
@@ -315,8 +332,8 @@ fn assert_survivor_output(so: &str) {
 }
 
 #[test]
-fn a_sigkilled_peer_gets_the_survivor_disconnected_and_its_qp_in_err() {
-    let test = "a_sigkilled_peer_gets_the_survivor_disconnected_and_its_qp_in_err";
+fn a_sigkilled_peer_gets_the_survivor_disconnected_with_its_qp_left_to_it() {
+    let test = "a_sigkilled_peer_gets_the_survivor_disconnected_with_its_qp_left_to_it";
     let Some((so, took)) = survivor(test, "hold", "holding", true) else { return };
     assert_survivor_output(&so);
     // The peer check runs every 100 ms, the timewait is 512 ms; the rest is a loaded machine.
@@ -335,7 +352,7 @@ fn a_peer_that_exits_without_disconnecting_gets_the_survivor_disconnected() {
 fn a_sigkilled_server_gets_the_client_disconnected() {
     let test = "a_sigkilled_server_gets_the_client_disconnected";
     let Some((client, took)) = kill_server_when_holding(test, "hold", "wait") else { return };
-    assert_client_lived(&client);
+    assert_client_lived(&client, true);
     assert!(took < Duration::from_secs(5), "the client took {took:?} to finish");
 }
 

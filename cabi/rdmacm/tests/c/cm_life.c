@@ -6,7 +6,9 @@
  *                                       listening id right after the accept, sleep RELISTEN_MS
  *                                       and listen again before reading the next event (as
  *                                       perftest -R does); then print each connection's events
- *                                       until it got DISCONNECTED and TIMEWAIT_EXIT (`hold`:
+ *                                       until it got DISCONNECTED (then its QP's state, and
+ *                                       rdma_disconnect it as rping's server does) and
+ *                                       TIMEWAIT_EXIT (`hold`:
  *                                       print "holding" and sleep instead; `noaccept`: the same
  *                                       at the first CONNECT_REQUEST, without accepting; `busy`:
  *                                       spend RELISTEN_MS on the CPU instead of sleeping, as a
@@ -16,7 +18,8 @@
  *   cm_life client ADDR PORT N MODE     connect N ids in turn, each as soon as the previous is
  *                                       ESTABLISHED; MODE `disconnect`: rdma_disconnect each and
  *                                       print its events until TIMEWAIT_EXIT; `wait`: print
- *                                       "waiting" and the events the server's end brings; `hold`: print
+ *                                       "waiting" and the events the server's end brings (and
+ *                                       rdma_disconnect each at its DISCONNECTED); `hold`: print
  *                                       "holding" and sleep (the test kills it); `exit`: exit
  *                                       without disconnecting; `reqexit`: exit right after
  *                                       rdma_connect
@@ -39,6 +42,8 @@
 static struct rdma_event_channel *ch;
 static struct rdma_cm_id *conn[MAXC];
 static double disc_at[MAXC];
+/* The connections this side disconnected itself (rdma_disconnect before DISCONNECTED). */
+static int initiated[MAXC];
 
 static double now_ms(void)
 {
@@ -112,6 +117,13 @@ static void until_timewait(int n)
 		if (e->event == RDMA_CM_EVENT_DISCONNECTED) {
 			disc_at[c] = now_ms();
 			printf("conn %d: QP %s\n", c, qp_state(e->id));
+			/* The peer disconnected: as rping's server, answer with rdma_disconnect, which
+			 * moves the QP to ERR (the CM left it alone at the peer's DREQ). */
+			if (!initiated[c]) {
+				if (rdma_disconnect(e->id))
+					die("rdma_disconnect");
+				printf("conn %d: rdma_disconnect, QP %s\n", c, qp_state(e->id));
+			}
 		} else if (e->event == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
 			printf("conn %d: timewait at least 500 ms: %s\n", c,
 			       now_ms() - disc_at[c] >= 500 ? "yes" : "no");
@@ -247,9 +259,11 @@ static int client(const char *addr, int port, int n, const char *mode)
 		printf("waiting\n");
 		fflush(stdout);
 	} else {
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			if (rdma_disconnect(conn[i]))
 				die("rdma_disconnect");
+			initiated[i] = 1;
+		}
 	}
 	until_timewait(n);
 	cleanup(n);

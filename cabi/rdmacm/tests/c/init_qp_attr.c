@@ -119,8 +119,11 @@ int main(int argc, char **argv)
 	printf("received: %s\n", pbuf);
 
 	CHECK(rdma_disconnect(act) == 0);
-	expect(RDMA_CM_EVENT_DISCONNECTED);
-	expect(RDMA_CM_EVENT_DISCONNECTED);
+	/* The passive side answers its DISCONNECTED with rdma_disconnect (its DREP, as with the
+	 * kernel's CM): the active side's DISCONNECTED follows. */
+	CHECK(expect(RDMA_CM_EVENT_DISCONNECTED) == pas);
+	CHECK(rdma_disconnect(pas) == 0);
+	CHECK(expect(RDMA_CM_EVENT_DISCONNECTED) == act);
 	ibv_destroy_qp(aqp);
 	ibv_destroy_qp(pqp);
 	ibv_dereg_mr(amr);

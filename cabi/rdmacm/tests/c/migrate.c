@@ -84,8 +84,10 @@ int main(int argc, char **argv)
 	CHECK(next(cli, RDMA_CM_EVENT_ESTABLISHED, "client") == id);
 	CHECK(next(srv, RDMA_CM_EVENT_ESTABLISHED, "server") == child);
 	CHECK(rdma_disconnect(id) == 0);
-	/* The server's library answers the DREQ when it reads it (the kernel's CM at once). */
+	/* The server answers its DISCONNECTED with rdma_disconnect: the DREP, as with the
+	 * kernel's CM, which sends it then (not when the DREQ comes); the client's follows. */
 	CHECK(next(srv, RDMA_CM_EVENT_DISCONNECTED, "server") == child);
+	CHECK(rdma_disconnect(child) == 0);
 	CHECK(next(cli, RDMA_CM_EVENT_DISCONNECTED, "client") == id);
 	rdma_destroy_qp(id);
 	rdma_destroy_qp(child);

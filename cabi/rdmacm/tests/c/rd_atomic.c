@@ -32,12 +32,15 @@ static void show(const char *who, struct rdma_cm_id *id, struct ibv_device_attr 
 	       a.max_dest_rd_atomic == dev->max_qp_rd_atom ? "the device's" : "other");
 }
 
-/* The active side disconnects, both read DISCONNECTED, and both ids go with their QPs. */
+/* The active side disconnects; the passive side answers its DISCONNECTED with rdma_disconnect
+ * (its DREP, as with the kernel's CM), and the active side's DISCONNECTED follows; both ids go
+ * with their QPs. */
 static void disconnect(struct rdma_cm_id *act, struct rdma_cm_id *child)
 {
 	CHECK(rdma_disconnect(act) == 0);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
-	wait_for(RDMA_CM_EVENT_DISCONNECTED);
+	CHECK(wait_for(RDMA_CM_EVENT_DISCONNECTED) == child);
+	CHECK(rdma_disconnect(child) == 0);
+	CHECK(wait_for(RDMA_CM_EVENT_DISCONNECTED) == act);
 	rdma_destroy_qp(act);
 	rdma_destroy_qp(child);
 	CHECK(rdma_destroy_id(act) == 0);

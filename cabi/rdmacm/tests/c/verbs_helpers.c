@@ -107,8 +107,11 @@ int main(int argc, char **argv)
 	printf("read back: %s\n", back);
 
 	CHECK(rdma_disconnect(act) == 0);
-	expect(RDMA_CM_EVENT_DISCONNECTED);
-	expect(RDMA_CM_EVENT_DISCONNECTED);
+	/* The passive side answers its DISCONNECTED with rdma_disconnect (its DREP, as with the
+	 * kernel's CM): the active side's DISCONNECTED follows. */
+	CHECK(expect(RDMA_CM_EVENT_DISCONNECTED) == pas);
+	CHECK(rdma_disconnect(pas) == 0);
+	CHECK(expect(RDMA_CM_EVENT_DISCONNECTED) == act);
 	CHECK(rdma_dereg_mr(amr) == 0 && rdma_dereg_mr(a2mr) == 0 && rdma_dereg_mr(pmr) == 0);
 	CHECK(rdma_dereg_mr(p2mr) == 0 && rdma_dereg_mr(wmr) == 0 && rdma_dereg_mr(rmr) == 0);
 	CHECK(rdma_dereg_mr(bmr) == 0);
