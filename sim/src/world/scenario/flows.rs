@@ -173,29 +173,53 @@ fn busiest(mut all: Vec<Series>) -> Vec<Series> {
     order.into_iter().map(|i| std::mem::take(&mut all[i])).collect()
 }
 
-/// The shortest propagation delay from `src` to `dst`, relaying only through switches (ns).
-fn path_latency_ns(w: &World, src: NodeId, dst: NodeId) -> u64 {
-    let n = w.nodes().len();
-    let mut dist = vec![u64::MAX; n];
-    let mut heap = std::collections::BinaryHeap::new();
-    dist[src] = 0;
-    heap.push(std::cmp::Reverse((0u64, src)));
-    while let Some(std::cmp::Reverse((d, u))) = heap.pop() {
-        if d > dist[u] || (u != src && !w.nodes()[u].is_switch()) {
-            continue;
+/// Shortest propagation delays (ns) from each source asked for, relaying only through
+/// switches: one Dijkstra pass per source over the links grouped by where they start, kept
+/// for the next flow from the same node. (A pass per flow over every link made a 1,024-host
+/// fat tree's results cost more than its traffic.)
+struct PathLatency<'w> {
+    w: &'w World,
+    /// Each node's outgoing links as (far end, latency), in link order.
+    out: Vec<Vec<(NodeId, u64)>>,
+    /// Each source's distance to every node (`u64::MAX`: unreachable).
+    dist: std::collections::BTreeMap<NodeId, Vec<u64>>,
+}
+
+impl<'w> PathLatency<'w> {
+    fn new(w: &'w World) -> PathLatency<'w> {
+        let mut out = vec![Vec::new(); w.nodes().len()];
+        for l in w.links() {
+            out[l.src].push((l.dst, l.params.latency_ns));
         }
-        for l in w.links().iter().filter(|l| l.src == u) {
-            let nd = d + l.params.latency_ns;
-            if nd < dist[l.dst] {
-                dist[l.dst] = nd;
-                heap.push(std::cmp::Reverse((nd, l.dst)));
-            }
-        }
+        PathLatency { w, out, dist: std::collections::BTreeMap::new() }
     }
-    if dist[dst] == u64::MAX {
-        0
-    } else {
-        dist[dst]
+
+    /// The shortest propagation delay from `src` to `dst` (0 if no path).
+    fn get(&mut self, src: NodeId, dst: NodeId) -> u64 {
+        let (w, out) = (self.w, &self.out);
+        let dist = self.dist.entry(src).or_insert_with(|| {
+            let mut dist = vec![u64::MAX; out.len()];
+            let mut heap = std::collections::BinaryHeap::new();
+            dist[src] = 0;
+            heap.push(std::cmp::Reverse((0u64, src)));
+            while let Some(std::cmp::Reverse((d, u))) = heap.pop() {
+                if d > dist[u] || (u != src && !w.nodes()[u].is_switch()) {
+                    continue;
+                }
+                for &(v, latency_ns) in &out[u] {
+                    let nd = d + latency_ns;
+                    if nd < dist[v] {
+                        dist[v] = nd;
+                        heap.push(std::cmp::Reverse((nd, v)));
+                    }
+                }
+            }
+            dist
+        });
+        match dist[dst] {
+            u64::MAX => 0,
+            d => d,
+        }
     }
 }
 
@@ -214,15 +238,14 @@ pub(super) fn results(
     sampler: Option<Sampler>,
 ) -> Results {
     let mut rtt = std::collections::BTreeMap::new();
+    let mut paths = PathLatency::new(w);
     let out_gbps = |n: NodeId| {
         w.links().iter().filter(|l| l.src == n).map(|l| l.params.bandwidth_gbps).fold(0.0, f64::max)
     };
     let mut flows = Vec::with_capacity(done.len());
     for &(c, size, read, posted, completed) in done {
         let (name, a, b) = &conns[c];
-        let r = *rtt
-            .entry((*a, *b))
-            .or_insert_with(|| path_latency_ns(w, *a, *b) + path_latency_ns(w, *b, *a));
+        let r = *rtt.entry((*a, *b)).or_insert_with(|| paths.get(*a, *b) + paths.get(*b, *a));
         let gbps = out_gbps(if read { *b } else { *a });
         flows.push(FlowRecord {
             conn: name.clone(),
@@ -278,4 +301,37 @@ pub(super) fn results(
         );
     }
     Results { flows, queues, rates, pauses, sample_ns, cc_rates }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PathLatency;
+    use crate::world::{LinkParams, World};
+
+    /// The shortest delay relays through switches only, each source's pass serves every
+    /// destination, and a node with no path gets 0.
+    #[test]
+    fn path_latency_relays_only_through_switches() {
+        let mut w = World::new(1);
+        let (a, b, c, lone) = (w.add_node("a"), w.add_node("b"), w.add_node("c"), w.add_node("d"));
+        let (s1, s2) = (w.add_switch("s1"), w.add_switch("s2"));
+        let lat = |ns| LinkParams { latency_ns: ns, ..LinkParams::default() };
+        // a -> s1 -> b costs 300; a -> c -> b costs 20 but c is a host, so it does not relay.
+        w.add_link(a, s1, lat(100));
+        w.add_link(s1, b, lat(200));
+        w.add_link(a, c, lat(10));
+        w.add_link(c, b, lat(10));
+        // a -> s2 -> s1 is longer than a -> s1; b -> s2 -> a is the only way back.
+        w.add_link(a, s2, lat(50));
+        w.add_link(s2, s1, lat(70));
+        w.add_link(b, s2, lat(5));
+        w.add_link(s2, a, lat(6));
+        let mut p = PathLatency::new(&w);
+        assert_eq!(p.get(a, b), 300);
+        assert_eq!(p.get(a, c), 10);
+        assert_eq!(p.get(b, a), 11);
+        assert_eq!(p.get(c, a), 0, "c reaches b, but b is a host and does not relay");
+        assert_eq!(p.get(a, lone), 0);
+        assert_eq!(p.get(a, b), 300, "asked again, from the kept pass");
+    }
 }
