@@ -203,14 +203,17 @@ impl<'w> PathLatency<'w> {
             dist[src] = 0;
             heap.push(std::cmp::Reverse((0u64, src)));
             while let Some(std::cmp::Reverse((d, u))) = heap.pop() {
-                if d > dist[u] || (u != src && !w.nodes()[u].is_switch()) {
+                if d > dist[u] {
                     continue;
                 }
                 for &(v, latency_ns) in &out[u] {
                     let nd = d + latency_ns;
                     if nd < dist[v] {
                         dist[v] = nd;
-                        heap.push(std::cmp::Reverse((nd, v)));
+                        // A host ends a path: it relays nothing, so it never needs the heap.
+                        if w.nodes()[v].is_switch() {
+                            heap.push(std::cmp::Reverse((nd, v)));
+                        }
                     }
                 }
             }
