@@ -221,3 +221,45 @@ fn ab_sh_usage_is_its_comment_only() {
     assert!(!stderr.contains("set -euo"), "a line of code in the usage: {stderr}");
     assert!(out.stdout.is_empty(), "{out:?}");
 }
+
+/// `scripts/sim-identity.sh OLD NEW SCENARIO`: one binary against itself is the same; against a
+/// stand-in whose trace has one more byte it says which file differs and exits 1; without
+/// binaries it prints its usage and exits 2.
+#[test]
+fn sim_identity_sh_finds_a_trace_that_differs() {
+    let dir = std::env::temp_dir().join(format!("sim-identity-test-{}", std::process::id()));
+    let real = env!("CARGO_BIN_EXE_softverbs");
+    // The stand-in runs the real binary, then adds a byte to the file after `--trace`.
+    let changed = dir.join("changed");
+    script(
+        &changed,
+        &format!(
+            "\"{real}\" \"$@\"; s=$?\nwhile [ $# -gt 0 ]; do [ \"$1\" = --trace ] && printf x >>\"$2\"; \
+             shift; done\nexit $s\n"
+        ),
+    );
+    let scenario = root().join("sim/scenarios/ladder.toml");
+    let run = |new: &Path| {
+        let mut command = Command::new("sh");
+        command.arg(root().join("scripts/sim-identity.sh")).arg(real).arg(new).arg(&scenario);
+        command.env("TMPDIR", &dir);
+        run_bounded(command, Duration::from_secs(60))
+    };
+    let same = run(Path::new(real));
+    let differ = run(&changed);
+    let mut usage = Command::new("sh");
+    usage.arg(root().join("scripts/sim-identity.sh"));
+    let usage = run_bounded(usage, Duration::from_secs(20));
+    let leftover: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(same.status.code(), Some(0), "{same:?}");
+    assert!(stdout(&same).starts_with("same "), "{}", stdout(&same));
+    assert_eq!(differ.status.code(), Some(1), "{differ:?}");
+    assert!(stdout(&differ).trim_end().ends_with("ladder.toml: trace"), "{}", stdout(&differ));
+    assert_eq!(usage.status.code(), Some(2), "{usage:?}");
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("usage:"), "{usage:?}");
+    assert_eq!(leftover, vec![std::ffi::OsString::from("changed")], "its temporary directory");
+}

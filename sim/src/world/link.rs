@@ -7,6 +7,7 @@ use nic_model::fault::DropNth;
 
 /// What a link is like. Probabilities are per packet, in [0, 1].
 #[derive(Clone, Debug, PartialEq)]
+#[repr(C)]
 pub struct LinkParams {
     /// One-way propagation delay.
     pub latency_ns: u64,
@@ -71,7 +72,10 @@ impl LinkParams {
 }
 
 /// Counters of one link (and, summed, of the world). Every injected fault is counted.
+/// In declaration order (`repr(C)`): the three every packet counts come first, next to the
+/// link's parameters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct LinkStats {
     /// Packets offered to the link.
     pub offered: u64,
@@ -168,39 +172,46 @@ pub enum LinkChange {
 }
 
 /// One directed link.
+///
+/// Laid out in declaration order (`repr(C)`), each link starting a cache line: what every
+/// packet reads or writes (the FIFOs, the line's clock, the fault switches, the parameters,
+/// the first three counters) fills its first five lines, the rest of the counters and PFC's
+/// state the last two. In a world of a thousand hosts a link is cold when its next packet
+/// comes, and each line touched is a miss.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub struct Link {
-    /// Where packets enter.
-    pub src: usize,
-    /// Where they come out.
-    pub dst: usize,
-    /// Its parameters now.
-    pub params: LinkParams,
-    /// Whether it is cut.
-    pub partitioned: bool,
-    /// Its counters.
-    pub stats: LinkStats,
-    /// Finish times of the packets in its FIFO (waiting or being serialised), oldest first.
-    pub(crate) queue: VecDeque<u64>,
     /// Packets serialised and propagating, in arrival order (see the world's event order).
     pub(crate) in_flight: VecDeque<InFlight>,
+    /// Finish times of the packets in its FIFO (waiting or being serialised), oldest first.
+    pub(crate) queue: VecDeque<u64>,
+    /// With PFC on: packets waiting for the line (one serialises at a time, so that a pause
+    /// stops the rest), their bytes, and the one serialising (its ingress link, its length).
+    pub(crate) waiting: VecDeque<Waiting>,
     /// When the line is free again.
     pub(crate) busy_until_ns: u64,
-    /// Indices of offered packets to drop.
-    pub(crate) drop_nth: DropNth,
-    /// The last (datagram length, serialisation time) this link computed: a stream's
-    /// datagrams are mostly one size, and the time is a floating-point division and a rounding
-    /// per packet otherwise. Cleared when the parameters change.
-    last_serialisation: (usize, u64),
     /// The longest busy time a packet found ahead of it on entering (`stats.peak_queue_bytes`
     /// in time, so the per-packet check is an integer compare).
     pub(crate) peak_ahead_ns: u64,
     /// The busy times packets found ahead of them on entering, summed (for the mean queue).
     pub(crate) sum_ahead_ns: u64,
-    /// With PFC on: packets waiting for the line (one serialises at a time, so that a pause
-    /// stops the rest), their bytes, and the one serialising (its ingress link, its length).
-    pub(crate) waiting: VecDeque<Waiting>,
     pub(crate) waiting_bytes: u64,
+    /// The last (datagram length, serialisation time) this link computed: a stream's
+    /// datagrams are mostly one size, and the time is a floating-point division and a rounding
+    /// per packet otherwise. Cleared when the parameters change.
+    last_serialisation: (usize, u64),
+    /// Where packets enter.
+    pub src: usize,
+    /// Where they come out.
+    pub dst: usize,
+    /// Indices of offered packets to drop.
+    pub(crate) drop_nth: DropNth,
+    /// Whether it is cut.
+    pub partitioned: bool,
+    /// Its parameters now.
+    pub params: LinkParams,
+    /// Its counters.
+    pub stats: LinkStats,
     pub(crate) serialising: Option<(u32, u32)>,
     /// PFC: paused until then (0: not paused), and since when.
     pub(crate) paused_until_ns: u64,
@@ -315,4 +326,34 @@ pub(crate) struct InFlight {
     pub(super) arrive_ns: u64,
     pub(super) seq: u64,
     pub(super) data: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{align_of, offset_of, size_of};
+
+    use super::{Link, LinkParams, LinkStats};
+
+    /// What every packet touches sits in a link's first five cache lines.
+    #[test]
+    fn a_packet_touches_five_lines_of_its_link() {
+        const LINE: usize = 64;
+        assert_eq!(align_of::<Link>(), LINE, "each link starts a line");
+        assert!(offset_of!(Link, params) + size_of::<LinkParams>() <= 5 * LINE);
+        let counted = offset_of!(Link, stats) + offset_of!(LinkStats, delivered_bytes) + 8;
+        assert!(counted <= 5 * LINE, "offered, delivered and their bytes end at {counted}");
+        for end in [
+            offset_of!(Link, in_flight),
+            offset_of!(Link, queue),
+            offset_of!(Link, waiting),
+            offset_of!(Link, busy_until_ns),
+            offset_of!(Link, last_serialisation),
+            offset_of!(Link, dst),
+            offset_of!(Link, drop_nth),
+            offset_of!(Link, partitioned),
+        ] {
+            assert!(end < 3 * LINE, "the FIFOs, clocks and fault switches fill three lines");
+        }
+        assert!(size_of::<Link>() <= 7 * LINE, "a link is {} bytes", size_of::<Link>());
+    }
 }

@@ -4,6 +4,9 @@
 //! ideal, the series, pause time per port). Off unless the scenario has a `[workload]` or the
 //! run asks for samples: then the run does exactly what it did before.
 
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
 use super::spec::{ConnSpec, Expect, Names, OpSpec, Scenario};
 use crate::world::workload::{
     generate, ideal_fct_ns, FlowRecord, GenContext, PortPause, Results, Series, MAX_WORKLOAD_BYTES,
@@ -173,30 +176,48 @@ fn busiest(mut all: Vec<Series>) -> Vec<Series> {
     order.into_iter().map(|i| std::mem::take(&mut all[i])).collect()
 }
 
-/// The shortest propagation delay from `src` to `dst`, relaying only through switches (ns).
-fn path_latency_ns(w: &World, src: NodeId, dst: NodeId) -> u64 {
-    let n = w.nodes().len();
-    let mut dist = vec![u64::MAX; n];
-    let mut heap = std::collections::BinaryHeap::new();
-    dist[src] = 0;
-    heap.push(std::cmp::Reverse((0u64, src)));
-    while let Some(std::cmp::Reverse((d, u))) = heap.pop() {
-        if d > dist[u] || (u != src && !w.nodes()[u].is_switch()) {
-            continue;
-        }
-        for l in w.links().iter().filter(|l| l.src == u) {
-            let nd = d + l.params.latency_ns;
-            if nd < dist[l.dst] {
-                dist[l.dst] = nd;
-                heap.push(std::cmp::Reverse((nd, l.dst)));
+/// The shortest propagation delay (ns) of each (source, destination) pair, relaying only
+/// through switches (0 if no path): one Dijkstra pass per source over the links grouped by
+/// where they start, keeping only the answers asked for. (A pass per flow end over every
+/// link made a 1,024-host fat tree's results cost more than its traffic.)
+fn path_latencies(
+    w: &World,
+    pairs: impl IntoIterator<Item = (NodeId, NodeId)>,
+) -> BTreeMap<(NodeId, NodeId), u64> {
+    let mut wanted: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
+    for (src, dst) in pairs {
+        wanted.entry(src).or_default().push(dst);
+    }
+    let mut out = vec![Vec::new(); w.nodes().len()];
+    for l in w.links() {
+        out[l.src].push((l.dst, l.params.latency_ns));
+    }
+    let (mut dist, mut heap) = (vec![u64::MAX; out.len()], BinaryHeap::new());
+    let mut answers = BTreeMap::new();
+    for (src, dsts) in wanted {
+        dist.fill(u64::MAX);
+        dist[src] = 0;
+        heap.push(Reverse((0u64, src)));
+        while let Some(Reverse((d, u))) = heap.pop() {
+            if d > dist[u] {
+                continue;
+            }
+            for &(v, latency_ns) in &out[u] {
+                let nd = d + latency_ns;
+                if nd < dist[v] {
+                    dist[v] = nd;
+                    // A host ends a path: it relays nothing, so it never needs the heap.
+                    if w.nodes()[v].is_switch() {
+                        heap.push(Reverse((nd, v)));
+                    }
+                }
             }
         }
+        for dst in dsts {
+            answers.insert((src, dst), if dist[dst] == u64::MAX { 0 } else { dist[dst] });
+        }
     }
-    if dist[dst] == u64::MAX {
-        0
-    } else {
-        dist[dst]
-    }
+    answers
 }
 
 /// A message that completed: connection, payload bytes, whether its data went from the
@@ -213,16 +234,15 @@ pub(super) fn results(
     done: &[Done],
     sampler: Option<Sampler>,
 ) -> Results {
-    let mut rtt = std::collections::BTreeMap::new();
+    let ends = |&(c, ..): &Done| (conns[c].1, conns[c].2);
+    let latency = path_latencies(w, done.iter().map(ends).flat_map(|(a, b)| [(a, b), (b, a)]));
     let out_gbps = |n: NodeId| {
         w.links().iter().filter(|l| l.src == n).map(|l| l.params.bandwidth_gbps).fold(0.0, f64::max)
     };
     let mut flows = Vec::with_capacity(done.len());
     for &(c, size, read, posted, completed) in done {
         let (name, a, b) = &conns[c];
-        let r = *rtt
-            .entry((*a, *b))
-            .or_insert_with(|| path_latency_ns(w, *a, *b) + path_latency_ns(w, *b, *a));
+        let r = latency[&(*a, *b)] + latency[&(*b, *a)];
         let gbps = out_gbps(if read { *b } else { *a });
         flows.push(FlowRecord {
             conn: name.clone(),
@@ -278,4 +298,38 @@ pub(super) fn results(
         );
     }
     Results { flows, queues, rates, pauses, sample_ns, cc_rates }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_latencies;
+    use crate::world::{LinkParams, World};
+
+    /// The shortest delay relays through switches only, one pass serves every destination of
+    /// a source, and a pair with no path gets 0.
+    #[test]
+    fn path_latency_relays_only_through_switches() {
+        let mut w = World::new(1);
+        let (a, b, c, lone) = (w.add_node("a"), w.add_node("b"), w.add_node("c"), w.add_node("d"));
+        let (s1, s2) = (w.add_switch("s1"), w.add_switch("s2"));
+        let lat = |ns| LinkParams { latency_ns: ns, ..LinkParams::default() };
+        // a -> s1 -> b costs 300; a -> c -> b costs 20 but c is a host, so it does not relay.
+        w.add_link(a, s1, lat(100));
+        w.add_link(s1, b, lat(200));
+        w.add_link(a, c, lat(10));
+        w.add_link(c, b, lat(10));
+        // a -> s2 -> s1 is longer than a -> s1; b -> s2 -> a is the only way back.
+        w.add_link(a, s2, lat(50));
+        w.add_link(s2, s1, lat(70));
+        w.add_link(b, s2, lat(5));
+        w.add_link(s2, a, lat(6));
+        let pairs = [(a, b), (a, c), (b, a), (c, a), (a, lone), (a, b)];
+        let got = path_latencies(&w, pairs);
+        assert_eq!(got.len(), 5, "the repeated pair is answered once");
+        assert_eq!(got[&(a, b)], 300);
+        assert_eq!(got[&(a, c)], 10);
+        assert_eq!(got[&(b, a)], 11);
+        assert_eq!(got[&(c, a)], 0, "c reaches b, but b is a host and does not relay");
+        assert_eq!(got[&(a, lone)], 0);
+    }
 }

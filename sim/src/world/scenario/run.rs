@@ -112,12 +112,14 @@ impl Conn {
         mut log: Option<&mut Vec<(u64, usize, String)>>,
         now: u64,
     ) -> Result<(), String> {
-        let qpns = (self.a.qp.qp_num(), self.b.qp.qp_num());
         loop {
             let n = self.b.cq.poll(wcs).map_err(|e| format!("{}: poll: {e}", self.name))?;
             if n == 0 {
                 return Ok(());
             }
+            // Read only when there is something to check: most polls find nothing, and the
+            // QP objects are cold by then in a world of a thousand hosts.
+            let qpns = (self.a.qp.qp_num(), self.b.qp.qp_num());
             for wc in &wcs[..n] {
                 if let Some(log) = log.as_deref_mut() {
                     log.push((
