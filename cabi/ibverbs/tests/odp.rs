@@ -19,7 +19,7 @@ advise_mr prefetch_write flush: 0
 advise_mr prefetch async: 0
 advise_mr advice 7: EOPNOTSUPP
 advise_mr over the hole: EFAULT
-write to the hole: post=0 n=1 wr_id=4 status=remote access error opcode=1 qp=ok
+write to the hole: post=0 n=1 wr_id=4 status=remote access error opcode=0 qp=ok
 dereg: 0 0
 still running
 ";

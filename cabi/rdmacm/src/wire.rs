@@ -38,6 +38,9 @@ use nic_model::packet::{
 
 use crate::state::{cm_dir, dev_of_ip, devices, gid_of, is_loopback, kind, Msg, Named};
 
+mod retry;
+use retry::{await_answer, next_due, resend_due, try_len, MadDrops, Resend};
+
 /// One connection through the gateway, by the gateway's token (its local communication ID).
 struct Conn {
     /// The local id's channel socket and token, once it sent or was sent a message.
@@ -64,43 +67,6 @@ struct Conn {
     rep_sent: bool,
     /// The RTU this (active) side sent, sent again for a duplicate REP.
     rtu: Option<Vec<u8>>,
-}
-
-/// A MAD waiting for its answer.
-struct Resend {
-    /// Its UDP payload and attribute.
-    bytes: Vec<u8>,
-    attr: u16,
-    /// When its try ends, and how many tries remain.
-    due: Instant,
-    left: u8,
-}
-
-/// The plan's `drop=cm-…#K` words and the MADs counted so far, by attribute, each way.
-#[derive(Default)]
-struct MadDrops {
-    rules: Vec<(u16, bool, u64)>,
-    seen: HashMap<(u16, bool), u64>,
-}
-
-impl MadDrops {
-    /// Whether the MAD of `attr` going out (`tx`) or in is one the plan drops.
-    fn drops(&mut self, attr: u16, tx: bool) -> bool {
-        if self.rules.is_empty() {
-            return false;
-        }
-        let n = self.seen.entry((attr, tx)).or_default();
-        *n += 1;
-        let n = *n;
-        let hit = self.rules.iter().any(|&(a, t, k)| a == attr && t == tx && k == n);
-        if hit {
-            eprintln!(
-                "librdmacm (softverbs): SOFTVERBS_FAULTS: CM MAD {attr:#06x} number {n} {} dropped",
-                if tx { "sent" } else { "received" }
-            );
-        }
-        hit
-    }
 }
 
 /// IBA's 4.096 µs × 2^t as ib_cm's `cm_convert_to_ms`: 2^(t-8) ms.
@@ -331,65 +297,6 @@ impl CmAttr {
             CmMsg::SidrRep(_) => 0x0018,
         }
     }
-}
-
-/// When the earliest try ends.
-fn next_due(w: &Wire) -> Option<Instant> {
-    w.conns.lock().expect("wire").values().filter_map(|c| c.resend.as_ref().map(|r| r.due)).min()
-}
-
-/// Sends again each MAD whose try ended unanswered. One out of tries is given up: a REQ, REP or
-/// SIDR_REQ ends its connection and gives the local id UNREACHABLE with `-ETIMEDOUT`, as cma.c
-/// reports ib_cm's `IB_CM_REQ_ERROR`, `IB_CM_REP_ERROR` and `IB_CM_SIDR_REQ_ERROR`; a DREQ's
-/// id gets DISCONNECTED from the local CM's own timer (`watch::start_dreq_timeout`).
-fn resend_due(w: &Wire) {
-    let now = Instant::now();
-    let mut again = Vec::new();
-    let mut ended = Vec::new();
-    let mut conns = w.conns.lock().expect("wire");
-    for (&t, c) in conns.iter_mut() {
-        let Some(r) = c.resend.as_mut() else { continue };
-        if r.due > now {
-            continue;
-        }
-        if r.left == 0 {
-            if matches!(r.attr, 0x0010 | 0x0013 | 0x0017) {
-                ended.push(t);
-            }
-            c.resend = None;
-            continue;
-        }
-        r.left -= 1;
-        r.due = now + c.timeout;
-        again.push((c.remote_ip, r.attr, r.bytes.clone()));
-    }
-    let ended: Vec<_> = ended.into_iter().filter_map(|t| conns.remove(&t)?.local).collect();
-    drop(conns);
-    for (to, attr, bytes) in again {
-        put(w, to, attr, &bytes);
-    }
-    for (path, tok) in ended {
-        let mut m = Msg::new(kind::LOCAL, tok);
-        m.event = crate::cm_abi::ev::UNREACHABLE;
-        m.status = -libc::ETIMEDOUT;
-        crate::outbox::send(&w.sock, &path, m.bytes());
-    }
-}
-
-/// A try of a CM message: the kernel's `kernel`, or `SOFTVERBS_CM_TRY_MS` when set (tests
-/// shorten the tries with it, as they shorten the local CM's).
-fn try_len(kernel: Duration) -> Duration {
-    if std::env::var_os("SOFTVERBS_CM_TRY_MS").is_some() {
-        crate::watch::cm_try()
-    } else {
-        kernel
-    }
-}
-
-/// Waits for an answer to `bytes` on connection `c`.
-fn await_answer(c: &mut Conn, attr: u16, bytes: Option<Vec<u8>>) {
-    c.resend =
-        bytes.map(|bytes| Resend { bytes, attr, due: Instant::now() + c.timeout, left: c.retries });
 }
 
 /// If `to` is the gateway's channel socket, send `m` as a MAD at once, from the caller's

@@ -24,12 +24,11 @@ fn the_peers_dreq_leaves_the_qp_in_rts_until_the_programs_own_rdma_disconnect() 
         let Some(out) = cm::run_c(test, &env, "dreq_qp", &[&port]) else { return };
         let (o, e) = text(&out);
         assert!(out.status.success(), "reach {reach}: {o}{e}");
-        // A flushed completion: wr_id, status and qp_num are what libibverbs says is valid on
-        // an error status; the rest is zero but the opcode, which softverbs sets to RECV
-        // (128) for every flushed receive (rxe's flush_recv_wqe leaves it 0).
+        // A flushed completion: wr_id, status and qp_num (what libibverbs says is valid on an
+        // error status), every other field zero, opcode included, as rxe's flush_recv_wqe.
         let wc = |who: &str, wr_id: &str| {
             format!(
-                "{who} wc: wr_id {wr_id} status Work Request Flushed Error opcode 128 \
+                "{who} wc: wr_id {wr_id} status Work Request Flushed Error opcode 0 \
                  vendor_err 0 byte_len 0 imm 0 own qp yes src_qp 0 wc_flags 0 pkey_index 0 \
                  slid 0 sl 0 dlid_path_bits 0"
             )

@@ -12,10 +12,25 @@ use super::{Hca, Hex, NicEvent};
 impl Hca {
     /// Push a completion; fires the CQ's armed event, or records an overrun (and its async event).
     /// Whether the completion found room (false: the CQ overran, or is gone).
-    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
-        if wc.status != WcStatus::Success && wc.status != WcStatus::WrFlushErr {
-            tracing::warn!(device = %self.cfg.name, qpn = %Hex(wc.qp_num), cq, wr_id = wc.wr_id,
-                status = ?wc.status, opcode = ?wc.opcode, "error completion");
+    ///
+    /// A completion in error carries its `wr_id`, `status`, `qp_num` and `vendor_err` and
+    /// nothing else (every other field 0), as rxe fills a user CQ's: its `make_send_cqe` and
+    /// the responder's `do_complete`/`flush_recv_wqe` set the opcode, length and flags only
+    /// for a success (`ibv_poll_cq(3)`: the other fields are undefined then).
+    pub(crate) fn complete(&mut self, cq: CqId, mut wc: WorkCompletion, solicited: bool) -> bool {
+        if wc.status != WcStatus::Success {
+            if wc.status != WcStatus::WrFlushErr {
+                tracing::warn!(device = %self.cfg.name, qpn = %Hex(wc.qp_num), cq,
+                    wr_id = wc.wr_id, status = ?wc.status, opcode = ?wc.opcode,
+                    "error completion");
+            }
+            wc = WorkCompletion {
+                wr_id: wc.wr_id,
+                status: wc.status,
+                qp_num: wc.qp_num,
+                vendor_err: wc.vendor_err,
+                ..WorkCompletion::default()
+            };
         }
         let Some(c) = self.cqs.get_mut(&cq) else { return false };
         let had_overrun = c.overrun > 0;

@@ -145,8 +145,15 @@ fn status_hint(status: &str, want: &WcWant, refused: Option<&str>) -> String {
 fn check_wc(n: u32, want: &WcWant, out: &str, refused: Option<&str>) -> Option<String> {
     let prefix = format!("wc {} ", want.side);
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&prefix)).collect();
-    let line =
-        lines.iter().find(|l| fields(l).get("opcode") == Some(&want.opcode)).or(lines.first());
+    // The successful completion of the wanted opcode; else one in error (its opcode is
+    // undefined, 0 as on rxe, so it can be any WR's); else the first.
+    let ok = |l: &&&str| fields(l).get("status") == Some(&"IBV_WC_SUCCESS");
+    let line = lines
+        .iter()
+        .filter(ok)
+        .find(|l| fields(l).get("opcode") == Some(&want.opcode))
+        .or_else(|| lines.iter().find(|l| !ok(l)))
+        .or(lines.first());
     let Some(line) = line else {
         return Some(format!(
             "lab {n}: the {} printed no completion (a `wc {} ...` line), expected one with \
