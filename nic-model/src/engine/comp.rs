@@ -8,6 +8,7 @@ use super::req::{ack_timeout_ns, go_back};
 use super::time::{Nanos, Now};
 use super::{Hca, Hex};
 use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Opcode, Packet, Psn};
+use crate::prefetch::prefetch;
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
 pub(crate) fn handle_response(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, pkt: &Packet<'_>) {
@@ -167,6 +168,14 @@ fn ack_through(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn) -> bool 
     }
     if progress {
         made_progress(qp, now);
+    }
+    // The next ACK retires the WQE now at the front, and reads the one behind it to stop: both
+    // were written when posted, long enough ago to have left the cache under a deep queue.
+    if let Some(w) = qp.sq.front() {
+        prefetch(w);
+    }
+    if let Some(w) = qp.sq.get(1) {
+        prefetch(w);
     }
     lost_response
 }
