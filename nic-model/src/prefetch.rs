@@ -16,25 +16,26 @@ pub fn prefetch<T>(value: &T) {
     prefetch_range((value as *const T).cast(), size_of::<T>());
 }
 
-/// Prefetches the cache lines that hold the `len` bytes from `start`.
+/// Prefetches the cache lines that hold the `len` bytes from `start`: one every 64 bytes, and
+/// the last byte's (which the others miss when `start` is not at a line's start). No
+/// arithmetic beyond the offsets, so that a `T` of known size unrolls to its prefetches.
 #[inline(always)]
 fn prefetch_range(start: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        const LINE: usize = 64;
         if len == 0 {
             return;
         }
-        // From the line that holds the first byte to the one that holds the last.
-        let skew = start.addr() % LINE;
-        let lines = (skew + len).div_ceil(LINE);
-        let first = start.wrapping_sub(skew);
-        for line in 0..lines {
+        let mut offset = 0;
+        while offset < len {
             // SAFETY: a prefetch reads nothing the program sees and never faults, whatever the
-            // address; these are the lines of a live reference's bytes.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(line * LINE).cast()) };
+            // address; these are the bytes of a live reference.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset).cast()) };
+            offset += 64;
         }
+        // SAFETY: as above.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(len - 1).cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (start, len);

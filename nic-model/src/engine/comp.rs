@@ -169,11 +169,10 @@ fn ack_through(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn) -> bool 
     if progress {
         made_progress(qp, now);
     }
-    // The next ACK retires the WQE now at the front, and reads the one behind it to stop: both
-    // were written when posted, long enough ago to have left the cache under a deep queue.
-    if let Some(w) = qp.sq.front() {
-        prefetch(w);
-    }
+    // The next ACK retires the WQE now at the front and reads the one behind it to stop; the
+    // one after that it retires in turn. Written when posted, under a deep queue they have
+    // left the cache by then: the one behind the front is fetched now, two ACKs ahead (the
+    // front was, at the ACK before).
     if let Some(w) = qp.sq.get(1) {
         prefetch(w);
     }

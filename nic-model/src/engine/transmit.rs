@@ -280,11 +280,6 @@ impl Nic {
         tx.last_ack = None;
         let t = tx.queue.pop_front()?;
         tx.refused = tx.refused.saturating_sub(1);
-        if let Some(next) = tx.queue.front() {
-            // The next call hands it out, and its host reads its headers at once: they were
-            // written when it was built, perhaps long before, under a deep queue.
-            crate::prefetch::prefetch_bytes(&next.data[..next.data.len().min(64)]);
-        }
         Some(t)
     }
 
