@@ -17,6 +17,7 @@ pub mod fault;
 mod odp;
 pub mod packet;
 pub mod pinned;
+pub mod prefetch;
 mod small_copy;
 pub mod soft;
 pub mod umem;

@@ -8,6 +8,7 @@ use super::req::{ack_timeout_ns, go_back};
 use super::time::{Nanos, Now};
 use super::{Hca, Hex};
 use crate::packet::{rnr_timer_ns, Aeth, AethKind, NakCode, OpFlags, Opcode, Packet, Psn};
+use crate::prefetch::prefetch;
 
 /// A response packet (ACK, NAK, READ response, atomic ACK) arrived for this QP.
 pub(crate) fn handle_response(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, pkt: &Packet<'_>) {
@@ -142,6 +143,13 @@ fn ack_through(qp: &mut Qp, hca: &mut Hca, now: &mut Now<'_>, psn: Psn) -> bool 
         // Completed in place, then dropped: the WQE is not moved out of the queue first.
         hca.complete_send(qp, w, WcStatus::Success);
         qp.sq.pop_front();
+        // The next ACK retires the WQE now at the front and reads the one behind it to stop;
+        // the one after that it retires in turn. Written when posted, under a deep queue they
+        // have left the cache by then: the one behind the front is fetched now, two ACKs
+        // ahead (the front was, at the ACK before).
+        if let Some(w) = qp.sq.get(1) {
+            prefetch(w);
+        }
         qp.req.next = qp.req.next.saturating_sub(1);
         progress = true;
     }

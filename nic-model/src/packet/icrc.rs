@@ -5,8 +5,9 @@
 //! covers 44 bytes), so on x86-64 with carry-less multiply (PCLMULQDQ, detected at run time) the
 //! CRC is folded 16 bytes at a time with the masked fields OR-ed in as the bytes are loaded: no
 //! copy of the datagram, no call per piece (docs/decisions.md, "ICRC fold"). Longer datagrams
-//! (over 128 bytes), other CPUs, and inputs shorter than the masked headers or not a multiple of
-//! 4 bytes (never a datagram) are hashed with crc32fast.
+//! (over 128 bytes) are folded 256 bytes at a time over 512-bit registers where the CPU has
+//! AVX-512 and VPCLMULQDQ (`wide`; "Wide ICRC fold"). Other CPUs, and inputs shorter than the
+//! masked headers or not a multiple of 4 bytes (never a datagram) are hashed with crc32fast.
 //!
 //! A datagram that differs from one hashed before only in a few bytes at fixed offsets (an RC
 //! QP's ACK, from its template) gets its ICRC from the earlier one with [`IcrcPatch`]: a table
@@ -47,17 +48,45 @@ const FOLD_MAX_LEN: usize = ONE_PASS_LEN;
 #[inline]
 pub fn icrc_ipv4(datagram_without_icrc: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if datagram_without_icrc.len() <= FOLD_MAX_LEN
-        && std::arch::is_x86_feature_detected!("pclmulqdq")
-    {
-        // SAFETY: the CPU has PCLMULQDQ (checked just above) and SSE2 (every x86-64 has it),
-        // the only features `folded` needs; it has no other precondition.
-        if let Some(icrc) = unsafe { folded::icrc(datagram_without_icrc) } {
+    if datagram_without_icrc.len() <= FOLD_MAX_LEN {
+        if std::arch::is_x86_feature_detected!("pclmulqdq") {
+            // SAFETY: the CPU has PCLMULQDQ (checked just above) and SSE2 (every x86-64 has
+            // it), the only features `folded` needs; it has no other precondition.
+            if let Some(icrc) = unsafe { folded::icrc(datagram_without_icrc) } {
+                return icrc;
+            }
+        }
+    } else if wide_fold() {
+        // SAFETY: the CPU has AVX-512F, VPCLMULQDQ and PCLMULQDQ (`wide_fold`), the only
+        // features `wide` needs; it has no other precondition.
+        if let Some(icrc) = unsafe { wide::icrc(datagram_without_icrc, &WIDE_MASKS_IPV4) } {
             return icrc;
         }
     }
     icrc_portable(datagram_without_icrc)
 }
+
+/// Whether the CPU can run the 512-bit fold (`wide`): std caches what it detected, so this is
+/// a load and a test.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn wide_fold() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("vpclmulqdq")
+        && std::arch::is_x86_feature_detected!("pclmulqdq")
+}
+
+/// `MASKED_BYTES` as the 512-bit fold ORs them in.
+#[cfg(target_arch = "x86_64")]
+static WIDE_MASKS_IPV4: wide::Masks = {
+    let mut ones = [(0, 0xFF); MASKED_BYTES.len()];
+    let mut i = 0;
+    while i < ones.len() {
+        ones[i].0 = MASKED_BYTES[i];
+        i += 1;
+    }
+    wide::masks(&ones)
+};
 
 /// [`icrc_ipv4`] with crc32fast over a masked copy: for any length, on any CPU.
 fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
@@ -95,22 +124,36 @@ fn icrc_portable(datagram_without_icrc: &[u8]) -> u32 {
 /// BTH (12).
 const MASKED_LEN_IPV6: usize = 60;
 
+/// The bits of an IPv6 datagram that the ICRC hashes as ones, by byte offset: the version
+/// stays; the traffic class and flow label (the rest of the first word) and the hop limit; then
+/// the UDP checksum and the BTH's FECN/BECN/reserved byte.
+const MASKED_BITS_IPV6: [(usize, u8); 8] =
+    [(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF), (46, 0xFF), (47, 0xFF), (52, 0xFF)];
+
+/// `MASKED_BITS_IPV6` as the 512-bit fold ORs them in.
+#[cfg(target_arch = "x86_64")]
+static WIDE_MASKS_IPV6: wide::Masks = wide::masks(&MASKED_BITS_IPV6);
+
 /// ICRC over a RoCEv2 IPv6 datagram (`datagram_without_icrc` = IPv6 header .. end of pad,
 /// assuming no extension headers), masked as the specification requires: 8 × 0xFF
 /// pseudo-LRH, IPv6 traffic class, flow label and hop limit all ones, UDP checksum 0xFFFF,
 /// BTH byte 4 0xFF. Returns the CRC-32 value, stored least-significant byte first. IPv6
 /// datagrams are rare enough (a QP sending from an IPv6 GID) to take crc32fast over a masked
-/// copy of the headers rather than the fold.
+/// copy of the headers rather than the 16-byte fold; over 128 bytes they take the 512-bit
+/// fold where the CPU has it, as IPv4 ones do.
 pub fn icrc_ipv6(datagram_without_icrc: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if datagram_without_icrc.len() > FOLD_MAX_LEN && wide_fold() {
+        // SAFETY: as in `icrc_ipv4`.
+        if let Some(icrc) = unsafe { wide::icrc(datagram_without_icrc, &WIDE_MASKS_IPV6) } {
+            return icrc;
+        }
+    }
     let head_len = datagram_without_icrc.len().min(MASKED_LEN_IPV6);
     let (head, tail) = datagram_without_icrc.split_at(head_len);
     let mut masked = [0u8; MASKED_LEN_IPV6];
     masked[..head_len].copy_from_slice(head);
-    // Version stays; traffic class and flow label (the rest of the first word) and the hop
-    // limit become ones; then the UDP checksum and the BTH's FECN/BECN/reserved byte.
-    let ones: [(usize, u8); 7] =
-        [(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF), (46, 0xFF), (47, 0xFF)];
-    for (at, bits) in ones.into_iter().chain([(52, 0xFF)]).filter(|&(at, _)| at < head_len) {
+    for (at, bits) in MASKED_BITS_IPV6.into_iter().filter(|&(at, _)| at < head_len) {
         masked[at] |= bits;
     }
     let mut hasher = Hasher::new_with_initial(PSEUDO_LRH_CRC);
@@ -225,6 +268,9 @@ const fn crc0_byte(register: u32, byte: u8) -> u32 {
 /// are therefore x^(n−1) mod P where the algebra needs x^n mod P. The CRC register of a message
 /// M (seeded with 0, no final complement) is reflect32(M·x^32 mod P).
 #[cfg(target_arch = "x86_64")]
+mod wide;
+
+#[cfg(target_arch = "x86_64")]
 mod folded {
     use super::{MASKED_LEN, POLY, PSEUDO_LRH_CRC};
     use std::arch::x86_64::{
@@ -234,7 +280,7 @@ mod folded {
     };
 
     /// x^n mod P, bit i ↔ x^i.
-    const fn x_pow_mod_p(n: u32) -> u64 {
+    pub(super) const fn x_pow_mod_p(n: u32) -> u64 {
         let mut r: u64 = 1;
         let mut i = 0;
         while i < n {
@@ -248,7 +294,7 @@ mod folded {
     }
 
     /// A polynomial of degree < 64 (bit i ↔ x^i) as a `u64` operand (bit j ↔ x^(63−j)).
-    const fn operand(poly: u64) -> u64 {
+    pub(super) const fn operand(poly: u64) -> u64 {
         poly.reverse_bits()
     }
 
@@ -299,7 +345,7 @@ mod folded {
     /// A 16-byte block (a little-endian `u128`) in a vector register.
     #[inline]
     #[target_feature(enable = "pclmulqdq")]
-    fn vector(block: u128) -> __m128i {
+    pub(super) fn vector(block: u128) -> __m128i {
         _mm_set_epi64x((block >> 64) as i64, block as i64)
     }
 
@@ -307,7 +353,7 @@ mod folded {
     /// x·x^128 + next = L·x^192 + H·x^128 + next.
     #[inline]
     #[target_feature(enable = "pclmulqdq")]
-    fn fold(x: __m128i, next: __m128i) -> __m128i {
+    pub(super) fn fold(x: __m128i, next: __m128i) -> __m128i {
         let k = _mm_set_epi64x(K127 as i64, K191 as i64);
         let folded =
             _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, k), _mm_clmulepi64_si128::<0x11>(x, k));
@@ -318,7 +364,7 @@ mod folded {
     /// = L·x^128 + H·x^64 + next; H·x^64 + next is the block (H, next).
     #[inline]
     #[target_feature(enable = "pclmulqdq")]
-    fn fold_8(x: __m128i, next: u64) -> __m128i {
+    pub(super) fn fold_8(x: __m128i, next: u64) -> __m128i {
         let shifted = _mm_unpacklo_epi64(_mm_srli_si128::<8>(x), _mm_cvtsi64_si128(next as i64));
         _mm_xor_si128(_mm_clmulepi64_si128::<0x00>(x, _mm_cvtsi64_si128(K127 as i64)), shifted)
     }
@@ -327,7 +373,7 @@ mod folded {
     /// = L·x^96 + H·x^32 + next, where H·x^32 + next is the frame's bits 32–127.
     #[inline]
     #[target_feature(enable = "pclmulqdq")]
-    fn fold_4(x: __m128i, next: u32) -> __m128i {
+    pub(super) fn fold_4(x: __m128i, next: u32) -> __m128i {
         let shifted = _mm_xor_si128(
             _mm_slli_si128::<4>(_mm_srli_si128::<8>(x)),
             _mm_slli_si128::<12>(_mm_cvtsi32_si128(next as i32)),
@@ -338,7 +384,7 @@ mod folded {
     /// The CRC register reflect32(x·x^32 mod P) of a last block `x`.
     #[inline]
     #[target_feature(enable = "pclmulqdq")]
-    fn reduce(x: __m128i) -> u32 {
+    pub(super) fn reduce(x: __m128i) -> u32 {
         // x·x^32 ≡ L·x^96 + H·x^32: degree < 96, in bits 32–127 of the frame.
         let s = fold_4(x, 0);
         // Its 32 highest coefficients (bits 32–63) times x^64, plus the rest: a polynomial v of

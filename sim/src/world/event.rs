@@ -114,6 +114,9 @@ impl World {
             // The next packet in flight takes its place in the heap: one sift, not two.
             match in_flight.front() {
                 Some(next) => {
+                    // It arrives a few events from now: have its bytes on their way to the
+                    // cache (its queue may have held it long enough for them to leave).
+                    nic_model::prefetch::prefetch_bytes(&next.data);
                     *top = event_key(next.arrive_ns, next.seq << SOURCE_BITS | source);
                     drop(top);
                 }
