@@ -16,33 +16,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::netns::{
-    check_pingpong, have, ip, may_make_hosts, roce_datagrams, text, tshark_decode, Capture, Hosts,
-    Proc, LIMIT,
+    check_pingpong, have, ip, may_make_hosts, pair, roce_datagrams, text, tshark_decode, Capture,
+    Hosts, Proc, LIMIT,
 };
-
-/// A server started with `server`, then a client made by `client` run to the end, retried
-/// while the server is not listening yet; both must exit 0. Returns (server, client) output.
-fn pair(server: Command, client: impl Fn() -> Command, what: &str) -> (String, String) {
-    let server = Proc::spawn(server, &format!("{what} server"));
-    let start = Instant::now();
-    let client = loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let out = Proc::spawn(client(), &format!("{what} client")).finish(LIMIT);
-        let t = text(&out);
-        let refused = !out.status.success()
-            && (t.contains("Couldn't connect") || t.contains("Unable to open file descriptor"));
-        if !refused || start.elapsed() > Duration::from_secs(15) {
-            break out;
-        }
-    };
-    let server = server.finish(LIMIT);
-    let (s, c) = (text(&server), text(&client));
-    assert!(
-        server.status.success() && client.status.success(),
-        "{what}:\nserver:\n{s}\nclient:\n{c}"
-    );
-    (s, c)
-}
 
 /// A free TCP port number for a tool's exchange (namespaces have their own ports: any works).
 fn port(n: u16) -> String {

@@ -15,8 +15,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::netns::{
-    check_pingpong, have, ip, may_make_hosts, roce_datagrams, text, tshark_decode, Capture, Hosts,
-    Proc, LIMIT,
+    check_pingpong, have, ip, may_make_hosts, pair, roce_datagrams, text, tshark_decode, Capture,
+    Hosts, Proc, LIMIT,
 };
 
 /// The GID index of the global IPv6 address: after the default GID (the link-local address)
@@ -53,29 +53,6 @@ fn v6_hosts() -> (Hosts, [String; 2]) {
         };
     }
     (h, ll)
-}
-
-/// A server started with `server`, then a client made by `client` run to the end, retried
-/// while the server is not listening yet; both must exit 0. Returns (server, client) output.
-fn pair(server: Command, client: impl Fn() -> Command, what: &str) -> (String, String) {
-    let server = Proc::spawn(server, &format!("{what} server"));
-    let start = Instant::now();
-    let client = loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let out = Proc::spawn(client(), &format!("{what} client")).finish(LIMIT);
-        let t = text(&out);
-        let refused = !out.status.success() && t.contains("Couldn't connect");
-        if !refused || start.elapsed() > Duration::from_secs(15) {
-            break out;
-        }
-    };
-    let server = server.finish(LIMIT);
-    let (s, c) = (text(&server), text(&client));
-    assert!(
-        server.status.success() && client.status.success(),
-        "{what}:\nserver:\n{s}\nclient:\n{c}"
-    );
-    (s, c)
 }
 
 #[test]

@@ -420,3 +420,27 @@ pub fn roce_datagrams(pcap: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     }
     (v4, v6)
 }
+
+/// A server started with `server`, then a client made by `client` run to the end, retried
+/// while the server is not listening yet; both must exit 0. Returns (server, client) output.
+pub fn pair(server: Command, client: impl Fn() -> Command, what: &str) -> (String, String) {
+    let server = Proc::spawn(server, &format!("{what} server"));
+    let start = Instant::now();
+    let client = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let out = Proc::spawn(client(), &format!("{what} client")).finish(LIMIT);
+        let t = text(&out);
+        let refused = !out.status.success()
+            && (t.contains("Couldn't connect") || t.contains("Unable to open file descriptor"));
+        if !refused || start.elapsed() > Duration::from_secs(15) {
+            break out;
+        }
+    };
+    let server = server.finish(LIMIT);
+    let (s, c) = (text(&server), text(&client));
+    assert!(
+        server.status.success() && client.status.success(),
+        "{what}:\nserver:\n{s}\nclient:\n{c}"
+    );
+    (s, c)
+}
