@@ -145,9 +145,10 @@ fn wc(
 }
 
 /// Memory windows (`ibv_alloc_mw`, `ibv_bind_mw`, `IBV_WR_BIND_MW`, `IBV_WR_LOCAL_INV`,
-/// `ibv_dealloc_mw`): B binds a type 1 and a type 2 window onto ranges of its MR, A writes
-/// through each window's rkey, B invalidates the type 2 window and A's next write through it
-/// is a remote access error.
+/// `IBV_WR_SEND_WITH_INV`, `ibv_dealloc_mw`): B binds a type 1 and a type 2 window onto
+/// ranges of its MR, A writes through each window's rkey, A's SEND WITH INVALIDATE takes a
+/// third window's key, B invalidates the type 2 window and A's next write through it is a
+/// remote access error.
 fn mw_body(be: &dyn Backend) {
     let (a, b) = connected(be);
     let (a_qpn, b_qpn) = (a.qp.qp_num(), b.qp.qp_num());
@@ -207,6 +208,37 @@ fn mw_body(be: &dyn Backend) {
         wc(22, WcStatus::Success, WcOpcode::RdmaWrite, 64, a_qpn)
     );
     assert_eq!(b.mr.read_vec(8192, 64).unwrap(), d2);
+    // A SEND WITH INVALIDATE takes a third window's (type 2) key away; B's receive says so.
+    let mw3 = b.pd.alloc_mw(MwType::Type2).expect("ibv_alloc_mw type 2");
+    let bind = SendWr {
+        wr_id: 14,
+        opcode: WrOpcode::BindMw,
+        send_flags: sig,
+        bind_mw: mw3.bind_wr(&info(12288)),
+        ..Default::default()
+    };
+    b.qp.post_send(&[bind]).expect("IBV_WR_BIND_MW");
+    assert_eq!(be.wait(&b.cq, 1)[0], wc(14, WcStatus::Success, WcOpcode::BindMw, 0, b_qpn));
+    let rkey3 = mw3.rkey();
+    b.qp.post_recv(&[RecvWr { wr_id: 15, sg_list: &[b.mr.sge(16384, 64)] }]).unwrap();
+    let inv = SendWr {
+        wr_id: 24,
+        sg_list: &[a.mr.sge(0, 16)],
+        opcode: WrOpcode::SendWithInv,
+        send_flags: sig,
+        invalidate_rkey: rkey3,
+        ..Default::default()
+    };
+    a.qp.post_send(&[inv]).expect("IBV_WR_SEND_WITH_INV");
+    assert_eq!(be.wait(&a.cq, 1)[0], wc(24, WcStatus::Success, WcOpcode::Send, 16, a_qpn));
+    let want = WorkCompletion {
+        imm_data: rkey3,
+        src_qp: a_qpn,
+        wc_flags: WcFlags::WITH_INV,
+        ..wc(15, WcStatus::Success, WcOpcode::Recv, 16, b_qpn)
+    };
+    assert_eq!(be.wait(&b.cq, 1)[0], want);
+    assert_eq!(b.mr.read_vec(16384, 16).unwrap(), d1[..16]);
     // LOCAL_INV takes the type 2 window's key away: the same WRITE is refused.
     let inv = SendWr {
         wr_id: 13,
@@ -219,10 +251,13 @@ fn mw_body(be: &dyn Backend) {
     assert_eq!(be.wait(&b.cq, 1)[0], wc(13, WcStatus::Success, WcOpcode::LocalInv, 0, b_qpn));
     b.mr.write(8192, &[0u8; 64]).unwrap();
     let w = write(23, 8192, rkey2, 64);
-    assert_eq!((w.wr_id, w.status, w.qp_num), (23, WcStatus::RemAccessErr, a_qpn), "{w:?}");
+    // In error only wr_id, status, qp_num and vendor_err are set, as rxe fills them (opcode 0
+    // is IBV_WC_SEND).
+    assert_eq!(w, wc(23, WcStatus::RemAccessErr, WcOpcode::Send, 0, a_qpn));
     assert_eq!(b.mr.read_vec(8192, 64).unwrap(), [0u8; 64]);
     mw1.dealloc().expect("ibv_dealloc_mw type 1");
     mw2.dealloc().expect("ibv_dealloc_mw type 2");
+    mw3.dealloc().expect("ibv_dealloc_mw type 2");
 }
 
 #[test]
