@@ -280,3 +280,81 @@ fn rc_loopback_on_a_real_device() {
     drop((mr_b, cq_b, channel));
     pd.dealloc().expect("ibv_dealloc_pd");
 }
+
+/// Only on a machine with a device: memory windows of both types are allocated and
+/// deallocated (`ibv_alloc_mw`, `ibv_dealloc_mw`), and an `IBV_WR_BIND_MW` the hw backend
+/// cannot turn into pointers (a window rkey or an MR lkey not of the QP's PD, one window bound
+/// twice in one post) is refused with `EINVAL` before the provider sees it.
+#[test]
+fn memory_windows_and_the_binds_the_backend_refuses() {
+    let Some(ctx) = first_device() else {
+        return;
+    };
+    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+    let mr = pd.reg_mr(8192, AccessFlags::all()).expect("ibv_reg_mr");
+    let cq = ctx.create_cq(8, None, 0).expect("ibv_create_cq");
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        srq: None,
+        cap,
+        sq_sig_all: false,
+    };
+    let qp = pd.create_qp(&init).expect("ibv_create_qp");
+    let mw1 = pd.alloc_mw(MwType::Type1).expect("ibv_alloc_mw type 1");
+    let mw2 = pd.alloc_mw(MwType::Type2).expect("ibv_alloc_mw type 2");
+    assert_eq!((mw1.mw_type(), mw2.mw_type()), (MwType::Type1, MwType::Type2));
+    assert_ne!(mw1.rkey() & !0xff, mw2.rkey() & !0xff);
+    let info = MwBindInfo {
+        mr: Some(&mr),
+        addr: mr.addr(),
+        length: 64,
+        access: AccessFlags::REMOTE_WRITE,
+        zero_based: false,
+    };
+    let post = |bind: MwBind| {
+        let wr = SendWr { wr_id: 1, opcode: WrOpcode::BindMw, bind_mw: bind, ..Default::default() };
+        qp.post_send(&[wr]).unwrap_err()
+    };
+    let good = MwBind {
+        mw_rkey: mw2.rkey(),
+        new_rkey: inc_rkey(mw2.rkey()),
+        mr_lkey: mr.lkey(),
+        addr: mr.addr(),
+        length: 64,
+        access: AccessFlags::REMOTE_WRITE,
+        zero_based: false,
+    };
+    let e = post(MwBind { mw_rkey: mw2.rkey() ^ 0x7fff_ff00, ..good });
+    assert_eq!(e.errno, Errno::Inval, "{e}");
+    assert!(e.message.contains("is not a memory window of this protection domain"), "{e}");
+    let e = post(MwBind { mr_lkey: mr.lkey() ^ 0x7fff_ff00, ..good });
+    assert_eq!(e.errno, Errno::Inval, "{e}");
+    assert!(e.message.contains("is not a memory region of this protection domain"), "{e}");
+    let e = post(MwBind { new_rkey: good.new_rkey ^ 0x100, ..good });
+    assert_eq!(e.errno, Errno::Inval, "{e}");
+    let wr = SendWr { wr_id: 1, opcode: WrOpcode::BindMw, bind_mw: good, ..Default::default() };
+    let e = qp.post_send(&[wr.clone(), wr]).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval, "{e}");
+    assert!(e.message.contains("bound twice in one post"), "{e}");
+    // A type 1 bind of a type 2 window, as libibverbs' ibv_bind_mw refuses it.
+    let e = mw2.bind(&qp, &info, 2, SendFlags::SIGNALED).unwrap_err();
+    assert_eq!(e.errno, Errno::Inval, "{e}");
+    let again = mw1.clone();
+    mw1.dealloc().expect("ibv_dealloc_mw");
+    let e = again.dealloc().unwrap_err();
+    assert_eq!(e.errno, Errno::Inval, "{e}");
+    assert!(e.message.contains("already destroyed"), "{e}");
+    drop(mw2);
+    drop(qp);
+    drop(mr);
+    drop(cq);
+}

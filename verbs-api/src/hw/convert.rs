@@ -649,6 +649,16 @@ mod tests {
         assert_eq!(size_of::<ibv_async_event>(), 16);
         assert_eq!(size_of::<ibv_port_attr>(), 52);
         assert_eq!(size_of::<ibv_recv_wr>(), 32);
+        // `wr.bind_mw` of IBV_WR_BIND_MW: { mw, rkey, bind_info { mr, addr, length,
+        // mw_access_flags } }.
+        use rdma_sys::{bind_mw_t, ibv_mw_bind_info};
+        assert_eq!(size_of::<bind_mw_t>(), 48);
+        assert_eq!(offset_of!(bind_mw_t, rkey), 8);
+        assert_eq!(offset_of!(bind_mw_t, bind_info), 16);
+        assert_eq!(size_of::<ibv_mw_bind_info>(), 32);
+        assert_eq!(offset_of!(ibv_mw_bind_info, addr), 8);
+        assert_eq!(offset_of!(ibv_mw_bind_info, length), 16);
+        assert_eq!(offset_of!(ibv_mw_bind_info, mw_access_flags), 24);
     }
 
     #[test]

@@ -28,6 +28,7 @@
 mod context;
 mod convert;
 mod cq;
+mod mw;
 mod pd;
 mod qp;
 mod sys;
@@ -44,6 +45,7 @@ use rdma_sys::{
 
 pub use context::HwContext;
 pub use cq::{HwCompChannel, HwCq};
+pub use mw::HwMw;
 pub use pd::{HwMr, HwPd};
 pub use qp::{HwAh, HwQp, HwSrq};
 

@@ -22,14 +22,22 @@ pub struct HwPd {
     /// The registered MRs by lkey: where their memory is. Inline sends check their SGEs here
     /// (the provider copies inline data from the addresses without looking at lkeys).
     mrs: Mutex<HashMap<u32, Region>>,
+    /// The allocated memory windows by rkey index (`rkey & !0xff`, which a bind keeps: it
+    /// changes only the key byte, `ibv_inc_rkey`), as `struct ibv_mw *` addresses: an
+    /// `IBV_WR_BIND_MW` names its window by rkey and the provider wants the pointer. An entry
+    /// leaves before its window is deallocated, under this lock.
+    pub(crate) mws: Mutex<HashMap<u32, usize>>,
     me: Weak<HwPd>,
 }
 
 /// The memory of one registered MR.
 #[derive(Clone, Copy)]
-struct Region {
+pub(crate) struct Region {
     addr: u64,
     len: usize,
+    /// The `struct ibv_mr *` (as an address), which an `IBV_WR_BIND_MW` names in its
+    /// `bind_info.mr`; valid while the entry is in the registry.
+    pub(crate) mr: usize,
 }
 
 impl HwPd {
@@ -38,6 +46,7 @@ impl HwPd {
             raw: Guarded::new(pd, "protection domain"),
             ctx,
             mrs: Mutex::new(HashMap::new()),
+            mws: Mutex::new(HashMap::new()),
             me: me.clone(),
         })
     }
@@ -74,7 +83,7 @@ impl HwPd {
         // SAFETY: ibv_reg_mr returned a valid MR; its keys are plain fields.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
         let addr = addr as u64;
-        self.lock_mrs().insert(lkey, Region { addr, len });
+        self.lock_mrs().insert(lkey, Region { addr, len, mr: mr.as_ptr() as usize });
         Ok(Arc::new(HwMr {
             raw: Guarded::new(mr, "memory region"),
             pd: self.arc(),
@@ -115,8 +124,12 @@ impl HwPd {
         self.raw.destroy("ibv_dealloc_pd", |pd| unsafe { ibv_dealloc_pd(pd) })
     }
 
-    fn lock_mrs(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Region>> {
+    pub(crate) fn lock_mrs(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Region>> {
         self.mrs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lock_mws(&self) -> std::sync::MutexGuard<'_, HashMap<u32, usize>> {
+        self.mws.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Append the bytes an SGE names to `out`, after checking that they lie inside an MR of

@@ -2,21 +2,24 @@
 //! (`struct ibv_ah`), and the conversion of work-request lists into linked C lists.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use rdma_sys::{
-    atomic_t, ibv_ah, ibv_create_ah, ibv_create_qp, ibv_create_srq, ibv_destroy_ah, ibv_destroy_qp,
-    ibv_destroy_srq, ibv_modify_qp, ibv_modify_srq, ibv_qp, ibv_qp_init_attr, ibv_query_qp,
-    ibv_query_srq, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_srq, ibv_srq_attr,
-    ibv_srq_init_attr, rdma_t, ud_t,
+    atomic_t, bind_mw_t, ibv_ah, ibv_create_ah, ibv_create_qp, ibv_create_srq, ibv_destroy_ah,
+    ibv_destroy_qp, ibv_destroy_srq, ibv_modify_qp, ibv_modify_srq, ibv_mw, ibv_mw_bind_info,
+    ibv_qp, ibv_qp_init_attr, ibv_query_qp, ibv_query_srq, ibv_recv_wr, ibv_send_flags,
+    ibv_send_wr, ibv_sge, ibv_srq, ibv_srq_attr, ibv_srq_init_attr, rdma_t, ud_t,
 };
 
 use super::convert::{
     ah_attr_to_ibv, qp_attr_from_ibv, qp_attr_to_ibv, qp_cap_from_ibv, qp_cap_to_ibv,
     qp_type_to_ibv, wr_opcode_to_ibv, zeroed_qp_attr, QP_ATTR_MASK_ALL,
 };
+use super::mw::rkey_index;
+use super::pd::Region;
 use super::sys::{self, Guarded, Owned};
 use super::{downcast, next_key, object_id, same_context, HwCq, HwPd};
 use crate::error::{Errno, Error, Result};
@@ -103,9 +106,16 @@ impl HwQp {
     /// Build the C list for `ibv_post_send`, checking what the provider would trust blindly:
     /// the opcode against the QP type, UD address handles (their PD), and the memory behind
     /// inline SGEs.
-    fn build_send(&self, wrs: &[SendWr<'_>]) -> Result<SendList> {
+    ///
+    /// An `IBV_WR_BIND_MW` names its window by rkey and its MR by lkey; `binds` (the PD's MR
+    /// and window registries, locked through the post) turns them into the `struct ibv_mw *`
+    /// and `struct ibv_mr *` the provider reads, and the window's `rkey` field is set to the
+    /// rkey the WR says it has now, which the provider reads as the key to replace.
+    fn build_send(&self, wrs: &[SendWr<'_>], binds: Option<Binds<'_>>) -> Result<SendList> {
         let mut list = SendList { sges: Vec::new(), _inline: Vec::new(), wrs: Vec::new() };
         let mut spans = Vec::with_capacity(wrs.len());
+        // The windows this list binds, each once (the provider reads one `mw->rkey` for all).
+        let mut bound: Vec<usize> = Vec::new();
         for (i, wr) in wrs.iter().enumerate() {
             let bad = |why: String| {
                 Error::inval(format!("ibv_post_send: WR {i} (wr_id {:#x}): {why}", wr.wr_id))
@@ -173,14 +183,11 @@ impl HwQp {
                     w.imm_data_invalidated_rkey_union.invalidated_rkey = wr.invalidate_rkey;
                 }
                 WrOpcode::BindMw => {
-                    return Err(Error::new(
-                        Errno::NotSup,
-                        format!(
-                            "ibv_post_send: WR {i} (wr_id {:#x}): the hw backend has no memory \
-                             windows (ibv_alloc_mw) to bind",
-                            wr.wr_id
-                        ),
-                    ))
+                    let Some((mrs, mws)) = binds else {
+                        return Err(bad("IBV_WR_BIND_MW without the registries".into()));
+                    };
+                    w.bind_mw_tso_union.bind_mw =
+                        bind_to_ibv(&wr.bind_mw, mrs, mws, &mut bound).map_err(&bad)?;
                 }
             }
             if self.qp_type == QpType::Ud {
@@ -217,6 +224,75 @@ impl HwQp {
         }
         Ok(list)
     }
+}
+
+/// The PD's MR registry (by lkey) and window registry (by rkey index), locked.
+type Binds<'a> = (&'a HashMap<u32, Region>, &'a HashMap<u32, usize>);
+
+/// `IBV_ACCESS_ZERO_BASED` of `enum ibv_access_flags` (verbs.h), which a bind's
+/// `mw_access_flags` carries.
+const IBV_ACCESS_ZERO_BASED: u32 = 1 << 5;
+
+/// `MwBind` → `struct ibv_send_wr`'s `bind_mw` (`mw`, `rkey`, `bind_info {mr, addr, length,
+/// mw_access_flags}`). Refused (`EINVAL`): a window rkey that is not a live window of the
+/// QP's PD, an lkey that is not an MR of it (with a nonzero length; an unbind names none),
+/// a new rkey of another index, and a second bind of one window in one list. The window's
+/// `rkey` field is set to `b.mw_rkey`; the caller holds the registry lock, which every post
+/// naming the window and its deallocation take.
+fn bind_to_ibv(
+    b: &MwBind,
+    mrs: &HashMap<u32, Region>,
+    mws: &HashMap<u32, usize>,
+    bound: &mut Vec<usize>,
+) -> std::result::Result<bind_mw_t, String> {
+    let Some(&mw) = mws.get(&rkey_index(b.mw_rkey)) else {
+        return Err(format!(
+            "IBV_WR_BIND_MW: rkey {:#x} is not a memory window of this protection domain",
+            b.mw_rkey
+        ));
+    };
+    if rkey_index(b.new_rkey) != rkey_index(b.mw_rkey) {
+        return Err(format!(
+            "IBV_WR_BIND_MW: the new rkey {:#x} changes more than the key byte of {:#x}",
+            b.new_rkey, b.mw_rkey
+        ));
+    }
+    if bound.contains(&mw) {
+        return Err(format!(
+            "IBV_WR_BIND_MW: the window of rkey {:#x} is bound twice in one post",
+            b.mw_rkey
+        ));
+    }
+    let mr = if b.length == 0 && b.mr_lkey == 0 {
+        std::ptr::null_mut()
+    } else {
+        match mrs.get(&b.mr_lkey) {
+            Some(r) => r.mr as *mut rdma_sys::ibv_mr,
+            None => {
+                return Err(format!(
+                    "IBV_WR_BIND_MW: lkey {:#x} is not a memory region of this protection domain",
+                    b.mr_lkey
+                ))
+            }
+        }
+    };
+    bound.push(mw);
+    let mw = mw as *mut ibv_mw;
+    // SAFETY: the window is in the registry, so allocated and not yet deallocated; the
+    // registry lock (held by the caller through the post) serializes every write and the
+    // provider's read of this field.
+    unsafe { (*mw).rkey = b.mw_rkey };
+    let zero = if b.zero_based { IBV_ACCESS_ZERO_BASED } else { 0 };
+    Ok(bind_mw_t {
+        mw,
+        rkey: b.new_rkey,
+        bind_info: ibv_mw_bind_info {
+            mr,
+            addr: b.addr,
+            length: b.length,
+            mw_access_flags: b.access.bits() | zero,
+        },
+    })
 }
 
 /// A linked `ibv_send_wr` list and the SGEs and inline copies it points into.
@@ -324,7 +400,13 @@ impl QpOps for HwQp {
             let e = Error::inval(format!("ibv_post_send: {what} is posted with ibv_wr_*"));
             return Err(e.at_wr(i));
         }
-        let mut list = self.build_send(wrs)?;
+        // A bind names its MR and window through the PD's registries, held through the post
+        // so neither can be released while the provider reads them (only lists that bind).
+        let binding = wrs.iter().any(|w| w.opcode == WrOpcode::BindMw);
+        let mrs = binding.then(|| self.pd.lock_mrs());
+        let mws = binding.then(|| self.pd.lock_mws());
+        let binds = mrs.as_deref().zip(mws.as_deref());
+        let mut list = self.build_send(wrs, binds)?;
         let live = self.raw.live("ibv_post_send")?;
         let qp = live.ptr();
         // SAFETY: the QP is live, so is its context.

@@ -27,7 +27,7 @@ use super::pd::HwPd;
 use super::qp::{HwAh, HwQp, HwSrq};
 use super::sys::{self, RawAsyncElement, RawAsyncEvent};
 use crate::error::{Errno, Error, Result};
-use crate::object::{CompChannel, QpInitAttr};
+use crate::object::{CompChannel, MwOps, MwType, QpInitAttr};
 use crate::provider::*;
 use crate::types::*;
 
@@ -195,6 +195,11 @@ impl PdOps for HwPd {
     /// `ibv_create_ah`.
     fn create_ah(&self, attr: &AhAttr) -> Result<Arc<dyn AhOps>> {
         HwAh::create(self, attr)
+    }
+
+    /// `ibv_alloc_mw` of type 1 or 2.
+    fn alloc_mw(&self, ty: MwType) -> Result<Arc<dyn MwOps>> {
+        super::HwMw::alloc(self, ty)
     }
 
     /// `ibv_dealloc_pd`: the kernel answers `EBUSY` while MRs, QPs, SRQs or AHs use the PD.
