@@ -20,9 +20,13 @@ use crate::state::*;
 /// How long a synchronous connect or accept waits for the peer (the IB CM gives up on a REQ or
 /// REP without an answer after its retries too, with `ETIMEDOUT`).
 pub const CONNECT_WAIT: Duration = Duration::from_secs(20);
-/// How long a synchronous disconnect waits for the peer's DREP or DREQ: the IB CM's DREQ
-/// timeout; after it the id is disconnected all the same, as there.
-pub const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
+/// How long a synchronous disconnect waits for its DISCONNECTED: the peer's DREP (status 0), or
+/// the DREQ's tries running out ([`crate::watch::cm_life`], then status `-ETIMEDOUT`, as the
+/// kernel's `IB_CM_DREQ_ERROR`), as librdmacm's `ucma_complete` blocks until the kernel gives
+/// it. One more try's length on top is only a guard: the clock's event ends the wait first.
+pub fn disconnect_wait() -> Duration {
+    crate::watch::cm_life() + crate::watch::cm_try()
+}
 
 /// The tokens of the synchronous ids (each owns its channel).
 fn sync_ids() -> &'static Mutex<HashSet<u64>> {
@@ -83,9 +87,10 @@ pub fn wait(cid: *mut rdma_cm_id, limit: Option<Duration>, what: &str) -> c_int 
     }
     let Some(e) = next_event(channel_of(id), limit) else {
         if what == "rdma_disconnect" {
-            // No DREP: disconnected all the same, as after the IB CM's DREQ timeout.
+            // The clock's DREQ timeout did not come (it always does first): disconnected all
+            // the same, with the status the kernel's CM gives a DREQ out of tries.
             id.st.lock().expect("id").state.move_to(CmState::Disconnect);
-            return 0;
+            return fail(libc::ETIMEDOUT);
         }
         eprintln!(
             "librdmacm (softverbs): {what}: no answer from the peer in {} s",
@@ -186,9 +191,12 @@ pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
     if let Some(ch) = own {
         drop_channel(ch);
     }
-    let mut kept = kept_channels().lock().expect("kept");
-    while let Some(i) = kept.iter().position(|&(t, _)| t == id_token) {
-        drop_channel(kept.swap_remove(i).1 as *mut rdma_event_channel);
+    let mut moved = moved_names().lock().expect("moved");
+    while let Some(i) = moved.iter().position(|(t, _)| *t == id_token) {
+        let name = moved.swap_remove(i).1;
+        if std::fs::read_link(&name).is_ok() {
+            let _ = std::fs::remove_file(&name);
+        }
     }
     r
 }
@@ -281,31 +289,60 @@ pub unsafe extern "C" fn rdma_accept(cid: *mut rdma_cm_id, param: *mut rdma_conn
 }
 
 /// `rdma_disconnect`: the QP to ERR and a DREQ; DISCONNECTED follows the peer's DREP, for which
-/// a synchronous id waits (at most the DREQ timeout).
+/// a synchronous id waits: 0 with the DREP, or -1 with `ETIMEDOUT` once the DREQ's tries ran
+/// out (status `-ETIMEDOUT`, librdmacm's `ucma_complete` on the kernel's `IB_CM_DREQ_ERROR`).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
     // An id already disconnected (its DISCONNECTED delivered) has no event left to wait for.
     let done = id_ref(cid).is_some_and(|id| id.st.lock().expect("id").state.disconnected());
     // SAFETY: as above.
     match unsafe { crate::conn::disconnect(cid) } {
-        0 if !done => wait(cid, Some(DISCONNECT_WAIT), "rdma_disconnect"),
+        0 if !done => wait(cid, Some(disconnect_wait()), "rdma_disconnect"),
         r => r,
     }
 }
 
-/// The channels of synchronous ids that moved to another channel while connected (or
-/// connecting): the peer still sends to them, so they live until the id is destroyed.
-fn kept_channels() -> &'static Mutex<Vec<(u64, usize)>> {
-    static K: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
+/// The names of the private channels of synchronous ids that moved to another channel (id token,
+/// name), each now a link to the id's new channel: a peer (or the gateway, or the clock) that
+/// recorded the old name at connect time still reaches the id there, as the kernel routes an
+/// id's events to its file wherever it moved. The link goes with the id.
+fn moved_names() -> &'static Mutex<Vec<(u64, std::path::PathBuf)>> {
+    static K: Mutex<Vec<(u64, std::path::PathBuf)>> = Mutex::new(Vec::new());
     &K
+}
+
+/// Retire synchronous id `token`'s private channel `old` for `new`: its name becomes a link to
+/// `new`'s socket (atomically: from then on every message sent there lands on `new`), what
+/// arrived before is passed on, and the channel goes, its name left to the link.
+fn retire(token: u64, old: *mut rdma_event_channel, new: *mut rdma_event_channel) {
+    // SAFETY: channels of ours, live (the old one unregistered below, read by no one else).
+    let (from, to) = unsafe { (&*old.cast::<Channel>(), &*new.cast::<Channel>()) };
+    let linked = replace_link(&to.path.to_string_lossy(), &from.path).is_ok();
+    let mut buf = [0u8; size_of::<Msg>()];
+    while let Ok(n) = from.sock.recv(&mut buf) {
+        if let Some(m) = Msg::from_bytes(&buf[..n]) {
+            send(to, &to.path, &m);
+        }
+    }
+    if !channels().lock().expect("channels").remove(&(old as usize)) {
+        return;
+    }
+    // SAFETY: made by own_channel (the C struct is the box's first field), now unregistered.
+    let mut gone = unsafe { Box::from_raw(old.cast::<Channel>()) };
+    if linked {
+        // The name is the link's now: the channel's drop must not remove it.
+        moved_names().lock().expect("moved").push((token, std::mem::take(&mut gone.path)));
+    }
+    drop(gone);
 }
 
 /// `rdma_migrate_id`: move the id to channel `ch` (its later events are read there), as
 /// librdmacm's: a synchronous id becomes asynchronous (the event its last call left is
 /// acknowledged, its private channel goes), and with a NULL `ch` an asynchronous id becomes
 /// synchronous on a channel of its own (a synchronous one: `EINVAL`). What waits on the old
-/// channel for the id follows it, and the name it listens on (claimed at `rdma_bind_addr`)
-/// names the new channel.
+/// channel for the id follows it, the private channel's name becomes a link to the new one (a
+/// peer that recorded it when it connected reaches the id there: [`retire`]), and the name it
+/// listens on (claimed at `rdma_bind_addr`) names the new channel.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_migrate_id(
     cid: *mut rdma_cm_id,
@@ -343,27 +380,12 @@ pub unsafe extern "C" fn rdma_migrate_id(
             let _ = replace_link(&format!("{}#{}", to.path.display(), id.token), name);
         }
     }
-    let connected = st.peer.is_some() || st.req_to.is_some();
     drop(st);
     if ch.is_null() {
         mark(id);
     } else if was_sync {
         sync_ids().lock().expect("sync ids").remove(&id.token);
-        // SAFETY: the id's private channel (non-blocking), read by no one else now.
-        let from = unsafe { &*old.cast::<Channel>() };
-        let mut buf = [0u8; size_of::<Msg>()];
-        while let Ok(n) = from.sock.recv(&mut buf) {
-            if let Some(m) = Msg::from_bytes(&buf[..n]) {
-                // SAFETY: the id's new channel, live.
-                let to = unsafe { &*new.cast::<Channel>() };
-                send(to, &to.path, &m);
-            }
-        }
-        if connected {
-            kept_channels().lock().expect("kept").push((id.token, old as usize));
-        } else {
-            drop_channel(old);
-        }
+        retire(id.token, old, new);
     }
     0
 }

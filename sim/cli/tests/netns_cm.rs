@@ -4,6 +4,7 @@
 //! with every ping's bytes checked and the CM's messages captured and decoded by tshark as
 //! InfiniBand CM MADs on QP1 (REQ, REP, RTU, DREQ, DREP) with no malformed frame; `ucmatose`;
 //! `udaddy` (UD ids: SIDR); perftest's `ib_write_bw -R`; a connect to a port nobody listens on is REJECTED.
+//! A synchronous id migrated after it connected gets the peer's DREQ on its new channel.
 //!
 //! As sim/cli/tests/netns.rs (the hosts and their helpers are common/netns.rs): root is needed, a test without it
 //! says why it skips (`SOFTVERBS_REQUIRE_NETNS=1`, as CI sets, makes that a failure), every
@@ -443,5 +444,61 @@ fn a_req_to_a_host_where_no_cm_answers_ends_unreachable() {
         assert!(t.contains("UNREACHABLE") || t.contains("-110"), "{}: {t}", program[0]);
         assert!(took >= std::time::Duration::from_millis(16 * 200), "16 tries: {took:?}");
         assert!(took < std::time::Duration::from_secs(30), "16 short tries: {took:?}");
+    }
+}
+
+/// A synchronous id migrated after it connected gets its later events on the new channel across
+/// hosts too (tests/c/sync_migrate_hosts.c): the client's DREQ, a MAD the server's gateway hands
+/// to the id's reply socket recorded at connect time, reaches the server's new channel as
+/// DISCONNECTED, and the server's DREP ends the client's blocking `rdma_disconnect` with 0
+/// (before, it stayed on the id's old private channel, unread). Direct reach on and off.
+#[test]
+fn a_synchronous_id_migrated_after_it_connected_gets_the_peers_disconnect_across_hosts() {
+    let test =
+        "a_synchronous_id_migrated_after_it_connected_gets_the_peers_disconnect_across_hosts";
+    if !may_make_hosts(test) || !have(test, "cc") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("sync_migrate_hosts");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sync_migrate_hosts.c");
+    let cc = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("cc");
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    let exe = exe.to_str().expect("UTF-8 path");
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    for (reach, port) in [("1", "7190"), ("0", "7191")] {
+        let mut server = h.run(0, &[exe, "server", &a, port]);
+        let mut client = h.run(1, &[exe, "client", &a, port]);
+        server.env("SOFTVERBS_REACH", reach);
+        client.env("SOFTVERBS_REACH", reach);
+        let what = format!("SOFTVERBS_REACH={reach}");
+        let ((so, se), (co, ce)) = pair_of(&h, port.parse().expect("port"), server, client, &what);
+        assert_eq!(
+            so,
+            "accepted: RDMA_CM_EVENT_ESTABLISHED\n\
+             migrated: on the new channel yes\n\
+             event on the new channel: RDMA_CM_EVENT_DISCONNECTED status 0\n\
+             event on the new channel: RDMA_CM_EVENT_TIMEWAIT_EXIT status 0\n\
+             done\n",
+            "{what}: server: {se}"
+        );
+        assert_eq!(
+            co,
+            "connected: RDMA_CM_EVENT_ESTABLISHED\n\
+             rdma_disconnect: 0, its event RDMA_CM_EVENT_DISCONNECTED status 0\n\
+             done\n",
+            "{what}: client: {ce}"
+        );
+        assert_eq!((se.as_str(), ce.as_str()), ("", ""), "{what}");
+    }
+    for i in 0..2 {
+        assert!(h.cm_leftovers(i).is_empty(), "host {i}: {:?}", h.cm_leftovers(i));
     }
 }
