@@ -169,15 +169,19 @@ fn mw_body(be: &dyn Backend) {
     assert_eq!((rkey1, mw1.rkey()), (inc_rkey(old1), inc_rkey(old1)));
     assert_eq!(be.wait(&b.cq, 1)[0], wc(11, WcStatus::Success, WcOpcode::BindMw, 0, b_qpn));
     let old2 = mw2.rkey();
-    let bind = SendWr {
-        wr_id: 12,
-        opcode: WrOpcode::BindMw,
-        send_flags: sig,
-        bind_mw: mw2.bind_wr(&info(8192)),
-        ..Default::default()
+    // A type 2 window bound by an IBV_WR_BIND_MW of its own, at `at` of B's MR.
+    let bind2 = |id: u64, mw: &MemoryWindow, at: u64| {
+        let bind = SendWr {
+            wr_id: id,
+            opcode: WrOpcode::BindMw,
+            send_flags: sig,
+            bind_mw: mw.bind_wr(&info(at)),
+            ..Default::default()
+        };
+        b.qp.post_send(&[bind]).expect("IBV_WR_BIND_MW");
+        assert_eq!(be.wait(&b.cq, 1)[0], wc(id, WcStatus::Success, WcOpcode::BindMw, 0, b_qpn));
     };
-    b.qp.post_send(&[bind]).expect("IBV_WR_BIND_MW");
-    assert_eq!(be.wait(&b.cq, 1)[0], wc(12, WcStatus::Success, WcOpcode::BindMw, 0, b_qpn));
+    bind2(12, &mw2, 8192);
     let rkey2 = mw2.rkey();
     assert_eq!(rkey2, inc_rkey(old2));
     // A WRITE through each window lands.
@@ -210,15 +214,7 @@ fn mw_body(be: &dyn Backend) {
     assert_eq!(b.mr.read_vec(8192, 64).unwrap(), d2);
     // A SEND WITH INVALIDATE takes a third window's (type 2) key away; B's receive says so.
     let mw3 = b.pd.alloc_mw(MwType::Type2).expect("ibv_alloc_mw type 2");
-    let bind = SendWr {
-        wr_id: 14,
-        opcode: WrOpcode::BindMw,
-        send_flags: sig,
-        bind_mw: mw3.bind_wr(&info(12288)),
-        ..Default::default()
-    };
-    b.qp.post_send(&[bind]).expect("IBV_WR_BIND_MW");
-    assert_eq!(be.wait(&b.cq, 1)[0], wc(14, WcStatus::Success, WcOpcode::BindMw, 0, b_qpn));
+    bind2(14, &mw3, 12288);
     let rkey3 = mw3.rkey();
     b.qp.post_recv(&[RecvWr { wr_id: 15, sg_list: &[b.mr.sge(16384, 64)] }]).unwrap();
     let inv = SendWr {
