@@ -389,8 +389,8 @@ fn open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud() {
 /// client, each through `softverbs run` with `env`, with control ports of their own: both exit
 /// 0, nothing on stderr, and the client prints a row per size (64 B to 1 MiB; a datagram
 /// endpoint: to 4 KiB) with 50 sent and 50 acknowledged.
-/// [`fi_pingpong_once`], run again once when the rdm client's only fault was a flushed
-/// completion at teardown after every size had passed. That flush is libfabric 1.17's own, not
+/// [`fi_pingpong_once`], run again (at most twice) when the rdm client's only fault was a
+/// flushed completion at teardown after every size had passed. That flush is libfabric 1.17's own, not
 /// the NIC's: when the peer disconnects, rxm's CM thread closes the connection's msg endpoint
 /// (`rxm_close_conn`: `fi_close`, and only then `rxm_flush_msg_cq`), and the verbs provider's
 /// `vrb_ep_close` reports every send or receive whose completion is still unread in the CQ as
@@ -399,11 +399,13 @@ fn open_mpi_over_ucx_pingpong_and_allreduce_on_rc_and_ud() {
 /// the peer, is one) comes back flushed. In the failing runs watched with
 /// `SOFTVERBS_LOG=nic_model::engine::qp=debug` the client's QP never left RTS and the engine
 /// flushed nothing; upstream commit 697688386 drains the CQ first. rxe goes through the same
-/// code. 7 of 90 runs failed so here (two cores shared by several test runs). Any other
-/// failure, or the same one twice, fails the test.
+/// code. 7 of 90 runs failed so here (two cores shared by several test runs), 0 of 16 on an
+/// idle or a busy machine alone, and one CI run, beside the other tests, met it twice in a
+/// row. Any other failure, or the same one three times, fails the test.
 fn fi_pingpong(fabric: &Path, provider: &str, ep: &str, env: &[(&str, &str)]) {
-    let first = std::panic::catch_unwind(|| fi_pingpong_once(fabric, provider, ep, env));
-    if let Err(e) = first {
+    for attempt in 1..=3 {
+        let run = std::panic::catch_unwind(|| fi_pingpong_once(fabric, provider, ep, env));
+        let Err(e) = run else { return };
         let msg = e
             .downcast_ref::<String>()
             .map(String::as_str)
@@ -412,11 +414,12 @@ fn fi_pingpong(fabric: &Path, provider: &str, ep: &str, env: &[(&str, &str)]) {
         let teardown = ep == "rdm"
             && msg.contains("cq_readerr: Work Request Flushed Error")
             && msg.contains("\n1m      50      =50");
-        if !teardown {
+        if !teardown || attempt == 3 {
             std::panic::resume_unwind(e);
         }
-        eprintln!("fi_pingpong rdm: libfabric 1.17's flush at teardown, run again once:\n{msg}");
-        fi_pingpong_once(fabric, provider, ep, env);
+        eprintln!(
+            "fi_pingpong rdm: libfabric 1.17's flush at teardown (run {attempt}), again:\n{msg}"
+        );
     }
 }
 
