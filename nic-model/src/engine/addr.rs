@@ -267,15 +267,7 @@ pub(super) fn av_path(
                 flow_label: av.flow_label & 0x000F_FFFF,
             }),
         }),
-        None if av.dgid.to_ipv4().is_some() => Err((
-            Errno::Inval,
-            format!(
-                "dgid {dgid} is an IPv4 GID but sgid_index {sgid_index} is the IPv6 GID {}: \
-                 both ends of a path speak one IP version (send from GID index \
-                 {GID_INDEX_IPV4} to reach an IPv4 GID)",
-                Ipv6Addr::from(sgid.0)
-            ),
-        )),
+        None if av.dgid.to_ipv4().is_some() => Err(mixed_versions(dgid, sgid_index, &sgid)),
         None => Err((
             Errno::Inval,
             format!(
@@ -314,15 +306,7 @@ fn netdev_path6(
         ));
     }
     if av.dgid.to_ipv4().is_some() {
-        return Err((
-            Errno::Inval,
-            format!(
-                "dgid {dgid} is an IPv4 GID but sgid_index {sgid_index} is the IPv6 GID {}: \
-                 both ends of a path speak one IP version (send from GID index \
-                 {GID_INDEX_IPV4} to reach an IPv4 GID)",
-                Ipv6Addr::from(sgid.0)
-            ),
-        ));
+        return Err(mixed_versions(dgid, sgid_index, sgid));
     }
     if dgid.is_unspecified() || dgid.is_multicast() {
         return Err((
@@ -353,6 +337,19 @@ pub fn check_ah(ip: [u8; 4], netdev: Option<&NetdevAddr>, attr: &verbs_api::AhAt
     av_path(ip, netdev, attr)
         .map(drop)
         .map_err(|(errno, why)| Error::new(errno, format!("ibv_create_ah: {why}")))
+}
+
+/// The refusal of a path from the IPv6 GID `sgid` (entry `sgid_index`) to the IPv4 GID `dgid`.
+fn mixed_versions(dgid: Ipv6Addr, sgid_index: u32, sgid: &Gid) -> (Errno, String) {
+    (
+        Errno::Inval,
+        format!(
+            "dgid {dgid} is an IPv4 GID but sgid_index {sgid_index} is the IPv6 GID {}: both \
+             ends of a path speak one IP version (send from GID index {GID_INDEX_IPV4} to reach \
+             an IPv4 GID)",
+            Ipv6Addr::from(sgid.0)
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -122,7 +122,7 @@ impl Conn {
             let qpns = (self.a.qp.qp_num(), self.b.qp.qp_num());
             for wc in &wcs[..n] {
                 if let Some(log) = log.as_deref_mut() {
-                    log.push((now, self.nodes.1, cqe_label(wc)));
+                    log.push((now, self.nodes.1, crate::ladder::cqe_label(wc)));
                 }
                 if let Err(e) = self.plan.check_recv_wc(self.recvs_done, wc, qpns) {
                     self.fail_check(e);
@@ -438,7 +438,7 @@ fn run_inner(
                 }
                 for wc in &wcs[..n] {
                     if let Some(log) = cqes.as_mut() {
-                        log.push((now, c.nodes.0, cqe_label(wc)));
+                        log.push((now, c.nodes.0, crate::ladder::cqe_label(wc)));
                     }
                     *c.statuses.entry(wc.status.as_str()).or_default() += 1;
                     c.completed += 1;
@@ -728,16 +728,6 @@ fn post_op(c: &Conn, i: usize) -> verbs_api::Result<()> {
         atomic,
         ..Default::default()
     }])
-}
-
-/// A completion as the CQE log shows it: its opcode and status, or, in error, its wr_id and
-/// status (the opcode of a completion in error is undefined; rxe leaves it 0).
-fn cqe_label(wc: &verbs_api::WorkCompletion) -> String {
-    if wc.status == verbs_api::WcStatus::Success {
-        format!("{} {}", wc.opcode.name(), wc.status.name())
-    } else {
-        format!("wr_id {} {}", wc.wr_id, wc.status.name())
-    }
 }
 
 #[cfg(test)]

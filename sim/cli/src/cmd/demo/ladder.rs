@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use nic_model::soft::TapDir;
 use softverbs_sim::ladder::{self, Ladder, MarkKind, Packet};
-use verbs_api::{WcStatus, WorkCompletion};
+use verbs_api::WorkCompletion;
 
 use crate::cmd::CliError;
 
@@ -80,12 +80,7 @@ impl Recorder {
     /// A completion the initiator polled: its opcode and status, or, in error, its wr_id and
     /// status (the opcode of a completion in error is undefined: rxe leaves it 0).
     pub(super) fn cqe(&self, wc: &WorkCompletion) {
-        let what = if wc.status == WcStatus::Success {
-            format!("CQE {} {}", wc.opcode.name(), wc.status.name())
-        } else {
-            format!("CQE wr_id {} {}", wc.wr_id, wc.status.name())
-        };
-        self.push(Seen::Cqe(self.ns(), what));
+        self.push(Seen::Cqe(self.ns(), format!("CQE {}", ladder::cqe_label(wc))));
     }
 
     /// A line the target reported at the end: its receive completion is drawn where its NIC
