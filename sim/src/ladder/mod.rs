@@ -29,13 +29,3 @@ pub fn write_svg(l: &Ladder, path: &Path) -> Result<(), String> {
     std::fs::write(path, svg::render(l, svg::DEFAULT_ROWS))
         .map_err(|e| format!("writing the ladder to {}: {e}", path.display()))
 }
-
-/// A completion as the CQE log shows it: its opcode and status, or, in error, its wr_id and
-/// status (the opcode of a completion in error is undefined; rxe leaves it 0).
-pub fn cqe_label(wc: &verbs_api::WorkCompletion) -> String {
-    if wc.status == verbs_api::WcStatus::Success {
-        format!("{} {}", wc.opcode.name(), wc.status.name())
-    } else {
-        format!("wr_id {} {}", wc.wr_id, wc.status.name())
-    }
-}

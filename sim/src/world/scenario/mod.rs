@@ -14,7 +14,7 @@ mod report;
 mod run;
 mod spec;
 
-pub use report::{jain, ConnReport, NetReport, Report, RunPackets};
+pub use report::{cqe_label, jain, ConnReport, NetReport, Report, RunPackets};
 pub use run::{run, RunOptions};
 pub use spec::{
     CongestionSpec, ConnSpec, Expect, FaultAction, FaultSpec, LinkSpec, Names, NicSpec, NodeSpec,

@@ -498,3 +498,13 @@ impl Report {
         writeln!(out, "}}")
     }
 }
+
+/// A completion as the CQE log shows it: its opcode and status, or, in error, its wr_id and
+/// status (the opcode of a completion in error is undefined; rxe leaves it 0).
+pub fn cqe_label(wc: &verbs_api::WorkCompletion) -> String {
+    if wc.status == verbs_api::WcStatus::Success {
+        format!("{} {}", wc.opcode.name(), wc.status.name())
+    } else {
+        format!("wr_id {} {}", wc.wr_id, wc.status.name())
+    }
+}

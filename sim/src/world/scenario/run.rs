@@ -122,7 +122,7 @@ impl Conn {
             let qpns = (self.a.qp.qp_num(), self.b.qp.qp_num());
             for wc in &wcs[..n] {
                 if let Some(log) = log.as_deref_mut() {
-                    log.push((now, self.nodes.1, crate::ladder::cqe_label(wc)));
+                    log.push((now, self.nodes.1, super::cqe_label(wc)));
                 }
                 if let Err(e) = self.plan.check_recv_wc(self.recvs_done, wc, qpns) {
                     self.fail_check(e);
@@ -438,7 +438,7 @@ fn run_inner(
                 }
                 for wc in &wcs[..n] {
                     if let Some(log) = cqes.as_mut() {
-                        log.push((now, c.nodes.0, crate::ladder::cqe_label(wc)));
+                        log.push((now, c.nodes.0, super::cqe_label(wc)));
                     }
                     *c.statuses.entry(wc.status.as_str()).or_default() += 1;
                     c.completed += 1;

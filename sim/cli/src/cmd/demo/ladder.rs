@@ -80,7 +80,10 @@ impl Recorder {
     /// A completion the initiator polled: its opcode and status, or, in error, its wr_id and
     /// status (the opcode of a completion in error is undefined: rxe leaves it 0).
     pub(super) fn cqe(&self, wc: &WorkCompletion) {
-        self.push(Seen::Cqe(self.ns(), format!("CQE {}", ladder::cqe_label(wc))));
+        self.push(Seen::Cqe(
+            self.ns(),
+            format!("CQE {}", softverbs_sim::world::scenario::cqe_label(wc)),
+        ));
     }
 
     /// A line the target reported at the end: its receive completion is drawn where its NIC
