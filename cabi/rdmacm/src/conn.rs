@@ -294,7 +294,7 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
     let ch = channel_of(id);
     let mut m = Msg::new(kind::REQ, 0);
     m.from = id.token;
-    m.set_reply(&ch.path);
+    m.set_reply(&crate::home::reply_name(id, &mut st));
     // SAFETY: the caller's id; its QP, if any.
     m.qpn = unsafe { (*cid).qp.as_ref().map_or(p.map_or(0, |p| p.qp_num), |q| q.qp_num) };
     m.psn = st.my_psn;
@@ -340,7 +340,7 @@ pub unsafe fn connect(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_in
         Named::Closed => {
             // The process that listened there is alive and may listen again (perftest -R
             // does, between its two connections): the REQ waits for what it does next.
-            crate::watch::hold_req(m, &ch.path, dst);
+            crate::watch::hold_req(m, &m.reply_path(), dst);
             return 0;
         }
         Named::Nothing => {}
@@ -359,13 +359,16 @@ fn disconnected_now(id: &Id) {
 /// `timewait` (the id lives on), the id enters timewait and TIMEWAIT_EXIT follows after it. A
 /// peer gone meanwhile gets nothing (its socket is gone; its ids with it).
 pub fn answer_dreq(id: &Id, timewait: bool) {
-    let Some((to, tok)) = id.st.lock().expect("id").drep_to.take() else { return };
+    let mut st = id.st.lock().expect("id");
+    let Some((to, tok)) = st.drep_to.take() else { return };
+    let home = crate::home::home(id, &st);
+    drop(st);
     let ch = channel_of(id);
     let mut r = Msg::new(kind::DREP, tok);
     r.from = id.token;
     send(ch, &to, &r);
     if timewait && !is_ud(id) {
-        crate::watch::start_timewait(&ch.path, id.token);
+        crate::watch::start_timewait(&home, id.token);
     }
 }
 
@@ -410,7 +413,7 @@ pub unsafe fn accept(cid: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int
     let ch = channel_of(id);
     let mut m = Msg::new(kind::REP, tok);
     m.from = id.token;
-    m.set_reply(&ch.path);
+    m.set_reply(&crate::home::reply_name(id, &mut st));
     // SAFETY: NULL or the id's QP.
     m.qpn = unsafe { qp.as_ref().map_or(p.map_or(0, |p| p.qp_num), |q| q.qp_num) };
     m.psn = st.my_psn;
@@ -483,6 +486,7 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     if !done {
         st.dreq_sent = true;
     }
+    let home = crate::home::reply_name(id, &mut st);
     drop(st);
     if done {
         // The peer's DREQ came first: DISCONNECTED is given already, and the DREP answers it
@@ -494,12 +498,12 @@ pub unsafe fn disconnect(cid: *mut rdma_cm_id) -> c_int {
     let ch = channel_of(id);
     let mut m = Msg::new(kind::DREQ, tok);
     m.from = id.token;
-    m.set_reply(&ch.path);
+    m.set_reply(&home);
     if !send(ch, &to, &m) {
         disconnected_now(id);
     } else {
         // As the IB CM: DISCONNECTED after the DREQ's last retry if no DREP came.
-        crate::watch::start_dreq_timeout(&ch.path, id.token);
+        crate::watch::start_dreq_timeout(&home, id.token);
     }
     0
 }

@@ -272,13 +272,14 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
             if m.kind == kind::DREQ && first && !st.dreq_sent {
                 st.drep_to = Some((m.reply_path(), m.from));
             }
+            let home = crate::home::home(id, &st);
             drop(st);
             if answer_now {
                 let mut r = Msg::new(kind::DREP, m.from);
                 r.from = id.token;
                 send(ch, &m.reply_path(), &r);
                 if first && !ud {
-                    crate::watch::start_timewait(&ch.path, id.token);
+                    crate::watch::start_timewait(&home, id.token);
                 }
             }
             if !first {
@@ -292,7 +293,7 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
             // above, and `conn::answer_dreq`), and TIMEWAIT_EXIT follows when it ends (UD ids
             // have no connection, hence no timewait).
             if m.kind == kind::DREP && !ud {
-                crate::watch::start_timewait(&ch.path, id.token);
+                crate::watch::start_timewait(&home, id.token);
             }
             // Status 0, or -ETIMEDOUT after a DREQ nobody answered (`watch::start_dreq_timeout`).
             Some(event(idp, ev::DISCONNECTED, m.status, None))
@@ -394,12 +395,13 @@ pub unsafe fn destroy_id(cid: *mut rdma_cm_id) -> c_int {
         let mut m = Msg::new(kind::DREQ, *tok);
         m.from = id.token;
         let ch = channel_of(id);
-        m.set_reply(&ch.path);
+        m.set_reply(&crate::home::home(id, &st));
         send(ch, to, &m);
     }
     drop(st);
     // A DREQ still unanswered gets its DREP now, as ib_cm's cm_destroy_id sends it.
     crate::conn::answer_dreq(id, false);
+    crate::home::forget(id, &id.st.lock().expect("id"));
     ids().lock().expect("ids").remove(&id.token);
     // As librdmacm's: wait until the id's events are acknowledged (and a message for it that
     // another thread is handling is done). librdmacm waits for ever; a program that never

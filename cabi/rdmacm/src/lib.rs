@@ -28,6 +28,8 @@ mod rsocket;
 mod wire;
 // QP 1 for every process of an address (issue 31).
 mod wire_mux;
+// An id's own name, which rdma_migrate_id re-points (librpma).
+mod home;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));

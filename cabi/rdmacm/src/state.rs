@@ -489,6 +489,9 @@ pub struct St {
     /// `rdma_destroy_id`, as the kernel's CM sends it then (`rdma_disconnect`'s
     /// `ib_send_cm_drep`, `cm_destroy_id`), not when the DREQ comes.
     pub drep_to: Option<(PathBuf, u64)>,
+    /// The id has its own name, a link to its channel's socket, given to its peer to reply to
+    /// (home.rs): `rdma_migrate_id` re-points it.
+    pub named: bool,
 }
 
 /// The local ACK timeout (`ibv_qp_attr.timeout`) the CM gives a connected QP at RTS: the one

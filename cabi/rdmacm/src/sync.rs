@@ -177,7 +177,6 @@ pub unsafe extern "C" fn rdma_create_id(
 pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let own = forget(id);
-    let id_token = id.token;
     // SAFETY: the live id's own field.
     unsafe {
         if own.is_some() && !(*cid).event.is_null() {
@@ -190,13 +189,6 @@ pub unsafe extern "C" fn rdma_destroy_id(cid: *mut rdma_cm_id) -> c_int {
     let r = unsafe { crate::events::destroy_id(cid) };
     if let Some(ch) = own {
         drop_channel(ch);
-    }
-    let mut moved = moved_names().lock().expect("moved");
-    while let Some(i) = moved.iter().position(|(t, _)| *t == id_token) {
-        let name = moved.swap_remove(i).1;
-        if std::fs::read_link(&name).is_ok() {
-            let _ = std::fs::remove_file(&name);
-        }
     }
     r
 }
@@ -302,47 +294,14 @@ pub unsafe extern "C" fn rdma_disconnect(cid: *mut rdma_cm_id) -> c_int {
     }
 }
 
-/// The names of the private channels of synchronous ids that moved to another channel (id token,
-/// name), each now a link to the id's new channel: a peer (or the gateway, or the clock) that
-/// recorded the old name at connect time still reaches the id there, as the kernel routes an
-/// id's events to its file wherever it moved. The link goes with the id.
-fn moved_names() -> &'static Mutex<Vec<(u64, std::path::PathBuf)>> {
-    static K: Mutex<Vec<(u64, std::path::PathBuf)>> = Mutex::new(Vec::new());
-    &K
-}
-
-/// Retire synchronous id `token`'s private channel `old` for `new`: its name becomes a link to
-/// `new`'s socket (atomically: from then on every message sent there lands on `new`), what
-/// arrived before is passed on, and the channel goes, its name left to the link.
-fn retire(token: u64, old: *mut rdma_event_channel, new: *mut rdma_event_channel) {
-    // SAFETY: channels of ours, live (the old one unregistered below, read by no one else).
-    let (from, to) = unsafe { (&*old.cast::<Channel>(), &*new.cast::<Channel>()) };
-    let linked = replace_link(&to.path.to_string_lossy(), &from.path).is_ok();
-    let mut buf = [0u8; size_of::<Msg>()];
-    while let Ok(n) = from.sock.recv(&mut buf) {
-        if let Some(m) = Msg::from_bytes(&buf[..n]) {
-            send(to, &to.path, &m);
-        }
-    }
-    if !channels().lock().expect("channels").remove(&(old as usize)) {
-        return;
-    }
-    // SAFETY: made by own_channel (the C struct is the box's first field), now unregistered.
-    let mut gone = unsafe { Box::from_raw(old.cast::<Channel>()) };
-    if linked {
-        // The name is the link's now: the channel's drop must not remove it.
-        moved_names().lock().expect("moved").push((token, std::mem::take(&mut gone.path)));
-    }
-    drop(gone);
-}
-
 /// `rdma_migrate_id`: move the id to channel `ch` (its later events are read there), as
 /// librdmacm's: a synchronous id becomes asynchronous (the event its last call left is
 /// acknowledged, its private channel goes), and with a NULL `ch` an asynchronous id becomes
 /// synchronous on a channel of its own (a synchronous one: `EINVAL`). What waits on the old
-/// channel for the id follows it, the private channel's name becomes a link to the new one (a
-/// peer that recorded it when it connected reaches the id there: [`retire`]), and the name it
-/// listens on (claimed at `rdma_bind_addr`) names the new channel.
+/// channel for the id follows it, and so does what its peer, the gateway and the clock send it
+/// later (they reply to the id's own name, which now names the new channel: home.rs), as the
+/// kernel moves an id's events to the new channel's file at once; the name it listens on
+/// (claimed at `rdma_bind_addr`) names the new channel.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_migrate_id(
     cid: *mut rdma_cm_id,
@@ -381,11 +340,15 @@ pub unsafe extern "C" fn rdma_migrate_id(
         }
     }
     drop(st);
+    // SAFETY: channels of ours, live (the old one is destroyed only below, or by the program
+    // after this call).
+    crate::home::migrate(id, unsafe { &*old.cast::<Channel>() }, unsafe { &*new.cast::<Channel>() });
     if ch.is_null() {
         mark(id);
     } else if was_sync {
         sync_ids().lock().expect("sync ids").remove(&id.token);
-        retire(id.token, old, new);
+        // Its private channel goes: what waited there for it moved with it.
+        drop_channel(old);
     }
     0
 }

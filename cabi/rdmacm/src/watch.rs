@@ -332,7 +332,7 @@ fn check_peers(sock: &UnixDatagram) {
                 _ => None,
             };
             if let Some((peer, tok)) = what {
-                suspects.push((id.token, channel_of(id).path.clone(), peer, tok));
+                suspects.push((id.token, crate::home::home(id, &st), peer, tok));
             }
         }
     }
