@@ -9,6 +9,7 @@ use verbs_api::{IbvEnum, QpAttrMask, QpState};
 
 use softverbs_cabi_abi::{
     ibv_context, ibv_device_attr, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+    ibv_qp_init_attr_ex, verbs_context, vslot, IBV_QP_INIT_ATTR_PD,
 };
 
 unsafe extern "C" {
@@ -132,6 +133,19 @@ pub unsafe extern "C" fn rdma_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
+    // SAFETY: the caller's arguments, checked there.
+    unsafe { create_qp(cid, pd, attr, std::ptr::null_mut()) }
+}
+
+/// [`rdma_create_qp`] and [`rdma_create_qp_ex`]: the CQs the attributes lack made, the QP made
+/// by `ibv_create_qp`, or by the device's `create_qp_ex` with the extended attributes `ex`
+/// (whose first fields are `attr`), then moved to INIT and shown in the id.
+unsafe fn create_qp(
+    cid: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+    ex: *mut ibv_qp_init_attr_ex,
+) -> c_int {
     if id_ref(cid).is_none() {
         return fail(libc::EINVAL);
     }
@@ -145,8 +159,17 @@ pub unsafe extern "C" fn rdma_create_qp(
     if crate::cq::fill_qp_attr(cid, unsafe { &mut *attr }) != 0 {
         return -1;
     }
-    // SAFETY: the caller's attributes and PD.
-    let qp = unsafe { ibv_create_qp(pd, attr) };
+    let qp = if ex.is_null() {
+        // SAFETY: the caller's attributes and PD.
+        unsafe { ibv_create_qp(pd, attr) }
+    } else {
+        // SAFETY: the caller's extended attributes, now with the PD and CQs.
+        unsafe {
+            (*ex).pd = pd;
+            (*ex).comp_mask |= IBV_QP_INIT_ATTR_PD;
+            create_qp_ex_op(pd, ex)
+        }
+    };
     if qp.is_null() {
         crate::cq::destroy_cqs(cid);
         return -1;
@@ -171,30 +194,62 @@ pub unsafe extern "C" fn rdma_create_qp(
     0
 }
 
-/// `struct ibv_qp_init_attr_ex`, as far as `rdma_create_qp_ex` reads it.
-#[repr(C)]
-pub struct QpInitAttrEx {
-    pub base: ibv_qp_init_attr,
-    pub comp_mask: u32,
-    pub pd: *mut ibv_pd,
+/// What `<infiniband/verbs.h>`'s inline `ibv_create_qp_ex` does: the `create_qp_ex` op of the
+/// PD's device, from the `verbs_context` in front of its `ibv_context`; NULL with `EOPNOTSUPP`
+/// when the device has none.
+unsafe fn create_qp_ex_op(pd: *mut ibv_pd, ex: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    type CreateQpEx = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+    // SAFETY: a PD of the loaded libibverbs; its context is live.
+    let ctx = unsafe { (*pd).context };
+    // SAFETY: as verbs.h's verbs_get_ctx: `abi_compat` says whether a verbs_context sits in
+    // front of the context, and its `sz` whether it reaches the op.
+    let op = unsafe {
+        if ctx.is_null() || (*ctx).abi_compat as usize != usize::MAX {
+            std::ptr::null()
+        } else {
+            let v = ctx.cast::<u8>().sub(std::mem::offset_of!(verbs_context, context));
+            let v = v.cast::<verbs_context>();
+            let reach = size_of::<verbs_context>() - vslot::CREATE_QP_EX * size_of::<usize>();
+            if (*v).sz >= reach {
+                (*v).ops[vslot::CREATE_QP_EX]
+            } else {
+                std::ptr::null()
+            }
+        }
+    };
+    if op.is_null() {
+        fail(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the op's C signature (verbs.h's `create_qp_ex`).
+    let f = unsafe { std::mem::transmute::<*const c_void, CreateQpEx>(op) };
+    // SAFETY: the device's own op, with its context and the caller's attributes.
+    unsafe { f(ctx, ex) }
 }
 
-/// `rdma_create_qp_ex`: as `rdma_create_qp` with the PD in the attributes
-/// (`IBV_QP_INIT_ATTR_PD`); other extended attributes are `EOPNOTSUPP`.
+/// `rdma_create_qp_ex`: as `rdma_create_qp`, with the PD in the extended attributes
+/// (`IBV_QP_INIT_ATTR_PD`, else the id's) and the other extended attributes (the `ibv_wr_*`
+/// API's `send_ops_flags`, ...) passed to the device's `ibv_create_qp_ex`, as librdmacm does.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_create_qp_ex(cid: *mut rdma_cm_id, attr: *mut QpInitAttrEx) -> c_int {
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    cid: *mut rdma_cm_id,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
     if attr.is_null() {
         return fail(libc::EINVAL);
     }
     // SAFETY: the caller's attributes.
     let a = unsafe { &mut *attr };
-    if a.comp_mask & !1 != 0 {
-        eprintln!("librdmacm (softverbs): rdma_create_qp_ex: only IBV_QP_INIT_ATTR_PD is supported (comp_mask {:#x})", a.comp_mask);
-        return fail(libc::EOPNOTSUPP);
+    let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 { a.pd } else { std::ptr::null_mut() };
+    // The first fields of ibv_qp_init_attr_ex are an ibv_qp_init_attr's (cabi-abi's layout
+    // test checks both against verbs.h).
+    let base = (attr as *mut ibv_qp_init_attr_ex).cast::<ibv_qp_init_attr>();
+    if a.comp_mask & !IBV_QP_INIT_ATTR_PD == 0 {
+        // SAFETY: as rdma_create_qp.
+        return unsafe { create_qp(cid, pd, base, std::ptr::null_mut()) };
     }
-    let pd = if a.comp_mask & 1 != 0 { a.pd } else { std::ptr::null_mut() };
-    // SAFETY: as rdma_create_qp.
-    unsafe { rdma_create_qp(cid, pd, &mut a.base) }
+    // SAFETY: as rdma_create_qp, with the extended attributes.
+    unsafe { create_qp(cid, pd, base, attr) }
 }
 
 /// `rdma_destroy_qp`.
