@@ -21,7 +21,25 @@ struct Ev {
     pd: [u8; 256],
 }
 
-/// A new event for `id` (a C id pointer).
+/// The private data length the kernel's CM gives an event made from a REQ, REP or REJ: the
+/// whole field of the MAD it came in, whatever the sender put there (zeros after it), less the
+/// CM's IP header (36 bytes) in a REQ (`cma_set_req_event_data`: 92 - 36; SIDR_REQ 216 - 36),
+/// REP 196 (`cma_set_rep_event_data`; SIDR_REP 136), REJ 148; none for the rest. softverbs'
+/// gateway across hosts gives these lengths as the MADs carry them (wire.rs); this is the same
+/// on one host.
+fn kernel_pd_len(kind: i32, ud: bool) -> usize {
+    match (kind, ud) {
+        (ev::CONNECT_REQUEST, false) => 56,
+        (ev::CONNECT_REQUEST, true) => 180,
+        (ev::ESTABLISHED | ev::CONNECT_RESPONSE | ev::CONNECT_ERROR, false) => 196,
+        (ev::ESTABLISHED, true) => 136,
+        (ev::REJECTED, _) => 148,
+        _ => 0,
+    }
+}
+
+/// A new event for `id` (a C id pointer); with the message `m` it came from, its private data
+/// (as long as the kernel's CM gives it: [`kernel_pd_len`]) and connection parameters.
 fn event(id: *mut Id, kind: i32, status: i32, m: Option<&Msg>) -> Box<Ev> {
     // SAFETY: all-zero is a valid rdma_cm_event (NULL pointers, zero numbers).
     let mut e: Box<Ev> = Box::new(unsafe { std::mem::zeroed() });
@@ -29,8 +47,12 @@ fn event(id: *mut Id, kind: i32, status: i32, m: Option<&Msg>) -> Box<Ev> {
     e.c.event = kind;
     e.c.status = status;
     if let Some(m) = m {
-        let n = (m.pd_len as usize).min(256);
-        e.pd[..n].copy_from_slice(&m.pd[..n]);
+        // SAFETY: the caller's live id (counted busy, or just made).
+        let ud = is_ud(unsafe { &*id });
+        let sent = (m.pd_len as usize).min(256);
+        e.pd[..sent].copy_from_slice(&m.pd[..sent]);
+        // The rest of the field is zeros (`e.pd` is zeroed).
+        let n = sent.max(kernel_pd_len(kind, ud)).min(256);
         let pdp = if n == 0 { std::ptr::null() } else { e.pd.as_ptr().cast() };
         // Writing a union member is safe; conn is the one connected ids read.
         {

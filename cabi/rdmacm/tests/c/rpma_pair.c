@@ -9,7 +9,9 @@
  *
  * Each connection: the client's connection request carries K as private data; the server
  * posts a receive before it accepts, and accepts with its 4 KiB memory region's descriptor as
- * private data. The client writes 4 KiB of K's pattern there (rpma_write), makes it visible
+ * private data (its size first). Each side gets the other's private data as the kernel's CM
+ * gives it, the whole field of the CM message it came in (zeros after what was sent): 56 bytes
+ * from a REQ (92 less the CM's IP header), 196 from a REP. The client writes 4 KiB of K's pattern there (rpma_write), makes it visible
  * (rpma_flush, RPMA_FLUSH_TYPE_VISIBILITY), reads it back (rpma_read) and sends a message
  * saying so (rpma_send); the server checks every byte of its region against K's pattern and
  * answers with the sum of its bytes, which the client checks. Every completion's opcode,
@@ -140,7 +142,7 @@ static int server(const char *addr, const char *port, int n)
 	struct rpma_mr_local *mr, *msg_mr;
 	struct rpma_ep *ep;
 	size_t desc_size;
-	char desc[256];
+	char desc[1 + 255];
 	int fd;
 
 	CHECK_RPMA(rpma_mr_reg(peer, mem, SIZE, RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_READ_SRC |
@@ -148,12 +150,14 @@ static int server(const char *addr, const char *port, int n)
 	CHECK_RPMA(rpma_mr_reg(peer, msg, 2 * MSG, RPMA_MR_USAGE_SEND | RPMA_MR_USAGE_RECV,
 			       &msg_mr));
 	CHECK_RPMA(rpma_mr_get_descriptor_size(mr, &desc_size));
-	CHECK(desc_size <= sizeof desc);
-	CHECK_RPMA(rpma_mr_get_descriptor(mr, desc));
+	CHECK(desc_size < sizeof desc);
+	desc[0] = (char)desc_size;
+	CHECK_RPMA(rpma_mr_get_descriptor(mr, desc + 1));
 	CHECK_RPMA(rpma_ep_listen(peer, addr, port, &ep));
 	CHECK_RPMA(rpma_ep_get_fd(ep, &fd));
 	for (int c = 0; c < n; c++) {
-		struct rpma_conn_private_data pd = { .ptr = desc, .len = (uint8_t)desc_size }, req_pd;
+		struct rpma_conn_private_data pd = { .ptr = desc, .len = (uint8_t)(1 + desc_size) };
+		struct rpma_conn_private_data req_pd;
 		struct rpma_conn_req *req;
 		struct rpma_conn *conn;
 		struct rpma_cq *cq;
@@ -165,8 +169,10 @@ static int server(const char *addr, const char *port, int n)
 		wait_fd(fd, "connection request");
 		CHECK_RPMA(rpma_ep_next_conn_req(ep, NULL, &req));
 		CHECK_RPMA(rpma_conn_req_get_private_data(req, &req_pd));
-		CHECK(req_pd.len == 1);
+		CHECK(req_pd.len == 56);
 		k = *(uint8_t *)req_pd.ptr;
+		for (int i = 1; i < req_pd.len; i++)
+			CHECK(((uint8_t *)req_pd.ptr)[i] == 0);
 		CHECK_RPMA(rpma_conn_req_recv(req, msg_mr, 0, MSG, recv_ctx));
 		CHECK_RPMA(rpma_conn_req_connect(&req, &pd, &conn));
 		expect_event(conn, RPMA_CONN_ESTABLISHED);
@@ -235,7 +241,9 @@ static int client(const char *addr, const char *port, int k)
 	CHECK_RPMA(rpma_conn_req_connect(&req, &pd, &conn));
 	expect_event(conn, RPMA_CONN_ESTABLISHED);
 	CHECK_RPMA(rpma_conn_get_private_data(conn, &srv_pd));
-	CHECK_RPMA(rpma_mr_remote_from_descriptor(srv_pd.ptr, srv_pd.len, &remote));
+	CHECK(srv_pd.len == 196);
+	CHECK_RPMA(rpma_mr_remote_from_descriptor((char *)srv_pd.ptr + 1, *(uint8_t *)srv_pd.ptr,
+						  &remote));
 	CHECK_RPMA(rpma_mr_remote_get_size(remote, &remote_size));
 	CHECK_RPMA(rpma_mr_remote_get_flush_type(remote, &flush_type));
 	CHECK(remote_size == SIZE);
