@@ -502,3 +502,85 @@ fn a_synchronous_id_migrated_after_it_connected_gets_the_peers_disconnect_across
         assert!(h.cm_leftovers(i).is_empty(), "host {i}: {:?}", h.cm_leftovers(i));
     }
 }
+
+/// librpma across hosts (cabi/rdmacm/tests/c/rpma_pair.c): its server's connection ids, moved
+/// from the endpoint's channel to channels of their own right after `rdma_accept`, get their
+/// RTU and DREQ (MADs the server's gateway hands to each id's own name, recorded at connect
+/// time) on the new channels, the endpoint's channel unread; two clients on the other host at
+/// once, each writing, flushing, reading and sending, every byte and completion checked. Direct
+/// reach on and off.
+#[test]
+fn librpma_serves_two_clients_across_hosts() {
+    let test = "librpma_serves_two_clients_across_hosts";
+    if !may_make_hosts(test) || !have(test, "cc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/librpma.h").exists() {
+        assert!(
+            std::env::var_os("SOFTVERBS_REQUIRE_C").is_none_or(|v| v != "1"),
+            "SOFTVERBS_REQUIRE_C=1 but /usr/include/librpma.h is missing: apt-get install librpma-dev"
+        );
+        eprintln!("{test}: skipped: no librpma-dev");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("rpma_pair");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../cabi/rdmacm/tests/c/rpma_pair.c");
+    let cc = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrpma", "-lrdmacm", "-libverbs"])
+        .output()
+        .expect("cc");
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    let exe = exe.to_str().expect("UTF-8 path");
+    let h = Hosts::new(2, 1);
+    let a = h.addr(0).to_string();
+    for (reach, port) in [("1", 7192), ("0", 7193)] {
+        let p = port.to_string();
+        let what = format!("SOFTVERBS_REACH={reach}");
+        let mut server = h.run(0, &[exe, "server", &a, &p, "2"]);
+        server.env("SOFTVERBS_REACH", reach);
+        let server = Proc::spawn(server, &format!("{what} rpma server"));
+        h.await_cm_listen(0, port, &what);
+        let clients: Vec<Proc> = (1..=2)
+            .map(|k| {
+                let mut c = h.run(1, &[exe, "client", &a, &p, &k.to_string()]);
+                c.env("SOFTVERBS_REACH", reach);
+                Proc::spawn(c, &format!("{what} rpma client {k}"))
+            })
+            .collect();
+        let outs: Vec<Output> = clients.into_iter().map(|c| c.finish(LIMIT)).collect();
+        let server = server.finish(LIMIT);
+        let t = |o: &Output| {
+            let (so, se) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            format!("{so}{se}")
+        };
+        assert!(
+            server.status.success() && outs.iter().all(|o| o.status.success()),
+            "{what}: server:\n{}\nclients:\n{}\n{}",
+            t(&server),
+            t(&outs[0]),
+            t(&outs[1])
+        );
+        let sum = |k: usize| (0..4096).map(|i| (i * 7 + k * 13 + i / 256) % 256).sum::<usize>();
+        for (k, o) in outs.iter().enumerate().map(|(i, o)| (i + 1, o)) {
+            assert_eq!(
+                t(o),
+                format!("client {k}: written, flushed, read back, answered sum {}, closed\n", sum(k)),
+                "{what}"
+            );
+        }
+        let mut lines: Vec<String> = t(&server).lines().map(String::from).collect();
+        lines.sort();
+        let want: Vec<String> = (1..=2)
+            .map(|k| format!("server: client {k}: 4096 bytes as written, sum {}, closed", sum(k)))
+            .collect();
+        assert_eq!(lines, want, "{what}");
+    }
+    for i in 0..2 {
+        assert!(h.cm_leftovers(i).is_empty(), "host {i}: {:?}", h.cm_leftovers(i));
+    }
+}
