@@ -171,8 +171,10 @@ unsafe fn create_qp(
         }
     };
     if qp.is_null() {
+        // The verbs' errno, whatever undoing the CQs leaves in it.
+        let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
         crate::cq::destroy_cqs(cid);
-        return -1;
+        return fail(err);
     }
     // SAFETY: the caller's attributes.
     if qp_init(qp, unsafe { (*attr).qp_type } == UD_QPT) != 0 {

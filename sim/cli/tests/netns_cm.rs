@@ -4,7 +4,8 @@
 //! with every ping's bytes checked and the CM's messages captured and decoded by tshark as
 //! InfiniBand CM MADs on QP1 (REQ, REP, RTU, DREQ, DREP) with no malformed frame; `ucmatose`;
 //! `udaddy` (UD ids: SIDR); perftest's `ib_write_bw -R`; a connect to a port nobody listens on is REJECTED.
-//! A synchronous id migrated after it connected gets the peer's DREQ on its new channel.
+//! A synchronous id migrated after it connected gets the peer's DREQ on its new channel; librpma's
+//! server (its connection ids migrated off the listener's channel) serves two clients at once.
 //!
 //! As sim/cli/tests/netns.rs (the hosts and their helpers are common/netns.rs): root is needed, a test without it
 //! says why it skips (`SOFTVERBS_REQUIRE_NETNS=1`, as CI sets, makes that a failure), every
