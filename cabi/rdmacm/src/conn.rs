@@ -200,7 +200,8 @@ unsafe fn create_qp(
 /// PD's device, from the `verbs_context` in front of its `ibv_context`; NULL with `EOPNOTSUPP`
 /// when the device has none.
 unsafe fn create_qp_ex_op(pd: *mut ibv_pd, ex: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
-    type CreateQpEx = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+    type CreateQpEx =
+        unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
     // SAFETY: a PD of the loaded libibverbs; its context is live.
     let ctx = unsafe { (*pd).context };
     // SAFETY: as verbs.h's verbs_get_ctx: `abi_compat` says whether a verbs_context sits in
@@ -245,7 +246,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 { a.pd } else { std::ptr::null_mut() };
     // The first fields of ibv_qp_init_attr_ex are an ibv_qp_init_attr's (cabi-abi's layout
     // test checks both against verbs.h).
-    let base = (attr as *mut ibv_qp_init_attr_ex).cast::<ibv_qp_init_attr>();
+    let base = attr.cast::<ibv_qp_init_attr>();
     if a.comp_mask & !IBV_QP_INIT_ATTR_PD == 0 {
         // SAFETY: as rdma_create_qp.
         return unsafe { create_qp(cid, pd, base, std::ptr::null_mut()) };

@@ -57,7 +57,8 @@ pub fn forget(id: &Id) -> Option<*mut rdma_event_channel> {
 }
 
 /// Move the id a synchronous listener's CONNECT_REQUEST made onto a private channel of its own
-/// (librdmacm migrates it so; its later events are forwarded there by the listener's channel).
+/// (librdmacm migrates it so; its peer replies to the id's own name from its `rdma_accept` on,
+/// and what comes to the listener's channel for it before is forwarded there: events.rs).
 pub fn adopt(cid: *mut rdma_cm_id) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let ch = own_channel();
@@ -342,7 +343,9 @@ pub unsafe extern "C" fn rdma_migrate_id(
     drop(st);
     // SAFETY: channels of ours, live (the old one is destroyed only below, or by the program
     // after this call).
-    crate::home::migrate(id, unsafe { &*old.cast::<Channel>() }, unsafe { &*new.cast::<Channel>() });
+    crate::home::migrate(id, unsafe { &*old.cast::<Channel>() }, unsafe {
+        &*new.cast::<Channel>()
+    });
     if ch.is_null() {
         mark(id);
     } else if was_sync {

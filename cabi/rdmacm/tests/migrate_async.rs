@@ -22,8 +22,7 @@ fn an_asynchronous_id_migrated_after_it_connected_gets_its_events_on_the_new_cha
             for old in ["keep", "destroy"] {
                 let env = env();
                 let port = common::free_port().to_string();
-                let Some(out) = cm::run_c(test, &env, "migrate_async", &[&port, when, old])
-                else {
+                let Some(out) = cm::run_c(test, &env, "migrate_async", &[&port, when, old]) else {
                     return;
                 };
                 let (o, e) = text(&out);

@@ -62,7 +62,10 @@ fn librpma_writes_flushes_reads_and_sends_over_three_connections_of_one_endpoint
             let (o, e) = text(out);
             assert_eq!(
                 o,
-                format!("client {k}: written, flushed, read back, answered sum {}, closed\n", sum(k)),
+                format!(
+                    "client {k}: written, flushed, read back, answered sum {}, closed\n",
+                    sum(k)
+                ),
                 "reach {reach}: {e}"
             );
             assert_eq!(e, "", "reach {reach}, client {k}");

@@ -570,7 +570,10 @@ fn librpma_serves_two_clients_across_hosts() {
         for (k, o) in outs.iter().enumerate().map(|(i, o)| (i + 1, o)) {
             assert_eq!(
                 t(o),
-                format!("client {k}: written, flushed, read back, answered sum {}, closed\n", sum(k)),
+                format!(
+                    "client {k}: written, flushed, read back, answered sum {}, closed\n",
+                    sum(k)
+                ),
                 "{what}"
             );
         }
