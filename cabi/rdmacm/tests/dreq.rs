@@ -61,3 +61,33 @@ fn the_peers_dreq_leaves_the_qp_in_rts_until_the_programs_own_rdma_disconnect() 
         assert_eq!(e, "", "reach {reach}");
     }
 }
+
+/// tests/c/dreq_gone.c: the active side's rdma_disconnect after the passive program went quiet
+/// as perftest -R's server does (its data channel unread after the accept; its id destroyed
+/// without rdma_disconnect, its channel too, or rdma_disconnect and destroy with the active
+/// side's DREQ unread): each ends with the active side's DISCONNECTED, status 0, then
+/// TIMEWAIT_EXIT, each within 10 s where the DREQ's life is 74 s, as under the kernel's CM (a
+/// destroyed connected id sends its DREQ, `cm_destroy_id`; a DREQ for an id that no longer
+/// exists gets a DREP, `cm_dreq_handler`'s `cm_issue_drep`). Reach on and off.
+#[test]
+fn a_disconnect_after_the_peer_destroyed_its_id_ends_within_the_dreqs_first_tries() {
+    let test = "a_disconnect_after_the_peer_destroyed_its_id_ends_within_the_dreqs_first_tries";
+    for reach in ["on", "off"] {
+        let env = env();
+        std::env::set_var("SOFTVERBS_REACH", reach);
+        let port = common::free_port().to_string();
+        let Some(out) = cm::run_c(test, &env, "dreq_gone", &[&port]) else { return };
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "reach {reach}: {o}{e}");
+        let mut want = Vec::new();
+        for order in ["destroyed", "channel", "unread"] {
+            for ev in ["DISCONNECTED", "TIMEWAIT_EXIT"] {
+                want.push(format!("{order}: active event RDMA_CM_EVENT_{ev}, status 0"));
+            }
+        }
+        want.push("done".to_owned());
+        assert_eq!(o.lines().collect::<Vec<_>>(), want, "reach {reach}:\n{o}{e}");
+        assert_eq!(e, "", "reach {reach}");
+        assert!(cm::leftovers(&env).is_empty(), "reach {reach}: {:?}", cm::leftovers(&env));
+    }
+}

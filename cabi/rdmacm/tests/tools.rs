@@ -296,6 +296,27 @@ fn a_server_that_does_not_end_is_shown_with_its_stacks_and_its_clients_output() 
     assert!(msg.contains("client exit status: 0, stdout:\nthe client's line\n"), "{msg}");
 }
 
+/// What [`cm::run_pair`] says of a client still running past its limit: here `sleep 30` for
+/// both; both processes' stacks, and the server's state, are in the message.
+#[test]
+fn a_client_that_does_not_end_is_shown_with_its_stacks_and_its_servers() {
+    let env = env();
+    let spawn = || {
+        common::Guard(Some(env.command(Path::new("/bin/sleep")).arg("30").spawn().expect("spawn")))
+    };
+    let (server, client) = (spawn(), spawn());
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cm::client_hung(client, server, Duration::from_millis(200), "sleep 30")
+    }));
+    let err = panicked.expect_err("client_hung panics");
+    let msg = err.downcast_ref::<String>().expect("a formatted message");
+    assert!(msg.starts_with("sleep 30: still running after 200ms.\nWhere it waited:\n"), "{msg}");
+    assert!(msg.contains("server still running; where it waits:\n"), "{msg}");
+    // gdb's backtrace names a thread "Thread 1 (...)"; /proc's word "thread PID (sleep)".
+    let stacks = msg.matches("Thread 1 ").count() + msg.matches(" (sleep): state ").count();
+    assert_eq!(stacks, 2, "{msg}");
+}
+
 /// ucmatose with 100 connections from one client process: the listener's unread
 /// CONNECT_REQUESTs and the requester's REQs beyond what its channel socket queues wait (the
 /// kernel honours `rdma_listen`'s backlog, 0 taken as its limit of 1024) instead of being

@@ -57,9 +57,35 @@ pub fn run_pair(
 ) -> (Output, Output) {
     let mut server = Guard(Some(env.command(sp).args(sargs).spawn().expect("spawn server")));
     wait_listening(env, name, &mut server);
-    let client = env.run(cp, cargs, limit);
+    let mut client = Guard(Some(env.command(cp).args(cargs).spawn().expect("spawn client")));
     let what = format!("{} {}", sp.display(), sargs.join(" "));
+    if !common::ended_within(&mut client, limit) {
+        client_hung(client, server, limit, &format!("{} {}", cp.display(), cargs.join(" ")));
+    }
+    let client = client.0.take().expect("client").wait_with_output().expect("output");
     (finish_server(server, limit, &what, &client), client)
+}
+
+/// A client still running `limit` after it started: panic with where it and its server
+/// wait (their threads' stacks, taken while both still run), and what each printed (a CI run
+/// once showed only the client's output: its server was killed unseen).
+pub fn client_hung(mut client: Guard, mut server: Guard, limit: Duration, what: &str) -> ! {
+    let cstacks = stacks_of(client.0.as_ref().expect("client").id());
+    let s = server.0.as_mut().expect("server");
+    let sstate = match s.try_wait() {
+        Ok(Some(status)) => format!("server ended: {status}"),
+        _ => format!("server still running; where it waits:\n{}", stacks_of(s.id())),
+    };
+    let out = |g: &mut Guard| {
+        let mut c = g.0.take().expect("child");
+        let _ = c.kill();
+        text(&c.wait_with_output().expect("output"))
+    };
+    let ((co, ce), (so, se)) = (out(&mut client), out(&mut server));
+    panic!(
+        "{what}: still running after {limit:?}.\nWhere it waited:\n{cstacks}\n{sstate}\n\
+         client stdout:\n{co}\nclient stderr:\n{ce}\nserver stdout:\n{so}\nserver stderr:\n{se}"
+    );
 }
 
 /// [`run_pair`] with both to exit 0: (server, client) output, each as (stdout, stderr).
