@@ -145,7 +145,9 @@ fn over_cm(reach: &str, runs: &[(&[&str], &[&str])]) {
     let env = cm::env();
     let server = Server::start(&env, &q, reach);
     for (args, tests) in runs {
-        let mut all = vec!["-cm1", "-t", "1"];
+        // `-to 15`: qperf's own bound on each exchange over its control connection (5 s by
+        // default), generous for a loaded machine; each run is bounded at 30 s anyway.
+        let mut all = vec!["-cm1", "-t", "1", "-to", "15"];
         all.extend_from_slice(args);
         for t in *tests {
             let out = client(&env, &q, &server, reach, &all, t);
