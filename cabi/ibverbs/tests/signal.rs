@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::{text, Env};
 
 const EXPECTED: &str = "\
-without SA_RESTART: rc=-1 errno=EINTR handled=1
-with SA_RESTART: rc=0 cq=cq context=0xa handled=2
+without SA_RESTART: rc=-1 errno=EINTR handler ran: yes
+with SA_RESTART: rc=0 cq=cq context=0xa handler ran meanwhile: yes
 flushed: n=1 wr_id=11 status=Work Request Flushed Error
 ";
 
