@@ -31,6 +31,10 @@ pub enum Errno {
     /// `EFAULT`: an address the call was given is not mapped as the call needs it (memory
     /// that `ibv_reg_mr` cannot pin).
     Fault,
+    /// `EINTR`: a signal handler ran while the call was blocked, and the call is not
+    /// restarted (`ibv_get_cq_event`, as the kernel's read of the event file, when the
+    /// handler was installed without `SA_RESTART`).
+    Intr,
 }
 
 impl Errno {
@@ -49,6 +53,7 @@ impl Errno {
             Errno::NotSup => 95,
             Errno::NoData => 61,
             Errno::Fault => 14,
+            Errno::Intr => 4,
         }
     }
 
@@ -67,6 +72,7 @@ impl Errno {
             Errno::NotSup => "EOPNOTSUPP",
             Errno::NoData => "ENODATA",
             Errno::Fault => "EFAULT",
+            Errno::Intr => "EINTR",
         }
     }
 
@@ -84,6 +90,7 @@ impl Errno {
             95 => Errno::NotSup,
             61 => Errno::NoData,
             14 => Errno::Fault,
+            4 => Errno::Intr,
             _ => Errno::Io,
         }
     }

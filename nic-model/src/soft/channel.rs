@@ -19,6 +19,9 @@ use verbs_api::{Errno, Error, Result};
 
 use super::{Port, SoftCq};
 
+/// How often [`ChannelInner::wait_interruptible`] looks whether the device was closed.
+const CLOSE_LOOK: Duration = Duration::from_millis(100);
+
 /// What [`ChannelInner::watch`] found.
 pub(crate) enum Watch {
     /// The oldest event, taken.
@@ -164,6 +167,53 @@ impl ChannelInner {
                 }
             };
             q.waiters -= 1;
+        }
+    }
+
+    /// As [`ChannelInner::wait`], for a channel whose fd a program asked for (every C
+    /// program's): it sleeps in `ppoll` on the fd, so that a signal handler cuts the wait
+    /// short as it cuts the kernel's read of the event file short: `Err(Some(EINTR))` unless
+    /// the program's handlers restart ([`crate::wire::os::handlers_restart`]). The close
+    /// writes nothing to the fd: the wait looks again every 100 ms.
+    pub(crate) fn wait_interruptible(
+        &self,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Arc<SoftCq>, Option<Error>> {
+        let Some(fd) = self.fd.get().map(|f| f.as_raw_fd()) else { return self.wait(timeout) };
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            {
+                let mut q = self.lock();
+                if let Some(cq) = self.pop(&mut q) {
+                    return Ok(cq);
+                }
+                if q.closed {
+                    return Err(Some(Error::new(
+                        Errno::Io,
+                        "ibv_get_cq_event: the device was closed",
+                    )));
+                }
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Err(None);
+            }
+            let slice = left.unwrap_or(CLOSE_LOOK).min(CLOSE_LOOK);
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::c_long::from(slice.subsec_nanos() as i32),
+            };
+            let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd, a valid timespec, no sigmask.
+            let rc = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+            let eintr =
+                rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+            if eintr && !crate::wire::os::handlers_restart() {
+                return Err(Some(Error::new(
+                    Errno::Intr,
+                    "ibv_get_cq_event: a signal handler installed without SA_RESTART ran",
+                )));
+            }
         }
     }
 

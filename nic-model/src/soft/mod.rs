@@ -524,10 +524,16 @@ impl CompChannelOps for SoftChannel {
                     format!("ibv_get_cq_event: no completion event within {t:?}"),
                 ));
             }
+            Driven::Interrupted => {
+                return Err(Error::new(
+                    Errno::Intr,
+                    "ibv_get_cq_event: a signal handler installed without SA_RESTART ran",
+                ));
+            }
             Driven::Busy => core.hand_over(),
         }
         drop(core);
-        let cq = self.inner.wait(timeout).map_err(|e| {
+        let cq = self.inner.wait_interruptible(timeout).map_err(|e| {
             e.unwrap_or_else(|| {
                 let t = timeout.unwrap_or_default();
                 Error::new(

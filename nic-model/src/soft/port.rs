@@ -43,6 +43,14 @@ pub trait Port: Send + Sync + 'static {
     fn recv_burst(&self, max: usize, f: &mut dyn FnMut(&[u8], Icrc) -> bool) -> usize;
     /// Sleep until a datagram arrives, `unpark` is called, or `timeout` passes.
     fn park(&self, timeout: Duration);
+    /// As [`Port::park`], for a program thread blocked in a verb: also returns when a signal
+    /// handler ran on this thread meanwhile, and says so (true), so that the verb can answer
+    /// as the kernel's interrupted read does (`EINTR`). A port whose sleep no signal cuts
+    /// short (the in-process loopback's condition variable) says false.
+    fn park_interruptible(&self, timeout: Duration) -> bool {
+        self.park(timeout);
+        false
+    }
     /// Wake a parked receiver.
     fn unpark(&self);
     /// Where this port lives (for `devinfo`, errors and `fabric`).
@@ -366,6 +374,10 @@ impl Port for ShmPort {
 
     fn park(&self, timeout: Duration) {
         self.inbox.park(timeout);
+    }
+
+    fn park_interruptible(&self, timeout: Duration) -> bool {
+        self.inbox.park_interruptible(timeout)
     }
 
     fn unpark(&self) {

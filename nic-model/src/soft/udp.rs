@@ -438,9 +438,13 @@ impl Port for UdpPort {
     }
 
     fn park(&self, timeout: Duration) {
+        self.park_interruptible(timeout);
+    }
+
+    fn park_interruptible(&self, timeout: Duration) -> bool {
         if self.taken.load(Ordering::Acquire) != 0 {
             // Datagrams taken from the socket wait for the next round: no sleep.
-            return;
+            return false;
         }
         let gate = self.gate_fd.load(Ordering::Relaxed);
         let mut fds = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 3 + v6::MAX_SIX];
@@ -462,12 +466,16 @@ impl Port for UdpPort {
         };
         // SAFETY: `fds` is a valid array of at least `nfds` pollfds, `ts` a valid timespec, no
         // sigmask.
-        unsafe { libc::ppoll(fds.as_mut_ptr(), nfds as libc::nfds_t, &ts, std::ptr::null()) };
+        let rc =
+            unsafe { libc::ppoll(fds.as_mut_ptr(), nfds as libc::nfds_t, &ts, std::ptr::null()) };
+        let interrupted =
+            rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
         if fds[0].revents != 0 {
             let mut count = 0u64;
             // SAFETY: reading the eventfd's 8-byte count into `count` resets it.
             unsafe { libc::read(self.wake.as_raw_fd(), std::ptr::from_mut(&mut count).cast(), 8) };
         }
+        interrupted
     }
 
     fn unpark(&self) {

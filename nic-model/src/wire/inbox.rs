@@ -393,8 +393,15 @@ impl Inbox {
     /// unpark token, then futex-wait for the doorbell to change. A sender publishes, fences,
     /// and bumps the doorbell only if it sees the flag raised, so no wakeup is lost.
     pub fn park(&self, timeout: Duration) {
+        self.park_interruptible(timeout);
+    }
+
+    /// As [`park`](Inbox::park), but it also returns when a signal handler ran on this
+    /// thread while it slept, and says so (true): a program thread blocked in a verb answers
+    /// that as the kernel's interrupted read does.
+    pub fn park_interruptible(&self, timeout: Duration) -> bool {
         if timeout.is_zero() {
-            return;
+            return false;
         }
         let deadline = Instant::now() + timeout.min(MAX_PARK);
         let doorbell = self.seg.doorbell();
@@ -404,18 +411,19 @@ impl Inbox {
         fence(Ordering::SeqCst);
         if self.unpark_token.swap(false, Ordering::AcqRel) || !self.is_empty() {
             parked.store(0, Ordering::Relaxed);
-            return;
+            return false;
         }
         bump(&self.counters.parks);
+        let mut interrupted = false;
         let woken = loop {
             if doorbell.load(Ordering::Acquire) != rung {
                 break true;
             }
             let now = Instant::now();
-            if now >= deadline {
+            if now >= deadline || interrupted {
                 break false;
             }
-            os::futex_wait(doorbell, rung, deadline - now);
+            interrupted = os::futex_wait(doorbell, rung, deadline - now);
         };
         parked.store(0, Ordering::Release);
         // Whatever woke us, the caller now looks for work; a pending unpark is served too.
@@ -425,6 +433,7 @@ impl Inbox {
         } else {
             bump(&self.counters.park_timeouts);
         }
+        interrupted
     }
 
     /// Wakes the thread parked in [`park`](Inbox::park) (or makes its next park return at

@@ -114,9 +114,10 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
 
 /// Sleeps until `word` is woken, no longer holds `expected`, or `timeout` passes; spurious
 /// returns are possible and callers loop. The word lives in a shared mapping, so this is a
-/// process-shared futex (no FUTEX_PRIVATE_FLAG).
+/// process-shared futex (no FUTEX_PRIVATE_FLAG). Returns whether a signal handler ran on this
+/// thread meanwhile and cut the sleep short (`EINTR`: a timed futex wait is never restarted).
 #[cfg(target_os = "linux")]
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
         // Below 10^9, so it fits in every platform's c_long.
@@ -125,7 +126,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     cost::syscalls(Syscall::FutexWait, 1);
     // SAFETY: `word` is a live, 4-byte aligned u32 in a mapping that outlives the call;
     // FUTEX_WAIT only reads it, and `ts` is a valid timespec on our stack.
-    unsafe {
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -134,8 +135,9 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
             &ts as *const libc::timespec,
             std::ptr::null::<u32>(),
             0u32,
-        );
-    }
+        )
+    };
+    rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
 }
 
 /// Wakes every process sleeping in [`futex_wait`] on `word`.
@@ -157,18 +159,51 @@ pub fn futex_wake(word: &AtomicU32) {
     }
 }
 
-/// Portable fallback: poll the word with short sleeps (bounded by `timeout`).
+/// Portable fallback: poll the word with short sleeps (bounded by `timeout`); no signal is
+/// seen.
 #[cfg(not(target_os = "linux"))]
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     use std::sync::atomic::Ordering;
     let deadline = std::time::Instant::now() + timeout;
     while word.load(Ordering::Acquire) == expected {
         let now = std::time::Instant::now();
         if now >= deadline {
-            return;
+            return false;
         }
         std::thread::sleep((deadline - now).min(Duration::from_millis(1)));
     }
+    false
+}
+
+/// Whether a blocking call that a signal handler interrupted should carry on, as the kernel
+/// restarts a `read` of a uverbs event file (`ibv_get_cq_event`) after a handler installed
+/// with `SA_RESTART`, or fail with `EINTR`, as it does after one installed without it.
+/// Which signal came is not known to a sleep that only saw `EINTR`, so: it carries on when
+/// every handler the program installed for an asynchronous signal has `SA_RESTART` (glibc's
+/// `signal()` installs them so), and fails when one has not (qperf's `SIGALRM` handler,
+/// which ends a test's loop by interrupting its wait). Handlers of the signals a fault
+/// raises on the faulting thread (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`,
+/// `SIGSYS`: a Rust program's stack-overflow guard) are left out: they interrupt no sleep.
+/// Called only after an interrupted sleep: up to 64 `sigaction` queries.
+#[cfg(target_os = "linux")]
+pub fn handlers_restart() -> bool {
+    let faults =
+        [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS];
+    (1..=libc::SIGRTMAX()).filter(|s| !faults.contains(s)).all(|sig| {
+        // SAFETY: an all-zero sigaction is a valid value of the plain C struct.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: with a null new action, sigaction only writes the current one into `old`.
+        let rc = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
+        let handled =
+            rc == 0 && old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+        !handled || old.sa_flags & libc::SA_RESTART != 0
+    })
+}
+
+/// Portable fallback: interrupted sleeps carry on.
+#[cfg(not(target_os = "linux"))]
+pub fn handlers_restart() -> bool {
+    true
 }
 
 /// Portable fallback: sleepers poll, so there is nobody to wake.

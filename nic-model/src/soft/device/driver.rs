@@ -43,6 +43,10 @@ pub(crate) enum Driven {
     Closed(Error),
     /// The doorbell is another's: wait on the channel, with the engine handed over.
     Busy,
+    /// A signal handler ran while this thread slept, and it was not installed with
+    /// `SA_RESTART` ([`crate::wire::os::handlers_restart`]): `EINTR`, as the kernel's read
+    /// of the event file fails.
+    Interrupted,
 }
 
 impl Core {
@@ -94,6 +98,7 @@ impl Core {
         }
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
+        let mut interrupted = false;
         let out = loop {
             if self.shutdown.load(Ordering::Acquire) {
                 break closed();
@@ -107,6 +112,11 @@ impl Core {
                 Watch::Closed => break closed(),
                 Watch::Watching => {}
             }
+            if interrupted && !crate::wire::os::handlers_restart() {
+                ch.unwatch();
+                break Driven::Interrupted;
+            }
+            interrupted = false;
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
                 ch.unwatch();
@@ -121,7 +131,7 @@ impl Core {
                 budget = budget.min(l);
             }
             self.parked_until_ns.store(until, Ordering::Release);
-            self.port.park(budget);
+            interrupted = self.port.park_interruptible(budget);
             self.parked_until_ns.store(u64::MAX, Ordering::Release);
             ch.unwatch();
         };
