@@ -120,6 +120,8 @@ impl World {
             }
         }
         self.routes = build.finish();
+        self.routes.routed =
+            self.nodes.iter().any(Node::is_switch) || self.routes.sets.iter().any(|s| s.len > 1);
         self.routes_dirty = false;
     }
 
@@ -157,7 +159,8 @@ impl World {
     /// and the link).
     #[cfg(test)]
     pub(super) fn offer(&mut self, link: LinkId, data: Vec<u8>) {
-        let hdr = Hdr::of(&data);
+        self.prepare_routes();
+        let hdr = Hdr::of(&data, self.routes.routed);
         self.offer_from(link, data, hdr, NONE);
     }
 
@@ -233,7 +236,7 @@ impl World {
         }
         self.record(TraceKind::Send, lid, NONE, &data, data.len() as u64);
         // The marks and faults may have changed what the next hops read.
-        let hdr = Hdr::of(&data);
+        let hdr = Hdr::of(&data, self.routes.routed);
         let copy = duplicate.then(|| data.clone());
         let pfc = self.pfc.is_some();
         match pfc {
@@ -343,6 +346,9 @@ impl World {
 #[derive(Default)]
 pub(super) struct Routes {
     rows: Vec<RouteRow>,
+    /// Whether a packet's destination or flow hash is ever read ([`Hdr::of`]): some node is a
+    /// switch, or has a choice of next links.
+    pub(super) routed: bool,
     /// `table[from * nodes + to]`: 0 (no path), or k for `sets[rows[from].base + k - 1]`.
     table: Vec<u16>,
     /// Each row's distinct sets, row after row.

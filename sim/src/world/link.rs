@@ -390,11 +390,20 @@ pub(crate) struct Hdr {
 }
 
 impl Hdr {
-    /// Read what the fabric needs from a datagram.
+    /// Read what the fabric needs from a datagram: the BTH fields, and with `routed` (a
+    /// world with a switch or a choice of paths) the destination and the hash; without, they
+    /// are never read, and stay 0.
     #[inline]
-    pub(crate) fn of(data: &[u8]) -> Hdr {
+    pub(crate) fn of(data: &[u8], routed: bool) -> Hdr {
         let bth = if data.is_empty() { (NONE, NONE, NONE) } else { peek_bth(data) };
-        Hdr { bth, to_slot: slot_of_datagram_addr(data, true), hash: flow_hash(data) as u32 }
+        match routed {
+            true => Hdr {
+                bth,
+                to_slot: slot_of_datagram_addr(data, true),
+                hash: flow_hash(data) as u32,
+            },
+            false => Hdr { bth, to_slot: 0, hash: 0 },
+        }
     }
 
     /// Opcode, PSN and destination QP for a trace record.

@@ -306,6 +306,7 @@ impl World {
     /// first packet would otherwise do it): a driver that times its events calls this first,
     /// so the one step whose cost grows with the square of the node count is counted with
     /// building the world, not with the traffic.
+    #[inline]
     pub fn prepare_routes(&mut self) {
         if self.routes_dirty {
             self.compute_routes();

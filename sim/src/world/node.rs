@@ -143,7 +143,8 @@ impl World {
                 },
             };
             let to = (slot_of_ip(t.dst) as usize).wrapping_sub(1);
-            let hdr = Hdr::of(&t.data);
+            self.prepare_routes();
+            let hdr = Hdr::of(&t.data, self.routes.routed);
             let Some(link) = self.route(node, to, hdr.hash) else {
                 self.no_route(node, t.data);
                 continue;

@@ -183,7 +183,7 @@ impl World {
         l.waiting_bytes -= w.data.len() as u64;
         l.waiting_len -= 1;
         l.serialising = Some((w.ingress, w.data.len() as u32));
-        let hdr = super::link::Hdr::of(&w.data);
+        let hdr = super::link::Hdr::of(&w.data, self.routes.routed);
         self.enqueue(link, w.data, hdr, w.extra_ns);
         let at = self.links[link].busy_until_ns;
         self.push(at, EventKind::LinkFree { link });
