@@ -15,7 +15,7 @@ use super::{LinkChange, LinkId, NodeId, World};
 /// What happens when an event runs.
 pub(super) enum EventKind {
     /// A packet reaches the far end of a link.
-    Arrive { link: LinkId, data: Vec<u8> },
+    Arrive { link: LinkId, data: Vec<u8>, hdr: super::link::Hdr },
     /// A node's engine timer may be due.
     Timer { node: NodeId },
     /// The line of a link a NIC waits to transmit on is free (see `World::transmit`).
@@ -108,7 +108,10 @@ impl World {
         let source = key & ((1 << SOURCE_BITS) - 1);
         let index = (source & (MAX_SLOTS as u64 - 1)) as usize;
         if source & SOURCE_LINK != 0 {
-            let in_flight = &mut self.links[index].in_flight;
+            let link = &mut self.links[index];
+            // Only a NIC reads a packet's bytes; a switch reads its `Hdr`.
+            let to_nic = !link.dst_switch;
+            let in_flight = &mut link.in_flight;
             let p = in_flight.pop_front().expect("a link key names the packet at its head");
             debug_assert_eq!((p.arrive_ns, p.seq), (at_ns, key >> SOURCE_BITS));
             // The next packet in flight takes its place in the heap: one sift, not two.
@@ -116,20 +119,22 @@ impl World {
                 Some(next) => {
                     // It arrives a few events from now: have its bytes on their way to the
                     // cache (its queue may have held it long enough for them to leave).
-                    nic_model::prefetch::prefetch_bytes(&next.data);
+                    if to_nic {
+                        nic_model::prefetch::prefetch_bytes(&next.data);
+                    }
                     *top = event_key(next.arrive_ns, next.seq << SOURCE_BITS | source);
                     drop(top);
                 }
                 None => drop(PeekMut::pop(top)),
             }
-            self.arrive(index, p.data);
+            self.arrive(index, p.data, p.hdr);
             return true;
         }
         PeekMut::pop(top);
         let kind = self.slab[index].take().expect("a heap key names a full slot");
         self.free.push(index as u32);
         match kind {
-            EventKind::Arrive { link, data } => self.arrive(link, data),
+            EventKind::Arrive { link, data, hdr } => self.arrive(link, data, hdr),
             EventKind::Timer { node } => self.fire_timer(node),
             EventKind::Transmit { node } => self.wake_transmit(node),
             EventKind::Change { link, change } => self.change_link(link, change),

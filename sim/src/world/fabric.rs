@@ -5,7 +5,7 @@
 use nic_model::engine::slot_of_datagram_addr;
 
 use super::event::{event_key, EventKind, SOURCE_BITS, SOURCE_LINK};
-use super::link::InFlight;
+use super::link::{Hdr, InFlight};
 use super::trace::{TraceKind, NONE};
 use super::{LinkId, Node, NodeId, World};
 
@@ -17,23 +17,19 @@ impl World {
             }
         }
     }
-    /// The link a packet `data` at `from` bound for `to` takes: one of the shortest paths'
-    /// first links, chosen by the packet's flow (ECMP, as a RoCE fabric hashes the UDP source
-    /// port a NIC derives from the QP): a flow keeps one path, so its packets stay in order,
-    /// and flows spread over the paths.
-    pub(super) fn route(&mut self, from: NodeId, to: NodeId, data: &[u8]) -> Option<LinkId> {
+    /// The link a packet at `from` bound for `to`, of flow hash `hash` ([`Hdr::hash`]),
+    /// takes: one of the shortest paths' first links, chosen by the packet's flow (ECMP, as a
+    /// RoCE fabric hashes the UDP source port a NIC derives from the QP): a flow keeps one
+    /// path, so its packets stay in order, and flows spread over the paths.
+    pub(super) fn route(&mut self, from: NodeId, to: NodeId, hash: u32) -> Option<LinkId> {
         if self.routes_dirty {
             self.compute_routes();
         }
-        let n = self.nodes.len();
-        if from >= n || to >= n {
-            return None;
-        }
-        let set = self.next_hop[from * n + to];
+        let set = self.routes.set(from, to)?;
+        let r = &self.routes;
         match set.len {
-            0 => None,
-            1 => Some(self.hop_pool[set.start as usize]),
-            k => Some(self.hop_pool[set.start as usize + (flow_hash(data) % k as u64) as usize]),
+            1 => Some(r.pool[set.start as usize]),
+            k => Some(r.pool[set.start as usize + (hash as u64 % k as u64) as usize]),
         }
     }
 
@@ -45,12 +41,10 @@ impl World {
         if self.routes_dirty {
             self.compute_routes();
         }
-        let n = self.nodes.len();
-        if from >= n || to >= n {
-            return &[];
+        match self.routes.set(from, to) {
+            None => &[],
+            Some(set) => &self.routes.pool[set.start as usize..(set.start + set.len) as usize],
         }
-        let set = self.next_hop[from * n + to];
-        &self.hop_pool[set.start as usize..(set.start + set.len) as usize]
     }
 
     /// Shortest paths by hop count (BFS from every destination over reversed links), and for
@@ -64,8 +58,7 @@ impl World {
     pub(super) fn compute_routes(&mut self) {
         let n = self.nodes.len();
         self.route_computations += 1;
-        self.next_hop = vec![HopSet::NONE; n * n];
-        self.hop_pool.clear();
+        let mut build = RouteBuild::new(n);
         // Links into each node, in link-index order (a counting sort by destination): the BFS
         // visits them in the same order as a scan of all links would, without a pass over
         // every link per node visited.
@@ -123,18 +116,19 @@ impl World {
                     continue;
                 }
                 links.sort_unstable();
-                self.next_hop[from * n + to] =
-                    HopSet { start: self.hop_pool.len() as u32, len: links.len() as u32 };
-                self.hop_pool.extend_from_slice(links);
+                build.put(from, to, links);
             }
         }
+        self.routes = build.finish();
+        self.routes.routed =
+            self.nodes.iter().any(Node::is_switch) || self.routes.sets.iter().any(|s| s.len > 1);
         self.routes_dirty = false;
     }
 
     /// Put a packet at switch `at` bound for node `to` onto the next link of its path.
-    fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>, ingress: u32) {
-        match self.route(at, to, &data) {
-            Some(link) => self.offer_from(link, data, ingress),
+    fn forward(&mut self, at: NodeId, to: NodeId, data: Vec<u8>, hdr: Hdr, ingress: u32) {
+        match self.route(at, to, hdr.hash) {
+            Some(link) => self.offer_from(link, data, hdr, ingress),
             None => self.no_route(at, data),
         }
     }
@@ -160,31 +154,43 @@ impl World {
         self.capture_drop(data);
     }
 
-    /// A packet from a NIC enters a link: see [`World::offer_from`].
-    #[inline]
+    /// A packet from a NIC enters a link: see [`World::offer_from`] (tests; the world's own
+    /// NICs go through [`World::transmit`], which reads the packet's [`Hdr`] once for routing
+    /// and the link).
+    #[cfg(test)]
     pub(super) fn offer(&mut self, link: LinkId, data: Vec<u8>) {
-        self.offer_from(link, data, NONE);
+        self.prepare_routes();
+        let hdr = Hdr::of(&data, self.routes.routed);
+        self.offer_from(link, data, hdr, NONE);
     }
 
     /// A packet enters a link (at a switch, having come in on `ingress`; `NONE` from a NIC):
     /// faults, the FIFO, and its arrival event.
-    pub(super) fn offer_from(&mut self, link: LinkId, mut data: Vec<u8>, ingress: u32) {
+    pub(super) fn offer_from(&mut self, link: LinkId, mut data: Vec<u8>, hdr: Hdr, ingress: u32) {
         let now = self.now_ns;
         let lid = link as u32;
         let len = data.len() as u64;
         let l = &mut self.links[link];
         let index = l.stats.offered;
         l.stats.offered += 1;
-        if l.partitioned {
-            return self.drop_packet(link, TraceKind::DropPartition, &data, len);
-        }
-        if l.drop_nth.take(index) {
-            return self.drop_packet(link, TraceKind::DropNth, &data, index);
-        }
-        let (faults, limit) = (l.params.faults(), l.params.queue_limit);
-        if faults.lose(&mut self.rng) {
-            return self.drop_packet(link, TraceKind::DropLoss, &data, len);
-        }
+        let limit = l.queue_limit as usize;
+        // A link without faults skips what would draw nothing and change nothing.
+        let faults = match l.faulty {
+            false => None,
+            true => {
+                if l.partitioned {
+                    return self.drop_packet(link, TraceKind::DropPartition, &data, len);
+                }
+                if l.drop_nth.take(index) {
+                    return self.drop_packet(link, TraceKind::DropNth, &data, index);
+                }
+                let faults = l.params.faults();
+                if faults.lose(&mut self.rng) {
+                    return self.drop_packet(link, TraceKind::DropLoss, &data, len);
+                }
+                Some(faults)
+            }
+        };
         if self.pfc.is_some() {
             // Lossless: the ingress port's headroom bounds what a switch holds, not the queue.
             if !self.pfc_admits(ingress, len) {
@@ -201,6 +207,13 @@ impl World {
             l.peak_ahead_ns = ahead_ns;
             l.stats.peak_queue_bytes = l.backlog_bytes(now);
         }
+        let Some(faults) = faults else {
+            self.record_hdr(TraceKind::Send, lid, NONE, &hdr, len);
+            return match self.pfc.is_some() {
+                true => self.pfc_push(link, data, 0, ingress),
+                false => self.enqueue(link, data, hdr, 0),
+            };
+        };
         if let Some(ecn) = l.params.ecn {
             self.mark_ecn(link, &mut data, ecn);
         }
@@ -222,11 +235,13 @@ impl World {
             self.record(TraceKind::Jitter, lid, NONE, &data, extra_ns);
         }
         self.record(TraceKind::Send, lid, NONE, &data, data.len() as u64);
+        // The marks and faults may have changed what the next hops read.
+        let hdr = Hdr::of(&data, self.routes.routed);
         let copy = duplicate.then(|| data.clone());
         let pfc = self.pfc.is_some();
         match pfc {
             true => self.pfc_push(link, data, extra_ns, ingress),
-            false => self.enqueue(link, data, extra_ns),
+            false => self.enqueue(link, data, hdr, extra_ns),
         }
         if let Some(copy) = copy {
             self.links[link].stats.duplicated += 1;
@@ -234,7 +249,7 @@ impl World {
             // The copy follows its original through the FIFO, without further faults.
             match pfc {
                 true => self.pfc_push(link, copy, 0, NONE),
-                false => self.enqueue(link, copy, 0),
+                false => self.enqueue(link, copy, hdr, 0),
             }
         }
     }
@@ -260,16 +275,16 @@ impl World {
     /// Serialise a packet behind those already in the link's FIFO and schedule its arrival:
     /// in the link's FIFO of packets in flight behind the ones ahead of it, or as an event of its own if it
     /// overtakes one of them (jitter, a lower latency).
-    pub(super) fn enqueue(&mut self, link: LinkId, data: Vec<u8>, extra_ns: u64) {
+    pub(super) fn enqueue(&mut self, link: LinkId, data: Vec<u8>, hdr: Hdr, extra_ns: u64) {
         let now = self.now_ns;
         let l = &mut self.links[link];
         let start = now.max(l.busy_until_ns);
         let finish = start + l.serialisation_ns(data.len());
         l.busy_until_ns = finish;
         l.note_queued(now, finish);
-        let arrive_ns = finish + l.params.latency_ns + extra_ns;
+        let arrive_ns = finish + l.latency_ns + extra_ns;
         if l.in_flight.back().is_some_and(|last| last.arrive_ns > arrive_ns) {
-            return self.push(arrive_ns, EventKind::Arrive { link, data });
+            return self.push(arrive_ns, EventKind::Arrive { link, data, hdr });
         }
         let seq = self.next_seq();
         let l = &mut self.links[link];
@@ -277,10 +292,12 @@ impl World {
             let key = seq << SOURCE_BITS | SOURCE_LINK | link as u64;
             self.heap.push(event_key(arrive_ns, key));
         }
-        l.in_flight.push_back(InFlight { arrive_ns, seq, data });
+        l.in_flight.push_back(InFlight { arrive_ns, seq, data, hdr });
     }
 
-    pub(super) fn arrive(&mut self, link: LinkId, data: Vec<u8>) {
+    /// A packet reaches the far end of `link`: a switch forwards it (reading only `hdr`, not
+    /// its bytes), a NIC takes it.
+    pub(super) fn arrive(&mut self, link: LinkId, data: Vec<u8>, hdr: Hdr) {
         let lid = link as u32;
         if self.links[link].partitioned {
             return self.drop_packet(link, TraceKind::DropPartition, &data, data.len() as u64);
@@ -288,14 +305,14 @@ impl World {
         let l = &mut self.links[link];
         l.stats.delivered += 1;
         l.stats.delivered_bytes += data.len() as u64;
-        let node = l.dst;
-        if self.nodes[node].is_switch() {
-            self.record(TraceKind::Forward, lid, node as u32, &data, data.len() as u64);
-            // The destination comes from the IPv4 header; a runt packet goes nowhere.
-            let to = node_of_ip(&data, IPV4_DST);
-            return self.forward(node, to, data, lid);
+        let node = l.dst_node as NodeId;
+        if l.dst_switch {
+            self.record_hdr(TraceKind::Forward, lid, node as u32, &hdr, data.len() as u64);
+            // The destination comes from the IP header; a runt packet goes nowhere.
+            let to = (hdr.to_slot as usize).wrapping_sub(1);
+            return self.forward(node, to, data, hdr, lid);
         }
-        self.record(TraceKind::Deliver, lid, node as u32, &data, data.len() as u64);
+        self.record_hdr(TraceKind::Deliver, lid, node as u32, &hdr, data.len() as u64);
         if let Some(c) = self.capture.as_mut().filter(|c| c.error.is_none()) {
             if let Err(e) = c.writer.write_datagram(self.now_ns, &data) {
                 c.error = Some(e);
@@ -319,31 +336,123 @@ impl World {
     }
 }
 
-/// A range of [`World`]'s `hop_pool`: the equal-cost next links of one (from, to).
+/// The route table: for each (from, to), the equal-cost next links a packet at `from` bound
+/// for `to` may take.
+///
+/// Packed for the cache, as a thousand-host world routes every packet at three switches and
+/// its NIC: each node's row names, per destination, one of the few distinct sets of next links
+/// that node has (2 bytes, 0 for none), and a row where every other node is reached through
+/// one set (a NIC's, with its one link) is not read at all.
+#[derive(Default)]
+pub(super) struct Routes {
+    rows: Vec<RouteRow>,
+    /// Whether a packet's destination or flow hash is ever read ([`Hdr::of`]): some node is a
+    /// switch, or has a choice of next links.
+    pub(super) routed: bool,
+    /// `table[from * nodes + to]`: 0 (no path), or k for `sets[rows[from].base + k - 1]`.
+    table: Vec<u16>,
+    /// Each row's distinct sets, row after row.
+    sets: Vec<HopSet>,
+    /// The links of every set; a set is a range of it.
+    pool: Vec<LinkId>,
+}
+
+/// One node's row of the route table.
+#[derive(Clone, Copy, Default)]
+struct RouteRow {
+    /// Where its sets start in `sets`.
+    base: u32,
+    /// The set every other node is reached through, when there is one such set for all
+    /// (then `table` is not read).
+    uniform: Option<HopSet>,
+}
+
+impl Routes {
+    /// The next links from `from` to `to`: `None` if no path, or either node does not exist.
+    #[inline]
+    fn set(&self, from: NodeId, to: NodeId) -> Option<HopSet> {
+        let n = self.rows.len();
+        if from >= n || to >= n {
+            return None;
+        }
+        let row = self.rows[from];
+        if let Some(set) = row.uniform {
+            return (from != to).then_some(set);
+        }
+        match self.table[from * n + to] {
+            0 => None,
+            k => Some(self.sets[row.base as usize + k as usize - 1]),
+        }
+    }
+}
+
+/// A route table being filled, (from, to) in any order.
+struct RouteBuild {
+    n: usize,
+    table: Vec<u16>,
+    /// Per row: its distinct sets, each by its links, with its 1-based number (deterministic:
+    /// numbered in the order first seen; the map is only looked up, never iterated).
+    seen: Vec<std::collections::HashMap<Vec<LinkId>, u16>>,
+}
+
+impl RouteBuild {
+    fn new(n: usize) -> RouteBuild {
+        RouteBuild { n, table: vec![0; n * n], seen: vec![Default::default(); n] }
+    }
+
+    fn put(&mut self, from: NodeId, to: NodeId, links: &[LinkId]) {
+        let seen = &mut self.seen[from];
+        let k = match seen.get(links) {
+            Some(&k) => k,
+            None => {
+                let k = u16::try_from(seen.len() + 1)
+                    .ok()
+                    .filter(|&k| k < u16::MAX)
+                    .expect("a node has fewer than 65535 distinct sets of next links");
+                seen.insert(links.to_vec(), k);
+                k
+            }
+        };
+        self.table[from * self.n + to] = k;
+    }
+
+    fn finish(self) -> Routes {
+        let n = self.n;
+        let mut r = Routes { table: self.table, ..Routes::default() };
+        for (from, seen) in self.seen.into_iter().enumerate() {
+            let base = r.sets.len() as u32;
+            // In their numbers' order, so the pool's layout is the same every run.
+            let mut sets: Vec<(Vec<LinkId>, u16)> = seen.into_iter().collect();
+            sets.sort_unstable_by_key(|s| s.1);
+            let sets: Vec<HopSet> = sets
+                .into_iter()
+                .map(|(links, _)| {
+                    let set = HopSet { start: r.pool.len() as u32, len: links.len() as u32 };
+                    r.pool.extend_from_slice(&links);
+                    set
+                })
+                .collect();
+            r.sets.extend_from_slice(&sets);
+            let row = &r.table[from * n..(from + 1) * n];
+            let first = row.iter().enumerate().find(|&(to, _)| to != from).map(|(_, &k)| k);
+            let uniform = match first {
+                Some(k) if k != 0 => {
+                    row.iter().enumerate().all(|(to, &x)| x == if to == from { 0 } else { k })
+                }
+                _ => false,
+            };
+            let uniform = uniform.then(|| sets[first.unwrap_or(1) as usize - 1]);
+            r.rows.push(RouteRow { base, uniform });
+        }
+        r
+    }
+}
+
+/// A range of [`Routes`]' `pool`: the equal-cost next links of one (from, to).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct HopSet {
+struct HopSet {
     start: u32,
     len: u32,
-}
-
-impl HopSet {
-    const NONE: HopSet = HopSet { start: 0, len: 0 };
-}
-
-/// A flow's hash for ECMP: source and destination address and UDP source port, read from an
-/// IPv4 or IPv6 datagram (0 for one too short to have them, which then takes the first path).
-fn flow_hash(data: &[u8]) -> u64 {
-    let (src, dst, sport) = match data.first().map(|b| b >> 4) {
-        Some(6) => (8..24, 24..40, 40),
-        _ => (12..16, 16..20, 20),
-    };
-    let fold = |r: std::ops::Range<usize>| {
-        data.get(r).map_or(0u64, |b| b.iter().fold(0u64, |h, &x| h.rotate_left(8) ^ x as u64))
-    };
-    let port = data.get(sport..sport + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]) as u64);
-    let h = fold(src) ^ fold(dst).rotate_left(21) ^ port.rotate_left(42);
-    // A multiplicative mix, so that nearby ports and addresses land on different paths.
-    h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
 }
 
 /// Offsets of the source and destination addresses in an IPv4 header.

@@ -3,7 +3,10 @@
 
 use std::collections::VecDeque;
 
+use nic_model::engine::slot_of_datagram_addr;
 use nic_model::fault::DropNth;
+
+use super::trace::{peek_bth, NONE};
 
 /// What a link is like. Probabilities are per packet, in [0, 1].
 #[derive(Clone, Debug, PartialEq)]
@@ -173,11 +176,15 @@ pub enum LinkChange {
 
 /// One directed link.
 ///
-/// Laid out in declaration order (`repr(C)`), each link starting a cache line: what every
-/// packet reads or writes (the FIFOs, the line's clock, the fault switches, the parameters,
-/// the first three counters) fills its first five lines, the rest of the counters and PFC's
-/// state the last two. In a world of a thousand hosts a link is cold when its next packet
-/// comes, and each line touched is a miss.
+/// Laid out in declaration order (`repr(C)`), each link starting a cache line, so that a
+/// packet on a link without faults touches three of its lines: the first two hold what
+/// `offer_from`, `enqueue`, the step and the arrival read or write
+/// (the FIFO headers; the line's clock and queue sums; copies of the latency, the queue
+/// limit and the far end; the switches that say whether the fault path must run), the third
+/// the first counters every packet adds to. The parameters, the rest of the counters, PFC's
+/// state and the drop list come after, read only by a link with faults, PFC or ECN. In a
+/// world of a thousand hosts a link is cold when its next packet comes, and each line
+/// touched is a miss.
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct Link {
@@ -185,9 +192,6 @@ pub struct Link {
     pub(crate) in_flight: VecDeque<InFlight>,
     /// Finish times of the packets in its FIFO (waiting or being serialised), oldest first.
     pub(crate) queue: VecDeque<u64>,
-    /// With PFC on: packets waiting for the line (one serialises at a time, so that a pause
-    /// stops the rest), their bytes, and the one serialising (its ingress link, its length).
-    pub(crate) waiting: VecDeque<Waiting>,
     /// When the line is free again.
     pub(crate) busy_until_ns: u64,
     /// The longest busy time a packet found ahead of it on entering (`stats.peak_queue_bytes`
@@ -196,22 +200,41 @@ pub struct Link {
     /// The busy times packets found ahead of them on entering, summed (for the mean queue).
     pub(crate) sum_ahead_ns: u64,
     pub(crate) waiting_bytes: u64,
+    /// `params.latency_ns`, next to the clock.
+    pub(crate) latency_ns: u64,
+    /// `dst`, next to the clock.
+    pub(crate) dst_node: u32,
+    /// `params.queue_limit`, saturated to `u32::MAX` (no FIFO holds that many packets).
+    pub(crate) queue_limit: u32,
     /// The last (datagram length, serialisation time) this link computed: a stream's
     /// datagrams are mostly one size, and the time is a floating-point division and a rounding
-    /// per packet otherwise. Cleared when the parameters change.
-    last_serialisation: (usize, u64),
+    /// per packet otherwise. Cleared when the parameters change; a length or time over
+    /// `u32::MAX` is not remembered.
+    last_serialisation: (u32, u32),
+    /// `waiting.len()`, next to the clock.
+    pub(crate) waiting_len: u32,
+    /// Whether it is cut.
+    pub partitioned: bool,
+    /// Whether a packet offered may meet anything but the FIFO: a partition, a pending
+    /// k-th drop, a fault probability or jitter that is not zero (or not a number), ECN
+    /// marking. When false, the fault path would draw no random number and change nothing,
+    /// so it is skipped and its fields are not read.
+    pub(crate) faulty: bool,
+    /// Whether `dst` is a switch (it forwards what arrives).
+    pub(crate) dst_switch: bool,
+    /// Its counters.
+    pub stats: LinkStats,
+    /// Its parameters now.
+    pub params: LinkParams,
     /// Where packets enter.
     pub src: usize,
     /// Where they come out.
     pub dst: usize,
     /// Indices of offered packets to drop.
     pub(crate) drop_nth: DropNth,
-    /// Whether it is cut.
-    pub partitioned: bool,
-    /// Its parameters now.
-    pub params: LinkParams,
-    /// Its counters.
-    pub stats: LinkStats,
+    /// With PFC on: packets waiting for the line (one serialises at a time, so that a pause
+    /// stops the rest), their bytes, and the one serialising (its ingress link, its length).
+    pub(crate) waiting: VecDeque<Waiting>,
     pub(crate) serialising: Option<(u32, u32)>,
     /// PFC: paused until then (0: not paused), and since when.
     pub(crate) paused_until_ns: u64,
@@ -228,10 +251,15 @@ pub(crate) struct Waiting {
 }
 
 impl Link {
-    pub(crate) fn new(src: usize, dst: usize, params: LinkParams) -> Link {
-        Link {
+    pub(crate) fn new(src: usize, dst: usize, dst_switch: bool, params: LinkParams) -> Link {
+        let mut l = Link {
             src,
             dst,
+            dst_node: u32::try_from(dst).expect("a world has fewer than 2^32 nodes"),
+            dst_switch,
+            latency_ns: 0,
+            queue_limit: 0,
+            faulty: false,
             params,
             partitioned: false,
             stats: LinkStats::default(),
@@ -244,10 +272,13 @@ impl Link {
             sum_ahead_ns: 0,
             waiting: VecDeque::new(),
             waiting_bytes: 0,
+            waiting_len: 0,
             serialising: None,
             paused_until_ns: 0,
             paused_since_ns: None,
-        }
+        };
+        l.refresh();
+        l
     }
 
     pub(crate) fn apply(&mut self, change: &LinkChange) {
@@ -260,6 +291,23 @@ impl Link {
             LinkChange::Heal => self.partitioned = false,
             LinkChange::DropNth(n) => self.drop_nth.add(*n),
         }
+        self.refresh();
+    }
+
+    /// Copy the parameters the per-packet path reads next to the clock, and decide whether
+    /// a packet may meet a fault here (see `faulty`).
+    fn refresh(&mut self) {
+        let p = &self.params;
+        self.latency_ns = p.latency_ns;
+        self.queue_limit = u32::try_from(p.queue_limit).unwrap_or(u32::MAX);
+        // `chance(p)` draws nothing for p <= 0; a NaN is not <= 0, so it counts as a fault.
+        let clean = p.loss <= 0.0
+            && p.dup <= 0.0
+            && p.corrupt <= 0.0
+            && p.truncate <= 0.0
+            && p.reorder_jitter_ns == 0
+            && p.ecn.is_none();
+        self.faulty = !clean || self.partitioned || !self.drop_nth.is_empty();
     }
 
     /// Packets in the FIFO at `now_ns`.
@@ -290,7 +338,7 @@ impl Link {
 
     /// Packets in the queue at `now_ns`, serialising or waiting.
     pub(crate) fn held(&mut self, now_ns: u64) -> usize {
-        self.queue_len(now_ns) + self.waiting.len()
+        self.queue_len(now_ns) + self.waiting_len as usize
     }
 
     /// The mean backlog the packets that entered the queue found ahead of them, bytes (what
@@ -303,10 +351,14 @@ impl Link {
     /// [`LinkParams::serialisation_ns`] of `bytes` on this link, remembering the last answer.
     #[inline]
     pub(crate) fn serialisation_ns(&mut self, bytes: usize) -> u64 {
-        if self.last_serialisation.0 != bytes {
-            self.last_serialisation = (bytes, self.params.serialisation_ns(bytes));
+        if self.last_serialisation.0 as usize == bytes {
+            return self.last_serialisation.1 as u64;
         }
-        self.last_serialisation.1
+        let ns = self.params.serialisation_ns(bytes);
+        if let (Ok(b), Ok(t)) = (u32::try_from(bytes), u32::try_from(ns)) {
+            self.last_serialisation = (b, t);
+        }
+        ns
     }
 
     /// Record a packet entering the FIFO at `now_ns` that leaves it at `finish_ns`, forgetting
@@ -317,43 +369,143 @@ impl Link {
     }
 }
 
-/// No serialisation time remembered yet (no datagram is `usize::MAX` bytes long).
-const NO_SERIALISATION: (usize, u64) = (usize::MAX, 0);
+/// No serialisation time remembered yet: (0 bytes, 0 ns), which is also the right answer for
+/// an empty datagram on any link.
+const NO_SERIALISATION: (u32, u32) = (0, 0);
 
-/// A packet in flight on a link: its arrival key and its bytes.
+/// What the fabric reads of a packet's bytes: the BTH fields its trace records show, the
+/// destination's fabric slot and the flow's ECMP hash. Taken from the bytes where they are warm
+/// (the NIC has just written them, or a fault has just changed them) and carried with the
+/// packet through links and switches, so a switch forwards a packet without reading its bytes:
+/// at a thousand hosts they have left the cache by the time the packet arrives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hdr {
+    /// Opcode, PSN and destination QP, as [`super::trace::peek_bth`] (`NONE` for an empty
+    /// packet, as the trace records it).
+    bth: (u32, u32, u32),
+    /// The fabric slot of the destination address (0 for a foreign address or a runt).
+    pub(crate) to_slot: u16,
+    /// The flow's ECMP hash ([`flow_hash`]).
+    pub(crate) hash: u32,
+}
+
+impl Hdr {
+    /// Read what the fabric needs from a datagram: the BTH fields, and with `routed` (a
+    /// world with a switch or a choice of paths) the destination and the hash; without, they
+    /// are never read, and stay 0.
+    #[inline]
+    pub(crate) fn of(data: &[u8], routed: bool) -> Hdr {
+        let bth = if data.is_empty() { (NONE, NONE, NONE) } else { peek_bth(data) };
+        match routed {
+            true => Hdr {
+                bth,
+                to_slot: slot_of_datagram_addr(data, true),
+                hash: flow_hash(data) as u32,
+            },
+            false => Hdr { bth, to_slot: 0, hash: 0 },
+        }
+    }
+
+    /// Opcode, PSN and destination QP for a trace record.
+    #[inline]
+    pub(crate) fn bth(&self) -> (u32, u32, u32) {
+        self.bth
+    }
+}
+
+/// A flow's hash for ECMP (under 2^32): source and destination address and UDP source port, read from an
+/// IPv4 or IPv6 datagram (0 for one too short to have them, which then takes the first path).
+fn flow_hash(data: &[u8]) -> u64 {
+    let (src, dst, sport) = match data.first().map(|b| b >> 4) {
+        Some(6) => (8..24, 24..40, 40),
+        _ => (12..16, 16..20, 20),
+    };
+    let fold = |r: std::ops::Range<usize>| {
+        data.get(r).map_or(0u64, |b| b.iter().fold(0u64, |h, &x| h.rotate_left(8) ^ x as u64))
+    };
+    let port = data.get(sport..sport + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]) as u64);
+    let h = fold(src) ^ fold(dst).rotate_left(21) ^ port.rotate_left(42);
+    // A multiplicative mix, so that nearby ports and addresses land on different paths.
+    h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
+}
+
+/// A packet in flight on a link: its arrival key, its bytes and what the fabric reads of
+/// them. One cache line each, so the step that takes it reads one line of the link's FIFO.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct InFlight {
     pub(super) arrive_ns: u64,
     pub(super) seq: u64,
     pub(super) data: Vec<u8>,
+    pub(super) hdr: Hdr,
 }
 
 #[cfg(test)]
 mod tests {
     use std::mem::{align_of, offset_of, size_of};
 
-    use super::{Link, LinkParams, LinkStats};
+    use super::{Link, LinkChange, LinkParams, LinkStats};
 
-    /// What every packet touches sits in a link's first five cache lines.
+    /// What a packet on a link without faults touches sits in a link's first three cache
+    /// lines.
     #[test]
-    fn a_packet_touches_five_lines_of_its_link() {
+    fn a_packet_touches_three_lines_of_its_link() {
         const LINE: usize = 64;
         assert_eq!(align_of::<Link>(), LINE, "each link starts a line");
-        assert!(offset_of!(Link, params) + size_of::<LinkParams>() <= 5 * LINE);
-        let counted = offset_of!(Link, stats) + offset_of!(LinkStats, delivered_bytes) + 8;
-        assert!(counted <= 5 * LINE, "offered, delivered and their bytes end at {counted}");
         for end in [
-            offset_of!(Link, in_flight),
-            offset_of!(Link, queue),
-            offset_of!(Link, waiting),
-            offset_of!(Link, busy_until_ns),
-            offset_of!(Link, last_serialisation),
-            offset_of!(Link, dst),
-            offset_of!(Link, drop_nth),
-            offset_of!(Link, partitioned),
+            offset_of!(Link, in_flight) + 32,
+            offset_of!(Link, queue) + 32,
+            offset_of!(Link, waiting_bytes) + 8,
+            offset_of!(Link, latency_ns) + 8,
+            offset_of!(Link, dst_node) + 4,
+            offset_of!(Link, queue_limit) + 4,
+            offset_of!(Link, last_serialisation) + 8,
+            offset_of!(Link, waiting_len) + 4,
+            offset_of!(Link, partitioned) + 1,
+            offset_of!(Link, faulty) + 1,
+            offset_of!(Link, dst_switch) + 1,
         ] {
-            assert!(end < 3 * LINE, "the FIFOs, clocks and fault switches fill three lines");
+            assert!(end <= 2 * LINE, "the FIFOs, clocks and switches fill two lines ({end})");
         }
-        assert!(size_of::<Link>() <= 7 * LINE, "a link is {} bytes", size_of::<Link>());
+        let counted = offset_of!(Link, stats) + offset_of!(LinkStats, delivered_bytes) + 8;
+        assert!(offset_of!(Link, stats) >= 2 * LINE, "the counters start the third line");
+        assert!(counted <= 3 * LINE, "offered, delivered and their bytes end at {counted}");
+        let _ = size_of::<LinkParams>();
+    }
+
+    /// A link whose packets can meet no fault skips the fault path; any fault, a partition,
+    /// a k-th drop or ECN marking (and a probability that is not a number) takes it.
+    #[test]
+    fn only_a_link_that_can_do_nothing_to_a_packet_skips_the_fault_path() {
+        let clean = Link::new(0, 1, false, LinkParams::default());
+        assert!(!clean.faulty);
+        let with = |f: fn(&mut LinkParams)| {
+            let mut p = LinkParams::default();
+            f(&mut p);
+            Link::new(0, 1, true, p).faulty
+        };
+        assert!(with(|p| p.loss = 0.01));
+        assert!(with(|p| p.dup = f64::NAN));
+        assert!(with(|p| p.corrupt = 1.0));
+        assert!(with(|p| p.truncate = 0.5));
+        assert!(with(|p| p.reorder_jitter_ns = 1));
+        assert!(with(|p| p.ecn = Some(crate::world::cc::EcnMarking::DCQCN_PAPER)));
+        for change in [LinkChange::Partition, LinkChange::DropNth(3)] {
+            let mut l = clean.clone();
+            l.apply(&change);
+            assert!(l.faulty, "{change:?}");
+        }
+        let mut l = clean.clone();
+        l.apply(&LinkChange::Params(LinkParams {
+            latency_ns: 7,
+            queue_limit: 1 << 40,
+            ..Default::default()
+        }));
+        assert!(!l.faulty);
+        assert_eq!(
+            (l.latency_ns, l.queue_limit),
+            (7, u32::MAX),
+            "the copies follow the parameters"
+        );
     }
 }

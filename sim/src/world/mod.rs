@@ -44,7 +44,7 @@ use nic_model::packet::PcapWriter;
 pub use backend::{connect_rc, SimProvider};
 pub use event::RunOutcome;
 use event::{EventKey, EventKind, MAX_SLOTS};
-use fabric::HopSet;
+use fabric::Routes;
 pub use link::{Link, LinkChange, LinkParams, LinkStats};
 pub use node::Node;
 pub use rng::Rng;
@@ -78,11 +78,9 @@ pub struct World {
     free: Vec<u32>,
     nodes: Vec<Node>,
     links: Vec<Link>,
-    /// `next_hop[from * nodes + to]`: the links a packet at `from` bound for `to` may take
-    /// (each on a shortest path), as a range of `hop_pool`; a flow's hash picks one (ECMP).
-    next_hop: Vec<HopSet>,
-    /// The equal-cost next links of every (from, to), `next_hop`'s ranges point into it.
-    hop_pool: Vec<LinkId>,
+    /// The links a packet at `from` bound for `to` may take (each on a shortest path); a
+    /// flow's hash picks one (ECMP).
+    routes: Routes,
     routes_dirty: bool,
     /// How many times the route table was computed (once per topology; a test checks that
     /// running traffic never recomputes it).
@@ -118,8 +116,7 @@ impl World {
             free: Vec::new(),
             nodes: Vec::new(),
             links: Vec::new(),
-            next_hop: Vec::new(),
-            hop_pool: Vec::new(),
+            routes: Routes::default(),
             routes_dirty: false,
             route_computations: 0,
             rng: Rng::new(seed),
@@ -184,7 +181,8 @@ impl World {
         assert!(src < self.nodes.len() && dst < self.nodes.len(), "add_link: no such node");
         assert!(src != dst, "add_link: a link joins two different nodes");
         assert!(self.links.len() < MAX_SLOTS, "a world has fewer than 2^24 links");
-        self.links.push(Link::new(src, dst, params));
+        let dst_switch = self.nodes[dst].is_switch();
+        self.links.push(Link::new(src, dst, dst_switch, params));
         if let Some(p) = self.pfc.as_deref_mut() {
             p.ingress_bytes.push(0);
             p.xoff.push(false);
@@ -308,6 +306,7 @@ impl World {
     /// first packet would otherwise do it): a driver that times its events calls this first,
     /// so the one step whose cost grows with the square of the node count is counted with
     /// building the world, not with the traffic.
+    #[inline]
     pub fn prepare_routes(&mut self) {
         if self.routes_dirty {
             self.compute_routes();
@@ -337,6 +336,24 @@ impl World {
     #[inline(always)]
     fn record(&mut self, kind: TraceKind, link: u32, node: u32, data: &[u8], arg: u64) {
         let (opcode, psn, qp) = if data.is_empty() { (NONE, NONE, NONE) } else { peek_bth(data) };
+        self.trace.record(TraceRecord {
+            time_ns: self.now_ns,
+            kind,
+            link,
+            node,
+            opcode,
+            psn,
+            qp,
+            arg,
+        });
+    }
+}
+
+impl World {
+    /// [`World::record`] of a packet whose BTH fields were read already ([`link::Hdr`]).
+    #[inline(always)]
+    fn record_hdr(&mut self, kind: TraceKind, link: u32, node: u32, hdr: &link::Hdr, arg: u64) {
+        let (opcode, psn, qp) = hdr.bth();
         self.trace.record(TraceRecord {
             time_ns: self.now_ns,
             kind,

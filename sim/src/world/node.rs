@@ -8,6 +8,7 @@ use nic_model::engine::{slot_of_ip, Nic, NicEvent, Transmit};
 
 use super::cc::nic::CcPoll;
 use super::event::EventKind;
+use super::link::Hdr;
 use super::trace::{TraceKind, NONE};
 use super::{NodeId, World};
 
@@ -142,17 +143,19 @@ impl World {
                 },
             };
             let to = (slot_of_ip(t.dst) as usize).wrapping_sub(1);
-            let Some(link) = self.route(node, to, &t.data) else {
+            self.prepare_routes();
+            let hdr = Hdr::of(&t.data, self.routes.routed);
+            let Some(link) = self.route(node, to, hdr.hash) else {
                 self.no_route(node, t.data);
                 continue;
             };
             let l = &mut self.links[link];
-            let depth = match l.params.queue_limit {
+            let depth = match l.queue_limit as usize {
                 0 => NIC_TX_DEPTH,
                 q => q.min(NIC_TX_DEPTH),
             };
             if l.held(now) < depth {
-                self.offer(link, t.data);
+                self.offer_from(link, t.data, hdr, NONE);
                 continue;
             }
             self.nodes[node].held = Some(t);

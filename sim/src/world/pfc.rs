@@ -167,6 +167,7 @@ impl World {
         }
         let l = &mut self.links[link];
         l.waiting_bytes += len;
+        l.waiting_len += 1;
         l.waiting.push_back(Waiting { data, extra_ns, ingress });
         self.start_next(link);
     }
@@ -180,8 +181,10 @@ impl World {
         }
         let Some(w) = l.waiting.pop_front() else { return };
         l.waiting_bytes -= w.data.len() as u64;
+        l.waiting_len -= 1;
         l.serialising = Some((w.ingress, w.data.len() as u32));
-        self.enqueue(link, w.data, w.extra_ns);
+        let hdr = super::link::Hdr::of(&w.data, self.routes.routed);
+        self.enqueue(link, w.data, hdr, w.extra_ns);
         let at = self.links[link].busy_until_ns;
         self.push(at, EventKind::LinkFree { link });
     }

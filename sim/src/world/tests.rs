@@ -560,6 +560,9 @@ fn the_route_table_holds_every_shortest_first_link_and_nothing_else() {
     assert!(routes[a][b].is_empty(), "the only way is through mid, a NIC, which does not relay");
     assert_eq!(routes[sw1][c], parallel, "both parallel links lead to c");
     assert!(routes[sw0][lonely].is_empty(), "no link leads to lonely");
+    let n = tree.nodes().len();
+    assert!(tree.next_links(hosts[0], n).is_empty(), "no node {n}");
+    assert!(tree.next_links(n, hosts[0]).is_empty(), "no node {n}");
 }
 
 /// The route table is computed once per topology, never per packet: a fat tree carrying eight
