@@ -353,7 +353,8 @@ fn orphan_req(ch: &Channel, m: &Msg) {
 }
 
 /// `rdma_get_cm_event`: the next event on the channel (blocking unless the channel's `fd` was
-/// made non-blocking: then -1 with `EAGAIN` when none waits).
+/// made non-blocking: then -1 with `EAGAIN` when none waits; -1 with `EINTR` when a signal
+/// handler installed without `SA_RESTART` cuts the wait short, as the kernel's read does).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_cm_event(
     chp: *mut rdma_event_channel,
@@ -369,9 +370,12 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     release_closed_listeners();
     let mut buf = [0u8; size_of::<Msg>()];
     loop {
+        // A blocking recv fails with EINTR exactly when the kernel's read of the CM's event
+        // file does (`ucma_get_event` waits interruptibly): a signal handler installed without
+        // SA_RESTART ran; with SA_RESTART the kernel restarts the recv itself. So EINTR is the
+        // caller's, as librdmacm's rdma_get_cm_event returns it.
         let n = match ch.sock.recv(&mut buf) {
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EIO)),
         };
         let Some(m) = Msg::from_bytes(&buf[..n]) else { continue };

@@ -89,7 +89,11 @@ fn clock() -> &'static Clock {
             Box::leak(Box::new(Clock { work: Mutex::new(Work::default()), wake: Condvar::new() }));
         crate::outbox::set_waker(kick);
         let spawned =
-            std::thread::Builder::new().name("softverbs-cm-clock".into()).spawn(move || run(c));
+            std::thread::Builder::new().name("softverbs-cm-clock".into()).spawn(move || {
+                // The program's signals are its own threads' (the kernel's CM has none).
+                nic_model::wire::block_async_signals();
+                run(c)
+            });
         if let Err(e) = spawned {
             eprintln!("librdmacm (softverbs): cannot start the CM's clock thread: {e}");
         }

@@ -111,7 +111,11 @@ fn wire() -> Option<&'static Wire> {
                 unsafe { libc::atexit(remove_socket) };
                 std::thread::Builder::new()
                     .name("softverbs-cm-wire".into())
-                    .spawn(move || run(w))
+                    .spawn(move || {
+                        // The program's signals are its own threads' (the kernel's CM has none).
+                        nic_model::wire::block_async_signals();
+                        run(w)
+                    })
                     .ok()?;
                 Some(w)
             }

@@ -294,6 +294,8 @@ impl Device {
         let handle = std::thread::Builder::new()
             .name(format!("{}-nic", core.name))
             .spawn(move || {
+                // The program's signals are its own threads' (rxe's NIC is in the kernel).
+                crate::wire::block_async_signals();
                 let _keeper = for_thread.reach.as_ref().and_then(|r| r.keep());
                 let _ = kept.send(());
                 nic_thread(for_thread)

@@ -175,6 +175,37 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     false
 }
 
+/// The signals a fault raises on the thread that faulted: never blocked (a blocked one would
+/// kill the process instead of reaching a handler).
+#[cfg(unix)]
+const FAULT_SIGNALS: [libc::c_int; 6] =
+    [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS];
+
+/// Blocks every asynchronous signal on the calling thread, for the threads softverbs starts
+/// inside a program (a device's NIC thread, the CM's clock and wire threads). rxe runs its
+/// NIC in the kernel, so a program's signals (its `SIGALRM`, `SIGINT`, `SIGCHLD`, ...) go to
+/// the program's own threads only: a signal the program blocks in all of them stays pending,
+/// and one it leaves open interrupts the thread that waits for it. A library thread that
+/// took them would run the program's handlers on a thread the program never made and leave
+/// its blocked call uninterrupted. The fault signals ([`FAULT_SIGNALS`]) stay open.
+#[cfg(unix)]
+pub fn block_async_signals() {
+    // SAFETY: an all-zero sigset_t is a valid value to fill; the calls only write `set` and
+    // this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for s in FAULT_SIGNALS {
+            libc::sigdelset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Portable fallback: nothing to block.
+#[cfg(not(unix))]
+pub fn block_async_signals() {}
+
 /// Whether a blocking call that a signal handler interrupted should carry on, as the kernel
 /// restarts a `read` of a uverbs event file (`ibv_get_cq_event`) after a handler installed
 /// with `SA_RESTART`, or fail with `EINTR`, as it does after one installed without it.
@@ -187,9 +218,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
 /// Called only after an interrupted sleep: up to 64 `sigaction` queries.
 #[cfg(target_os = "linux")]
 pub fn handlers_restart() -> bool {
-    let faults =
-        [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS];
-    (1..=libc::SIGRTMAX()).filter(|s| !faults.contains(s)).all(|sig| {
+    (1..=libc::SIGRTMAX()).filter(|s| !FAULT_SIGNALS.contains(s)).all(|sig| {
         // SAFETY: an all-zero sigaction is a valid value of the plain C struct.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: with a null new action, sigaction only writes the current one into `old`.

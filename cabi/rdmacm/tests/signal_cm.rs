@@ -1,0 +1,58 @@
+//! tests/c/signal_cm.c: a signal during a blocking `rdma_get_cm_event`. The kernel's CM waits
+//! for the event interruptibly (`ucma_get_event`), so a handler installed without `SA_RESTART`
+//! ends the call with -1 and `EINTR`, as qperf's `SIGALRM` relies on for `ibv_get_cq_event`;
+//! with `SA_RESTART` the read is restarted and the call returns the next event. Before, the
+//! call carried on after any signal.
+
+mod cm;
+#[path = "../../ibverbs/tests/common/mod.rs"]
+mod common;
+
+use cm::{env, leftovers};
+use common::text;
+
+#[test]
+fn a_signal_ends_a_blocking_rdma_get_cm_event_unless_its_handler_restarts() {
+    let test = "a_signal_ends_a_blocking_rdma_get_cm_event_unless_its_handler_restarts";
+    for (mode, want) in [
+        ("eintr", "rdma_get_cm_event: -1 EINTR after an alarm within 5 s: yes\ndone\n"),
+        ("restart", "event RDMA_CM_EVENT_ADDR_RESOLVED status 0 after an alarm\ndone\n"),
+    ] {
+        let env = env();
+        let port = common::free_port().to_string();
+        let Some(out) = cm::run_c(test, &env, "signal_cm", &[&port, mode]) else { return };
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "{mode}: {o}{e}");
+        assert_eq!(o, want, "{mode}: {e}");
+        assert_eq!(e, "", "{mode}");
+        assert!(leftovers(&env).is_empty(), "{mode}: the CM left {:?}", leftovers(&env));
+    }
+}
+
+/// tests/c/signal_threads.c: the threads softverbs starts inside a program (a device's NIC
+/// thread, the CM's clock and wire threads) block the program's asynchronous signals, so a
+/// signal the program blocks in its own thread stays pending and its handler runs on that
+/// thread once unblocked, as with rxe, whose NIC and CM live in the kernel. Before, one of
+/// those threads took it at once.
+#[test]
+fn a_signal_the_program_blocks_waits_for_it_and_no_softverbs_thread_takes_it() {
+    let test = "a_signal_the_program_blocks_waits_for_it_and_no_softverbs_thread_takes_it";
+    for reach in ["on", "off"] {
+        std::env::set_var("SOFTVERBS_REACH", reach);
+        let env = env();
+        let port = common::free_port().to_string();
+        let Some(out) = cm::run_c(test, &env, "signal_threads", &[&port]) else { return };
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "reach {reach}: {o}{e}");
+        assert_eq!(
+            o,
+            "threads besides the program's: some\n\
+             while blocked: handler ran 0 times, SIGUSR1 pending\n\
+             unblocked: handler ran 1 times, on this thread\n\
+             done\n",
+            "reach {reach}: {e}"
+        );
+        assert_eq!(e, "", "reach {reach}");
+        assert!(leftovers(&env).is_empty(), "reach {reach}: the CM left {:?}", leftovers(&env));
+    }
+}
