@@ -10,9 +10,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
+use common::Env;
 
 const EXPECTED: &str = "\
 non-blocking, none queued: rc=-1 errno=EAGAIN
@@ -37,15 +35,7 @@ fn the_channel_fd_is_readable_at_once_nonblocking_gives_eagain_and_destroyed_cqs
     let Some((_dir, exe)) = common::build_c(test, "channel", &["-lpthread"]) else { return };
     let env = Env::new();
     for reach in ["on", "off"] {
-        let mut cmd = env.command(&exe);
-        cmd.env("SOFTVERBS_REACH", reach);
-        let out = common::finish(
-            common::Guard(Some(cmd.spawn().expect("spawn"))),
-            Duration::from_secs(60),
-            test,
-        );
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "[reach {reach}] {:?}\n{o}{e}", out.status);
+        let (o, e) = common::run_reach(&env, &exe, reach, test);
         assert_eq!(o, EXPECTED, "[reach {reach}] stderr:\n{e}");
     }
 }

@@ -7,9 +7,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
+use common::Env;
 
 fn expected(stopped: u32) -> String {
     format!(
@@ -30,15 +28,7 @@ fn a_c_programs_malloced_mr_is_reached_while_its_process_is_stopped() {
     let Some((_dir, exe)) = common::build_c(test, "reach_stopped", &[]) else { return };
     for (reach, stopped) in [("on", 2), ("off", 0)] {
         let env = Env::new();
-        let mut cmd = env.command(&exe);
-        cmd.env("SOFTVERBS_REACH", reach);
-        let out = common::finish(
-            common::Guard(Some(cmd.spawn().expect("spawn"))),
-            Duration::from_secs(60),
-            test,
-        );
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "reach {reach}: {:?}\n{o}{e}", out.status);
+        let (o, e) = common::run_reach(&env, &exe, reach, test);
         assert_eq!(o, expected(stopped), "reach {reach}\n{e}");
     }
 }

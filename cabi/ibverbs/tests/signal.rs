@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{text, Env};
+use common::Env;
 
 const EXPECTED: &str = "\
 without SA_RESTART: rc=-1 errno=EINTR handler ran: yes
@@ -24,15 +22,7 @@ fn a_handler_without_sa_restart_interrupts_get_cq_event_and_one_with_it_does_not
     let Some((_dir, exe)) = common::build_c(test, "signal", &["-lpthread"]) else { return };
     let env = Env::new();
     for reach in ["on", "off"] {
-        let mut cmd = env.command(&exe);
-        cmd.env("SOFTVERBS_REACH", reach);
-        let out = common::finish(
-            common::Guard(Some(cmd.spawn().expect("spawn"))),
-            Duration::from_secs(60),
-            test,
-        );
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "[reach {reach}] {:?}\n{o}{e}", out.status);
+        let (o, e) = common::run_reach(&env, &exe, reach, test);
         assert_eq!(o, EXPECTED, "[reach {reach}] stderr:\n{e}");
     }
 }

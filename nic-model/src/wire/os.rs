@@ -187,7 +187,8 @@ const FAULT_SIGNALS: [libc::c_int; 6] =
 /// the program's own threads only: a signal the program blocks in all of them stays pending,
 /// and one it leaves open interrupts the thread that waits for it. A library thread that
 /// took them would run the program's handlers on a thread the program never made and leave
-/// its blocked call uninterrupted. The fault signals (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`, `SIGSYS`) stay open.
+/// its blocked call uninterrupted. The fault signals (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`,
+/// `SIGTRAP`, `SIGSYS`) stay open.
 #[cfg(unix)]
 pub fn block_async_signals() {
     // SAFETY: an all-zero sigset_t is a valid value to fill; the calls only write `set` and

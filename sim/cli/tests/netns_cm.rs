@@ -461,16 +461,7 @@ fn a_synchronous_id_migrated_after_it_connected_gets_the_peers_disconnect_across
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("sync_migrate_hosts");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sync_migrate_hosts.c");
-    let cc = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cc");
-    assert!(cc.status.success(), "cc: {}", text(&cc));
+    let exe = compile(&dir, "tests/c/sync_migrate_hosts.c", &["-lrdmacm", "-libverbs"]);
     let exe = exe.to_str().expect("UTF-8 path");
     let h = Hosts::new(2, 1);
     let a = h.addr(0).to_string();
@@ -525,17 +516,8 @@ fn librpma_serves_two_clients_across_hosts() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let exe = dir.path().join("rpma_pair");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../cabi/rdmacm/tests/c/rpma_pair.c");
-    let cc = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrpma", "-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cc");
-    assert!(cc.status.success(), "cc: {}", text(&cc));
+    let libs = ["-lrpma", "-lrdmacm", "-libverbs"];
+    let exe = compile(&dir, "../../cabi/rdmacm/tests/c/rpma_pair.c", &libs);
     let exe = exe.to_str().expect("UTF-8 path");
     let h = Hosts::new(2, 1);
     let a = h.addr(0).to_string();
@@ -587,4 +569,20 @@ fn librpma_serves_two_clients_across_hosts() {
     for i in 0..2 {
         assert!(h.cm_leftovers(i).is_empty(), "host {i}: {:?}", h.cm_leftovers(i));
     }
+}
+
+/// Compile the C program `src` (relative to this package) with `libs` into `dir`, under its
+/// file stem; the test fails with the compiler's output if that fails.
+fn compile(dir: &tempfile::TempDir, src: &str, libs: &[&str]) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    let exe = dir.path().join(src.file_stem().expect("a file name"));
+    let cc = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(libs)
+        .output()
+        .expect("cc");
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    exe
 }

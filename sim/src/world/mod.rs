@@ -335,7 +335,21 @@ impl World {
     /// the call's own cost (saving and restoring registers) was a quarter of its work.
     #[inline(always)]
     fn record(&mut self, kind: TraceKind, link: u32, node: u32, data: &[u8], arg: u64) {
-        let (opcode, psn, qp) = if data.is_empty() { (NONE, NONE, NONE) } else { peek_bth(data) };
+        let bth = if data.is_empty() { (NONE, NONE, NONE) } else { peek_bth(data) };
+        self.record_bth(kind, link, node, bth, arg);
+    }
+
+    /// [`World::record`] with the BTH's opcode, PSN and destination QP given.
+    #[inline(always)]
+    fn record_bth(
+        &mut self,
+        kind: TraceKind,
+        link: u32,
+        node: u32,
+        bth: (u32, u32, u32),
+        arg: u64,
+    ) {
+        let (opcode, psn, qp) = bth;
         self.trace.record(TraceRecord {
             time_ns: self.now_ns,
             kind,
@@ -353,17 +367,7 @@ impl World {
     /// [`World::record`] of a packet whose BTH fields were read already ([`link::Hdr`]).
     #[inline(always)]
     fn record_hdr(&mut self, kind: TraceKind, link: u32, node: u32, hdr: &link::Hdr, arg: u64) {
-        let (opcode, psn, qp) = hdr.bth();
-        self.trace.record(TraceRecord {
-            time_ns: self.now_ns,
-            kind,
-            link,
-            node,
-            opcode,
-            psn,
-            qp,
-            arg,
-        });
+        self.record_bth(kind, link, node, hdr.bth(), arg);
     }
 }
 

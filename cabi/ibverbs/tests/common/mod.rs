@@ -144,6 +144,18 @@ pub fn finish(mut g: Guard, limit: Duration, what: &str) -> Output {
     );
 }
 
+/// Run the C program `exe` in `env` with direct reach `reach` (`SOFTVERBS_REACH`), at most 60 s
+/// (killed past that, the test failing with its output): its stdout, after checking that it
+/// exited 0 (the failure shows both outputs, labelled with the reach).
+pub fn run_reach(env: &Env, exe: &Path, reach: &str, test: &str) -> (String, String) {
+    let mut cmd = env.command(exe);
+    cmd.env("SOFTVERBS_REACH", reach);
+    let out = finish(Guard(Some(cmd.spawn().expect("spawn"))), Duration::from_secs(60), test);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "[reach {reach}] {:?}\n{o}{e}", out.status);
+    (o, e)
+}
+
 /// A TCP port nobody listens on now (tests run in parallel, each exchange on its own port).
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
