@@ -163,7 +163,10 @@ pub unsafe extern "C" fn rdma_get_request(
             (*listen).event = std::ptr::null_mut();
         }
     }
-    let Some(e) = sync::next_event(channel_of(l), None) else { return -1 };
+    let e = match sync::next_event(channel_of(l), None) {
+        Ok(e) => e,
+        Err(errno) => return fail(errno),
+    };
     // SAFETY: the event just got.
     let (kind, status, child) = unsafe { ((*e).event, (*e).status, (*e).id) };
     let err = if kind == ev::REJECTED {

@@ -86,18 +86,24 @@ pub fn wait(cid: *mut rdma_cm_id, limit: Option<Duration>, what: &str) -> c_int 
             (*cid).event = std::ptr::null_mut();
         }
     }
-    let Some(e) = next_event(channel_of(id), limit) else {
-        if what == "rdma_disconnect" {
-            // The clock's DREQ timeout did not come (it always does first): disconnected all
-            // the same, with the status the kernel's CM gives a DREQ out of tries.
-            id.st.lock().expect("id").state.move_to(CmState::Disconnect);
+    let e = match next_event(channel_of(id), limit) {
+        Ok(e) => e,
+        // A signal handler without SA_RESTART ran: -1 with EINTR, as ucma_complete's
+        // rdma_get_cm_event fails; the id carries on, its event waiting on its channel.
+        Err(libc::EINTR) => return fail(libc::EINTR),
+        Err(_) => {
+            if what == "rdma_disconnect" {
+                // The clock's DREQ timeout did not come (it always does first): disconnected all
+                // the same, with the status the kernel's CM gives a DREQ out of tries.
+                id.st.lock().expect("id").state.move_to(CmState::Disconnect);
+                return fail(libc::ETIMEDOUT);
+            }
+            eprintln!(
+                "librdmacm (softverbs): {what}: no answer from the peer in {} s",
+                limit.unwrap_or_default().as_secs()
+            );
             return fail(libc::ETIMEDOUT);
         }
-        eprintln!(
-            "librdmacm (softverbs): {what}: no answer from the peer in {} s",
-            limit.unwrap_or_default().as_secs()
-        );
-        return fail(libc::ETIMEDOUT);
     };
     // SAFETY: the event just got; the id's own field.
     let (kind, status) = unsafe {
@@ -111,27 +117,39 @@ pub fn wait(cid: *mut rdma_cm_id, limit: Option<Duration>, what: &str) -> c_int 
     }
 }
 
-/// The next event on a synchronous id's private (non-blocking) channel, within `limit`.
-pub fn next_event(ch: &Channel, limit: Option<Duration>) -> Option<*mut rdma_cm_event> {
+/// The next event on a synchronous id's private (non-blocking) channel, within `limit`; else
+/// the errno the wait ends with: `ETIMEDOUT` past `limit`, `EINTR` when a signal handler
+/// installed without `SA_RESTART` cut it short (librdmacm's `ucma_complete` reads the kernel's
+/// CM file, whose wait such a handler ends; the sleep here cannot tell which handler ran, so it
+/// carries on only when all of them restart: `nic_model::wire::handlers_restart`), or the
+/// channel's own error.
+pub fn next_event(ch: &Channel, limit: Option<Duration>) -> Result<*mut rdma_cm_event, c_int> {
     let deadline = limit.map(|l| Instant::now() + l);
     loop {
         let mut e = std::ptr::null_mut();
         let chp = &ch.c as *const rdma_event_channel as *mut rdma_event_channel;
         // SAFETY: the live channel; e is ours.
         if unsafe { rdma_get_cm_event(chp, &mut e) } == 0 {
-            return Some(e);
+            return Ok(e);
         }
-        let err = std::io::Error::last_os_error().raw_os_error();
-        if err != Some(libc::EAGAIN) && err != Some(libc::EINTR) {
-            return None;
+        let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        if err != libc::EAGAIN {
+            return Err(err);
         }
         let left = match deadline {
-            Some(d) => d.checked_duration_since(Instant::now())?.as_millis().max(1) as c_int,
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(l) => l.as_millis().max(1) as c_int,
+                None => return Err(libc::ETIMEDOUT),
+            },
             None => -1,
         };
         let mut p = libc::pollfd { fd: ch.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd of ours.
-        unsafe { libc::poll(&mut p, 1, left) };
+        let rc = unsafe { libc::poll(&mut p, 1, left) };
+        let eintr = rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+        if eintr && !nic_model::wire::handlers_restart() {
+            return Err(libc::EINTR);
+        }
     }
 }
 

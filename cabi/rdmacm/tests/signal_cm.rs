@@ -56,3 +56,25 @@ fn a_signal_the_program_blocks_waits_for_it_and_no_softverbs_thread_takes_it() {
         assert!(leftovers(&env).is_empty(), "reach {reach}: the CM left {:?}", leftovers(&env));
     }
 }
+
+/// tests/c/sync_signal.c: a synchronous `rdma_connect` (an id without a channel) waits for its
+/// answer as librdmacm's `ucma_complete` does, in a read that a handler installed without
+/// `SA_RESTART` ends: -1 with `EINTR`; with `SA_RESTART` it carries on to the answer (here the
+/// listener's reject, 2 s in: `ECONNREFUSED`). Before, the wait carried on after any signal.
+#[test]
+fn a_signal_ends_a_synchronous_rdma_connect_unless_its_handler_restarts() {
+    let test = "a_signal_ends_a_synchronous_rdma_connect_unless_its_handler_restarts";
+    for (mode, want) in [
+        ("eintr", "rdma_connect: -1 EINTR after an alarm\ndone\n"),
+        ("restart", "rdma_connect: -1 ECONNREFUSED after an alarm\ndone\n"),
+    ] {
+        let env = env();
+        let port = common::free_port().to_string();
+        let Some(out) = cm::run_c(test, &env, "sync_signal", &[&port, mode]) else { return };
+        let (o, e) = text(&out);
+        assert!(out.status.success(), "{mode}: {o}{e}");
+        assert_eq!(o, want, "{mode}: {e}");
+        assert_eq!(e, "", "{mode}");
+        assert!(leftovers(&env).is_empty(), "{mode}: the CM left {:?}", leftovers(&env));
+    }
+}

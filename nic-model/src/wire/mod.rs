@@ -41,7 +41,7 @@ pub use error::WireError;
 pub use fabric::{Fabric, InboxConfig, PublishedCounters, SegmentInfo, FABRIC_ENV};
 pub use inbox::{Inbox, InboxStats, MAX_PARK, WRITER_STALL_CHECK};
 pub use layout::{CORRUPTED, LAYOUT_VERSION, MAX_LID};
-pub use os::block_async_signals;
+pub use os::{block_async_signals, handlers_restart};
 pub use sender::Sender;
 
 /// Whether process `pid` exists and is not a zombie (`kill(pid, 0)` and `/proc`): how the
