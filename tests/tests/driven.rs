@@ -142,9 +142,12 @@ fn an_event_driven_ping_pong_wakes_the_waiting_thread_not_the_nic_thread() {
         });
         let cost = nic_model::cost::snapshot().since(&before);
         eprintln!("[reach {reach}] {cost:?}");
-        // Before: the NIC threads parked on their doorbells about once a message (2 ROUNDS).
+        // Before: the NIC threads parked on their doorbells about once a message (2 ROUNDS;
+        // 328 counted). Now a handful, but a loaded machine (CI, two cores, other tests and
+        // builds) can preempt a waiter before it parks, and the NIC thread takes that message:
+        // 37 seen once in CI. Half a park per round trip still fails the old design by 6x.
         assert!(
-            cost.nic_calls.futex_wait < ROUNDS / 4,
+            cost.nic_calls.futex_wait < ROUNDS / 2,
             "[reach {reach}] NIC threads parked on the doorbell {} times in {ROUNDS} round \
              trips: they, not the waiters, were woken by the messages ({cost:?})",
             cost.nic_calls.futex_wait
