@@ -11,6 +11,23 @@ mod common;
 use cm::{env, leftovers};
 use common::text;
 
+/// Run `tests/c/<program>.c` with a free port (and `mode`, if any) in a fresh CM environment:
+/// it must exit 0, print exactly `want`, nothing on stderr, and leave nothing in the CM's
+/// directory (`label` names the case in a failure). False when the C program could not be
+/// built (skipped, with a note).
+fn expect(test: &str, program: &str, mode: Option<&str>, label: &str, want: &str) -> bool {
+    let env = env();
+    let port = common::free_port().to_string();
+    let args: Vec<&str> = std::iter::once(port.as_str()).chain(mode).collect();
+    let Some(out) = cm::run_c(test, &env, program, &args) else { return false };
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{label}: {o}{e}");
+    assert_eq!(o, want, "{label}: {e}");
+    assert_eq!(e, "", "{label}");
+    assert!(leftovers(&env).is_empty(), "{label}: the CM left {:?}", leftovers(&env));
+    true
+}
+
 #[test]
 fn a_signal_ends_a_blocking_rdma_get_cm_event_unless_its_handler_restarts() {
     let test = "a_signal_ends_a_blocking_rdma_get_cm_event_unless_its_handler_restarts";
@@ -18,14 +35,9 @@ fn a_signal_ends_a_blocking_rdma_get_cm_event_unless_its_handler_restarts() {
         ("eintr", "rdma_get_cm_event: -1 EINTR after an alarm within 5 s: yes\ndone\n"),
         ("restart", "event RDMA_CM_EVENT_ADDR_RESOLVED status 0 after an alarm\ndone\n"),
     ] {
-        let env = env();
-        let port = common::free_port().to_string();
-        let Some(out) = cm::run_c(test, &env, "signal_cm", &[&port, mode]) else { return };
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "{mode}: {o}{e}");
-        assert_eq!(o, want, "{mode}: {e}");
-        assert_eq!(e, "", "{mode}");
-        assert!(leftovers(&env).is_empty(), "{mode}: the CM left {:?}", leftovers(&env));
+        if !expect(test, "signal_cm", Some(mode), mode, want) {
+            return;
+        }
     }
 }
 
@@ -39,21 +51,13 @@ fn a_signal_the_program_blocks_waits_for_it_and_no_softverbs_thread_takes_it() {
     let test = "a_signal_the_program_blocks_waits_for_it_and_no_softverbs_thread_takes_it";
     for reach in ["on", "off"] {
         std::env::set_var("SOFTVERBS_REACH", reach);
-        let env = env();
-        let port = common::free_port().to_string();
-        let Some(out) = cm::run_c(test, &env, "signal_threads", &[&port]) else { return };
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "reach {reach}: {o}{e}");
-        assert_eq!(
-            o,
-            "threads besides the program's: some\n\
+        let want = "threads besides the program's: some\n\
              while blocked: handler ran 0 times, SIGUSR1 pending\n\
              unblocked: handler ran 1 times, on this thread\n\
-             done\n",
-            "reach {reach}: {e}"
-        );
-        assert_eq!(e, "", "reach {reach}");
-        assert!(leftovers(&env).is_empty(), "reach {reach}: the CM left {:?}", leftovers(&env));
+             done\n";
+        if !expect(test, "signal_threads", None, &format!("reach {reach}"), want) {
+            return;
+        }
     }
 }
 
@@ -68,13 +72,8 @@ fn a_signal_ends_a_synchronous_rdma_connect_unless_its_handler_restarts() {
         ("eintr", "rdma_connect: -1 EINTR after an alarm\ndone\n"),
         ("restart", "rdma_connect: -1 ECONNREFUSED after an alarm\ndone\n"),
     ] {
-        let env = env();
-        let port = common::free_port().to_string();
-        let Some(out) = cm::run_c(test, &env, "sync_signal", &[&port, mode]) else { return };
-        let (o, e) = text(&out);
-        assert!(out.status.success(), "{mode}: {o}{e}");
-        assert_eq!(o, want, "{mode}: {e}");
-        assert_eq!(e, "", "{mode}");
-        assert!(leftovers(&env).is_empty(), "{mode}: the CM left {:?}", leftovers(&env));
+        if !expect(test, "sync_signal", Some(mode), mode, want) {
+            return;
+        }
     }
 }
