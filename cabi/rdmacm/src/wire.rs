@@ -257,6 +257,12 @@ fn send_mad(w: &Wire, to: [u8; 4], tid: u64, msg: CmMsg) -> Option<Vec<u8>> {
             return None;
         }
     };
+    if let Some(v6) = crate::wire6::gsi_payload(to, &mad) {
+        // An IPv6 peer (wire6.rs): the datagram over IPv6.
+        let bytes = v6.map_err(|e| eprintln!("librdmacm (softverbs): a CM MAD: {e}")).ok()?;
+        put(w, to, attr, &bytes);
+        return Some(bytes);
+    }
     let ip = IpUdp {
         src: w.ip,
         dst: to,
@@ -279,7 +285,7 @@ fn put(w: &Wire, to: [u8; 4], attr: u16, bytes: &[u8]) {
         return;
     }
     if crate::wire6::peer(to).is_some() {
-        // An IPv6 peer: over IPv6, the ICRC set over its headers.
+        // An IPv6 peer: over IPv6, from the socket its payload was made for.
         if let Err(e) = crate::wire6::send(to, bytes) {
             eprintln!("librdmacm (softverbs): sending a CM MAD over IPv6: {e}");
         }

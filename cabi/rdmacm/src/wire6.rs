@@ -22,8 +22,8 @@ use std::os::fd::AsRawFd;
 use std::sync::{Mutex, OnceLock};
 
 use nic_model::packet::{
-    ipv6_udp_header, parse_datagram, parse_datagram6, set_icrc_ipv6, Ip6Udp, IpCmHeader, Packet,
-    IPV6_UDP_LEN, ROCE_UDP_PORT,
+    emit_gsi_datagram6, parse_datagram, parse_datagram6, Ip6Udp, IpCmHeader, Packet,
+    IPV6_UDP_LEN, MAD_LEN, ROCE_UDP_PORT,
 };
 use softverbs_cabi_abi::{ibv_context, ibv_gid};
 
@@ -183,33 +183,44 @@ fn open(src: [u8; 16]) -> std::io::Result<(UdpSocket, u16)> {
     Ok((sock, port))
 }
 
-/// Sends a CM MAD's UDP payload (BTH to ICRC; its ICRC is set again here, over the IPv6
-/// headers the receiver rebuilds) to the IPv6 peer behind stand-in `to`, from the address
-/// [`source_for`] it, to its UDP port 4791. Errors name what failed.
-pub fn send(to: [u8; 4], payload: &[u8]) -> Result<(), String> {
-    let (dst, scope) = peer(to).ok_or("no IPv6 peer behind the stand-in address")?;
-    let (src, _) = source_for(&dst).ok_or_else(|| {
-        format!("no IPv6 address of the interface reaches {}", Ipv6Addr::from(dst))
-    })?;
+/// The UDP payload (BTH to ICRC) of the datagram that carries `mad` to the IPv6 peer behind
+/// stand-in `to`, from the address [`source_for`] it and the gateway's socket there (made on
+/// first use), the ICRC over those IPv6 headers; None if `to` is no stand-in. Errors name
+/// what failed.
+pub fn gsi_payload(to: [u8; 4], mad: &[u8; MAD_LEN]) -> Option<Result<Vec<u8>, String>> {
+    let (dst, _) = peer(to)?;
+    let (src, _) = match source_for(&dst) {
+        Some(s) => s,
+        None => {
+            let why = format!("no IPv6 address of the interface reaches {}", Ipv6Addr::from(dst));
+            return Some(Err(why));
+        }
+    };
     let mut socks = sockets().lock().expect("sockets");
     if !socks.contains_key(&src) {
-        let s = open(src).map_err(|e| format!("a socket on [{}]: {e}", Ipv6Addr::from(src)))?;
-        socks.insert(src, s);
+        match open(src) {
+            Ok(s) => socks.insert(src, s),
+            Err(e) => return Some(Err(format!("a socket on [{}]: {e}", Ipv6Addr::from(src)))),
+        };
     }
-    let (sock, port) = &socks[&src];
-    let d = datagram6(src, *port, dst, payload).ok_or("a MAD too long")?;
-    let at = SocketAddrV6::new(Ipv6Addr::from(dst), ROCE_UDP_PORT, 0, scope);
-    sock.send_to(&d[IPV6_UDP_LEN..], at).map(|_| ()).map_err(|e| format!("to {at}: {e}"))
+    let src_port = socks[&src].1;
+    let ip = Ip6Udp { src, dst, src_port, ..Ip6Udp::default() };
+    let mut out = Vec::with_capacity(MAD_LEN + 80);
+    if let Err(e) = emit_gsi_datagram6(&ip, 0, mad, &mut out) {
+        return Some(Err(format!("a MAD over IPv6: {e}")));
+    }
+    Some(Ok(out.split_off(IPV6_UDP_LEN)))
 }
 
-/// The IPv6 datagram that carries the UDP `payload` (BTH to ICRC) from `src`:`src_port` to
-/// `dst`'s 4791, its ICRC computed over the headers as the receiver rebuilds them.
-pub fn datagram6(src: [u8; 16], src_port: u16, dst: [u8; 16], payload: &[u8]) -> Option<Vec<u8>> {
-    let ip = Ip6Udp { src, dst, src_port, ..Ip6Udp::default() };
-    let mut d = ipv6_udp_header(&ip, payload.len())?.to_vec();
-    d.extend_from_slice(payload);
-    set_icrc_ipv6(&mut d);
-    Some(d)
+/// Sends a MAD's UDP payload made by [`gsi_payload`] to the IPv6 peer behind stand-in `to`'s
+/// UDP port 4791, from the socket it was made for. Errors name what failed.
+pub fn send(to: [u8; 4], payload: &[u8]) -> Result<(), String> {
+    let (dst, scope) = peer(to).ok_or("no IPv6 peer behind the stand-in address")?;
+    let (src, _) = source_for(&dst).ok_or("no IPv6 address of the interface reaches it")?;
+    let socks = sockets().lock().expect("sockets");
+    let (sock, _) = socks.get(&src).ok_or("no socket on the source address")?;
+    let at = SocketAddrV6::new(Ipv6Addr::from(dst), ROCE_UDP_PORT, 0, scope);
+    sock.send_to(payload, at).map(|_| ()).map_err(|e| format!("to {at}: {e}"))
 }
 
 /// The IP CM header and the path's local and remote GIDs of the REQ (or SIDR_REQ) `m` that
@@ -261,45 +272,4 @@ pub fn mark_req(m: &mut Msg, from: [u8; 4], hdr: Option<IpCmHeader>) {
     };
     m.src6 = hdr.and_then(|h| v6(h.src)).unwrap_or(addr);
     m.dst6 = hdr.and_then(|h| v6(h.dst)).or_else(|| source_for(&addr).map(|l| l.0)).unwrap_or_default();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use nic_model::packet::{emit_gsi_datagram, CmMad, CmMsg, IpUdp};
-
-    #[test]
-    fn a_stand_in_names_one_peer_and_only_stand_ins_name_peers() {
-        let a = Ipv6Addr::new(0xfd31, 0, 0, 0, 0, 0, 0, 2).octets();
-        let ll = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 7).octets();
-        let x = alias(a, 9);
-        assert_eq!(x[0], 240);
-        assert_eq!(alias(a, 0), x, "a global address has no scope");
-        assert_eq!(peer(x), Some((a, 0)));
-        let y = alias(ll, 3);
-        assert_ne!(x, y);
-        assert_ne!(alias(ll, 4), y, "a link-local address is another peer on another link");
-        assert_eq!(peer(y), Some((ll, 3)));
-        assert_eq!(peer([10, 0, 0, 1]), None);
-        assert_eq!(peer([240, 255, 0, 0]), None, "no peer behind an unused stand-in");
-    }
-
-    #[test]
-    fn a_mad_over_ipv6_carries_an_icrc_over_the_ipv6_headers() {
-        let ip = IpUdp { src: [10, 0, 0, 1], dst: [240, 0, 0, 1], ttl: 64, ..IpUdp::default() };
-        let mad = CmMad { tid: 7, msg: CmMsg::Rtu(Default::default()) }.emit().unwrap();
-        let mut v4 = Vec::new();
-        emit_gsi_datagram(&ip, 0, &mad, &mut v4).unwrap();
-        let payload = &v4[nic_model::packet::IPV4_UDP_LEN..];
-        let src = Ipv6Addr::new(0xfd31, 0, 0, 0, 0, 0, 0, 1).octets();
-        let dst = Ipv6Addr::new(0xfd31, 0, 0, 0, 0, 0, 0, 2).octets();
-        let d = datagram6(src, 40000, dst, payload).unwrap();
-        let (h, pkt) = parse_datagram6(&d).expect("a good IPv6 datagram, ICRC checked");
-        assert_eq!((h.src, h.dst, h.src_port), (src, dst, 40000));
-        assert_eq!(pkt.deth.map(|x| (x.qkey, x.src_qp)), Some((0x8001_0000, 1)));
-        assert!(matches!(CmMad::parse(pkt.payload).unwrap().msg, CmMsg::Rtu(_)));
-        let mut bad = d.clone();
-        bad[8] ^= 1; // another source address: the ICRC no longer holds
-        assert!(parse_datagram6(&bad).is_err());
-    }
 }

@@ -143,6 +143,46 @@ fn rping_connects_to_a_link_local_address_with_its_scope_id() {
     rping(&h, "::", &to, 7277, 10, "1");
 }
 
+/// A server on host 0 and, once it listens on `port`, a client on host 1; both must exit 0.
+/// Returns their stdouts.
+fn pair(h: &Hosts, port: u16, server: &[&str], client: &[&str], what: &str) -> (String, String) {
+    let server = Proc::spawn(h.run(0, server), &format!("{what} server"));
+    h.await_cm_listen(0, port, what);
+    let client = Proc::spawn(h.run(1, client), &format!("{what} client")).finish(LIMIT);
+    let server = server.finish(LIMIT);
+    let (s, c) = (text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "{what}:\nserver:\n{s}\nclient:\n{c}");
+    (s, c)
+}
+
+#[test]
+fn ucmatose_and_udaddy_connect_across_two_hosts_over_ipv6() {
+    let test = "ucmatose_and_udaddy_connect_across_two_hosts_over_ipv6";
+    if !may_make_hosts(test) || !have(test, "ucmatose") || !have(test, "udaddy") {
+        return;
+    }
+    let (h, _) = v6_hosts(false);
+    let (so, co) = pair(
+        &h,
+        7471,
+        &["ucmatose", "-b", "::", "-C", "20"],
+        &["ucmatose", "-s", "fd32::1", "-C", "20"],
+        "ucmatose",
+    );
+    for out in [&so, &co] {
+        assert!(
+            out.contains("data transfers complete") && out.contains("return status 0"),
+            "{out}"
+        );
+    }
+    // UD ids: SIDR_REQ and SIDR_REP over IPv6, then datagrams over IPv6 to the QP and Q_Key
+    // they gave.
+    let (so, co) =
+        pair(&h, 7174, &["udaddy", "-b", "::"], &["udaddy", "-s", "fd32::1"], "udaddy");
+    assert!(so.contains("sending replies") && so.contains("return status 0"), "{so}");
+    assert!(co.contains("receiving data transfers") && co.contains("return status 0"), "{co}");
+}
+
 #[test]
 fn a_connect_over_ipv6_to_a_port_nobody_listens_on_is_rejected() {
     let test = "a_connect_over_ipv6_to_a_port_nobody_listens_on_is_rejected";
