@@ -111,7 +111,9 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
         }
         Ok(crate::v6::Addr6::Remote(a, ..)) => {
             let text = std::net::Ipv6Addr::from(a);
-            crate::state::log_reason(format_args!("rdma_bind_addr: {text} is no address of this host's interface"));
+            crate::state::log_reason(format_args!(
+                "rdma_bind_addr: {text} is no address of this host's interface"
+            ));
             return fail(libc::EADDRNOTAVAIL);
         }
         Ok(crate::v6::Addr6::Foreign(text)) => {

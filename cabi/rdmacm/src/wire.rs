@@ -31,9 +31,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nic_model::packet::{
-    emit_gsi_datagram, CmDreq, CmIds, CmMad, CmMra, CmMsg, CmPath, CmRej, CmRep,
-    CmReq, IpCmHeader, IpUdp, SidrRep, SidrReq, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB,
-    SERVICE_ID_PS_TCP, SERVICE_ID_PS_UDP,
+    emit_gsi_datagram, CmDreq, CmIds, CmMad, CmMra, CmMsg, CmPath, CmRej, CmRep, CmReq, IpCmHeader,
+    IpUdp, SidrRep, SidrReq, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB, SERVICE_ID_PS_TCP,
+    SERVICE_ID_PS_UDP,
 };
 
 use crate::state::{cm_dir, dev_of_ip, devices, is_loopback, kind, Msg, Named};

@@ -22,24 +22,34 @@ use std::os::fd::AsRawFd;
 use std::sync::{Mutex, OnceLock};
 
 use nic_model::packet::{
-    emit_gsi_datagram6, parse_datagram, parse_datagram6, Ip6Udp, IpCmHeader, Packet,
-    IPV6_UDP_LEN, MAD_LEN, ROCE_UDP_PORT,
+    emit_gsi_datagram6, parse_datagram, parse_datagram6, Ip6Udp, IpCmHeader, Packet, IPV6_UDP_LEN,
+    MAD_LEN, ROCE_UDP_PORT,
 };
 use softverbs_cabi_abi::{ibv_context, ibv_gid};
 
 use crate::state::{devices, gid_of, Msg};
 
 unsafe extern "C" {
-    fn ibv_query_gid(c: *mut ibv_context, port: u8, index: libc::c_int, gid: *mut ibv_gid)
-        -> libc::c_int;
+    fn ibv_query_gid(
+        c: *mut ibv_context,
+        port: u8,
+        index: libc::c_int,
+        gid: *mut ibv_gid,
+    ) -> libc::c_int;
 }
 
 /// The first byte of every stand-in address (class E, reserved).
 const ALIAS: u8 = 240;
 
+/// An IPv6 address and its scope id (0 but for a link-local address).
+type Peer = ([u8; 16], u32);
+
+/// An IPv6 address of the interface and its GID index.
+type Local = ([u8; 16], u8);
+
 /// The IPv6 peers met so far, with their scope ids: the i-th is stand-in `240.` and i + 1.
-fn peers() -> &'static Mutex<Vec<([u8; 16], u32)>> {
-    static P: OnceLock<Mutex<Vec<([u8; 16], u32)>>> = OnceLock::new();
+fn peers() -> &'static Mutex<Vec<Peer>> {
+    static P: OnceLock<Mutex<Vec<Peer>>> = OnceLock::new();
     P.get_or_init(Default::default)
 }
 
@@ -60,7 +70,7 @@ pub fn alias(addr: [u8; 16], scope: u32) -> [u8; 4] {
 }
 
 /// The IPv6 peer (address and scope id) behind stand-in `ip`; None for any other address.
-pub fn peer(ip: [u8; 4]) -> Option<([u8; 16], u32)> {
+pub fn peer(ip: [u8; 4]) -> Option<Peer> {
     if ip[0] != ALIAS {
         return None;
     }
@@ -75,8 +85,8 @@ pub fn is_link_local(a: &[u8; 16]) -> bool {
 
 /// The IPv6 GIDs of the first device's port (the one on the interface) with their indexes:
 /// the addresses this host's CM speaks from.
-pub fn local_gids() -> &'static [([u8; 16], u8)] {
-    static G: OnceLock<Vec<([u8; 16], u8)>> = OnceLock::new();
+pub fn local_gids() -> &'static [Local] {
+    static G: OnceLock<Vec<Local>> = OnceLock::new();
     G.get_or_init(|| {
         let Some(dev) = devices().first() else { return Vec::new() };
         let mut out = Vec::new();
@@ -112,7 +122,7 @@ pub fn local_index(addr: &[u8; 16]) -> Option<u8> {
 
 /// The address (and GID index) this host speaks from to `peer`: the link-local one for a
 /// link-local peer, else the global one with the longest prefix in common with it.
-pub fn source_for(peer: &[u8; 16]) -> Option<([u8; 16], u8)> {
+pub fn source_for(peer: &[u8; 16]) -> Option<Local> {
     let common = |a: &[u8; 16]| {
         let x = u128::from_be_bytes(*a) ^ u128::from_be_bytes(*peer);
         x.leading_zeros()
@@ -125,8 +135,8 @@ pub fn source_for(peer: &[u8; 16]) -> Option<([u8; 16], u8)> {
 }
 
 /// The local IPv6 address (and GID index) of each id across hosts over IPv6, by token.
-fn locals() -> &'static Mutex<HashMap<u64, ([u8; 16], u8)>> {
-    static L: OnceLock<Mutex<HashMap<u64, ([u8; 16], u8)>>> = OnceLock::new();
+fn locals() -> &'static Mutex<HashMap<u64, Local>> {
+    static L: OnceLock<Mutex<HashMap<u64, Local>>> = OnceLock::new();
     L.get_or_init(Default::default)
 }
 
@@ -136,7 +146,7 @@ pub fn set_local(token: u64, addr: [u8; 16], index: u8) {
 }
 
 /// The local IPv6 address and GID index of the id `token`, if it has one of the interface's.
-pub fn local(token: u64) -> Option<([u8; 16], u8)> {
+pub fn local(token: u64) -> Option<Local> {
     locals().lock().expect("locals").get(&token).copied()
 }
 
@@ -156,9 +166,12 @@ pub fn ifindex() -> u32 {
     })
 }
 
+/// UDP sockets and their ports, by source address.
+type Sockets = HashMap<[u8; 16], (UdpSocket, u16)>;
+
 /// The gateway's IPv6 sockets, one per source address, made on first use.
-fn sockets() -> &'static Mutex<HashMap<[u8; 16], (UdpSocket, u16)>> {
-    static S: OnceLock<Mutex<HashMap<[u8; 16], (UdpSocket, u16)>>> = OnceLock::new();
+fn sockets() -> &'static Mutex<Sockets> {
+    static S: OnceLock<Mutex<Sockets>> = OnceLock::new();
     S.get_or_init(Default::default)
 }
 
@@ -197,13 +210,14 @@ pub fn gsi_payload(to: [u8; 4], mad: &[u8; MAD_LEN]) -> Option<Result<Vec<u8>, S
         }
     };
     let mut socks = sockets().lock().expect("sockets");
-    if !socks.contains_key(&src) {
-        match open(src) {
-            Ok(s) => socks.insert(src, s),
+    let src_port = match socks.entry(src) {
+        std::collections::hash_map::Entry::Occupied(e) => e.get().1,
+        std::collections::hash_map::Entry::Vacant(v) => match open(src) {
+            Ok(s) => v.insert(s).1,
             Err(e) => return Some(Err(format!("a socket on [{}]: {e}", Ipv6Addr::from(src)))),
-        };
-    }
-    let src_port = socks[&src].1;
+        },
+    };
+    drop(socks);
     let ip = Ip6Udp { src, dst, src_port, ..Ip6Udp::default() };
     let mut out = Vec::with_capacity(MAD_LEN + 80);
     if let Err(e) = emit_gsi_datagram6(&ip, 0, mad, &mut out) {
@@ -271,5 +285,6 @@ pub fn mark_req(m: &mut Msg, from: [u8; 4], hdr: Option<IpCmHeader>) {
         _ => None,
     };
     m.src6 = hdr.and_then(|h| v6(h.src)).unwrap_or(addr);
-    m.dst6 = hdr.and_then(|h| v6(h.dst)).or_else(|| source_for(&addr).map(|l| l.0)).unwrap_or_default();
+    m.dst6 =
+        hdr.and_then(|h| v6(h.dst)).or_else(|| source_for(&addr).map(|l| l.0)).unwrap_or_default();
 }

@@ -14,7 +14,9 @@
 
 use core::fmt;
 
-use super::{emit_datagram, emit_datagram6, Bth, Deth, Ip6Udp, IpUdp, Opcode, Packet, PacketError, Psn};
+use super::{
+    emit_datagram, emit_datagram6, Bth, Deth, Ip6Udp, IpUdp, Opcode, Packet, PacketError, Psn,
+};
 
 /// Bytes of every MAD on QP1.
 pub const MAD_LEN: usize = 256;

@@ -4,8 +4,9 @@
 //! and `rping -c -a fd32::1` with every ping's bytes checked, the CM's MADs captured as
 //! InfiniBand CM MADs on QP1 over IPv6 only (REQ, REP, RTU, DREQ, DREP, none malformed, no
 //! IPv4 datagram), with direct reach on and off; a server bound to its global address; a
-//! client to the link-local address with its scope id (`fe80::…%IFACE`); a connect to a port
-//! nobody listens on is REJECTED.
+//! client to the link-local address with its scope id (`fe80::…%IFACE`); `ucmatose` and
+//! `udaddy` (SIDR); a lost REQ and a lost REP sent again; a connect to a port nobody listens on
+//! is REJECTED.
 //!
 //! As sim/cli/tests/netns_cm.rs (the hosts and their helpers are common/netns.rs): root is
 //! needed, a test without it says why it skips (`SOFTVERBS_REQUIRE_NETNS=1`, as CI sets, makes
@@ -151,7 +152,10 @@ fn pair(h: &Hosts, port: u16, server: &[&str], client: &[&str], what: &str) -> (
     let client = Proc::spawn(h.run(1, client), &format!("{what} client")).finish(LIMIT);
     let server = server.finish(LIMIT);
     let (s, c) = (text(&server), text(&client));
-    assert!(server.status.success() && client.status.success(), "{what}:\nserver:\n{s}\nclient:\n{c}");
+    assert!(
+        server.status.success() && client.status.success(),
+        "{what}:\nserver:\n{s}\nclient:\n{c}"
+    );
     (s, c)
 }
 
@@ -177,10 +181,49 @@ fn ucmatose_and_udaddy_connect_across_two_hosts_over_ipv6() {
     }
     // UD ids: SIDR_REQ and SIDR_REP over IPv6, then datagrams over IPv6 to the QP and Q_Key
     // they gave.
-    let (so, co) =
-        pair(&h, 7174, &["udaddy", "-b", "::"], &["udaddy", "-s", "fd32::1"], "udaddy");
+    let (so, co) = pair(&h, 7174, &["udaddy", "-b", "::"], &["udaddy", "-s", "fd32::1"], "udaddy");
     assert!(so.contains("sending replies") && so.contains("return status 0"), "{so}");
     assert!(co.contains("receiving data transfers") && co.contains("return status 0"), "{co}");
+}
+
+/// A REQ lost on its way in (the server's CM drops the first it receives) and, in a second
+/// connection, a REP lost on its way in (the client's CM drops the first), over IPv6: each is
+/// sent again after its try (about 4.1 s, as over IPv4), the connection forms and every
+/// ping's bytes arrive; the capture shows the message twice, over IPv6.
+#[test]
+fn a_lost_req_or_rep_over_ipv6_is_sent_again_and_the_connection_forms() {
+    let test = "a_lost_req_or_rep_over_ipv6_is_sent_again_and_the_connection_forms";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "tshark") {
+        return;
+    }
+    let (h, _) = v6_hosts(false);
+    for (port, server_plan, client_plan, attr) in
+        [(7285u16, "rx:drop=cm-req#1", "", "0x0010"), (7286, "", "rx:drop=cm-rep#1", "0x0013")]
+    {
+        let mut cap = Capture::start(&h, 0);
+        let p = port.to_string();
+        let mut server = h.run(0, &["rping", "-s", "-a", "::", "-p", &p, "-C", "10", "-v"]);
+        server.env("SOFTVERBS_FAULTS", server_plan);
+        let mut client = h.run(1, &["rping", "-c", "-a", "fd32::1", "-p", &p, "-C", "10", "-v"]);
+        client.env("SOFTVERBS_FAULTS", client_plan);
+        let server = Proc::spawn(server, "server");
+        h.await_cm_listen(0, port, attr);
+        let client = Proc::spawn(client, "client").finish(LIMIT);
+        let server = server.finish(LIMIT);
+        let (s, c) = (text(&server), text(&client));
+        assert!(server.status.success() && client.status.success(), "{attr}:\n{s}\n{c}");
+        let want = (0..10).map(|n| format!("ping data: {}", ping_text(n)));
+        assert!(want.clone().all(|l| c.contains(&l)), "every ping's bytes: {c}");
+        let plan_side = if server_plan.is_empty() { &c } else { &s };
+        assert!(plan_side.contains("number 1 received dropped"), "{plan_side}");
+        let file = cap.stop().to_path_buf();
+        let mads = cm_mads(&file);
+        let sent = mads.iter().filter(|r| r[2] == attr).count();
+        assert_eq!(sent, 2, "{attr} twice (the first lost):\n{mads:?}");
+        assert!(mads.iter().any(|r| r[2] == "0x0014"), "an RTU: {mads:?}");
+        let (v4, v6) = roce_datagrams(&file);
+        assert!(v4.is_empty() && !v6.is_empty(), "over IPv6 only: {} over IPv4", v4.len());
+    }
 }
 
 #[test]
