@@ -226,6 +226,83 @@ fn a_lost_req_or_rep_over_ipv6_is_sent_again_and_the_connection_forms() {
     }
 }
 
+/// Waits until a process in host `i` holds UDP 4791 on `addr` (IPv6: `ss` lists
+/// `[ADDR]%IFACE:4791`); panics with what `p` printed if it ended first, or past 30 s.
+fn await_4791_v6(h: &Hosts, i: usize, addr: &str, p: &mut Proc) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ss = Command::new("ip")
+            .args(["netns", "exec", h.ns(i), "ss", "-Huln", "sport = :4791"])
+            .output()
+            .expect("ss runs");
+        if String::from_utf8_lossy(&ss.stdout).contains(&format!("[{addr}]%")) {
+            return;
+        }
+        if p.ended() || Instant::now() > deadline {
+            let _ = p.0.as_mut().expect("process").kill();
+            let what = p.1.clone();
+            panic!("{what} never held [{addr}]:4791:\n{}", text(&p.take().finish(LIMIT)));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// QP 1 for every process of an address, over IPv6: UDP 4791 of `fd32::1` is held by one
+/// process of host 0, which receives every CM MAD for its address. A listener in another
+/// process is reached from host 1 while the holder has no CM (`ibv_rc_pingpong`: the MADs go
+/// to the CM holding the address's gate name) and while the holder is itself a CM (an rping
+/// server on another port, which hands the REQ, with its IPv6 addresses, to the listener's
+/// process); and a client in a process that does not hold 4791 connects to host 1 (the REP
+/// reaches the holder's CM, which hands it on). Every ping's bytes checked.
+#[test]
+fn every_process_of_an_address_has_qp1_over_ipv6() {
+    let test = "every_process_of_an_address_has_qp1_over_ipv6";
+    if !may_make_hosts(test) || !have(test, "rping") || !have(test, "ibv_rc_pingpong") {
+        return;
+    }
+    let (h, _) = v6_hosts(false);
+    let rping = |host: usize, args: &[&str]| {
+        let mut v = vec!["rping"];
+        v.extend_from_slice(args);
+        v.extend_from_slice(&["-C", "10", "-v"]);
+        h.run(host, &v)
+    };
+    let check = |server: Proc, client: Proc, what: &str| {
+        let client = client.finish(LIMIT);
+        let server = server.finish(LIMIT);
+        let (s, c) = (text(&server), text(&client));
+        assert!(server.status.success() && client.status.success(), "{what}:\n{s}\n{c}");
+        for n in 0..10 {
+            let want = format!("ping data: {}", ping_text(n));
+            assert!(c.lines().any(|l| l == want), "{what}: client: {c}");
+            assert!(s.lines().any(|l| l == format!("server {want}")), "{what}: server: {s}");
+        }
+    };
+    // 1. The holder uses no CM.
+    let mut holder =
+        Proc::spawn(h.run(0, &["ibv_rc_pingpong", "-g", "2", "-p", "18660"]), "holder");
+    await_4791_v6(&h, 0, "fd32::1", &mut holder);
+    let server = Proc::spawn(rping(0, &["-s", "-a", "::", "-p", "7287"]), "server");
+    h.await_cm_listen(0, 7287, "server");
+    let client = Proc::spawn(rping(1, &["-c", "-a", "fd32::1", "-p", "7287"]), "client");
+    check(server, client, "beside a holder with no CM");
+    drop(holder);
+    // 2. The holder is a CM: an rping server waiting on another port.
+    let mut holder = Proc::spawn(rping(0, &["-s", "-a", "::", "-p", "7288"]), "holder");
+    await_4791_v6(&h, 0, "fd32::1", &mut holder);
+    h.await_cm_listen(0, 7288, "the holder");
+    let server = Proc::spawn(rping(0, &["-s", "-a", "fd32::1", "-p", "7289"]), "server");
+    h.await_cm_listen(0, 7289, "server");
+    let client = Proc::spawn(rping(1, &["-c", "-a", "fd32::1", "-p", "7289"]), "client");
+    check(server, client, "beside a CM holder");
+    // 3. A client of host 0 that does not hold 4791, to a server of host 1.
+    let server = Proc::spawn(rping(1, &["-s", "-a", "::", "-p", "7290"]), "host 1's server");
+    h.await_cm_listen(1, 7290, "host 1's server");
+    let client = Proc::spawn(rping(0, &["-c", "-a", "fd32::2", "-p", "7290"]), "client");
+    check(server, client, "a client that does not hold 4791");
+    drop(holder);
+}
+
 #[test]
 fn a_connect_over_ipv6_to_a_port_nobody_listens_on_is_rejected() {
     let test = "a_connect_over_ipv6_to_a_port_nobody_listens_on_is_rejected";
