@@ -10,6 +10,7 @@ use crate::cm_abi::*;
 use crate::conn::{modify, qp_connect, STATE};
 use crate::ids::make_id;
 use crate::state::*;
+use crate::v6::set_route;
 use verbs_api::{IbvEnum, QpState};
 
 use softverbs_cabi_abi::ibv_qp_attr;

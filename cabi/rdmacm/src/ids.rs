@@ -9,6 +9,7 @@ use verbs_api::{IbvEnum, QpType};
 
 use crate::cm_abi::*;
 use crate::state::*;
+use crate::v6::set_route;
 
 /// `rdma_create_event_channel`: a channel whose `fd` is pollable (readable when an event waits).
 #[no_mangle]

@@ -586,29 +586,6 @@ pub fn gid_of(ip: [u8; 4]) -> [u8; 16] {
     g
 }
 
-/// Store the id's addresses in its C route.
-pub fn set_route(id: &Id, src: ([u8; 4], u16), dst: Option<([u8; 4], u16)>) {
-    let c = &id.c as *const crate::cm_abi::rdma_cm_id as *mut crate::cm_abi::rdma_cm_id;
-    // SAFETY: the id's own C struct; programs read it only between calls.
-    let r = unsafe { &mut (*c).route.addr };
-    r.ib.pkey = 0xffff;
-    if let Some(scope) = crate::v6::scope(id.token) {
-        // An IPv6 id: link-local addresses and GIDs (v6.rs), or the interface's and a peer's
-        // across hosts (wire6.rs).
-        r.ib.sgid = crate::v6::write_src6(id.token, &mut r.src, src.0, src.1, scope);
-        if let Some(d) = dst {
-            r.ib.dgid = crate::v6::write_sockaddr6(&mut r.dst, d.0, d.1, scope);
-        }
-        return;
-    }
-    write_sockaddr(&mut r.src, src.0, src.1);
-    r.ib.sgid = gid_of(src.0);
-    if let Some(d) = dst {
-        write_sockaddr(&mut r.dst, d.0, d.1);
-        r.ib.dgid = gid_of(d.0);
-    }
-}
-
 /// Print why a call failed (`librdmacm (softverbs): ...` on stderr) only when `SOFTVERBS_LOG` or
 /// `RUST_LOG` is set: for failures that programs provoke on purpose (a bind to a host address
 /// that is not a soft port's), where the kernel's librdmacm prints nothing.

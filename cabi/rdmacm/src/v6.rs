@@ -70,6 +70,30 @@ pub fn path_gid(token: u64, ip: [u8; 4]) -> ([u8; 16], u8) {
     }
 }
 
+/// Store the id's addresses in its C route (`rdma_cm_id.route.addr`: IPv4 ones, or for an
+/// IPv6 id IPv6 ones).
+pub fn set_route(id: &crate::state::Id, src: ([u8; 4], u16), dst: Option<([u8; 4], u16)>) {
+    let c = &id.c as *const crate::cm_abi::rdma_cm_id as *mut crate::cm_abi::rdma_cm_id;
+    // SAFETY: the id's own C struct; programs read it only between calls.
+    let r = unsafe { &mut (*c).route.addr };
+    r.ib.pkey = 0xffff;
+    if let Some(scope) = scope(id.token) {
+        // An IPv6 id: link-local addresses and GIDs (v6.rs), or the interface's and a peer's
+        // across hosts (wire6.rs).
+        r.ib.sgid = write_src6(id.token, &mut r.src, src.0, src.1, scope);
+        if let Some(d) = dst {
+            r.ib.dgid = write_sockaddr6(&mut r.dst, d.0, d.1, scope);
+        }
+        return;
+    }
+    crate::state::write_sockaddr(&mut r.src, src.0, src.1);
+    r.ib.sgid = crate::state::gid_of(src.0);
+    if let Some(d) = dst {
+        crate::state::write_sockaddr(&mut r.dst, d.0, d.1);
+        r.ib.dgid = crate::state::gid_of(d.0);
+    }
+}
+
 /// The source `sockaddr_in6` of the IPv6 id `token` on port `ip`: the interface's address it
 /// speaks from across hosts (wire6.rs), else as [`write_sockaddr6`]. Returns its GID.
 pub fn write_src6(token: u64, out: &mut [u8; 128], ip: [u8; 4], port: u16, scope: u32) -> [u8; 16] {
