@@ -218,9 +218,9 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut ibv_grh,
     attr: *mut ibv_ah_attr,
 ) -> c_int {
-    if ctx_of("ibv_init_ah_from_wc", c).is_none() {
+    let Some(ctx) = ctx_of("ibv_init_ah_from_wc", c) else {
         return -1;
-    }
+    };
     if wc.is_null() || attr.is_null() {
         refuse("ibv_init_ah_from_wc", libc::EINVAL, "wc or ah_attr is NULL");
         return -1;
@@ -259,6 +259,14 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
             a.grh.sgid_index = 1;
             a.grh.flow_label = 0;
             a.grh.traffic_class = raw[21] >> 2;
+        } else if raw[0] >> 4 == 6 {
+            // RoCE v2 over IPv6: answered from the GID the datagram was sent to (its IPv6
+            // destination), as libibverbs' ibv_init_ah_from_wc finds its index in the table.
+            let sent_to = g.dgid.raw;
+            let table = (0..64u32).map_while(|i| ctx.ctx.query_gid(port, i).ok().map(|x| (i, x)));
+            if let Some((i, _)) = table.into_iter().find(|(_, x)| x.0 == sent_to) {
+                a.grh.sgid_index = i as u8;
+            }
         }
         a.grh.hop_limit = 0xff;
         a.grh.traffic_class = ((flow >> 20) & 0xff) as u8;

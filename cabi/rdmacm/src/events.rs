@@ -10,6 +10,7 @@ use crate::cm_abi::*;
 use crate::conn::{modify, qp_connect, STATE};
 use crate::ids::make_id;
 use crate::state::*;
+use crate::v6::set_route;
 use verbs_api::{IbvEnum, QpState};
 
 use softverbs_cabi_abi::ibv_qp_attr;
@@ -79,6 +80,11 @@ fn ud_param(e: &mut Ev, peer_ip: [u8; 4], m: &Msg) {
         softverbs_cabi_abi::ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
     ah.grh.dgid.raw = gid_of(peer_ip);
     ah.grh.sgid_index = 1;
+    if let Some((a, _)) = crate::wire6::peer(peer_ip) {
+        // Across hosts over IPv6 (wire6.rs): from the interface's address that reaches it.
+        ah.grh.dgid.raw = a;
+        ah.grh.sgid_index = crate::wire6::source_for(&a).map_or(0, |l| l.1);
+    }
     ah.grh.hop_limit = 64;
     // SAFETY: conn's private data fields were written by event(); ud shares them.
     let (pd, len) = unsafe { (e.c.param.conn.private_data, e.c.param.conn.private_data_len) };
@@ -165,9 +171,18 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
                 // The requester's family is the new id's, as the kernel's CM gives it.
                 crate::v6::mark(c.token, u32::from_ne_bytes(m.scope));
             }
+            // A peer across hosts over IPv6: by this process's stand-in for it (wire6.rs).
+            let peer_ip = if m.src6 != [0; 16] {
+                let a = m.dst6;
+                let index = crate::wire6::local_index(&a).unwrap_or(0);
+                crate::wire6::set_local(c.token, a, index);
+                crate::wire6::alias(m.src6, u32::from_ne_bytes(m.scope))
+            } else {
+                m.src_ip
+            };
             let mut st = c.st.lock().expect("id");
             st.src = (dev.ip, m.dst_port);
-            st.dst = (m.src_ip, m.src_port);
+            st.dst = (peer_ip, m.src_port);
             st.peer = Some((m.reply_path(), m.from));
             st.peer_qpn = m.qpn;
             st.peer_psn = m.psn;
@@ -178,12 +193,12 @@ fn handle_for(ch: &Channel, m: &Msg, idp: *mut Id) -> Option<Box<Ev>> {
             st.remote_ece = m.ece;
             st.state.move_to(CmState::Connect);
             drop(st);
-            set_route(c, (dev.ip, m.dst_port), Some((m.src_ip, m.src_port)));
+            set_route(c, (dev.ip, m.dst_port), Some((peer_ip, m.src_port)));
             crate::watch::watch_peers();
             let mut e = event(child, ev::CONNECT_REQUEST, 0, Some(m));
             e.c.listen_id = idp.cast();
             if ud {
-                ud_param(&mut e, m.src_ip, m);
+                ud_param(&mut e, peer_ip, m);
             }
             Some(e)
         }

@@ -9,6 +9,7 @@ use verbs_api::{IbvEnum, QpType};
 
 use crate::cm_abi::*;
 use crate::state::*;
+use crate::v6::set_route;
 
 /// `rdma_create_event_channel`: a channel whose `fd` is pollable (readable when an event waits).
 #[no_mangle]
@@ -104,6 +105,18 @@ pub unsafe extern "C" fn rdma_bind_addr(cid: *mut rdma_cm_id, addr: *mut libc::s
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
     let (v6, v4) = match crate::v6::read(addr, "rdma_bind_addr") {
         Ok(crate::v6::Addr6::Port(ip, port, scope)) => (Some(scope), Some((ip, port))),
+        Ok(crate::v6::Addr6::Local { ip, port, scope, addr, index }) => {
+            // An address of the interface (wire6.rs): the port's, spoken from.
+            crate::wire6::set_local(id.token, addr, index);
+            (Some(scope), Some((ip, port)))
+        }
+        Ok(crate::v6::Addr6::Remote(a, ..)) => {
+            let text = std::net::Ipv6Addr::from(a);
+            crate::state::log_reason(format_args!(
+                "rdma_bind_addr: {text} is no address of this host's interface"
+            ));
+            return fail(libc::EADDRNOTAVAIL);
+        }
         Ok(crate::v6::Addr6::Foreign(text)) => {
             crate::state::log_reason(format_args!("rdma_bind_addr: {text} is the address of no softverbs port here (a port's IPv6 address is its link-local GID, fe80::...)"));
             return fail(libc::EADDRNOTAVAIL);
@@ -232,8 +245,24 @@ pub unsafe fn resolve_addr(
     _timeout_ms: c_int,
 ) -> c_int {
     let Some(id) = id_ref(cid) else { return fail(libc::EINVAL) };
+    let mut local6 = None;
     let (v6, d) = match crate::v6::read(dst, "rdma_resolve_addr") {
         Ok(crate::v6::Addr6::Port(ip, port, scope)) => (Some(scope), Some((ip, port))),
+        Ok(crate::v6::Addr6::Local { ip, port, scope, addr, index }) => {
+            local6 = Some((addr, index));
+            (Some(scope), Some((ip, port)))
+        }
+        Ok(crate::v6::Addr6::Remote(a, port, scope)) => {
+            // Another host over IPv6 (wire6.rs): spoken to from the interface's address that
+            // reaches it, through the gateway, by a stand-in IPv4 address inside the CM.
+            let Some(from) = crate::wire6::source_for(&a) else {
+                eprintln!("librdmacm (softverbs): rdma_resolve_addr: no IPv6 address of the interface reaches {} (its addresses: {})", std::net::Ipv6Addr::from(a), crate::wire6::list());
+                post_local(id, ev::ADDR_ERROR, -libc::EHOSTUNREACH);
+                return 0;
+            };
+            local6 = Some(crate::wire6::local(id.token).unwrap_or(from));
+            (Some(scope), Some((crate::wire6::alias(a, scope), port)))
+        }
         Ok(crate::v6::Addr6::Foreign(text)) => {
             eprintln!("librdmacm (softverbs): {text} is the address of no softverbs port (a port's IPv6 address is its link-local GID, fe80::<EUI-64>, with a scope id; here: {})", port_list6());
             post_local(id, ev::ADDR_ERROR, -libc::EHOSTUNREACH);
@@ -251,6 +280,14 @@ pub unsafe fn resolve_addr(
     let d = if d.0 == [0; 4] { ([127, 0, 0, 1], d.1) } else { d };
     let s = match crate::v6::read(src, "rdma_resolve_addr") {
         Ok(crate::v6::Addr6::Port(ip, _, _)) => Some(ip),
+        Ok(crate::v6::Addr6::Local { ip, addr, index, .. }) => {
+            local6 = Some((addr, index));
+            Some(ip)
+        }
+        Ok(crate::v6::Addr6::Remote(a, ..)) => {
+            eprintln!("librdmacm (softverbs): rdma_resolve_addr: source {} is no address of this host's interface ({})", std::net::Ipv6Addr::from(a), crate::wire6::list());
+            return fail(libc::EADDRNOTAVAIL);
+        }
         Ok(crate::v6::Addr6::Foreign(text)) => {
             eprintln!("librdmacm (softverbs): rdma_resolve_addr: source {text} is the address of no softverbs port here ({})", port_list6());
             return fail(libc::EADDRNOTAVAIL);
@@ -261,6 +298,9 @@ pub unsafe fn resolve_addr(
     .filter(|ip| *ip != [0; 4] && !is_loopback(*ip));
     if let Some(scope) = v6 {
         crate::v6::mark(id.token, scope);
+    }
+    if let Some((addr, index)) = local6 {
+        crate::wire6::set_local(id.token, addr, index);
     }
     let dev = match s {
         Some(ip) => match dev_of_ip(ip) {

@@ -30,6 +30,8 @@ mod wire;
 mod wire_mux;
 // An id's own name, which rdma_migrate_id re-points (librpma).
 mod home;
+// The CM across hosts over IPv6: stand-in addresses for IPv6 peers, MADs over IPv6.
+mod wire6;
 
 // Each exported symbol's version node, generated from symbols.txt by build.rs.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/symver.s")));

@@ -354,6 +354,10 @@ pub struct Msg {
     /// The ECE (`ibv_ece`'s vendor_id, options) a REQ or REP carries, as the kernel's CM
     /// carries it in its messages (more.rs).
     pub ece: [u32; 2],
+    /// A REQ from an IPv6 peer on another host (wire6.rs): its address and the one it was
+    /// sent to (all zero otherwise).
+    pub src6: [u8; 16],
+    pub dst6: [u8; 16],
     pub reply: [u8; 108],
     pub pd: [u8; 256],
 }
@@ -580,30 +584,6 @@ pub fn gid_of(ip: [u8; 4]) -> [u8; 16] {
     g[11] = 0xff;
     g[12..].copy_from_slice(&ip);
     g
-}
-
-/// Store the id's addresses in its C route.
-pub fn set_route(id: &Id, src: ([u8; 4], u16), dst: Option<([u8; 4], u16)>) {
-    let c = &id.c as *const crate::cm_abi::rdma_cm_id as *mut crate::cm_abi::rdma_cm_id;
-    // SAFETY: the id's own C struct; programs read it only between calls.
-    let r = unsafe { &mut (*c).route.addr };
-    r.ib.pkey = 0xffff;
-    if let Some(scope) = crate::v6::scope(id.token) {
-        // An IPv6 id: link-local addresses and GIDs (v6.rs).
-        crate::v6::write_sockaddr6(&mut r.src, src.0, src.1, scope);
-        r.ib.sgid = crate::v6::link_local(src.0);
-        if let Some(d) = dst {
-            crate::v6::write_sockaddr6(&mut r.dst, d.0, d.1, scope);
-            r.ib.dgid = crate::v6::link_local(d.0);
-        }
-        return;
-    }
-    write_sockaddr(&mut r.src, src.0, src.1);
-    r.ib.sgid = gid_of(src.0);
-    if let Some(d) = dst {
-        write_sockaddr(&mut r.dst, d.0, d.1);
-        r.ib.dgid = gid_of(d.0);
-    }
 }
 
 /// Print why a call failed (`librdmacm (softverbs): ...` on stderr) only when `SOFTVERBS_LOG` or

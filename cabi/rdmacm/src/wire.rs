@@ -31,12 +31,12 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nic_model::packet::{
-    emit_gsi_datagram, parse_datagram, CmDreq, CmIds, CmMad, CmMra, CmMsg, CmPath, CmRej, CmRep,
-    CmReq, IpCmHeader, IpUdp, SidrRep, SidrReq, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB,
-    SERVICE_ID_PS_TCP, SERVICE_ID_PS_UDP,
+    emit_gsi_datagram, CmDreq, CmIds, CmMad, CmMra, CmMsg, CmPath, CmRej, CmRep, CmReq, IpCmHeader,
+    IpUdp, SidrRep, SidrReq, IP_CM_HEADER_LEN, MAD_LEN, SERVICE_ID_PS_IB, SERVICE_ID_PS_TCP,
+    SERVICE_ID_PS_UDP,
 };
 
-use crate::state::{cm_dir, dev_of_ip, devices, gid_of, is_loopback, kind, Msg, Named};
+use crate::state::{cm_dir, dev_of_ip, devices, is_loopback, kind, Msg, Named};
 
 mod retry;
 use retry::{await_answer, next_due, resend_due, try_len, MadDrops, Resend};
@@ -257,6 +257,12 @@ fn send_mad(w: &Wire, to: [u8; 4], tid: u64, msg: CmMsg) -> Option<Vec<u8>> {
             return None;
         }
     };
+    if let Some(v6) = crate::wire6::gsi_payload(to, &mad) {
+        // An IPv6 peer (wire6.rs): the datagram over IPv6.
+        let bytes = v6.map_err(|e| eprintln!("librdmacm (softverbs): a CM MAD: {e}")).ok()?;
+        put(w, to, attr, &bytes);
+        return Some(bytes);
+    }
     let ip = IpUdp {
         src: w.ip,
         dst: to,
@@ -276,6 +282,13 @@ fn send_mad(w: &Wire, to: [u8; 4], tid: u64, msg: CmMsg) -> Option<Vec<u8>> {
 /// Send a MAD's UDP payload to `to`'s port 4791, unless the fault plan drops it.
 fn put(w: &Wire, to: [u8; 4], attr: u16, bytes: &[u8]) {
     if w.drops.lock().expect("drops").drops(attr, true) {
+        return;
+    }
+    if crate::wire6::peer(to).is_some() {
+        // An IPv6 peer: over IPv6, from the socket its payload was made for.
+        if let Err(e) = crate::wire6::send(to, bytes) {
+            eprintln!("librdmacm (softverbs): sending a CM MAD over IPv6: {e}");
+        }
         return;
     }
     let dst = SocketAddrV4::new(Ipv4Addr::from(to), nic_model::packet::ROCE_UDP_PORT);
@@ -349,11 +362,8 @@ fn from_local(w: &Wire, m: &Msg) {
             },
         );
         drop(conns);
-        let hdr = IpCmHeader {
-            src_port: m.src_port,
-            src: Ipv4Addr::from(m.src_ip).into(),
-            dst: Ipv4Addr::from(m.dst_ip).into(),
-        };
+        // IPv4 addresses, or IPv6 ones to a peer behind a stand-in (wire6.rs).
+        let (hdr, local_gid, remote_gid) = crate::wire6::req_addrs(m, w.ip);
         let mut private = hdr.to_bytes().to_vec();
         if ud {
             private.extend_from_slice(&pd[..pd.len().min(216 - IP_CM_HEADER_LEN)]);
@@ -384,8 +394,8 @@ fn from_local(w: &Wire, m: &Msg) {
             rnr_retry_count: m.rnr_retry,
             max_cm_retries: MAX_CM_RETRIES,
             primary: CmPath {
-                local_gid: gid_of(w.ip),
-                remote_gid: gid_of(m.dst_ip),
+                local_gid,
+                remote_gid,
                 hop_limit: 64,
                 local_ack_timeout: REQ_ACK_TIMEOUT,
                 ..CmPath::default()
@@ -496,7 +506,7 @@ fn elsewhere(d: &[u8], fresh: bool) -> bool {
 /// A datagram to QP1 from the port (`fresh`), or handed on by another CM of the host: a CM
 /// MAD from another host, to its local id.
 fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
-    let Ok((ip, pkt)) = parse_datagram(d) else { return };
+    let Some((from, pkt)) = crate::wire6::parse_any(d) else { return };
     if pkt.deth.map(|x| x.qkey) != Some(0x8001_0000) {
         return;
     }
@@ -509,7 +519,7 @@ fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
     let (t, m) = match mad.msg {
         CmMsg::Req(r) => {
             drop(conns);
-            return req_from_wire(w, ip.src, tid, r);
+            return req_from_wire(w, from, tid, r);
         }
         CmMsg::Rep(r) => {
             let Some(c) = conns.get_mut(&r.remote_comm_id) else {
@@ -539,7 +549,7 @@ fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
             m.psn = r.starting_psn;
             m.rd_atomic = r.responder_resources;
             m.rnr_retry = r.rnr_retry_count;
-            m.src_ip = ip.src;
+            m.src_ip = from;
             m.set_pd(&r.private);
             (r.remote_comm_id, m)
         }
@@ -574,7 +584,7 @@ fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
                     remote_comm_id: r.local_comm_id,
                     private: Vec::new(),
                 };
-                send_mad(w, ip.src, tid, CmMsg::Drep(ids));
+                send_mad(w, from, tid, CmMsg::Drep(ids));
                 return;
             }
             let mut m = Msg::new(kind::DREQ, 0);
@@ -588,7 +598,7 @@ fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
         }
         CmMsg::SidrReq(r) => {
             drop(conns);
-            return sidr_req_from_wire(w, ip.src, tid, r);
+            return sidr_req_from_wire(w, from, tid, r);
         }
         CmMsg::SidrRep(r) => {
             // Status 0: the service's QP; else refused (as librdmacm reports a SIDR_REP
@@ -597,7 +607,7 @@ fn from_wire(w: &Wire, d: &[u8], fresh: bool) {
             m.status = i32::from(r.status);
             m.qpn = r.qpn;
             m.qkey = r.qkey;
-            m.src_ip = ip.src;
+            m.src_ip = from;
             m.set_pd(&r.private);
             (r.request_id, m)
         }
@@ -711,6 +721,7 @@ fn req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: CmReq) {
     m.rnr_retry = r.rnr_retry_count;
     m.mtu = r.path_mtu;
     m.ps_ib = u8::from(ib);
+    crate::wire6::mark_req(&mut m, from, hdr);
     m.set_pd(&r.private[IP_CM_HEADER_LEN.min(r.private.len())..]);
     crate::outbox::send(&w.sock, &path, m.bytes());
 }
@@ -765,6 +776,7 @@ fn sidr_req_from_wire(w: &Wire, from: [u8; 4], tid: u64, r: SidrReq) {
     m.dst_ip = dst;
     m.dst_port = port;
     m.ps_ib = u8::from(ib);
+    crate::wire6::mark_req(&mut m, from, hdr);
     m.set_pd(&r.private[IP_CM_HEADER_LEN.min(r.private.len())..]);
     crate::outbox::send(&w.sock, &path, m.bytes());
 }

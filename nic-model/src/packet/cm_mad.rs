@@ -14,7 +14,9 @@
 
 use core::fmt;
 
-use super::{emit_datagram, Bth, Deth, IpUdp, Opcode, Packet, PacketError, Psn};
+use super::{
+    emit_datagram, emit_datagram6, Bth, Deth, Ip6Udp, IpUdp, Opcode, Packet, PacketError, Psn,
+};
 
 /// Bytes of every MAD on QP1.
 pub const MAD_LEN: usize = 256;
@@ -802,6 +804,26 @@ pub fn emit_gsi_datagram(
     let mut pkt = Packet::new(bth, mad);
     pkt.deth = Some(Deth { qkey: Deth::GSI_QKEY, src_qp: GSI_QPN });
     emit_datagram(ip, &pkt, out)
+}
+
+/// [`emit_gsi_datagram`] over IPv6: the same UD SEND to QP1, from `ip.src` to `ip.dst`, its
+/// ICRC over the IPv6 headers (as rxe sends a MAD of an `AF_INET6` id's CM).
+pub fn emit_gsi_datagram6(
+    ip: &Ip6Udp,
+    psn: u32,
+    mad: &[u8; MAD_LEN],
+    out: &mut Vec<u8>,
+) -> Result<(), PacketError> {
+    let bth = Bth {
+        opcode: Opcode::UD_SEND_ONLY,
+        pkey: 0xFFFF,
+        dest_qp: GSI_QPN,
+        psn: Psn::new(psn & 0xFF_FFFF),
+        ..Bth::default()
+    };
+    let mut pkt = Packet::new(bth, mad);
+    pkt.deth = Some(Deth { qkey: Deth::GSI_QKEY, src_qp: GSI_QPN });
+    emit_datagram6(ip, &pkt, out)
 }
 
 #[cfg(test)]

@@ -63,10 +63,10 @@ pub use psn::Psn;
 pub use transport::Packet;
 // The CM's MADs on QP1 (issue 31 item 3).
 pub use cm_mad::{
-    emit_gsi_datagram, CmAttr, CmDreq, CmIds, CmMad, CmMra, CmMsg, CmPath, CmRej, CmRep, CmReq,
-    IpCmHeader, MadError, SidrRep, SidrReq, CM_CLASS_VERSION, CM_DATA_LEN, CM_MGMT_CLASS, GSI_QPN,
-    IP_CM_HEADER_LEN, MAD_BASE_VERSION, MAD_HEADER_LEN, MAD_LEN, MAD_METHOD_SEND, SERVICE_ID_PS_IB,
-    SERVICE_ID_PS_IPOIB, SERVICE_ID_PS_TCP, SERVICE_ID_PS_UDP,
+    emit_gsi_datagram, emit_gsi_datagram6, CmAttr, CmDreq, CmIds, CmMad, CmMra, CmMsg, CmPath,
+    CmRej, CmRep, CmReq, IpCmHeader, MadError, SidrRep, SidrReq, CM_CLASS_VERSION, CM_DATA_LEN,
+    CM_MGMT_CLASS, GSI_QPN, IP_CM_HEADER_LEN, MAD_BASE_VERSION, MAD_HEADER_LEN, MAD_LEN,
+    MAD_METHOD_SEND, SERVICE_ID_PS_IB, SERVICE_ID_PS_IPOIB, SERVICE_ID_PS_TCP, SERVICE_ID_PS_UDP,
 };
 
 /// Why a datagram or transport packet could not be parsed, or a [`Packet`] could not be emitted.

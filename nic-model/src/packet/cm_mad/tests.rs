@@ -363,3 +363,53 @@ fn tshark_decodes_the_cm_mads_as_infiniband_cm() {
     assert_eq!(num(&rows[5][17]), 0x5566_7788, "DREQ");
     assert_eq!(num(&rows[6][18]), 0x5566_7788, "DREP");
 }
+
+/// A REQ between IPv6 addresses, as rdma_cm's cma.c writes one for an `AF_INET6` id over RoCE
+/// (the CM across hosts over IPv6): the primary path's GIDs are the IPv6 addresses, and the
+/// IP CM header says version 6 with the whole 16 bytes of each address.
+#[test]
+fn a_req_between_ipv6_addresses_carries_them_in_its_path_and_ip_header() {
+    let src: std::net::Ipv6Addr = "fd32::2".parse().unwrap();
+    let dst: std::net::Ipv6Addr = "fd32::1".parse().unwrap();
+    let hdr = IpCmHeader { src_port: 50000, src: src.into(), dst: dst.into() };
+    let mut private = hdr.to_bytes().to_vec();
+    private.extend_from_slice(b"hello");
+    let mut r = req();
+    r.primary.local_gid = src.octets();
+    r.primary.remote_gid = dst.octets();
+    r.private = private;
+    let mad = CmMad { tid: 1, msg: CmMsg::Req(r.clone()) }.emit().unwrap();
+    let d = &mad[24..];
+    assert_eq!(&d[56..72], &src.octets(), "primary local GID");
+    assert_eq!(&d[72..88], &dst.octets(), "primary remote GID");
+    assert_eq!(&d[140..144], &[0, 0x60, 0xC3, 0x50], "version 0, IPv6, port 50000");
+    assert_eq!(&d[144..160], &src.octets());
+    assert_eq!(&d[160..176], &dst.octets());
+    assert_eq!(&d[176..181], b"hello");
+    let CmMsg::Req(back) = CmMad::parse(&mad).unwrap().msg else { panic!("not a REQ") };
+    assert_eq!((back.primary.local_gid, back.primary.remote_gid), (src.octets(), dst.octets()));
+    let h = IpCmHeader::parse(&back.private).unwrap();
+    assert_eq!((h.src_port, h.src, h.dst), (50000, IpAddr::V6(src), IpAddr::V6(dst)));
+}
+
+/// The same MAD over IPv6: a UD SEND to QP1 with the GSI Q_Key, its ICRC over the IPv6
+/// headers (a receiver that rebuilds them from the addresses and ports checks it).
+#[test]
+fn a_gsi_datagram_over_ipv6_is_the_same_send_with_its_icrc_over_ipv6() {
+    let mad = CmMad { tid: 5, msg: CmMsg::Rtu(CmIds::default()) }.emit().unwrap();
+    let src: std::net::Ipv6Addr = "fd32::2".parse().unwrap();
+    let dst: std::net::Ipv6Addr = "fd32::1".parse().unwrap();
+    let ip = Ip6Udp { src: src.octets(), dst: dst.octets(), src_port: 40000, ..Ip6Udp::default() };
+    let mut out = Vec::new();
+    emit_gsi_datagram6(&ip, 0x12, &mad, &mut out).unwrap();
+    assert_eq!(out[0] >> 4, 6);
+    let (back, pkt) = crate::packet::parse_datagram6(&out).expect("the ICRC checks");
+    assert_eq!((back.src, back.dst, back.src_port), (ip.src, ip.dst, 40000));
+    assert_eq!(pkt.bth.opcode, Opcode::UD_SEND_ONLY);
+    assert_eq!((pkt.bth.dest_qp, pkt.bth.pkey, pkt.bth.psn.value()), (1, 0xFFFF, 0x12));
+    assert_eq!(pkt.deth, Some(Deth { qkey: 0x8001_0000, src_qp: 1 }));
+    assert_eq!(pkt.payload, &mad[..]);
+    let mut other = out.clone();
+    other[40] ^= 1; // another UDP source port: the ICRC no longer holds
+    assert!(crate::packet::parse_datagram6(&other).is_err());
+}

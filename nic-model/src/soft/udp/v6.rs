@@ -250,7 +250,10 @@ impl UdpPort {
                 }
                 let Some(total) = rebuild6(buf, len, src.0, src.1, src.2) else { continue };
                 if is_gsi6(&buf[..total]) {
-                    tracing::debug!("a MAD to QP1 over IPv6: the CM across hosts speaks IPv4");
+                    // A CM MAD: to the process's CM (or the address's gate), as over IPv4.
+                    if !self.gsi.forward(&buf[..total]) {
+                        tracing::debug!("a MAD to QP1 over IPv6, and no CM here to take it");
+                    }
                     continue;
                 }
                 if !f(&buf[..total], Icrc::Carried) {
