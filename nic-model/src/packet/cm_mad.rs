@@ -794,16 +794,7 @@ pub fn emit_gsi_datagram(
     mad: &[u8; MAD_LEN],
     out: &mut Vec<u8>,
 ) -> Result<(), PacketError> {
-    let bth = Bth {
-        opcode: Opcode::UD_SEND_ONLY,
-        pkey: 0xFFFF,
-        dest_qp: GSI_QPN,
-        psn: Psn::new(psn & 0xFF_FFFF),
-        ..Bth::default()
-    };
-    let mut pkt = Packet::new(bth, mad);
-    pkt.deth = Some(Deth { qkey: Deth::GSI_QKEY, src_qp: GSI_QPN });
-    emit_datagram(ip, &pkt, out)
+    emit_datagram(ip, &gsi_packet(psn, mad), out)
 }
 
 /// [`emit_gsi_datagram`] over IPv6: the same UD SEND to QP1, from `ip.src` to `ip.dst`, its
@@ -814,6 +805,12 @@ pub fn emit_gsi_datagram6(
     mad: &[u8; MAD_LEN],
     out: &mut Vec<u8>,
 ) -> Result<(), PacketError> {
+    emit_datagram6(ip, &gsi_packet(psn, mad), out)
+}
+
+/// The UD SEND ONLY to QP1 (P_Key 0xFFFF, PSN `psn`, DETH with the GSI Q_Key and source QP 1)
+/// that carries `mad`, over either IP version.
+fn gsi_packet(psn: u32, mad: &[u8; MAD_LEN]) -> Packet<'_> {
     let bth = Bth {
         opcode: Opcode::UD_SEND_ONLY,
         pkey: 0xFFFF,
@@ -823,7 +820,7 @@ pub fn emit_gsi_datagram6(
     };
     let mut pkt = Packet::new(bth, mad);
     pkt.deth = Some(Deth { qkey: Deth::GSI_QKEY, src_qp: GSI_QPN });
-    emit_datagram6(ip, &pkt, out)
+    pkt
 }
 
 #[cfg(test)]

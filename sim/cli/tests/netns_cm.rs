@@ -15,7 +15,7 @@ mod common;
 
 use std::process::{Command, Output, Stdio};
 
-use common::netns::{cm_mads, have, may_make_hosts, text, Capture, Hosts, Proc, LIMIT};
+use common::netns::{cm_mads, have, may_make_hosts, rping_text, text, Capture, Hosts, Proc, LIMIT};
 
 /// A server on host 0, then, once it listens on `port` (its name is in host 0's CM
 /// directory), a client on host 1; both must exit 0. Returns their (stdout, stderr) each.
@@ -50,17 +50,6 @@ fn pair_of(h: &Hosts, port: u16, server: Command, client: Command, what: &str) -
 /// A program's stdout and stderr.
 type Texts = (String, String);
 
-/// rping's ping `n` (rping.c: "rdma-ping-%d: " then letters from 'A' + n % 58 to 63 bytes).
-fn ping_text(n: usize) -> String {
-    let mut s = format!("rdma-ping-{n}: ");
-    let mut c = 65 + (n % 58) as u8;
-    while s.len() < 63 {
-        s.push(c as char);
-        c = if c == 122 { 65 } else { c + 1 };
-    }
-    s
-}
-
 #[test]
 fn rping_runs_across_two_hosts_with_its_cm_as_infiniband_cm_mads() {
     let test = "rping_runs_across_two_hosts_with_its_cm_as_infiniband_cm_mads";
@@ -78,10 +67,10 @@ fn rping_runs_across_two_hosts_with_its_cm_as_infiniband_cm_mads() {
         "rping",
     );
     // Every ping's bytes, as each side printed them.
-    let want: Vec<String> = (0..100).map(|n| format!("ping data: {}", ping_text(n))).collect();
+    let want: Vec<String> = (0..100).map(|n| format!("ping data: {}", rping_text(n))).collect();
     assert_eq!(co.lines().collect::<Vec<_>>(), want, "client output; stderr: {ce}");
     let want: Vec<String> =
-        (0..100).map(|n| format!("server ping data: {}", ping_text(n))).collect();
+        (0..100).map(|n| format!("server ping data: {}", rping_text(n))).collect();
     assert_eq!(so.lines().collect::<Vec<_>>(), want, "server output");
     let file = cap.stop().to_path_buf();
     let mads = cm_mads(&file);
@@ -186,7 +175,7 @@ fn a_lost_req_or_rep_is_sent_again_and_the_connection_forms() {
         let start = std::time::Instant::now();
         let ((so, se), (co, ce)) = pair_of(&h, port, server, client, attr);
         let took = start.elapsed();
-        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", ping_text(n))).collect();
+        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", rping_text(n))).collect();
         assert_eq!(co.lines().collect::<Vec<_>>(), want, "client output; stderr: {ce}");
         assert_eq!(so.lines().count(), 10, "server output: {so}");
         // The plan was applied, and said so.
@@ -257,7 +246,7 @@ fn a_duplicate_req_to_a_listener_that_has_not_answered_gets_an_mra() {
         text(&client),
         text(&server)
     );
-    let want: Vec<String> = (0..5).map(|n| format!("ping data: {}", ping_text(n))).collect();
+    let want: Vec<String> = (0..5).map(|n| format!("ping data: {}", rping_text(n))).collect();
     let co = String::from_utf8_lossy(&client.stdout).into_owned();
     assert_eq!(co.lines().collect::<Vec<_>>(), want, "client: {}", text(&client));
     let file = cap.stop().to_path_buf();
@@ -295,7 +284,7 @@ fn every_process_of_an_address_has_qp1() {
         h.run(host, &v)
     };
     let check = |(so, _): Texts, (co, ce): Texts, what: &str| {
-        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", ping_text(n))).collect();
+        let want: Vec<String> = (0..10).map(|n| format!("ping data: {}", rping_text(n))).collect();
         assert_eq!(co.lines().collect::<Vec<_>>(), want, "{what}: client; stderr: {ce}");
         assert_eq!(so.lines().count(), 10, "{what}: server: {so}");
     };

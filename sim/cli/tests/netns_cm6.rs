@@ -15,11 +15,10 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Output, Stdio};
 
 use common::netns::{
-    cm_mads, have, ip, may_make_hosts, roce_datagrams, text, Capture, Hosts, Proc, LIMIT,
+    cm_mads, have, may_make_hosts, roce_datagrams, rping_text, text, Capture, Hosts, Proc, LIMIT,
 };
 
 /// Two hosts on a veth pair with IPv4 addresses and `fd32::N/64` (given `nodad`, usable at
@@ -27,44 +26,14 @@ use common::netns::{
 /// duplicate address detection let it go.
 fn v6_hosts(link_local: bool) -> (Hosts, Vec<String>) {
     let h = Hosts::new(2, 1);
-    let mut ll = Vec::new();
     for i in 0..2 {
-        let a = format!("fd32::{}/64", i + 1);
-        ip(&["-n", h.ns(i), "-6", "addr", "add", &a, "dev", h.iface(i), "nodad"]);
-        if !link_local {
-            continue;
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        ll.push(loop {
-            let out = Command::new("ip")
-                .args(["-n", h.ns(i), "-6", "-o", "addr", "show", "dev", h.iface(i)])
-                .args(["scope", "link"])
-                .output()
-                .expect("ip runs");
-            let t = String::from_utf8_lossy(&out.stdout).into_owned();
-            let ready = t.lines().find(|l| !l.contains("tentative")).and_then(|l| {
-                let a = l.split_whitespace().skip_while(|w| *w != "inet6").nth(1)?;
-                Some(a.split('/').next()?.to_string())
-            });
-            if let Some(a) = ready {
-                break a;
-            }
-            assert!(Instant::now() < deadline, "no link-local address on {}: {t}", h.iface(i));
-            std::thread::sleep(Duration::from_millis(100));
-        });
+        h.add_v6(i, &format!("fd32::{}/64", i + 1));
     }
+    let ll = match link_local {
+        true => (0..2).map(|i| h.link_local(i)).collect(),
+        false => Vec::new(),
+    };
     (h, ll)
-}
-
-/// rping's ping `n` (rping.c: "rdma-ping-%d: " then letters from 'A' + n % 58 to 63 bytes).
-fn ping_text(n: usize) -> String {
-    let mut s = format!("rdma-ping-{n}: ");
-    let mut c = 65 + (n % 58) as u8;
-    while s.len() < 63 {
-        s.push(c as char);
-        c = if c == 122 { 65 } else { c + 1 };
-    }
-    s
 }
 
 /// An rping server on host 0 (`server_addr`, port `port`) and, once it listens, a client on
@@ -92,10 +61,10 @@ fn rping(h: &Hosts, server_addr: &str, client_addr: &str, port: u16, count: usiz
         server.status.success() && client.status.success(),
         "{what}:\nserver:\n{so}{se}\nclient:\n{co}{ce}"
     );
-    let want: Vec<String> = (0..count).map(|n| format!("ping data: {}", ping_text(n))).collect();
+    let want: Vec<String> = (0..count).map(|n| format!("ping data: {}", rping_text(n))).collect();
     assert_eq!(co.lines().collect::<Vec<_>>(), want, "{what}: client output; stderr: {ce}");
     let want: Vec<String> =
-        (0..count).map(|n| format!("server ping data: {}", ping_text(n))).collect();
+        (0..count).map(|n| format!("server ping data: {}", rping_text(n))).collect();
     assert_eq!(so.lines().collect::<Vec<_>>(), want, "{what}: server output; stderr: {se}");
 }
 
@@ -212,7 +181,7 @@ fn a_lost_req_or_rep_over_ipv6_is_sent_again_and_the_connection_forms() {
         let server = server.finish(LIMIT);
         let (s, c) = (text(&server), text(&client));
         assert!(server.status.success() && client.status.success(), "{attr}:\n{s}\n{c}");
-        let want = (0..10).map(|n| format!("ping data: {}", ping_text(n)));
+        let want = (0..10).map(|n| format!("ping data: {}", rping_text(n)));
         assert!(want.clone().all(|l| c.contains(&l)), "every ping's bytes: {c}");
         let plan_side = if server_plan.is_empty() { &c } else { &s };
         assert!(plan_side.contains("number 1 received dropped"), "{plan_side}");
@@ -223,27 +192,6 @@ fn a_lost_req_or_rep_over_ipv6_is_sent_again_and_the_connection_forms() {
         assert!(mads.iter().any(|r| r[2] == "0x0014"), "an RTU: {mads:?}");
         let (v4, v6) = roce_datagrams(&file);
         assert!(v4.is_empty() && !v6.is_empty(), "over IPv6 only: {} over IPv4", v4.len());
-    }
-}
-
-/// Waits until a process in host `i` holds UDP 4791 on `addr` (IPv6: `ss` lists
-/// `[ADDR]%IFACE:4791`); panics with what `p` printed if it ended first, or past 30 s.
-fn await_4791_v6(h: &Hosts, i: usize, addr: &str, p: &mut Proc) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ss = Command::new("ip")
-            .args(["netns", "exec", h.ns(i), "ss", "-Huln", "sport = :4791"])
-            .output()
-            .expect("ss runs");
-        if String::from_utf8_lossy(&ss.stdout).contains(&format!("[{addr}]%")) {
-            return;
-        }
-        if p.ended() || Instant::now() > deadline {
-            let _ = p.0.as_mut().expect("process").kill();
-            let what = p.1.clone();
-            panic!("{what} never held [{addr}]:4791:\n{}", text(&p.take().finish(LIMIT)));
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -273,7 +221,7 @@ fn every_process_of_an_address_has_qp1_over_ipv6() {
         let (s, c) = (text(&server), text(&client));
         assert!(server.status.success() && client.status.success(), "{what}:\n{s}\n{c}");
         for n in 0..10 {
-            let want = format!("ping data: {}", ping_text(n));
+            let want = format!("ping data: {}", rping_text(n));
             assert!(c.lines().any(|l| l == want), "{what}: client: {c}");
             assert!(s.lines().any(|l| l == format!("server {want}")), "{what}: server: {s}");
         }
@@ -281,7 +229,7 @@ fn every_process_of_an_address_has_qp1_over_ipv6() {
     // 1. The holder uses no CM.
     let mut holder =
         Proc::spawn(h.run(0, &["ibv_rc_pingpong", "-g", "2", "-p", "18660"]), "holder");
-    await_4791_v6(&h, 0, "fd32::1", &mut holder);
+    h.await_4791_v6(0, "fd32::1", &mut holder);
     let server = Proc::spawn(rping(0, &["-s", "-a", "::", "-p", "7287"]), "server");
     h.await_cm_listen(0, 7287, "server");
     let client = Proc::spawn(rping(1, &["-c", "-a", "fd32::1", "-p", "7287"]), "client");
@@ -289,7 +237,7 @@ fn every_process_of_an_address_has_qp1_over_ipv6() {
     drop(holder);
     // 2. The holder is a CM: an rping server waiting on another port.
     let mut holder = Proc::spawn(rping(0, &["-s", "-a", "::", "-p", "7288"]), "holder");
-    await_4791_v6(&h, 0, "fd32::1", &mut holder);
+    h.await_4791_v6(0, "fd32::1", &mut holder);
     h.await_cm_listen(0, 7288, "the holder");
     let server = Proc::spawn(rping(0, &["-s", "-a", "fd32::1", "-p", "7289"]), "server");
     h.await_cm_listen(0, 7289, "server");

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::netns::{
-    check_pingpong, have, ip, may_make_hosts, pair, roce_datagrams, text, tshark_decode, Capture,
+    check_pingpong, have, may_make_hosts, pair, roce_datagrams, text, tshark_decode, Capture,
     Hosts, Proc, LIMIT,
 };
 
@@ -29,29 +29,10 @@ const GLOBAL: &str = "2";
 /// hosts and each host's link-local address.
 fn v6_hosts() -> (Hosts, [String; 2]) {
     let h = Hosts::new(2, 1);
-    let mut ll = [String::new(), String::new()];
-    for (i, ll) in ll.iter_mut().enumerate() {
-        let a = format!("fd31::{}/64", i + 1);
-        ip(&["-n", h.ns(i), "-6", "addr", "add", &a, "dev", h.iface(i), "nodad"]);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        *ll = loop {
-            let out = Command::new("ip")
-                .args(["-n", h.ns(i), "-6", "-o", "addr", "show", "dev", h.iface(i)])
-                .args(["scope", "link"])
-                .output()
-                .expect("ip runs");
-            let t = String::from_utf8_lossy(&out.stdout).into_owned();
-            let ready = t.lines().find(|l| !l.contains("tentative")).and_then(|l| {
-                let a = l.split_whitespace().skip_while(|w| *w != "inet6").nth(1)?;
-                Some(a.split('/').next()?.to_string())
-            });
-            if let Some(a) = ready {
-                break a;
-            }
-            assert!(Instant::now() < deadline, "no link-local address on {}: {t}", h.iface(i));
-            std::thread::sleep(Duration::from_millis(100));
-        };
+    for i in 0..2 {
+        h.add_v6(i, &format!("fd31::{}/64", i + 1));
     }
+    let ll = [h.link_local(0), h.link_local(1)];
     (h, ll)
 }
 

@@ -1,7 +1,8 @@
-//! Hosts made of network namespaces (issue 31), shared by netns.rs, netns_cm.rs and
-//! netns_apps.rs: namespaces joined by a veth pair (or a bridge), each a "host" with its own
-//! interface, IPv4 addresses and fabric directory (nothing shared but the wire); processes
-//! killed and reaped when dropped; a tshark capture of an interface and its decoding.
+//! Hosts made of network namespaces (issue 31), shared by netns.rs, netns_cm.rs,
+//! netns_cm6.rs, netns_v6.rs and netns_apps.rs: namespaces joined by a veth pair (or a
+//! bridge), each a "host" with its own interface, IPv4 addresses (IPv6 ones on request) and
+//! fabric directory (nothing shared but the wire); processes killed and reaped when dropped; a
+//! tshark capture of an interface and its decoding; rping's ping texts.
 //!
 //! Namespaces need root: without it each test says why it skips, and with
 //! `SOFTVERBS_REQUIRE_NETNS=1` (as CI sets) that is a failure. Every namespace is removed when
@@ -190,20 +191,60 @@ impl Hosts {
     /// to the interface too: `ADDR%IFACE:4791`); panics with what `p` printed if it ended
     /// first.
     pub fn await_4791(&self, i: usize, p: &mut Proc) {
+        self.await_4791_listed(i, &format!("{}%", self.addr(i)), p);
+    }
+
+    /// [`Hosts::await_4791`] for the IPv6 address `addr` (`ss` lists `[ADDR]%IFACE:4791`).
+    pub fn await_4791_v6(&self, i: usize, addr: &str, p: &mut Proc) {
+        self.await_4791_listed(i, &format!("[{addr}]%"), p);
+    }
+
+    /// Waits until `ss` in host `i` lists a UDP 4791 socket whose line holds `needle`; panics
+    /// with what `p` printed if it ended first, or past 30 s.
+    fn await_4791_listed(&self, i: usize, needle: &str, p: &mut Proc) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ss = Command::new("ip")
                 .args(["netns", "exec", self.ns(i), "ss", "-Huln", "sport = :4791"])
                 .output()
                 .expect("ss runs");
-            if String::from_utf8_lossy(&ss.stdout).contains(&format!("{}%", self.addr(i))) {
+            if String::from_utf8_lossy(&ss.stdout).contains(needle) {
                 return;
             }
             if p.ended() || Instant::now() > deadline {
                 let _ = p.0.as_mut().expect("process").kill();
                 let what = p.1.clone();
-                panic!("{what} never held the address:\n{}", text(&p.take().finish(LIMIT)));
+                panic!("{what} never held {needle}4791:\n{}", text(&p.take().finish(LIMIT)));
             }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Gives host `i` the IPv6 address `addr` (with its prefix length) on its interface,
+    /// `nodad`: usable at once, without duplicate address detection.
+    pub fn add_v6(&self, i: usize, addr: &str) {
+        ip(&["-n", self.ns(i), "-6", "addr", "add", addr, "dev", self.iface(i), "nodad"]);
+    }
+
+    /// The link-local address the kernel gave host `i`'s interface, once duplicate address
+    /// detection let it go (no longer `tentative`); panics past 20 s.
+    pub fn link_local(&self, i: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = Command::new("ip")
+                .args(["-n", self.ns(i), "-6", "-o", "addr", "show", "dev", self.iface(i)])
+                .args(["scope", "link"])
+                .output()
+                .expect("ip runs");
+            let t = String::from_utf8_lossy(&out.stdout).into_owned();
+            let ready = t.lines().find(|l| !l.contains("tentative")).and_then(|l| {
+                let a = l.split_whitespace().skip_while(|w| *w != "inet6").nth(1)?;
+                Some(a.split('/').next()?.to_string())
+            });
+            if let Some(a) = ready {
+                return a;
+            }
+            assert!(Instant::now() < deadline, "no link-local address on {}: {t}", self.iface(i));
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -443,4 +484,15 @@ pub fn pair(server: Command, client: impl Fn() -> Command, what: &str) -> (Strin
         "{what}:\nserver:\n{s}\nclient:\n{c}"
     );
     (s, c)
+}
+
+/// rping's ping `n` (rping.c: "rdma-ping-%d: " then letters from 'A' + n % 58 to 63 bytes).
+pub fn rping_text(n: usize) -> String {
+    let mut s = format!("rdma-ping-{n}: ");
+    let mut c = 65 + (n % 58) as u8;
+    while s.len() < 63 {
+        s.push(c as char);
+        c = if c == 122 { 65 } else { c + 1 };
+    }
+    s
 }
