@@ -472,6 +472,13 @@ const PLANS: &[(&str, Plan)] = &[
     ("softverbs run --netdev wlan0 -- rping -c -a 192.168.1.10 -C 100 -v", Plan::NotRun(ACROSS_CM)),
     ("softverbs run --netdev wlan0 -- ib_write_bw -R", Plan::NotRun(ACROSS_CM)),
     ("softverbs run --netdev wlan0 -- ib_write_bw -R 192.168.1.10", Plan::NotRun(ACROSS_CM)),
+    ("softverbs run --netdev eth0 -- rping -s -a :: -C 10 -v", Plan::NotRun(ACROSS_CM6)),
+    ("softverbs run --netdev eth0 -- rping -c -a fd00::10 -C 10 -v", Plan::NotRun(ACROSS_CM6)),
+    ("softverbs run --netdev eth0 -- ucmatose -b ::", Plan::NotRun(ACROSS_CM6)),
+    (
+        "softverbs run --netdev eth0 -- ucmatose -s fe80::5054:ff:fe12:3456%eth0",
+        Plan::NotRun(ACROSS_CM6),
+    ),
     ("softverbs demo --netdev wlan0 --server", Plan::NotRun(ACROSS_APPS)),
     ("softverbs demo --netdev wlan0 --connect 192.168.1.10", Plan::NotRun(ACROSS_APPS)),
     ("cargo run -p softverbs --example rc_exchange -- --netdev wlan0", Plan::NotRun(ACROSS_APPS)),
@@ -490,6 +497,9 @@ const ACROSS_V6: &str =
 
 const ACROSS_CM: &str =
     "they need two hosts with a wlan0: sim/cli/tests/netns_cm.rs runs them between network namespaces";
+
+const ACROSS_CM6: &str =
+    "they need two hosts with IPv6 addresses: sim/cli/tests/netns_cm6.rs runs them between network namespaces";
 
 const ACROSS_APPS: &str =
     "they need two hosts with a wlan0: sim/cli/tests/netns_apps.rs runs them between network namespaces";
