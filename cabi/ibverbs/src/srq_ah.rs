@@ -263,8 +263,9 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
             // RoCE v2 over IPv6: answered from the GID the datagram was sent to (its IPv6
             // destination), as libibverbs' ibv_init_ah_from_wc finds its index in the table.
             let sent_to = g.dgid.raw;
-            let table = (0..64u32).map_while(|i| ctx.ctx.query_gid(port, i).ok().map(|x| (i, x)));
-            if let Some((i, _)) = table.into_iter().find(|(_, x)| x.0 == sent_to) {
+            let mut table =
+                (0..64u32).map_while(|i| ctx.ctx.query_gid(port, i).ok().map(|x| (i, x)));
+            if let Some((i, _)) = table.find(|(_, x)| x.0 == sent_to) {
                 a.grh.sgid_index = i as u8;
             }
         }

@@ -40,7 +40,7 @@ pub use env::{
 pub use faults::{FaultCounters, FaultPlan};
 pub use port::{LoopEgress, LoopPort, Loopback, Port, SendOutcome, ShmEgress, ShmPort};
 pub use tap::{Tap, TapDir};
-pub use udp::{gsi_gate_name, gsi_socket_name, UdpEgress, UdpPort};
+pub use udp::{gsi_gate_name, gsi_socket_name, zero_udp_checksums, UdpEgress, UdpPort};
 
 use crate::engine::{Nic, NicConfig, Now};
 use crate::verbs::{EngineContext, EngineCq, Host};

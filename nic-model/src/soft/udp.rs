@@ -745,6 +745,7 @@ mod gsi;
 mod share;
 mod v6;
 pub use gsi::{gsi_gate_name, gsi_socket_name};
+pub use v6::zero_udp_checksums;
 
 #[cfg(test)]
 mod tests;

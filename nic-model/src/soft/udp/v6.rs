@@ -131,11 +131,12 @@ const SOL_UDP: libc::c_int = 17;
 const UDP_NO_CHECK6_TX: libc::c_int = 101;
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
-/// UDP checksum 0 both ways, as rxe: its `prepare_udp_hdr` leaves the checksum of an IPv6
-/// datagram at 0 as of an IPv4 one, and its tunnel socket takes such datagrams in. A plain
-/// IPv6 socket would drop every datagram a kernel rxe peer sends, so taking them is required;
-/// sending 0 keeps a capture rxe's bytes.
-fn zero_udp_checksums(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+/// UDP checksum 0 both ways on the IPv6 UDP socket `fd`, as rxe: its `prepare_udp_hdr` leaves
+/// the checksum of an IPv6 datagram at 0 as of an IPv4 one, and its tunnel socket takes such
+/// datagrams in. A plain IPv6 socket would drop every datagram a kernel rxe peer sends, so
+/// taking them is required; sending 0 keeps a capture rxe's bytes. Also the CM's sockets for
+/// its MADs over IPv6 (librdmacm's `wire6.rs`).
+pub fn zero_udp_checksums(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     for opt in [UDP_NO_CHECK6_RX, UDP_NO_CHECK6_TX] {
         let on: libc::c_int = 1;
         // SAFETY: `fd` is an open UDP socket; the value is an int.
