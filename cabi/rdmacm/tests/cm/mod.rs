@@ -50,11 +50,25 @@ pub fn wait_listening(env: &Env, name: &str, server: &mut Guard) {
 /// `client`; each within `limit`. (server, client) output, whatever their exit statuses.
 pub fn run_pair(
     env: &Env,
+    server: (&Path, &[&str]),
+    name: &str,
+    client: (&Path, &[&str]),
+    limit: Duration,
+) -> (Output, Output) {
+    run_pair_unless(env, server, name, client, limit, None).expect("no client failure ends it")
+}
+
+/// [`run_pair`], except that a client that failed with `gives_up` in its stderr ends the run
+/// at once: its server, which waits for what that client will never send, is killed, and the
+/// answer is None.
+pub fn run_pair_unless(
+    env: &Env,
     (sp, sargs): (&Path, &[&str]),
     name: &str,
     (cp, cargs): (&Path, &[&str]),
     limit: Duration,
-) -> (Output, Output) {
+    gives_up: Option<&str>,
+) -> Option<(Output, Output)> {
     let mut server = Guard(Some(env.command(sp).args(sargs).spawn().expect("spawn server")));
     wait_listening(env, name, &mut server);
     let mut client = Guard(Some(env.command(cp).args(cargs).spawn().expect("spawn client")));
@@ -63,7 +77,11 @@ pub fn run_pair(
         client_hung(client, server, limit, &format!("{} {}", cp.display(), cargs.join(" ")));
     }
     let client = client.0.take().expect("client").wait_with_output().expect("output");
-    (finish_server(server, limit, &what, &client), client)
+    let gave_up = gives_up.is_some_and(|say| {
+        !client.status.success() && String::from_utf8_lossy(&client.stderr).contains(say)
+    });
+    // The server's Guard kills it when dropped.
+    (!gave_up).then(|| (finish_server(server, limit, &what, &client), client))
 }
 
 /// A client still running `limit` after it started: panic with where it and its server
@@ -97,11 +115,16 @@ pub fn pair_ok(
     limit: Duration,
 ) -> ((String, String), (String, String)) {
     let (s, c) = run_pair(env, server, name, client, limit);
-    let ((so, se), (co, ce)) = (text(&s), text(&c));
+    both_ok(&server.0.display().to_string(), &s, &c)
+}
+
+/// Both of a pair's processes exited 0 (else a panic with `what`, both statuses and outputs):
+/// (server, client) output, each as (stdout, stderr).
+pub fn both_ok(what: &str, s: &Output, c: &Output) -> ((String, String), (String, String)) {
+    let ((so, se), (co, ce)) = (text(s), text(c));
     assert!(
         s.status.success() && c.status.success(),
-        "{}: client {:?}:\n{co}{ce}\nserver {:?}:\n{so}{se}",
-        server.0.display(),
+        "{what}: client {:?}:\n{co}{ce}\nserver {:?}:\n{so}{se}",
         c.status,
         s.status
     );
